@@ -1,0 +1,38 @@
+// Devices: the host (CPU, OpenMP loops + BLAS) and CUDA GPUs. Every op dispatches on the device of
+// its arguments; arguments on different devices are an error, never an implicit copy.
+#pragma once
+
+#include <string>
+
+namespace gpumat {
+
+enum class DeviceKind { Host = 0, Cuda = 1 };
+
+struct Device {
+  DeviceKind kind = DeviceKind::Host;
+  int index = 0;  // CUDA ordinal; always 0 for the host
+
+  static Device host() { return Device{DeviceKind::Host, 0}; }
+  static Device cuda(int index) { return Device{DeviceKind::Cuda, index}; }
+  bool is_cuda() const { return kind == DeviceKind::Cuda; }
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+  std::string str() const;  // "host" or "cuda:N"
+};
+
+// True when libgpumat was compiled with CUDA support (nvcc found at build time).
+bool built_with_cuda();
+
+// Number of usable CUDA devices; 0 when built without CUDA, or when no driver or GPU is present
+// (never throws).
+int cuda_device_count();
+
+// Throws CudaError unless `device` is the host or an existing CUDA device. Every op calls it
+// (through GpuMatrix construction), so a missing GPU is a clear error, not a crash.
+void check_device(const Device& device);
+
+// Waits until all work queued on `device` has finished (no-op on the host). Throws CudaError with
+// any asynchronous fault that the device reported.
+void synchronize(const Device& device);
+
+}  // namespace gpumat

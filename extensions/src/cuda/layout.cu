@@ -1,0 +1,64 @@
+// CUDA layout kernels: broadcast_to and 2-D transpose. Host reference: ../host/layout.cpp.
+//   broadcast_to: in (n_in,) -> out (n_out,), out[i] = in[i % n_in]; grid-stride, one thread per
+//                 output element.
+//   transpose:    in (rows, cols) -> out (cols, rows); 32x32 tiles staged through shared memory
+//                 (padded to 33 columns so the column reads hit 32 different banks) so that both the
+//                 global reads and the global writes are coalesced.
+#include "common.cuh"
+#include "kernels.cuh"
+
+namespace gpumat::cuda {
+
+namespace {
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;  // a 32x8 block moves a 32x32 tile in 4 steps
+}  // namespace
+
+// ---------------------------------------------------------------------------- kernels
+
+// in is (n_in,), out is (n_out,)
+__global__ void broadcast_to_kernel(const float* in, int64_t n_in, float* out, int64_t n_out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_out;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = in[i % n_in];
+}
+
+// in is (rows, cols), out is (cols, rows); grid is (ceil(cols/32), ceil(rows/32)) tiles.
+__global__ void transpose_kernel(const float* in, float* out, int64_t rows, int64_t cols) {
+  __shared__ float tile[kTile][kTile + 1];
+  int64_t c = blockIdx.x * static_cast<int64_t>(kTile) + threadIdx.x;
+  int64_t r0 = blockIdx.y * static_cast<int64_t>(kTile);
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    int64_t r = r0 + j;
+    if (r < rows && c < cols) tile[j][threadIdx.x] = in[r * cols + c];
+  }
+  __syncthreads();
+  // out row = input column, out column = input row
+  int64_t oc = r0 + threadIdx.x;
+  int64_t or0 = blockIdx.x * static_cast<int64_t>(kTile);
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    int64_t orow = or0 + j;
+    if (orow < cols && oc < rows) out[orow * rows + oc] = tile[threadIdx.x][j];
+  }
+}
+
+// ---------------------------------------------------------------------------- launchers
+
+void broadcast_to(int dev, const float* in, int64_t n_in, float* out, int64_t n_out) {
+  cudaStream_t stream = activate(dev);
+  broadcast_to_kernel<<<grid_for(n_out, kBlockSize), kBlockSize, 0, stream>>>(in, n_in, out, n_out);
+  check_launch("broadcast_to");
+}
+
+void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols) {
+  const int64_t kMaxGridY = 65535;
+  if (ceil_div(rows, kTile) > kMaxGridY)
+    throw ShapeError("transpose: " + std::to_string(rows) + " rows exceed the CUDA grid limit of " +
+                     std::to_string(kMaxGridY * kTile));
+  cudaStream_t stream = activate(dev);
+  dim3 grid(static_cast<unsigned>(ceil_div(cols, kTile)), static_cast<unsigned>(ceil_div(rows, kTile)));
+  transpose_kernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(in, out, rows, cols);
+  check_launch("transpose");
+}
+
+}  // namespace gpumat::cuda

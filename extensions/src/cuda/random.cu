@@ -1,0 +1,43 @@
+// CUDA random fills: random_uniform in [low, high) and random_normal (Box-Muller), out is (n,).
+// Element i depends only on (seed, i) (../random.h), so the host fills (../host/random.cpp) give
+// identical arrays. Grid-stride, one thread per element.
+#include "../random.h"
+#include "common.cuh"
+#include "kernels.cuh"
+
+namespace gpumat::cuda {
+
+// ---------------------------------------------------------------------------- kernels
+
+// out is (n,)
+__global__ void random_uniform_kernel(float* out, int64_t n, float low, float high, uint64_t seed) {
+  const float scale = high - low;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float v = low + scale * rng::uniform01(seed, static_cast<uint64_t>(i));
+    out[i] = v < high ? v : low;  // NOTE: rounding can land on `high`; keep the interval half-open
+  }
+}
+
+// out is (n,)
+__global__ void random_normal_kernel(float* out, int64_t n, float mean, float stddev, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = mean + stddev * rng::standard_normal(seed, static_cast<uint64_t>(i));
+}
+
+// ---------------------------------------------------------------------------- launchers
+
+void random_uniform(int dev, float* out, int64_t n, float low, float high, uint64_t seed) {
+  cudaStream_t stream = activate(dev);
+  random_uniform_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(out, n, low, high, seed);
+  check_launch("random_uniform");
+}
+
+void random_normal(int dev, float* out, int64_t n, float mean, float stddev, uint64_t seed) {
+  cudaStream_t stream = activate(dev);
+  random_normal_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(out, n, mean, stddev, seed);
+  check_launch("random_normal");
+}
+
+}  // namespace gpumat::cuda

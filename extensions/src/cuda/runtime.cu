@@ -1,0 +1,98 @@
+// CUDA runtime glue: streams, device memory, copies, error translation. See runtime.h.
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common.cuh"
+#include "runtime.h"
+
+namespace gpumat::cuda {
+
+void check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // clear the sticky error so the next call starts clean
+  throw CudaError(std::string(what) + ": " + cudaGetErrorName(err) + ": " +
+                  cudaGetErrorString(err));
+}
+
+namespace {
+std::mutex g_stream_mutex;
+std::vector<cudaStream_t> g_streams;  // one per device, created lazily
+}  // namespace
+
+cudaStream_t activate(int dev) {
+  check(cudaSetDevice(dev), "cudaSetDevice");
+  std::lock_guard<std::mutex> lock(g_stream_mutex);
+  if (g_streams.empty()) g_streams.assign(static_cast<size_t>(device_count()), nullptr);
+  if (dev < 0 || dev >= static_cast<int>(g_streams.size()))
+    throw CudaError("no CUDA device cuda:" + std::to_string(dev));
+  if (g_streams[dev] == nullptr)
+    check(cudaStreamCreateWithFlags(&g_streams[dev], cudaStreamNonBlocking), "cudaStreamCreate");
+  return g_streams[dev];
+}
+
+int device_count() noexcept {
+  // Queried once: the count cannot change while the process runs, and every array creation asks.
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();  // no driver or no device: not an error for the caller
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+void* malloc_device(int dev, size_t nbytes) {
+  activate(dev);
+  void* ptr = nullptr;
+  cudaError_t err = cudaMalloc(&ptr, nbytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw OutOfMemory("cudaMalloc of " + std::to_string(nbytes) + " bytes failed");
+  }
+  check(err, "cudaMalloc");
+  return ptr;
+}
+
+void free_device(int dev, void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  if (cudaSetDevice(dev) != cudaSuccess || cudaFree(ptr) != cudaSuccess) cudaGetLastError();
+}
+
+void mem_get_info(int dev, size_t* free_bytes, size_t* total_bytes) noexcept {
+  *free_bytes = *total_bytes = 0;
+  if (cudaSetDevice(dev) != cudaSuccess || cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess)
+    cudaGetLastError();
+}
+
+void copy_host_to_device(int dev, void* dst, const void* src, size_t nbytes) {
+  cudaStream_t s = activate(dev);
+  // NOTE: pageable source memory: cudaMemcpyAsync stages it before returning, so the caller may
+  // free `src` afterwards; still synchronize so a fault is reported by this copy, not a later op.
+  check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s), "copy host to device");
+  check(cudaStreamSynchronize(s), "copy host to device");
+}
+
+void copy_device_to_host(int dev, void* dst, const void* src, size_t nbytes) {
+  cudaStream_t s = activate(dev);
+  check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s), "copy device to host");
+  check(cudaStreamSynchronize(s), "copy device to host");
+}
+
+void copy_device_to_device(int dev, void* dst, const void* src, size_t nbytes) {
+  cudaStream_t s = activate(dev);
+  check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, s), "copy device to device");
+}
+
+void copy_peer(int dst_dev, void* dst, int src_dev, const void* src, size_t nbytes) {
+  synchronize(src_dev);  // the source's stream may still be writing it
+  cudaStream_t s = activate(dst_dev);
+  check(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, nbytes, s), "copy between devices");
+  check(cudaStreamSynchronize(s), "copy between devices");
+}
+
+void synchronize(int dev) { check(cudaStreamSynchronize(activate(dev)), "synchronize"); }
+
+}  // namespace gpumat::cuda

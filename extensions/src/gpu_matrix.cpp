@@ -1,0 +1,117 @@
+// GpuMatrix: construction with overflow-checked sizes, RAII ownership, host/device copies.
+#include "gpumat/gpu_matrix.h"
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "gpumat/allocator.h"
+#include "gpumat/error.h"
+#ifdef GPUMAT_WITH_CUDA
+#include "cuda/runtime.h"
+#endif
+
+namespace gpumat {
+
+GpuMatrix::GpuMatrix(std::vector<int64_t> shape, Device device)
+    : shape_(std::move(shape)), device_(device) {
+  int64_t size = 1;
+  const int64_t kMaxElements = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(float));
+  for (int64_t d : shape_) {
+    if (d < 0) throw ShapeError("GpuMatrix: negative dimension in shape " + shape_str());
+    if (d != 0 && size > kMaxElements / d)
+      throw OutOfMemory("GpuMatrix: shape " + shape_str() + " is too large to allocate");
+  }
+  for (int64_t d : shape_) size *= d;
+  size_ = size;
+  check_device(device_);
+  data_ = static_cast<float*>(device_allocate(device_, static_cast<size_t>(nbytes())));
+}
+
+GpuMatrix::~GpuMatrix() { device_free(device_, data_); }
+
+GpuMatrix::GpuMatrix(GpuMatrix&& other) noexcept
+    : shape_(std::move(other.shape_)), size_(other.size_), device_(other.device_), data_(other.data_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+  other.shape_.clear();
+}
+
+GpuMatrix& GpuMatrix::operator=(GpuMatrix&& other) noexcept {
+  if (this != &other) {
+    device_free(device_, data_);
+    shape_ = std::move(other.shape_);
+    size_ = other.size_;
+    device_ = other.device_;
+    data_ = other.data_;
+    other.data_ = nullptr;
+    other.size_ = 0;
+    other.shape_.clear();
+  }
+  return *this;
+}
+
+int64_t GpuMatrix::dim(int64_t axis) const {
+  int64_t n = ndim();
+  int64_t a = axis < 0 ? axis + n : axis;
+  if (a < 0 || a >= n)
+    throw ShapeError("axis " + std::to_string(axis) + " is out of range for shape " + shape_str());
+  return shape_[static_cast<size_t>(a)];
+}
+
+std::string GpuMatrix::shape_str() const { return shape_to_string(shape_); }
+
+void GpuMatrix::copy_from_host(const float* src, int64_t n) {
+  if (n != size_)
+    throw ShapeError("copy_from_host: " + std::to_string(n) + " elements given for an array of shape " +
+                     shape_str());
+  if (size_ == 0) return;
+#ifdef GPUMAT_WITH_CUDA
+  if (device_.is_cuda()) {
+    cuda::copy_host_to_device(device_.index, data_, src, static_cast<size_t>(nbytes()));
+    return;
+  }
+#endif
+  std::memcpy(data_, src, static_cast<size_t>(nbytes()));
+}
+
+void GpuMatrix::copy_to_host(float* dst, int64_t n) const {
+  if (n != size_)
+    throw ShapeError("copy_to_host: room for " + std::to_string(n) +
+                     " elements given for an array of shape " + shape_str());
+  if (size_ == 0) return;
+#ifdef GPUMAT_WITH_CUDA
+  if (device_.is_cuda()) {
+    cuda::copy_device_to_host(device_.index, dst, data_, static_cast<size_t>(nbytes()));
+    return;
+  }
+#endif
+  std::memcpy(dst, data_, static_cast<size_t>(nbytes()));
+}
+
+void GpuMatrix::copy_from(const GpuMatrix& src) {
+  if (src.size_ != size_)
+    throw ShapeError("copyfrom: source of shape " + src.shape_str() + " does not fit an array of shape " +
+                     shape_str());
+  if (size_ == 0 || src.data_ == data_) return;
+  const Device& s = src.device_;
+  if (!s.is_cuda() && !device_.is_cuda()) {
+    std::memcpy(data_, src.data_, static_cast<size_t>(nbytes()));
+    return;
+  }
+#ifdef GPUMAT_WITH_CUDA
+  size_t bytes = static_cast<size_t>(nbytes());
+  if (s.is_cuda() && device_.is_cuda()) {
+    if (s.index == device_.index)
+      cuda::copy_device_to_device(device_.index, data_, src.data_, bytes);
+    else
+      cuda::copy_peer(device_.index, data_, s.index, src.data_, bytes);
+  } else if (s.is_cuda()) {
+    cuda::copy_device_to_host(s.index, data_, src.data_, bytes);
+  } else {
+    cuda::copy_host_to_device(device_.index, data_, src.data_, bytes);
+  }
+#endif
+}
+
+}  // namespace gpumat

@@ -1,0 +1,33 @@
+// The host function table. Fields are assigned by name so that adding an entry cannot shift others.
+#include "../backend.h"
+
+#include "kernels.h"
+
+namespace gpumat {
+
+const Backend& host_backend() {
+  static const Backend table = [] {
+    Backend t{};
+    t.array_set = host::array_set;
+    t.broadcast_to = host::broadcast_to;
+    t.reduce_sum_axis_zero = host::reduce_sum_axis_zero;
+    t.add = host::add;
+    t.multiply = host::multiply;
+    t.add_const = host::add_const;
+    t.multiply_const = host::multiply_const;
+    t.matmul = host::matmul;
+    t.relu = host::relu;
+    t.relu_gradient = host::relu_gradient;
+    t.softmax = host::softmax;
+    t.softmax_cross_entropy = host::softmax_cross_entropy;
+    t.transpose = host::transpose;
+    t.random_uniform = host::random_uniform;
+    t.random_normal = host::random_normal;
+    t.axpy = host::axpy;
+    t.copy = host::copy;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace gpumat

@@ -1,0 +1,56 @@
+// Host elementwise kernels: array_set, add, multiply, add_const, multiply_const, relu,
+// relu_gradient, axpy, copy. All arrays are (n,); `out` may alias an input.
+#include <cstring>
+
+#include "kernels.h"
+#include "parallel.h"
+
+namespace gpumat::host {
+
+void array_set(int, float* out, int64_t n, float value) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = value;
+}
+
+void add(int, const float* a, const float* b, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void multiply(int, const float* a, const float* b, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+}
+
+void add_const(int, const float* in, float value, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] + value;
+}
+
+void multiply_const(int, const float* in, float value, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] * value;
+}
+
+// NOTE: written as a comparison so that NaN passes through (max(NaN, 0) would hide it).
+void relu(int, const float* in, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] < 0.0f ? 0.0f : in[i];
+}
+
+// NOTE: the subgradient at exactly 0 is taken as 0; a NaN input gives NaN.
+void relu_gradient(int, const float* in, const float* grad, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.0f ? grad[i] : (in[i] != in[i] ? in[i] : 0.0f);
+}
+
+void axpy(int, float alpha, const float* x, float* y, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void copy(int, const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+}  // namespace gpumat::host

@@ -1,0 +1,30 @@
+// Host layout kernels: broadcast_to (repeat over leading axes) and 2-D transpose.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels.h"
+#include "parallel.h"
+
+namespace gpumat::host {
+
+// in is (n_in,), out is (n_out / n_in, n_in): every row of out is a copy of in.
+void broadcast_to(int, const float* in, int64_t n_in, float* out, int64_t n_out) {
+  int64_t reps = n_out / n_in;
+#pragma omp parallel for if (n_out >= kParallelMin)
+  for (int64_t r = 0; r < reps; ++r) std::memcpy(out + r * n_in, in, static_cast<size_t>(n_in) * sizeof(float));
+}
+
+// in is (rows, cols), out is (cols, rows). Blocked so both sides stay in cache.
+void transpose(int, const float* in, float* out, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+#pragma omp parallel for if (rows * cols >= kParallelMin)
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) out[c * rows + r] = in[r * cols + c];
+    }
+  }
+}
+
+}  // namespace gpumat::host

@@ -1,0 +1,23 @@
+// Host random fills; element i is a function of (seed, i) only (see ../random.h), matching CUDA.
+#include "../random.h"
+
+#include "kernels.h"
+#include "parallel.h"
+
+namespace gpumat::host {
+
+void random_uniform(int, float* out, int64_t n, float low, float high, uint64_t seed) {
+  const float scale = high - low;
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = low + scale * rng::uniform01(seed, static_cast<uint64_t>(i));
+    out[i] = v < high ? v : low;  // NOTE: rounding can land on `high`; keep the interval half-open
+  }
+}
+
+void random_normal(int, float* out, int64_t n, float mean, float stddev, uint64_t seed) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = mean + stddev * rng::standard_normal(seed, static_cast<uint64_t>(i));
+}
+
+}  // namespace gpumat::host

@@ -1,0 +1,64 @@
+// A small C++ program that links libgpumat.so and checks a few ops on the host device (and on
+// cuda:0 when one is present), to show the library is usable without Python.
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "gpumat/allocator.h"
+#include "gpumat/error.h"
+#include "gpumat/gpu_matrix.h"
+#include "gpumat/ops.h"
+
+using gpumat::Device;
+using gpumat::GpuMatrix;
+
+static int failures = 0;
+#define EXPECT(cond)                                                   \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);    \
+      ++failures;                                                      \
+    }                                                                  \
+  } while (0)
+
+static void exercise(Device dev) {
+  std::printf("device %s\n", dev.str().c_str());
+  // c = a @ b for a (2,3), b (3,2)
+  std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {7, 8, 9, 10, 11, 12}, c(4);
+  GpuMatrix da({2, 3}, dev), db({3, 2}, dev), dc({2, 2}, dev);
+  da.copy_from_host(a.data(), 6);
+  db.copy_from_host(b.data(), 6);
+  gpumat::ops::matmul(da, false, db, false, dc);
+  dc.copy_to_host(c.data(), 4);
+  EXPECT(c[0] == 58 && c[1] == 64 && c[2] == 139 && c[3] == 154);
+
+  // softmax rows sum to 1
+  GpuMatrix ds({2, 3}, dev);
+  gpumat::ops::softmax(da, ds);
+  std::vector<float> s(6);
+  ds.copy_to_host(s.data(), 6);
+  EXPECT(std::fabs(s[0] + s[1] + s[2] - 1.0f) < 1e-6f);
+
+  // shape errors are exceptions, not crashes
+  bool threw = false;
+  try {
+    gpumat::ops::matmul(da, false, da, false, dc);
+  } catch (const gpumat::ShapeError& e) {
+    threw = true;
+    std::printf("  expected error: %s\n", e.what());
+  }
+  EXPECT(threw);
+
+  // freed blocks are reused
+  auto before = gpumat::memory_stats(dev).device_malloc_calls;
+  for (int i = 0; i < 10; ++i) GpuMatrix tmp({1000, 100}, dev);
+  EXPECT(gpumat::memory_stats(dev).device_malloc_calls <= before + 1);
+}
+
+int main() {
+  exercise(Device::host());
+  if (gpumat::cuda_device_count() > 0) exercise(Device::cuda(0));
+  else std::printf("no CUDA device: %s\n", gpumat::built_with_cuda() ? "built with CUDA" : "built without CUDA");
+  std::printf(failures ? "%d FAILED\n" : "all passed\n", failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,146 @@
+"""gpumat: a deep-learning stack you can read end to end, from CUDA kernels to MNIST training.
+
+Layers, bottom up (see DESIGN.md): libgpumat (C++/CUDA kernels) -> gpumat._core (Cython,
+PyGpuMatrix) -> gpumat.ops (one call per kernel) -> gpumat.autodiff / gpumat.executor (graph,
+gradients, memory-planned execution) -> gpumat.train, gpumat.models, gpumat.datasets.
+
+Arrays are float32, row-major, contiguous, on ``cpu()`` (the host) or ``gpu(i)`` (CUDA).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from ._core import CudaError, PyGpuMatrix, _as_float32
+from .context import Context, cpu, gpu, is_gpu_ctx
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Context",
+    "CudaError",
+    "PyGpuMatrix",
+    "array",
+    "build_info",
+    "cpu",
+    "cuda_available",
+    "empty",
+    "empty_cache",
+    "gpu",
+    "is_gpu_ctx",
+    "memory_stats",
+    "reset_peak_memory_stats",
+    "synchronize",
+]
+
+def _check_ctx(ctx) -> Context:
+    if not isinstance(ctx, Context):
+        raise TypeError(f"ctx must be a gpumat.Context (gpumat.cpu() or gpumat.gpu(i)), got {ctx!r}")
+    return ctx
+
+
+def empty(shape, ctx: Context | None = None) -> PyGpuMatrix:
+    """A new uninitialised float32 array.
+
+    Args:
+        shape: an int or a sequence of ints >= 0 (a 0 dimension gives an empty array).
+        ctx: the device, default ``gpumat.cpu()``.
+
+    Raises:
+        ValueError: a negative dimension. TypeError: a non-integer dimension or a bad ctx.
+        MemoryError: the device is out of memory. gpumat.CudaError: the GPU does not exist.
+    """
+    ctx = _check_ctx(cpu() if ctx is None else ctx)
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        dims = tuple(int(d) for d in shape)
+    except TypeError as exc:
+        raise TypeError(f"shape must be a sequence of ints, got {shape!r}") from exc
+    if any(not isinstance(d, (int, np.integer)) for d in shape):
+        raise TypeError(f"shape must contain only ints, got {shape!r}")
+    kind, index = ctx._native
+    return PyGpuMatrix._empty(dims, ctx, kind, index)
+
+
+def array(x, ctx: Context | None = None) -> PyGpuMatrix:
+    """A new float32 array on ``ctx`` holding a copy of ``x``.
+
+    Args:
+        x: a numpy array, a PyGpuMatrix, or anything ``numpy.asarray`` accepts. float64, integer
+            and bool data are converted to float32 (float64 values round to nearest); any layout
+            (non-contiguous, negative strides) is accepted and copied.
+        ctx: the device, default ``gpumat.cpu()``.
+
+    Raises:
+        TypeError: complex, object or string data, or a bad ctx.
+        MemoryError, gpumat.CudaError: as for :func:`empty`.
+    """
+    ctx = _check_ctx(cpu() if ctx is None else ctx)
+    if isinstance(x, PyGpuMatrix):
+        out = empty(x.shape, ctx)
+        out._copy_from_array(x)
+        return out
+    src = _as_float32(x)
+    out = empty(src.shape, ctx)
+    out._copy_from_numpy(src)
+    return out
+
+
+
+
+def cuda_available() -> bool:
+    """True when gpumat was built with CUDA and at least one CUDA GPU is usable."""
+    return bool(_core.built_with_cuda_() and _core.cuda_device_count_() > 0)
+
+
+def build_info() -> dict:
+    """What this build of gpumat contains.
+
+    Returns a dict: ``version``; ``cuda`` (compiled with CUDA); ``cuda_arch`` (list of compute
+    capabilities compiled, e.g. ["75", "90"]); ``cuda_device_count``; ``blas`` (the host BLAS);
+    ``openmp`` (host loops parallel).
+    """
+    from . import _build_config
+
+    return {
+        "version": __version__,
+        "cuda": bool(_core.built_with_cuda_()),
+        "cuda_arch": list(_build_config.CUDA_ARCH) if _core.built_with_cuda_() else [],
+        "cuda_device_count": int(_core.cuda_device_count_()),
+        "blas": _build_config.BLAS,
+        "openmp": bool(_build_config.OPENMP),
+    }
+
+
+def memory_stats(ctx: Context | None = None) -> dict:
+    """Counters of the caching allocator of ``ctx`` (default cpu()).
+
+    Returns a dict of ints: ``device_malloc_calls`` (cudaMalloc or host allocations made),
+    ``device_free_calls``, ``bytes_in_use``, ``peak_bytes_in_use``, ``bytes_reserved`` (in use plus
+    cached), ``num_alloc_requests`` (cache hits included). Sizes are in bytes, rounded up to the
+    allocator's bins (512 B under 1 MiB, 2 MiB above).
+
+    Raises gpumat.CudaError for an unavailable GPU.
+    """
+    return _core.memory_stats_(*_check_ctx(cpu() if ctx is None else ctx)._native)
+
+
+def reset_peak_memory_stats(ctx: Context | None = None) -> None:
+    """Sets ``peak_bytes_in_use`` of ``ctx`` to the current ``bytes_in_use``."""
+    _core.reset_peak_memory_stats_(*_check_ctx(cpu() if ctx is None else ctx)._native)
+
+
+def empty_cache(ctx: Context | None = None) -> None:
+    """Returns every cached (free) block of ``ctx`` to the device; arrays in use are untouched."""
+    _core.empty_cache_(*_check_ctx(cpu() if ctx is None else ctx)._native)
+
+
+def synchronize(ctx: Context | None = None) -> None:
+    """Waits for all queued work on ``ctx``; raises gpumat.CudaError for an asynchronous fault."""
+    _core.synchronize_(*_check_ctx(cpu() if ctx is None else ctx)._native)
+
+
+from . import gpu_op, ops  # noqa: E402, F401  (they need the names above)
+

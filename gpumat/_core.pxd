@@ -1,0 +1,83 @@
+# Declarations of libgpumat (extensions/include/gpumat/*.h) for Cython.
+from libc.stdint cimport int64_t, uint64_t
+from libcpp cimport bool
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+
+cdef extern from "_errors.h":
+    void gpumat_raise_py_error()
+    void gpumat_set_cuda_error_type(object type)
+
+
+cdef extern from "gpumat/device.h" namespace "gpumat":
+    cdef enum class DeviceKind(int):
+        Host
+        Cuda
+
+    cdef cppclass Device:
+        DeviceKind kind
+        int index
+        string str()
+        @staticmethod
+        Device host()
+        @staticmethod
+        Device cuda(int index)
+
+    bool built_with_cuda()
+    int cuda_device_count()
+    void check_device(const Device&) except +gpumat_raise_py_error
+    void synchronize(const Device&) except +gpumat_raise_py_error nogil
+
+
+cdef extern from "gpumat/allocator.h" namespace "gpumat":
+    cdef cppclass MemoryStats:
+        int64_t device_malloc_calls
+        int64_t device_free_calls
+        int64_t bytes_in_use
+        int64_t peak_bytes_in_use
+        int64_t bytes_reserved
+        int64_t num_alloc_requests
+
+    MemoryStats memory_stats(const Device&) except +gpumat_raise_py_error
+    void reset_peak_memory_stats(const Device&) except +gpumat_raise_py_error
+    void empty_cache(const Device&) except +gpumat_raise_py_error nogil
+    size_t allocation_size(size_t)
+
+
+cdef extern from "gpumat/gpu_matrix.h" namespace "gpumat":
+    cdef cppclass GpuMatrix:
+        GpuMatrix(vector[int64_t], Device) except +gpumat_raise_py_error
+        const vector[int64_t]& shape()
+        int64_t ndim()
+        int64_t size()
+        int64_t nbytes()
+        const Device& device()
+        void copy_from_host(const float*, int64_t) except +gpumat_raise_py_error nogil
+        void copy_to_host(float*, int64_t) except +gpumat_raise_py_error nogil
+        void copy_from(const GpuMatrix&) except +gpumat_raise_py_error nogil
+
+
+cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
+    void array_set(GpuMatrix&, float) except +gpumat_raise_py_error nogil
+    void broadcast_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void reduce_sum_axis_zero(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void add(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void multiply(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void add_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void multiply_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void matmul(const GpuMatrix&, bool, const GpuMatrix&, bool, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void relu(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void relu_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void softmax(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void softmax_cross_entropy(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void transpose(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void random_uniform(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
+    void random_normal(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
+    void axpy(float, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void copy(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+
+
+cdef class PyGpuMatrix:
+    cdef GpuMatrix* mat
+    cdef object _ctx

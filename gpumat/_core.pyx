@@ -1,0 +1,290 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+# distutils: language = c++
+"""gpumat._core: the Cython wrapper of libgpumat (private; use gpumat, gpumat.ops).
+
+PyGpuMatrix owns one native GpuMatrix. Every native call releases the GIL, and every C++
+exception becomes a Python one through gpumat_raise_py_error (ShapeError -> ValueError,
+DTypeError -> TypeError, OutOfMemory -> MemoryError, CudaError -> gpumat.CudaError).
+Devices are passed as (kind, index) with kind 0 = host, 1 = CUDA.
+"""
+
+from libc.stdint cimport int64_t, uint64_t
+from libcpp.vector cimport vector
+
+import numpy as np
+
+
+class CudaError(RuntimeError):
+    """A CUDA API call or kernel launch failed, or a CUDA device is not available.
+
+    The message names the failing call or op and CUDA's error name and text.
+    """
+
+
+gpumat_set_cuda_error_type(CudaError)
+
+# numpy dtype kinds that convert to float32 without losing meaning: bool, int, uint, float
+_CONVERTIBLE_KINDS = "biuf"
+
+
+def _as_float32(x):
+    """x as a C-contiguous float32 numpy array (a copy when a conversion is needed).
+
+    Raises TypeError for complex, object, string or other non-numeric data.
+    """
+    arr = np.asarray(x)
+    if arr.dtype.kind not in _CONVERTIBLE_KINDS:
+        raise TypeError(
+            f"gpumat arrays are float32; cannot convert numpy dtype {arr.dtype} "
+            "(bool, integer and floating dtypes convert; complex, object and strings do not)"
+        )
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+cdef Device make_device(int kind, int index):
+    return Device.cuda(index) if kind == 1 else Device.host()
+
+
+def built_with_cuda_():
+    return built_with_cuda()
+
+
+def cuda_device_count_():
+    return cuda_device_count()
+
+
+def check_device_(int kind, int index):
+    check_device(make_device(kind, index))
+
+
+def synchronize_(int kind, int index):
+    cdef Device d = make_device(kind, index)
+    with nogil:
+        synchronize(d)
+
+
+def memory_stats_(int kind, int index):
+    cdef MemoryStats s = memory_stats(make_device(kind, index))
+    return {
+        "device_malloc_calls": s.device_malloc_calls,
+        "device_free_calls": s.device_free_calls,
+        "bytes_in_use": s.bytes_in_use,
+        "peak_bytes_in_use": s.peak_bytes_in_use,
+        "bytes_reserved": s.bytes_reserved,
+        "num_alloc_requests": s.num_alloc_requests,
+    }
+
+
+def reset_peak_memory_stats_(int kind, int index):
+    reset_peak_memory_stats(make_device(kind, index))
+
+
+def empty_cache_(int kind, int index):
+    cdef Device d = make_device(kind, index)
+    with nogil:
+        empty_cache(d)
+
+
+def allocation_size_(size_t nbytes):
+    return allocation_size(nbytes)
+
+
+cdef class PyGpuMatrix:
+    """An N-d, row-major, contiguous float32 array on one device (gpumat's NDArray).
+
+    Create with gpumat.array(x, ctx) or gpumat.empty(shape, ctx), not directly. The buffer comes
+    from the device's caching allocator and goes back to it when the object is collected.
+    """
+
+    def __cinit__(self):
+        self.mat = NULL
+
+    def __dealloc__(self):
+        # NOTE: never raises (GpuMatrix's destructor is noexcept): "Cannot raise in the destructor!"
+        if self.mat != NULL:
+            del self.mat
+            self.mat = NULL
+
+    @staticmethod
+    def _empty(shape, ctx, int kind, int index):
+        cdef vector[int64_t] dims
+        for d in shape:
+            dims.push_back(d)
+        cdef PyGpuMatrix out = PyGpuMatrix.__new__(PyGpuMatrix)
+        out.mat = new GpuMatrix(dims, make_device(kind, index))
+        out._ctx = ctx
+        return out
+
+    @property
+    def shape(self):
+        """The shape, a tuple of ints."""
+        return tuple(self.mat.shape())
+
+    @property
+    def ndim(self):
+        """The number of dimensions."""
+        return self.mat.ndim()
+
+    @property
+    def size(self):
+        """The number of elements."""
+        return self.mat.size()
+
+    @property
+    def nbytes(self):
+        """The size of the data in bytes (4 per element)."""
+        return self.mat.nbytes()
+
+    @property
+    def ctx(self):
+        """The gpumat.Context the array lives on."""
+        return self._ctx
+
+    @property
+    def dtype(self):
+        """Always numpy.float32."""
+        return np.dtype(np.float32)
+
+    def asnumpy(self):
+        """Returns a new float32 numpy array with this array's shape and values (synchronizes).
+
+        Raises gpumat.CudaError if the device reported an asynchronous fault.
+        """
+        out = np.empty(self.shape, dtype=np.float32)
+        cdef float[::1] view = out.reshape(-1)
+        cdef float* ptr = &view[0] if view.shape[0] > 0 else NULL
+        cdef int64_t n = self.mat.size()
+        with nogil:
+            self.mat.copy_to_host(ptr, n)
+        return out
+
+    def copyfrom(self, source):
+        """Copies ``source`` (a numpy array or a PyGpuMatrix on any device) into this array.
+
+        The shapes must be equal (ValueError otherwise). numpy data are converted to float32 as
+        in gpumat.array (TypeError for complex/object/string data); a PyGpuMatrix on another
+        device is copied explicitly.
+        """
+        if isinstance(source, PyGpuMatrix):
+            if source.shape != self.shape:
+                raise ValueError(f"copyfrom: source shape {source.shape} differs from {self.shape}")
+            self._copy_from_array(source)
+            return
+        src = _as_float32(source)
+        if src.shape != self.shape:
+            raise ValueError(f"copyfrom: source shape {src.shape} differs from {self.shape}")
+        self._copy_from_numpy(src)
+
+    def _copy_from_numpy(self, src):
+        """src: a C-contiguous float32 numpy array with self.size elements."""
+        cdef float[::1] view = src.reshape(-1)
+        cdef const float* ptr = &view[0] if view.shape[0] > 0 else NULL
+        cdef int64_t n = view.shape[0]
+        with nogil:
+            self.mat.copy_from_host(ptr, n)
+
+    def _copy_from_array(self, PyGpuMatrix src not None):
+        with nogil:
+            self.mat.copy_from(src.mat[0])
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.asnumpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __len__(self):
+        if self.mat.ndim() == 0:
+            raise TypeError("len() of a 0-d array")
+        return self.mat.shape()[0]
+
+    def __repr__(self):
+        return f"PyGpuMatrix(shape={self.shape}, dtype=float32, ctx={self._ctx!r})"
+
+
+# ------------------------------------------------------------------------------------ ops
+# Thin: argument types are checked by Cython (TypeError), everything else in C++.
+
+def array_set_(PyGpuMatrix arr not None, float value):
+    with nogil:
+        array_set(arr.mat[0], value)
+
+
+def broadcast_to_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    with nogil:
+        broadcast_to(a.mat[0], out.mat[0])
+
+
+def reduce_sum_axis_zero_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    with nogil:
+        reduce_sum_axis_zero(a.mat[0], out.mat[0])
+
+
+def add_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
+    with nogil:
+        add(a.mat[0], b.mat[0], out.mat[0])
+
+
+def multiply_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
+    with nogil:
+        multiply(a.mat[0], b.mat[0], out.mat[0])
+
+
+def add_const_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
+    with nogil:
+        add_const(a.mat[0], value, out.mat[0])
+
+
+def multiply_const_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
+    with nogil:
+        multiply_const(a.mat[0], value, out.mat[0])
+
+
+def matmul_(PyGpuMatrix a not None, bint trans_a, PyGpuMatrix b not None, bint trans_b,
+            PyGpuMatrix c not None):
+    with nogil:
+        matmul(a.mat[0], trans_a, b.mat[0], trans_b, c.mat[0])
+
+
+def relu_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    with nogil:
+        relu(a.mat[0], out.mat[0])
+
+
+def relu_gradient_(PyGpuMatrix a not None, PyGpuMatrix grad not None, PyGpuMatrix out not None):
+    with nogil:
+        relu_gradient(a.mat[0], grad.mat[0], out.mat[0])
+
+
+def softmax_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    with nogil:
+        softmax(a.mat[0], out.mat[0])
+
+
+def softmax_cross_entropy_(PyGpuMatrix logits not None, PyGpuMatrix labels not None,
+                           PyGpuMatrix out not None):
+    with nogil:
+        softmax_cross_entropy(logits.mat[0], labels.mat[0], out.mat[0])
+
+
+def transpose_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    with nogil:
+        transpose(a.mat[0], out.mat[0])
+
+
+def random_uniform_(PyGpuMatrix out not None, float low, float high, uint64_t seed):
+    with nogil:
+        random_uniform(out.mat[0], low, high, seed)
+
+
+def random_normal_(PyGpuMatrix out not None, float mean, float stddev, uint64_t seed):
+    with nogil:
+        random_normal(out.mat[0], mean, stddev, seed)
+
+
+def axpy_(float alpha, PyGpuMatrix x not None, PyGpuMatrix y not None):
+    with nogil:
+        axpy(alpha, x.mat[0], y.mat[0])
+
+
+def copy_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
+    with nogil:
+        copy(src.mat[0], dst.mat[0])

@@ -1,0 +1,72 @@
+"""Device contexts: where an array lives and where an op runs.
+
+``gpumat.cpu()`` is the host device (OpenMP loops, BLAS sgemm); ``gpumat.gpu(i)`` is CUDA device
+``i``. A context is a small immutable value: creating ``gpu(0)`` never fails, but creating an array
+on it raises ``gpumat.CudaError`` when gpumat was built without CUDA or no such GPU exists.
+"""
+
+from __future__ import annotations
+
+_KINDS = {"cpu": 0, "gpu": 1}
+
+
+class Context:
+    """A device: ``device_type`` is ``"cpu"`` or ``"gpu"``, ``index`` the device ordinal.
+
+    Contexts compare equal by value and are hashable. The seed assignment called this DLContext.
+
+    Raises:
+        ValueError: an unknown device_type or a negative index.
+    """
+
+    __slots__ = ("device_type", "index")
+
+    def __init__(self, device_type: str, index: int = 0):
+        if device_type not in _KINDS:
+            raise ValueError(f"device_type must be 'cpu' or 'gpu', got {device_type!r}")
+        index = int(index)
+        if index < 0:
+            raise ValueError(f"device index must be >= 0, got {index}")
+        object.__setattr__(self, "device_type", device_type)
+        object.__setattr__(self, "index", index)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Context is immutable")
+
+    @property
+    def device_id(self) -> int:
+        """The seed's name for ``index``."""
+        return self.index
+
+    @property
+    def _native(self) -> tuple[int, int]:
+        # (kind, index) as gpumat._core takes it
+        return _KINDS[self.device_type], (self.index if self.device_type == "gpu" else 0)
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, Context)
+            and self.device_type == other.device_type
+            and self.index == other.index
+        )
+
+    def __hash__(self):
+        return hash((self.device_type, self.index))
+
+    def __repr__(self):
+        return f"{self.device_type}({self.index})"
+
+
+def cpu(index: int = 0) -> Context:
+    """The host device. ``index`` is accepted for the seed's ``ndarray.cpu(0)`` and ignored."""
+    return Context("cpu", 0)
+
+
+def gpu(index: int = 0) -> Context:
+    """CUDA device ``index`` (arrays on it raise gpumat.CudaError if it does not exist)."""
+    return Context("gpu", index)
+
+
+def is_gpu_ctx(ctx) -> bool:
+    """True if ``ctx`` is a CUDA context (the seed's ``ndarray.is_gpu_ctx``)."""
+    return isinstance(ctx, Context) and ctx.device_type == "gpu"

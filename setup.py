@@ -1,0 +1,100 @@
+"""Build gpumat: libgpumat (C++ and, when nvcc is found, CUDA) through extensions/Makefile, then
+the Cython extension gpumat._core linked against it.
+
+Environment:
+    GPUMAT_CUDA       "0": host only; "1": CUDA required (fail without nvcc); unset: CUDA if nvcc
+                      is found.
+    GPUMAT_CUDA_ARCH  compute capabilities, e.g. "80 90" (default in the Makefile: 75 80 86 89 90,
+                      plus PTX of the last, covering Colab's T4/L4/A100 and H100/H200).
+    CUDA_HOME         the CUDA toolkit (default /usr/local/cuda, else found from nvcc on PATH).
+    MAX_JOBS          parallel compile jobs (default: CPU count).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).parent.resolve()
+EXT_DIR = ROOT / "extensions"
+
+
+def cuda_wanted() -> bool:
+    flag = os.environ.get("GPUMAT_CUDA", "").strip()
+    has_nvcc = shutil.which("nvcc") is not None or Path(
+        os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"
+    ).exists()
+    if flag == "0":
+        print("gpumat: GPUMAT_CUDA=0, building the host device only")
+        return False
+    if flag == "1" and not has_nvcc:
+        sys.exit("gpumat: GPUMAT_CUDA=1 but nvcc was not found (set CUDA_HOME or PATH)")
+    if not has_nvcc:
+        print("gpumat: nvcc not found, building the host device only (no GPU support)")
+    return has_nvcc
+
+
+class BuildWithLibgpumat(build_ext):
+    """Runs `make` for libgpumat.a into build_temp, then links the extension against it."""
+
+    def run(self):
+        cuda = cuda_wanted()
+        import scipy_openblas32
+
+        build_dir = Path(self.build_temp).resolve() / ("libgpumat-cuda" if cuda else "libgpumat-host")
+        make_vars = [
+            f"BUILD_DIR={build_dir}",
+            f"CUDA={int(cuda)}",
+            f"PYTHON={sys.executable}",
+            f"BLAS_INCLUDE={scipy_openblas32.get_include_dir()}",
+            f"BLAS_LIBDIR={scipy_openblas32.get_lib_dir()}",
+        ]
+        arch = os.environ.get("GPUMAT_CUDA_ARCH", "").replace(",", " ").split()
+        if arch:
+            make_vars.append("CUDA_ARCH=" + " ".join(arch))
+        jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
+        make = ["make", "-C", str(EXT_DIR), *make_vars]
+        subprocess.check_call([*make, f"-j{jobs}", str(build_dir / "libgpumat.a")])
+        ldlibs = subprocess.check_output([*make, "-s", "print-ldlibs"], text=True).split()
+        cuda_arch = subprocess.check_output(
+            [*make, "-s", "print-cuda-arch"], text=True
+        ).split()
+        openmp = "-fopenmp" in ldlibs
+        self.write_build_config(cuda, cuda_arch if cuda else [], openmp)
+
+        for ext in self.extensions:
+            ext.extra_objects.append(str(build_dir / "libgpumat.a"))
+            # The installed extension finds OpenBLAS beside it in site-packages first.
+            ext.extra_link_args += ldlibs + ["-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib"]
+        super().run()
+
+    def write_build_config(self, cuda: bool, cuda_arch, openmp: bool):
+        text = (
+            '"""Written by setup.py at build time: what this build of gpumat contains."""\n\n'
+            f"CUDA = {cuda!r}\n"
+            f"CUDA_ARCH = {tuple(cuda_arch)!r}\n"
+            'BLAS = "OpenBLAS (scipy-openblas32)"\n'
+            f"OPENMP = {openmp!r}\n"
+        )
+        for target in (ROOT / "gpumat", Path(self.build_lib) / "gpumat"):
+            target.mkdir(parents=True, exist_ok=True)
+            (target / "_build_config.py").write_text(text)
+
+
+extension = Extension(
+    "gpumat._core",
+    sources=["gpumat/_core.pyx"],
+    include_dirs=[str(EXT_DIR / "include"), "gpumat"],
+    language="c++",
+    extra_compile_args=["-std=c++17", "-O2"],
+)
+
+setup(
+    ext_modules=cythonize([extension], language_level=3),
+    cmdclass={"build_ext": BuildWithLibgpumat},
+)
