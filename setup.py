@@ -26,9 +26,10 @@ EXT_DIR = ROOT / "extensions"
 
 def cuda_wanted() -> bool:
     flag = os.environ.get("GPUMAT_CUDA", "").strip()
-    has_nvcc = shutil.which("nvcc") is not None or Path(
-        os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"
-    ).exists()
+    has_nvcc = (
+        shutil.which("nvcc") is not None
+        or Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc").exists()
+    )
     if flag == "0":
         print("gpumat: GPUMAT_CUDA=0, building the host device only")
         return False
@@ -46,7 +47,9 @@ class BuildWithLibgpumat(build_ext):
         cuda = cuda_wanted()
         import scipy_openblas32
 
-        build_dir = Path(self.build_temp).resolve() / ("libgpumat-cuda" if cuda else "libgpumat-host")
+        build_dir = Path(self.build_temp).resolve() / (
+            "libgpumat-cuda" if cuda else "libgpumat-host"
+        )
         make_vars = [
             f"BUILD_DIR={build_dir}",
             f"CUDA={int(cuda)}",
@@ -61,9 +64,7 @@ class BuildWithLibgpumat(build_ext):
         make = ["make", "-C", str(EXT_DIR), *make_vars]
         subprocess.check_call([*make, f"-j{jobs}", str(build_dir / "libgpumat.a")])
         ldlibs = subprocess.check_output([*make, "-s", "print-ldlibs"], text=True).split()
-        cuda_arch = subprocess.check_output(
-            [*make, "-s", "print-cuda-arch"], text=True
-        ).split()
+        cuda_arch = subprocess.check_output([*make, "-s", "print-cuda-arch"], text=True).split()
         openmp = "-fopenmp" in ldlibs
         self.write_build_config(cuda, cuda_arch if cuda else [], openmp)
 

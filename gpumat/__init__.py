@@ -34,9 +34,12 @@ __all__ = [
     "synchronize",
 ]
 
+
 def _check_ctx(ctx) -> Context:
     if not isinstance(ctx, Context):
-        raise TypeError(f"ctx must be a gpumat.Context (gpumat.cpu() or gpumat.gpu(i)), got {ctx!r}")
+        raise TypeError(
+            f"ctx must be a gpumat.Context (gpumat.cpu() or gpumat.gpu(i)), got {ctx!r}"
+        )
     return ctx
 
 
@@ -86,8 +89,6 @@ def array(x, ctx: Context | None = None) -> PyGpuMatrix:
     out = empty(src.shape, ctx)
     out._copy_from_numpy(src)
     return out
-
-
 
 
 def cuda_available() -> bool:
@@ -143,4 +144,3 @@ def synchronize(ctx: Context | None = None) -> None:
 
 
 from . import gpu_op, ops  # noqa: E402, F401  (they need the names above)
-
