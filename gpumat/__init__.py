@@ -58,11 +58,12 @@ def empty(shape, ctx: Context | None = None) -> PyGpuMatrix:
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     try:
-        dims = tuple(int(d) for d in shape)
+        dims = tuple(shape)
     except TypeError as exc:
-        raise TypeError(f"shape must be a sequence of ints, got {shape!r}") from exc
-    if any(not isinstance(d, (int, np.integer)) for d in shape):
+        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from exc
+    if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in dims):
         raise TypeError(f"shape must contain only ints, got {shape!r}")
+    dims = tuple(int(d) for d in dims)
     kind, index = ctx._native
     return PyGpuMatrix._empty(dims, ctx, kind, index)
 

@@ -38,7 +38,8 @@ def _as_float32(x):
             f"gpumat arrays are float32; cannot convert numpy dtype {arr.dtype} "
             "(bool, integer and floating dtypes convert; complex, object and strings do not)"
         )
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    # NOTE: not np.ascontiguousarray, which turns a 0-d array into shape (1,)
+    return np.asarray(arr, dtype=np.float32, order="C")
 
 
 cdef Device make_device(int kind, int index):

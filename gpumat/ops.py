@@ -110,7 +110,10 @@ def relu(in_arr, out_arr) -> None:
 
 
 def relu_gradient(in_arr, in_grad_arr, out_arr) -> None:
-    """out_arr = in_grad_arr where in_arr > 0, else 0 (the subgradient at 0 is taken as 0)."""
+    """out_arr = in_grad_arr where in_arr > 0, else 0 (the subgradient at 0 is taken as 0).
+
+    A NaN in ``in_arr`` gives NaN, so a diverged activation is not silently hidden.
+    """
     _core.relu_gradient_(in_arr, in_grad_arr, out_arr)
 
 

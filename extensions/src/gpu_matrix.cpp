@@ -15,15 +15,21 @@ namespace gpumat {
 
 GpuMatrix::GpuMatrix(std::vector<int64_t> shape, Device device)
     : shape_(std::move(shape)), device_(device) {
-  int64_t size = 1;
-  const int64_t kMaxElements = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(float));
-  for (int64_t d : shape_) {
+  for (int64_t d : shape_)
     if (d < 0) throw ShapeError("GpuMatrix: negative dimension in shape " + shape_str());
-    if (d != 0 && size > kMaxElements / d)
-      throw OutOfMemory("GpuMatrix: shape " + shape_str() + " is too large to allocate");
+  // The element count and its byte size must fit int64: check the running product at each step.
+  const int64_t kMaxElements = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(float));
+  int64_t size = 1;
+  bool empty = false;
+  for (int64_t d : shape_) empty = empty || d == 0;
+  if (!empty) {
+    for (int64_t d : shape_) {
+      if (size > kMaxElements / d)
+        throw OutOfMemory("GpuMatrix: shape " + shape_str() + " is too large to allocate");
+      size *= d;
+    }
   }
-  for (int64_t d : shape_) size *= d;
-  size_ = size;
+  size_ = empty ? 0 : size;
   check_device(device_);
   data_ = static_cast<float*>(device_allocate(device_, static_cast<size_t>(nbytes())));
 }

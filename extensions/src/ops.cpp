@@ -92,7 +92,7 @@ void broadcast_to(const GpuMatrix& in, GpuMatrix& out) {
   const char* op = "broadcast_to";
   const Backend& be = same_device(op, in, out);
   not_aliased(op, in, out);
-  if (!is_suffix(strip_leading_ones(in.shape()), out.shape()) || (in.size() == 0) != (out.size() == 0))
+  if (!is_suffix(strip_leading_ones(in.shape()), out.shape()))
     throw ShapeError(std::string(op) + ": cannot broadcast " + in.shape_str() + " to " + out.shape_str() +
                      " (the input's shape, without leading 1s, must end the output's shape)");
   if (out.size() > 0) be.broadcast_to(in.device().index, in.data(), in.size(), out.data(), out.size());
@@ -103,7 +103,7 @@ void reduce_sum_axis_zero(const GpuMatrix& in, GpuMatrix& out) {
   const char* op = "reduce_sum_axis_zero";
   const Backend& be = same_device(op, in, out);
   not_aliased(op, in, out);
-  if (!is_suffix(strip_leading_ones(out.shape()), in.shape()) || (out.size() == 0 && in.size() != 0))
+  if (!is_suffix(strip_leading_ones(out.shape()), in.shape()))
     throw ShapeError(std::string(op) + ": cannot sum " + in.shape_str() + " down to " + out.shape_str() +
                      " (the output's shape, without leading 1s, must end the input's shape)");
   if (out.size() == 0) return finish(out);
