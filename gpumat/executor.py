@@ -1,0 +1,431 @@
+"""Run autodiff graphs: shape inference, a memory plan made once, then kernels in topological order.
+
+:class:`Executor` (also ``gpumat.autodiff.Executor``) evaluates a list of graph nodes on one
+backend:
+
+- ``ctx=None``: numpy, the reference. Float32, unless a numpy feed is float64, in which case every
+  value of the run is float64 (finite-difference gradient checks use this).
+- ``gpumat.cpu()``: gpumat's host kernels; ``gpumat.gpu(i)``: CUDA device i. Values are float32
+  ``PyGpuMatrix`` arrays on that device.
+
+On the first ``run``, and again only when the set of fed nodes, a feed's shape, a feed's kind
+(numpy array or device array) or, for numpy, the run's dtype changes, the executor
+
+1. sorts the graph topologically (iteratively: no recursion limit),
+2. infers every node's shape from the feed shapes with each op's ``infer_shape``, so that a missing
+   feed or incompatible shapes raise ``ValueError`` (naming the node and the shapes) before any
+   kernel runs,
+3. plans memory: a liveness analysis over the topological order gives each value the interval from
+   the step that writes it to the last step that reads it (the evaluated nodes live to the end;
+   inputs an op reads only for their shape do not count). Values whose intervals do not overlap
+   share a buffer: values are placed largest first, each in the smallest planned buffer that is
+   free for its whole interval (best fit), else in a new buffer. A node's inputs are live at its
+   step, so its output buffer is never one of its inputs' (matmul, softmax, transpose and
+   broadcast cannot work in place). numpy values are views of a flat buffer, so any large-enough
+   buffer fits; device arrays have a fixed shape, so there a buffer only serves values of its shape,
+4. allocates the planned buffers, once.
+
+Steady-state runs then allocate nothing on the device: numpy feeds are copied into their planned
+buffers and every op writes into its planned output. ``Executor.memory_plan`` reports the plan.
+
+This is static memory planning as in MXNet/NNVM's ``PlanMemory`` pass (Chen et al., "Training Deep
+Nets with Sublinear Memory Cost", 2016, section 3), with the greedy-by-size placement of Pisarchyk
+and Lee, "Efficient Memory Management for Deep Neural Net Inference" (2020), on whole buffers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from gpumat.autodiff import Node, PlaceholderOp, find_topo_sort
+
+__all__ = ["Executor", "MemoryPlan"]
+
+# Step kinds of the compiled schedule.
+_COMPUTE, _FEED_COPY, _FEED_EXTERNAL = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    """What the executor's memory plan holds (all sizes in bytes).
+
+    Attributes:
+        num_values: values held in executor-owned buffers (every node of the schedule except feeds
+            passed as device arrays, which are used in place).
+        num_buffers: buffers allocated for them.
+        planned_bytes: total size of those buffers.
+        naive_bytes: total size if every value had its own buffer.
+        itemsize: bytes per element (4 for float32, 8 for a float64 numpy run).
+        sharing: ``"best-fit"`` (a buffer serves any value that fits: numpy, where a value is a view
+            of a buffer) or ``"exact-shape"`` (a buffer serves values of one shape: device arrays,
+            whose shape is fixed).
+    """
+
+    num_values: int
+    num_buffers: int
+    planned_bytes: int
+    naive_bytes: int
+    itemsize: int
+    sharing: str
+
+    @property
+    def saved_fraction(self) -> float:
+        """1 - planned_bytes / naive_bytes (0 for an empty plan)."""
+        return 1.0 - self.planned_bytes / self.naive_bytes if self.naive_bytes else 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.num_values} values in {self.num_buffers} buffers ({self.sharing}): "
+            f"{self.planned_bytes} bytes planned vs {self.naive_bytes} naive "
+            f"({100 * self.saved_fraction:.1f}% saved)"
+        )
+
+
+def _is_device_array(value) -> bool:
+    # PyGpuMatrix, recognised by its interface so this module does not import the native layer.
+    return not isinstance(value, np.ndarray) and hasattr(value, "asnumpy") and hasattr(value, "ctx")
+
+
+def _nbytes(shape: tuple, itemsize: int) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * itemsize
+
+
+def _shape_str(shape) -> str:
+    return "(" + ", ".join(str(int(d)) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def value_lifetimes(
+    order: Sequence[Node], computed: set[Node], eval_nodes: Sequence[Node]
+) -> dict[Node, tuple[int, int]]:
+    """Each node's live interval ``(first, last)``, as steps of ``order`` (inclusive).
+
+    A value is written at its own step and read up to the last step whose op reads it; inputs an
+    op uses only for their shape (``Op.shape_only_inputs``) do not count, nor do the inputs of fed
+    nodes (not in ``computed``). Eval nodes live to ``len(order)``, past the last step.
+    """
+    first = {node: step for step, node in enumerate(order)}
+    last = dict(first)
+    for step, node in enumerate(order):
+        if node in computed:
+            skip = node.op.shape_only_inputs
+            for k, inp in enumerate(node.inputs):
+                if k not in skip:
+                    last[inp] = step
+    for node in eval_nodes:
+        last[node] = len(order)
+    return {node: (first[node], last[node]) for node in order}
+
+
+def plan_buffers(
+    order: Sequence[Node],
+    shapes: Mapping[Node, tuple],
+    planned: set[Node],
+    eval_nodes: Sequence[Node],
+    computed: set[Node],
+    itemsize: int,
+    sharing: str,
+):
+    """Assign executor buffers to values so that values live at the same time never share one.
+
+    Args:
+        order: nodes in topological order (the schedule).
+        shapes: every node's shape.
+        planned: nodes that need an executor-owned buffer.
+        eval_nodes: nodes whose values are returned (live to the end).
+        computed: nodes whose inputs are read at their step (all but fed nodes).
+        itemsize: bytes per element.
+        sharing: ``"best-fit"`` or ``"exact-shape"`` (see :class:`MemoryPlan`).
+
+    Returns:
+        (assignment, buffer_bytes, buffer_shapes): node -> buffer index, each buffer's size in
+        bytes, and each buffer's shape (its first, i.e. largest, value's shape).
+
+    Greedy by size (the "greedy by size" strategy of Pisarchyk & Lee, "Efficient Memory Management
+    for Deep Neural Net Inference", 2020, as in TFLite's arena planner, on whole buffers): values
+    are taken largest first, and each goes to the smallest existing buffer (of the same shape, for
+    exact-shape sharing) that is free for the value's whole lifetime, else to a new buffer. Since a
+    node's inputs are live at its step, a value never shares a buffer with one of its inputs, so
+    ops that cannot work in place are safe.
+    """
+    lifetimes = value_lifetimes(order, computed, eval_nodes)
+    step_of = {node: step for step, node in enumerate(order)}
+    nbytes = {node: _nbytes(shapes[node], itemsize) for node in planned}
+    values = sorted(planned, key=lambda n: (-nbytes[n], step_of[n]))
+
+    buffer_bytes: list[int] = []
+    buffer_shapes: list[tuple] = []
+    # Per buffer, the disjoint lifetimes it holds, sorted: starts and ends in parallel lists.
+    starts: list[list[int]] = []
+    ends: list[list[int]] = []
+    by_key: dict = {}  # exact-shape: shape -> buffer indices; best-fit: one list of all
+    assignment: dict[Node, int] = {}
+    for node in values:
+        first, last = lifetimes[node]
+        key = shapes[node] if sharing == "exact-shape" else None
+        candidates = by_key.setdefault(key, [])
+        choice = None
+        # Candidates were added largest first, so the last free one is the best fit.
+        for b in reversed(candidates):
+            k = bisect.bisect_left(starts[b], first)
+            if (k == 0 or ends[b][k - 1] < first) and (k == len(starts[b]) or starts[b][k] > last):
+                choice = b
+                break
+        if choice is None:
+            choice = len(buffer_bytes)
+            buffer_bytes.append(nbytes[node])
+            buffer_shapes.append(shapes[node])
+            starts.append([])
+            ends.append([])
+            candidates.append(choice)
+        k = bisect.bisect_left(starts[choice], first)
+        starts[choice].insert(k, first)
+        ends[choice].insert(k, last)
+        assignment[node] = choice
+    return assignment, buffer_bytes, buffer_shapes
+
+
+class Executor:
+    """Evaluates graph nodes on numpy (``ctx=None``), the host device or a CUDA device.
+
+    Args:
+        eval_node_list: the nodes to evaluate, e.g. ``[loss, *gradients(loss, params)]``.
+        ctx: None for the numpy backend, else a ``gpumat.Context`` (``gpumat.cpu()``,
+            ``gpumat.gpu(i)``).
+
+    Attributes (after the first run; seed assignment names):
+        topo_order: the schedule, a topological order of the needed nodes.
+        node_to_shape_map: node -> inferred shape.
+        feed_shapes: fed node -> shape of the current plan.
+        memory_plan: a :class:`MemoryPlan` (None before the first run).
+
+    Example (training with parameters kept on the device)::
+
+        ex = Executor([loss, *gradients(loss, params)], ctx=gpumat.gpu(0))
+        dev = [gpumat.array(p, ctx) for p in init_values]
+        opt = gpumat.optim.SGD(dev, lr=1.0)
+        for X, Y in batches:
+            loss_val, *grads = ex.run({x: X, y_: Y, **dict(zip(params, dev))})
+            opt.step(grads)
+    """
+
+    def __init__(self, eval_node_list: Sequence[Node], ctx=None) -> None:
+        self.eval_node_list = list(eval_node_list)
+        for node in self.eval_node_list:
+            if not isinstance(node, Node):
+                raise TypeError(
+                    f"Executor: eval_node_list holds a {type(node).__name__}, expected graph nodes"
+                )
+        self.ctx = ctx
+        self.topo_order: list[Node] | None = None
+        self.node_to_shape_map: dict[Node, tuple] | None = None
+        self.feed_shapes: dict[Node, tuple] | None = None
+        self.memory_plan: MemoryPlan | None = None
+        # Every node any feed combination could need; feeds for other nodes are ignored.
+        self._graph_nodes = set(find_topo_sort(self.eval_node_list))
+        self._plan_key = None
+        self._steps: list = []
+        self._template: list = []
+        self._buffers: list = []
+        self._eval_index: list[int] = []
+        self._dtype = np.float32
+
+    def __repr__(self) -> str:
+        names = ", ".join(n.name for n in self.eval_node_list[:4])
+        more = ", ..." if len(self.eval_node_list) > 4 else ""
+        backend = "numpy" if self.ctx is None else str(self.ctx)
+        return f"Executor([{names}{more}], ctx={backend})"
+
+    # ------------------------------------------------------------------------------------------
+    # Shape inference
+    # ------------------------------------------------------------------------------------------
+
+    def infer_shape(self, feed_shapes: Mapping[Node, tuple]) -> dict[Node, tuple]:
+        """Shapes of every node needed for the eval nodes, given the fed nodes' shapes.
+
+        Args:
+            feed_shapes: fed node -> shape (a tuple of ints). Fed nodes are leaves: their inputs,
+                if any, are not needed.
+
+        Returns:
+            node -> shape for the schedule (also stored as ``node_to_shape_map``).
+
+        Raises:
+            ValueError: a variable the eval nodes need is not fed (naming it), or an op's
+                ``infer_shape`` rejects its input shapes (naming the op, node and shapes).
+        """
+        order = find_topo_sort(self.eval_node_list, stop_at=feed_shapes.keys())
+        shapes: dict[Node, tuple] = {}
+        missing = [n for n in order if n not in feed_shapes and isinstance(n.op, PlaceholderOp)]
+        if missing:
+            names = ", ".join(repr(n.name) for n in missing)
+            needs = ", ".join(repr(n.name) for n in self.eval_node_list[:4])
+            raise ValueError(f"no value fed for variable(s) {names}, needed to evaluate {needs}")
+        for node in order:
+            if node in feed_shapes:
+                shapes[node] = tuple(int(d) for d in feed_shapes[node])
+                continue
+            in_shapes = [shapes[i] for i in node.inputs]
+            out = node.op.infer_shape(node, in_shapes)
+            if out is None:
+                raise RuntimeError(
+                    f"{node.op.name}.infer_shape returned None for node {node.name!r}"
+                )
+            shapes[node] = tuple(int(d) for d in out)
+        self.topo_order = order
+        self.node_to_shape_map = shapes
+        return shapes
+
+    # ------------------------------------------------------------------------------------------
+    # Feeds, plan, run
+    # ------------------------------------------------------------------------------------------
+
+    def _normalise_feeds(self, feed_dict: Mapping) -> dict:
+        """fed node -> (value, external) for the nodes of this graph; checks devices."""
+        feeds = {}
+        for node, value in feed_dict.items():
+            if not isinstance(node, Node):
+                raise TypeError(f"feed_dict keys must be graph nodes, got {type(node).__name__}")
+            if node not in self._graph_nodes:
+                continue
+            if _is_device_array(value):
+                if self.ctx is None:
+                    raise ValueError(
+                        f"feed for {node.name!r} is a device array on {value.ctx}, but this "
+                        "executor runs on numpy (ctx=None): feed a numpy array (value.asnumpy())"
+                    )
+                if value.ctx != self.ctx:
+                    raise ValueError(
+                        f"feed for {node.name!r} is on {value.ctx}, but this executor runs on "
+                        f"{self.ctx}; devices are never mixed implicitly: copy it explicitly"
+                    )
+                feeds[node] = (value, True)
+            else:
+                arr = np.asarray(value)
+                if arr.dtype.kind not in "biuf":
+                    raise TypeError(
+                        f"feed for {node.name!r}: expected real numbers, got dtype {arr.dtype}"
+                    )
+                feeds[node] = (arr, False)
+        return feeds
+
+    def _prepare(self, feeds: dict, dtype) -> None:
+        """Infer shapes, plan memory and allocate buffers for these feeds (the first run, or a
+        changed feed signature). Raises ValueError from shape inference before allocating."""
+        shapes = self.infer_shape({n: tuple(v.shape) for n, (v, _) in feeds.items()})
+        # Past shape inference the old plan is given up; if planning fails, the next run replans.
+        self._plan_key = None
+        order = self.topo_order
+        itemsize = np.dtype(dtype).itemsize if self.ctx is None else 4
+        external = {n for n, (_, ext) in feeds.items() if ext and n in shapes}
+        computed = {n for n in order if n not in feeds}
+        planned = {n for n in order if n not in external}
+        sharing = "best-fit" if self.ctx is None else "exact-shape"
+        assignment, buffer_bytes, buffer_shapes = plan_buffers(
+            order, shapes, planned, self.eval_node_list, computed, itemsize, sharing
+        )
+
+        # Drop the old buffers first so that the allocator can reuse their memory.
+        self._buffers = []
+        self._template = []
+        if self.ctx is None:
+            flat = [np.empty(b // itemsize, dtype=dtype) for b in buffer_bytes]
+            self._buffers = flat
+
+            def value_buffer(node):
+                size = int(np.prod(shapes[node], dtype=np.int64))
+                return flat[assignment[node]][:size].reshape(shapes[node])
+        else:
+            import gpumat
+
+            self._buffers = [gpumat.empty(s, self.ctx) for s in buffer_shapes]
+
+            def value_buffer(node):
+                return self._buffers[assignment[node]]
+
+        index = {node: i for i, node in enumerate(order)}
+        self._template = [value_buffer(n) if n in assignment else None for n in order]
+        steps = []
+        for i, node in enumerate(order):
+            if node in external:
+                steps.append((_FEED_EXTERNAL, i, node, None))
+            elif node in feeds:
+                steps.append((_FEED_COPY, i, node, None))
+            else:
+                steps.append((_COMPUTE, i, node, [index[x] for x in node.inputs]))
+        self._steps = steps
+        self._eval_index = [index[n] for n in self.eval_node_list]
+        self._dtype = dtype
+        self.feed_shapes = {n: shapes[n] for n in feeds if n in shapes}
+        self.memory_plan = MemoryPlan(
+            num_values=len(planned),
+            num_buffers=len(buffer_bytes),
+            planned_bytes=int(sum(buffer_bytes)),
+            naive_bytes=int(sum(_nbytes(shapes[n], itemsize) for n in planned)),
+            itemsize=itemsize,
+            sharing=sharing,
+        )
+
+    def run(self, feed_dict: Mapping, convert_to_numpy_ret_vals: bool = False) -> list:
+        """Evaluate the eval nodes.
+
+        Args:
+            feed_dict: node -> value for every variable the eval nodes need (any node may be fed:
+                its value is then used and its inputs are not evaluated). Values are numpy arrays
+                (or array-likes), copied into planned buffers, or, on a device backend,
+                ``PyGpuMatrix`` arrays on the executor's device, used in place without a copy (keep
+                training parameters on the device this way).
+            convert_to_numpy_ret_vals: return numpy copies instead of device arrays.
+
+        Returns:
+            One value per eval node, in order. On a device backend these are ``PyGpuMatrix``
+            buffers that belong to the executor: the next ``run`` overwrites them (copy what you
+            keep, or pass ``convert_to_numpy_ret_vals=True``); a fed device array is returned as
+            itself. The numpy backend always returns fresh numpy arrays.
+
+        Raises:
+            ValueError: a needed variable is not fed; shapes are incompatible (raised by shape
+                inference, before any kernel runs); a device array is on another device.
+            TypeError: a feed key is not a node, or a feed is not numeric.
+        """
+        feeds = self._normalise_feeds(feed_dict)
+        if self.ctx is None:
+            dtype = (
+                np.float64
+                if any(v.dtype == np.float64 for v, ext in feeds.values())
+                else np.float32
+            )
+        else:
+            dtype = np.float32
+        key = (
+            frozenset((n, tuple(v.shape), ext) for n, (v, ext) in feeds.items()),
+            np.dtype(dtype).str,
+        )
+        if key != self._plan_key:
+            # A shape error leaves the previous plan in place (and valid for its feeds).
+            self._prepare(feeds, dtype)
+            self._plan_key = key
+
+        ctx = self.ctx
+        vals = list(self._template)
+        for kind, i, node, inputs in self._steps:
+            if kind == _COMPUTE:
+                node.op.compute(node, [vals[j] for j in inputs], vals[i], ctx)
+            elif kind == _FEED_COPY:
+                value = feeds[node][0]
+                if ctx is None:
+                    np.copyto(vals[i], value, casting="unsafe")
+                else:
+                    vals[i].copyfrom(value)  # converts to float32 on the way, no device allocation
+            else:
+                vals[i] = feeds[node][0]
+
+        results = [vals[i] for i in self._eval_index]
+        if ctx is None:
+            return [np.array(v, copy=True) for v in results]
+        if convert_to_numpy_ret_vals:
+            return [v.asnumpy() for v in results]
+        return results

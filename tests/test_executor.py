@@ -1,0 +1,668 @@
+"""gpumat.executor: every backend against the float64 numpy reference, shape errors before any
+kernel, feeds, the memory plan, steady-state allocation, deep graphs.
+
+The ``ctx`` fixture here overrides conftest's: it adds the numpy backend (``ctx=None``, run in
+float32 here, compared with the same graph in float64) to cpu and gpu. The cpu parameter is skipped
+when the native layer does not import; gpu when there is no CUDA device (reasons shown by -ra).
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import gpumat.autodiff as ad
+from gpumat.executor import Executor, MemoryPlan, plan_buffers, value_lifetimes
+
+
+def _native_skip_reason():
+    try:
+        import gpumat
+        import gpumat.ops  # noqa: F401
+
+        gpumat.cpu()
+    except Exception as exc:  # a missing or broken build: the numpy backend is still tested
+        return f"gpumat native layer unavailable: {exc!r}"
+    return None
+
+
+NATIVE_SKIP = _native_skip_reason()
+
+
+def _gpu_skip_reason():
+    if NATIVE_SKIP is not None:
+        return NATIVE_SKIP
+    import gpumat
+
+    if not gpumat.cuda_available():
+        return "no CUDA device (gpumat.cuda_available() is False)"
+    return None
+
+
+GPU_SKIP = _gpu_skip_reason()
+NEEDS_NATIVE = pytest.mark.skipif(NATIVE_SKIP is not None, reason=str(NATIVE_SKIP))
+BACKENDS = [
+    pytest.param("numpy", id="numpy"),
+    pytest.param("cpu", id="cpu", marks=NEEDS_NATIVE),
+    pytest.param(
+        "gpu",
+        id="gpu",
+        marks=[pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))],
+    ),
+]
+DEVICES = BACKENDS[1:]
+
+
+def make_ctx(name):
+    if name == "numpy":
+        return None
+    import gpumat
+
+    return gpumat.cpu() if name == "cpu" else gpumat.gpu(0)
+
+
+@pytest.fixture(params=BACKENDS)
+def ctx(request):
+    """None (numpy backend), gpumat.cpu() or gpumat.gpu(0)."""
+    return make_ctx(request.param)
+
+
+@pytest.fixture(params=DEVICES)
+def device_ctx(request):
+    """gpumat.cpu() or gpumat.gpu(0): backends with a device allocator."""
+    return make_ctx(request.param)
+
+
+def to_numpy(v):
+    return v if isinstance(v, np.ndarray) else v.asnumpy()
+
+
+def rand(rng, shape, low=0.1, high=1.0):
+    """Entries with |x| in [low, high) and a random sign: never zero."""
+    return rng.uniform(low, high, size=shape) * np.where(rng.random(size=shape) < 0.5, -1.0, 1.0)
+
+
+def one_hot(rng, rows, classes):
+    return np.eye(classes)[rng.integers(0, classes, size=rows)]
+
+
+def assert_float32_close(got, ref, what, rtol=2e-4):
+    """A float32 result against a float64 reference: relative error, with an absolute floor scaled
+    to the reference's magnitude (for entries that cancel to near zero)."""
+    got = to_numpy(got)
+    assert got.dtype == np.float32, f"{what}: dtype {got.dtype}"
+    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
+    scale = max(float(np.abs(ref).max(initial=0.0)), 1e-30)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * scale * 0.1, err_msg=what)
+
+
+def run_against_reference(ctx, nodes, feeds32, feeds64=None):
+    """Run `nodes` on `ctx` with float32 feeds and on numpy in float64; compare every value."""
+    feeds64 = feeds64 or {k: np.asarray(v, dtype=np.float64) for k, v in feeds32.items()}
+    ref = Executor(nodes).run(feeds64)
+    got = Executor(nodes, ctx=ctx).run(feeds32, convert_to_numpy_ret_vals=True)
+    for g, r, n in zip(got, ref, nodes, strict=True):
+        assert r.dtype == np.float64
+        assert_float32_close(g, r, n.name)
+    return got, ref
+
+
+# --------------------------------------------------------------------------------------------------
+# Models (as in test_autodiff.py)
+# --------------------------------------------------------------------------------------------------
+
+
+def logreg(x, w, b, y_):
+    z = ad.matmul_op(x, w)
+    return ad.softmaxcrossentropy_op(z + ad.broadcastto_op(b, z), y_)
+
+
+def mlp(x, params, y_):
+    """relu MLP with softmax cross-entropy; params = [w1, b1, w2, b2, ...]."""
+    h = x
+    layers = list(zip(params[0::2], params[1::2], strict=True))
+    for i, (w, b) in enumerate(layers):
+        z = ad.matmul_op(h, w)
+        z = z + ad.broadcastto_op(b, z)
+        h = ad.relu_op(z) if i + 1 < len(layers) else z
+    return ad.softmaxcrossentropy_op(h, y_)
+
+
+def mlp_problem(rng, batch, dims):
+    """Variables, the training graph's eval nodes [loss, *grads] and float32 feeds."""
+    x, y_ = ad.Variable("X"), ad.Variable("y_")
+    params = []
+    for i in range(len(dims) - 1):
+        params += [ad.Variable(f"W{i + 1}"), ad.Variable(f"b{i + 1}")]
+    loss = mlp(x, params, y_)
+    nodes = [loss, *ad.gradients(loss, params)]
+    feeds = {x: rng.uniform(0, 1, size=(batch, dims[0])), y_: one_hot(rng, batch, dims[-1])}
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+        # He-style scale keeps activations O(1) so the float32 comparison is meaningful.
+        feeds[params[2 * i]] = rng.normal(0, np.sqrt(2.0 / a), size=(a, b))
+        feeds[params[2 * i + 1]] = rng.normal(0, 0.1, size=(b,))
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    return x, y_, params, nodes, feeds
+
+
+# --------------------------------------------------------------------------------------------------
+# Every op, forward and backward, on every backend
+# --------------------------------------------------------------------------------------------------
+
+OP_CASES = [
+    ("add", lambda a, b: a + b, [(33, 17), (33, 17)]),
+    ("add_byconst", lambda a: 2.5 + a, [(33, 17)]),
+    ("sub", lambda a, b: a - b, [(9,), (9,)]),
+    ("mul", lambda a, b: a * b, [(33, 17), (33, 17)]),
+    ("mul_byconst", lambda a: a * -3.0, [(4, 5, 6)]),
+    ("matmul", lambda a, b: ad.matmul_op(a, b), [(72, 73), (73, 74)]),
+    ("matmul_tA", lambda a, b: ad.matmul_op(a, b, True, False), [(73, 72), (73, 74)]),
+    ("matmul_tB", lambda a, b: ad.matmul_op(a, b, False, True), [(72, 73), (74, 73)]),
+    ("matmul_tAtB", lambda a, b: ad.matmul_op(a, b, True, True), [(73, 72), (74, 73)]),
+    ("transpose", lambda a: ad.transpose_op(a), [(31, 17)]),
+    ("oneslike", lambda a: a * ad.oneslike_op(a), [(5, 7)]),
+    ("zeroslike", lambda a: a + ad.zeroslike_op(a), [(5, 7)]),
+    ("reducesumaxiszero", lambda a: ad.reducesumaxiszero_op(a), [(50, 20, 10)]),
+    ("reducesum_to", lambda a, like: ad.reducesumaxiszero_op(a, like), [(6, 5, 4), (1, 4)]),
+    ("broadcastto", lambda a, b: ad.broadcastto_op(a, b), [(20, 30), (13, 20, 30)]),
+    ("broadcastto_leading_1", lambda a, b: ad.broadcastto_op(a, b), [(1, 10), (7, 10)]),
+    ("relu", lambda a: ad.relu_op(a), [(40, 30)]),
+    ("relu_gradient", lambda a, g: ad.relu_gradient_op(a, g), [(40, 30), (40, 30)]),
+    ("softmax", lambda a: ad.softmax_op(a), [(37, 10)]),
+]
+
+
+@pytest.mark.parametrize("build,shapes", [pytest.param(b, s, id=i) for i, b, s in OP_CASES])
+def test_op_forward_and_backward_match_numpy_float64(ctx, build, shapes):
+    rng = np.random.default_rng()
+    xs = [ad.Variable(f"x{i}") for i in range(len(shapes))]
+    out = build(*xs)
+    r = ad.Variable("R")
+    r_shape = Executor([out]).infer_shape({x: s for x, s in zip(xs, shapes, strict=True)})[out]
+    grads = ad.gradients(out * r, xs)
+    feeds = {x: rand(rng, s).astype(np.float32) for x, s in zip(xs, shapes, strict=True)}
+    feeds[r] = rand(rng, r_shape).astype(np.float32)
+    run_against_reference(ctx, [out, *grads], feeds)
+
+
+@pytest.mark.parametrize(
+    "rows,classes", [(1, 1), (1, 10), (1000, 10), (37, 129)], ids=lambda v: str(v)
+)
+def test_softmaxcrossentropy_forward_and_backward(ctx, rows, classes):
+    rng = np.random.default_rng()
+    y, y_ = ad.Variable("y"), ad.Variable("y_")
+    loss = ad.softmaxcrossentropy_op(y, y_)
+    scaled = loss * 3.0  # an output gradient that is not the ones seed
+    (g,) = ad.gradients(loss, [y])
+    (g3,) = ad.gradients(scaled, [y])
+    feeds = {
+        y: rand(rng, (rows, classes), high=4.0).astype(np.float32),
+        y_: one_hot(rng, rows, classes).astype(np.float32),
+    }
+    got, ref = run_against_reference(ctx, [loss, g, g3], feeds)
+    z = feeds[y].astype(np.float64)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(ref[1], (p - feeds[y_]) / rows, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(ref[2], 3 * ref[1], rtol=1e-12, atol=1e-15)
+
+
+def test_logistic_regression_matches_numpy(ctx):
+    rng = np.random.default_rng()
+    x, w, b, y_ = (ad.Variable(n) for n in ("x", "W", "b", "y_"))
+    loss = logreg(x, w, b, y_)
+    nodes = [loss, *ad.gradients(loss, [w, b])]
+    feeds = {
+        x: rng.uniform(0, 1, size=(100, 784)),
+        w: rng.normal(0, 0.05, size=(784, 10)),
+        b: rng.normal(0, 0.1, size=(10,)),
+        y_: one_hot(rng, 100, 10),
+    }
+    run_against_reference(ctx, nodes, {k: v.astype(np.float32) for k, v in feeds.items()})
+
+
+def test_mlp_matches_numpy(ctx):
+    rng = np.random.default_rng()
+    _, _, _, nodes, feeds = mlp_problem(rng, 200, [784, 256, 100, 10])
+    run_against_reference(ctx, nodes, feeds)
+
+
+def test_numpy_backend_dtype_follows_feeds():
+    x = ad.Variable("x")
+    ex = Executor([x * 2, ad.softmax_op(x)])
+    assert all(v.dtype == np.float32 for v in ex.run({x: np.ones((2, 3), dtype=np.float32)}))
+    assert all(v.dtype == np.float64 for v in ex.run({x: np.ones((2, 3))}))
+    assert all(v.dtype == np.float32 for v in ex.run({x: np.ones((2, 3), dtype=np.int64)}))
+
+
+# --------------------------------------------------------------------------------------------------
+# Shape inference: errors before any kernel runs
+# --------------------------------------------------------------------------------------------------
+
+
+class SpyOp(ad.Op):
+    """Identity that counts its computes: proves no kernel ran before an error."""
+
+    name = "spy_op"
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, a):
+        node = ad.Op.__call__(self)
+        node.inputs = [a]
+        node.name = f"Spy({a.name})"
+        return node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        self.calls += 1
+        if ctx is None:
+            np.copyto(output_val, input_vals[0])
+        else:
+            import gpumat.ops
+
+            gpumat.ops.copy(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        return [output_grad]
+
+    def infer_shape(self, node, input_shapes):
+        return input_shapes[0]
+
+
+def alloc_requests(ctx):
+    if ctx is None:
+        return None
+    import gpumat
+
+    stats = gpumat.memory_stats(ctx)
+    return stats["device_malloc_calls"], stats.get("num_alloc_requests")
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["missing_feed", "matmul_inner", "bad_broadcast", "add_shapes", "softmax_rank", "labels_shape"],
+)
+def test_shape_errors_raise_before_any_kernel(ctx, case):
+    rng = np.random.default_rng()
+    spy = SpyOp()
+    x, w, b, y_ = ad.Variable("X"), ad.Variable("W1"), ad.Variable("b1"), ad.Variable("y_")
+    h = spy(x)
+    z = ad.matmul_op(h, w)
+    logits = z + ad.broadcastto_op(b, z)
+    loss = ad.softmaxcrossentropy_op(logits, y_)
+    feeds = {
+        x: rand(rng, (1000, 784)),
+        w: rand(rng, (784, 10)),
+        b: rand(rng, (10,)),
+        y_: one_hot(rng, 1000, 10),
+    }
+    eval_nodes = [loss]
+    if case == "missing_feed":
+        del feeds[b]
+        match = r"no value fed for variable\(s\) 'b1'"
+    elif case == "matmul_inner":
+        feeds[w] = rand(rng, (785, 10))
+        match = (
+            r"matmul_op at node 'MatMul\(Spy\(X\),W1,False,False\)': "
+            r"inner dimensions differ .*\(1000, 784\) @ B \(785, 10\)"
+        )
+    elif case == "bad_broadcast":
+        feeds[b] = rand(rng, (11,))
+        match = (
+            r"broadcastto_op at node 'BroadcastTo\(b1,.*cannot broadcast \(11,\) to \(1000, 10\)"
+        )
+    elif case == "add_shapes":
+        eval_nodes = [h + w]
+        match = r"add_op at node '\(Spy\(X\)\+W1\)': shapes differ: \(1000, 784\) and \(784, 10\)"
+    elif case == "softmax_rank":
+        feeds[x] = rand(rng, (7,))
+        eval_nodes = [ad.softmax_op(h)]
+        match = r"softmax_op at node 'Softmax\(Spy\(X\)\)'.*2-D.*\(7,\)"
+    else:
+        feeds[y_] = one_hot(rng, 999, 10)
+        match = r"softmaxcrossentropy_op .*logits \(1000, 10\) and labels \(999, 10\)"
+    ex = Executor(eval_nodes, ctx=ctx)
+    before = alloc_requests(ctx)
+    with pytest.raises(ValueError, match=match):
+        ex.run(feeds)
+    assert spy.calls == 0, "a kernel ran before the shape error"
+    assert alloc_requests(ctx) == before, "buffers were allocated before the shape error"
+    assert ex.memory_plan is None
+
+
+def test_error_on_second_run_with_new_shape_keeps_executor_usable(ctx):
+    rng = np.random.default_rng()
+    x, w = ad.Variable("x"), ad.Variable("w")
+    y = ad.matmul_op(x, w)
+    ex = Executor([y], ctx=ctx)
+    xv, wv = rand(rng, (4, 3)).astype(np.float32), rand(rng, (3, 2)).astype(np.float32)
+    ex.run({x: xv, w: wv})
+    plan = ex.memory_plan
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        ex.run({x: xv, w: rand(rng, (4, 2))})
+    (got,) = ex.run({x: xv, w: wv}, convert_to_numpy_ret_vals=True)
+    assert ex.memory_plan is plan  # the valid plan was kept, not remade
+    assert_float32_close(got, xv.astype(np.float64) @ wv, "after the error")
+
+
+# --------------------------------------------------------------------------------------------------
+# Feeds and returned values
+# --------------------------------------------------------------------------------------------------
+
+
+def test_device_array_feeds_are_used_in_place(device_ctx):
+    import gpumat
+
+    rng = np.random.default_rng()
+    x, w = ad.Variable("x"), ad.Variable("w")
+    y = ad.matmul_op(x, w)
+    wv = rand(rng, (3, 2)).astype(np.float32)
+    w_dev = gpumat.array(wv, device_ctx)
+    ex = Executor([y, w], ctx=device_ctx)
+    xv = rand(rng, (4, 3)).astype(np.float32)
+    y_val, w_val = ex.run({x: xv, w: w_dev})
+    assert w_val is w_dev  # not copied
+    assert ex.memory_plan.num_values == 2  # x (copied in) and y; w is the caller's array
+    # Changing the caller's array changes the next result: the executor reads it in place.
+    w_dev.copyfrom(2 * wv)
+    (y2,) = ex.run({x: xv, w: w_dev}, convert_to_numpy_ret_vals=True)[:1]
+    assert_float32_close(y2, 2 * (xv.astype(np.float64) @ wv), "second run")
+
+
+def test_returned_device_values_belong_to_the_executor(device_ctx):
+    rng = np.random.default_rng()
+    x = ad.Variable("x")
+    y = x * 2
+    ex = Executor([y], ctx=device_ctx)
+    a, b = rand(rng, (3, 4)).astype(np.float32), rand(rng, (3, 4)).astype(np.float32)
+    (first,) = ex.run({x: a})
+    first_np = ex.run({x: a}, convert_to_numpy_ret_vals=True)[0]
+    (second,) = ex.run({x: b})
+    assert second is first  # the same planned buffer, overwritten by the next run
+    np.testing.assert_array_equal(first.asnumpy(), 2 * b)
+    np.testing.assert_array_equal(first_np, 2 * a)  # the numpy copy is the caller's
+
+
+def test_numpy_backend_returns_fresh_arrays():
+    x = ad.Variable("x")
+    ex = Executor([x * 2])
+    (a,) = ex.run({x: np.ones(3, dtype=np.float32)})
+    (b,) = ex.run({x: np.full(3, 5.0, dtype=np.float32)})
+    np.testing.assert_array_equal(a, 2.0)
+    np.testing.assert_array_equal(b, 10.0)
+
+
+def test_feeds_are_copied(ctx):
+    x = ad.Variable("x")
+    ex = Executor([x, x + 1], ctx=ctx)
+    xv = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = ex.run({x: xv}, convert_to_numpy_ret_vals=True)
+    xv[:] = -1
+    np.testing.assert_array_equal(to_numpy(got[0]), np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(to_numpy(got[1]), np.arange(6).reshape(2, 3) + 1)
+
+
+def test_device_array_feed_on_the_wrong_device_names_the_node():
+    if NATIVE_SKIP is not None:
+        pytest.skip(NATIVE_SKIP)
+    import gpumat
+
+    x = ad.Variable("pixels")
+    arr = gpumat.array(np.ones((2, 2), dtype=np.float32), gpumat.cpu())
+    with pytest.raises(ValueError, match=r"'pixels'.*numpy"):
+        Executor([x * 2]).run({x: arr})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
+def test_host_array_fed_to_gpu_executor_is_rejected():
+    import gpumat
+
+    x = ad.Variable("pixels")
+    arr = gpumat.array(np.ones((2, 2), dtype=np.float32), gpumat.cpu())
+    with pytest.raises(ValueError, match=r"'pixels' is on .*cpu.*runs on .*gpu"):
+        Executor([x * 2], ctx=gpumat.gpu(0)).run({x: arr})
+
+
+def test_feeding_an_intermediate_node_skips_its_inputs(ctx):
+    x, w = ad.Variable("x"), ad.Variable("w")
+    h = ad.matmul_op(x, w)
+    y = ad.relu_op(h)
+    hv = np.array([[-1.0, 2.0], [3.0, -4.0]], dtype=np.float32)
+    (got,) = Executor([y], ctx=ctx).run({h: hv}, convert_to_numpy_ret_vals=True)  # x, w not fed
+    np.testing.assert_array_equal(to_numpy(got), np.maximum(hv, 0))
+
+
+def test_feeds_of_nodes_outside_the_graph_are_ignored(ctx):
+    x, other = ad.Variable("x"), ad.Variable("other")
+    (got,) = Executor([x + 1], ctx=ctx).run(
+        {x: np.zeros(2, dtype=np.float32), other: np.ones(5)}, convert_to_numpy_ret_vals=True
+    )
+    np.testing.assert_array_equal(to_numpy(got), [1.0, 1.0])
+
+
+def test_bad_feed_keys_and_values():
+    x = ad.Variable("x")
+    with pytest.raises(TypeError, match="graph nodes"):
+        Executor([x + 1]).run({"x": np.zeros(2)})
+    with pytest.raises(TypeError, match="'x'.*real numbers"):
+        Executor([x + 1]).run({x: np.array(["a"])})
+    with pytest.raises(TypeError, match="graph nodes"):
+        Executor([np.zeros(2)])
+
+
+# --------------------------------------------------------------------------------------------------
+# Deep graphs
+# --------------------------------------------------------------------------------------------------
+
+
+def test_deep_chain_runs_without_recursion_error(ctx):
+    depth = 6000
+    x = ad.Variable("x")
+    h = x
+    for _ in range(depth):
+        h = h * 1.0 + x  # after k steps h = (k + 1) x
+    (gx,) = ad.gradients(h, [x])
+    xv = np.array([0.5, -0.25, 1.0], dtype=np.float32)
+    ex = Executor([h, gx], ctx=ctx)
+    y, g = ex.run({x: xv}, convert_to_numpy_ret_vals=True)
+    np.testing.assert_allclose(to_numpy(y), (depth + 1) * xv, rtol=1e-5)
+    np.testing.assert_allclose(to_numpy(g), np.full(3, depth + 1.0), rtol=1e-5)
+    # A long chain of same-shape values needs only a handful of buffers.
+    assert ex.memory_plan.num_buffers <= 8, ex.memory_plan
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory plan
+# --------------------------------------------------------------------------------------------------
+
+
+def test_plan_shares_buffers_only_between_disjoint_lifetimes():
+    # a -> b -> c -> d chain plus e = a + d: a lives until e, so its buffer is never reused before.
+    a = ad.Variable("a")
+    b = a * 2
+    c = b * 2
+    d = c * 2
+    e = a + d
+    order = ad.find_topo_sort([e])
+    shapes = {n: (10,) for n in order}
+    nodes = set(order)
+    assignment, sizes, _ = plan_buffers(order, shapes, nodes, [e], nodes - {a}, 4, "best-fit")
+    assert assignment[a] not in {assignment[n] for n in (b, c, d, e)}
+    assert assignment[c] != assignment[b] and assignment[d] != assignment[c]  # never in place
+    assert assignment[d] == assignment[b]  # b is dead once c is computed
+    assert len(sizes) == 3 and sum(sizes) == 120
+
+
+def test_plan_best_fit_reuses_a_larger_buffer_exact_shape_does_not():
+    a = ad.Variable("a")
+    b = ad.transpose_op(a)
+    c = ad.matmul_op(b, a)
+    d = c * 2
+    order = ad.find_topo_sort([d])
+    shapes = {a: (4, 2), b: (2, 4), c: (2, 2), d: (2, 2)}
+    nodes = set(order)
+    assignment, sizes, _ = plan_buffers(order, shapes, nodes, [d], nodes - {a}, 4, "best-fit")
+    assert assignment[d] in (assignment[a], assignment[b]) and len(sizes) == 3
+    assignment, sizes, shapes_out = plan_buffers(
+        order, shapes, nodes, [d], nodes - {a}, 4, "exact-shape"
+    )
+    assert assignment[d] not in (assignment[a], assignment[b]) and len(sizes) == 4
+    assert all(shapes_out[assignment[n]] == shapes[n] for n in order)
+
+
+def test_shape_only_inputs_do_not_extend_lifetimes():
+    x, big = ad.Variable("x"), ad.Variable("big")
+    m = big * 2
+    bc = ad.broadcastto_op(x, m)  # reads x, only m's shape
+    z = ad.zeroslike_op(bc)  # reads nothing
+    out = z + bc
+    order = ad.find_topo_sort([out])
+    life = value_lifetimes(order, set(order) - {x, big}, [out])
+    step = {n: i for i, n in enumerate(order)}
+    assert life[m] == (step[m], step[m])  # dead as soon as written
+    assert life[bc] == (step[bc], step[out])
+    assert life[x] == (step[x], step[bc])
+
+
+@pytest.mark.parametrize("sharing", ["best-fit", "exact-shape"])
+def test_plan_on_random_graphs_never_shares_live_values(sharing):
+    rng = np.random.default_rng()
+    for _ in range(20):
+        shapes_pool = [(2, 3), (3, 2), (6,), (4, 4)]
+        leaves = [ad.Variable(f"v{i}") for i in range(3)]
+        shapes = {v: shapes_pool[rng.integers(len(shapes_pool))] for v in leaves}
+        nodes = list(leaves)
+        for _ in range(int(rng.integers(5, 40))):
+            a = nodes[int(rng.integers(len(nodes)))]
+            same = [n for n in nodes if shapes[n] == shapes[a]]
+            b = same[int(rng.integers(len(same)))]
+            kind = rng.integers(4)
+            n = (
+                a + b
+                if kind == 0
+                else a * b
+                if kind == 1
+                else ad.relu_op(a)
+                if kind == 2
+                else ad.zeroslike_op(a)
+            )
+            shapes[n] = shapes[a]
+            nodes.append(n)
+        evals = [nodes[-1], nodes[int(rng.integers(len(nodes)))]]
+        order = ad.find_topo_sort(evals)
+        planned = set(order)
+        computed = planned - set(leaves)
+        assignment, sizes, bshapes = plan_buffers(
+            order, shapes, planned, evals, computed, 4, sharing
+        )
+        life = value_lifetimes(order, computed, evals)
+        for node in order:
+            assert sizes[assignment[node]] >= 4 * int(np.prod(shapes[node]))
+            if sharing == "exact-shape":
+                assert bshapes[assignment[node]] == shapes[node]
+            if node in computed:  # never in place on a value input (shape-only inputs may be)
+                for k, inp in enumerate(node.inputs):
+                    if k not in node.op.shape_only_inputs:
+                        assert assignment[inp] != assignment[node]
+        by_buffer = {}
+        for node in order:
+            by_buffer.setdefault(assignment[node], []).append(life[node])
+        for intervals in by_buffer.values():
+            intervals.sort()
+            assert all(p[1] < q[0] for p, q in itertools.pairwise(intervals))
+
+
+def test_planned_values_are_correct_under_sharing(ctx):
+    # Many short-lived values of several shapes: results must equal the reference exactly as if
+    # every value had its own buffer.
+    rng = np.random.default_rng()
+    x, w = ad.Variable("x"), ad.Variable("w")
+    h = x
+    outs = []
+    for _ in range(6):
+        h = ad.relu_op(ad.matmul_op(h, w)) * 0.5 + h
+        t = ad.transpose_op(h)
+        outs.append(ad.reducesumaxiszero_op(t))
+    nodes = [h, *outs, *ad.gradients(h, [x, w])]
+    feeds = {x: rand(rng, (9, 9)).astype(np.float32), w: rand(rng, (9, 9)).astype(np.float32)}
+    ex = Executor(nodes, ctx=ctx)
+    run_against_reference(ctx, nodes, feeds)
+    ex.run(feeds)
+    plan = ex.memory_plan
+    assert isinstance(plan, MemoryPlan)
+    assert plan.num_buffers < plan.num_values and plan.planned_bytes < plan.naive_bytes
+
+
+@pytest.mark.parametrize("name", ["numpy", pytest.param("cpu", marks=NEEDS_NATIVE)])
+def test_mlp_training_plan_numbers(name):
+    """The MNIST MLP (784-256-100-10, batch 1000) training graph: loss and 6 gradients."""
+    rng = np.random.default_rng()
+    x, y_, params, nodes, feeds = mlp_problem(rng, 1000, [784, 256, 100, 10])
+    ex = Executor(nodes, ctx=make_ctx(name))
+    ex.run(feeds)
+    plan = ex.memory_plan
+    print(f"\nMLP 784-256-100-10, batch 1000, {name}: {plan}")
+    print(
+        f"  num_buffers={plan.num_buffers} planned_bytes={plan.planned_bytes} "
+        f"naive_bytes={plan.naive_bytes} num_values={plan.num_values}"
+    )
+    assert plan.planned_bytes < plan.naive_bytes
+    assert plan.num_buffers < plan.num_values
+    # Feeding the parameters as device arrays removes their buffers from the plan.
+    if name == "cpu":
+        import gpumat
+
+        dev = {p: gpumat.array(feeds[p], ex.ctx) for p in params}
+        ex.run({**feeds, **dev})
+        plan2 = ex.memory_plan
+        print(f"  parameters fed as device arrays: {plan2}")
+        assert plan2.num_values == plan.num_values - len(params)
+
+
+def test_plan_is_made_once_and_remade_when_a_feed_shape_changes(ctx):
+    rng = np.random.default_rng()
+    x, y_, params, nodes, feeds = mlp_problem(rng, 8, [6, 5, 3])
+    ex = Executor(nodes, ctx=ctx)
+    ex.run(feeds)
+    plan, order = ex.memory_plan, ex.topo_order
+    for _ in range(3):
+        ex.run({**feeds, x: rand(rng, (8, 6)).astype(np.float32)})
+    assert ex.memory_plan is plan and ex.topo_order is order
+    ex.run({**feeds, x: rand(rng, (5, 6)).astype(np.float32), y_: one_hot(rng, 5, 3)})
+    assert ex.memory_plan is not plan
+    assert ex.feed_shapes[x] == (5, 6) and ex.node_to_shape_map[nodes[1]] == (6, 5)
+
+
+def test_training_steps_allocate_nothing_after_the_first(device_ctx):
+    """The seed's rule "cudaMalloc calls do not grow with epochs", measured by the allocator."""
+    import gpumat
+    from gpumat.optim import SGD
+
+    rng = np.random.default_rng()
+    x, y_, params, nodes, feeds = mlp_problem(rng, 100, [784, 256, 100, 10])
+    dev_params = [gpumat.array(feeds[p], device_ctx) for p in params]
+    opt = SGD(dev_params, lr=0.5)
+    ex = Executor(nodes, ctx=device_ctx)
+    batches = [
+        (rng.uniform(0, 1, (100, 784)).astype(np.float32), one_hot(rng, 100, 10).astype(np.float32))
+        for _ in range(6)
+    ]
+
+    def step(xb, yb):
+        loss_val, *grads = ex.run({x: xb, y_: yb, **dict(zip(params, dev_params, strict=True))})
+        opt.step(grads)
+        return loss_val
+
+    step(*batches[0])  # plans and allocates
+    gpumat.synchronize(device_ctx)
+    before = gpumat.memory_stats(device_ctx)
+    losses = [step(xb, yb).asnumpy()[0] for xb, yb in batches[1:]]
+    gpumat.synchronize(device_ctx)
+    after = gpumat.memory_stats(device_ctx)
+    assert after["device_malloc_calls"] == before["device_malloc_calls"]
+    assert after["bytes_in_use"] == before["bytes_in_use"]
+    if "num_alloc_requests" in before:  # not even a cached block was requested
+        assert after["num_alloc_requests"] == before["num_alloc_requests"]
+    assert all(np.isfinite(losses))

@@ -1,0 +1,1324 @@
+"""Every kernel in gpumat.ops against a float64 numpy reference, on every available device.
+
+Inputs are fresh random float32 (never zero) for each call, outputs are poisoned with NaN before
+the call (see helpers.check_op). Shapes are the awkward ones (1x1, 1xN, Nx1, 513x257, 1025x3,
+72x73x74) plus one large case per kernel; hypothesis covers random shapes. Bad inputs (wrong
+shapes, types, devices, aliasing) have tests of their own at the end.
+"""
+
+import numpy as np
+import pytest
+from helpers import (
+    EPS32,
+    assert_close,
+    check_op,
+    matmul_bound,
+    nan_array,
+    new_rng,
+    rand,
+    shape_id,
+    sum_bound,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpumat
+import gpumat.ops as ops
+
+N = 1031  # a prime: no tile or vector width divides it
+ODD_SHAPES = [(1, 1), (1, N), (N, 1), (513, 257), (1025, 3), (72, 73, 74)]
+ELEMENTWISE_SHAPES = [(7,), *ODD_SHAPES, (2, 3, 4, 5)]
+LARGE = (2000, 3000)
+PROPERTY = settings(max_examples=30, deadline=None)
+
+ALL_OPS = [
+    "array_set",
+    "broadcast_to",
+    "reduce_sum_axis_zero",
+    "matrix_elementwise_add",
+    "matrix_elementwise_multiply",
+    "matrix_elementwise_add_by_const",
+    "matrix_elementwise_multiply_by_const",
+    "matrix_multiply",
+    "relu",
+    "relu_gradient",
+    "softmax",
+    "softmax_cross_entropy",
+    "transpose",
+    "random_uniform",
+    "random_normal",
+    "axpy",
+    "copy",
+]
+
+
+def test_every_op_is_exported():
+    import gpumat.gpu_op as gpu_op
+
+    for name in ALL_OPS:
+        assert callable(getattr(ops, name)), name
+        assert getattr(gpu_op, name) is getattr(ops, name), name
+
+
+# --------------------------------------------------------------------------------------------------
+# numpy references (float64)
+# --------------------------------------------------------------------------------------------------
+
+
+def np_softmax(x):
+    z = x - x.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def np_logsumexp(x):
+    m = x.max(axis=1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True)))[:, 0]
+
+
+def np_softmax_cross_entropy(logits, labels):
+    log_p = logits - np_logsumexp(logits)[:, None]
+    # NOTE: labels * log_p with labels == 0 and log_p == -inf would be NaN; the stable form keeps
+    # log_p finite for finite logits, so 0 * log_p is 0 as it should be.
+    return np.array([np.mean(-(labels * log_p).sum(axis=1))])
+
+
+def sce_bound(logits, labels):
+    n, c = logits.shape
+    lse = np_logsumexp(logits)
+    scale = np.mean((np.abs(labels) * (np.abs(logits) + np.abs(lse)[:, None])).sum(axis=1))
+    return np.array([4 * (n + c + 4) * EPS32 * scale])
+
+
+def softmax_rtol(cols):
+    return 1e-5 + cols * EPS32 / 2  # the row sum of `cols` terms, plus a few ulps for exp
+
+
+# --------------------------------------------------------------------------------------------------
+# array_set, copy
+# --------------------------------------------------------------------------------------------------
+
+
+def _with_large(values, large_value):
+    """(shape, value) pairs: every odd shape with every value, and the large shape once."""
+    cases = [(s, v) for s in ELEMENTWISE_SHAPES for v in values] + [(LARGE, large_value)]
+    return cases, [f"{shape_id(s)}-{v}" for s, v in cases]
+
+
+_SET_CASES, _SET_IDS = _with_large([0.0, -2.5, 1e30, 0.1], 0.1)
+
+
+@pytest.mark.parametrize("shape,value", _SET_CASES, ids=_SET_IDS)
+def test_array_set(ctx, shape, value):
+    a = nan_array(shape, ctx)
+    ops.array_set(a, value)
+    np.testing.assert_array_equal(a.asnumpy(), np.full(shape, value, dtype=np.float32))
+
+
+def test_array_set_special_values(ctx):
+    a = gpumat.array(rand((5, 7)), ctx)
+    ops.array_set(a, float("nan"))
+    assert np.all(np.isnan(a.asnumpy()))
+    ops.array_set(a, float("-inf"))
+    assert np.all(a.asnumpy() == -np.inf)
+    ops.array_set(a, np.float64(3))  # numpy scalars and ints are accepted
+    ops.array_set(a, 3)
+    assert np.all(a.asnumpy() == 3)
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_copy(ctx, shape):
+    check_op(ctx, ops.copy, lambda x: x, [shape], shape, rtol=0, atol=0)
+
+
+def test_copy_onto_itself(ctx):
+    x = rand((33, 17))
+    a = gpumat.array(x, ctx)
+    try:
+        ops.copy(a, a)
+    except ValueError:
+        pass  # refusing is acceptable; corrupting is not
+    np.testing.assert_array_equal(a.asnumpy(), x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Elementwise
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_elementwise_add(ctx, shape):
+    check_op(ctx, ops.matrix_elementwise_add, np.add, [shape, shape], shape)
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_elementwise_multiply(ctx, shape):
+    check_op(ctx, ops.matrix_elementwise_multiply, np.multiply, [shape, shape], shape)
+
+
+@pytest.mark.parametrize("shape", ELEMENTWISE_SHAPES, ids=shape_id)
+@pytest.mark.parametrize("val", [0.3, -2.5, 0.0, 1000.0], ids=str)
+def test_elementwise_add_by_const(ctx, shape, val):
+    check_op(
+        ctx,
+        lambda x, out: ops.matrix_elementwise_add_by_const(x, val, out),
+        lambda x: x + val,
+        [shape],
+        shape,
+        name="matrix_elementwise_add_by_const",
+    )
+
+
+@pytest.mark.parametrize("shape", ELEMENTWISE_SHAPES, ids=shape_id)
+@pytest.mark.parametrize("val", [0.3, -2.5, 0.0, 1000.0], ids=str)
+def test_elementwise_multiply_by_const(ctx, shape, val):
+    check_op(
+        ctx,
+        lambda x, out: ops.matrix_elementwise_multiply_by_const(x, val, out),
+        lambda x: x * val,
+        [shape],
+        shape,
+        name="matrix_elementwise_multiply_by_const",
+    )
+
+
+def test_const_ops_large(ctx):
+    check_op(
+        ctx,
+        lambda x, o: ops.matrix_elementwise_add_by_const(x, 1.5, o),
+        lambda x: x + 1.5,
+        [LARGE],
+        LARGE,
+    )
+    check_op(
+        ctx,
+        lambda x, o: ops.matrix_elementwise_multiply_by_const(x, -3, o),
+        lambda x: -3 * x,
+        [LARGE],
+        LARGE,
+    )
+
+
+def test_const_ops_accept_numpy_scalars_and_ints(ctx):
+    x = rand((4, 5))
+    a, out = gpumat.array(x, ctx), nan_array((4, 5), ctx)
+    ops.matrix_elementwise_add_by_const(a, np.float32(2), out)
+    assert_close(out.asnumpy(), x.astype(np.float64) + 2)
+    ops.matrix_elementwise_multiply_by_const(a, 3, out)
+    assert_close(out.asnumpy(), x.astype(np.float64) * 3)
+    ops.matrix_elementwise_multiply_by_const(a, np.int64(-2), out)
+    assert_close(out.asnumpy(), x.astype(np.float64) * -2)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (513, 257), (72, 73, 74)], ids=shape_id)
+def test_elementwise_in_place(ctx, shape):
+    """Elementwise ops may write into one of their inputs."""
+    x, y = rand(shape), rand(shape)
+    xd, yd = x.astype(np.float64), y.astype(np.float64)
+    cases = [
+        (lambda a, b: ops.matrix_elementwise_add(a, b, a), lambda: xd + yd, "a"),
+        (lambda a, b: ops.matrix_elementwise_add(a, b, b), lambda: xd + yd, "b"),
+        (lambda a, b: ops.matrix_elementwise_add(a, a, a), lambda: 2 * xd, "a"),
+        (lambda a, b: ops.matrix_elementwise_multiply(a, b, a), lambda: xd * yd, "a"),
+        (lambda a, b: ops.matrix_elementwise_multiply(a, b, b), lambda: xd * yd, "b"),
+        (lambda a, b: ops.matrix_elementwise_multiply(b, b, b), lambda: yd * yd, "b"),
+        (lambda a, b: ops.matrix_elementwise_add_by_const(a, 0.5, a), lambda: xd + 0.5, "a"),
+        (lambda a, b: ops.matrix_elementwise_multiply_by_const(a, -3.0, a), lambda: xd * -3, "a"),
+        (lambda a, b: ops.relu(a, a), lambda: np.maximum(xd, 0), "a"),
+        (lambda a, b: ops.relu_gradient(a, b, b), lambda: np.where(xd > 0, yd, 0), "b"),
+        (lambda a, b: ops.relu_gradient(a, b, a), lambda: np.where(xd > 0, yd, 0), "a"),
+        (lambda a, b: ops.axpy(2.0, a, a), lambda: 3 * xd, "a"),
+    ]
+    for i, (run, ref, which) in enumerate(cases):
+        a, b = gpumat.array(x, ctx), gpumat.array(y, ctx)
+        run(a, b)
+        got = (a if which == "a" else b).asnumpy()
+        assert_close(got, ref(), msg=f"in-place case {i}")
+
+
+# --------------------------------------------------------------------------------------------------
+# relu, relu_gradient
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_relu(ctx, shape):
+    check_op(ctx, ops.relu, lambda x: np.maximum(x, 0), [shape], shape, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_relu_gradient(ctx, shape):
+    check_op(
+        ctx,
+        ops.relu_gradient,
+        lambda x, g: np.where(x > 0, g, 0),
+        [shape, shape],
+        shape,
+        rtol=0,
+        atol=0,
+    )
+
+
+def test_relu_gradient_at_zero_is_zero(ctx):
+    # NOTE: the derivative of relu at exactly 0 is taken as 0 (and at -0.0 too).
+    x = np.array([[0.0, -0.0, 1e-30, -1e-30, 2.0, -2.0]], dtype=np.float32)
+    g = np.array([[5.0, 6.0, 7.0, 8.0, 9.0, 10.0]], dtype=np.float32)
+    out = nan_array(x.shape, ctx)
+    ops.relu_gradient(gpumat.array(x, ctx), gpumat.array(g, ctx), out)
+    np.testing.assert_array_equal(out.asnumpy(), np.float32([[0.0, 0.0, 7.0, 0.0, 9.0, 0.0]]))
+    r = nan_array(x.shape, ctx)
+    ops.relu(gpumat.array(x, ctx), r)
+    np.testing.assert_array_equal(r.asnumpy(), np.float32([[0.0, 0.0, 1e-30, 0.0, 2.0, 0.0]]))
+
+
+# --------------------------------------------------------------------------------------------------
+# broadcast_to, reduce_sum_axis_zero
+# --------------------------------------------------------------------------------------------------
+
+BROADCAST_CASES = [
+    ((200, 300), (130, 200, 300)),
+    ((1, 10), (7, 10)),
+    ((10,), (7, 10)),
+    ((1, 1), (1, 1)),
+    ((1,), (N, 1)),
+    ((N,), (3, N)),
+    ((257,), (513, 257)),
+    ((3,), (1025, 3)),
+    ((73, 74), (72, 73, 74)),
+    ((74,), (72, 73, 74)),
+    ((1, 73, 74), (72, 73, 74)),
+    ((1, 1, 10), (7, 10)),  # leading 1s are dropped before matching
+    ((5, 6), (5, 6)),  # nothing to repeat: a copy
+    ((4, 5), (2, 3, 4, 5)),
+]
+
+
+@pytest.mark.parametrize("in_shape,out_shape", BROADCAST_CASES, ids=lambda s: shape_id(s))
+def test_broadcast_to(ctx, in_shape, out_shape):
+    def ref(x):
+        return np.broadcast_to(x.reshape(_strip_leading_ones(x.shape)), out_shape)
+
+    check_op(ctx, ops.broadcast_to, ref, [in_shape], out_shape, rtol=0, atol=0)
+
+
+def _strip_leading_ones(shape):
+    i = 0
+    while i < len(shape) and shape[i] == 1:
+        i += 1
+    return tuple(shape[i:])
+
+
+REDUCE_CASES = [
+    ((500, 200, 100), (200, 100)),
+    ((4, 5, 6), (6,)),
+    ((4, 5, 6), (5, 6)),
+    ((1, N), (N,)),
+    ((N, 1), (1,)),
+    ((513, 257), (257,)),
+    ((1025, 3), (3,)),
+    ((72, 73, 74), (74,)),
+    ((72, 73, 74), (73, 74)),
+    ((100000, 2), (2,)),  # a long reduction
+    ((2, 100000), (100000,)),
+    ((5, 6), (5, 6)),  # nothing to reduce: a copy
+    ((1, 1), (1, 1)),
+]
+
+
+def _reduce_ref(out_shape):
+    size = int(np.prod(out_shape))
+    return lambda x: x.reshape(-1, size).sum(axis=0).reshape(out_shape)
+
+
+def _reduce_bound(out_shape):
+    size = int(np.prod(out_shape))
+    return lambda x: sum_bound(x.reshape(-1, size), 0).reshape(out_shape)
+
+
+@pytest.mark.parametrize("in_shape,out_shape", REDUCE_CASES, ids=lambda s: shape_id(s))
+def test_reduce_sum_axis_zero(ctx, in_shape, out_shape):
+    check_op(
+        ctx,
+        ops.reduce_sum_axis_zero,
+        _reduce_ref(out_shape),
+        [in_shape],
+        out_shape,
+        rtol=EPS32,
+        atol=0,
+        bound=_reduce_bound(out_shape),
+    )
+
+
+def test_reduce_sum_exact_counts(ctx):
+    # sums of ones are exact in float32 up to 2**24: catches dropped or double-counted rows
+    for rows, cols in [(1, 1), (3, 1), (513, 257), (1025, 3), (70000, 3), (3, 70000)]:
+        out = nan_array((cols,), ctx)
+        ops.reduce_sum_axis_zero(gpumat.array(np.ones((rows, cols)), ctx), out)
+        np.testing.assert_array_equal(
+            out.asnumpy(), np.full(cols, rows, np.float32), err_msg=f"{rows}x{cols}"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# matrix_multiply
+# --------------------------------------------------------------------------------------------------
+
+MATMUL_CASES = [  # (M, N, K)
+    (1, 1, 1),
+    (1, 257, 513),
+    (513, 1, 257),
+    (513, 257, 129),
+    (1025, 3, 7),
+    (72, 73, 74),
+    (65, 33, 1),
+    (3, 5, N),
+    (64, 64, 64),
+]
+TRANSPOSES = [(False, False), (True, False), (False, True), (True, True)]
+
+
+def _matmul_case(ctx, m, n, k, ta, tb):
+    a_shape = (k, m) if ta else (m, k)
+    b_shape = (n, k) if tb else (k, n)
+
+    def op_(a, b):
+        return (a.T if ta else a), (b.T if tb else b)
+
+    check_op(
+        ctx,
+        lambda a, b, c: ops.matrix_multiply(a, ta, b, tb, c),
+        lambda a, b: np.matmul(*op_(a, b)),
+        [a_shape, b_shape],
+        (m, n),
+        rtol=EPS32,
+        atol=0,
+        bound=lambda a, b: matmul_bound(*op_(a, b)),
+        name=f"matrix_multiply(M={m}, N={n}, K={k}, trans_A={ta}, trans_B={tb})",
+    )
+
+
+@pytest.mark.parametrize("ta,tb", TRANSPOSES, ids=["NN", "TN", "NT", "TT"])
+@pytest.mark.parametrize("mnk", MATMUL_CASES, ids=lambda s: "M{}_N{}_K{}".format(*s))
+def test_matrix_multiply(ctx, mnk, ta, tb):
+    _matmul_case(ctx, *mnk, ta, tb)
+
+
+@pytest.mark.parametrize("ta,tb", TRANSPOSES, ids=["NN", "TN", "NT", "TT"])
+def test_matrix_multiply_large(ctx, ta, tb):
+    _matmul_case(ctx, 500, 1000, 700, ta, tb)
+
+
+def test_matrix_multiply_mnist_shape(ctx):
+    _matmul_case(ctx, 1000, 256, 784, False, False)
+
+
+def test_matrix_multiply_trans_flags_accept_ints(ctx):
+    a, b = rand((4, 3)), rand((5, 4))
+    c = nan_array((3, 5), ctx)
+    ops.matrix_multiply(gpumat.array(a, ctx), 1, gpumat.array(b, ctx), 1, c)
+    assert_close(c.asnumpy(), a.T.astype(np.float64) @ b.T.astype(np.float64), rtol=1e-5)
+
+
+@pytest.mark.parametrize("ta,tb", TRANSPOSES, ids=["NN", "TN", "NT", "TT"])
+def test_matrix_multiply_k_zero_gives_zeros(ctx, ta, tb):
+    m, n = 5, 7
+    a = gpumat.array(np.zeros((0, m) if ta else (m, 0), np.float32), ctx)
+    b = gpumat.array(np.zeros((n, 0) if tb else (0, n), np.float32), ctx)
+    c = nan_array((m, n), ctx)
+    ops.matrix_multiply(a, ta, b, tb, c)
+    np.testing.assert_array_equal(c.asnumpy(), np.zeros((m, n), np.float32))
+
+
+@pytest.mark.parametrize("m,n,k", [(0, 5, 3), (4, 0, 3), (0, 0, 0), (0, 0, 3)], ids=str)
+def test_matrix_multiply_empty_output(ctx, m, n, k):
+    a = gpumat.array(np.zeros((m, k), np.float32), ctx)
+    b = gpumat.array(np.zeros((k, n), np.float32), ctx)
+    c = gpumat.empty((m, n), ctx)
+    ops.matrix_multiply(a, False, b, False, c)
+    assert c.asnumpy().shape == (m, n)
+
+
+@PROPERTY
+@given(
+    m=st.integers(1, 70),
+    n=st.integers(1, 70),
+    k=st.integers(1, 70),
+    ta=st.booleans(),
+    tb=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_matrix_multiply_property(ctx, m, n, k, ta, tb, seed):
+    rng, _ = new_rng(seed)
+    a = rand((k, m) if ta else (m, k), rng)
+    b = rand((n, k) if tb else (k, n), rng)
+    a64 = a.T.astype(np.float64) if ta else a.astype(np.float64)
+    b64 = b.T.astype(np.float64) if tb else b.astype(np.float64)
+    c = nan_array((m, n), ctx)
+    ops.matrix_multiply(gpumat.array(a, ctx), ta, gpumat.array(b, ctx), tb, c)
+    assert_close(
+        c.asnumpy(), a64 @ b64, rtol=EPS32, atol=0, bound=matmul_bound(a64, b64), msg=f"seed={seed}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# softmax, softmax_cross_entropy
+# --------------------------------------------------------------------------------------------------
+
+SOFTMAX_SHAPES = [
+    (1, 1),
+    (1, N),
+    (N, 1),
+    (513, 257),
+    (1025, 3),
+    (64, 10),
+    (3, 5000),
+    (2, 100000),
+    (1000, 1000),
+]
+
+
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES, ids=shape_id)
+def test_softmax(ctx, shape):
+    got, _, _ = check_op(
+        ctx, ops.softmax, np_softmax, [shape], shape, rtol=softmax_rtol(shape[1]), atol=1e-7
+    )
+    np.testing.assert_allclose(
+        got.astype(np.float64).sum(axis=1), 1.0, rtol=0, atol=softmax_rtol(shape[1]) * 2
+    )
+
+
+@pytest.mark.parametrize("scale", [3.0, 20.0], ids=lambda s: f"scale{s:g}")
+def test_softmax_spread_inputs(ctx, scale):
+    # inputs in [-scale, scale]: outputs span many orders of magnitude
+    check_op(
+        ctx,
+        ops.softmax,
+        np_softmax,
+        [(37, 129)],
+        (37, 129),
+        rtol=softmax_rtol(129) + 1e-5,
+        atol=1e-7,
+        low=0.1 * scale,
+        high=scale,
+    )
+
+
+def test_softmax_is_numerically_stable(ctx):
+    rng, seed = new_rng()
+    x = (rng.choice([-1000.0, 1000.0], size=(16, 33)) + rng.uniform(-1, 1, size=(16, 33))).astype(
+        np.float32
+    )
+    x[3] = 1000.0  # a constant row: uniform output
+    x[4] = -1000.0
+    x[5, :] = -1000.0
+    x[5, 7] = 1000.0  # one winner: a one-hot output
+    x[6] = np.float32(88.0) + np.arange(
+        33, dtype=np.float32
+    )  # exp overflows float32 without the max shift
+    out = nan_array(x.shape, ctx)
+    ops.softmax(gpumat.array(x, ctx), out)
+    got = out.asnumpy()
+    assert np.all(np.isfinite(got)), f"non-finite softmax output (seed={seed})"
+    assert_close(got, np_softmax(x.astype(np.float64)), rtol=1e-4, atol=1e-6, msg=f"seed={seed}")
+    np.testing.assert_allclose(got[3], 1 / 33, rtol=1e-5)
+    np.testing.assert_allclose(got[5], np.eye(33)[7], atol=1e-30)
+
+
+@PROPERTY
+@given(rows=st.integers(1, 40), cols=st.integers(1, 300), seed=st.integers(0, 2**32 - 1))
+def test_softmax_property(ctx, rows, cols, seed):
+    rng, _ = new_rng(seed)
+    x = rand((rows, cols), rng, 0.1, 5.0)
+    out = nan_array((rows, cols), ctx)
+    ops.softmax(gpumat.array(x, ctx), out)
+    got = out.asnumpy()
+    assert_close(
+        got,
+        np_softmax(x.astype(np.float64)),
+        rtol=softmax_rtol(cols),
+        atol=1e-7,
+        msg=f"seed={seed}",
+    )
+
+
+SCE_SHAPES = [(1, 1), (1, N), (N, 1), (513, 257), (1025, 3), (1000, 10), (3, 5000), (2, 100000)]
+
+
+def _one_hot(shape, rng):
+    n, c = shape
+    labels = np.zeros((n, c), dtype=np.float32)
+    labels[np.arange(n), rng.integers(0, c, size=n)] = 1.0
+    return labels
+
+
+@pytest.mark.parametrize("shape", SCE_SHAPES, ids=shape_id)
+def test_softmax_cross_entropy_one_hot(ctx, shape):
+    rng, _ = new_rng()
+    labels = _one_hot(shape, rng)
+    check_op(
+        ctx,
+        ops.softmax_cross_entropy,
+        np_softmax_cross_entropy,
+        [rand(shape, rng, 0.1, 4.0), labels],
+        (1,),
+        rtol=1e-6,
+        atol=1e-6,
+        bound=sce_bound,
+    )
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (513, 257), (1025, 3), (64, 10)], ids=shape_id)
+@pytest.mark.parametrize("kind", ["distribution", "arbitrary"])
+def test_softmax_cross_entropy_soft_labels(ctx, shape, kind):
+    rng, _ = new_rng()
+    labels = rng.uniform(0.0, 1.0, size=shape)
+    if kind == "distribution":
+        labels /= labels.sum(axis=1, keepdims=True)
+    else:
+        labels = rand(shape, rng, 0.1, 3.0)  # any sign: the formula is linear in the labels
+    check_op(
+        ctx,
+        ops.softmax_cross_entropy,
+        np_softmax_cross_entropy,
+        [shape, labels.astype(np.float32)],
+        (1,),
+        rtol=1e-6,
+        atol=1e-6,
+        bound=sce_bound,
+    )
+
+
+def test_softmax_cross_entropy_is_numerically_stable(ctx):
+    logits = np.array(
+        [[1000.0, -1000.0], [-1000.0, 1000.0], [1000.0, 1000.0], [-1000.0, -1000.0]], np.float32
+    )
+    cases = [
+        (
+            np.array([[1, 0], [0, 1], [1, 0], [0, 1]], np.float32),
+            np.log(2) / 2,
+        ),  # right answers: 0 loss
+        (np.array([[0, 1], [1, 0], [1, 0], [0, 1]], np.float32), (2000 + 2000 + 2 * np.log(2)) / 4),
+    ]
+    for labels, expected in cases:
+        out = nan_array((1,), ctx)
+        ops.softmax_cross_entropy(gpumat.array(logits, ctx), gpumat.array(labels, ctx), out)
+        got = out.asnumpy()
+        assert np.all(np.isfinite(got)), f"non-finite loss {got} for labels {labels.tolist()}"
+        assert_close(got, np.array([expected]), rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_cross_entropy_is_a_mean_over_rows(ctx):
+    row = rand((1, 10))
+    lab = np.eye(10, dtype=np.float32)[[3]]
+    one, many = nan_array((1,), ctx), nan_array((1,), ctx)
+    ops.softmax_cross_entropy(gpumat.array(row, ctx), gpumat.array(lab, ctx), one)
+    ops.softmax_cross_entropy(
+        gpumat.array(np.repeat(row, 50, 0), ctx), gpumat.array(np.repeat(lab, 50, 0), ctx), many
+    )
+    assert_close(many.asnumpy(), one.asnumpy().astype(np.float64), rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------
+# transpose
+# --------------------------------------------------------------------------------------------------
+
+TRANSPOSE_SHAPES = [
+    (1, 1),
+    (1, N),
+    (N, 1),
+    (513, 257),
+    (1025, 3),
+    (72, 73),
+    (32, 32),
+    (33, 31),
+    (1500, 2000),
+]
+
+
+@pytest.mark.parametrize("shape", TRANSPOSE_SHAPES, ids=shape_id)
+def test_transpose(ctx, shape):
+    check_op(ctx, ops.transpose, lambda x: x.T, [shape], shape[::-1], rtol=0, atol=0)
+
+
+@PROPERTY
+@given(r=st.integers(1, 100), c=st.integers(1, 100), seed=st.integers(0, 2**32 - 1))
+def test_transpose_property(ctx, r, c, seed):
+    x = rand((r, c), new_rng(seed)[0])
+    t, tt = nan_array((c, r), ctx), nan_array((r, c), ctx)
+    ops.transpose(gpumat.array(x, ctx), t)
+    ops.transpose(t, tt)
+    np.testing.assert_array_equal(t.asnumpy(), x.T)
+    np.testing.assert_array_equal(tt.asnumpy(), x)
+
+
+# --------------------------------------------------------------------------------------------------
+# axpy
+# --------------------------------------------------------------------------------------------------
+
+
+_AXPY_CASES, _AXPY_IDS = _with_large([0.5, -2.0, 0.0, 0.3], 0.3)
+
+
+@pytest.mark.parametrize("shape,alpha", _AXPY_CASES, ids=_AXPY_IDS)
+def test_axpy(ctx, shape, alpha):
+    x, y = rand(shape), rand(shape)
+    xd, yd = gpumat.array(x, ctx), gpumat.array(y, ctx)
+    ops.axpy(alpha, xd, yd)
+    assert_close(
+        yd.asnumpy(), y.astype(np.float64) + alpha * x.astype(np.float64), rtol=1e-6, atol=1e-6
+    )
+    np.testing.assert_array_equal(xd.asnumpy(), x)
+
+
+# --------------------------------------------------------------------------------------------------
+# random_uniform, random_normal
+# --------------------------------------------------------------------------------------------------
+
+
+def _fresh_seed():
+    return int(new_rng()[1] % (2**63))
+
+
+def _lag_corr(v, lag):
+    a, b = v[:-lag] - v.mean(), v[lag:] - v.mean()
+    return float((a * b).mean() / v.var())
+
+
+def test_random_uniform_statistics(ctx):
+    low, high, seed = -2.0, 3.0, _fresh_seed()
+    out = nan_array((1000, 1000), ctx)
+    ops.random_uniform(out, low, high, seed)
+    v = out.asnumpy().astype(np.float64).ravel()
+    n = v.size
+    msg = f"seed={seed}"
+    assert np.all(np.isfinite(v)), msg
+    assert v.min() >= low and v.max() < high, f"{msg}: range [{v.min()}, {v.max()}]"
+    assert v.min() < low + 1e-3 and v.max() > high - 1e-3, msg
+    sd = (high - low) / np.sqrt(12)
+    assert abs(v.mean() - (low + high) / 2) < 6 * sd / np.sqrt(n), f"{msg}: mean {v.mean()}"
+    assert abs(v.std() / sd - 1) < 6 * np.sqrt(0.8 / (4 * n)), f"{msg}: std {v.std()} vs {sd}"
+    counts, _ = np.histogram(v, bins=20, range=(low, high))
+    expected = n / 20
+    assert np.all(np.abs(counts - expected) < 6 * np.sqrt(expected)), f"{msg}: histogram {counts}"
+    for lag in (1, 2, 1000, 4096):  # neighbours, rows, and a power of two (block-sized repeats)
+        assert abs(_lag_corr(v, lag)) < 6 / np.sqrt(n), (
+            f"{msg}: lag-{lag} correlation {_lag_corr(v, lag)}"
+        )
+    assert len(np.unique(v)) > 0.9 * n, f"{msg}: too many repeated values"
+
+
+def test_random_normal_statistics(ctx):
+    mean, std, seed = 1.5, 2.0, _fresh_seed()
+    out = nan_array((1000, 1000), ctx)
+    ops.random_normal(out, mean, std, seed)
+    v = out.asnumpy().astype(np.float64).ravel()
+    n = v.size
+    msg = f"seed={seed}"
+    assert np.all(np.isfinite(v)), msg
+    assert abs(v.mean() - mean) < 6 * std / np.sqrt(n), f"{msg}: mean {v.mean()}"
+    assert abs(v.std() - std) < 6 * std / np.sqrt(2 * n), f"{msg}: std {v.std()}"
+    z = (v - mean) / std
+    within1 = np.mean(np.abs(z) < 1)
+    assert abs(within1 - 0.682689) < 6 * np.sqrt(0.68 * 0.32 / n), f"{msg}: P(|z|<1) = {within1}"
+    beyond3 = np.mean(np.abs(z) > 3)
+    assert abs(beyond3 - 0.0026998) < 6 * np.sqrt(0.0027 / n), f"{msg}: P(|z|>3) = {beyond3}"
+    skew, kurt = np.mean(z**3), np.mean(z**4)
+    assert abs(skew) < 6 * np.sqrt(6 / n) and abs(kurt - 3) < 6 * np.sqrt(24 / n), (
+        f"{msg}: skew {skew} kurt {kurt}"
+    )
+    for lag in (1, 2, 1000, 4096):
+        assert abs(_lag_corr(v, lag)) < 6 / np.sqrt(n), (
+            f"{msg}: lag-{lag} correlation {_lag_corr(v, lag)}"
+        )
+
+
+@pytest.mark.parametrize("fill", ["uniform", "normal"])
+@pytest.mark.parametrize(
+    "shape", [(1,), (1, 1), (7,), (1001,), (513, 257), (72, 73, 74)], ids=shape_id
+)
+def test_random_deterministic_per_seed(ctx, fill, shape):
+    op = ops.random_uniform if fill == "uniform" else ops.random_normal
+    args = (-1.0, 1.0) if fill == "uniform" else (0.0, 1.0)
+    seed = _fresh_seed()
+    a, b, c = nan_array(shape, ctx), nan_array(shape, ctx), nan_array(shape, ctx)
+    op(a, *args, seed)
+    op(b, *args, seed)
+    op(c, *args, seed + 1)
+    va, vb, vc = a.asnumpy(), b.asnumpy(), c.asnumpy()
+    assert np.all(np.isfinite(va)), f"seed={seed}: unwritten or non-finite elements"
+    np.testing.assert_array_equal(va, vb, err_msg=f"seed={seed}: same seed, different values")
+    if va.size >= 7:
+        assert np.mean(va == vc) < 0.5, (
+            f"seed={seed}: seeds {seed} and {seed + 1} give the same values"
+        )
+    else:
+        assert not np.array_equal(va, vc) or va.size == 1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**32, 2**63 - 1, 2**64 - 1], ids=str)
+def test_random_extreme_seeds(ctx, seed):
+    out = nan_array((101,), ctx)
+    ops.random_uniform(out, 0.0, 1.0, seed)
+    v = out.asnumpy()
+    assert np.all((v >= 0) & (v < 1))
+    ops.random_normal(out, 0.0, 1.0, seed)
+    assert np.all(np.isfinite(out.asnumpy()))
+
+
+def test_random_degenerate_parameters(ctx):
+    out = nan_array((50,), ctx)
+    ops.random_uniform(out, 2.5, 2.5, 1)
+    np.testing.assert_array_equal(out.asnumpy(), np.full(50, 2.5, np.float32))
+    ops.random_normal(out, -1.5, 0.0, 1)
+    np.testing.assert_array_equal(out.asnumpy(), np.full(50, -1.5, np.float32))
+
+
+def test_random_bad_parameters(ctx):
+    out = nan_array((50,), ctx)
+    with pytest.raises(ValueError):
+        ops.random_uniform(out, 1.0, 0.0, 1)  # low > high
+    with pytest.raises(ValueError):
+        ops.random_normal(out, 0.0, -1.0, 1)  # negative std
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1,), (1001,), (513, 257)], ids=shape_id)
+def test_random_same_on_cpu_and_gpu(gpu_ctx, shape):
+    seed = _fresh_seed()
+    for op, args, tol in [
+        (ops.random_uniform, (-2.0, 3.0), 1e-6),
+        (ops.random_normal, (1.0, 2.0), 1e-5),
+    ]:
+        c, g = nan_array(shape, gpumat.cpu()), nan_array(shape, gpu_ctx)
+        op(c, *args, seed)
+        op(g, *args, seed)
+        # same counter-based stream; the last ulps may differ (FMA contraction, device libm)
+        np.testing.assert_allclose(
+            g.asnumpy(), c.asnumpy(), rtol=tol, atol=tol, err_msg=f"{op.__name__} seed={seed}"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Property tests over shapes: broadcast/reduce round trips, elementwise on any shape
+# --------------------------------------------------------------------------------------------------
+
+small_shape = st.lists(st.integers(1, 7), min_size=1, max_size=3).map(tuple)
+lead_shape = st.lists(st.integers(1, 5), min_size=0, max_size=2).map(tuple)
+
+
+@PROPERTY
+@given(base=small_shape, lead=lead_shape, seed=st.integers(0, 2**32 - 1))
+def test_broadcast_reduce_round_trip(ctx, base, lead, seed):
+    x = rand(base, new_rng(seed)[0])
+    full = lead + base
+    b = nan_array(full, ctx)
+    ops.broadcast_to(gpumat.array(x, ctx), b)
+    np.testing.assert_array_equal(b.asnumpy(), np.broadcast_to(x, full))
+    r = nan_array(base, ctx)
+    ops.reduce_sum_axis_zero(b, r)
+    reps = int(np.prod(lead))
+    expected = x.astype(np.float64) * reps
+    assert_close(r.asnumpy(), expected, rtol=EPS32, atol=0, bound=reps * EPS32 * np.abs(expected))
+
+
+@PROPERTY
+@given(
+    shape=st.lists(st.integers(0, 9), min_size=0, max_size=4).map(tuple),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_elementwise_any_shape(ctx, shape, seed):
+    rng, _ = new_rng(seed)
+    x, y = rand(shape, rng), rand(shape, rng)
+    xd, yd = x.astype(np.float64), y.astype(np.float64)
+    a, b = gpumat.array(x, ctx), gpumat.array(y, ctx)
+    for op, ref in [
+        (ops.matrix_elementwise_add, xd + yd),
+        (ops.matrix_elementwise_multiply, xd * yd),
+        (lambda a, b, o: ops.relu_gradient(a, b, o), np.where(xd > 0, yd, 0)),
+    ]:
+        out = nan_array(shape, ctx)
+        op(a, b, out)
+        assert_close(out.asnumpy(), ref)
+    out = nan_array(shape, ctx)
+    ops.relu(a, out)
+    assert_close(out.asnumpy(), np.maximum(xd, 0))
+
+
+@PROPERTY
+@given(
+    shape=st.lists(st.integers(1, 6), min_size=1, max_size=4).map(tuple),
+    cut=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_reduce_any_suffix(ctx, shape, cut, seed):
+    cut = min(cut, len(shape))
+    out_shape = shape[cut:]
+    x = rand(shape, new_rng(seed)[0]).astype(np.float32)
+    x64 = x.astype(np.float64)
+    out = nan_array(out_shape, ctx)
+    ops.reduce_sum_axis_zero(gpumat.array(x, ctx), out)
+    axes = tuple(range(cut))
+    assert_close(out.asnumpy(), x64.sum(axis=axes), rtol=EPS32, atol=0, bound=sum_bound(x64, axes))
+
+
+# --------------------------------------------------------------------------------------------------
+# NaN passes through
+# --------------------------------------------------------------------------------------------------
+
+
+def _with_nans(shape, rng, frac=0.02):
+    x = rand(shape, rng)
+    mask = rng.random(shape) < frac
+    mask.flat[0] = True
+    x[mask] = np.nan
+    return x
+
+
+NAN_CASES = {
+    "add": (ops.matrix_elementwise_add, np.add, 2),
+    "multiply": (ops.matrix_elementwise_multiply, np.multiply, 2),
+    "add_by_const": (
+        lambda x, o: ops.matrix_elementwise_add_by_const(x, 2.0, o),
+        lambda x: x + 2,
+        1,
+    ),
+    "multiply_by_const": (
+        lambda x, o: ops.matrix_elementwise_multiply_by_const(x, 2.0, o),
+        lambda x: x * 2,
+        1,
+    ),
+    "relu": (ops.relu, lambda x: np.maximum(x, 0), 1),  # numpy's relu, np.maximum, propagates NaN
+    # out = grad where in > 0, else 0; a NaN *input* gives NaN (the native layer's convention,
+    # documented in src/*/elementwise: a NaN from the forward pass is not zeroed in the backward)
+    "relu_gradient": (
+        ops.relu_gradient,
+        lambda x, g: np.where(np.isnan(x), np.nan, np.where(x > 0, g, 0)),
+        2,
+    ),
+    "copy": (ops.copy, lambda x: x, 1),
+    "transpose": (ops.transpose, lambda x: x.T, 1),
+    "softmax": (ops.softmax, np_softmax, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(NAN_CASES))
+def test_nan_passes_through(ctx, name):
+    op, ref, arity = NAN_CASES[name]
+    rng, seed = new_rng()
+    shape = (37, 129)
+    inputs = [_with_nans(shape, rng) for _ in range(arity)]
+    out_shape = shape[::-1] if name == "transpose" else shape
+    tol = softmax_rtol(129) if name == "softmax" else 1e-6
+    check_op(ctx, op, ref, inputs, out_shape, rtol=tol, atol=1e-6, seed=seed, name=name)
+
+
+def test_nan_passes_through_matmul_reduce_broadcast_sce_axpy(ctx):
+    rng, seed = new_rng()
+    a, b = _with_nans((37, 29), rng, 0.01), _with_nans((29, 41), rng, 0.01)
+    check_op(
+        ctx,
+        lambda a, b, c: ops.matrix_multiply(a, False, b, False, c),
+        np.matmul,
+        [a, b],
+        (37, 41),
+        rtol=1e-5,
+        atol=1e-5,
+        name="matrix_multiply",
+    )
+    x = _with_nans((37, 29), rng)
+    check_op(ctx, ops.reduce_sum_axis_zero, lambda x: x.sum(0), [x], (29,), rtol=1e-5, atol=1e-5)
+    v = _with_nans((29,), rng, 0.1)
+    check_op(
+        ctx, ops.broadcast_to, lambda v: np.broadcast_to(v, (37, 29)), [v], (37, 29), rtol=0, atol=0
+    )
+    logits = rand((8, 5), rng)
+    logits[2, 3] = np.nan
+    out = nan_array((1,), ctx)
+    ops.softmax_cross_entropy(
+        gpumat.array(logits, ctx), gpumat.array(_one_hot((8, 5), rng), ctx), out
+    )
+    assert np.isnan(out.asnumpy()[0]), f"NaN logits gave a finite loss {out.asnumpy()}"
+    y = gpumat.array(rand((10,), rng), ctx)
+    xn = _with_nans((10,), rng, 0.0)  # NaN at [0]
+    ops.axpy(0.5, gpumat.array(xn, ctx), y)
+    got = y.asnumpy()
+    assert np.isnan(got[0]) and np.all(np.isfinite(got[1:]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Zero-size arrays
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (5, 0), (2, 0, 3)], ids=shape_id)
+def test_zero_size_elementwise(ctx, shape):
+    z = lambda: gpumat.array(np.zeros(shape, np.float32), ctx)  # noqa: E731
+    a, b, out = z(), z(), z()
+    ops.array_set(out, 1.0)
+    ops.matrix_elementwise_add(a, b, out)
+    ops.matrix_elementwise_multiply(a, b, out)
+    ops.matrix_elementwise_add_by_const(a, 1.0, out)
+    ops.matrix_elementwise_multiply_by_const(a, 2.0, out)
+    ops.relu(a, out)
+    ops.relu_gradient(a, b, out)
+    ops.copy(a, out)
+    ops.axpy(2.0, a, out)
+    ops.random_uniform(out, 0.0, 1.0, 1)
+    ops.random_normal(out, 0.0, 1.0, 1)
+    assert out.asnumpy().shape == shape
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0, 0)], ids=shape_id)
+def test_zero_size_transpose_and_softmax(ctx, shape):
+    a = gpumat.array(np.zeros(shape, np.float32), ctx)
+    t = gpumat.empty(shape[::-1], ctx)
+    ops.transpose(a, t)
+    assert t.asnumpy().shape == shape[::-1]
+    s = gpumat.empty(shape, ctx)
+    ops.softmax(a, s)
+    assert s.asnumpy().shape == shape
+
+
+def test_zero_size_reduce_gives_zeros(ctx):
+    # the sum over an empty axis is 0 (numpy: np.zeros((0, 5)).sum(0) == zeros(5))
+    out = nan_array((5,), ctx)
+    ops.reduce_sum_axis_zero(gpumat.array(np.zeros((0, 5), np.float32), ctx), out)
+    np.testing.assert_array_equal(out.asnumpy(), np.zeros(5, np.float32))
+    out3 = nan_array((4, 5), ctx)
+    ops.reduce_sum_axis_zero(gpumat.array(np.zeros((0, 4, 5), np.float32), ctx), out3)
+    np.testing.assert_array_equal(out3.asnumpy(), np.zeros((4, 5), np.float32))
+    e = gpumat.empty((0,), ctx)
+    ops.reduce_sum_axis_zero(gpumat.array(np.zeros((3, 0), np.float32), ctx), e)
+
+
+def test_zero_size_broadcast(ctx):
+    # numpy: np.broadcast_to(np.ones(5), (0, 5)) and np.broadcast_to(np.ones(0), (3, 0)) are valid
+    out = gpumat.empty((0, 5), ctx)
+    ops.broadcast_to(gpumat.array(rand((5,)), ctx), out)
+    assert out.shape == (0, 5)
+    out2 = gpumat.empty((3, 0), ctx)
+    ops.broadcast_to(gpumat.array(np.zeros((0,), np.float32), ctx), out2)
+    assert out2.shape == (3, 0)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0), (0, 0)], ids=shape_id)
+def test_softmax_cross_entropy_empty_raises(ctx, shape):
+    z = gpumat.array(np.zeros(shape, np.float32), ctx)
+    out = nan_array((1,), ctx)
+    with pytest.raises(ValueError, match="softmax_cross_entropy"):
+        ops.softmax_cross_entropy(z, gpumat.array(np.zeros(shape, np.float32), ctx), out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input: wrong shapes, wrong types, mixed devices, aliasing
+# --------------------------------------------------------------------------------------------------
+
+
+def _arr(ctx, *shape):
+    return gpumat.array(rand(shape), ctx)
+
+
+BAD_SHAPES = [  # (op name, call(ctx))
+    ("broadcast_to", lambda c: ops.broadcast_to(_arr(c, 3), _arr(c, 7, 4))),
+    ("broadcast_to", lambda c: ops.broadcast_to(_arr(c, 2, 10), _arr(c, 7, 10))),
+    ("broadcast_to", lambda c: ops.broadcast_to(_arr(c, 3, 1), _arr(c, 3, 4))),
+    ("broadcast_to", lambda c: ops.broadcast_to(_arr(c, 7, 10), _arr(c, 10))),
+    ("broadcast_to", lambda c: ops.broadcast_to(_arr(c, 4, 5), _arr(c, 5, 4))),
+    ("reduce_sum_axis_zero", lambda c: ops.reduce_sum_axis_zero(_arr(c, 4, 5, 6), _arr(c, 5))),
+    ("reduce_sum_axis_zero", lambda c: ops.reduce_sum_axis_zero(_arr(c, 4, 5, 6), _arr(c, 4, 5))),
+    ("reduce_sum_axis_zero", lambda c: ops.reduce_sum_axis_zero(_arr(c, 5, 6), _arr(c, 3, 5, 6))),
+    ("reduce_sum_axis_zero", lambda c: ops.reduce_sum_axis_zero(_arr(c, 4, 5, 6), _arr(c, 7))),
+    ("reduce_sum_axis_zero", lambda c: ops.reduce_sum_axis_zero(_arr(c, 4, 6), _arr(c, 24))),
+    (
+        "matrix_elementwise_add",
+        lambda c: ops.matrix_elementwise_add(_arr(c, 3, 4), _arr(c, 4, 3), _arr(c, 3, 4)),
+    ),
+    (
+        "matrix_elementwise_add",
+        lambda c: ops.matrix_elementwise_add(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 12)),
+    ),
+    (
+        "matrix_elementwise_add",
+        lambda c: ops.matrix_elementwise_add(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 3, 5)),
+    ),
+    (
+        "matrix_elementwise_add",
+        lambda c: ops.matrix_elementwise_add(_arr(c, 4), _arr(c, 3, 4), _arr(c, 3, 4)),
+    ),
+    (
+        "matrix_elementwise_multiply",
+        lambda c: ops.matrix_elementwise_multiply(_arr(c, 3, 4), _arr(c, 3, 5), _arr(c, 3, 4)),
+    ),
+    (
+        "matrix_elementwise_multiply",
+        lambda c: ops.matrix_elementwise_multiply(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 4, 3)),
+    ),
+    (
+        "matrix_elementwise_add_by_const",
+        lambda c: ops.matrix_elementwise_add_by_const(_arr(c, 3, 4), 1.0, _arr(c, 4, 3)),
+    ),
+    (
+        "matrix_elementwise_multiply_by_const",
+        lambda c: ops.matrix_elementwise_multiply_by_const(_arr(c, 3, 4), 1.0, _arr(c, 3, 5)),
+    ),
+    (
+        "matrix_multiply",
+        lambda c: ops.matrix_multiply(_arr(c, 3, 4), False, _arr(c, 5, 6), False, _arr(c, 3, 6)),
+    ),
+    (
+        "matrix_multiply",
+        lambda c: ops.matrix_multiply(_arr(c, 3, 4), True, _arr(c, 4, 6), False, _arr(c, 3, 6)),
+    ),
+    (
+        "matrix_multiply",
+        lambda c: ops.matrix_multiply(_arr(c, 3, 4), False, _arr(c, 6, 5), True, _arr(c, 3, 6)),
+    ),
+    (
+        "matrix_multiply",
+        lambda c: ops.matrix_multiply(_arr(c, 3, 4), False, _arr(c, 4, 6), False, _arr(c, 3, 5)),
+    ),
+    (
+        "matrix_multiply",
+        lambda c: ops.matrix_multiply(_arr(c, 3, 4), False, _arr(c, 4, 6), False, _arr(c, 6, 3)),
+    ),
+    (
+        "matrix_multiply",
+        lambda c: ops.matrix_multiply(_arr(c, 3, 4), False, _arr(c, 4, 6), False, _arr(c, 18)),
+    ),
+    (
+        "matrix_multiply",
+        lambda c: ops.matrix_multiply(_arr(c, 4), False, _arr(c, 4, 6), False, _arr(c, 1, 6)),
+    ),
+    (
+        "matrix_multiply",
+        lambda c: ops.matrix_multiply(_arr(c, 2, 3, 4), False, _arr(c, 4, 6), False, _arr(c, 3, 6)),
+    ),
+    (
+        "matrix_multiply",
+        lambda c: ops.matrix_multiply(_arr(c, 3, 4), False, _arr(c, 1, 4, 6), False, _arr(c, 3, 6)),
+    ),
+    ("relu", lambda c: ops.relu(_arr(c, 3, 4), _arr(c, 4, 3))),
+    ("relu", lambda c: ops.relu(_arr(c, 3, 4), _arr(c, 12))),
+    ("relu_gradient", lambda c: ops.relu_gradient(_arr(c, 3, 4), _arr(c, 3, 5), _arr(c, 3, 4))),
+    ("relu_gradient", lambda c: ops.relu_gradient(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 3, 5))),
+    ("softmax", lambda c: ops.softmax(_arr(c, 5), _arr(c, 5))),
+    ("softmax", lambda c: ops.softmax(_arr(c, 2, 3, 4), _arr(c, 2, 3, 4))),
+    ("softmax", lambda c: ops.softmax(_arr(c, 3, 4), _arr(c, 4, 3))),
+    (
+        "softmax_cross_entropy",
+        lambda c: ops.softmax_cross_entropy(_arr(c, 3, 4), _arr(c, 3, 5), _arr(c, 1)),
+    ),
+    (
+        "softmax_cross_entropy",
+        lambda c: ops.softmax_cross_entropy(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 2)),
+    ),
+    (
+        "softmax_cross_entropy",
+        lambda c: ops.softmax_cross_entropy(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 1, 1)),
+    ),
+    (
+        "softmax_cross_entropy",
+        lambda c: ops.softmax_cross_entropy(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 3)),
+    ),
+    (
+        "softmax_cross_entropy",
+        lambda c: ops.softmax_cross_entropy(_arr(c, 12), _arr(c, 12), _arr(c, 1)),
+    ),
+    (
+        "softmax_cross_entropy",
+        lambda c: ops.softmax_cross_entropy(_arr(c, 2, 3, 4), _arr(c, 2, 3, 4), _arr(c, 1)),
+    ),
+    ("transpose", lambda c: ops.transpose(_arr(c, 3, 4), _arr(c, 3, 4))),
+    ("transpose", lambda c: ops.transpose(_arr(c, 3, 4), _arr(c, 12))),
+    ("transpose", lambda c: ops.transpose(_arr(c, 2, 3, 4), _arr(c, 4, 3, 2))),
+    ("transpose", lambda c: ops.transpose(_arr(c, 5), _arr(c, 5))),
+    ("axpy", lambda c: ops.axpy(1.0, _arr(c, 3, 4), _arr(c, 4, 3))),
+    ("axpy", lambda c: ops.axpy(1.0, _arr(c, 3, 4), _arr(c, 3, 5))),
+    ("copy", lambda c: ops.copy(_arr(c, 3, 4), _arr(c, 3, 5))),
+    ("copy", lambda c: ops.copy(_arr(c, 3, 4), _arr(c, 13))),
+]
+
+
+@pytest.mark.parametrize(
+    "name,call", BAD_SHAPES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(BAD_SHAPES)]
+)
+def test_wrong_shapes_raise_value_error_naming_the_op(ctx, name, call):
+    with pytest.raises(ValueError) as info:
+        call(ctx)
+    assert name in str(info.value), f"message does not name {name!r}: {info.value}"
+
+
+def test_matmul_error_message_names_shapes(ctx):
+    a, b, c = (
+        gpumat.empty((1000, 784), ctx),
+        gpumat.empty((785, 256), ctx),
+        gpumat.empty((1000, 256), ctx),
+    )
+    with pytest.raises(ValueError) as info:
+        ops.matrix_multiply(a, False, b, False, c)
+    msg = str(info.value)
+    assert "matrix_multiply" in msg and "(1000, 784)" in msg and "(785, 256)" in msg, msg
+
+
+def test_elementwise_error_message_names_shapes(ctx):
+    with pytest.raises(ValueError) as info:
+        ops.matrix_elementwise_add(
+            gpumat.empty((3, 4), ctx), gpumat.empty((4, 3), ctx), gpumat.empty((3, 4), ctx)
+        )
+    assert "(3, 4)" in str(info.value) and "(4, 3)" in str(info.value), str(info.value)
+
+
+def test_failed_op_leaves_output_untouched(ctx):
+    x = rand((3, 4))
+    out = gpumat.array(x, ctx)
+    with pytest.raises(ValueError):
+        ops.matrix_multiply(_arr(ctx, 3, 5), False, _arr(ctx, 4, 4), False, out)
+    np.testing.assert_array_equal(out.asnumpy(), x)
+
+
+def _valid_calls(ctx):
+    """name -> (function, args) for one valid call of every op; array arguments are PyGpuMatrix."""
+    a = lambda *s: gpumat.array(rand(s), ctx)  # noqa: E731
+    return {
+        "array_set": (ops.array_set, [a(3, 4), 1.5]),
+        "broadcast_to": (ops.broadcast_to, [a(4), a(3, 4)]),
+        "reduce_sum_axis_zero": (ops.reduce_sum_axis_zero, [a(3, 4), a(4)]),
+        "matrix_elementwise_add": (ops.matrix_elementwise_add, [a(3, 4), a(3, 4), a(3, 4)]),
+        "matrix_elementwise_multiply": (
+            ops.matrix_elementwise_multiply,
+            [a(3, 4), a(3, 4), a(3, 4)],
+        ),
+        "matrix_elementwise_add_by_const": (
+            ops.matrix_elementwise_add_by_const,
+            [a(3, 4), 2.0, a(3, 4)],
+        ),
+        "matrix_elementwise_multiply_by_const": (
+            ops.matrix_elementwise_multiply_by_const,
+            [a(3, 4), 2.0, a(3, 4)],
+        ),
+        "matrix_multiply": (ops.matrix_multiply, [a(3, 4), False, a(4, 5), False, a(3, 5)]),
+        "relu": (ops.relu, [a(3, 4), a(3, 4)]),
+        "relu_gradient": (ops.relu_gradient, [a(3, 4), a(3, 4), a(3, 4)]),
+        "softmax": (ops.softmax, [a(3, 4), a(3, 4)]),
+        "softmax_cross_entropy": (ops.softmax_cross_entropy, [a(3, 4), a(3, 4), a(1)]),
+        "transpose": (ops.transpose, [a(3, 4), a(4, 3)]),
+        "random_uniform": (ops.random_uniform, [a(3, 4), 0.0, 1.0, 7]),
+        "random_normal": (ops.random_normal, [a(3, 4), 0.0, 1.0, 7]),
+        "axpy": (ops.axpy, [0.5, a(3, 4), a(3, 4)]),
+        "copy": (ops.copy, [a(3, 4), a(3, 4)]),
+    }
+
+
+def test_valid_calls_table_covers_every_op(ctx):
+    calls = _valid_calls(ctx)
+    assert sorted(calls) == sorted(ALL_OPS)
+    for fn, args in calls.values():
+        fn(*args)  # the reference calls themselves are valid
+
+
+def _array_positions(args):
+    return [i for i, x in enumerate(args) if isinstance(x, gpumat._core.PyGpuMatrix)]
+
+
+def _scalar_positions(name, args):
+    skip = (False, True)  # matmul's trans flags take any truthy value
+    return [
+        i
+        for i, x in enumerate(args)
+        if isinstance(x, (int, float)) and not any(x is s for s in skip)
+    ]
+
+
+@pytest.mark.parametrize("name", ALL_OPS)
+@pytest.mark.parametrize(
+    "bad", [None, "array", "list", 3.0], ids=["None", "numpy", "list", "float"]
+)
+def test_non_array_argument_raises_type_error(ctx, name, bad):
+    fn, args = _valid_calls(ctx)[name]
+    for i in _array_positions(args):
+        if bad == "array":
+            replacement = args[i].asnumpy()
+        elif bad == "list":
+            replacement = args[i].asnumpy().tolist()
+        else:
+            replacement = bad
+        call_args = list(args)
+        call_args[i] = replacement
+        with pytest.raises(TypeError):
+            fn(*call_args)
+
+
+@pytest.mark.parametrize("name", ALL_OPS)
+def test_non_number_scalar_raises_type_error(ctx, name):
+    fn, args = _valid_calls(ctx)[name]
+    for i in _scalar_positions(name, args):
+        for bad in (None, "abc", [1.0]):
+            call_args = list(args)
+            call_args[i] = bad
+            with pytest.raises(TypeError):
+                fn(*call_args)
+
+
+def test_wrong_number_of_arguments_raises_type_error(ctx):
+    # (random_uniform / random_normal give low, high, seed defaults, so only "none" and "too many"
+    # are wrong for every op)
+    calls = _valid_calls(ctx)
+    for fn, args in calls.values():
+        with pytest.raises(TypeError):
+            fn()
+        with pytest.raises(TypeError):
+            fn(*args, args[-1])
+    with pytest.raises(TypeError):
+        ops.matrix_multiply(*calls["matrix_multiply"][1][:-1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ALL_OPS)
+def test_mixed_devices_raise_value_error(gpu_ctx, name):
+    cpu_fn, cpu_args = _valid_calls(gpumat.cpu())[name]
+    positions = _array_positions(cpu_args)
+    if len(positions) < 2:
+        pytest.skip(f"{name} takes one array")
+    for i in positions:
+        args = list(cpu_args)
+        args[i] = gpumat.array(args[i].asnumpy(), gpu_ctx)
+        with pytest.raises(ValueError):
+            cpu_fn(*args)
+
+
+ALIASING = {  # ops whose output must not be one of their inputs
+    "matrix_multiply": lambda a: ops.matrix_multiply(a, False, a, False, a),
+    "matrix_multiply_A": lambda a: ops.matrix_multiply(a, True, _like(a), False, a),
+    "matrix_multiply_B": lambda a: ops.matrix_multiply(_like(a), False, a, True, a),
+    "softmax": lambda a: ops.softmax(a, a),
+    "transpose": lambda a: ops.transpose(a, a),
+    "broadcast_to": lambda a: ops.broadcast_to(a, a),
+    "reduce_sum_axis_zero": lambda a: ops.reduce_sum_axis_zero(a, a),
+}
+
+
+def _like(a):
+    return gpumat.array(rand(a.shape), a.ctx)
+
+
+@pytest.mark.parametrize("name", list(ALIASING))
+def test_aliased_output_raises_value_error(ctx, name):
+    x = rand((6, 6))
+    a = gpumat.array(x, ctx)
+    with pytest.raises(ValueError):
+        ALIASING[name](a)
+    np.testing.assert_array_equal(a.asnumpy(), x)
+
+
+def test_softmax_cross_entropy_output_is_an_input_raises(ctx):
+    # a (1, 1) problem's logits are never the (1,) output array, but passing an input as `out` must
+    # be refused (wrong shape or aliasing, either way ValueError)
+    a = gpumat.array(rand((1, 1)), ctx)
+    lab = gpumat.array(np.ones((1, 1), np.float32), ctx)
+    with pytest.raises(ValueError):
+        ops.softmax_cross_entropy(a, lab, a)
+    with pytest.raises(ValueError):
+        ops.softmax_cross_entropy(a, lab, lab)
+    v = gpumat.array(rand((1,)), ctx)
+    with pytest.raises(ValueError):
+        ops.softmax_cross_entropy(v, v, v)
