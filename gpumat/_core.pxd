@@ -48,6 +48,8 @@ cdef extern from "gpumat/allocator.h" namespace "gpumat":
 cdef extern from "gpumat/gpu_matrix.h" namespace "gpumat":
     cdef cppclass GpuMatrix:
         GpuMatrix(vector[int64_t], Device) except +gpumat_raise_py_error
+        GpuMatrix(const GpuMatrix&, vector[int64_t]) except +gpumat_raise_py_error
+        bool owns_data()
         const vector[int64_t]& shape()
         int64_t ndim()
         int64_t size()
@@ -81,3 +83,4 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
 cdef class PyGpuMatrix:
     cdef GpuMatrix* mat
     cdef object _ctx
+    cdef object _base  # the array a view shares storage with (kept alive by this reference)

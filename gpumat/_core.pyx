@@ -116,6 +116,42 @@ cdef class PyGpuMatrix:
         out._ctx = ctx
         return out
 
+    def _view(self, shape):
+        """A PyGpuMatrix of ``shape`` over the first elements of this array's storage.
+
+        Private, for the executor's memory plan (values of different shapes sharing one buffer);
+        users call :meth:`reshape`. Raises ValueError if ``shape`` holds more elements.
+        """
+        cdef vector[int64_t] dims
+        for d in shape:
+            dims.push_back(d)
+        cdef PyGpuMatrix out = PyGpuMatrix.__new__(PyGpuMatrix)
+        out.mat = new GpuMatrix(self.mat[0], dims)
+        out._ctx = self._ctx
+        out._base = self if self._base is None else self._base
+        return out
+
+    def reshape(self, *shape):
+        """A view with a new shape and the same number of elements, sharing this array's storage.
+
+        ``shape`` is given as ints or one tuple, as numpy's. Writes through either array are seen
+        by both. Raises ValueError if the element counts differ.
+        """
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])
+        n = 1
+        for d in shape:
+            n *= d
+        if n != self.mat.size():
+            raise ValueError(f"reshape: cannot view {self.shape} ({self.mat.size()} elements) as "
+                             f"{tuple(shape)} ({n} elements)")
+        return self._view(shape)
+
+    @property
+    def is_view(self):
+        """True if this array shares another array's storage (from reshape)."""
+        return not self.mat.owns_data()
+
     @property
     def shape(self):
         """The shape, a tuple of ints."""

@@ -60,9 +60,6 @@ class MemoryPlan:
         planned_bytes: total size of those buffers.
         naive_bytes: total size if every value had its own buffer.
         itemsize: bytes per element (4 for float32, 8 for a float64 numpy run).
-        sharing: ``"best-fit"`` (a buffer serves any value that fits: numpy, where a value is a view
-            of a buffer) or ``"exact-shape"`` (a buffer serves values of one shape: device arrays,
-            whose shape is fixed).
     """
 
     num_values: int
@@ -70,7 +67,6 @@ class MemoryPlan:
     planned_bytes: int
     naive_bytes: int
     itemsize: int
-    sharing: str
 
     @property
     def saved_fraction(self) -> float:
@@ -79,7 +75,7 @@ class MemoryPlan:
 
     def __str__(self) -> str:
         return (
-            f"{self.num_values} values in {self.num_buffers} buffers ({self.sharing}): "
+            f"{self.num_values} values in {self.num_buffers} buffers: "
             f"{self.planned_bytes} bytes planned vs {self.naive_bytes} naive "
             f"({100 * self.saved_fraction:.1f}% saved)"
         )
@@ -127,7 +123,6 @@ def plan_buffers(
     eval_nodes: Sequence[Node],
     computed: set[Node],
     itemsize: int,
-    sharing: str,
 ):
     """Assign executor buffers to values so that values live at the same time never share one.
 
@@ -138,18 +133,15 @@ def plan_buffers(
         eval_nodes: nodes whose values are returned (live to the end).
         computed: nodes whose inputs are read at their step (all but fed nodes).
         itemsize: bytes per element.
-        sharing: ``"best-fit"`` or ``"exact-shape"`` (see :class:`MemoryPlan`).
 
     Returns:
-        (assignment, buffer_bytes, buffer_shapes): node -> buffer index, each buffer's size in
-        bytes, and each buffer's shape (its first, i.e. largest, value's shape).
+        (assignment, buffer_bytes): node -> buffer index, and each buffer's size in bytes.
 
     Greedy by size (the "greedy by size" strategy of Pisarchyk & Lee, "Efficient Memory Management
     for Deep Neural Net Inference", 2020, as in TFLite's arena planner, on whole buffers): values
-    are taken largest first, and each goes to the smallest existing buffer (of the same shape, for
-    exact-shape sharing) that is free for the value's whole lifetime, else to a new buffer. Since a
-    node's inputs are live at its step, a value never shares a buffer with one of its inputs, so
-    ops that cannot work in place are safe.
+    are taken largest first, and each goes to the smallest existing buffer that is free for the
+    value's whole lifetime, else to a new buffer. Since a node's inputs are live at its step, a
+    value never shares a buffer with one of its inputs, so ops that cannot work in place are safe.
     """
     lifetimes = value_lifetimes(order, computed, eval_nodes)
     step_of = {node: step for step, node in enumerate(order)}
@@ -157,19 +149,15 @@ def plan_buffers(
     values = sorted(planned, key=lambda n: (-nbytes[n], step_of[n]))
 
     buffer_bytes: list[int] = []
-    buffer_shapes: list[tuple] = []
     # Per buffer, the disjoint lifetimes it holds, sorted: starts and ends in parallel lists.
     starts: list[list[int]] = []
     ends: list[list[int]] = []
-    by_key: dict = {}  # exact-shape: shape -> buffer indices; best-fit: one list of all
     assignment: dict[Node, int] = {}
     for node in values:
         first, last = lifetimes[node]
-        key = shapes[node] if sharing == "exact-shape" else None
-        candidates = by_key.setdefault(key, [])
         choice = None
-        # Candidates were added largest first, so the last free one is the best fit.
-        for b in reversed(candidates):
+        # Buffers were added largest first, so the last free one is the best fit.
+        for b in reversed(range(len(buffer_bytes))):
             k = bisect.bisect_left(starts[b], first)
             if (k == 0 or ends[b][k - 1] < first) and (k == len(starts[b]) or starts[b][k] > last):
                 choice = b
@@ -177,15 +165,13 @@ def plan_buffers(
         if choice is None:
             choice = len(buffer_bytes)
             buffer_bytes.append(nbytes[node])
-            buffer_shapes.append(shapes[node])
             starts.append([])
             ends.append([])
-            candidates.append(choice)
         k = bisect.bisect_left(starts[choice], first)
         starts[choice].insert(k, first)
         ends[choice].insert(k, last)
         assignment[node] = choice
-    return assignment, buffer_bytes, buffer_shapes
+    return assignment, buffer_bytes
 
 
 class Executor:
@@ -323,9 +309,10 @@ class Executor:
         external = {n for n, (_, ext) in feeds.items() if ext and n in shapes}
         computed = {n for n in order if n not in feeds}
         planned = {n for n in order if n not in external}
-        sharing = "best-fit" if self.ctx is None else "exact-shape"
-        assignment, buffer_bytes, buffer_shapes = plan_buffers(
-            order, shapes, planned, self.eval_node_list, computed, itemsize, sharing
+        # Device values are views (PyGpuMatrix._view) over flat planned buffers, so any buffer
+        # that is large enough can hold any value, as on numpy.
+        assignment, buffer_bytes = plan_buffers(
+            order, shapes, planned, self.eval_node_list, computed, itemsize
         )
 
         # Drop the old buffers first so that the allocator can reuse their memory.
@@ -341,10 +328,10 @@ class Executor:
         else:
             import gpumat
 
-            self._buffers = [gpumat.empty(s, self.ctx) for s in buffer_shapes]
+            self._buffers = [gpumat.empty((b // itemsize,), self.ctx) for b in buffer_bytes]
 
             def value_buffer(node):
-                return self._buffers[assignment[node]]
+                return self._buffers[assignment[node]]._view(shapes[node])
 
         index = {node: i for i, node in enumerate(order)}
         self._template = [value_buffer(n) if n in assignment else None for n in order]
@@ -366,7 +353,6 @@ class Executor:
             planned_bytes=int(sum(buffer_bytes)),
             naive_bytes=int(sum(_nbytes(shapes[n], itemsize) for n in planned)),
             itemsize=itemsize,
-            sharing=sharing,
         )
 
     def run(self, feed_dict: Mapping, convert_to_numpy_ret_vals: bool = False) -> list:

@@ -715,3 +715,45 @@ def test_skip_reason_is_recorded():
             GPU_SKIP_REASON in ("built without CUDA", "no CUDA device")
             or "gpumat" in GPU_SKIP_REASON
         )
+
+
+# ---------------------------------------------------------------------------- views
+
+
+def test_reshape_is_a_view_sharing_storage(ctx):
+    rng = np.random.default_rng()
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    a = gpumat.array(x, ctx)
+    v = a.reshape(3, 8)
+    assert v.shape == (3, 8) and v.is_view and not a.is_view and v.ctx == ctx
+    np.testing.assert_array_equal(v.asnumpy(), x.reshape(3, 8))
+    gpumat.ops.array_set(v, 2.5)  # writes through the view land in the base
+    np.testing.assert_array_equal(a.asnumpy(), np.full((6, 4), 2.5, np.float32))
+    assert a.reshape((24,)).shape == (24,)
+
+
+def test_view_keeps_its_base_alive(ctx):
+    rng = np.random.default_rng()
+    x = rng.standard_normal(10).astype(np.float32)
+    a = gpumat.array(x, ctx)
+    v = a.reshape(2, 5)._view((3,))  # a view of a view points at the owning array
+    before = gpumat.memory_stats(ctx)["bytes_in_use"]
+    del a
+    assert gpumat.memory_stats(ctx)["bytes_in_use"] == before  # storage not freed
+    np.testing.assert_array_equal(v.asnumpy(), x[:3])
+
+
+def test_reshape_and_view_reject_more_elements(ctx):
+    a = gpumat.empty((2, 3), ctx)
+    with pytest.raises(ValueError, match="reshape"):
+        a.reshape(7)
+    with pytest.raises(ValueError, match="more elements than its base"):
+        a._view((7,))
+    with pytest.raises(ValueError, match="negative dimension"):
+        a._view((-1,))
+
+
+def test_views_are_aliases_for_non_inplace_ops(ctx):
+    a = gpumat.array(np.random.default_rng().standard_normal((4, 4)), ctx)
+    with pytest.raises(ValueError, match="must not be one of the inputs"):
+        gpumat.ops.transpose(a, a.reshape(4, 4))

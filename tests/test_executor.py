@@ -488,14 +488,14 @@ def test_plan_shares_buffers_only_between_disjoint_lifetimes():
     order = ad.find_topo_sort([e])
     shapes = {n: (10,) for n in order}
     nodes = set(order)
-    assignment, sizes, _ = plan_buffers(order, shapes, nodes, [e], nodes - {a}, 4, "best-fit")
+    assignment, sizes = plan_buffers(order, shapes, nodes, [e], nodes - {a}, 4)
     assert assignment[a] not in {assignment[n] for n in (b, c, d, e)}
     assert assignment[c] != assignment[b] and assignment[d] != assignment[c]  # never in place
     assert assignment[d] == assignment[b]  # b is dead once c is computed
     assert len(sizes) == 3 and sum(sizes) == 120
 
 
-def test_plan_best_fit_reuses_a_larger_buffer_exact_shape_does_not():
+def test_plan_best_fit_reuses_a_larger_buffer_of_another_shape():
     a = ad.Variable("a")
     b = ad.transpose_op(a)
     c = ad.matmul_op(b, a)
@@ -503,13 +503,8 @@ def test_plan_best_fit_reuses_a_larger_buffer_exact_shape_does_not():
     order = ad.find_topo_sort([d])
     shapes = {a: (4, 2), b: (2, 4), c: (2, 2), d: (2, 2)}
     nodes = set(order)
-    assignment, sizes, _ = plan_buffers(order, shapes, nodes, [d], nodes - {a}, 4, "best-fit")
+    assignment, sizes = plan_buffers(order, shapes, nodes, [d], nodes - {a}, 4)
     assert assignment[d] in (assignment[a], assignment[b]) and len(sizes) == 3
-    assignment, sizes, shapes_out = plan_buffers(
-        order, shapes, nodes, [d], nodes - {a}, 4, "exact-shape"
-    )
-    assert assignment[d] not in (assignment[a], assignment[b]) and len(sizes) == 4
-    assert all(shapes_out[assignment[n]] == shapes[n] for n in order)
 
 
 def test_shape_only_inputs_do_not_extend_lifetimes():
@@ -526,8 +521,7 @@ def test_shape_only_inputs_do_not_extend_lifetimes():
     assert life[x] == (step[x], step[bc])
 
 
-@pytest.mark.parametrize("sharing", ["best-fit", "exact-shape"])
-def test_plan_on_random_graphs_never_shares_live_values(sharing):
+def test_plan_on_random_graphs_never_shares_live_values():
     rng = np.random.default_rng()
     for _ in range(20):
         shapes_pool = [(2, 3), (3, 2), (6,), (4, 4)]
@@ -554,14 +548,10 @@ def test_plan_on_random_graphs_never_shares_live_values(sharing):
         order = ad.find_topo_sort(evals)
         planned = set(order)
         computed = planned - set(leaves)
-        assignment, sizes, bshapes = plan_buffers(
-            order, shapes, planned, evals, computed, 4, sharing
-        )
+        assignment, sizes = plan_buffers(order, shapes, planned, evals, computed, 4)
         life = value_lifetimes(order, computed, evals)
         for node in order:
             assert sizes[assignment[node]] >= 4 * int(np.prod(shapes[node]))
-            if sharing == "exact-shape":
-                assert bshapes[assignment[node]] == shapes[node]
             if node in computed:  # never in place on a value input (shape-only inputs may be)
                 for k, inp in enumerate(node.inputs):
                     if k not in node.op.shape_only_inputs:

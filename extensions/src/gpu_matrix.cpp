@@ -13,31 +13,45 @@
 
 namespace gpumat {
 
-GpuMatrix::GpuMatrix(std::vector<int64_t> shape, Device device)
-    : shape_(std::move(shape)), device_(device) {
-  for (int64_t d : shape_)
-    if (d < 0) throw ShapeError("GpuMatrix: negative dimension in shape " + shape_str());
+int64_t GpuMatrix::checked_size(const std::vector<int64_t>& shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw ShapeError("GpuMatrix: negative dimension in shape " + shape_to_string(shape));
+  for (int64_t d : shape)
+    if (d == 0) return 0;
   // The element count and its byte size must fit int64: check the running product at each step.
   const int64_t kMaxElements = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(float));
   int64_t size = 1;
-  bool empty = false;
-  for (int64_t d : shape_) empty = empty || d == 0;
-  if (!empty) {
-    for (int64_t d : shape_) {
-      if (size > kMaxElements / d)
-        throw OutOfMemory("GpuMatrix: shape " + shape_str() + " is too large to allocate");
-      size *= d;
-    }
+  for (int64_t d : shape) {
+    if (size > kMaxElements / d)
+      throw OutOfMemory("GpuMatrix: shape " + shape_to_string(shape) + " is too large to allocate");
+    size *= d;
   }
-  size_ = empty ? 0 : size;
+  return size;
+}
+
+GpuMatrix::GpuMatrix(std::vector<int64_t> shape, Device device)
+    : shape_(std::move(shape)), size_(checked_size(shape_)), device_(device) {
   check_device(device_);
   data_ = static_cast<float*>(device_allocate(device_, static_cast<size_t>(nbytes())));
 }
 
-GpuMatrix::~GpuMatrix() { device_free(device_, data_); }
+GpuMatrix::GpuMatrix(const GpuMatrix& base, std::vector<int64_t> shape)
+    : shape_(std::move(shape)), size_(checked_size(shape_)), device_(base.device_), owns_(false) {
+  if (size_ > base.size_)
+    throw ShapeError("view: shape " + shape_str() + " has more elements than its base " + base.shape_str());
+  data_ = size_ > 0 ? base.data_ : nullptr;
+}
+
+GpuMatrix::~GpuMatrix() {
+  if (owns_) device_free(device_, data_);
+}
 
 GpuMatrix::GpuMatrix(GpuMatrix&& other) noexcept
-    : shape_(std::move(other.shape_)), size_(other.size_), device_(other.device_), data_(other.data_) {
+    : shape_(std::move(other.shape_)),
+      size_(other.size_),
+      device_(other.device_),
+      data_(other.data_),
+      owns_(other.owns_) {
   other.data_ = nullptr;
   other.size_ = 0;
   other.shape_.clear();
@@ -45,11 +59,12 @@ GpuMatrix::GpuMatrix(GpuMatrix&& other) noexcept
 
 GpuMatrix& GpuMatrix::operator=(GpuMatrix&& other) noexcept {
   if (this != &other) {
-    device_free(device_, data_);
+    if (owns_) device_free(device_, data_);
     shape_ = std::move(other.shape_);
     size_ = other.size_;
     device_ = other.device_;
     data_ = other.data_;
+    owns_ = other.owns_;
     other.data_ = nullptr;
     other.size_ = 0;
     other.shape_.clear();

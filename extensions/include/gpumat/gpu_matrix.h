@@ -3,6 +3,8 @@
 // caching allocator (RAII: freed in the destructor), and is movable, not copyable.
 //
 // Zero-size arrays (a dimension of 0) are valid and own no memory; rank 0 is a scalar of size 1.
+// A view (GpuMatrix::view) shares the first elements of another array's buffer under its own shape
+// and owns nothing: the caller keeps the base alive (PyGpuMatrix holds a reference to it).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,11 @@ class GpuMatrix {
   GpuMatrix(const GpuMatrix&) = delete;
   GpuMatrix& operator=(const GpuMatrix&) = delete;
 
+  // A view: a non-owning array of `shape` over the first elements of `base`'s buffer. Throws
+  // ShapeError if `shape` has more elements than `base` or a negative dimension.
+  GpuMatrix(const GpuMatrix& base, std::vector<int64_t> shape);
+
+  bool owns_data() const { return owns_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t ndim() const { return static_cast<int64_t>(shape_.size()); }
   int64_t dim(int64_t axis) const;  // negative axes count from the end; ShapeError if out of range
@@ -42,10 +49,13 @@ class GpuMatrix {
   void copy_from(const GpuMatrix& src);
 
  private:
+  static int64_t checked_size(const std::vector<int64_t>& shape);
+
   std::vector<int64_t> shape_;
   int64_t size_ = 0;
   Device device_;
   float* data_ = nullptr;
+  bool owns_ = true;
 };
 
 }  // namespace gpumat
