@@ -78,6 +78,38 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void random_normal(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
     void axpy(float, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void copy(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void reshape(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void conv2d(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t,
+                int64_t) except +gpumat_raise_py_error nogil
+    void conv2d_gradient_input(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t, int64_t,
+                               int64_t, int64_t) except +gpumat_raise_py_error nogil
+    void conv2d_gradient_filter(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t, int64_t,
+                                int64_t, int64_t) except +gpumat_raise_py_error nogil
+    void conv1d(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t,
+                int64_t) except +gpumat_raise_py_error nogil
+    void conv1d_gradient_input(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t,
+                               int64_t) except +gpumat_raise_py_error nogil
+    void conv1d_gradient_filter(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t,
+                                int64_t) except +gpumat_raise_py_error nogil
+    int64_t set_conv_workspace_limit(int64_t) except +gpumat_raise_py_error
+    void add_channel_bias(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void reduce_sum_channels(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void max_pool2d(const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                    int64_t) except +gpumat_raise_py_error nogil
+    void max_pool2d_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t,
+                             int64_t, int64_t, int64_t) except +gpumat_raise_py_error nogil
+    void avg_pool2d(const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                    int64_t) except +gpumat_raise_py_error nogil
+    void avg_pool2d_gradient(const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             int64_t) except +gpumat_raise_py_error nogil
+    void mse_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void mae_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void mse_loss_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+                           GpuMatrix&) except +gpumat_raise_py_error nogil
+    void mae_loss_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+                           GpuMatrix&) except +gpumat_raise_py_error nogil
+    void adam_update(GpuMatrix&, const GpuMatrix&, GpuMatrix&, GpuMatrix&, float, float, float, float,
+                     int64_t) except +gpumat_raise_py_error nogil
 
 
 cdef class PyGpuMatrix:

@@ -325,3 +325,126 @@ def axpy_(float alpha, PyGpuMatrix x not None, PyGpuMatrix y not None):
 def copy_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
     with nogil:
         copy(src.mat[0], dst.mat[0])
+
+
+def reshape_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
+    with nogil:
+        reshape(src.mat[0], dst.mat[0])
+
+
+# Convolution: strides and paddings arrive as (h, w) ints; conv1d's as one int each.
+
+def conv2d_(PyGpuMatrix x not None, PyGpuMatrix w not None, PyGpuMatrix y not None,
+            int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w):
+    with nogil:
+        conv2d(x.mat[0], w.mat[0], y.mat[0], stride_h, stride_w, pad_h, pad_w)
+
+
+def conv2d_gradient_input_(PyGpuMatrix dy not None, PyGpuMatrix w not None,
+                           PyGpuMatrix dx not None, int64_t stride_h, int64_t stride_w,
+                           int64_t pad_h, int64_t pad_w):
+    with nogil:
+        conv2d_gradient_input(dy.mat[0], w.mat[0], dx.mat[0], stride_h, stride_w, pad_h, pad_w)
+
+
+def conv2d_gradient_filter_(PyGpuMatrix x not None, PyGpuMatrix dy not None,
+                            PyGpuMatrix dw not None, int64_t stride_h, int64_t stride_w,
+                            int64_t pad_h, int64_t pad_w):
+    with nogil:
+        conv2d_gradient_filter(x.mat[0], dy.mat[0], dw.mat[0], stride_h, stride_w, pad_h, pad_w)
+
+
+def conv1d_(PyGpuMatrix x not None, PyGpuMatrix w not None, PyGpuMatrix y not None,
+            int64_t stride, int64_t pad):
+    with nogil:
+        conv1d(x.mat[0], w.mat[0], y.mat[0], stride, pad)
+
+
+def conv1d_gradient_input_(PyGpuMatrix dy not None, PyGpuMatrix w not None,
+                           PyGpuMatrix dx not None, int64_t stride, int64_t pad):
+    with nogil:
+        conv1d_gradient_input(dy.mat[0], w.mat[0], dx.mat[0], stride, pad)
+
+
+def conv1d_gradient_filter_(PyGpuMatrix x not None, PyGpuMatrix dy not None,
+                            PyGpuMatrix dw not None, int64_t stride, int64_t pad):
+    with nogil:
+        conv1d_gradient_filter(x.mat[0], dy.mat[0], dw.mat[0], stride, pad)
+
+
+def set_conv_workspace_limit_(int64_t nbytes):
+    return set_conv_workspace_limit(nbytes)
+
+
+def add_channel_bias_(PyGpuMatrix a not None, PyGpuMatrix bias not None,
+                      PyGpuMatrix out not None):
+    with nogil:
+        add_channel_bias(a.mat[0], bias.mat[0], out.mat[0])
+
+
+def reduce_sum_channels_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    with nogil:
+        reduce_sum_channels(a.mat[0], out.mat[0])
+
+
+# Pooling: kernel, stride and padding arrive as (h, w) ints.
+
+def max_pool2d_(PyGpuMatrix x not None, PyGpuMatrix y not None, int64_t kernel_h,
+                int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                int64_t pad_w):
+    with nogil:
+        max_pool2d(x.mat[0], y.mat[0], kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)
+
+
+def max_pool2d_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None,
+                         PyGpuMatrix dx not None, int64_t kernel_h, int64_t kernel_w,
+                         int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w):
+    with nogil:
+        max_pool2d_gradient(x.mat[0], dy.mat[0], dx.mat[0], kernel_h, kernel_w, stride_h,
+                            stride_w, pad_h, pad_w)
+
+
+def avg_pool2d_(PyGpuMatrix x not None, PyGpuMatrix y not None, int64_t kernel_h,
+                int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                int64_t pad_w):
+    with nogil:
+        avg_pool2d(x.mat[0], y.mat[0], kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)
+
+
+def avg_pool2d_gradient_(PyGpuMatrix dy not None, PyGpuMatrix dx not None, int64_t kernel_h,
+                         int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                         int64_t pad_w):
+    with nogil:
+        avg_pool2d_gradient(dy.mat[0], dx.mat[0], kernel_h, kernel_w, stride_h, stride_w, pad_h,
+                            pad_w)
+
+
+# Regression losses and the optimizer.
+
+def mse_loss_(PyGpuMatrix pred not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
+    with nogil:
+        mse_loss(pred.mat[0], target.mat[0], out.mat[0])
+
+
+def mae_loss_(PyGpuMatrix pred not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
+    with nogil:
+        mae_loss(pred.mat[0], target.mat[0], out.mat[0])
+
+
+def mse_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
+                       PyGpuMatrix dloss not None, PyGpuMatrix out not None):
+    with nogil:
+        mse_loss_gradient(pred.mat[0], target.mat[0], dloss.mat[0], out.mat[0])
+
+
+def mae_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
+                       PyGpuMatrix dloss not None, PyGpuMatrix out not None):
+    with nogil:
+        mae_loss_gradient(pred.mat[0], target.mat[0], dloss.mat[0], out.mat[0])
+
+
+def adam_update_(PyGpuMatrix param not None, PyGpuMatrix grad not None, PyGpuMatrix m not None,
+                 PyGpuMatrix v not None, float lr, float beta1, float beta2, float eps,
+                 int64_t step):
+    with nogil:
+        adam_update(param.mat[0], grad.mat[0], m.mat[0], v.mat[0], lr, beta1, beta2, eps, step)

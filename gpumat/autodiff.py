@@ -917,8 +917,27 @@ def __getattr__(name: str):
         from gpumat.executor import Executor
 
         return Executor
+    # The convolution, pooling, reshape and regression-loss ops live in gpumat.nn (which imports
+    # this module); they are re-exported here lazily, as Executor is, e.g. autodiff.conv2d_op.
+    if name in _NN_OPS:
+        from gpumat import nn
+
+        return getattr(nn, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+_NN_OPS = (
+    "add_channel_bias_op",
+    "avg_pool2d_op",
+    "conv1d_op",
+    "conv2d_op",
+    "flatten_op",
+    "mae_loss_op",
+    "max_pool2d_op",
+    "mse_loss_op",
+    "reshape_op",
+)
+
+
 def __dir__():
-    return sorted([*globals(), "Executor"])
+    return sorted([*globals(), "Executor", *_NN_OPS])

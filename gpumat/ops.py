@@ -10,7 +10,13 @@ Errors, raised before any kernel runs:
     ValueError: shapes that do not fit the op (the message names the op and the shapes), arrays
         on different devices, or an output that is also an input of an op that cannot work in
         place (matmul, softmax, softmax_cross_entropy, transpose, broadcast_to,
-        reduce_sum_axis_zero). Elementwise ops may write in place.
+        reduce_sum_axis_zero, the convolutions and poolings and their gradients,
+        reduce_sum_channels, the losses, adam_update). Elementwise ops and add_channel_bias
+        may write in place. Impossible geometry (an empty convolution or pooling output, a
+        channel mismatch, a wrong rank) is a ValueError too.
+
+Convolutions, pooling, regression losses and Adam (issue 6) follow the same conventions; the
+graph ops built on them are in :mod:`gpumat.nn`.
     gpumat.CudaError: a CUDA call or launch failed. MemoryError: out of device memory.
 Set ``GPUMAT_SYNC=1`` to synchronize after each op, so an asynchronous fault names its op.
 """
@@ -22,20 +28,39 @@ import numbers
 from . import _core
 
 __all__ = [
+    "adam_update",
+    "add_channel_bias",
     "array_set",
+    "avg_pool2d",
+    "avg_pool2d_gradient",
     "axpy",
     "broadcast_to",
+    "conv1d",
+    "conv1d_gradient_filter",
+    "conv1d_gradient_input",
+    "conv2d",
+    "conv2d_gradient_filter",
+    "conv2d_gradient_input",
     "copy",
+    "mae_loss",
+    "mae_loss_gradient",
     "matrix_elementwise_add",
     "matrix_elementwise_add_by_const",
     "matrix_elementwise_multiply",
     "matrix_elementwise_multiply_by_const",
     "matrix_multiply",
+    "max_pool2d",
+    "max_pool2d_gradient",
+    "mse_loss",
+    "mse_loss_gradient",
     "random_normal",
     "random_uniform",
     "reduce_sum_axis_zero",
+    "reduce_sum_channels",
     "relu",
     "relu_gradient",
+    "reshape",
+    "set_conv_workspace_limit",
     "softmax",
     "softmax_cross_entropy",
     "transpose",
@@ -48,6 +73,29 @@ def _seed(seed) -> int:
     if not 0 <= seed < 2**64:
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
     return int(seed)
+
+
+def _int(value, what: str, op: str) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{op}: {what} must be an int, got {value!r}")
+    return int(value)
+
+
+def _pair(value, what: str, op: str) -> tuple[int, int]:
+    """(h, w) from an int (used for both) or a pair of ints; TypeError otherwise."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise TypeError(f"{op}: {what} must be an int or a pair of ints, got {value!r}")
+        return _int(value[0], what, op), _int(value[1], what, op)
+    v = _int(value, what, op)
+    return v, v
+
+
+def _pool_args(op, kernel_size, stride, padding) -> tuple[int, ...]:
+    kh, kw = _pair(kernel_size, "kernel_size", op)
+    sh, sw = (kh, kw) if stride is None else _pair(stride, "stride", op)
+    ph, pw = _pair(padding, "padding", op)
+    return kh, kw, sh, sw, ph, pw
 
 
 def array_set(arr, value: float) -> None:
@@ -166,3 +214,198 @@ def axpy(alpha: float, x, y) -> None:
 def copy(src, dst) -> None:
     """dst = src, same shape and device (asynchronous on CUDA)."""
     _core.copy_(src, dst)
+
+
+def reshape(in_arr, out_arr) -> None:
+    """out_arr = in_arr with out_arr's shape (a copy): same number of elements, same device."""
+    _core.reshape_(in_arr, out_arr)
+
+
+# --------------------------------------------------------------------------------------------------
+# Convolution
+# --------------------------------------------------------------------------------------------------
+
+
+def conv2d(x, w, out, stride=1, padding=0) -> None:
+    """2-D convolution (cross-correlation, as in every DL framework) with zero padding.
+
+    ``out[n, f, oh, ow] = sum_{c,i,j} x[n, c, oh*sh - ph + i, ow*sw - pw + j] * w[f, c, i, j]``
+
+    Shapes: x (N, C, H, W), w (F, C, KH, KW), out (N, F, OH, OW) with
+    OH = (H + 2*ph - KH) // sh + 1 and OW likewise. ``stride`` (>= 1) and ``padding`` (>= 0) are
+    ints or (h, w) pairs. FLOPs: 2·N·F·OH·OW·C·KH·KW.
+
+    Method: im2col + our matmul, not a direct convolution. Each chunk of images is unrolled into a
+    (C·KH·KW, images·OH·OW) column matrix, so the convolution is one large GEMM (BLAS sgemm on the
+    host, the tiled kernel of matmul.cu on CUDA), which keeps the hardware busy for any filter
+    size, and the forward pass and both gradients are the three transpose cases of that GEMM. The
+    column matrix costs memory, so the batch is processed in chunks that keep the scratch under
+    :func:`set_conv_workspace_limit` (64 MiB by default).
+
+    Raises ValueError for a wrong rank, a channel mismatch, stride < 1, padding < 0, an empty
+    output (the padded input smaller than the filter) or an ``out`` of the wrong shape; TypeError
+    for a non-integer stride or padding.
+    """
+    sh, sw = _pair(stride, "stride", "conv2d")
+    ph, pw = _pair(padding, "padding", "conv2d")
+    _core.conv2d_(x, w, out, sh, sw, ph, pw)
+
+
+def conv2d_gradient_input(dy, w, out, stride=1, padding=0) -> None:
+    """out (N, C, H, W) = dL/dx of :func:`conv2d` given dy = dL/dy (N, F, OH, OW) and w.
+
+    The input's H and W come from ``out``'s shape (with stride > 1 several sizes give the same
+    output size). im2col's transpose: dcol = w^T @ dy, then col2im as a gather (each element sums
+    the column entries that read it: no atomics, deterministic).
+    """
+    sh, sw = _pair(stride, "stride", "conv2d_gradient_input")
+    ph, pw = _pair(padding, "padding", "conv2d_gradient_input")
+    _core.conv2d_gradient_input_(dy, w, out, sh, sw, ph, pw)
+
+
+def conv2d_gradient_filter(x, dy, out, stride=1, padding=0) -> None:
+    """out (F, C, KH, KW) = dL/dw of :func:`conv2d` given x (N, C, H, W) and dy (N, F, OH, OW).
+
+    dw = dy @ col(x)^T, accumulated over the batch chunks.
+    """
+    sh, sw = _pair(stride, "stride", "conv2d_gradient_filter")
+    ph, pw = _pair(padding, "padding", "conv2d_gradient_filter")
+    _core.conv2d_gradient_filter_(x, dy, out, sh, sw, ph, pw)
+
+
+def conv1d(x, w, out, stride: int = 1, padding: int = 0) -> None:
+    """1-D convolution for sequences: x (N, C, W), w (F, C, K), out (N, F, OW),
+    OW = (W + 2*padding - K) // stride + 1. It is :func:`conv2d` with H = KH = 1."""
+    _core.conv1d_(x, w, out, _int(stride, "stride", "conv1d"), _int(padding, "padding", "conv1d"))
+
+
+def conv1d_gradient_input(dy, w, out, stride: int = 1, padding: int = 0) -> None:
+    """out (N, C, W) = dL/dx of :func:`conv1d` given dy (N, F, OW) and w (F, C, K)."""
+    op = "conv1d_gradient_input"
+    _core.conv1d_gradient_input_(
+        dy, w, out, _int(stride, "stride", op), _int(padding, "padding", op)
+    )
+
+
+def conv1d_gradient_filter(x, dy, out, stride: int = 1, padding: int = 0) -> None:
+    """out (F, C, K) = dL/dw of :func:`conv1d` given x (N, C, W) and dy (N, F, OW)."""
+    op = "conv1d_gradient_filter"
+    _core.conv1d_gradient_filter_(
+        x, dy, out, _int(stride, "stride", op), _int(padding, "padding", op)
+    )
+
+
+def set_conv_workspace_limit(nbytes: int) -> int:
+    """Sets the scratch limit of the convolutions in bytes and returns the previous one.
+
+    Convolutions build the im2col columns of as many images at once as fit in ``nbytes`` (at
+    least one image, whatever the limit), so a smaller limit trades speed for memory. Default
+    64 MiB. Process-wide. Raises ValueError for a negative value.
+    """
+    return _core.set_conv_workspace_limit_(_int(nbytes, "nbytes", "set_conv_workspace_limit"))
+
+
+def add_channel_bias(in_arr, bias, out_arr) -> None:
+    """out_arr = in_arr + bias[c] along axis 1: in_arr (N, C, ...) of rank >= 2, bias (C,).
+
+    The bias of a convolution (and, for (N, C), of a dense layer). May work in place.
+    """
+    _core.add_channel_bias_(in_arr, bias, out_arr)
+
+
+def reduce_sum_channels(in_arr, out_arr) -> None:
+    """out_arr (C,) = sum of in_arr (N, C, ...) over every axis but axis 1: the bias gradient."""
+    _core.reduce_sum_channels_(in_arr, out_arr)
+
+
+# --------------------------------------------------------------------------------------------------
+# Pooling
+# --------------------------------------------------------------------------------------------------
+
+
+def max_pool2d(x, out, kernel_size, stride=None, padding=0) -> None:
+    """Max over each (KH, KW) window of x (N, C, H, W) into out (N, C, OH, OW).
+
+    OH = (H + 2*ph - KH) // sh + 1. ``kernel_size``, ``stride`` (default: the kernel size) and
+    ``padding`` are ints or (h, w) pairs; 0 <= padding <= kernel_size // 2, and padding never
+    wins (it acts as -inf). NOTE: a NaN in a window makes its maximum NaN.
+    """
+    _core.max_pool2d_(x, out, *_pool_args("max_pool2d", kernel_size, stride, padding))
+
+
+def max_pool2d_gradient(x, dy, out, kernel_size, stride=None, padding=0) -> None:
+    """out (N, C, H, W) = dL/dx of :func:`max_pool2d` given its input x and dy (N, C, OH, OW).
+
+    Each window's dy goes to exactly one element: its argmax, recomputed from x (the forward pass
+    stores no indices). Ties go to the first maximum in row-major window order; an element that
+    is the argmax of several (overlapping) windows receives the sum of their dy.
+    """
+    _core.max_pool2d_gradient_(
+        x, dy, out, *_pool_args("max_pool2d_gradient", kernel_size, stride, padding)
+    )
+
+
+def avg_pool2d(x, out, kernel_size, stride=None, padding=0) -> None:
+    """Mean over each (KH, KW) window of x (N, C, H, W) into out (N, C, OH, OW).
+
+    Padding counts as zeros and the divisor is always KH*KW (PyTorch's ``count_include_pad=True``).
+    Arguments as for :func:`max_pool2d`.
+    """
+    _core.avg_pool2d_(x, out, *_pool_args("avg_pool2d", kernel_size, stride, padding))
+
+
+def avg_pool2d_gradient(dy, out, kernel_size, stride=None, padding=0) -> None:
+    """out (N, C, H, W) = dL/dx of :func:`avg_pool2d` given dy (N, C, OH, OW); every element
+    receives dy / (KH*KW) from each window that covers it."""
+    _core.avg_pool2d_gradient_(
+        dy, out, *_pool_args("avg_pool2d_gradient", kernel_size, stride, padding)
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Regression losses
+# --------------------------------------------------------------------------------------------------
+
+
+def mse_loss(pred, target, out) -> None:
+    """out (1,) = mean((pred - target)**2) over all elements; pred and target of one shape, not
+    empty. Sums are in double on the host, in a fixed-order block reduction on CUDA."""
+    _core.mse_loss_(pred, target, out)
+
+
+def mae_loss(pred, target, out) -> None:
+    """out (1,) = mean(|pred - target|) over all elements; pred and target of one shape, not
+    empty."""
+    _core.mae_loss_(pred, target, out)
+
+
+def mse_loss_gradient(pred, target, dloss, out) -> None:
+    """out = dloss[0] * 2 * (pred - target) / n, the gradient of :func:`mse_loss` with respect to
+    pred times the loss's output gradient ``dloss`` (shape (1,)); out has pred's shape. The
+    gradient with respect to target is its negative."""
+    _core.mse_loss_gradient_(pred, target, dloss, out)
+
+
+def mae_loss_gradient(pred, target, dloss, out) -> None:
+    """out = dloss[0] * sign(pred - target) / n, the gradient of :func:`mae_loss` with respect to
+    pred. NOTE: sign(0) = 0, the subgradient PyTorch uses."""
+    _core.mae_loss_gradient_(pred, target, dloss, out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Optimizer
+# --------------------------------------------------------------------------------------------------
+
+
+def adam_update(param, grad, m, v, lr, beta1, beta2, eps, step: int) -> None:
+    """One in-place Adam step (Kingma & Ba, "Adam: A Method for Stochastic Optimization",
+    ICLR 2015, Algorithm 1), fused into one kernel::
+
+        m = beta1*m + (1 - beta1)*grad;  v = beta2*v + (1 - beta2)*grad**2
+        param -= lr * (m / (1 - beta1**step)) / (sqrt(v / (1 - beta2**step)) + eps)
+
+    param, grad, m, v: four different arrays of one shape (m and v start at zero). ``step`` is
+    t >= 1, counted from the first update. Raises ValueError for betas outside [0, 1), a negative
+    or non-finite lr or eps, or step < 1.
+    """
+    _core.adam_update_(param, grad, m, v, lr, beta1, beta2, eps, _int(step, "step", "adam_update"))

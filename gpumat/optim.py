@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["SGD"]
+__all__ = ["SGD", "Adam", "MomentumSGD"]
 
 
 def _is_device_array(value) -> bool:
@@ -116,3 +116,217 @@ class SGD:
 
     def __repr__(self) -> str:
         return f"SGD({len(self.params)} params, lr={self._lr})"
+
+
+# --------------------------------------------------------------------------------------------------
+# Momentum SGD and Adam: optimizers with per-parameter state (velocity; first and second moments)
+# kept next to each parameter, on its device, allocated once.
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_params(name: str, params: Sequence) -> list:
+    params = list(params)
+    for i, p in enumerate(params):
+        if not (isinstance(p, np.ndarray) or _is_device_array(p)):
+            raise TypeError(
+                f"{name}: parameter {i} is a {type(p).__name__}, "
+                "expected PyGpuMatrix or numpy array"
+            )
+        if isinstance(p, np.ndarray) and p.dtype.kind != "f":
+            raise TypeError(
+                f"{name}: parameter {i} has dtype {p.dtype}; in-place updates need a float array"
+            )
+    return params
+
+
+def _check_rate(name: str, what: str, value: float) -> float:
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}: {what} must be a finite number >= 0, got {value!r}")
+    return value
+
+
+def _check_beta(name: str, what: str, value: float) -> float:
+    value = float(value)
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name}: {what} must be in [0, 1), got {value!r}")
+    return value
+
+
+def _zeros_like(p):
+    """A zero array with p's shape, on p's device (numpy for numpy parameters)."""
+    if isinstance(p, np.ndarray):
+        return np.zeros_like(p)
+    import gpumat
+    from gpumat import ops
+
+    z = gpumat.empty(p.shape, p.ctx)
+    ops.array_set(z, 0.0)
+    return z
+
+
+def _check_grads(name: str, params: list, grads: Sequence) -> list:
+    """The gradients as a list, checked against the parameters (count, kind, numpy shapes)."""
+    grads = list(grads)
+    if len(grads) != len(params):
+        raise ValueError(f"{name}.step: got {len(grads)} gradients for {len(params)} parameters")
+    for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+        if isinstance(p, np.ndarray):
+            if not isinstance(g, np.ndarray):
+                raise TypeError(
+                    f"{name}.step: parameter {i} is a numpy array but its gradient is a "
+                    f"{type(g).__name__}"
+                )
+            if g.shape != p.shape:
+                raise ValueError(
+                    f"{name}.step: gradient {i} has shape {g.shape}, its parameter {p.shape}"
+                )
+        elif not _is_device_array(g):
+            raise TypeError(
+                f"{name}.step: parameter {i} is a PyGpuMatrix on {p.ctx} but its gradient is a "
+                f"{type(g).__name__}; run the executor on {p.ctx} so gradients stay on the device"
+            )
+    return grads
+
+
+class MomentumSGD:
+    """SGD with momentum (the heavy ball): ``v <- momentum * v + grad; param <- param - lr * v``.
+
+    This is PyTorch's ``SGD(momentum=...)`` form (Polyak, "Some methods of speeding up the
+    convergence of iteration methods", 1964; Sutskever et al., "On the importance of
+    initialization and momentum in deep learning", ICML 2013, eq. 1-2 with the learning rate
+    factored out of v). With a constant ``lr`` it takes the same steps as ``v <- mu v - lr g;
+    param <- param + v``; the step size at steady state is ``lr / (1 - momentum)`` times the
+    gradient. The velocities start at zero.
+
+    Args:
+        params: the parameters, updated in place: ``PyGpuMatrix`` arrays or float numpy arrays
+            (as for :class:`SGD`). Feed these same objects to the executor on every step.
+        lr: the learning rate, finite and >= 0 (may be changed between steps).
+        momentum: the velocity's decay, in [0, 1); 0 is plain SGD.
+
+    On a device, a step is three kernels per parameter (``v *= momentum``, ``v += grad``,
+    ``param -= lr * v`` through axpy), with no host copies.
+
+    Raises:
+        TypeError: a parameter is neither a numpy array nor a ``PyGpuMatrix``.
+        ValueError: ``lr`` negative or not finite, ``momentum`` outside [0, 1).
+    """
+
+    def __init__(self, params: Sequence, lr: float, momentum: float = 0.9) -> None:
+        self.params = _check_params("MomentumSGD", params)
+        self.lr = lr
+        self.momentum = _check_beta("MomentumSGD", "momentum", momentum)
+        self.velocities = [_zeros_like(p) for p in self.params]
+
+    @property
+    def lr(self) -> float:
+        """The learning rate (a float >= 0)."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._lr = _check_rate("MomentumSGD", "learning rate", value)
+
+    def step(self, grads: Sequence) -> None:
+        """One update of every parameter from its gradient (same order, kind and shape as the
+        parameters; device gradients may be an executor's returned buffers).
+
+        Raises ValueError for a wrong number of gradients or a shape mismatch, TypeError for a
+        gradient of another kind than its parameter (as :meth:`SGD.step`).
+        """
+        grads = _check_grads("MomentumSGD", self.params, grads)
+        mu, lr = self.momentum, self._lr
+        ops = None
+        for p, g, v in zip(self.params, grads, self.velocities, strict=True):
+            if isinstance(p, np.ndarray):
+                v *= mu
+                v += g
+                p -= lr * v
+            else:
+                if ops is None:
+                    from gpumat import ops
+                ops.matrix_elementwise_multiply_by_const(v, mu, v)
+                ops.matrix_elementwise_add(v, g, v)
+                ops.axpy(-lr, v, p)
+
+    def __repr__(self) -> str:
+        return f"MomentumSGD({len(self.params)} params, lr={self._lr}, momentum={self.momentum})"
+
+
+class Adam:
+    """Adam (Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015, Algorithm 1).
+
+    For step t = 1, 2, ... and each parameter, with g its gradient::
+
+        m <- beta1 m + (1 - beta1) g            (first moment, starts at 0)
+        v <- beta2 v + (1 - beta2) g^2          (second moment, starts at 0)
+        param <- param - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+
+    The bias corrections 1 - beta^t undo the moments' zero start. This is Algorithm 1 as printed
+    (eps added to the corrected sqrt(v), as PyTorch does); the paper's defaults are lr = 1e-3,
+    betas = (0.9, 0.999), eps = 1e-8.
+
+    Args:
+        params: the parameters, updated in place (``PyGpuMatrix`` or float numpy arrays).
+        lr: the step size, finite and >= 0 (may be changed between steps).
+        betas: (beta1, beta2), each in [0, 1).
+        eps: finite, >= 0.
+
+    On a device a step is one fused ``gpumat.ops.adam_update`` kernel per parameter (it reads
+    param, grad, m, v and writes param, m, v once). On numpy the same formula runs in the
+    parameters' dtype. ``t`` counts the steps taken.
+
+    Raises:
+        TypeError: a parameter is neither a numpy array nor a ``PyGpuMatrix``.
+        ValueError: lr or eps negative or not finite, a beta outside [0, 1).
+    """
+
+    def __init__(
+        self,
+        params: Sequence,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        self.params = _check_params("Adam", params)
+        self.lr = lr
+        b1, b2 = betas
+        self.betas = (_check_beta("Adam", "beta1", b1), _check_beta("Adam", "beta2", b2))
+        self.eps = _check_rate("Adam", "eps", eps)
+        self.t = 0
+        self.m = [_zeros_like(p) for p in self.params]
+        self.v = [_zeros_like(p) for p in self.params]
+
+    @property
+    def lr(self) -> float:
+        """The step size (a float >= 0)."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._lr = _check_rate("Adam", "learning rate", value)
+
+    def step(self, grads: Sequence) -> None:
+        """One Adam update of every parameter (gradients as for :meth:`MomentumSGD.step`)."""
+        grads = _check_grads("Adam", self.params, grads)
+        self.t += 1
+        t, lr, eps = self.t, self._lr, self.eps
+        b1, b2 = self.betas
+        ops = None
+        for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
+            if isinstance(p, np.ndarray):
+                m *= b1
+                m += (1.0 - b1) * g
+                v *= b2
+                v += (1.0 - b2) * g * g
+                m_hat = m / (1.0 - b1**t)
+                v_hat = v / (1.0 - b2**t)
+                p -= lr * m_hat / (np.sqrt(v_hat) + eps)
+            else:
+                if ops is None:
+                    from gpumat import ops
+                ops.adam_update(p, g, m, v, lr, b1, b2, eps, t)
+
+    def __repr__(self) -> str:
+        return f"Adam({len(self.params)} params, lr={self._lr}, betas={self.betas}, eps={self.eps})"

@@ -10,6 +10,28 @@
 
 namespace gpumat {
 
+// Geometry of a 2-D convolution (cross-correlation, zero padding): x is (n, c, h, w), the filter w
+// is (f, c, kh, kw), y is (n, f, oh, ow) with oh = (h + 2*pad_h - kh) / stride_h + 1 (likewise ow).
+// conv1d is the case h = kh = 1, stride_h = 1, pad_h = 0. `chunk` is the number of images whose
+// im2col columns are built at once (1 <= chunk <= n), chosen by ops.cpp so the scratch buffers
+// stay under the workspace limit (set_conv_workspace_limit).
+struct ConvShape {
+  int64_t n, c, h, w;
+  int64_t f, kh, kw;
+  int64_t stride_h, stride_w, pad_h, pad_w;
+  int64_t oh, ow;
+  int64_t chunk;
+};
+
+// Geometry of 2-D pooling over `planes` = N*C independent (h, w) planes: x is (planes, h, w), y is
+// (planes, oh, ow) with oh = (h + 2*pad_h - kh) / stride_h + 1 (likewise ow). ops.cpp guarantees
+// pad <= kernel / 2, so every window holds at least one element of x.
+struct PoolShape {
+  int64_t planes, h, w;
+  int64_t kh, kw, stride_h, stride_w, pad_h, pad_w;
+  int64_t oh, ow;
+};
+
 struct Backend {
   // out is (n,)
   void (*array_set)(int dev, float* out, int64_t n, float value);
@@ -42,6 +64,40 @@ struct Backend {
   void (*axpy)(int dev, float alpha, const float* x, float* y, int64_t n);
   // src, dst are (n,)
   void (*copy)(int dev, const float* src, float* dst, int64_t n);
+
+  // --- conv (src/*/conv.*): x (n, c, h, w), w (f, c, kh, kw), y (n, f, oh, ow); see ConvShape.
+  // y = conv(x, w); dx = dL/dx from dy and w; dw = dL/dw from x and dy. Every output is fully
+  // written (no accumulation into the caller's buffer).
+  void (*conv2d)(int dev, const float* x, const float* w, float* y, const ConvShape& s);
+  void (*conv2d_gradient_input)(int dev, const float* dy, const float* w, float* dx, const ConvShape& s);
+  void (*conv2d_gradient_filter)(int dev, const float* x, const float* dy, float* dw, const ConvShape& s);
+  // in, out are (outer, channels, inner), bias is (channels,): out = in + bias[channel]
+  void (*add_channel_bias)(int dev, const float* in, const float* bias, float* out, int64_t outer,
+                           int64_t channels, int64_t inner);
+  // in is (outer, channels, inner), out is (channels,): sums over outer and inner
+  void (*reduce_sum_channels)(int dev, const float* in, float* out, int64_t outer, int64_t channels,
+                              int64_t inner);
+
+  // --- pool (src/*/pool.*): x, dx are (planes, h, w); y, dy are (planes, oh, ow); see PoolShape.
+  void (*max_pool2d)(int dev, const float* x, float* y, const PoolShape& s);
+  void (*max_pool2d_gradient)(int dev, const float* x, const float* dy, float* dx, const PoolShape& s);
+  void (*avg_pool2d)(int dev, const float* x, float* y, const PoolShape& s);
+  void (*avg_pool2d_gradient)(int dev, const float* dy, float* dx, const PoolShape& s);
+
+  // --- loss (src/*/loss.*): pred, target, out_grad are (n,) with n >= 1; loss and dloss are (1,).
+  // loss = mean (pred - target)^2 or mean |pred - target|; the gradients with respect to pred
+  // are dloss[0] * 2 (pred - target) / n and dloss[0] * sign(pred - target) / n.
+  void (*mse_loss)(int dev, const float* pred, const float* target, float* loss, int64_t n);
+  void (*mae_loss)(int dev, const float* pred, const float* target, float* loss, int64_t n);
+  void (*mse_loss_gradient)(int dev, const float* pred, const float* target, const float* dloss,
+                            float* out_grad, int64_t n);
+  void (*mae_loss_gradient)(int dev, const float* pred, const float* target, const float* dloss,
+                            float* out_grad, int64_t n);
+
+  // --- optim (src/*/optim.*): param, grad, m, v are (n,). One Adam step (Kingma & Ba 2015,
+  // Algorithm 1) with the bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t precomputed.
+  void (*adam_update)(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                      float beta1, float beta2, float eps, float bc1, float bc2);
 };
 
 const Backend& host_backend();

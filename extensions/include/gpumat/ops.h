@@ -59,4 +59,71 @@ void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y);
 // dst = src, same shape, same device.
 void copy(const GpuMatrix& src, GpuMatrix& dst);
 
+// dst = src with dst's shape: same number of elements, same device (the device side of reshape).
+void reshape(const GpuMatrix& src, GpuMatrix& dst);
+
+// ---- Convolution (src/*/conv.*): im2col + our matmul, over chunks of the batch.
+// Cross-correlation as in every DL framework (the filter is not flipped), zero padding:
+//   y[n, f, oh, ow] = sum_{c,i,j} x[n, c, oh*stride_h - pad_h + i, ow*stride_w - pad_w + j] w[f, c, i, j]
+// with x (N, C, H, W), w (F, C, KH, KW), y (N, F, OH, OW), OH = (H + 2*pad_h - KH) / stride_h + 1
+// (floor; likewise OW). Strides >= 1, padding >= 0, KH, KW >= 1; an output size < 1 is a
+// ShapeError. conv2d_gradient_input writes dx = dL/dx (N, C, H, W) from dy = dL/dy and w;
+// conv2d_gradient_filter writes dw = dL/dw (F, C, KH, KW) from x and dy. Outputs must not alias inputs.
+void conv2d(const GpuMatrix& x, const GpuMatrix& w, GpuMatrix& y, int64_t stride_h, int64_t stride_w,
+            int64_t pad_h, int64_t pad_w);
+void conv2d_gradient_input(const GpuMatrix& dy, const GpuMatrix& w, GpuMatrix& dx, int64_t stride_h,
+                           int64_t stride_w, int64_t pad_h, int64_t pad_w);
+void conv2d_gradient_filter(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dw, int64_t stride_h,
+                            int64_t stride_w, int64_t pad_h, int64_t pad_w);
+// The same for sequences: x (N, C, W), w (F, C, K), y (N, F, OW); conv2d with H = KH = 1.
+void conv1d(const GpuMatrix& x, const GpuMatrix& w, GpuMatrix& y, int64_t stride, int64_t pad);
+void conv1d_gradient_input(const GpuMatrix& dy, const GpuMatrix& w, GpuMatrix& dx, int64_t stride, int64_t pad);
+void conv1d_gradient_filter(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dw, int64_t stride, int64_t pad);
+
+// The im2col scratch limit in bytes (default 64 MiB): convolutions process as many images at once
+// as fit (at least one). Returns the previous limit; `bytes` must be >= 0 (0: one image at a time).
+int64_t set_conv_workspace_limit(int64_t bytes);
+
+// out (N, C, ...) = in + bias[c] for in (N, C, ...) of rank >= 2 and bias (C,): a per-channel bias
+// (conv outputs; for (N, C) it is the dense-layer bias). May work in place.
+void add_channel_bias(const GpuMatrix& in, const GpuMatrix& bias, GpuMatrix& out);
+// out (C,) = sum of in (N, C, ...) over every axis but axis 1: the gradient of add_channel_bias.
+void reduce_sum_channels(const GpuMatrix& in, GpuMatrix& out);
+
+// ---- Pooling (src/*/pool.*) over the (H, W) planes of x (N, C, H, W) -> y (N, C, OH, OW),
+// OH = (H + 2*pad_h - KH) / stride_h + 1 (floor). Kernel and strides >= 1, 0 <= pad <= kernel / 2
+// (so every window holds an element of x), output size >= 1.
+// max_pool2d: padding never wins (it is -inf); ties go to the first maximum in row-major window
+// order, and a NaN in a window wins (the first NaN). max_pool2d_gradient recomputes that argmax
+// from x (no index array is stored) and routes each dy to exactly that one element of dx.
+// avg_pool2d: the mean over the kernel window, padding counted as zeros (the divisor is always
+// KH*KW: PyTorch's count_include_pad=True). avg_pool2d_gradient: dx from dy.
+void max_pool2d(const GpuMatrix& x, GpuMatrix& y, int64_t kernel_h, int64_t kernel_w, int64_t stride_h,
+                int64_t stride_w, int64_t pad_h, int64_t pad_w);
+void max_pool2d_gradient(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dx, int64_t kernel_h,
+                         int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w);
+void avg_pool2d(const GpuMatrix& x, GpuMatrix& y, int64_t kernel_h, int64_t kernel_w, int64_t stride_h,
+                int64_t stride_w, int64_t pad_h, int64_t pad_w);
+void avg_pool2d_gradient(const GpuMatrix& dy, GpuMatrix& dx, int64_t kernel_h, int64_t kernel_w,
+                         int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w);
+
+// ---- Regression losses (src/*/loss.*): pred and target of one shape with >= 1 element, out (1,).
+// mse_loss = mean (pred - target)^2; mae_loss = mean |pred - target|. The gradients with respect
+// to pred, times the loss's output gradient dloss (1,): 2 (pred - target) / n * dloss and
+// sign(pred - target) / n * dloss (sign(0) = 0, the subgradient PyTorch uses); out_grad has pred's shape.
+void mse_loss(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out);
+void mae_loss(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out);
+void mse_loss_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,
+                       GpuMatrix& out_grad);
+void mae_loss_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,
+                       GpuMatrix& out_grad);
+
+// ---- Optimizer (src/*/optim.*): one Adam step in place (Kingma & Ba, "Adam: A Method for
+// Stochastic Optimization", ICLR 2015, Algorithm 1), for step t >= 1:
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   param -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+// param, grad, m, v have one shape and are four different arrays; 0 <= beta < 1, lr >= 0, eps >= 0.
+void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatrix& v, float lr, float beta1,
+                 float beta2, float eps, int64_t step);
+
 }  // namespace gpumat::ops

@@ -1,0 +1,238 @@
+// CUDA convolution family, geometry in ConvShape (../backend.h). Host reference: ../host/conv.cpp.
+//   conv2d:                 x (N, C, H, W), w (F, C, KH, KW) -> y (N, F, OH, OW)
+//   conv2d_gradient_input:  dy (N, F, OH, OW), w -> dx (N, C, H, W)
+//   conv2d_gradient_filter: x, dy -> dw (F, C, KH, KW)
+//   add_channel_bias:       out (N, C, S) = in + bias[c];  reduce_sum_channels: (N, C, S) -> (C,)
+//
+// Method: im2col + our tiled matmul (matmul.cu), over chunks of `chunk` images so the scratch
+// (from the caching allocator) stays under the workspace limit. For a chunk of nb images:
+//   im2col_kernel      col (C*KH*KW, nb*OH*OW), one thread per col element (writes coalesced)
+//   matmul             y^ (F, nb*OH*OW) = w @ col;  dcol = w^T @ dy^;  dw (+)= dy^ @ col^T
+//   swap_axes01_kernel (F, nb, OH*OW) <-> (nb, F, OH*OW), one thread per output element
+//   col2im_kernel      dx from dcol, a gather: one thread per dx element sums the column entries
+//                      that read it, in (oh, ow) order (no atomics: deterministic, same order
+//                      as the host)
+// With nb = 1 the two layouts coincide and the swap is skipped. Why im2col rather than a direct
+// kernel: one large GEMM per chunk keeps every SM busy for small and large filters alike (a
+// 64-image chunk of MNIST's second layer is a (64 x 800) @ (800 x 4096) product), and the forward
+// pass and both gradients are the three transpose cases of the same matmul.
+// Index arithmetic runs in 32 bits when the chunk's arrays are small enough (the common case:
+// 64-bit division is several times slower on the GPU), else in 64 bits.
+#include <algorithm>
+
+#include "common.cuh"
+#include "gpumat/gpu_matrix.h"
+#include "kernels.cuh"
+
+namespace gpumat::cuda {
+
+namespace {
+constexpr int kChannelThreads = 256;  // reduce_sum_channels: one block per channel
+// 32-bit indexing is used below this many elements (leaves room for the grid-stride increment).
+constexpr int64_t kInt32Limit = int64_t{1} << 30;
+}  // namespace
+
+// ---------------------------------------------------------------------------- kernels
+
+// x is one chunk (nb, C, H, W); col is (C*KH*KW, nb*OH*OW).
+template <typename Index>
+__global__ void im2col_kernel(const float* __restrict__ x, ConvShape s, Index nb, float* __restrict__ col) {
+  const Index C = s.c, H = s.h, W = s.w, KH = s.kh, KW = s.kw, OH = s.oh, OW = s.ow;
+  const Index SH = s.stride_h, SW = s.stride_w, PH = s.pad_h, PW = s.pad_w;
+  const Index total = C * KH * KW * nb * OH * OW;
+  for (Index idx = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<Index>(gridDim.x) * blockDim.x) {
+    // idx = ((r * nb + b) * OH + oh) * OW + ow with r = (c * KH + i) * KW + j
+    const Index ow = idx % OW;
+    Index t = idx / OW;
+    const Index oh = t % OH;
+    t /= OH;
+    const Index b = t % nb;
+    const Index r = t / nb;
+    const Index j = r % KW, i = (r / KW) % KH, c = r / (KW * KH);
+    const Index ih = oh * SH - PH + i, iw = ow * SW - PW + j;
+    float v = 0.0f;
+    if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = x[((b * C + c) * H + ih) * W + iw];
+    col[idx] = v;
+  }
+}
+
+// col is (C*KH*KW, nb*OH*OW); dx is one chunk (nb, C, H, W).
+template <typename Index>
+__global__ void col2im_kernel(const float* __restrict__ col, ConvShape s, Index nb, float* __restrict__ dx) {
+  const Index C = s.c, H = s.h, W = s.w, KH = s.kh, KW = s.kw, OH = s.oh, OW = s.ow;
+  const Index SH = s.stride_h, SW = s.stride_w, PH = s.pad_h, PW = s.pad_w;
+  const Index cols = nb * OH * OW, total = nb * C * H * W;
+  for (Index idx = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Index iw = idx % W;
+    Index t = idx / W;
+    const Index ih = t % H;
+    t /= H;
+    const Index c = t % C;
+    const Index b = t / C;
+    // Windows covering (ih, iw): 0 <= ih + PH - oh*SH < KH, 0 <= oh < OH (likewise for columns).
+    const Index hp = ih + PH, wp = iw + PW;
+    const Index oh_lo = hp < KH ? 0 : (hp - KH) / SH + 1, oh_hi = min(hp / SH, OH - 1);
+    const Index ow_lo = wp < KW ? 0 : (wp - KW) / SW + 1, ow_hi = min(wp / SW, OW - 1);
+    float sum = 0.0f;
+    for (Index oh = oh_lo; oh <= oh_hi; ++oh) {
+      const Index i = hp - oh * SH;
+      for (Index ow = ow_lo; ow <= ow_hi; ++ow) {
+        const Index j = wp - ow * SW;
+        sum += col[((c * KH + i) * KW + j) * cols + (b * OH + oh) * OW + ow];
+      }
+    }
+    dx[idx] = sum;
+  }
+}
+
+// in is (d0, d1, inner), out is (d1, d0, inner).
+__global__ void swap_axes01_kernel(const float* __restrict__ in, int64_t d0, int64_t d1, int64_t inner,
+                                   float* __restrict__ out) {
+  const int64_t total = d0 * d1 * inner;
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < total;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = o % inner, t = o / inner;
+    const int64_t a = t % d0, b = t / d0;  // out[b, a, k] = in[a, b, k]
+    out[o] = in[(a * d1 + b) * inner + k];
+  }
+}
+
+// in, out are (outer, channels, inner); bias is (channels,).
+__global__ void add_channel_bias_kernel(const float* in, const float* __restrict__ bias, float* out, int64_t n,
+                                        int64_t channels, int64_t inner) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = in[i] + bias[(i / inner) % channels];
+}
+
+// in is (outer, channels, inner), out is (channels,); block c sums channel c (grid = channels).
+__global__ void reduce_sum_channels_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t outer,
+                                           int64_t channels, int64_t inner) {
+  const int64_t c = blockIdx.x, total = outer * inner;
+  float acc = 0.0f;
+  for (int64_t e = threadIdx.x; e < total; e += kChannelThreads) {
+    const int64_t n = e / inner, k = e - n * inner;
+    acc += in[(n * channels + c) * inner + k];
+  }
+  acc = block_sum<kChannelThreads>(acc);
+  if (threadIdx.x == 0) out[c] = acc;
+}
+
+// ---------------------------------------------------------------------------- launchers
+
+namespace {
+
+bool fits_int32(const ConvShape& s) {
+  const int64_t col = s.c * s.kh * s.kw * s.chunk * s.oh * s.ow, x = s.chunk * s.c * s.h * s.w;
+  return std::max(col, x) <= kInt32Limit;
+}
+
+void launch_im2col(int dev, const float* x, const ConvShape& s, int64_t nb, float* col, const char* op) {
+  cudaStream_t stream = activate(dev);
+  const int64_t total = s.c * s.kh * s.kw * nb * s.oh * s.ow;
+  const unsigned grid = grid_for(total, kBlockSize);
+  if (fits_int32(s))
+    im2col_kernel<int32_t><<<grid, kBlockSize, 0, stream>>>(x, s, static_cast<int32_t>(nb), col);
+  else
+    im2col_kernel<int64_t><<<grid, kBlockSize, 0, stream>>>(x, s, nb, col);
+  check_launch(op);
+}
+
+void launch_col2im(int dev, const float* col, const ConvShape& s, int64_t nb, float* dx, const char* op) {
+  cudaStream_t stream = activate(dev);
+  const unsigned grid = grid_for(nb * s.c * s.h * s.w, kBlockSize);
+  if (fits_int32(s))
+    col2im_kernel<int32_t><<<grid, kBlockSize, 0, stream>>>(col, s, static_cast<int32_t>(nb), dx);
+  else
+    col2im_kernel<int64_t><<<grid, kBlockSize, 0, stream>>>(col, s, nb, dx);
+  check_launch(op);
+}
+
+void launch_swap_axes01(int dev, const float* in, int64_t d0, int64_t d1, int64_t inner, float* out,
+                        const char* op) {
+  cudaStream_t stream = activate(dev);
+  swap_axes01_kernel<<<grid_for(d0 * d1 * inner, kBlockSize), kBlockSize, 0, stream>>>(in, d0, d1, inner, out);
+  check_launch(op);
+}
+
+}  // namespace
+
+// Scratch arrays come from the caching allocator and are released when the launcher returns, with
+// kernels still queued: safe, because every kernel of the device runs on its one stream, in order.
+void conv2d(int dev, const float* x, const float* w, float* y, const ConvShape& s) {
+  const char* op = "conv2d";
+  const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
+  GpuMatrix col({ckk, s.chunk * ohw}, Device::cuda(dev));
+  GpuMatrix tmp({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, Device::cuda(dev));
+  for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
+    const int64_t nb = std::min(s.chunk, s.n - n0);
+    launch_im2col(dev, x + n0 * chw, s, nb, col.data(), op);
+    float* yb = y + n0 * s.f * ohw;
+    if (nb == 1) {
+      matmul(dev, w, false, col.data(), false, yb, s.f, ohw, ckk);
+    } else {
+      matmul(dev, w, false, col.data(), false, tmp.data(), s.f, nb * ohw, ckk);
+      launch_swap_axes01(dev, tmp.data(), s.f, nb, ohw, yb, op);
+    }
+  }
+}
+
+void conv2d_gradient_input(int dev, const float* dy, const float* w, float* dx, const ConvShape& s) {
+  const char* op = "conv2d_gradient_input";
+  const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
+  GpuMatrix dcol({ckk, s.chunk * ohw}, Device::cuda(dev));
+  GpuMatrix dyt({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, Device::cuda(dev));
+  for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
+    const int64_t nb = std::min(s.chunk, s.n - n0);
+    const float* dyb = dy + n0 * s.f * ohw;
+    if (nb > 1) {
+      launch_swap_axes01(dev, dyb, nb, s.f, ohw, dyt.data(), op);
+      dyb = dyt.data();
+    }
+    matmul(dev, w, true, dyb, false, dcol.data(), ckk, nb * ohw, s.f);
+    launch_col2im(dev, dcol.data(), s, nb, dx + n0 * chw, op);
+  }
+}
+
+void conv2d_gradient_filter(int dev, const float* x, const float* dy, float* dw, const ConvShape& s) {
+  const char* op = "conv2d_gradient_filter";
+  const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
+  const bool chunked = s.chunk < s.n;
+  GpuMatrix col({ckk, s.chunk * ohw}, Device::cuda(dev));
+  GpuMatrix dyt({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, Device::cuda(dev));
+  GpuMatrix part({chunked ? s.f * ckk : 0}, Device::cuda(dev));
+  for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
+    const int64_t nb = std::min(s.chunk, s.n - n0);
+    launch_im2col(dev, x + n0 * chw, s, nb, col.data(), op);
+    const float* dyb = dy + n0 * s.f * ohw;
+    if (nb > 1) {
+      launch_swap_axes01(dev, dyb, nb, s.f, ohw, dyt.data(), op);
+      dyb = dyt.data();
+    }
+    // The first chunk writes dw; later ones are added to it.
+    float* target = n0 == 0 ? dw : part.data();
+    matmul(dev, dyb, false, col.data(), true, target, s.f, ckk, nb * ohw);
+    if (n0 > 0) add(dev, dw, part.data(), dw, s.f * ckk);
+  }
+}
+
+void add_channel_bias(int dev, const float* in, const float* bias, float* out, int64_t outer, int64_t channels,
+                      int64_t inner) {
+  cudaStream_t stream = activate(dev);
+  const int64_t n = outer * channels * inner;
+  add_channel_bias_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(in, bias, out, n, channels, inner);
+  check_launch("add_channel_bias");
+}
+
+void reduce_sum_channels(int dev, const float* in, float* out, int64_t outer, int64_t channels, int64_t inner) {
+  const int64_t kMaxGridX = 2147483647;
+  if (channels > kMaxGridX) throw ShapeError("reduce_sum_channels: too many channels for the CUDA grid");
+  cudaStream_t stream = activate(dev);
+  reduce_sum_channels_kernel<<<static_cast<unsigned>(channels), kChannelThreads, 0, stream>>>(in, out, outer,
+                                                                                             channels, inner);
+  check_launch("reduce_sum_channels");
+}
+
+}  // namespace gpumat::cuda

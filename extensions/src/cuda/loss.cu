@@ -1,0 +1,99 @@
+// CUDA regression losses; pred, target, out_grad are (n,), loss and dloss (1,).
+// Host reference: ../host/loss.cpp.
+//   loss_partial_kernel<Abs>: partial[b] = sum over block b's grid-stride share of (p - t)^2 or |p - t|
+//   loss_mean_kernel:         loss[0] = sum_b partial[b] / n (one block, fixed order)
+//   mse/mae gradient:         out_grad[i] = dloss[0] * 2/n * (p - t)  or  dloss[0] / n * sign(p - t)
+// The grid of the partial sums depends only on n, and every sum runs in a fixed order, so results
+// are deterministic. NOTE: NaN propagates into the loss and the gradient; sign(0) = 0.
+#include <algorithm>
+
+#include "common.cuh"
+#include "gpumat/gpu_matrix.h"
+#include "kernels.cuh"
+
+namespace gpumat::cuda {
+
+namespace {
+constexpr int kLossThreads = 256;
+constexpr int64_t kLossMaxBlocks = 1024;  // partial sums per loss
+}  // namespace
+
+// ---------------------------------------------------------------------------- kernels
+
+// pred, target are (n,); partial is (gridDim.x,)
+template <bool Abs>
+__global__ void loss_partial_kernel(const float* __restrict__ pred, const float* __restrict__ target, int64_t n,
+                                    float* __restrict__ partial) {
+  float acc = 0.0f;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kLossThreads) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kLossThreads) {
+    const float d = pred[i] - target[i];
+    acc += Abs ? fabsf(d) : d * d;
+  }
+  acc = block_sum<kLossThreads>(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// partial is (blocks,), loss is (1,); launched with one block
+__global__ void loss_mean_kernel(const float* __restrict__ partial, int64_t blocks, int64_t n,
+                                 float* __restrict__ loss) {
+  float acc = 0.0f;
+  for (int64_t b = threadIdx.x; b < blocks; b += kLossThreads) acc += partial[b];
+  acc = block_sum<kLossThreads>(acc);
+  if (threadIdx.x == 0) loss[0] = static_cast<float>(static_cast<double>(acc) / static_cast<double>(n));
+}
+
+// pred, target, out_grad are (n,); dloss is (1,); scale is 2/n (mse) or 1/n (mae)
+template <bool Abs>
+__global__ void loss_gradient_kernel(const float* __restrict__ pred, const float* __restrict__ target,
+                                     const float* __restrict__ dloss, float scale, float* __restrict__ out_grad,
+                                     int64_t n) {
+  const float g = dloss[0] * scale;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float d = pred[i] - target[i];
+    out_grad[i] = Abs ? g * (d > 0.0f ? 1.0f : (d < 0.0f ? -1.0f : d)) : g * d;
+  }
+}
+
+// ---------------------------------------------------------------------------- launchers
+
+template <bool Abs>
+static void launch_loss(const char* op, int dev, const float* pred, const float* target, float* loss, int64_t n) {
+  const int64_t blocks = std::min<int64_t>(ceil_div(n, kLossThreads), kLossMaxBlocks);
+  // The partial sums live in a scratch array from the caching allocator, released after both
+  // launches are queued (safe: the device has one stream).
+  GpuMatrix partial({blocks}, Device::cuda(dev));
+  cudaStream_t stream = activate(dev);
+  loss_partial_kernel<Abs><<<static_cast<unsigned>(blocks), kLossThreads, 0, stream>>>(pred, target, n,
+                                                                                       partial.data());
+  check_launch(op);
+  loss_mean_kernel<<<1, kLossThreads, 0, stream>>>(partial.data(), blocks, n, loss);
+  check_launch(op);
+}
+
+void mse_loss(int dev, const float* pred, const float* target, float* loss, int64_t n) {
+  launch_loss<false>("mse_loss", dev, pred, target, loss, n);
+}
+
+void mae_loss(int dev, const float* pred, const float* target, float* loss, int64_t n) {
+  launch_loss<true>("mae_loss", dev, pred, target, loss, n);
+}
+
+void mse_loss_gradient(int dev, const float* pred, const float* target, const float* dloss, float* out_grad,
+                       int64_t n) {
+  cudaStream_t stream = activate(dev);
+  loss_gradient_kernel<false><<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(
+      pred, target, dloss, 2.0f / static_cast<float>(n), out_grad, n);
+  check_launch("mse_loss_gradient");
+}
+
+void mae_loss_gradient(int dev, const float* pred, const float* target, const float* dloss, float* out_grad,
+                       int64_t n) {
+  cudaStream_t stream = activate(dev);
+  loss_gradient_kernel<true><<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(
+      pred, target, dloss, 1.0f / static_cast<float>(n), out_grad, n);
+  check_launch("mae_loss_gradient");
+}
+
+}  // namespace gpumat::cuda

@@ -1,0 +1,143 @@
+// CUDA pooling family, geometry in PoolShape (../backend.h). Host reference: ../host/pool.cpp.
+// x, dx are (planes, H, W) and y, dy are (planes, OH, OW), planes = N*C.
+//   max_pool2d_kernel:          one thread per output: max over its window (padding ignored)
+//   max_pool2d_gradient_kernel: one thread per dx element: sums, in (oh, ow) order, dy of the
+//                               windows covering it whose argmax it is (recomputed from x)
+//   avg_pool2d_kernel:          one thread per output: window sum / (KH*KW) (padding counts as 0)
+//   avg_pool2d_gradient_kernel: one thread per dx element: sum of dy over the covering windows
+//                               / (KH*KW)
+// The gradients are gathers, not scatters: no atomics, deterministic, and summed in the same
+// order as the host's loops, so both devices agree. Recomputing the argmax (rather than storing
+// indices in the forward pass) keeps max_pool2d a one-output op; it costs one window scan per
+// covering window, ceil(K/S)^2 windows (one for the usual K = S = 2).
+// NOTE: argmax = the first maximum in row-major window order (ties: the first wins, so each
+// dy reaches exactly one element); a NaN beats numbers and the first NaN beats later ones.
+// Grid-stride loops, kBlockSize threads, grid from grid_for().
+#include "common.cuh"
+#include "kernels.cuh"
+
+namespace gpumat::cuda {
+
+// ---------------------------------------------------------------------------- kernels
+
+// Index (ih * W + iw) in its plane of the argmax of window (oh, ow); plane is (H, W).
+__device__ __forceinline__ int64_t window_argmax(const float* plane, const PoolShape& s, int64_t oh, int64_t ow) {
+  const int64_t h0 = oh * s.stride_h - s.pad_h, w0 = ow * s.stride_w - s.pad_w;
+  const int64_t h_lo = h0 > 0 ? h0 : 0, h_hi = h0 + s.kh < s.h ? h0 + s.kh : s.h;
+  const int64_t w_lo = w0 > 0 ? w0 : 0, w_hi = w0 + s.kw < s.w ? w0 + s.kw : s.w;
+  int64_t best_i = h_lo * s.w + w_lo;
+  float best = plane[best_i];
+  for (int64_t ih = h_lo; ih < h_hi; ++ih) {
+    for (int64_t iw = w_lo; iw < w_hi; ++iw) {
+      const float v = plane[ih * s.w + iw];
+      if (v > best || (v != v && best == best)) {
+        best = v;
+        best_i = ih * s.w + iw;
+      }
+    }
+  }
+  return best_i;
+}
+
+// x is (planes, H, W), y is (planes, OH, OW)
+__global__ void max_pool2d_kernel(const float* __restrict__ x, float* __restrict__ y, PoolShape s) {
+  const int64_t total = s.planes * s.oh * s.ow;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t ow = idx % s.ow, t = idx / s.ow, oh = t % s.oh, p = t / s.oh;
+    const float* plane = x + p * s.h * s.w;
+    y[idx] = plane[window_argmax(plane, s, oh, ow)];
+  }
+}
+
+// x, dx are (planes, H, W), dy is (planes, OH, OW)
+__global__ void max_pool2d_gradient_kernel(const float* __restrict__ x, const float* __restrict__ dy,
+                                           float* __restrict__ dx, PoolShape s) {
+  const int64_t total = s.planes * s.h * s.w;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t iw = idx % s.w, t = idx / s.w, ih = t % s.h, p = t / s.h;
+    const float* plane = x + p * s.h * s.w;
+    const float* g = dy + p * s.oh * s.ow;
+    const int64_t hp = ih + s.pad_h, wp = iw + s.pad_w, self = ih * s.w + iw;
+    const int64_t oh_lo = hp < s.kh ? 0 : (hp - s.kh) / s.stride_h + 1;
+    const int64_t oh_hi = hp / s.stride_h < s.oh - 1 ? hp / s.stride_h : s.oh - 1;
+    const int64_t ow_lo = wp < s.kw ? 0 : (wp - s.kw) / s.stride_w + 1;
+    const int64_t ow_hi = wp / s.stride_w < s.ow - 1 ? wp / s.stride_w : s.ow - 1;
+    float sum = 0.0f;
+    for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
+      for (int64_t ow = ow_lo; ow <= ow_hi; ++ow)
+        if (window_argmax(plane, s, oh, ow) == self) sum += g[oh * s.ow + ow];
+    dx[idx] = sum;
+  }
+}
+
+// x is (planes, H, W), y is (planes, OH, OW)
+__global__ void avg_pool2d_kernel(const float* __restrict__ x, float* __restrict__ y, PoolShape s,
+                                  float inv_area) {
+  const int64_t total = s.planes * s.oh * s.ow;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t ow = idx % s.ow, t = idx / s.ow, oh = t % s.oh, p = t / s.oh;
+    const float* plane = x + p * s.h * s.w;
+    const int64_t h0 = oh * s.stride_h - s.pad_h, w0 = ow * s.stride_w - s.pad_w;
+    const int64_t h_lo = h0 > 0 ? h0 : 0, h_hi = h0 + s.kh < s.h ? h0 + s.kh : s.h;
+    const int64_t w_lo = w0 > 0 ? w0 : 0, w_hi = w0 + s.kw < s.w ? w0 + s.kw : s.w;
+    float sum = 0.0f;
+    for (int64_t ih = h_lo; ih < h_hi; ++ih)
+      for (int64_t iw = w_lo; iw < w_hi; ++iw) sum += plane[ih * s.w + iw];
+    y[idx] = sum * inv_area;
+  }
+}
+
+// dy is (planes, OH, OW), dx is (planes, H, W)
+__global__ void avg_pool2d_gradient_kernel(const float* __restrict__ dy, float* __restrict__ dx, PoolShape s,
+                                           float inv_area) {
+  const int64_t total = s.planes * s.h * s.w;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t iw = idx % s.w, t = idx / s.w, ih = t % s.h, p = t / s.h;
+    const float* g = dy + p * s.oh * s.ow;
+    const int64_t hp = ih + s.pad_h, wp = iw + s.pad_w;
+    const int64_t oh_lo = hp < s.kh ? 0 : (hp - s.kh) / s.stride_h + 1;
+    const int64_t oh_hi = hp / s.stride_h < s.oh - 1 ? hp / s.stride_h : s.oh - 1;
+    const int64_t ow_lo = wp < s.kw ? 0 : (wp - s.kw) / s.stride_w + 1;
+    const int64_t ow_hi = wp / s.stride_w < s.ow - 1 ? wp / s.stride_w : s.ow - 1;
+    float sum = 0.0f;
+    for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
+      for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) sum += g[oh * s.ow + ow];
+    dx[idx] = sum * inv_area;
+  }
+}
+
+// ---------------------------------------------------------------------------- launchers
+
+void max_pool2d(int dev, const float* x, float* y, const PoolShape& s) {
+  cudaStream_t stream = activate(dev);
+  max_pool2d_kernel<<<grid_for(s.planes * s.oh * s.ow, kBlockSize), kBlockSize, 0, stream>>>(x, y, s);
+  check_launch("max_pool2d");
+}
+
+void max_pool2d_gradient(int dev, const float* x, const float* dy, float* dx, const PoolShape& s) {
+  cudaStream_t stream = activate(dev);
+  max_pool2d_gradient_kernel<<<grid_for(s.planes * s.h * s.w, kBlockSize), kBlockSize, 0, stream>>>(x, dy, dx,
+                                                                                                      s);
+  check_launch("max_pool2d_gradient");
+}
+
+void avg_pool2d(int dev, const float* x, float* y, const PoolShape& s) {
+  cudaStream_t stream = activate(dev);
+  const float inv_area = 1.0f / static_cast<float>(s.kh * s.kw);
+  avg_pool2d_kernel<<<grid_for(s.planes * s.oh * s.ow, kBlockSize), kBlockSize, 0, stream>>>(x, y, s, inv_area);
+  check_launch("avg_pool2d");
+}
+
+void avg_pool2d_gradient(int dev, const float* dy, float* dx, const PoolShape& s) {
+  cudaStream_t stream = activate(dev);
+  const float inv_area = 1.0f / static_cast<float>(s.kh * s.kw);
+  avg_pool2d_gradient_kernel<<<grid_for(s.planes * s.h * s.w, kBlockSize), kBlockSize, 0, stream>>>(dy, dx, s,
+                                                                                                      inv_area);
+  check_launch("avg_pool2d_gradient");
+}
+
+}  // namespace gpumat::cuda

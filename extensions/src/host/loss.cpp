@@ -1,0 +1,64 @@
+// Host regression losses (the reference for ../cuda/loss.cu); pred, target, out_grad are (n,):
+//   mse_loss:          loss[0] = sum (pred - target)^2 / n
+//   mae_loss:          loss[0] = sum |pred - target| / n
+//   mse_loss_gradient: out_grad = (dloss[0] * 2/n) * (pred - target)
+//   mae_loss_gradient: out_grad = (dloss[0] / n) * sign(pred - target), sign(0) = 0
+// Sums run in double over fixed chunks (chunk partials added in order), so the result does not
+// depend on the thread count. NOTE: NaN propagates: a NaN difference gives a NaN loss and gradient.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels.h"
+#include "parallel.h"
+
+namespace gpumat::host {
+
+namespace {
+
+template <typename F>
+float mean_of(const float* pred, const float* target, int64_t n, F f) {
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t i1 = std::min(n, (ch + 1) * kChunk);
+    double acc = 0.0;
+    for (int64_t i = ch * kChunk; i < i1; ++i) acc += f(static_cast<double>(pred[i]) - target[i]);
+    partial[static_cast<size_t>(ch)] = acc;
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return static_cast<float>(total / static_cast<double>(n));
+}
+
+}  // namespace
+
+void mse_loss(int, const float* pred, const float* target, float* loss, int64_t n) {
+  loss[0] = mean_of(pred, target, n, [](double d) { return d * d; });
+}
+
+void mae_loss(int, const float* pred, const float* target, float* loss, int64_t n) {
+  loss[0] = mean_of(pred, target, n, [](double d) { return std::fabs(d); });
+}
+
+void mse_loss_gradient(int, const float* pred, const float* target, const float* dloss, float* out_grad,
+                       int64_t n) {
+  const float scale = dloss[0] * (2.0f / static_cast<float>(n));
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out_grad[i] = scale * (pred[i] - target[i]);
+}
+
+void mae_loss_gradient(int, const float* pred, const float* target, const float* dloss, float* out_grad,
+                       int64_t n) {
+  const float scale = dloss[0] * (1.0f / static_cast<float>(n));
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = pred[i] - target[i];
+    const float sign = d > 0.0f ? 1.0f : (d < 0.0f ? -1.0f : d);  // 0 -> 0, NaN -> NaN
+    out_grad[i] = scale * sign;
+  }
+}
+
+}  // namespace gpumat::host

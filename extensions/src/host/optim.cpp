@@ -1,0 +1,26 @@
+// Host optimizer kernels (the reference for ../cuda/optim.cu); param, grad, m, v are (n,):
+//   adam_update: one step of Adam (Kingma & Ba, "Adam: A Method for Stochastic Optimization",
+//   ICLR 2015, Algorithm 1) with bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t:
+//     m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//     param -= lr * (m / bc1) / (sqrt(v / bc2) + eps)
+#include <cmath>
+
+#include "kernels.h"
+#include "parallel.h"
+
+namespace gpumat::host {
+
+void adam_update(int, float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+                 float beta2, float eps, float bc1, float bc2) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] -= lr * (mi / bc1) / (std::sqrt(vi / bc2) + eps);
+  }
+}
+
+}  // namespace gpumat::host

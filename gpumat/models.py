@@ -1,0 +1,277 @@
+"""Model builders for MNIST: the seed assignment's logistic regression and 3-layer MLP.
+
+A builder returns a :class:`Model`: the graph (input and label placeholders, logits, loss, gradient
+nodes) plus the parameters' initial values, drawn once with numpy from a fixed seed so that every
+backend (numpy, ``gpumat.cpu()``, ``gpumat.gpu(i)``) starts from the same numbers.
+:func:`gpumat.train.fit` trains any :class:`Model`; nothing in it is specific to dense layers, so
+builders for other architectures (a CNN with 4-D inputs and parameters, for instance) only need to
+fill in the same fields and register themselves in :data:`BUILDERS`.
+
+Sources: the architectures and initialisations are the seed's ``mnist_dlsys.py`` (UW CSE599G1
+"dlsys" assignment 2): logistic regression 784 -> 10 with zero weights and biases; MLP
+784 -> 256 -> 100 -> 10 with ReLU after the two hidden layers and every weight and bias drawn from
+N(0, 0.1**2), drawn with ``np.random.RandomState(123)`` in the order W1, W2, W3, b1, b2, b3, as
+the seed does: the MLP starts from the seed's own initial values (rounded to float32), so with the
+equivalent learning rate (``gpumat.train``) it retraces the seed's run. The legacy ``RandomState``
+is used on purpose: its stream is frozen by numpy's compatibility policy (NEP 19).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from gpumat import autodiff as ad
+
+__all__ = ["BUILDERS", "Model", "cnn", "logreg", "mlp"]
+
+# MNIST: 28x28 grey images flattened to 784 values, 10 digit classes.
+NUM_PIXELS = 28 * 28
+NUM_CLASSES = 10
+
+# The seed's seed for the MLP's random initialisation.
+DEFAULT_SEED = 123
+
+
+@dataclasses.dataclass(eq=False)
+class Model:
+    """A trainable model: its graph and its parameters' initial values.
+
+    Attributes:
+        name: short name (``"logreg"``, ``"mlp"``), used in logs and plots.
+        x: the input placeholder; fed float32 batches of shape ``(N, *input_shape)``.
+        y_: the label placeholder; fed float32 one-hot labels of shape ``(N, num_classes)``.
+        logits: the node of the unnormalised class scores, shape ``(N, num_classes)``.
+        loss: the node of the batch-mean softmax cross-entropy, shape ``(1,)``
+            (``softmaxcrossentropy_op(logits, y_)``; its gradient carries the 1/N of the mean).
+        params: parameter name -> placeholder node, in a fixed order (the order of ``grads``).
+        initial_values: parameter name -> float32 numpy array of the parameter's shape (any
+            rank), the values training starts from. :meth:`init_params` copies them.
+        input_shape: the shape of one sample as fed to ``x``, e.g. ``(784,)``; the training loop
+            reshapes flat ``(n, 784)`` images to ``(n, *input_shape)``.
+        num_classes: the number of classes (columns of ``logits`` and ``y_``).
+        grads: gradient nodes of ``loss`` with respect to each parameter, in ``params`` order
+            (built by ``gpumat.autodiff.gradients`` when the model is created).
+        optimizer: the optimizer recommended for this model, as a factory called with the list of
+            parameter arrays (``lambda ps: gpumat.optim.Adam(ps, lr=1e-3)``); ``None`` means plain
+            SGD with ``gpumat.train.DEFAULT_LR``. :func:`gpumat.train.fit` uses it unless given
+            an ``lr`` or an ``optimizer`` of its own.
+
+    Raises:
+        ValueError: ``params`` and ``initial_values`` have different names.
+    """
+
+    name: str
+    x: ad.Node
+    y_: ad.Node
+    logits: ad.Node
+    loss: ad.Node
+    params: dict[str, ad.Node]
+    initial_values: dict[str, np.ndarray]
+    input_shape: tuple[int, ...] = (NUM_PIXELS,)
+    num_classes: int = NUM_CLASSES
+    grads: list[ad.Node] = dataclasses.field(default_factory=list)
+    optimizer: Callable[[list], object] | None = None
+
+    def __post_init__(self) -> None:
+        if list(self.params) != list(self.initial_values):
+            raise ValueError(
+                f"Model {self.name!r}: params {list(self.params)} and initial_values "
+                f"{list(self.initial_values)} must name the same parameters in the same order"
+            )
+        self.initial_values = {
+            k: np.ascontiguousarray(v, dtype=np.float32) for k, v in self.initial_values.items()
+        }
+        self.input_shape = tuple(int(d) for d in self.input_shape)
+        if not self.grads:
+            self.grads = ad.gradients(self.loss, list(self.params.values()))
+
+    def init_params(self, ctx=None) -> dict:
+        """Fresh copies of the initial parameter values.
+
+        Args:
+            ctx: None for numpy arrays (the numpy backend), else a ``gpumat.Context``: each value
+                is then a new float32 ``PyGpuMatrix`` on that device (one host-to-device copy).
+
+        Returns:
+            parameter name -> float32 array (numpy or ``PyGpuMatrix``), in ``params`` order. The
+            arrays are the caller's: training updates them in place.
+
+        Raises:
+            gpumat.CudaError: ``ctx`` is a GPU that does not exist. MemoryError: out of memory.
+        """
+        if ctx is None:
+            return {k: v.copy() for k, v in self.initial_values.items()}
+        import gpumat
+
+        return {k: gpumat.array(v, ctx) for k, v in self.initial_values.items()}
+
+    @property
+    def num_parameters(self) -> int:
+        """The total number of scalar parameters (e.g. 7,850 for logreg)."""
+        return int(sum(v.size for v in self.initial_values.values()))
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}{tuple(v.shape)}" for k, v in self.initial_values.items())
+        return f"Model({self.name!r}, params: {shapes}; {self.num_parameters} values)"
+
+
+def _dense(h: ad.Node, W: ad.Node, b: ad.Node) -> ad.Node:  # noqa: N803 (math names)
+    """h @ W + b, the bias broadcast over the batch (explicit, as autodiff requires)."""
+    z = ad.matmul_op(h, W)
+    return z + ad.broadcastto_op(b, z)
+
+
+def logreg(seed: int = DEFAULT_SEED) -> Model:
+    """Multinomial logistic regression, 784 -> 10 (the seed's ``logreg``).
+
+    ``logits = x @ W1 + b1`` with W1 (784, 10) and b1 (10,), both initialised to zeros (the loss
+    is convex, so zeros are fine and make training deterministic). 7,850 parameters.
+
+    Args:
+        seed: unused (zero init draws nothing); accepted so every builder takes ``seed``.
+    """
+    del seed
+    x = ad.Variable("x")
+    y_ = ad.Variable("y_")
+    W1, b1 = ad.Variable("W1"), ad.Variable("b1")  # noqa: N806
+    logits = _dense(x, W1, b1)
+    loss = ad.softmaxcrossentropy_op(logits, y_)
+    return Model(
+        name="logreg",
+        x=x,
+        y_=y_,
+        logits=logits,
+        loss=loss,
+        params={"W1": W1, "b1": b1},
+        initial_values={
+            "W1": np.zeros((NUM_PIXELS, NUM_CLASSES), np.float32),
+            "b1": np.zeros((NUM_CLASSES,), np.float32),
+        },
+    )
+
+
+def mlp(seed: int = DEFAULT_SEED, hidden: tuple[int, int] = (256, 100), std: float = 0.1) -> Model:
+    """A 3-layer perceptron, 784 -> 256 -> ReLU -> 100 -> ReLU -> 10 (the seed's ``mlp``).
+
+    Weights W1 (784, 256), W2 (256, 100), W3 (100, 10) and biases b1 (256,), b2 (100,), b3 (10,)
+    are drawn from N(0, std**2) with ``numpy.random.RandomState(seed)``, in that order (the seed's
+    generator and order: ``seed=123`` gives the seed assignment's initial values).
+    227,670 parameters with the default sizes.
+
+    Args:
+        seed: the seed of the initialisation (default 123, the seed's).
+        hidden: the two hidden layer widths.
+        std: the standard deviation of the initial weights and biases (default 0.1, the seed's).
+    """
+    h1, h2 = (int(h) for h in hidden)
+    rng = np.random.RandomState(seed)  # the seed's generator (module docstring)
+    shapes = {
+        "W1": (NUM_PIXELS, h1),
+        "W2": (h1, h2),
+        "W3": (h2, NUM_CLASSES),
+        "b1": (h1,),
+        "b2": (h2,),
+        "b3": (NUM_CLASSES,),
+    }
+    drawn = {k: rng.normal(scale=std, size=s).astype(np.float32) for k, s in shapes.items()}
+
+    x = ad.Variable("x")
+    y_ = ad.Variable("y_")
+    p = {k: ad.Variable(k) for k in ("W1", "b1", "W2", "b2", "W3", "b3")}
+    a1 = ad.relu_op(_dense(x, p["W1"], p["b1"]))
+    a2 = ad.relu_op(_dense(a1, p["W2"], p["b2"]))
+    logits = _dense(a2, p["W3"], p["b3"])
+    loss = ad.softmaxcrossentropy_op(logits, y_)
+    return Model(
+        name="mlp",
+        x=x,
+        y_=y_,
+        logits=logits,
+        loss=loss,
+        params=p,
+        initial_values={k: drawn[k] for k in p},
+    )
+
+
+#: Model name -> builder (``builder(seed=...) -> Model``). ``examples/mnist.py -m`` offers these
+#: names; a new architecture registers itself here (e.g. ``BUILDERS["cnn"] = cnn``).
+BUILDERS: dict[str, Callable[..., Model]] = {"logreg": logreg, "mlp": mlp}
+
+
+def cnn(
+    seed: int = DEFAULT_SEED, channels: tuple[int, int] = (32, 64), kernel_size: int = 5
+) -> Model:
+    """A LeNet-style convolutional network for 28x28 MNIST images.
+
+    ``conv kxk (C1) -> bias -> ReLU -> max-pool 2 -> conv kxk (C2) -> bias -> ReLU -> max-pool 2
+    -> flatten -> dense -> 10``, stride 1 and no padding. With the defaults (k = 5, C1 = 32,
+    C2 = 64) the feature maps are 28 -> 24 -> 12 -> 8 -> 4, so the dense layer is 1024 -> 10:
+    W1 (32, 1, 5, 5), b1 (32,), W2 (64, 32, 5, 5), b2 (64,), W3 (1024, 10), b3 (10,);
+    62,346 parameters. Samples are fed as ``(N, 1, 28, 28)`` (``input_shape``), which
+    :func:`gpumat.train.fit` does with flat ``(N, 784)`` images.
+
+    Initialisation, with ``numpy.random.default_rng(seed)`` in the order W1, W2, W3: the
+    convolution weights from N(0, 2 / fan_in) with fan_in = C_in * k * k (He et al., "Delving
+    Deep into Rectifiers", ICCV 2015, for layers followed by ReLU), the dense weights from
+    N(0, 1 / fan_in) (LeCun), biases zero.
+
+    Train with a smaller step than the MLP's default SGD rate of 1.0, e.g.
+    ``fit(model, data, optimizer=lambda ps: gpumat.optim.Adam(ps, lr=1e-3))`` or
+    ``lr=0.1`` with plain SGD.
+
+    Args:
+        seed: the seed of the initialisation.
+        channels: (C1, C2), the feature maps of the two convolutions.
+        kernel_size: k, the side of both convolutions' square filters (odd or even, >= 1).
+
+    Raises:
+        ValueError: a kernel size or channel count that leaves no pixels or no features.
+    """
+    from gpumat import nn
+
+    c1, c2 = (int(c) for c in channels)
+    k = int(kernel_size)
+    side = int(np.sqrt(NUM_PIXELS))
+    s1 = side - k + 1  # after conv 1
+    s2 = s1 // 2 - k + 1  # after pool 1 and conv 2
+    if k < 1 or c1 < 1 or c2 < 1 or s2 < 2:
+        raise ValueError(
+            f"cnn: kernel_size={k} with channels={(c1, c2)} leaves no features for 28x28 images "
+            "(need kernel_size >= 1, channels >= 1, and at least 2x2 pixels after the second conv)"
+        )
+    features = c2 * (s2 // 2) ** 2
+    rng = np.random.RandomState(seed)  # the seed's generator (module docstring)
+    drawn = {
+        "W1": rng.normal(0.0, np.sqrt(2.0 / (k * k)), size=(c1, 1, k, k)),
+        "W2": rng.normal(0.0, np.sqrt(2.0 / (c1 * k * k)), size=(c2, c1, k, k)),
+        "W3": rng.normal(0.0, np.sqrt(1.0 / features), size=(features, NUM_CLASSES)),
+        "b1": np.zeros((c1,)),
+        "b2": np.zeros((c2,)),
+        "b3": np.zeros((NUM_CLASSES,)),
+    }
+
+    x = ad.Variable("x")
+    y_ = ad.Variable("y_")
+    p = {name: ad.Variable(name) for name in ("W1", "b1", "W2", "b2", "W3", "b3")}
+    h = ad.relu_op(nn.add_channel_bias_op(nn.conv2d_op(x, p["W1"]), p["b1"]))
+    h = nn.max_pool2d_op(h, 2)
+    h = ad.relu_op(nn.add_channel_bias_op(nn.conv2d_op(h, p["W2"]), p["b2"]))
+    h = nn.max_pool2d_op(h, 2)
+    logits = _dense(nn.flatten_op(h), p["W3"], p["b3"])
+    loss = ad.softmaxcrossentropy_op(logits, y_)
+    return Model(
+        name="cnn",
+        x=x,
+        y_=y_,
+        logits=logits,
+        loss=loss,
+        params=p,
+        initial_values={name: drawn[name] for name in p},
+        input_shape=(1, side, side),
+    )
+
+
+BUILDERS["cnn"] = cnn
