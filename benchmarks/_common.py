@@ -1,0 +1,436 @@
+"""Shared pieces of the benchmarks: run metadata, the timer, and the results ledger's files.
+
+Used by ``bench_ops.py`` and ``bench_mnist.py`` (run as scripts, so this folder is on sys.path) and
+by ``make_table.py``. See ``benchmarks/results/README.md`` for the ledger format.
+
+Timing (``time_calls``): device work is asynchronous, and gpumat runs its kernels on its own
+non-blocking CUDA stream, so CUDA events recorded by torch or CuPy on *their* streams would not
+bracket gpumat's kernels. Every measurement therefore uses one method, for ours and for the
+references alike: synchronize the device, read ``time.perf_counter``, issue ``inner`` calls back
+to back (cycling through several input sets so repeated calls do not just re-read a warm cache),
+synchronize, read the clock again. One sample is that time divided by ``inner``; the result is the
+median of ``repeat`` samples, after warm-up calls. ``inner`` is chosen so one sample lasts about
+``target_ms``, which keeps the synchronize and timer overhead (some microseconds) under a few
+percent; for kernels shorter than a launch, the figure is the launch-bound time per call, which is
+what a Python caller sees.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+SCHEMA = "gpumat-bench/1"
+
+
+# --------------------------------------------------------------------------------------------------
+# run metadata
+# --------------------------------------------------------------------------------------------------
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_info() -> dict:
+    """``{"commit": sha or "unknown", "dirty": bool or None}``.
+
+    ``$GPUMAT_GIT_COMMIT`` wins when set: a copy of the tree without ``.git`` (the GPU machine)
+    cannot know its commit, so whoever starts the run passes it.
+    """
+    env = os.environ.get("GPUMAT_GIT_COMMIT", "").strip()
+    if env:
+        return {"commit": env, "dirty": None, "source": "GPUMAT_GIT_COMMIT"}
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT)
+    if not sha:
+        return {"commit": "unknown", "dirty": None, "source": "none"}
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT)
+    return {"commit": sha, "dirty": bool(status), "source": "git"}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_info(index: int = 0) -> dict:
+    """Name, driver and memory of CUDA device ``index`` from nvidia-smi (else torch, else CuPy)."""
+    info: dict = {}
+    if shutil.which("nvidia-smi"):
+        out = _run(
+            [
+                "nvidia-smi",
+                f"--id={index}",
+                "--query-gpu=name,driver_version,memory.total,pci.bus_id",
+                "--format=csv,noheader",
+            ]
+        )
+        if out:
+            parts = [p.strip() for p in out.splitlines()[0].split(",")]
+            if len(parts) >= 4:
+                info = {
+                    "name": parts[0],
+                    "driver": parts[1],
+                    "memory": parts[2],
+                    "pci_bus_id": parts[3],
+                }
+    if "name" not in info:
+        torch = optional_import("torch")
+        if torch is not None and torch.cuda.is_available():
+            info["name"] = torch.cuda.get_device_name(index)
+        else:
+            cupy = optional_import("cupy")
+            if cupy is not None:
+                try:
+                    props = cupy.cuda.runtime.getDeviceProperties(index)
+                    info["name"] = props["name"].decode()
+                except Exception:  # noqa: BLE001 (no device: leave the name unknown)
+                    pass
+    info.setdefault("name", "unknown GPU")
+    info.setdefault("driver", "unknown")
+    return info
+
+
+def device_info(ctx_name: str) -> dict:
+    """What ran the benchmark: ``backend`` ("cpu"/"gpu"), ``name``, ``driver`` and more."""
+    if ctx_name == "gpu":
+        return {"backend": "gpu", **gpu_info(0)}
+    return {
+        "backend": "cpu",
+        "name": cpu_name(),
+        "driver": "none (host)",
+        "cores": os.cpu_count(),
+    }
+
+
+def optional_import(name: str):
+    """The module, or None when it is not installed or fails to import."""
+    try:
+        return __import__(name)
+    except Exception:  # noqa: BLE001 (a broken optional install is the same as none)
+        return None
+
+
+def software_info() -> dict:
+    import numpy
+
+    import gpumat
+
+    info = {
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "gpumat": gpumat.build_info(),
+        "platform": platform.platform(),
+    }
+    for name in ("torch", "cupy"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            info[name] = getattr(mod, "__version__", "unknown")
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch.version, "cuda", None):
+        info["torch_cuda"] = torch.version.cuda
+    return info
+
+
+def run_header(kind: str, ctx_name: str, quick: bool, argv: list[str]) -> dict:
+    """The metadata block every result file starts with (see results/README.md)."""
+    now = utc_now()
+    return {
+        "schema": SCHEMA,
+        "benchmark": kind,
+        "date": now.isoformat().replace("+00:00", "Z"),
+        "git": git_info(),
+        "device": device_info(ctx_name),
+        "host": {"cpu": cpu_name(), "cores": os.cpu_count(), "hostname": platform.node()},
+        "command": " ".join(shlex.quote(a) for a in ["python3", *argv]),
+        "quick": quick,
+    }
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "unknown"
+
+
+def default_out_path(kind: str, header: dict, folder: Path = RESULTS_DIR) -> Path:
+    """``<folder>/<date>_<time>_<kind>_<backend>_<device>[_quick].json`` (UTC)."""
+    stamp = header["date"].replace("-", "").replace(":", "").replace("T", "_").rstrip("Z")
+    dev = header["device"]
+    name = f"{stamp}_{kind}_{dev['backend']}_{_slug(dev['name'])}"
+    if header.get("quick"):
+        name += "_quick"
+    return folder / f"{name}.json"
+
+
+def resolve_out(out: str | None, kind: str, header: dict) -> Path:
+    """``--out``: None gives the default name under results/; an existing folder (or a path
+    ending in '/') gets the default name inside it; anything else is the JSON file's path."""
+    if out is None:
+        return default_out_path(kind, header)
+    path = Path(out)
+    if out.endswith(("/", os.sep)) or path.is_dir():
+        return default_out_path(kind, header, path)
+    return path
+
+
+def write_results(path: Path, data: dict, markdown: str) -> tuple[Path, Path]:
+    """Writes ``path`` (JSON) and the same name with ``.md`` (the printed report)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    md_path = path.with_suffix(".md")
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=False, default=_json_default)
+        f.write("\n")
+    with open(md_path, "w") as f:
+        f.write(markdown)
+    return path, md_path
+
+
+def _json_default(obj):
+    if hasattr(obj, "item"):
+        return obj.item()
+    return str(obj)
+
+
+def header_markdown(header: dict, title: str) -> str:
+    dev = header["device"]
+    git = header["git"]
+    dirty = " (uncommitted changes)" if git.get("dirty") else ""
+    lines = [
+        f"# {title}",
+        "",
+        f"- date: {header['date']}",
+        f"- git commit: {git['commit']}{dirty}",
+        f"- device: {dev['backend']}: {dev['name']}; driver: {dev.get('driver', 'unknown')}",
+        f"- command: `{header['command']}`",
+    ]
+    if header.get("quick"):
+        lines.append("- QUICK MODE: small sizes and few repeats; a smoke test, not a measurement")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# timing
+# --------------------------------------------------------------------------------------------------
+
+
+def time_calls(
+    call,
+    n_sets: int,
+    sync,
+    *,
+    repeat: int = 20,
+    warmup: int = 3,
+    target_ms: float = 5.0,
+    max_inner: int = 1000,
+) -> dict:
+    """Median time of ``call(i)`` (i cycles over ``range(n_sets)``) in milliseconds.
+
+    ``sync()`` must wait for all queued device work. See the module docstring for the method.
+
+    Returns ``{"ms": median, "ms_min", "ms_max", "ms_iqr", "inner", "repeat", "n_sets"}`` (times
+    per call in ms).
+    """
+    for i in range(max(warmup, n_sets)):
+        call(i % n_sets)
+    sync()
+    # one calibration sample of a few calls decides `inner`
+    t0 = time.perf_counter()
+    probe = max(1, min(n_sets, 4))
+    for i in range(probe):
+        call(i % n_sets)
+    sync()
+    per_call = (time.perf_counter() - t0) / probe
+    inner = int(max(1, min(max_inner, math.ceil(target_ms / 1e3 / max(per_call, 1e-9)))))
+    samples = []
+    k = 0
+    for _ in range(repeat):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            call(k % n_sets)
+            k += 1
+        sync()
+        samples.append((time.perf_counter() - t0) / inner * 1e3)
+    samples.sort()
+    q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
+    return {
+        "ms": statistics.median(samples),
+        "ms_min": samples[0],
+        "ms_max": samples[-1],
+        "ms_iqr": q[2] - q[0],
+        "inner": inner,
+        "repeat": repeat,
+        "n_sets": n_sets,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------------------
+
+
+def format_table(headers: list[str], rows: list[list], align: str | None = None) -> str:
+    """A GitHub markdown table (also readable as plain text). ``align``: one of 'l'/'r' per
+    column (default: first column left, the rest right)."""
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for j, c in enumerate(row):
+            widths[j] = max(widths[j], len(c))
+    align = align or ("l" + "r" * (len(headers) - 1))
+
+    def fmt(row):
+        out = []
+        for j, c in enumerate(row):
+            out.append(c.ljust(widths[j]) if align[j] == "l" else c.rjust(widths[j]))
+        return "| " + " | ".join(out) + " |"
+
+    sep = (
+        "|"
+        + "|".join(
+            ("-" * (w + 2)) if align[j] == "l" else ("-" * (w + 1) + ":")
+            for j, w in enumerate(widths)
+        )
+        + "|"
+    )
+    return "\n".join([fmt(headers), sep, *(fmt(r) for r in cells)]) + "\n"
+
+
+def fmt_num(x, digits: int = 3) -> str:
+    """Significant-digit formatting for tables; None -> '-'."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if x == 0:
+        return "0"
+    mag = math.floor(math.log10(abs(x)))
+    decimals = max(0, digits - 1 - mag)
+    return f"{x:.{decimals}f}"
+
+
+# --------------------------------------------------------------------------------------------------
+# the two result tables, from the JSON records (shared by the benchmarks and make_table.py)
+# --------------------------------------------------------------------------------------------------
+
+
+def ops_table(cases: list[dict]) -> str:
+    """bench_ops's table from its ``cases`` records (see OPS_LEGEND for the columns)."""
+    rows = []
+    for r in cases:
+        ours = r.get("ours") or {}
+        ref = r.get("ref") or {}
+        if "gflops" in ours:
+            rate = f"{fmt_num(ours['gflops'])} GFLOP/s"
+        elif "gbps" in ours:
+            rate = f"{fmt_num(ours['gbps'])} GB/s"
+        else:
+            rate = "-"
+        pct = ours.get("pct_of_ceiling")
+        ref_ms = ref.get("ms")
+        speed = ref.get("speed_vs_ours")
+        if ref and not ref.get("valid", True):
+            ref_cell = "invalid"
+        else:
+            ref_cell = fmt_num(ref_ms)
+        err = r.get("rel_err")
+        rows.append(
+            [
+                r["name"],
+                r["group"],
+                r["shape"],
+                r["status"],
+                fmt_num(ours.get("ms")),
+                rate,
+                "-" if pct is None else f"{pct:.0f}%",
+                ref_cell,
+                "-" if speed is None else f"{speed:.2f}x",
+                "-" if err is None else f"{err:.1e}",
+            ]
+        )
+    headers = ["case", "group", "shape", "check", "ms", "rate", "% ceil", "ref ms", "x ref", "err"]
+    return format_table(headers, rows, align="llll" + "r" * 6)
+
+
+OPS_LEGEND = (
+    "ms: median time per call. rate: GB/s (bytes read + written once) or GFLOP/s (2MNK). "
+    "% ceil: of the copy bandwidth (memory-bound ops) or of the 4096^3 FP32 SGEMM (matmul; "
+    "quick mode: 256^3). ref ms / x ref: the reference library at the same shape, and its time "
+    "over ours (>1: gpumat faster). err: ||out-ref||/||ref|| against float64.\n"
+)
+
+
+def mnist_table(rows: list[dict]) -> str:
+    """bench_mnist's table from its ``runs`` records (see MNIST_LEGEND for the columns)."""
+    by_key = {(r["model"], r["backend"], r["framework"]): r for r in rows if "epoch_s" in r}
+    out = []
+    for r in rows:
+        if "epoch_s" not in r:
+            out.append([r["model"], r["backend"], r["framework"], "error", *["-"] * 5])
+            continue
+        peak = r.get("peak_bytes")
+        mpe = r.get("mallocs_per_epoch")
+        vs = "-"
+        if r["framework"] == "gpumat":
+            t = by_key.get((r["model"], r["backend"], "torch"))
+            if t and t.get("epoch_s") and r.get("epoch_s"):
+                vs = f"{t['epoch_s'] / r['epoch_s']:.2f}x"
+        out.append(
+            [
+                r["model"],
+                r["backend"],
+                r["framework"],
+                str(r["epochs"]),
+                fmt_num(r["epoch_s"], 3),
+                "-" if r["final_valid_accuracy"] is None else f"{r['final_valid_accuracy']:.4f}",
+                "-" if mpe is None else fmt_num(mpe, 2),
+                "-" if peak is None else fmt_num(peak / 1e6, 3),
+                vs,
+            ]
+        )
+    headers = [
+        "model",
+        "backend",
+        "framework",
+        "epochs",
+        "epoch s",
+        "valid acc",
+        "mallocs/epoch",
+        "peak MB",
+        "x torch",
+    ]
+    return format_table(headers, out, align="lll" + "r" * 6)
+
+
+MNIST_LEGEND = (
+    "epoch s: median seconds per training epoch after the first (validation excluded). valid acc: "
+    "after the last epoch. mallocs/epoch: device allocations per epoch after the first (gpumat: "
+    "device_malloc_calls; torch: new caching-allocator segments). peak MB: peak device bytes in "
+    "use / 1e6 (gpumat allocator vs torch.cuda.max_memory_allocated). x torch: torch epoch time / "
+    "gpumat epoch time (>1: gpumat faster).\n"
+)

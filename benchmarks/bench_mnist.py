@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""Benchmark MNIST training: gpumat against the same model in PyTorch on the same device.
+
+Usage::
+
+    python3 benchmarks/bench_mnist.py                      # cpu, and gpu when available
+    python3 benchmarks/bench_mnist.py --ctx gpu --epochs 5
+    python3 benchmarks/bench_mnist.py --ctx cpu --quick --out /tmp/mnist.json   # CI smoke run
+
+For each model (``logreg``: 784-10; ``mlp``: 784-256-100-10 with ReLU; see ``gpumat.models``) and
+each backend (``cpu``: gpumat's host kernels; ``gpu``: CUDA device 0; ``numpy``: the reference
+executor, on request), gpumat trains with ``gpumat.train.fit`` (mini-batch SGD, batch 1000,
+``lr = gpumat.train.DEFAULT_LR``, samples in order, as the seed assignment does), then PyTorch
+trains the same model, from the same initial values, in the same order, with the same loss (batch
+mean of the softmax cross-entropy), ``torch.optim.SGD`` at the same learning rate, on the same
+device (TF32 off on CUDA; batches copied from host memory each step, as gpumat does). Without
+torch the PyTorch rows are skipped with a note.
+
+Measured, per model, backend and framework:
+
+- ``epoch s``: seconds of one epoch's training steps (feed, forward, backward, update; the device
+  is synchronized at the epoch's end by reading the loss back), excluding validation: the
+  **median over the epochs after the first** (the first includes planning and warm-up).
+- ``valid acc``: validation accuracy after the last epoch (fraction of the 10,000 validation
+  images, or of the subset in quick mode).
+- ``mallocs/epoch``: device allocations (cudaMalloc, or host allocations on cpu) per epoch after
+  the first, from ``gpumat.memory_stats`` (``device_malloc_calls``); the design's rule is that this
+  is 0. For PyTorch on CUDA: new segments of its caching allocator
+  (``torch.cuda.memory_stats()["segment.all.allocated"]``).
+- ``peak MB``: peak bytes in use on the device during training (MB = 1e6 bytes): gpumat's
+  ``peak_bytes_in_use`` (its allocator's bins, so rounded up) vs ``torch.cuda.max_memory_allocated``
+  (none for torch on cpu).
+- ``x torch``: PyTorch's epoch time over gpumat's (above 1: gpumat faster).
+
+``--quick`` trains 2 epochs on 5,000 training and 1,000 validation images (the second epoch is
+the measured one). Output: a table, and a JSON file plus markdown (see ``benchmarks/results/
+README.md``); no speed is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import traceback
+
+import numpy as np
+from _common import (
+    MNIST_LEGEND,
+    device_info,
+    fmt_num,
+    header_markdown,
+    mnist_table,
+    optional_import,
+    resolve_out,
+    run_header,
+    software_info,
+    write_results,
+)
+
+import gpumat
+from gpumat import models, train
+from gpumat.datasets import DatasetError, load_mnist
+from gpumat.optim import SGD
+
+TORCH_MODELS = ("logreg", "mlp")  # models whose forward pass _torch_forward knows
+
+
+def median_after_first(times):
+    times = list(times)
+    rest = times[1:] if len(times) > 1 else times
+    return statistics.median(rest) if rest else None
+
+
+# --------------------------------------------------------------------------------------------------
+# gpumat
+# --------------------------------------------------------------------------------------------------
+
+
+class _EpochProbe:
+    """An optimizer that applies SGD and snapshots the allocator's counters at each epoch's first
+    step (``gpumat.train.fit`` takes any object with ``step(grads)``)."""
+
+    def __init__(self, params, lr, ctx, steps_per_epoch):
+        self.sgd = SGD(params, lr)
+        self.ctx = ctx
+        self.steps_per_epoch = steps_per_epoch
+        self.steps = 0
+        self.mallocs_at_epoch_start = []
+
+    def step(self, grads):
+        if self.ctx is not None and self.steps % self.steps_per_epoch == 0:
+            self.mallocs_at_epoch_start.append(gpumat.memory_stats(self.ctx)["device_malloc_calls"])
+        self.sgd.step(grads)
+        self.steps += 1
+
+
+def run_gpumat(name, data, ctx_name, epochs, batch_size, lr):
+    ctx = train.get_context(ctx_name)
+    model = models.BUILDERS[name]()
+    steps = len(data[0][0]) // batch_size
+    probe = {}
+
+    def factory(params):
+        probe["opt"] = _EpochProbe(params, lr, ctx, steps)
+        return probe["opt"]
+
+    if ctx is not None:
+        gpumat.synchronize(ctx)
+        gpumat.reset_peak_memory_stats(ctx)
+        before = gpumat.memory_stats(ctx)
+    t0 = time.perf_counter()
+    hist = train.fit(
+        model,
+        data,
+        ctx=ctx,
+        epochs=epochs,
+        batch_size=batch_size,
+        optimizer=factory,
+        verbose=False,
+        progress=False,
+    )
+    wall = time.perf_counter() - t0
+    rec = {
+        "framework": "gpumat",
+        "model": name,
+        "backend": ctx_name,
+        "epochs": hist.epochs,
+        "epoch_time_s": hist.epoch_time_s,
+        "epoch_s": median_after_first(hist.epoch_time_s),
+        "loss": hist.loss,
+        "valid_accuracy": hist.valid_accuracy,
+        "final_valid_accuracy": hist.final_valid_accuracy,
+        "wall_s": wall,
+        "lr": lr,
+        "batch_size": batch_size,
+    }
+    if ctx is not None:
+        after = gpumat.memory_stats(ctx)
+        marks = probe["opt"].mallocs_at_epoch_start
+        rec["mallocs_total"] = after["device_malloc_calls"] - before["device_malloc_calls"]
+        if len(marks) >= 2:
+            # from the first step of epoch 2 to the end: whole epochs 2..E, validation included
+            rec["mallocs_per_epoch"] = (after["device_malloc_calls"] - marks[1]) / (len(marks) - 1)
+        rec["peak_bytes"] = after["peak_bytes_in_use"]
+        rec["bytes_reserved"] = after["bytes_reserved"]
+    return rec
+
+
+# --------------------------------------------------------------------------------------------------
+# PyTorch
+# --------------------------------------------------------------------------------------------------
+
+
+def _torch_forward(torch, name, p, x):
+    if name == "logreg":
+        return x @ p["W1"] + p["b1"]
+    h = torch.relu(x @ p["W1"] + p["b1"])
+    h = torch.relu(h @ p["W2"] + p["b2"])
+    return h @ p["W3"] + p["b3"]
+
+
+def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr):
+    if ctx_name == "gpu":
+        dev = torch.device("cuda", 0)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+        def sync():
+            torch.cuda.synchronize(dev)
+    else:
+        dev = torch.device("cpu")
+
+        def sync():
+            pass
+
+    model = models.BUILDERS[name]()  # the same initial values as gpumat's run
+    params = {
+        k: torch.tensor(v, device=dev, requires_grad=True) for k, v in model.initial_values.items()
+    }
+    opt = torch.optim.SGD(list(params.values()), lr=lr)
+    (train_x, train_y), (valid_x, valid_y) = data[0], data[1]
+    X = torch.from_numpy(np.ascontiguousarray(train_x, np.float32))  # noqa: N806
+    Y = torch.from_numpy(np.asarray(train_y, np.int64))  # noqa: N806
+    VX = torch.from_numpy(np.ascontiguousarray(valid_x, np.float32))  # noqa: N806
+    n_batches = len(X) // batch_size
+    if dev.type == "cuda":
+        sync()
+        torch.cuda.reset_peak_memory_stats(dev)
+        seg0 = torch.cuda.memory_stats(dev).get("segment.all.allocated", 0)
+    seg_marks, times, losses, accs = [], [], [], []
+    t_all = time.perf_counter()
+    for _ in range(epochs):
+        if dev.type == "cuda":
+            seg_marks.append(torch.cuda.memory_stats(dev).get("segment.all.allocated", 0))
+        sync()
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros((), device=dev)
+        for b in range(n_batches):
+            xb = X[b * batch_size : (b + 1) * batch_size].to(dev)
+            yb = Y[b * batch_size : (b + 1) * batch_size].to(dev)
+            loss = torch.nn.functional.cross_entropy(_torch_forward(torch, name, params, xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss_sum += loss.detach()
+        losses.append(loss_sum.item() / n_batches)  # .item() waits for the epoch's kernels
+        times.append(time.perf_counter() - t0)
+        with torch.no_grad():
+            pred = []
+            for s in range(0, len(VX), 1000):
+                logits = _torch_forward(torch, name, params, VX[s : s + 1000].to(dev))
+                pred.append(logits.argmax(dim=1).cpu().numpy())
+        accs.append(float(np.mean(np.concatenate(pred) == valid_y)))
+    rec = {
+        "framework": "torch",
+        "torch": torch.__version__,
+        "model": name,
+        "backend": ctx_name,
+        "epochs": epochs,
+        "epoch_time_s": times,
+        "epoch_s": median_after_first(times),
+        "loss": losses,
+        "valid_accuracy": accs,
+        "final_valid_accuracy": accs[-1] if accs else None,
+        "wall_s": time.perf_counter() - t_all,
+        "lr": lr,
+        "batch_size": batch_size,
+    }
+    if dev.type == "cuda":
+        seg_end = torch.cuda.memory_stats(dev).get("segment.all.allocated", 0)
+        rec["mallocs_total"] = seg_end - seg0
+        if len(seg_marks) >= 2:
+            rec["mallocs_per_epoch"] = (seg_end - seg_marks[1]) / (len(seg_marks) - 1)
+        rec["peak_bytes"] = torch.cuda.max_memory_allocated(dev)
+        rec["bytes_reserved"] = torch.cuda.max_memory_reserved(dev)
+    return rec
+
+
+# --------------------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    default_ctx = "cpu,gpu" if gpumat.cuda_available() else "cpu"
+    p.add_argument(
+        "--ctx",
+        default=default_ctx,
+        help=f"comma-separated backends among numpy, cpu, gpu (default {default_ctx})",
+    )
+    p.add_argument("--models", default="logreg,mlp", help="comma-separated (default logreg,mlp)")
+    p.add_argument("--quick", action="store_true", help="2 epochs on a 5,000-image subset (CI)")
+    p.add_argument("--epochs", type=int, default=None, help="epochs per run (default 5, quick 2)")
+    p.add_argument("--batch-size", type=int, default=train.DEFAULT_BATCH_SIZE)
+    p.add_argument("--lr", type=float, default=train.DEFAULT_LR)
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch runs")
+    p.add_argument("--out", default=None, help="JSON file (or folder); default under results/")
+    p.add_argument("--no-write", action="store_true", help="print only, write no files")
+    args = p.parse_args(argv)
+    args.ctx = [c.strip() for c in args.ctx.split(",") if c.strip()]
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.epochs is None:
+        args.epochs = 2 if args.quick else 5
+    for c in args.ctx:
+        if c not in ("numpy", "cpu", "gpu"):
+            p.error(f"unknown backend {c!r}: expected numpy, cpu or gpu")
+    for m in args.models:
+        if m not in models.BUILDERS:
+            p.error(f"unknown model {m!r}: expected one of {sorted(models.BUILDERS)}")
+    return args
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if "gpu" in args.ctx and not gpumat.cuda_available():
+        print("bench_mnist: --ctx gpu but no usable CUDA device", file=sys.stderr)
+        return 2
+    primary = "gpu" if "gpu" in args.ctx else "cpu"
+    header = run_header("mnist", primary, args.quick, ["benchmarks/bench_mnist.py", *argv])
+    header["devices"] = {c: device_info(c) for c in args.ctx if c in ("cpu", "gpu")}
+    print(header_markdown(header, "gpumat MNIST training benchmark"), flush=True)
+
+    try:
+        train_set, valid_set, _test = load_mnist(progress=False)
+    except DatasetError as exc:
+        print(f"bench_mnist: MNIST is not available: {exc}", file=sys.stderr)
+        return 2
+    if args.quick:
+        train_set = (train_set[0][:5000], train_set[1][:5000])
+        valid_set = (valid_set[0][:1000], valid_set[1][:1000])
+    data = (train_set, valid_set)
+
+    torch = None
+    notes = []
+    if not args.no_torch:
+        torch = optional_import("torch")
+        if torch is None:
+            notes.append("PyTorch is not installed: the torch rows are skipped")
+        elif "gpu" in args.ctx and not torch.cuda.is_available():
+            notes.append("torch sees no CUDA device: torch gpu rows skipped")
+    for n in notes:
+        print("note:", n, flush=True)
+
+    rows: list[dict] = []
+    path = None if args.no_write else resolve_out(args.out, "mnist", header)
+    software = software_info()
+    planned = 0
+
+    def report(complete: bool) -> tuple[dict, str, list]:
+        failed = [r for r in rows if "error" in r]
+        summary = f"{len(rows)} runs, {len(failed)} raised\n"
+        if not complete:
+            summary += f"INCOMPLETE: {len(rows)} of {planned} runs done\n"
+        sizes = f"train {len(train_set[0])} images, valid {len(valid_set[0])}"
+        md = (
+            header_markdown(header, "gpumat MNIST training benchmark")
+            + "".join(f"- note: {n}\n" for n in notes)
+            + f"- data: {sizes}; batch {args.batch_size}; epochs {args.epochs}; lr {args.lr}\n\n"
+            + mnist_table(rows)
+            + "\n"
+            + MNIST_LEGEND
+            + "\n"
+            + summary
+        )
+        data_out = {
+            **header,
+            "complete": complete,
+            "software": software,
+            "settings": {
+                "backends": args.ctx,
+                "models": args.models,
+                "epochs": args.epochs,
+                "batch_size": args.batch_size,
+                "lr": args.lr,
+                "num_train": len(train_set[0]),
+                "num_valid": len(valid_set[0]),
+            },
+            "notes": notes,
+            "runs": rows,
+            "summary": {"runs": len(rows), "failed": len(failed)},
+        }
+        return data_out, md, failed
+
+    plan = []
+    for name in args.models:
+        for ctx_name in args.ctx:
+            plan.append((name, ctx_name, "gpumat", run_gpumat))
+            if (
+                torch is not None
+                and name in TORCH_MODELS
+                and ctx_name in ("cpu", "gpu")
+                and (ctx_name == "cpu" or torch.cuda.is_available())
+            ):
+                plan.append((name, ctx_name, "torch", lambda *a: run_torch(torch, *a)))
+    planned = len(plan)
+    for name, ctx_name, framework, fn in plan:
+        print(f"{name} / {ctx_name} / {framework} ...", end=" ", file=sys.stderr, flush=True)
+        try:
+            rec = fn(name, data, ctx_name, args.epochs, args.batch_size, args.lr)
+            print(
+                f"{fmt_num(rec['epoch_s'])} s/epoch, valid acc {rec['final_valid_accuracy']}",
+                file=sys.stderr,
+                flush=True,
+            )
+        except Exception as exc:  # noqa: BLE001 (record, go on with the other runs)
+            traceback.print_exc()
+            rec = {"framework": framework, "model": name, "backend": ctx_name, "error": repr(exc)}
+        rows.append(rec)
+        if path is not None:  # a run stopped by a time limit still leaves what it measured
+            write_results(path, *report(complete=False)[:2])
+
+    data_out, md, failed = report(complete=True)
+    print()
+    print(mnist_table(rows))
+    print(MNIST_LEGEND)
+    if path is not None:
+        jp, mp = write_results(path, data_out, md)
+        print(f"wrote {jp} and {mp.name}")
+    print(md.rsplit(MNIST_LEGEND, 1)[1].strip())
+    for r in failed:
+        print(f"FAILED {r['model']}/{r['backend']}/{r['framework']}: {r['error']}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

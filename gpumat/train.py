@@ -1,0 +1,528 @@
+"""Train and evaluate :class:`gpumat.models.Model` graphs on MNIST-style data.
+
+:func:`fit` is the seed assignment's training loop (``mnist_dlsys.py``) made into a library call:
+mini-batch SGD over the training set for a number of epochs, then accuracy on held-out data. Per
+epoch it records the mean training loss, the wall-clock time of the training steps in seconds, and
+the validation accuracy, in a :class:`History`; :func:`plot_history` draws the curves.
+
+Backends (``ctx``): ``None`` or ``"numpy"`` runs the graph with numpy (the reference);
+``gpumat.cpu()`` / ``"cpu"`` on gpumat's host kernels; ``gpumat.gpu(i)`` / ``"gpu"`` on CUDA. On a
+gpumat device the parameters live on the device for the whole run: they are ``PyGpuMatrix``
+arrays fed to the executor as they are and updated in place by the optimizer (one ``axpy`` kernel
+each). Per step, only the mini-batch is copied in (images and one-hot labels); the loss is summed
+on the device and read back once per epoch; validation copies back only the logits of each
+evaluation batch, to take the argmax.
+
+Learning rate: the loss is the batch *mean* of the softmax cross-entropy and its gradient carries
+the 1/N (see ``gpumat.autodiff``, "Loss scaling and the equivalent learning rate"). The seed used
+``lr = 1e-3`` with a gradient lacking the 1/N at batch size N = 1000, so the same updates here use
+``lr = 1e-3 * 1000 = 1.0``: :data:`DEFAULT_LR`. Unlike the seed's, this learning rate keeps its
+meaning when the batch size changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from gpumat.datasets import iterate_minibatches, one_hot
+from gpumat.executor import Executor
+from gpumat.models import Model
+from gpumat.optim import SGD
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_LR",
+    "History",
+    "evaluate",
+    "fit",
+    "get_context",
+    "plot_history",
+    "predict",
+]
+
+#: The seed's batch size.
+DEFAULT_BATCH_SIZE = 1000
+#: The seed's lr = 1e-3 times its batch size 1000: the seed's updates with our 1/N-scaled gradient.
+DEFAULT_LR = 1e-3 * DEFAULT_BATCH_SIZE
+
+
+def get_context(device=None):
+    """The executor context for a backend name or context.
+
+    Args:
+        device: ``None`` or ``"numpy"`` (the numpy backend), ``"cpu"`` (``gpumat.cpu()``),
+            ``"gpu"`` or ``"gpu:i"`` (``gpumat.gpu(i)``), ``"auto"`` (``gpu(0)`` when
+            :func:`gpumat.cuda_available`, else ``cpu()``), or a ``gpumat.Context`` (returned
+            as is).
+
+    Returns:
+        ``None`` for numpy, else a ``gpumat.Context``.
+
+    Raises:
+        ValueError: an unknown name. RuntimeError: a GPU was asked for but
+            ``gpumat.cuda_available()`` is false (the message says whether gpumat was built
+            without CUDA or no device is visible).
+    """
+    import gpumat
+
+    if device is None or isinstance(device, gpumat.Context):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"device must be None, a name or a gpumat.Context, got {device!r}")
+    name = device.strip().lower()
+    if name == "numpy":
+        return None
+    if name == "cpu":
+        return gpumat.cpu()
+    if name == "auto":
+        return gpumat.gpu(0) if gpumat.cuda_available() else gpumat.cpu()
+    if name == "gpu" or name.startswith("gpu:"):
+        index = int(name.partition(":")[2] or 0)
+        if not gpumat.cuda_available():
+            info = gpumat.build_info()
+            why = "no CUDA device is visible" if info["cuda"] else "gpumat was built without CUDA"
+            raise RuntimeError(f"device {device!r} asked for, but {why}; use 'cpu' or 'numpy'")
+        return gpumat.gpu(index)
+    raise ValueError(
+        f"unknown device {device!r}: expected 'numpy', 'cpu', 'gpu', 'gpu:i' or 'auto'"
+    )
+
+
+def _backend_name(ctx) -> str:
+    return "numpy" if ctx is None else str(ctx)
+
+
+@dataclasses.dataclass
+class History:
+    """What :func:`fit` measured, one entry per completed epoch in each list.
+
+    Attributes:
+        model: the model's name (``"logreg"``, ``"mlp"``).
+        backend: ``"numpy"``, ``"cpu(0)"`` or ``"gpu(i)"``.
+        batch_size: training samples per step. lr: the learning rate when training with plain
+            SGD from ``lr`` (``None`` when an optimizer factory was used). optimizer: the
+            optimizer's ``repr`` (e.g. ``"SGD(2 params, lr=1.0)"``). num_train: training samples
+            available (the last ``num_train % batch_size`` are not used in an epoch, as in the
+            seed).
+        loss: mean training loss (batch-mean softmax cross-entropy, nats) over the epoch's steps.
+        epoch_time_s: wall-clock seconds of the epoch's training steps (feeding, forward,
+            backward, update; device work included, since the epoch's loss is read back at its
+            end), excluding validation.
+        valid_time_s: wall-clock seconds of the validation after each epoch (0.0 without data).
+        valid_accuracy: fraction of validation samples classified correctly after each epoch
+            (empty without validation data).
+        final_valid_accuracy: the last entry of ``valid_accuracy`` (None without validation data).
+        test_accuracy: accuracy on the test data after training (None when not given).
+        params: the trained parameters (name -> numpy array or ``PyGpuMatrix`` on the device),
+            the same objects the optimizer updated.
+    """
+
+    model: str
+    backend: str
+    batch_size: int
+    lr: float | None
+    num_train: int
+    optimizer: str = ""
+    loss: list[float] = dataclasses.field(default_factory=list)
+    epoch_time_s: list[float] = dataclasses.field(default_factory=list)
+    valid_time_s: list[float] = dataclasses.field(default_factory=list)
+    valid_accuracy: list[float] = dataclasses.field(default_factory=list)
+    final_valid_accuracy: float | None = None
+    test_accuracy: float | None = None
+    params: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def epochs(self) -> int:
+        """The number of completed epochs."""
+        return len(self.loss)
+
+    @property
+    def mean_epoch_time_s(self) -> float | None:
+        """Mean of ``epoch_time_s`` in seconds, excluding the first epoch when there are two or
+        more (it includes one-time planning and warm-up); None before any epoch."""
+        times = self.epoch_time_s[1:] if len(self.epoch_time_s) > 1 else self.epoch_time_s
+        return float(np.mean(times)) if times else None
+
+    def to_dict(self) -> dict:
+        """The measurements as JSON-serialisable built-ins (``params`` left out)."""
+        d = dataclasses.asdict(dataclasses.replace(self, params={}))
+        del d["params"]
+        d["epochs"] = self.epochs
+        d["mean_epoch_time_s"] = self.mean_epoch_time_s
+        return d
+
+    def summary(self) -> str:
+        """One line: model, backend, epochs, final accuracies, mean epoch time."""
+        parts = [f"{self.model} on {self.backend}: {self.epochs} epochs"]
+        if self.final_valid_accuracy is not None:
+            parts.append(f"valid accuracy {self.final_valid_accuracy:.4f}")
+        if self.test_accuracy is not None:
+            parts.append(f"test accuracy {self.test_accuracy:.4f}")
+        if self.mean_epoch_time_s is not None:
+            parts.append(f"{self.mean_epoch_time_s:.3f} s per epoch")
+        return ", ".join(parts)
+
+
+def _split(pair, name: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        images, labels = pair
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be an (images, labels) pair") from exc
+    images, labels = np.asarray(images), np.asarray(labels)
+    if len(images) != len(labels):
+        raise ValueError(f"{name}: {len(images)} images but {len(labels)} labels")
+    return images, labels
+
+
+def _reshape_images(model: Model, images: np.ndarray, name: str) -> np.ndarray:
+    per_sample = int(np.prod(model.input_shape))
+    if images.ndim < 2 or int(np.prod(images.shape[1:])) != per_sample:
+        raise ValueError(
+            f"{name}: images of shape {images.shape} do not fit model {model.name!r}, whose "
+            f"samples have shape {model.input_shape} ({per_sample} values)"
+        )
+    return np.ascontiguousarray(images, dtype=np.float32).reshape((-1, *model.input_shape))
+
+
+def _param_list(model: Model, params: Mapping) -> list:
+    missing = [k for k in model.params if k not in params]
+    if missing:
+        raise ValueError(f"model {model.name!r}: no value for parameter(s) {missing}")
+    return [params[k] for k in model.params]
+
+
+def _check_positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return int(value)
+
+
+class _Predictor:
+    """Evaluates ``model.logits`` batch by batch with one executor, reused across calls.
+
+    Every batch has the same shape (the last one is padded with zeros), so the executor plans its
+    memory once; only the logits come back to the host.
+    """
+
+    def __init__(self, model: Model, ctx, batch_size: int) -> None:
+        self.model = model
+        self.ctx = ctx
+        self.batch_size = _check_positive_int(batch_size, "batch_size")
+        self.executor = Executor([model.logits], ctx=ctx)
+        self._pad = None
+
+    def predict(self, params: Mapping, images: np.ndarray) -> np.ndarray:
+        model = self.model
+        images = _reshape_images(model, images, "images")
+        n = len(images)
+        out = np.empty(n, dtype=np.int64)
+        if n == 0:
+            return out
+        bs = min(self.batch_size, n)
+        feed = dict(zip(model.params.values(), _param_list(model, params), strict=True))
+        for start in range(0, n, bs):
+            xb = images[start : start + bs]
+            m = len(xb)
+            if m < bs:
+                if self._pad is None or self._pad.shape != (bs, *xb.shape[1:]):
+                    self._pad = np.zeros((bs, *xb.shape[1:]), dtype=np.float32)
+                self._pad[:m] = xb
+                self._pad[m:] = 0.0
+                xb = self._pad
+            feed[model.x] = xb
+            (logits,) = self.executor.run(feed, convert_to_numpy_ret_vals=True)
+            out[start : start + m] = np.argmax(logits[:m], axis=1)
+        return out
+
+
+def predict(model: Model, params: Mapping, images, ctx=None, batch_size: int = 1000) -> np.ndarray:
+    """Predicted classes: the argmax of ``model.logits`` for each image.
+
+    Args:
+        model: a :class:`~gpumat.models.Model`.
+        params: parameter name -> value: numpy arrays (any backend; copied in per batch) or, on a
+            gpumat device, ``PyGpuMatrix`` arrays on ``ctx`` (used in place).
+        images: float32-convertible array of shape ``(n, 784)`` or ``(n, *model.input_shape)``.
+        ctx: the backend, as for :func:`get_context` (``None``/"numpy", "cpu", "gpu", a Context).
+        batch_size: images per forward pass (the last batch is padded, so one memory plan).
+
+    Returns:
+        int64 array of shape ``(n,)`` with class indices in ``0 .. model.num_classes - 1``.
+
+    Raises:
+        ValueError: images of the wrong size, a missing parameter, or device arrays on another
+            device than ``ctx``. TypeError: a non-integer ``batch_size``.
+    """
+    return _Predictor(model, get_context(ctx), batch_size).predict(params, images)
+
+
+def evaluate(
+    model: Model, params: Mapping, images, labels, ctx=None, batch_size: int = 1000
+) -> float:
+    """Classification accuracy of ``model`` with ``params`` on ``(images, labels)``.
+
+    Args:
+        model, params, images, ctx, batch_size: as for :func:`predict`.
+        labels: integer class labels of shape ``(n,)``.
+
+    Returns:
+        The fraction of images whose predicted class equals the label, a float in [0, 1]
+        (NaN for n = 0).
+
+    Raises:
+        ValueError: ``images`` and ``labels`` differ in length; as for :func:`predict`.
+    """
+    images, labels = _split((images, labels), "evaluate")
+    if len(labels) == 0:
+        return math.nan
+    return float(np.mean(predict(model, params, images, ctx, batch_size) == labels))
+
+
+def fit(
+    model: Model,
+    data: Sequence,
+    *,
+    ctx=None,
+    epochs: int = 10,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    optimizer: Callable[[list], object] | None = None,
+    params: Mapping | None = None,
+    shuffle: bool | None = None,
+    seed: int | None = None,
+    print_loss: bool = False,
+    verbose: bool = True,
+    progress: bool = True,
+    eval_batch_size: int = 1000,
+) -> History:
+    """Train ``model`` on mini-batches (SGD by default); record loss, time and accuracy per epoch.
+
+    Each epoch visits the training images in order (``shuffle=False``, as the seed does) or in a
+    fresh random order, in ``num_train // batch_size`` batches of exactly ``batch_size`` (the
+    remainder is skipped, as in the seed, so the executor's memory plan never changes). A step
+    runs ``[loss, *grads]`` on the batch and applies ``optimizer.step(grads)``.
+
+    Args:
+        model: a :class:`~gpumat.models.Model` (e.g. ``gpumat.models.mlp()``).
+        data: ``(train, valid)`` or ``(train, valid, test)``, each an ``(images, labels)`` pair as
+            :func:`gpumat.datasets.load_mnist` returns them: images float32 ``(n, 784)`` (or
+            ``(n, *model.input_shape)``), labels integer ``(n,)``. ``valid`` or ``test`` may be
+            ``None`` to skip that evaluation.
+        ctx: the backend: ``None``/"numpy", "cpu", "gpu", "gpu:i", "auto" or a ``gpumat.Context``
+            (see :func:`get_context`).
+        epochs: the number of passes over the training data (>= 1).
+        batch_size: training samples per step (<= the number of training samples); default the
+            model's recommendation (``model.batch_size``), else :data:`DEFAULT_BATCH_SIZE`.
+        lr: train with plain SGD (``gpumat.optim.SGD``) at this learning rate.
+        optimizer: a factory called once with the list of parameter arrays (in ``model.params``
+            order, on the backend) that returns an object with ``step(grads)`` updating them in
+            place, e.g. ``lambda ps: gpumat.optim.Adam(ps, lr=1e-3)``. Give ``lr`` or
+            ``optimizer``, not both. With neither, the model's recommendation
+            (``model.optimizer``, with its ``model.lr_schedule`` applied per epoch) is used, else
+            SGD with :data:`DEFAULT_LR` = 1.0, the seed's 1e-3 at batch size 1000 (module
+            docstring).
+        params: initial parameter values (name -> numpy array, or ``PyGpuMatrix`` on ``ctx``);
+            default ``model.init_params(ctx)``. Device arrays given here are updated in place;
+            numpy arrays are copied to the device first (on the numpy backend they are updated
+            in place).
+        shuffle: visit the training samples in a new random order each epoch; default the
+            model's recommendation (``model.shuffle``), else False (in order, as the seed).
+        seed: seed of the shuffling (``None``: fresh entropy).
+        print_loss: include the epoch's mean loss in the per-epoch line (the seed's ``-l``).
+        verbose: print one line per epoch (time in seconds, validation accuracy, and the loss with
+            ``print_loss``) to stdout.
+        progress: show a tqdm progress bar over the training steps (on stderr).
+        eval_batch_size: images per forward pass when evaluating.
+
+    Returns:
+        A :class:`History`: per-epoch loss, seconds and validation accuracy, final validation and
+        test accuracy, and the trained parameters (``history.params``).
+
+    Raises:
+        ValueError: both ``lr`` and ``optimizer`` given; fewer training samples than
+            ``batch_size``; images that do not fit the model; labels outside
+            ``0 .. model.num_classes - 1``; an unknown ``ctx`` name; a missing parameter.
+        TypeError: a non-integer ``epochs`` or ``batch_size``.
+        RuntimeError: ``ctx`` asks for a GPU and none is available.
+    """
+    from tqdm.auto import tqdm
+
+    if lr is not None and optimizer is not None:
+        raise ValueError("fit: give lr (plain SGD) or optimizer, not both")
+    ctx = get_context(ctx)
+    if batch_size is None:
+        batch_size = model.batch_size or DEFAULT_BATCH_SIZE
+    if shuffle is None:
+        shuffle = bool(model.shuffle)
+    epochs = _check_positive_int(epochs, "epochs")
+    batch_size = _check_positive_int(batch_size, "batch_size")
+    data = list(data)
+    if len(data) not in (2, 3):
+        raise ValueError(
+            f"data must be (train, valid) or (train, valid, test), got {len(data)} items"
+        )
+    train_x, train_y = _split(data[0], "train")
+    valid = None if data[1] is None else _split(data[1], "valid")
+    test = None if len(data) < 3 or data[2] is None else _split(data[2], "test")
+
+    train_x = _reshape_images(model, train_x, "train")
+    train_y = one_hot(train_y, model.num_classes)
+    n_train = len(train_x)
+    n_batches = n_train // batch_size
+    if n_batches == 0:
+        raise ValueError(f"fit: {n_train} training samples, fewer than batch_size={batch_size}")
+
+    if params is None:
+        params = model.init_params(ctx)
+    elif ctx is not None:
+        import gpumat
+
+        params = {
+            k: v if hasattr(v, "asnumpy") else gpumat.array(v, ctx) for k, v in params.items()
+        }
+    values = _param_list(model, params)
+    schedule = None
+    if optimizer is None and lr is None:
+        optimizer = model.optimizer
+        schedule = model.lr_schedule if optimizer is not None else None
+        if optimizer is None:
+            lr = DEFAULT_LR
+    opt = SGD(values, lr) if optimizer is None else optimizer(values)
+    base_lr = opt.lr if schedule is not None else None
+
+    executor = Executor([model.loss, *model.grads], ctx=ctx)
+    predictor = _Predictor(model, ctx, eval_batch_size)
+    feed = dict(zip(model.params.values(), values, strict=True))
+    rng = np.random.default_rng(seed) if shuffle else None
+    history = History(
+        model=model.name,
+        backend=_backend_name(ctx),
+        batch_size=batch_size,
+        lr=float(lr) if optimizer is None else None,
+        optimizer=repr(opt),
+        num_train=n_train,
+        params=dict(zip(model.params, values, strict=True)),
+    )
+
+    loss_sum_dev = None
+    if ctx is not None:
+        import gpumat
+        from gpumat import ops
+
+        loss_sum_dev = gpumat.empty((1,), ctx)
+
+    bar = tqdm(
+        total=epochs * n_batches,
+        desc=f"{model.name} [{history.backend}]",
+        unit="batch",
+        disable=not progress,
+        leave=False,
+        file=sys.stderr,
+    )
+    try:
+        for epoch in range(epochs):
+            if schedule is not None:
+                opt.lr = base_lr * schedule(epoch)
+            start = time.perf_counter()
+            loss_sum = 0.0
+            if loss_sum_dev is not None:
+                ops.array_set(loss_sum_dev, 0.0)
+            batches = iterate_minibatches(
+                train_x, train_y, batch_size, shuffle=shuffle, rng=rng, drop_last=True
+            )
+            for xb, yb in batches:
+                feed[model.x] = xb
+                feed[model.y_] = yb
+                loss_val, *grads = executor.run(feed)
+                opt.step(grads)
+                # The loss is summed where it lives: no device-to-host copy (or sync) per step.
+                if loss_sum_dev is None:
+                    loss_sum += float(loss_val[0])
+                else:
+                    ops.axpy(1.0, loss_val, loss_sum_dev)
+                bar.update(1)
+            if loss_sum_dev is not None:
+                loss_sum = float(loss_sum_dev.asnumpy()[0])  # waits for the epoch's kernels
+            elapsed = time.perf_counter() - start
+            history.loss.append(loss_sum / n_batches)
+            history.epoch_time_s.append(elapsed)
+
+            if valid is not None:
+                t0 = time.perf_counter()
+                acc = float(np.mean(predictor.predict(history.params, valid[0]) == valid[1]))
+                history.valid_time_s.append(time.perf_counter() - t0)
+                history.valid_accuracy.append(acc)
+            else:
+                history.valid_time_s.append(0.0)
+            bar.set_postfix(loss=f"{history.loss[-1]:.4f}")
+            if verbose:
+                line = f"epoch {epoch + 1:>{len(str(epochs))}}/{epochs}"
+                if print_loss:
+                    line += f"  loss {history.loss[-1]:.4f}"
+                line += f"  time {elapsed:.3f} s"
+                if valid is not None:
+                    line += f"  valid acc {history.valid_accuracy[-1]:.4f}"
+                tqdm.write(line, file=sys.stdout)
+    finally:
+        bar.close()
+
+    if history.valid_accuracy:
+        history.final_valid_accuracy = history.valid_accuracy[-1]
+    if test is not None:
+        history.test_accuracy = float(
+            np.mean(predictor.predict(history.params, test[0]) == test[1])
+        )
+    return history
+
+
+def plot_history(history, path: str | os.PathLike[str] | None = None):
+    """Draw training loss and validation accuracy per epoch; write the figure to ``path``.
+
+    Uses matplotlib's object API with the Agg canvas, so it works headless and does not change the
+    pyplot backend (safe inside notebooks).
+
+    Args:
+        history: a :class:`History`, or a sequence of them (one line per history, labelled
+            "model [backend]").
+        path: the image file to write (the format follows the suffix: ``.png``, ``.pdf``,
+            ``.svg``); ``None`` writes nothing. Parent folders must exist.
+
+    Returns:
+        The ``matplotlib.figure.Figure`` (display it in a notebook, or ignore it).
+
+    Raises:
+        ValueError: no histories. OSError: the file cannot be written.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    histories = [history] if isinstance(history, History) else list(history)
+    if not histories:
+        raise ValueError("plot_history: no history to plot")
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_loss, ax_acc = fig.subplots(1, 2)
+    for h in histories:
+        label = f"{h.model} [{h.backend}]"
+        ax_loss.plot(range(1, len(h.loss) + 1), h.loss, marker="o", label=label)
+        if h.valid_accuracy:
+            ax_acc.plot(
+                range(1, len(h.valid_accuracy) + 1), h.valid_accuracy, marker="o", label=label
+            )
+    ax_loss.set(xlabel="epoch", ylabel="mean training loss (cross-entropy)", title="Training loss")
+    ax_acc.set(xlabel="epoch", ylabel="accuracy", title="Validation accuracy")
+    for ax in (ax_loss, ax_acc):
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    if path is not None:
+        fig.savefig(os.fspath(path), dpi=100)
+    return fig

@@ -1,0 +1,198 @@
+"""The benchmark scripts' own logic, in-process and cheap: no timing is asserted anywhere.
+
+The scripts' quick modes (``bench_ops.py --quick``, ``bench_mnist.py --quick``) run in ``.ci/run``
+(about half a minute on a small CI machine); here only their parts are checked: the case lists
+cover gpumat.ops, validation rejects unwritten outputs and TF32-sized errors, every op's case runs
+end to end at a tiny size on the host, and make_table.py builds the ledger's table from JSON.
+"""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH_DIR))
+
+import _common  # noqa: E402
+import bench_ops  # noqa: E402
+import make_table  # noqa: E402
+
+from gpumat import ops  # noqa: E402
+
+
+def test_every_benchmarked_function_exists_in_ops():
+    for key, name in bench_ops.OP_FUNCTION.items():
+        assert callable(getattr(ops, name, None)), f"bench_ops times {key} as ops.{name}"
+    assert set(bench_ops.OPS) == set(bench_ops.OP_FUNCTION)
+
+
+@pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
+def test_case_lists(quick):
+    cases = bench_ops.build_cases(quick)
+    keys = [(c.group, c.name) for c in cases]
+    assert len(keys) == len(set(keys)), "case names repeat within a group"
+    assert {c.op for c in cases} == set(bench_ops.OPS), "every op has at least one case"
+    for c in cases:
+        spec = bench_ops.OPS[c.op]
+        assert len(c.in_shapes) == len(spec.inputs), c.name
+    mnist = {c.name for c in cases if c.group == "mnist"}
+    assert "matmul_NN_1000x256x784_mlp_fwd1" in mnist and "matmul_TN_784x256x1000_dW1" in mnist
+    groups = {c.group for c in cases}
+    assert groups == ({"mnist", "large"} if quick else {"seed", "mnist", "large"})
+
+
+def test_compare_rejects_unwritten_and_tf32_sized_errors():
+    rng = np.random.default_rng(0)
+    ref = rng.uniform(-1, 1, (64, 64))
+    ok, err, _ = bench_ops.compare(ref.astype(np.float32), ref, bench_ops.TOL_POINTWISE)
+    assert ok and err < 1e-7
+    poisoned = ref.astype(np.float32)
+    poisoned[3, 5] = np.nan
+    ok, err, msg = bench_ops.compare(poisoned, ref, bench_ops.TOL_SUM)
+    assert not ok and math.isinf(err) and "(3, 5)" in msg
+    tf32_like = (ref * (1 + 3e-4 * rng.standard_normal(ref.shape))).astype(np.float32)
+    ok, err, msg = bench_ops.compare(tf32_like, ref, bench_ops.TOL_SUM)
+    assert not ok and "relative error" in msg
+
+
+def test_check_random():
+    rng = np.random.default_rng(1)
+    assert bench_ops.check_random(rng.random(100_000, dtype=np.float32), "uniform")[0]
+    assert bench_ops.check_random(rng.standard_normal(100_000, dtype=np.float32), "normal")[0]
+    assert not bench_ops.check_random(np.full(1000, 0.5, np.float32), "uniform")[0]
+    assert not bench_ops.check_random(np.full(1000, np.nan, np.float32), "normal")[0]
+
+
+def _tiny_cases():
+    """One small case per op, shapes that are not multiples of anything."""
+    C, b = bench_ops.Case, bench_ops
+    return [
+        b._set("array_set", "t", (5, 7), 0.25),
+        b._unary("copy", "t", "copy", (5, 7)),
+        b._binary("add", "t", "add", (5, 7)),
+        b._binary("multiply", "t", "multiply", (5, 7)),
+        b._unary("add_const", "t", "add_const", (5, 7), value=0.5),
+        b._unary("multiply_const", "t", "multiply_const", (5, 7), value=-1.5),
+        b._unary("relu", "t", "relu", (5, 7)),
+        b._binary("relu_gradient", "t", "relu_gradient", (5, 7)),
+        C("axpy", "t", "axpy", [(5, 7), (5, 7)], (5, 7), {"alpha": -0.01}, "5x7"),
+        C("transpose", "t", "transpose", [(5, 7)], (7, 5), {"shape": (7, 5)}, "5x7"),
+        b._special("broadcast_to", "t", "broadcast_to", (7,), (5, 7)),
+        b._special("reduce_sum_axis_zero", "t", "reduce_sum_axis_zero", (5, 7), (7,)),
+        b._unary("softmax", "t", "softmax", (5, 7)),
+        b._sce("softmax_cross_entropy", "t", (5, 7)),
+        b._random("random_uniform", "t", "random_uniform", (100, 100)),
+        b._random("random_normal", "t", "random_normal", (100, 100)),
+        *[b._matmul("t", 5, 7, 3, ta, tb) for ta in (False, True) for tb in (False, True)],
+    ]
+
+
+def test_every_op_validates_and_times_on_the_host():
+    import gpumat
+
+    args = bench_ops.parse_args(["--ctx", "cpu", "--quick", "--repeat", "1", "--seed", "0"])
+    runner = bench_ops.Runner(gpumat.cpu(), bench_ops.pick_reference("cpu", "auto"), args)
+    runner.timing.update(warmup=1, target_ms=0.1)
+    ceilings = {"copy_gbps": 1.0, "sgemm_gflops": 1.0}
+    records = [runner.run(case, ceilings) for case in _tiny_cases()]
+    for r in records:
+        assert r["status"] == "ok", (r["name"], r.get("message"))
+        assert r["ours"]["ms"] > 0 and r["ref"]["valid"], r["name"]
+        assert ("gflops" in r["ours"]) == (r["op"] == "matmul")
+    table = _common.ops_table(records)
+    assert table.count("\n") == len(records) + 2
+    json.dumps(records, default=_common._json_default)  # the records are JSON-serialisable
+
+
+def _header(kind, backend, name, date, quick=False):
+    return {
+        "schema": _common.SCHEMA,
+        "benchmark": kind,
+        "date": date,
+        "git": {"commit": "a" * 40, "dirty": False, "source": "git"},
+        "device": {"backend": backend, "name": name, "driver": "580.1"},
+        "command": f"python3 benchmarks/bench_{kind}.py",
+        "quick": quick,
+    }
+
+
+def _ops_run(date, name="NVIDIA H100 80GB HBM3", backend="gpu", quick=False, ms=1.25):
+    case = {
+        "name": "add",
+        "group": "large",
+        "op": "add",
+        "shape": "8192x8192",
+        "status": "ok",
+        "rel_err": 1e-8,
+        "ours": {"ms": ms, "gbps": 600.0, "pct_of_ceiling": 20.0},
+        "ref": {"lib": "torch", "valid": True, "ms": 0.3, "speed_vs_ours": 0.3 / ms},
+    }
+    return {
+        **_header("ops", backend, name, date, quick),
+        "ceilings": {"copy_gbps": 3000.0, "copy_source": "torch copy"},
+        "cases": [case],
+    }
+
+
+def _mnist_run(date):
+    run = {
+        "framework": "gpumat",
+        "model": "mlp",
+        "backend": "gpu",
+        "epochs": 5,
+        "epoch_s": 0.0625,
+        "final_valid_accuracy": 0.97,
+        "mallocs_per_epoch": 0,
+        "peak_bytes": 12_000_000,
+    }
+    return {
+        **_header("mnist", "gpu", "NVIDIA H100 80GB HBM3", date),
+        "settings": {"num_train": 50000, "batch_size": 1000, "lr": 1.0, "epochs": 5},
+        "runs": [run],
+    }
+
+
+def test_make_table_takes_the_latest_real_run_per_device(tmp_path):
+    files = {
+        "old.json": _ops_run("2026-11-01T10:00:00Z", ms=9.5),
+        "new.json": _ops_run("2026-11-02T10:00:00Z", ms=1.25),
+        "cpu_quick.json": _ops_run("2026-11-03T10:00:00Z", "Some CPU", "cpu", quick=True),
+        "mnist.json": _mnist_run("2026-11-02T11:00:00Z"),
+    }
+    for fname, data in files.items():
+        (tmp_path / fname).write_text(json.dumps(data))
+    (tmp_path / "other.json").write_text('{"not": "a result"}')
+
+    runs = make_table.select(make_table.load_runs([tmp_path]), include_quick=False, every=False)
+    text = make_table.build(runs, {"large", "mnist"})
+    assert "1.25" in text and "9.50" not in text, "only the latest run of a device"
+    assert "Some CPU" not in text, "quick runs are left out"
+    assert "NVIDIA H100 80GB HBM3" in text and "aaaaaaaaaa" in text and "driver 580.1" in text
+    assert "MNIST training" in text and "0.9700" in text
+
+    runs = make_table.select(make_table.load_runs([tmp_path]), include_quick=True, every=True)
+    text = make_table.build(runs, {"large"})
+    assert "9.50" in text and "QUICK" in text
+
+    out = tmp_path / "table.md"
+    assert make_table.main([str(tmp_path), "--out", str(out)]) == 0
+    assert out.read_text().startswith("### Kernels")
+
+
+def test_default_result_names(tmp_path):
+    header = _header("ops", "cpu", "Intel(R) Xeon(R) @ 2.80GHz", "2026-11-22T22:36:09Z", True)
+    path = _common.default_out_path("ops", header, tmp_path)
+    assert path.name == "20261122_223609_ops_cpu_intel-r-xeon-r-2-80ghz_quick.json"
+    assert _common.resolve_out(str(tmp_path), "ops", header).parent == tmp_path
+    assert _common.resolve_out(str(tmp_path / "x.json"), "ops", header).name == "x.json"
+
+
+def test_time_calls_rotates_over_the_sets():
+    seen = []
+    t = _common.time_calls(seen.append, 3, lambda: None, repeat=2, warmup=1, target_ms=0.01)
+    assert set(seen) == {0, 1, 2}
+    assert t["n_sets"] == 3 and t["repeat"] == 2 and t["ms"] >= 0
