@@ -19,10 +19,10 @@ namespace gpumat {
 
 namespace {
 
-constexpr size_t kSmallLimit = 1 << 20;      // requests under 1 MiB ...
-constexpr size_t kSmallRound = 512;          // ... round up to 512 B
-constexpr size_t kLargeRound = 2 << 20;      // larger ones to 2 MiB
-constexpr size_t kHostAlignment = 64;        // a cache line: good for SIMD loads
+constexpr size_t kSmallLimit = 1 << 20;  // requests under 1 MiB ...
+constexpr size_t kSmallRound = 512;      // ... round up to 512 B
+constexpr size_t kLargeRound = 2 << 20;  // larger ones to 2 MiB
+constexpr size_t kHostAlignment = 64;    // a cache line: good for SIMD loads
 
 class Pool {
  public:
@@ -109,15 +109,14 @@ class Pool {
   }
 
   std::string out_of_memory_message(size_t size, const char* cause) const {
-    std::string msg = "out of memory on " + device_.str() + ": could not allocate " +
-                      std::to_string(size) + " bytes (" + cause + "); in use by gpumat: " +
-                      std::to_string(stats_.bytes_in_use) + " bytes";
+    std::string msg = "out of memory on " + device_.str() + ": could not allocate " + std::to_string(size) +
+                      " bytes (" + cause + "); in use by gpumat: " + std::to_string(stats_.bytes_in_use) +
+                      " bytes";
 #ifdef GPUMAT_WITH_CUDA
     if (device_.is_cuda()) {
       size_t free_b = 0, total_b = 0;
       cuda::mem_get_info(device_.index, &free_b, &total_b);
-      msg += "; device free " + std::to_string(free_b) + " of " + std::to_string(total_b) +
-             " bytes";
+      msg += "; device free " + std::to_string(free_b) + " of " + std::to_string(total_b) + " bytes";
     }
 #endif
     return msg;

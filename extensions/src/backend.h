@@ -45,16 +45,16 @@ struct Backend {
   void (*add_const)(int dev, const float* in, float value, float* out, int64_t n);
   void (*multiply_const)(int dev, const float* in, float value, float* out, int64_t n);
   // c is (m, n); a is (m, k) or (k, m) when trans_a; b is (k, n) or (n, k) when trans_b
-  void (*matmul)(int dev, const float* a, bool trans_a, const float* b, bool trans_b, float* c,
-                 int64_t m, int64_t n, int64_t k);
+  void (*matmul)(int dev, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m,
+                 int64_t n, int64_t k);
   // in, grad, out are (n,)
   void (*relu)(int dev, const float* in, float* out, int64_t n);
   void (*relu_gradient)(int dev, const float* in, const float* grad, float* out, int64_t n);
   // in, out are (rows, cols)
   void (*softmax)(int dev, const float* in, float* out, int64_t rows, int64_t cols);
   // logits, labels are (rows, cols); out is (1,)
-  void (*softmax_cross_entropy)(int dev, const float* logits, const float* labels, float* out,
-                                int64_t rows, int64_t cols);
+  void (*softmax_cross_entropy)(int dev, const float* logits, const float* labels, float* out, int64_t rows,
+                                int64_t cols);
   // in is (rows, cols), out is (cols, rows)
   void (*transpose)(int dev, const float* in, float* out, int64_t rows, int64_t cols);
   // out is (n,)

@@ -63,8 +63,8 @@ void not_aliased(const char* op, const GpuMatrix& in, const GpuMatrix& out) {
 
 void require_ndim(const char* op, const char* what, const GpuMatrix& m, int64_t ndim) {
   if (m.ndim() != ndim)
-    throw ShapeError(std::string(op) + ": " + what + " must be " + std::to_string(ndim) +
-                     "-D, got shape " + m.shape_str());
+    throw ShapeError(std::string(op) + ": " + what + " must be " + std::to_string(ndim) + "-D, got shape " +
+                     m.shape_str());
 }
 
 void finish(const GpuMatrix& m) {
@@ -115,24 +115,24 @@ void reduce_sum_axis_zero(const GpuMatrix& in, GpuMatrix& out) {
   finish(out);
 }
 
-#define GPUMAT_BINARY_OP(NAME, OPNAME)                                     \
-  void NAME(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out) {      \
-    const Backend& be = same_device(OPNAME, a, b, out);                    \
-    same_shape(OPNAME, a, b);                                              \
-    same_shape(OPNAME, a, out);                                            \
+#define GPUMAT_BINARY_OP(NAME, OPNAME)                                                         \
+  void NAME(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out) {                          \
+    const Backend& be = same_device(OPNAME, a, b, out);                                        \
+    same_shape(OPNAME, a, b);                                                                  \
+    same_shape(OPNAME, a, out);                                                                \
     if (out.size() > 0) be.NAME(a.device().index, a.data(), b.data(), out.data(), out.size()); \
-    finish(out);                                                           \
+    finish(out);                                                                               \
   }
 GPUMAT_BINARY_OP(add, "matrix_elementwise_add")
 GPUMAT_BINARY_OP(multiply, "matrix_elementwise_multiply")
 #undef GPUMAT_BINARY_OP
 
-#define GPUMAT_CONST_OP(NAME, OPNAME)                                      \
-  void NAME(const GpuMatrix& in, float value, GpuMatrix& out) {            \
-    const Backend& be = same_device(OPNAME, in, out);                      \
-    same_shape(OPNAME, in, out);                                           \
+#define GPUMAT_CONST_OP(NAME, OPNAME)                                                         \
+  void NAME(const GpuMatrix& in, float value, GpuMatrix& out) {                               \
+    const Backend& be = same_device(OPNAME, in, out);                                         \
+    same_shape(OPNAME, in, out);                                                              \
     if (out.size() > 0) be.NAME(in.device().index, in.data(), value, out.data(), out.size()); \
-    finish(out);                                                           \
+    finish(out);                                                                              \
   }
 GPUMAT_CONST_OP(add_const, "matrix_elementwise_add_by_const")
 GPUMAT_CONST_OP(multiply_const, "matrix_elementwise_multiply_by_const")
@@ -253,7 +253,8 @@ void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y) {
 void copy(const GpuMatrix& src, GpuMatrix& dst) {
   const Backend& be = same_device("copy", src, dst);
   same_shape("copy", src, dst);
-  if (dst.size() > 0 && src.data() != dst.data()) be.copy(dst.device().index, src.data(), dst.data(), dst.size());
+  if (dst.size() > 0 && src.data() != dst.data())
+    be.copy(dst.device().index, src.data(), dst.data(), dst.size());
   finish(dst);
 }
 
@@ -262,7 +263,8 @@ void reshape(const GpuMatrix& src, GpuMatrix& dst) {
   if (src.size() != dst.size())
     throw ShapeError("reshape: cannot reshape " + src.shape_str() + " (" + std::to_string(src.size()) +
                      " elements) to " + dst.shape_str() + " (" + std::to_string(dst.size()) + " elements)");
-  if (dst.size() > 0 && src.data() != dst.data()) be.copy(dst.device().index, src.data(), dst.data(), dst.size());
+  if (dst.size() > 0 && src.data() != dst.data())
+    be.copy(dst.device().index, src.data(), dst.data(), dst.size());
   finish(dst);
 }
 
@@ -291,8 +293,8 @@ ConvShape conv_shape(const char* op, int spatial, const GpuMatrix& in_like, cons
   const char* layout = spatial == 2 ? "(N, C, H, W)" : "(N, C, W)";
   const char* flayout = spatial == 2 ? "(F, C, KH, KW)" : "(F, C, K)";
   if (in_like.ndim() != 2 + spatial)
-    throw ShapeError(o + ": " + in_name + " must be " + std::to_string(2 + spatial) + "-D " + layout + ", got " +
-                     in_like.shape_str());
+    throw ShapeError(o + ": " + in_name + " must be " + std::to_string(2 + spatial) + "-D " + layout +
+                     ", got " + in_like.shape_str());
   if (filt.ndim() != 2 + spatial)
     throw ShapeError(o + ": " + filt_name + " must be " + std::to_string(2 + spatial) + "-D " + flayout +
                      ", got " + filt.shape_str());
@@ -321,7 +323,8 @@ ConvShape conv_shape(const char* op, int spatial, const GpuMatrix& in_like, cons
     return std::string(in_name) + " " + in_like.shape_str() + ", " + filt_name + " " + filt.shape_str() +
            ", stride " + std::to_string(spatial == 2 ? stride_h : stride_w) +
            (spatial == 2 ? "x" + std::to_string(stride_w) : std::string()) + ", padding " +
-           std::to_string(spatial == 2 ? pad_h : pad_w) + (spatial == 2 ? "x" + std::to_string(pad_w) : std::string());
+           std::to_string(spatial == 2 ? pad_h : pad_w) +
+           (spatial == 2 ? "x" + std::to_string(pad_w) : std::string());
   };
   if (filt.dim(1) != s.c)
     throw ShapeError(o + ": channel mismatch: " + in_name + " has " + std::to_string(s.c) + " channels but " +
@@ -333,8 +336,8 @@ ConvShape conv_shape(const char* op, int spatial, const GpuMatrix& in_like, cons
   if (s.oh < 1 || s.ow < 1)
     throw ShapeError(o + ": the output would be empty: the padded input is smaller than the filter (" +
                      geometry() + ")");
-  std::vector<int64_t> expected = spatial == 2 ? std::vector<int64_t>{s.n, s.f, s.oh, s.ow}
-                                               : std::vector<int64_t>{s.n, s.f, s.ow};
+  std::vector<int64_t> expected =
+      spatial == 2 ? std::vector<int64_t>{s.n, s.f, s.oh, s.ow} : std::vector<int64_t>{s.n, s.f, s.ow};
   if (out_like.shape() != expected)
     throw ShapeError(o + ": " + out_name + " has shape " + out_like.shape_str() + ", expected " +
                      dims_str(expected) + " for " + geometry());
@@ -353,7 +356,8 @@ ConvShape conv_shape(const char* op, int spatial, const GpuMatrix& in_like, cons
 }  // namespace
 
 int64_t set_conv_workspace_limit(int64_t bytes) {
-  if (bytes < 0) throw ShapeError("set_conv_workspace_limit: bytes must be >= 0, got " + std::to_string(bytes));
+  if (bytes < 0)
+    throw ShapeError("set_conv_workspace_limit: bytes must be >= 0, got " + std::to_string(bytes));
   return g_conv_workspace_limit.exchange(bytes);
 }
 
@@ -425,11 +429,13 @@ void conv1d(const GpuMatrix& x, const GpuMatrix& w, GpuMatrix& y, int64_t stride
   conv_forward("conv1d", 1, x, w, y, 1, stride, 0, pad);
 }
 
-void conv1d_gradient_input(const GpuMatrix& dy, const GpuMatrix& w, GpuMatrix& dx, int64_t stride, int64_t pad) {
+void conv1d_gradient_input(const GpuMatrix& dy, const GpuMatrix& w, GpuMatrix& dx, int64_t stride,
+                           int64_t pad) {
   conv_gradient_input("conv1d_gradient_input", 1, dy, w, dx, 1, stride, 0, pad);
 }
 
-void conv1d_gradient_filter(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dw, int64_t stride, int64_t pad) {
+void conv1d_gradient_filter(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dw, int64_t stride,
+                            int64_t pad) {
   conv_gradient_filter("conv1d_gradient_filter", 1, x, dy, dw, 1, stride, 0, pad);
 }
 
@@ -437,7 +443,8 @@ void add_channel_bias(const GpuMatrix& in, const GpuMatrix& bias, GpuMatrix& out
   const char* op = "add_channel_bias";
   const Backend& be = same_device(op, in, bias, out);
   if (in.ndim() < 2)
-    throw ShapeError(std::string(op) + ": the input must be (N, C, ...) with rank >= 2, got " + in.shape_str());
+    throw ShapeError(std::string(op) + ": the input must be (N, C, ...) with rank >= 2, got " +
+                     in.shape_str());
   same_shape(op, in, out);
   if (bias.shape() != std::vector<int64_t>{in.dim(1)})
     throw ShapeError(std::string(op) + ": bias has shape " + bias.shape_str() + ", expected (" +
@@ -453,7 +460,8 @@ void reduce_sum_channels(const GpuMatrix& in, GpuMatrix& out) {
   const char* op = "reduce_sum_channels";
   const Backend& be = same_device(op, in, out);
   if (in.ndim() < 2)
-    throw ShapeError(std::string(op) + ": the input must be (N, C, ...) with rank >= 2, got " + in.shape_str());
+    throw ShapeError(std::string(op) + ": the input must be (N, C, ...) with rank >= 2, got " +
+                     in.shape_str());
   if (out.shape() != std::vector<int64_t>{in.dim(1)})
     throw ShapeError(std::string(op) + ": the output has shape " + out.shape_str() + ", expected (" +
                      std::to_string(in.dim(1)) + ",) for input " + in.shape_str());
@@ -474,7 +482,8 @@ namespace {
 
 // The geometry of a pool op: `in_like` has x's shape (x or dx), `out_like` y's (y or dy).
 PoolShape pool_shape(const char* op, const GpuMatrix& in_like, const char* in_name, const GpuMatrix& out_like,
-                     const char* out_name, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+                     const char* out_name, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+                     int64_t pw) {
   const std::string o(op);
   auto geometry = [&] {
     return std::string(in_name) + " " + in_like.shape_str() + ", kernel " + std::to_string(kh) + "x" +
@@ -562,7 +571,8 @@ namespace {
 void check_loss(const char* op, const GpuMatrix& pred, const GpuMatrix& target) {
   same_shape(op, pred, target);
   if (pred.size() == 0)
-    throw ShapeError(std::string(op) + ": the mean needs at least one element, got shape " + pred.shape_str());
+    throw ShapeError(std::string(op) + ": the mean needs at least one element, got shape " +
+                     pred.shape_str());
 }
 
 void check_scalar(const char* op, const char* what, const GpuMatrix& m) {
@@ -572,27 +582,27 @@ void check_scalar(const char* op, const char* what, const GpuMatrix& m) {
 
 }  // namespace
 
-#define GPUMAT_LOSS_OP(NAME)                                                                       \
-  void NAME(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out) {                      \
-    const Backend& be = same_device(#NAME, pred, target, out);                                     \
-    check_loss(#NAME, pred, target);                                                               \
-    check_scalar(#NAME, "the output", out);                                                        \
-    not_aliased(#NAME, pred, out);                                                                 \
-    not_aliased(#NAME, target, out);                                                               \
-    be.NAME(out.device().index, pred.data(), target.data(), out.data(), pred.size());              \
-    finish(out);                                                                                   \
-  }                                                                                                \
-  void NAME##_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,     \
-                       GpuMatrix& out_grad) {                                                      \
-    const char* op = #NAME "_gradient";                                                            \
-    const Backend& be = same_device(op, pred, target, dloss, out_grad);                            \
-    check_loss(op, pred, target);                                                                  \
-    check_scalar(op, "the loss gradient dloss", dloss);                                            \
-    same_shape(op, pred, out_grad);                                                                \
-    not_aliased(op, dloss, out_grad); /* every element reads dloss[0] */                           \
+#define GPUMAT_LOSS_OP(NAME)                                                                               \
+  void NAME(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out) {                              \
+    const Backend& be = same_device(#NAME, pred, target, out);                                             \
+    check_loss(#NAME, pred, target);                                                                       \
+    check_scalar(#NAME, "the output", out);                                                                \
+    not_aliased(#NAME, pred, out);                                                                         \
+    not_aliased(#NAME, target, out);                                                                       \
+    be.NAME(out.device().index, pred.data(), target.data(), out.data(), pred.size());                      \
+    finish(out);                                                                                           \
+  }                                                                                                        \
+  void NAME##_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,             \
+                       GpuMatrix& out_grad) {                                                              \
+    const char* op = #NAME "_gradient";                                                                    \
+    const Backend& be = same_device(op, pred, target, dloss, out_grad);                                    \
+    check_loss(op, pred, target);                                                                          \
+    check_scalar(op, "the loss gradient dloss", dloss);                                                    \
+    same_shape(op, pred, out_grad);                                                                        \
+    not_aliased(op, dloss, out_grad); /* every element reads dloss[0] */                                   \
     be.NAME##_gradient(out_grad.device().index, pred.data(), target.data(), dloss.data(), out_grad.data(), \
-                       pred.size());                                                               \
-    finish(out_grad);                                                                              \
+                       pred.size());                                                                       \
+    finish(out_grad);                                                                                      \
   }
 GPUMAT_LOSS_OP(mse_loss)
 GPUMAT_LOSS_OP(mae_loss)
@@ -626,8 +636,8 @@ void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatri
   const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step)));
   const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step)));
   if (param.size() > 0)
-    be.adam_update(param.device().index, param.data(), grad.data(), m.data(), v.data(), param.size(), lr, beta1,
-                   beta2, eps, bc1, bc2);
+    be.adam_update(param.device().index, param.data(), grad.data(), m.data(), v.data(), param.size(), lr,
+                   beta1, beta2, eps, bc1, bc2);
   finish(param);
 }
 

@@ -13,12 +13,12 @@ using gpumat::Device;
 using gpumat::GpuMatrix;
 
 static int failures = 0;
-#define EXPECT(cond)                                                   \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);    \
-      ++failures;                                                      \
-    }                                                                  \
+#define EXPECT(cond)                                                \
+  do {                                                              \
+    if (!(cond)) {                                                  \
+      std::printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                   \
+    }                                                               \
   } while (0)
 
 static void exercise(Device dev) {
@@ -57,8 +57,10 @@ static void exercise(Device dev) {
 
 int main() {
   exercise(Device::host());
-  if (gpumat::cuda_device_count() > 0) exercise(Device::cuda(0));
-  else std::printf("no CUDA device: %s\n", gpumat::built_with_cuda() ? "built with CUDA" : "built without CUDA");
+  if (gpumat::cuda_device_count() > 0)
+    exercise(Device::cuda(0));
+  else
+    std::printf("no CUDA device: %s\n", gpumat::built_with_cuda() ? "built with CUDA" : "built without CUDA");
   std::printf(failures ? "%d FAILED\n" : "all passed\n", failures);
   return failures ? 1 : 0;
 }

@@ -77,8 +77,10 @@ void conv2d_gradient_filter(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& 
                             int64_t stride_w, int64_t pad_h, int64_t pad_w);
 // The same for sequences: x (N, C, W), w (F, C, K), y (N, F, OW); conv2d with H = KH = 1.
 void conv1d(const GpuMatrix& x, const GpuMatrix& w, GpuMatrix& y, int64_t stride, int64_t pad);
-void conv1d_gradient_input(const GpuMatrix& dy, const GpuMatrix& w, GpuMatrix& dx, int64_t stride, int64_t pad);
-void conv1d_gradient_filter(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dw, int64_t stride, int64_t pad);
+void conv1d_gradient_input(const GpuMatrix& dy, const GpuMatrix& w, GpuMatrix& dx, int64_t stride,
+                           int64_t pad);
+void conv1d_gradient_filter(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dw, int64_t stride,
+                            int64_t pad);
 
 // The im2col scratch limit in bytes (default 64 MiB): convolutions process as many images at once
 // as fit (at least one). Returns the previous limit; `bytes` must be >= 0 (0: one image at a time).

@@ -100,16 +100,16 @@ __global__ void swap_axes01_kernel(const float* __restrict__ in, int64_t d0, int
 }
 
 // in, out are (outer, channels, inner); bias is (channels,).
-__global__ void add_channel_bias_kernel(const float* in, const float* __restrict__ bias, float* out, int64_t n,
-                                        int64_t channels, int64_t inner) {
+__global__ void add_channel_bias_kernel(const float* in, const float* __restrict__ bias, float* out,
+                                        int64_t n, int64_t channels, int64_t inner) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = in[i] + bias[(i / inner) % channels];
 }
 
 // in is (outer, channels, inner), out is (channels,); block c sums channel c (grid = channels).
-__global__ void reduce_sum_channels_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t outer,
-                                           int64_t channels, int64_t inner) {
+__global__ void reduce_sum_channels_kernel(const float* __restrict__ in, float* __restrict__ out,
+                                           int64_t outer, int64_t channels, int64_t inner) {
   const int64_t c = blockIdx.x, total = outer * inner;
   float acc = 0.0f;
   for (int64_t e = threadIdx.x; e < total; e += kChannelThreads) {
@@ -153,7 +153,8 @@ void launch_col2im(int dev, const float* col, const ConvShape& s, int64_t nb, fl
 void launch_swap_axes01(int dev, const float* in, int64_t d0, int64_t d1, int64_t inner, float* out,
                         const char* op) {
   cudaStream_t stream = activate(dev);
-  swap_axes01_kernel<<<grid_for(d0 * d1 * inner, kBlockSize), kBlockSize, 0, stream>>>(in, d0, d1, inner, out);
+  swap_axes01_kernel<<<grid_for(d0 * d1 * inner, kBlockSize), kBlockSize, 0, stream>>>(in, d0, d1, inner,
+                                                                                       out);
   check_launch(op);
 }
 
@@ -218,20 +219,22 @@ void conv2d_gradient_filter(int dev, const float* x, const float* dy, float* dw,
   }
 }
 
-void add_channel_bias(int dev, const float* in, const float* bias, float* out, int64_t outer, int64_t channels,
-                      int64_t inner) {
+void add_channel_bias(int dev, const float* in, const float* bias, float* out, int64_t outer,
+                      int64_t channels, int64_t inner) {
   cudaStream_t stream = activate(dev);
   const int64_t n = outer * channels * inner;
-  add_channel_bias_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(in, bias, out, n, channels, inner);
+  add_channel_bias_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(in, bias, out, n, channels,
+                                                                              inner);
   check_launch("add_channel_bias");
 }
 
-void reduce_sum_channels(int dev, const float* in, float* out, int64_t outer, int64_t channels, int64_t inner) {
+void reduce_sum_channels(int dev, const float* in, float* out, int64_t outer, int64_t channels,
+                         int64_t inner) {
   const int64_t kMaxGridX = 2147483647;
   if (channels > kMaxGridX) throw ShapeError("reduce_sum_channels: too many channels for the CUDA grid");
   cudaStream_t stream = activate(dev);
-  reduce_sum_channels_kernel<<<static_cast<unsigned>(channels), kChannelThreads, 0, stream>>>(in, out, outer,
-                                                                                             channels, inner);
+  reduce_sum_channels_kernel<<<static_cast<unsigned>(channels), kChannelThreads, 0, stream>>>(
+      in, out, outer, channels, inner);
   check_launch("reduce_sum_channels");
 }
 

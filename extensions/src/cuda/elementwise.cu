@@ -40,7 +40,8 @@ void multiply(int dev, const float* a, const float* b, float* out, int64_t n) {
 }
 
 void add_const(int dev, const float* in, float value, float* out, int64_t n) {
-  launch_map("matrix_elementwise_add_by_const", dev, out, n, [=] __device__(int64_t i) { return in[i] + value; });
+  launch_map("matrix_elementwise_add_by_const", dev, out, n,
+             [=] __device__(int64_t i) { return in[i] + value; });
 }
 
 void multiply_const(int dev, const float* in, float value, float* out, int64_t n) {

@@ -37,9 +37,10 @@ void random_normal(int dev, float* out, int64_t n, float mean, float stddev, uin
 void conv2d(int dev, const float* x, const float* w, float* y, const ConvShape& s);
 void conv2d_gradient_input(int dev, const float* dy, const float* w, float* dx, const ConvShape& s);
 void conv2d_gradient_filter(int dev, const float* x, const float* dy, float* dw, const ConvShape& s);
-void add_channel_bias(int dev, const float* in, const float* bias, float* out, int64_t outer, int64_t channels,
-                      int64_t inner);
-void reduce_sum_channels(int dev, const float* in, float* out, int64_t outer, int64_t channels, int64_t inner);
+void add_channel_bias(int dev, const float* in, const float* bias, float* out, int64_t outer,
+                      int64_t channels, int64_t inner);
+void reduce_sum_channels(int dev, const float* in, float* out, int64_t outer, int64_t channels,
+                         int64_t inner);
 // pool.cu
 void max_pool2d(int dev, const float* x, float* y, const PoolShape& s);
 void max_pool2d_gradient(int dev, const float* x, const float* dy, float* dx, const PoolShape& s);
@@ -53,7 +54,7 @@ void mse_loss_gradient(int dev, const float* pred, const float* target, const fl
 void mae_loss_gradient(int dev, const float* pred, const float* target, const float* dloss, float* out_grad,
                        int64_t n);
 // optim.cu
-void adam_update(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-                 float beta2, float eps, float bc1, float bc2);
+void adam_update(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                 float beta1, float beta2, float eps, float bc1, float bc2);
 
 }  // namespace gpumat::cuda

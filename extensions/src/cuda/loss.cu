@@ -22,8 +22,8 @@ constexpr int64_t kLossMaxBlocks = 1024;  // partial sums per loss
 
 // pred, target are (n,); partial is (gridDim.x,)
 template <bool Abs>
-__global__ void loss_partial_kernel(const float* __restrict__ pred, const float* __restrict__ target, int64_t n,
-                                    float* __restrict__ partial) {
+__global__ void loss_partial_kernel(const float* __restrict__ pred, const float* __restrict__ target,
+                                    int64_t n, float* __restrict__ partial) {
   float acc = 0.0f;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kLossThreads) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * kLossThreads) {
@@ -46,8 +46,8 @@ __global__ void loss_mean_kernel(const float* __restrict__ partial, int64_t bloc
 // pred, target, out_grad are (n,); dloss is (1,); scale is 2/n (mse) or 1/n (mae)
 template <bool Abs>
 __global__ void loss_gradient_kernel(const float* __restrict__ pred, const float* __restrict__ target,
-                                     const float* __restrict__ dloss, float scale, float* __restrict__ out_grad,
-                                     int64_t n) {
+                                     const float* __restrict__ dloss, float scale,
+                                     float* __restrict__ out_grad, int64_t n) {
   const float g = dloss[0] * scale;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -59,14 +59,15 @@ __global__ void loss_gradient_kernel(const float* __restrict__ pred, const float
 // ---------------------------------------------------------------------------- launchers
 
 template <bool Abs>
-static void launch_loss(const char* op, int dev, const float* pred, const float* target, float* loss, int64_t n) {
+static void launch_loss(const char* op, int dev, const float* pred, const float* target, float* loss,
+                        int64_t n) {
   const int64_t blocks = std::min<int64_t>(ceil_div(n, kLossThreads), kLossMaxBlocks);
   // The partial sums live in a scratch array from the caching allocator, released after both
   // launches are queued (safe: the device has one stream).
   GpuMatrix partial({blocks}, Device::cuda(dev));
   cudaStream_t stream = activate(dev);
-  loss_partial_kernel<Abs><<<static_cast<unsigned>(blocks), kLossThreads, 0, stream>>>(pred, target, n,
-                                                                                       partial.data());
+  loss_partial_kernel<Abs>
+      <<<static_cast<unsigned>(blocks), kLossThreads, 0, stream>>>(pred, target, n, partial.data());
   check_launch(op);
   loss_mean_kernel<<<1, kLossThreads, 0, stream>>>(partial.data(), blocks, n, loss);
   check_launch(op);

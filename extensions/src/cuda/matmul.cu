@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(kThreads)
       int row = TransA ? l % kBM : l / kBK;
       int gr = row0 + row, gk = k0 + kk;
       float v = 0.0f;
-      if (gr < m && gk < k) v = TransA ? a[static_cast<int64_t>(gk) * m + gr] : a[static_cast<int64_t>(gr) * k + gk];
+      if (gr < m && gk < k)
+        v = TransA ? a[static_cast<int64_t>(gk) * m + gr] : a[static_cast<int64_t>(gr) * k + gk];
       as[kk][row] = v;
     }
 #pragma unroll
@@ -49,7 +50,8 @@ __global__ void __launch_bounds__(kThreads)
       int col = TransB ? l / kBK : l % kBN;
       int gc = col0 + col, gk = k0 + kk;
       float v = 0.0f;
-      if (gc < n && gk < k) v = TransB ? b[static_cast<int64_t>(gc) * k + gk] : b[static_cast<int64_t>(gk) * n + gc];
+      if (gc < n && gk < k)
+        v = TransB ? b[static_cast<int64_t>(gc) * k + gk] : b[static_cast<int64_t>(gk) * n + gc];
       bs[kk][col] = v;
     }
     __syncthreads();
@@ -81,8 +83,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---------------------------------------------------------------------------- launchers
 
-void matmul(int dev, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m, int64_t n,
-            int64_t k) {
+void matmul(int dev, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m,
+            int64_t n, int64_t k) {
   const int64_t kMaxGridY = 65535;
   if (ceil_div(m, kBM) > kMaxGridY)
     throw ShapeError("matrix_multiply: " + std::to_string(m) + " output rows exceed the CUDA grid limit of " +

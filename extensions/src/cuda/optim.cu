@@ -14,9 +14,9 @@ namespace gpumat::cuda {
 // ---------------------------------------------------------------------------- kernels
 
 // param, grad, m, v are (n,)
-__global__ void adam_update_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
-                                   float* __restrict__ v, int64_t n, float lr, float beta1, float beta2, float eps,
-                                   float bc1, float bc2) {
+__global__ void adam_update_kernel(float* __restrict__ param, const float* __restrict__ grad,
+                                   float* __restrict__ m, float* __restrict__ v, int64_t n, float lr,
+                                   float beta1, float beta2, float eps, float bc1, float bc2) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = grad[i];
@@ -30,11 +30,11 @@ __global__ void adam_update_kernel(float* __restrict__ param, const float* __res
 
 // ---------------------------------------------------------------------------- launchers
 
-void adam_update(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-                 float beta2, float eps, float bc1, float bc2) {
+void adam_update(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                 float beta1, float beta2, float eps, float bc1, float bc2) {
   cudaStream_t stream = activate(dev);
-  adam_update_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(param, grad, m, v, n, lr, beta1, beta2,
-                                                                          eps, bc1, bc2);
+  adam_update_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(param, grad, m, v, n, lr, beta1,
+                                                                         beta2, eps, bc1, bc2);
   check_launch("adam_update");
 }
 

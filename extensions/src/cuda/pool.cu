@@ -21,7 +21,8 @@ namespace gpumat::cuda {
 // ---------------------------------------------------------------------------- kernels
 
 // Index (ih * W + iw) in its plane of the argmax of window (oh, ow); plane is (H, W).
-__device__ __forceinline__ int64_t window_argmax(const float* plane, const PoolShape& s, int64_t oh, int64_t ow) {
+__device__ __forceinline__ int64_t window_argmax(const float* plane, const PoolShape& s, int64_t oh,
+                                                 int64_t ow) {
   const int64_t h0 = oh * s.stride_h - s.pad_h, w0 = ow * s.stride_w - s.pad_w;
   const int64_t h_lo = h0 > 0 ? h0 : 0, h_hi = h0 + s.kh < s.h ? h0 + s.kh : s.h;
   const int64_t w_lo = w0 > 0 ? w0 : 0, w_hi = w0 + s.kw < s.w ? w0 + s.kw : s.w;
@@ -121,14 +122,15 @@ void max_pool2d(int dev, const float* x, float* y, const PoolShape& s) {
 void max_pool2d_gradient(int dev, const float* x, const float* dy, float* dx, const PoolShape& s) {
   cudaStream_t stream = activate(dev);
   max_pool2d_gradient_kernel<<<grid_for(s.planes * s.h * s.w, kBlockSize), kBlockSize, 0, stream>>>(x, dy, dx,
-                                                                                                      s);
+                                                                                                    s);
   check_launch("max_pool2d_gradient");
 }
 
 void avg_pool2d(int dev, const float* x, float* y, const PoolShape& s) {
   cudaStream_t stream = activate(dev);
   const float inv_area = 1.0f / static_cast<float>(s.kh * s.kw);
-  avg_pool2d_kernel<<<grid_for(s.planes * s.oh * s.ow, kBlockSize), kBlockSize, 0, stream>>>(x, y, s, inv_area);
+  avg_pool2d_kernel<<<grid_for(s.planes * s.oh * s.ow, kBlockSize), kBlockSize, 0, stream>>>(x, y, s,
+                                                                                             inv_area);
   check_launch("avg_pool2d");
 }
 
@@ -136,7 +138,7 @@ void avg_pool2d_gradient(int dev, const float* dy, float* dx, const PoolShape& s
   cudaStream_t stream = activate(dev);
   const float inv_area = 1.0f / static_cast<float>(s.kh * s.kw);
   avg_pool2d_gradient_kernel<<<grid_for(s.planes * s.h * s.w, kBlockSize), kBlockSize, 0, stream>>>(dy, dx, s,
-                                                                                                      inv_area);
+                                                                                                    inv_area);
   check_launch("avg_pool2d_gradient");
 }
 

@@ -11,8 +11,7 @@ namespace gpumat::cuda {
 void check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return;
   cudaGetLastError();  // clear the sticky error so the next call starts clean
-  throw CudaError(std::string(what) + ": " + cudaGetErrorName(err) + ": " +
-                  cudaGetErrorString(err));
+  throw CudaError(std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }
 
 namespace {

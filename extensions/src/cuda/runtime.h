@@ -8,7 +8,7 @@
 
 namespace gpumat::cuda {
 
-int device_count() noexcept;  // 0 when there is no driver or device
+int device_count() noexcept;                  // 0 when there is no driver or device
 void* malloc_device(int dev, size_t nbytes);  // throws OutOfMemory / CudaError
 void free_device(int dev, void* ptr) noexcept;
 void mem_get_info(int dev, size_t* free_bytes, size_t* total_bytes) noexcept;

@@ -107,7 +107,8 @@ void softmax_cross_entropy(int dev, const float* logits, const float* labels, fl
   // cache) after both launches are queued, which is safe because the device has one stream.
   GpuMatrix loss({rows}, Device::cuda(dev));
   cudaStream_t stream = activate(dev);
-  cross_entropy_rows_kernel<<<row_grid(rows), kRowBlock, 0, stream>>>(logits, labels, loss.data(), rows, cols);
+  cross_entropy_rows_kernel<<<row_grid(rows), kRowBlock, 0, stream>>>(logits, labels, loss.data(), rows,
+                                                                      cols);
   check_launch("softmax_cross_entropy");
   mean_kernel<<<1, kRowBlock, 0, stream>>>(loss.data(), rows, out);
   check_launch("softmax_cross_entropy (mean)");

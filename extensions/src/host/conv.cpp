@@ -95,7 +95,8 @@ void col2im(const float* col, const ConvShape& s, int64_t nb, float* dx) {
 void swap_axes01(const float* in, int64_t d0, int64_t d1, int64_t inner, float* out) {
 #pragma omp parallel for collapse(2) if (d0 * d1 * inner >= kParallelMin)
   for (int64_t b = 0; b < d1; ++b)
-    for (int64_t a = 0; a < d0; ++a) std::copy_n(in + (a * d1 + b) * inner, inner, out + (b * d0 + a) * inner);
+    for (int64_t a = 0; a < d0; ++a)
+      std::copy_n(in + (a * d1 + b) * inner, inner, out + (b * d0 + a) * inner);
 }
 
 }  // namespace

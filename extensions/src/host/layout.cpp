@@ -11,7 +11,8 @@ namespace gpumat::host {
 void broadcast_to(int, const float* in, int64_t n_in, float* out, int64_t n_out) {
   int64_t reps = n_out / n_in;
 #pragma omp parallel for if (n_out >= kParallelMin)
-  for (int64_t r = 0; r < reps; ++r) std::memcpy(out + r * n_in, in, static_cast<size_t>(n_in) * sizeof(float));
+  for (int64_t r = 0; r < reps; ++r)
+    std::memcpy(out + r * n_in, in, static_cast<size_t>(n_in) * sizeof(float));
 }
 
 // in is (rows, cols), out is (cols, rows). Blocked so both sides stay in cache.

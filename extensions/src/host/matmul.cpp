@@ -12,8 +12,8 @@ void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, flo
   const blasint lda = static_cast<blasint>(trans_a ? m : k);
   const blasint ldb = static_cast<blasint>(trans_b ? k : n);
   scipy_cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                    static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, lda, b,
-                    ldb, 0.0f, c, static_cast<blasint>(n));
+                    static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, lda,
+                    b, ldb, 0.0f, c, static_cast<blasint>(n));
 }
 
 }  // namespace gpumat::host

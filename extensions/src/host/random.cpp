@@ -17,7 +17,8 @@ void random_uniform(int, float* out, int64_t n, float low, float high, uint64_t 
 
 void random_normal(int, float* out, int64_t n, float mean, float stddev, uint64_t seed) {
 #pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = mean + stddev * rng::standard_normal(seed, static_cast<uint64_t>(i));
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = mean + stddev * rng::standard_normal(seed, static_cast<uint64_t>(i));
 }
 
 }  // namespace gpumat::host

@@ -46,7 +46,8 @@ void softmax_cross_entropy(int, const float* logits, const float* labels, float*
     row_stats(x, cols, &mx, &sum);
     double log_sum = std::log(sum);
     double loss = 0.0;
-    for (int64_t c = 0; c < cols; ++c) loss -= static_cast<double>(y[c]) * (static_cast<double>(x[c]) - mx - log_sum);
+    for (int64_t c = 0; c < cols; ++c)
+      loss -= static_cast<double>(y[c]) * (static_cast<double>(x[c]) - mx - log_sum);
     total += loss;
   }
   out[0] = static_cast<float>(total / static_cast<double>(rows));
