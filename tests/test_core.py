@@ -154,7 +154,7 @@ def test_cuda_error_can_be_caught_as_runtime_error():
         gpumat.empty((3,), gpumat.gpu(10_000))
 
 
-def test_interpreter_exit_with_live_arrays_is_clean():
+def test_interpreter_exit_with_live_arrays_is_clean(tmp_path):
     """Arrays alive at exit are freed during interpreter shutdown; the allocator must outlive them
     and a failed GPU call must leave no sticky state that crashes at exit."""
     code = textwrap.dedent(
@@ -175,7 +175,11 @@ def test_interpreter_exit_with_live_arrays_is_clean():
         print("ok", float(out.asnumpy()[0, 0]))
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # cwd outside the checkout: `python -c` puts the cwd first on sys.path, and the source tree's
+    # gpumat/ (no compiled _core after a non-editable install) would shadow the installed package.
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
     assert proc.stdout.strip() == "ok 100.0"
     assert "terminate" not in proc.stderr and "Segmentation" not in proc.stderr
