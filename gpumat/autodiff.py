@@ -53,6 +53,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from gpumat import ops
+
 __all__ = [
     "Node",
     "Op",
@@ -87,18 +89,6 @@ _node_ids = itertools.count()
 # Composite names ("(x+y)") are built from the inputs' names; past this length an input is referred
 # to by op and id instead, so a 10,000-node chain does not build quadratic-size strings.
 _MAX_NAME = 48
-
-_ops_module = None
-
-
-def _ops():
-    """gpumat.ops, imported on first use: the numpy backend works without the native build."""
-    global _ops_module
-    if _ops_module is None:
-        from gpumat import ops
-
-        _ops_module = ops
-    return _ops_module
 
 
 def _short(node: Node) -> str:
@@ -261,7 +251,7 @@ class AddOp(Op):
         if ctx is None:
             np.add(input_vals[0], input_vals[1], out=output_val)
         else:
-            _ops().matrix_elementwise_add(input_vals[0], input_vals[1], output_val)
+            ops.matrix_elementwise_add(input_vals[0], input_vals[1], output_val)
 
     def gradient(self, node, output_grad):
         return [output_grad, output_grad]
@@ -286,7 +276,7 @@ class AddByConstOp(Op):
         if ctx is None:
             np.add(input_vals[0], node.const_attr, out=output_val)
         else:
-            _ops().matrix_elementwise_add_by_const(input_vals[0], node.const_attr, output_val)
+            ops.matrix_elementwise_add_by_const(input_vals[0], node.const_attr, output_val)
 
     def gradient(self, node, output_grad):
         return [output_grad]
@@ -310,7 +300,7 @@ class MulOp(Op):
         if ctx is None:
             np.multiply(input_vals[0], input_vals[1], out=output_val)
         else:
-            _ops().matrix_elementwise_multiply(input_vals[0], input_vals[1], output_val)
+            ops.matrix_elementwise_multiply(input_vals[0], input_vals[1], output_val)
 
     def gradient(self, node, output_grad):
         a, b = node.inputs
@@ -336,7 +326,7 @@ class MulByConstOp(Op):
         if ctx is None:
             np.multiply(input_vals[0], node.const_attr, out=output_val)
         else:
-            _ops().matrix_elementwise_multiply_by_const(input_vals[0], node.const_attr, output_val)
+            ops.matrix_elementwise_multiply_by_const(input_vals[0], node.const_attr, output_val)
 
     def gradient(self, node, output_grad):
         return [output_grad * node.const_attr]
@@ -374,7 +364,7 @@ class MatMulOp(Op):
         if ctx is None:
             np.matmul(a.T if ta else a, b.T if tb else b, out=output_val)
         else:
-            _ops().matrix_multiply(a, ta, b, tb, output_val)
+            ops.matrix_multiply(a, ta, b, tb, output_val)
 
     def gradient(self, node, output_grad):
         # With C = op(A) op(B) and G = dL/dC: dL/dop(A) = G op(B)^T and dL/dop(B) = op(A)^T G; a
@@ -418,7 +408,7 @@ class TransposeOp(Op):
         if ctx is None:
             np.copyto(output_val, input_vals[0].T)
         else:
-            _ops().transpose(input_vals[0], output_val)
+            ops.transpose(input_vals[0], output_val)
 
     def gradient(self, node, output_grad):
         return [transpose_op(output_grad)]
@@ -469,7 +459,7 @@ class ZerosLikeOp(Op):
         if ctx is None:
             output_val.fill(0.0)
         else:
-            _ops().array_set(output_val, 0.0)
+            ops.array_set(output_val, 0.0)
 
     def gradient(self, node, output_grad):
         return [None]
@@ -494,7 +484,7 @@ class OnesLikeOp(Op):
         if ctx is None:
             output_val.fill(1.0)
         else:
-            _ops().array_set(output_val, 1.0)
+            ops.array_set(output_val, 1.0)
 
     def gradient(self, node, output_grad):
         return [None]
@@ -546,7 +536,7 @@ class ReduceSumAxisZeroOp(Op):
             lead = x.ndim - len(out_core)
             np.copyto(output_val, np.sum(x, axis=tuple(range(lead))).reshape(output_val.shape))
         else:
-            _ops().reduce_sum_axis_zero(x, output_val)
+            ops.reduce_sum_axis_zero(x, output_val)
 
     def gradient(self, node, output_grad):
         grads = [broadcastto_op(output_grad, node.inputs[0])]
@@ -590,7 +580,7 @@ class BroadcastToOp(Op):
         if ctx is None:
             np.copyto(output_val, input_vals[0].reshape(_strip_leading_ones(input_vals[0].shape)))
         else:
-            _ops().broadcast_to(input_vals[0], output_val)
+            ops.broadcast_to(input_vals[0], output_val)
 
     def gradient(self, node, output_grad):
         return [reducesumaxiszero_op(output_grad, node.inputs[0]), None]
@@ -626,7 +616,7 @@ class ReluOp(Op):
         if ctx is None:
             np.maximum(input_vals[0], 0.0, out=output_val)
         else:
-            _ops().relu(input_vals[0], output_val)
+            ops.relu(input_vals[0], output_val)
 
     def gradient(self, node, output_grad):
         return [relu_gradient_op(node.inputs[0], output_grad)]
@@ -654,7 +644,7 @@ class ReluGradientOp(Op):
             a, g = input_vals
             np.copyto(output_val, np.where(a > 0, g, 0.0))
         else:
-            _ops().relu_gradient(input_vals[0], input_vals[1], output_val)
+            ops.relu_gradient(input_vals[0], input_vals[1], output_val)
 
     def gradient(self, node, output_grad):
         # Piecewise constant in a (zero derivative almost everywhere); linear in g, same mask.
@@ -691,7 +681,7 @@ class SoftmaxOp(Op):
         if ctx is None:
             np.copyto(output_val, _softmax_np(input_vals[0]))
         else:
-            _ops().softmax(input_vals[0], output_val)
+            ops.softmax(input_vals[0], output_val)
 
     def gradient(self, node, output_grad):
         # With s = softmax(y) and G = dL/ds: dL/dy = s*G - s * rowsum(s*G) (the softmax Jacobian
@@ -734,7 +724,7 @@ class SoftmaxCrossEntropyOp(Op):
             log_softmax = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
             output_val[...] = np.mean(-np.sum(y_ * log_softmax, axis=1))
         else:
-            _ops().softmax_cross_entropy(y, y_, output_val)
+            ops.softmax_cross_entropy(y, y_, output_val)
 
     def gradient(self, node, output_grad):
         y, y_ = node.inputs
@@ -774,7 +764,6 @@ class SoftmaxCrossEntropyGradientOp(Op):
         if ctx is None:
             np.copyto(output_val, (_softmax_np(y) - y_) * inv_n)
         else:
-            ops = _ops()
             ops.softmax(y, output_val)
             ops.axpy(-1.0, y_, output_val)
             ops.matrix_elementwise_multiply_by_const(output_val, inv_n, output_val)

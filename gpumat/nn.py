@@ -38,7 +38,9 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from gpumat import ops
 from gpumat.autodiff import Node, Op, Undefined, _shape_str, _short, zeroslike_op
+from gpumat.ops import _int, _pair  # the argument checks shared with gpumat.ops
 
 __all__ = [
     "add_channel_bias_op",
@@ -61,34 +63,6 @@ __all__ = [
     "reduce_sum_channels_op",
     "reshape_op",
 ]
-
-_ops_module = None
-
-
-def _ops():
-    """gpumat.ops, imported on first use: the numpy backend works without the native build."""
-    global _ops_module
-    if _ops_module is None:
-        from gpumat import ops
-
-        _ops_module = ops
-    return _ops_module
-
-
-def _int(value, what: str, op: str) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise TypeError(f"{op}: {what} must be an int, got {value!r}")
-    return int(value)
-
-
-def _pair(value, what: str, op: str) -> tuple[int, int]:
-    """(h, w) from an int (used for both) or a pair of ints; TypeError otherwise."""
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise TypeError(f"{op}: {what} must be an int or a pair of ints, got {value!r}")
-        return _int(value[0], what, op), _int(value[1], what, op)
-    v = _int(value, what, op)
-    return v, v
 
 
 def conv_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
@@ -290,9 +264,9 @@ class Conv2dOp(_ConvBase):
             y = np_conv2d(self._as4d(x), self._as4d(w), node.stride, node.padding)
             output_val[...] = y.reshape(output_val.shape)
         elif self.spatial == 2:
-            _ops().conv2d(x, w, output_val, *self._public(node))
+            ops.conv2d(x, w, output_val, *self._public(node))
         else:
-            _ops().conv1d(x, w, output_val, *self._public(node))
+            ops.conv1d(x, w, output_val, *self._public(node))
 
     def gradient(self, node, output_grad):
         x, w = node.inputs
@@ -340,9 +314,9 @@ class Conv2dGradientInputOp(_ConvBase):
             )
             output_val[...] = dx.reshape(output_val.shape)
         elif self.spatial == 2:
-            _ops().conv2d_gradient_input(dy, w, output_val, *self._public(node))
+            ops.conv2d_gradient_input(dy, w, output_val, *self._public(node))
         else:
-            _ops().conv1d_gradient_input(dy, w, output_val, *self._public(node))
+            ops.conv1d_gradient_input(dy, w, output_val, *self._public(node))
 
     def gradient(self, node, output_grad):
         # dx = T_w(dy), the adjoint of y = C_w(x): <T_w(dy), h> = <dy, C_w(h)>, so
@@ -401,9 +375,9 @@ class Conv2dGradientFilterOp(_ConvBase):
             )
             output_val[...] = dw.reshape(output_val.shape)
         elif self.spatial == 2:
-            _ops().conv2d_gradient_filter(x, dy, output_val, *self._public(node))
+            ops.conv2d_gradient_filter(x, dy, output_val, *self._public(node))
         else:
-            _ops().conv1d_gradient_filter(x, dy, output_val, *self._public(node))
+            ops.conv1d_gradient_filter(x, dy, output_val, *self._public(node))
 
     def gradient(self, node, output_grad):
         # dw = G(x, dy) with <G(x, dy), h> = <dy, conv(x, h)>: d/dx = grad_input(dy, h),
@@ -466,7 +440,7 @@ class AddChannelBiasOp(Op):
         if ctx is None:
             np.add(x, _channel_view(b, x.ndim), out=output_val)
         else:
-            _ops().add_channel_bias(x, b, output_val)
+            ops.add_channel_bias(x, b, output_val)
 
     def gradient(self, node, output_grad):
         return [output_grad, reduce_sum_channels_op(output_grad)]
@@ -499,7 +473,7 @@ class ReduceSumChannelsOp(Op):
             axes = (0,) + tuple(range(2, x.ndim))
             output_val[...] = np.sum(x, axis=axes)
         else:
-            _ops().reduce_sum_channels(x, output_val)
+            ops.reduce_sum_channels(x, output_val)
 
     def gradient(self, node, output_grad):
         # Each input element receives its channel's output gradient: a broadcast along axis 1.
@@ -586,7 +560,7 @@ class MaxPool2dOp(_PoolBase):
         if ctx is None:
             output_val[...] = np_max_pool2d(x, *self._args(node))
         else:
-            _ops().max_pool2d(x, output_val, *self._args(node))
+            ops.max_pool2d(x, output_val, *self._args(node))
 
     def gradient(self, node, output_grad):
         return [max_pool2d_gradient_op(node.inputs[0], output_grad, *self._args(node))]
@@ -609,7 +583,7 @@ class MaxPool2dGradientOp(_PoolBase):
         if ctx is None:
             output_val[...] = np_max_pool2d_gradient(x, dy, *self._args(node))
         else:
-            _ops().max_pool2d_gradient(x, dy, output_val, *self._args(node))
+            ops.max_pool2d_gradient(x, dy, output_val, *self._args(node))
 
     def gradient(self, node, output_grad):
         # Piecewise constant in x (zero almost everywhere); linear in dy (a gather at the argmax,
@@ -641,7 +615,7 @@ class AvgPool2dOp(_PoolBase):
         if ctx is None:
             output_val[...] = np_avg_pool2d(x, *self._args(node))
         else:
-            _ops().avg_pool2d(x, output_val, *self._args(node))
+            ops.avg_pool2d(x, output_val, *self._args(node))
 
     def gradient(self, node, output_grad):
         return [avg_pool2d_gradient_op(output_grad, node.inputs[0], *self._args(node))]
@@ -666,7 +640,7 @@ class AvgPool2dGradientOp(_PoolBase):
         if ctx is None:
             output_val[...] = np_avg_pool2d_gradient(dy, output_val.shape, *self._args(node))
         else:
-            _ops().avg_pool2d_gradient(dy, output_val, *self._args(node))
+            ops.avg_pool2d_gradient(dy, output_val, *self._args(node))
 
     def gradient(self, node, output_grad):
         return [avg_pool2d_op(output_grad, *self._args(node)), None]
@@ -723,7 +697,7 @@ class ReshapeOp(Op):
         if ctx is None:
             np.copyto(output_val, x.reshape(output_val.shape))
         else:
-            _ops().reshape(x, output_val)
+            ops.reshape(x, output_val)
 
     def gradient(self, node, output_grad):
         grads = [reshape_op(output_grad, node.inputs[0])]
@@ -794,9 +768,9 @@ class _LossBase(Op):
             d = p - t
             output_val[...] = np.mean(d * d) if self.kind == "mse" else np.mean(np.abs(d))
         elif self.kind == "mse":
-            _ops().mse_loss(p, t, output_val)
+            ops.mse_loss(p, t, output_val)
         else:
-            _ops().mae_loss(p, t, output_val)
+            ops.mae_loss(p, t, output_val)
 
     def gradient(self, node, output_grad):
         p, t = node.inputs
@@ -859,9 +833,9 @@ class _LossGradientBase(Op):
             else:
                 output_val[...] = (dl[0] / n) * np.sign(p - t)
         elif self.kind == "mse":
-            _ops().mse_loss_gradient(p, t, dl, output_val)
+            ops.mse_loss_gradient(p, t, dl, output_val)
         else:
-            _ops().mae_loss_gradient(p, t, dl, output_val)
+            ops.mae_loss_gradient(p, t, dl, output_val)
 
     def gradient(self, node, output_grad):
         reason = f"{self.name}: second derivatives of the {self.kind} loss"

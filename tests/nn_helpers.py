@@ -1,4 +1,5 @@
-"""Helpers for the gpumat.nn graph-op tests (test_conv.py, test_pool.py, test_losses.py).
+"""Gradient-check helpers for the graph tests (test_autodiff.py, test_conv.py, test_pool.py,
+test_losses.py).
 
 - ``check_fd_gradients``: autodiff gradients on the numpy backend in float64 against central
   finite differences (the float64 run makes them accurate to ~1e-9).

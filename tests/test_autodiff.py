@@ -2,7 +2,7 @@
 differences for every op and for logistic-regression and MLP losses, shape inference errors,
 deep graphs.
 
-Needs only numpy (no native build): ``Executor(..., ctx=None)`` is the reference backend, and a
+Everything here runs on the numpy backend (``Executor(..., ctx=None)``), the reference, where a
 float64 feed makes the whole run float64, so central differences are accurate to ~1e-9.
 Device backends are compared with this reference in test_executor.py.
 """
@@ -11,17 +11,14 @@ import sys
 
 import numpy as np
 import pytest
+from nn_helpers import check_fd_gradients, numeric_grad
+from nn_helpers import rand64 as rand
 
 import gpumat.autodiff as ad
 
 # --------------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------------
-
-
-def rand(rng, shape, low=0.1, high=1.0):
-    """float64 entries, |x| in [low, high), random sign: never zero, away from relu's kink."""
-    return rng.uniform(low, high, size=shape) * np.where(rng.random(size=shape) < 0.5, -1.0, 1.0)
 
 
 def one_hot(rng, rows, classes):
@@ -31,55 +28,6 @@ def one_hot(rng, rows, classes):
 def soft_labels(rng, rows, classes):
     p = rng.uniform(0.1, 1.0, size=(rows, classes))
     return p / p.sum(axis=1, keepdims=True)
-
-
-def numeric_grad(f, x, eps=1e-6):
-    """Central differences of the scalar f() with respect to the array x (perturbed in place)."""
-    grad = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        old = x[idx]
-        x[idx] = old + eps
-        fp = f()
-        x[idx] = old - eps
-        fm = f()
-        x[idx] = old
-        grad[idx] = (fp - fm) / (2 * eps)
-    return grad
-
-
-def check_gradients(build, inputs, wrt=None, rng=None, rtol=1e-5, atol=1e-7):
-    """Compare autodiff gradients of sum(build(...) * R) with finite differences, in float64.
-
-    build   build(*variables) -> node.
-    inputs  list of float64 arrays, one per variable (perturbed in place, restored).
-    wrt     indices of the inputs to differentiate (default: all).
-    R is a fixed random array of the output's shape, so every output element is weighted.
-    """
-    rng = rng or np.random.default_rng()
-    xs = [ad.Variable(f"x{i}") for i in range(len(inputs))]
-    out = build(*xs)
-    wrt = list(range(len(inputs))) if wrt is None else wrt
-    feeds = dict(zip(xs, inputs, strict=True))
-    forward = ad.Executor([out])
-    out_val = forward.run(feeds)[0]
-    assert out_val.dtype == np.float64
-    r = ad.Variable("R")
-    r_val = rand(rng, out_val.shape)
-    grads = ad.gradients(out * r, [xs[i] for i in wrt])
-    got = ad.Executor(grads).run({**feeds, r: r_val})
-
-    def f():
-        return float(np.sum(forward.run(feeds)[0] * r_val))
-
-    for k, i in enumerate(wrt):
-        assert got[k].shape == inputs[i].shape, (
-            f"gradient {i}: shape {got[k].shape} != {inputs[i].shape}"
-        )
-        expected = numeric_grad(f, inputs[i])
-        np.testing.assert_allclose(
-            got[k], expected, rtol=rtol, atol=atol, err_msg=f"gradient w.r.t. input {i}"
-        )
-    return out_val, got
 
 
 # --------------------------------------------------------------------------------------------------
@@ -239,7 +187,7 @@ def test_op_gradient_matches_finite_differences(build, shapes):
     inputs = [rand(rng, s) for s in shapes]
     # Inputs that only give a shape (broadcast and reduce targets) get zero gradients, as the
     # finite differences do.
-    check_gradients(build, inputs, rng=rng)
+    check_fd_gradients(build, inputs, rng, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("rows,classes", [(1, 3), (5, 4), (8, 10)])
@@ -307,7 +255,7 @@ def test_logistic_regression_gradients_match_finite_differences():
     rng = np.random.default_rng()
     n, d, c = 7, 5, 4
     inputs = [rand(rng, (n, d)), rand(rng, (d, c)), rand(rng, (c,)), one_hot(rng, n, c)]
-    check_gradients(logreg_loss, inputs, wrt=[0, 1, 2], rng=rng)
+    check_fd_gradients(logreg_loss, inputs, rng, wrt=[0, 1, 2], rtol=1e-5, atol=1e-7)
 
 
 def test_mlp_gradients_match_finite_differences():
@@ -317,7 +265,7 @@ def test_mlp_gradients_match_finite_differences():
     for a, b in zip(dims[:-1], dims[1:], strict=True):
         params += [rand(rng, (a, b)), rand(rng, (b,), 0.01, 0.1)]
     inputs = [rand(rng, (n, dims[0])), *params, soft_labels(rng, n, dims[-1])]
-    check_gradients(mlp_loss, inputs, wrt=list(range(7)), rng=rng)
+    check_fd_gradients(mlp_loss, inputs, rng, wrt=list(range(7)), rtol=1e-5, atol=1e-7)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,63 +2,25 @@
 kernel, feeds, the memory plan, steady-state allocation, deep graphs.
 
 The ``ctx`` fixture here overrides conftest's: it adds the numpy backend (``ctx=None``, run in
-float32 here, compared with the same graph in float64) to cpu and gpu. The cpu parameter is skipped
-when the native layer does not import; gpu when there is no CUDA device (reasons shown by -ra).
+float32 here, compared with the same graph in float64) to conftest's cpu and gpu (gpu skipped, with
+the reason shown by -ra, where no CUDA device is usable).
 """
 
 import itertools
 
 import numpy as np
 import pytest
+from conftest import DEVICE_PARAMS, GPU_SKIP_REASON, HAS_GPU
+from conftest import make_ctx as make_device_ctx
 
 import gpumat.autodiff as ad
 from gpumat.executor import Executor, MemoryPlan, plan_buffers, value_lifetimes
 
-
-def _native_skip_reason():
-    try:
-        import gpumat
-        import gpumat.ops  # noqa: F401
-
-        gpumat.cpu()
-    except Exception as exc:  # a missing or broken build: the numpy backend is still tested
-        return f"gpumat native layer unavailable: {exc!r}"
-    return None
-
-
-NATIVE_SKIP = _native_skip_reason()
-
-
-def _gpu_skip_reason():
-    if NATIVE_SKIP is not None:
-        return NATIVE_SKIP
-    import gpumat
-
-    if not gpumat.cuda_available():
-        return "no CUDA device (gpumat.cuda_available() is False)"
-    return None
-
-
-GPU_SKIP = _gpu_skip_reason()
-NEEDS_NATIVE = pytest.mark.skipif(NATIVE_SKIP is not None, reason=str(NATIVE_SKIP))
-BACKENDS = [
-    pytest.param("numpy", id="numpy"),
-    pytest.param("cpu", id="cpu", marks=NEEDS_NATIVE),
-    pytest.param(
-        "gpu",
-        id="gpu",
-        marks=[pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))],
-    ),
-]
-DEVICES = BACKENDS[1:]
+BACKENDS = [pytest.param("numpy", id="numpy"), *DEVICE_PARAMS]
 
 
 def make_ctx(name):
-    if name == "numpy":
-        return None
-    import gpumat
-
-    return gpumat.cpu() if name == "cpu" else gpumat.gpu(0)
+    return None if name == "numpy" else make_device_ctx(name)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -67,7 +29,7 @@ def ctx(request):
     return make_ctx(request.param)
 
 
-@pytest.fixture(params=DEVICES)
+@pytest.fixture(params=DEVICE_PARAMS)
 def device_ctx(request):
     """gpumat.cpu() or gpumat.gpu(0): backends with a device allocator."""
     return make_ctx(request.param)
@@ -404,8 +366,6 @@ def test_feeds_are_copied(ctx):
 
 
 def test_device_array_feed_on_the_wrong_device_names_the_node():
-    if NATIVE_SKIP is not None:
-        pytest.skip(NATIVE_SKIP)
     import gpumat
 
     x = ad.Variable("pixels")
@@ -415,7 +375,7 @@ def test_device_array_feed_on_the_wrong_device_names_the_node():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
+@pytest.mark.skipif(not HAS_GPU, reason=str(GPU_SKIP_REASON))
 def test_host_array_fed_to_gpu_executor_is_rejected():
     import gpumat
 
@@ -585,7 +545,7 @@ def test_planned_values_are_correct_under_sharing(ctx):
     assert plan.num_buffers < plan.num_values and plan.planned_bytes < plan.naive_bytes
 
 
-@pytest.mark.parametrize("name", ["numpy", pytest.param("cpu", marks=NEEDS_NATIVE)])
+@pytest.mark.parametrize("name", ["numpy", "cpu"])
 def test_mlp_training_plan_numbers(name):
     """The MNIST MLP (784-256-100-10, batch 1000) training graph: loss and 6 gradients."""
     rng = np.random.default_rng()

@@ -3,57 +3,18 @@ keeps parameters on the device and matches the numpy reference step for step."""
 
 import numpy as np
 import pytest
+from conftest import DEVICE_PARAMS, make_ctx
+from nn_helpers import rand64 as rand
 
 import gpumat.autodiff as ad
 from gpumat.executor import Executor
 from gpumat.optim import SGD
 
 
-def _native_skip_reason():
-    try:
-        import gpumat
-        import gpumat.ops  # noqa: F401
-
-        gpumat.cpu()
-    except Exception as exc:  # the numpy tests still run without the native build
-        return f"gpumat native layer unavailable: {exc!r}"
-    return None
-
-
-NATIVE_SKIP = _native_skip_reason()
-
-
-def _gpu_skip_reason():
-    if NATIVE_SKIP is not None:
-        return NATIVE_SKIP
-    import gpumat
-
-    return None if gpumat.cuda_available() else "no CUDA device (gpumat.cuda_available() is False)"
-
-
-GPU_SKIP = _gpu_skip_reason()
-DEVICES = [
-    pytest.param(
-        "cpu", id="cpu", marks=pytest.mark.skipif(NATIVE_SKIP is not None, reason=str(NATIVE_SKIP))
-    ),
-    pytest.param(
-        "gpu",
-        id="gpu",
-        marks=[pytest.mark.gpu, pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))],
-    ),
-]
-
-
-@pytest.fixture(params=DEVICES)
+@pytest.fixture(params=DEVICE_PARAMS)
 def device_ctx(request):
     """gpumat.cpu() or gpumat.gpu(0)."""
-    import gpumat
-
-    return gpumat.cpu() if request.param == "cpu" else gpumat.gpu(0)
-
-
-def rand(rng, shape):
-    return rng.uniform(0.1, 1.0, size=shape) * np.where(rng.random(size=shape) < 0.5, -1.0, 1.0)
+    return make_ctx(request.param)
 
 
 def test_sgd_updates_numpy_arrays_in_place():
