@@ -7,11 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define GPUMAT_HD __host__ __device__ __forceinline__
-#else
-#define GPUMAT_HD inline
-#endif
+#include "host_device.h"
 
 namespace gpumat::rng {
 

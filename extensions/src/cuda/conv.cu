@@ -20,6 +20,7 @@
 // 64-bit division is several times slower on the GPU), else in 64 bits.
 #include <algorithm>
 
+#include "../window.h"
 #include "common.cuh"
 #include "gpumat/gpu_matrix.h"
 #include "kernels.cuh"
@@ -73,8 +74,9 @@ __global__ void col2im_kernel(const float* __restrict__ col, ConvShape s, Index 
     const Index b = t / C;
     // Windows covering (ih, iw): 0 <= ih + PH - oh*SH < KH, 0 <= oh < OH (likewise for columns).
     const Index hp = ih + PH, wp = iw + PW;
-    const Index oh_lo = hp < KH ? 0 : (hp - KH) / SH + 1, oh_hi = min(hp / SH, OH - 1);
-    const Index ow_lo = wp < KW ? 0 : (wp - KW) / SW + 1, ow_hi = min(wp / SW, OW - 1);
+    Index oh_lo, oh_hi, ow_lo, ow_hi;
+    window::covering_outputs(ih, KH, SH, PH, OH, &oh_lo, &oh_hi);
+    window::covering_outputs(iw, KW, SW, PW, OW, &ow_lo, &ow_hi);
     float sum = 0.0f;
     for (Index oh = oh_lo; oh <= oh_hi; ++oh) {
       const Index i = hp - oh * SH;

@@ -10,35 +10,15 @@
 // order as the host's loops, so both devices agree. Recomputing the argmax (rather than storing
 // indices in the forward pass) keeps max_pool2d a one-output op; it costs one window scan per
 // covering window, ceil(K/S)^2 windows (one for the usual K = S = 2).
-// NOTE: argmax = the first maximum in row-major window order (ties: the first wins, so each
-// dy reaches exactly one element); a NaN beats numbers and the first NaN beats later ones.
+// NOTE: the argmax (ties, NaN) and the window spans are ../window.h's, shared with the host.
 // Grid-stride loops, kBlockSize threads, grid from grid_for().
+#include "../window.h"
 #include "common.cuh"
 #include "kernels.cuh"
 
 namespace gpumat::cuda {
 
 // ---------------------------------------------------------------------------- kernels
-
-// Index (ih * W + iw) in its plane of the argmax of window (oh, ow); plane is (H, W).
-__device__ __forceinline__ int64_t window_argmax(const float* plane, const PoolShape& s, int64_t oh,
-                                                 int64_t ow) {
-  const int64_t h0 = oh * s.stride_h - s.pad_h, w0 = ow * s.stride_w - s.pad_w;
-  const int64_t h_lo = h0 > 0 ? h0 : 0, h_hi = h0 + s.kh < s.h ? h0 + s.kh : s.h;
-  const int64_t w_lo = w0 > 0 ? w0 : 0, w_hi = w0 + s.kw < s.w ? w0 + s.kw : s.w;
-  int64_t best_i = h_lo * s.w + w_lo;
-  float best = plane[best_i];
-  for (int64_t ih = h_lo; ih < h_hi; ++ih) {
-    for (int64_t iw = w_lo; iw < w_hi; ++iw) {
-      const float v = plane[ih * s.w + iw];
-      if (v > best || (v != v && best == best)) {
-        best = v;
-        best_i = ih * s.w + iw;
-      }
-    }
-  }
-  return best_i;
-}
 
 // x is (planes, H, W), y is (planes, OH, OW)
 __global__ void max_pool2d_kernel(const float* __restrict__ x, float* __restrict__ y, PoolShape s) {
@@ -47,7 +27,7 @@ __global__ void max_pool2d_kernel(const float* __restrict__ x, float* __restrict
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t ow = idx % s.ow, t = idx / s.ow, oh = t % s.oh, p = t / s.oh;
     const float* plane = x + p * s.h * s.w;
-    y[idx] = plane[window_argmax(plane, s, oh, ow)];
+    y[idx] = plane[window::pool_argmax(plane, s, oh, ow)];
   }
 }
 
@@ -60,15 +40,14 @@ __global__ void max_pool2d_gradient_kernel(const float* __restrict__ x, const fl
     const int64_t iw = idx % s.w, t = idx / s.w, ih = t % s.h, p = t / s.h;
     const float* plane = x + p * s.h * s.w;
     const float* g = dy + p * s.oh * s.ow;
-    const int64_t hp = ih + s.pad_h, wp = iw + s.pad_w, self = ih * s.w + iw;
-    const int64_t oh_lo = hp < s.kh ? 0 : (hp - s.kh) / s.stride_h + 1;
-    const int64_t oh_hi = hp / s.stride_h < s.oh - 1 ? hp / s.stride_h : s.oh - 1;
-    const int64_t ow_lo = wp < s.kw ? 0 : (wp - s.kw) / s.stride_w + 1;
-    const int64_t ow_hi = wp / s.stride_w < s.ow - 1 ? wp / s.stride_w : s.ow - 1;
+    const int64_t self = ih * s.w + iw;
+    int64_t oh_lo, oh_hi, ow_lo, ow_hi;
+    window::covering_outputs<int64_t>(ih, s.kh, s.stride_h, s.pad_h, s.oh, &oh_lo, &oh_hi);
+    window::covering_outputs<int64_t>(iw, s.kw, s.stride_w, s.pad_w, s.ow, &ow_lo, &ow_hi);
     float sum = 0.0f;
     for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
       for (int64_t ow = ow_lo; ow <= ow_hi; ++ow)
-        if (window_argmax(plane, s, oh, ow) == self) sum += g[oh * s.ow + ow];
+        if (window::pool_argmax(plane, s, oh, ow) == self) sum += g[oh * s.ow + ow];
     dx[idx] = sum;
   }
 }
@@ -81,9 +60,9 @@ __global__ void avg_pool2d_kernel(const float* __restrict__ x, float* __restrict
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t ow = idx % s.ow, t = idx / s.ow, oh = t % s.oh, p = t / s.oh;
     const float* plane = x + p * s.h * s.w;
-    const int64_t h0 = oh * s.stride_h - s.pad_h, w0 = ow * s.stride_w - s.pad_w;
-    const int64_t h_lo = h0 > 0 ? h0 : 0, h_hi = h0 + s.kh < s.h ? h0 + s.kh : s.h;
-    const int64_t w_lo = w0 > 0 ? w0 : 0, w_hi = w0 + s.kw < s.w ? w0 + s.kw : s.w;
+    int64_t h_lo, h_hi, w_lo, w_hi;
+    window::input_span(oh, s.kh, s.stride_h, s.pad_h, s.h, &h_lo, &h_hi);
+    window::input_span(ow, s.kw, s.stride_w, s.pad_w, s.w, &w_lo, &w_hi);
     float sum = 0.0f;
     for (int64_t ih = h_lo; ih < h_hi; ++ih)
       for (int64_t iw = w_lo; iw < w_hi; ++iw) sum += plane[ih * s.w + iw];
@@ -99,11 +78,9 @@ __global__ void avg_pool2d_gradient_kernel(const float* __restrict__ dy, float* 
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t iw = idx % s.w, t = idx / s.w, ih = t % s.h, p = t / s.h;
     const float* g = dy + p * s.oh * s.ow;
-    const int64_t hp = ih + s.pad_h, wp = iw + s.pad_w;
-    const int64_t oh_lo = hp < s.kh ? 0 : (hp - s.kh) / s.stride_h + 1;
-    const int64_t oh_hi = hp / s.stride_h < s.oh - 1 ? hp / s.stride_h : s.oh - 1;
-    const int64_t ow_lo = wp < s.kw ? 0 : (wp - s.kw) / s.stride_w + 1;
-    const int64_t ow_hi = wp / s.stride_w < s.ow - 1 ? wp / s.stride_w : s.ow - 1;
+    int64_t oh_lo, oh_hi, ow_lo, ow_hi;
+    window::covering_outputs<int64_t>(ih, s.kh, s.stride_h, s.pad_h, s.oh, &oh_lo, &oh_hi);
+    window::covering_outputs<int64_t>(iw, s.kw, s.stride_w, s.pad_w, s.ow, &ow_lo, &ow_hi);
     float sum = 0.0f;
     for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
       for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) sum += g[oh * s.ow + ow];

@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "../backend.h"
+#include "../window.h"
 #include "gpumat/gpu_matrix.h"
 #include "kernels.h"
 #include "parallel.h"
@@ -70,12 +71,12 @@ void col2im(const float* col, const ConvShape& s, int64_t nb, float* dx) {
       float* plane = dx + (b * s.c + c) * s.h * s.w;
       for (int64_t ih = 0; ih < s.h; ++ih) {
         const int64_t hp = ih + s.pad_h;
-        const int64_t oh_lo = hp < s.kh ? 0 : (hp - s.kh) / s.stride_h + 1;
-        const int64_t oh_hi = std::min(hp / s.stride_h, s.oh - 1);
+        int64_t oh_lo, oh_hi;
+        window::covering_outputs<int64_t>(ih, s.kh, s.stride_h, s.pad_h, s.oh, &oh_lo, &oh_hi);
         for (int64_t iw = 0; iw < s.w; ++iw) {
           const int64_t wp = iw + s.pad_w;
-          const int64_t ow_lo = wp < s.kw ? 0 : (wp - s.kw) / s.stride_w + 1;
-          const int64_t ow_hi = std::min(wp / s.stride_w, s.ow - 1);
+          int64_t ow_lo, ow_hi;
+          window::covering_outputs<int64_t>(iw, s.kw, s.stride_w, s.pad_w, s.ow, &ow_lo, &ow_hi);
           float sum = 0.0f;
           for (int64_t oh = oh_lo; oh <= oh_hi; ++oh) {
             const int64_t i = hp - oh * s.stride_h;

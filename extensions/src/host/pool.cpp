@@ -5,40 +5,16 @@
 //   max_pool2d_gradient: dx[argmax of window] += dy[window], in row-major window order
 //   avg_pool2d:          y = sum of the window's elements of x / (KH*KW) (padding counts as 0)
 //   avg_pool2d_gradient: dx = sum over the windows covering the element of dy / (KH*KW)
-// NOTE: the argmax is the first maximum in row-major window order (ties: the first wins, so the
-// gradient goes to exactly one element); a NaN wins over numbers and the first NaN over later
-// ones, so NaN propagates as in PyTorch. Windows always hold an element of x (pad <= kernel / 2).
+// NOTE: the argmax (ties, NaN) and the window spans are ../window.h's, shared with CUDA.
 // Parallel over planes; each plane is written by one thread, so the scatter needs no atomics.
 #include <algorithm>
 
 #include "../backend.h"
+#include "../window.h"
 #include "kernels.h"
 #include "parallel.h"
 
 namespace gpumat::host {
-
-namespace {
-
-// Index (ih * W + iw) in the plane of the argmax of window (oh, ow).
-inline int64_t window_argmax(const float* plane, const PoolShape& s, int64_t oh, int64_t ow) {
-  const int64_t h0 = oh * s.stride_h - s.pad_h, w0 = ow * s.stride_w - s.pad_w;
-  const int64_t h_lo = std::max<int64_t>(h0, 0), h_hi = std::min(h0 + s.kh, s.h);
-  const int64_t w_lo = std::max<int64_t>(w0, 0), w_hi = std::min(w0 + s.kw, s.w);
-  int64_t best_i = h_lo * s.w + w_lo;
-  float best = plane[best_i];
-  for (int64_t ih = h_lo; ih < h_hi; ++ih) {
-    for (int64_t iw = w_lo; iw < w_hi; ++iw) {
-      const float v = plane[ih * s.w + iw];
-      if (v > best || (v != v && best == best)) {
-        best = v;
-        best_i = ih * s.w + iw;
-      }
-    }
-  }
-  return best_i;
-}
-
-}  // namespace
 
 void max_pool2d(int, const float* x, float* y, const PoolShape& s) {
 #pragma omp parallel for if (s.planes * s.oh * s.ow * s.kh * s.kw >= kParallelMin)
@@ -46,7 +22,8 @@ void max_pool2d(int, const float* x, float* y, const PoolShape& s) {
     const float* plane = x + p * s.h * s.w;
     float* out = y + p * s.oh * s.ow;
     for (int64_t oh = 0; oh < s.oh; ++oh)
-      for (int64_t ow = 0; ow < s.ow; ++ow) out[oh * s.ow + ow] = plane[window_argmax(plane, s, oh, ow)];
+      for (int64_t ow = 0; ow < s.ow; ++ow)
+        out[oh * s.ow + ow] = plane[window::pool_argmax(plane, s, oh, ow)];
   }
 }
 
@@ -58,7 +35,7 @@ void max_pool2d_gradient(int, const float* x, const float* dy, float* dx, const 
     float* out = dx + p * s.h * s.w;
     std::fill(out, out + s.h * s.w, 0.0f);
     for (int64_t oh = 0; oh < s.oh; ++oh)
-      for (int64_t ow = 0; ow < s.ow; ++ow) out[window_argmax(plane, s, oh, ow)] += g[oh * s.ow + ow];
+      for (int64_t ow = 0; ow < s.ow; ++ow) out[window::pool_argmax(plane, s, oh, ow)] += g[oh * s.ow + ow];
   }
 }
 
@@ -69,11 +46,11 @@ void avg_pool2d(int, const float* x, float* y, const PoolShape& s) {
     const float* plane = x + p * s.h * s.w;
     float* out = y + p * s.oh * s.ow;
     for (int64_t oh = 0; oh < s.oh; ++oh) {
-      const int64_t h0 = oh * s.stride_h - s.pad_h;
-      const int64_t h_lo = std::max<int64_t>(h0, 0), h_hi = std::min(h0 + s.kh, s.h);
+      int64_t h_lo, h_hi;
+      window::input_span(oh, s.kh, s.stride_h, s.pad_h, s.h, &h_lo, &h_hi);
       for (int64_t ow = 0; ow < s.ow; ++ow) {
-        const int64_t w0 = ow * s.stride_w - s.pad_w;
-        const int64_t w_lo = std::max<int64_t>(w0, 0), w_hi = std::min(w0 + s.kw, s.w);
+        int64_t w_lo, w_hi;
+        window::input_span(ow, s.kw, s.stride_w, s.pad_w, s.w, &w_lo, &w_hi);
         float sum = 0.0f;
         for (int64_t ih = h_lo; ih < h_hi; ++ih)
           for (int64_t iw = w_lo; iw < w_hi; ++iw) sum += plane[ih * s.w + iw];
@@ -92,13 +69,11 @@ void avg_pool2d_gradient(int, const float* dy, float* dx, const PoolShape& s) {
     const float* g = dy + p * s.oh * s.ow;
     float* out = dx + p * s.h * s.w;
     for (int64_t ih = 0; ih < s.h; ++ih) {
-      const int64_t hp = ih + s.pad_h;
-      const int64_t oh_lo = hp < s.kh ? 0 : (hp - s.kh) / s.stride_h + 1;
-      const int64_t oh_hi = std::min(hp / s.stride_h, s.oh - 1);
+      int64_t oh_lo, oh_hi;
+      window::covering_outputs<int64_t>(ih, s.kh, s.stride_h, s.pad_h, s.oh, &oh_lo, &oh_hi);
       for (int64_t iw = 0; iw < s.w; ++iw) {
-        const int64_t wp = iw + s.pad_w;
-        const int64_t ow_lo = wp < s.kw ? 0 : (wp - s.kw) / s.stride_w + 1;
-        const int64_t ow_hi = std::min(wp / s.stride_w, s.ow - 1);
+        int64_t ow_lo, ow_hi;
+        window::covering_outputs<int64_t>(iw, s.kw, s.stride_w, s.pad_w, s.ow, &ow_lo, &ow_hi);
         float sum = 0.0f;
         for (int64_t oh = oh_lo; oh <= oh_hi; ++oh)
           for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) sum += g[oh * s.ow + ow];
