@@ -13,115 +13,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+import gpumat
+from gpumat import ops
+
 __all__ = ["SGD", "Adam", "MomentumSGD"]
 
 
 def _is_device_array(value) -> bool:
     return not isinstance(value, np.ndarray) and hasattr(value, "asnumpy") and hasattr(value, "ctx")
-
-
-class SGD:
-    """Plain stochastic gradient descent: ``param <- param - lr * grad`` for each parameter.
-
-    Args:
-        params: the parameters, updated in place: all ``PyGpuMatrix`` (float32, on one or more
-            devices) or all float numpy arrays (numpy backend). The objects are kept, so feed these
-            same objects to the executor on every step.
-        lr: the learning rate, a finite float >= 0 (the step is ``lr`` times the gradient, in the
-            parameters' units per gradient unit). It may be changed between steps
-            (``opt.lr = ...``).
-            With ``softmaxcrossentropy_op``, whose gradient carries the 1/N of the batch mean,
-            ``lr = 1.0`` is the seed assignment's ``lr = 1e-3`` at batch size 1000
-            (see ``gpumat.autodiff``).
-
-    Raises:
-        TypeError: a parameter is neither a numpy array nor a ``PyGpuMatrix``.
-        ValueError: ``lr`` is negative or not finite.
-
-    Source: Robbins & Monro (1951); the update is the seed assignment's ``W -= lr * grad_W``.
-    """
-
-    def __init__(self, params: Sequence, lr: float) -> None:
-        self.params = list(params)
-        for i, p in enumerate(self.params):
-            if not (isinstance(p, np.ndarray) or _is_device_array(p)):
-                raise TypeError(
-                    f"SGD: parameter {i} is a {type(p).__name__}, "
-                    "expected a PyGpuMatrix or a numpy array"
-                )
-            if isinstance(p, np.ndarray) and p.dtype.kind != "f":
-                raise TypeError(
-                    f"SGD: parameter {i} has dtype {p.dtype}; in-place updates need a float array"
-                )
-        self.lr = lr
-
-    @property
-    def lr(self) -> float:
-        """The learning rate (a float >= 0)."""
-        return self._lr
-
-    @lr.setter
-    def lr(self, value: float) -> None:
-        value = float(value)
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"SGD: learning rate must be a finite number >= 0, got {value!r}")
-        self._lr = value
-
-    def step(self, grads: Sequence) -> None:
-        """Apply one update, ``params[i] -= lr * grads[i]``, in place.
-
-        Args:
-            grads: one gradient per parameter, in the same order, each of its parameter's shape and
-                kind: a ``PyGpuMatrix`` on the parameter's device (the update is
-                ``gpumat.ops.axpy(-lr, grad, param)``, asynchronous on CUDA) or a numpy array for a
-                numpy parameter. Gradient buffers returned by an executor may be passed directly:
-                they are read before the next run overwrites them.
-
-        Raises:
-            ValueError: the number of gradients differs from the number of parameters, or a
-                gradient's shape (or device) differs from its parameter's.
-            TypeError: a gradient's kind differs from its parameter's (a numpy gradient for a device
-                parameter would need a host-to-device copy per step: run the executor on the
-                parameters' device instead).
-        """
-        grads = list(grads)
-        if len(grads) != len(self.params):
-            raise ValueError(
-                f"SGD.step: got {len(grads)} gradients for {len(self.params)} parameters"
-            )
-        ops = None
-        for i, (p, g) in enumerate(zip(self.params, grads, strict=True)):
-            if isinstance(p, np.ndarray):
-                if not isinstance(g, np.ndarray):
-                    raise TypeError(
-                        f"SGD.step: parameter {i} is a numpy array but its gradient is a "
-                        f"{type(g).__name__}"
-                    )
-                if g.shape != p.shape:
-                    raise ValueError(
-                        f"SGD.step: gradient {i} has shape {g.shape}, its parameter {p.shape}"
-                    )
-                p -= self._lr * g
-            else:
-                if not _is_device_array(g):
-                    raise TypeError(
-                        f"SGD.step: parameter {i} is a PyGpuMatrix on {p.ctx} but its gradient "
-                        f"is a {type(g).__name__}; run the executor on {p.ctx} so gradients stay "
-                        "on the device"
-                    )
-                if ops is None:
-                    from gpumat import ops
-                # Shapes and devices are checked in C++ (ValueError naming axpy and the shapes).
-                ops.axpy(-self._lr, g, p)
-
-    def __repr__(self) -> str:
-        return f"SGD({len(self.params)} params, lr={self._lr})"
-
-
-# --------------------------------------------------------------------------------------------------
-# Momentum SGD and Adam: optimizers with per-parameter state (velocity; first and second moments)
-# kept next to each parameter, on its device, allocated once.
-# --------------------------------------------------------------------------------------------------
 
 
 def _check_params(name: str, params: Sequence) -> list:
@@ -157,9 +56,6 @@ def _zeros_like(p):
     """A zero array with p's shape, on p's device (numpy for numpy parameters)."""
     if isinstance(p, np.ndarray):
         return np.zeros_like(p)
-    import gpumat
-    from gpumat import ops
-
     z = gpumat.empty(p.shape, p.ctx)
     ops.array_set(z, 0.0)
     return z
@@ -189,7 +85,75 @@ def _check_grads(name: str, params: list, grads: Sequence) -> list:
     return grads
 
 
-class MomentumSGD:
+class _Optimizer:
+    """What every optimizer here shares: the checked parameter list and the learning rate, which
+    may be changed between steps (``opt.lr = ...``). Errors name the optimizer's class."""
+
+    def __init__(self, params: Sequence, lr: float) -> None:
+        self.params = _check_params(type(self).__name__, params)
+        self.lr = lr
+
+    @property
+    def lr(self) -> float:
+        """The learning rate (a finite float >= 0)."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._lr = _check_rate(type(self).__name__, "learning rate", value)
+
+
+class SGD(_Optimizer):
+    """Plain stochastic gradient descent: ``param <- param - lr * grad`` for each parameter.
+
+    Args:
+        params: the parameters, updated in place: all ``PyGpuMatrix`` (float32, on one or more
+            devices) or all float numpy arrays (numpy backend). The objects are kept, so feed these
+            same objects to the executor on every step.
+        lr: the learning rate, a finite float >= 0 (the step is ``lr`` times the gradient, in the
+            parameters' units per gradient unit). It may be changed between steps
+            (``opt.lr = ...``).
+            With ``softmaxcrossentropy_op``, whose gradient carries the 1/N of the batch mean,
+            ``lr = 1.0`` is the seed assignment's ``lr = 1e-3`` at batch size 1000
+            (see ``gpumat.autodiff``).
+
+    Raises:
+        TypeError: a parameter is neither a numpy array nor a ``PyGpuMatrix``.
+        ValueError: ``lr`` is negative or not finite.
+
+    Source: Robbins & Monro (1951); the update is the seed assignment's ``W -= lr * grad_W``.
+    """
+
+    def step(self, grads: Sequence) -> None:
+        """Apply one update, ``params[i] -= lr * grads[i]``, in place.
+
+        Args:
+            grads: one gradient per parameter, in the same order, each of its parameter's shape and
+                kind: a ``PyGpuMatrix`` on the parameter's device (the update is
+                ``gpumat.ops.axpy(-lr, grad, param)``, asynchronous on CUDA) or a numpy array for a
+                numpy parameter. Gradient buffers returned by an executor may be passed directly:
+                they are read before the next run overwrites them.
+
+        Raises:
+            ValueError: the number of gradients differs from the number of parameters, or a
+                gradient's shape (or device) differs from its parameter's.
+            TypeError: a gradient's kind differs from its parameter's (a numpy gradient for a device
+                parameter would need a host-to-device copy per step: run the executor on the
+                parameters' device instead).
+        """
+        grads = _check_grads("SGD", self.params, grads)
+        for p, g in zip(self.params, grads, strict=True):
+            if isinstance(p, np.ndarray):
+                p -= self._lr * g
+            else:
+                # Shapes and devices are checked in C++ (ValueError naming axpy and the shapes).
+                ops.axpy(-self._lr, g, p)
+
+    def __repr__(self) -> str:
+        return f"SGD({len(self.params)} params, lr={self._lr})"
+
+
+class MomentumSGD(_Optimizer):
     """SGD with momentum (the heavy ball): ``v <- momentum * v + grad; param <- param - lr * v``.
 
     This is PyTorch's ``SGD(momentum=...)`` form (Polyak, "Some methods of speeding up the
@@ -214,19 +178,9 @@ class MomentumSGD:
     """
 
     def __init__(self, params: Sequence, lr: float, momentum: float = 0.9) -> None:
-        self.params = _check_params("MomentumSGD", params)
-        self.lr = lr
+        super().__init__(params, lr)
         self.momentum = _check_beta("MomentumSGD", "momentum", momentum)
         self.velocities = [_zeros_like(p) for p in self.params]
-
-    @property
-    def lr(self) -> float:
-        """The learning rate (a float >= 0)."""
-        return self._lr
-
-    @lr.setter
-    def lr(self, value: float) -> None:
-        self._lr = _check_rate("MomentumSGD", "learning rate", value)
 
     def step(self, grads: Sequence) -> None:
         """One update of every parameter from its gradient (same order, kind and shape as the
@@ -237,15 +191,12 @@ class MomentumSGD:
         """
         grads = _check_grads("MomentumSGD", self.params, grads)
         mu, lr = self.momentum, self._lr
-        ops = None
         for p, g, v in zip(self.params, grads, self.velocities, strict=True):
             if isinstance(p, np.ndarray):
                 v *= mu
                 v += g
                 p -= lr * v
             else:
-                if ops is None:
-                    from gpumat import ops
                 ops.matrix_elementwise_multiply_by_const(v, mu, v)
                 ops.matrix_elementwise_add(v, g, v)
                 ops.axpy(-lr, v, p)
@@ -254,7 +205,7 @@ class MomentumSGD:
         return f"MomentumSGD({len(self.params)} params, lr={self._lr}, momentum={self.momentum})"
 
 
-class Adam:
+class Adam(_Optimizer):
     """Adam (Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015, Algorithm 1).
 
     For step t = 1, 2, ... and each parameter, with g its gradient::
@@ -289,8 +240,7 @@ class Adam:
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
     ) -> None:
-        self.params = _check_params("Adam", params)
-        self.lr = lr
+        super().__init__(params, lr)
         b1, b2 = betas
         self.betas = (_check_beta("Adam", "beta1", b1), _check_beta("Adam", "beta2", b2))
         self.eps = _check_rate("Adam", "eps", eps)
@@ -298,22 +248,12 @@ class Adam:
         self.m = [_zeros_like(p) for p in self.params]
         self.v = [_zeros_like(p) for p in self.params]
 
-    @property
-    def lr(self) -> float:
-        """The step size (a float >= 0)."""
-        return self._lr
-
-    @lr.setter
-    def lr(self, value: float) -> None:
-        self._lr = _check_rate("Adam", "learning rate", value)
-
     def step(self, grads: Sequence) -> None:
         """One Adam update of every parameter (gradients as for :meth:`MomentumSGD.step`)."""
         grads = _check_grads("Adam", self.params, grads)
         self.t += 1
         t, lr, eps = self.t, self._lr, self.eps
         b1, b2 = self.betas
-        ops = None
         for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
             if isinstance(p, np.ndarray):
                 m *= b1
@@ -324,8 +264,6 @@ class Adam:
                 v_hat = v / (1.0 - b2**t)
                 p -= lr * m_hat / (np.sqrt(v_hat) + eps)
             else:
-                if ops is None:
-                    from gpumat import ops
                 ops.adam_update(p, g, m, v, lr, b1, b2, eps, t)
 
     def __repr__(self) -> str:
