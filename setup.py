@@ -70,6 +70,8 @@ class BuildWithLibgpumat(build_ext):
 
         for ext in self.extensions:
             ext.extra_objects.append(str(build_dir / "libgpumat.a"))
+            # A rebuilt libgpumat.a must relink the extension (setuptools checks only `depends`).
+            ext.depends.append(str(build_dir / "libgpumat.a"))
             # The installed extension finds OpenBLAS beside it in site-packages first.
             ext.extra_link_args += ldlibs + ["-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib"]
         super().run()

@@ -39,8 +39,9 @@ def main(argv=None) -> int:
         "--ctx",
         "--executor_context",
         default="numpy",
-        choices=["numpy", "cpu", "gpu", "auto"],
-        help="backend: numpy reference, gpumat host device, CUDA, or auto (gpu if available)",
+        choices=["numpy", "cpu", "gpu", "emu", "auto"],
+        help="backend: numpy reference, gpumat host device, CUDA, the emulated CUDA device (the "
+        "CUDA kernels run on the CPU: slow, for checking them), or auto (gpu if available)",
     )
     parser.add_argument(
         "-e", "--epochs", "--num_epoch", type=int, default=10, help="epochs (default 10)"

@@ -4,7 +4,8 @@ Layers, bottom up (see DESIGN.md): libgpumat (C++/CUDA kernels) -> gpumat._core 
 PyGpuMatrix) -> gpumat.ops (one call per kernel) -> gpumat.autodiff / gpumat.executor (graph,
 gradients, memory-planned execution) -> gpumat.train, gpumat.models, gpumat.datasets.
 
-Arrays are float32, row-major, contiguous, on ``cpu()`` (the host) or ``gpu(i)`` (CUDA).
+Arrays are float32, row-major, contiguous, on ``cpu()`` (the host), ``gpu(i)`` (CUDA) or ``emu(i)``
+(the CUDA kernels run by gpumat's CUDA emulator on the CPU, to check them without a GPU).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from . import _core  # noqa: E402
 from ._core import CudaError, PyGpuMatrix, _as_float32  # noqa: E402
-from .context import Context, cpu, gpu, is_gpu_ctx  # noqa: E402
+from .context import Context, cpu, emu, gpu, is_gpu_ctx  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,7 @@ __all__ = [
     "cuda_available",
     "empty",
     "empty_cache",
+    "emu",
     "gpu",
     "is_gpu_ctx",
     "memory_stats",
@@ -45,7 +47,8 @@ __all__ = [
 def _check_ctx(ctx) -> Context:
     if not isinstance(ctx, Context):
         raise TypeError(
-            f"ctx must be a gpumat.Context (gpumat.cpu() or gpumat.gpu(i)), got {ctx!r}"
+            f"ctx must be a gpumat.Context (gpumat.cpu(), gpumat.gpu(i) or gpumat.emu(i)), "
+            f"got {ctx!r}"
         )
     return ctx
 
@@ -108,8 +111,9 @@ def build_info() -> dict:
     """What this build of gpumat contains.
 
     Returns a dict: ``version``; ``cuda`` (compiled with CUDA); ``cuda_arch`` (list of compute
-    capabilities compiled, e.g. ["75", "90"]); ``cuda_device_count``; ``blas`` (the host BLAS);
-    ``openmp`` (host loops parallel).
+    capabilities compiled, e.g. ["75", "90"]); ``cuda_device_count``; ``emu_device_count`` (the
+    emulated CUDA devices, always built); ``blas`` (the host BLAS); ``openmp`` (host loops run in
+    parallel).
     """
     from . import _build_config
 
@@ -118,6 +122,7 @@ def build_info() -> dict:
         "cuda": bool(_core.built_with_cuda_()),
         "cuda_arch": list(_build_config.CUDA_ARCH) if _core.built_with_cuda_() else [],
         "cuda_device_count": int(_core.cuda_device_count_()),
+        "emu_device_count": int(_core.emu_device_count_()),
         "blas": _build_config.BLAS,
         "openmp": bool(_build_config.OPENMP),
     }

@@ -14,6 +14,7 @@ cdef extern from "gpumat/device.h" namespace "gpumat":
     cdef enum class DeviceKind(int):
         Host
         Cuda
+        Emu
 
     cdef cppclass Device:
         DeviceKind kind
@@ -23,9 +24,12 @@ cdef extern from "gpumat/device.h" namespace "gpumat":
         Device host()
         @staticmethod
         Device cuda(int index)
+        @staticmethod
+        Device emu(int index)
 
     bool built_with_cuda()
     int cuda_device_count()
+    int emu_device_count()
     void check_device(const Device&) except +gpumat_raise_py_error
     void synchronize(const Device&) except +gpumat_raise_py_error nogil
 

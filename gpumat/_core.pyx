@@ -5,7 +5,7 @@
 PyGpuMatrix owns one native GpuMatrix. Every native call releases the GIL, and every C++
 exception becomes a Python one through gpumat_raise_py_error (ShapeError -> ValueError,
 DTypeError -> TypeError, OutOfMemory -> MemoryError, CudaError -> gpumat.CudaError).
-Devices are passed as (kind, index) with kind 0 = host, 1 = CUDA.
+Devices are passed as (kind, index) with kind 0 = host, 1 = CUDA, 2 = the emulated CUDA device.
 """
 
 from libc.stdint cimport int64_t, uint64_t
@@ -43,7 +43,11 @@ def _as_float32(x):
 
 
 cdef Device make_device(int kind, int index):
-    return Device.cuda(index) if kind == 1 else Device.host()
+    if kind == 1:
+        return Device.cuda(index)
+    if kind == 2:
+        return Device.emu(index)
+    return Device.host()
 
 
 def built_with_cuda_():
@@ -52,6 +56,10 @@ def built_with_cuda_():
 
 def cuda_device_count_():
     return cuda_device_count()
+
+
+def emu_device_count_():
+    return emu_device_count()
 
 
 def check_device_(int kind, int index):

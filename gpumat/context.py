@@ -1,17 +1,19 @@
 """Device contexts: where an array lives and where an op runs.
 
 ``gpumat.cpu()`` is the host device (OpenMP loops, BLAS sgemm); ``gpumat.gpu(i)`` is CUDA device
-``i``. A context is a small immutable value: creating ``gpu(0)`` never fails, but creating an array
-on it raises ``gpumat.CudaError`` when gpumat was built without CUDA or no such GPU exists.
+``i``; ``gpumat.emu(i)`` is the emulated CUDA device: gpumat's CUDA kernel sources compiled for the
+CPU and run by its CUDA emulator (always built, no GPU needed; for checking kernels, never for
+speed). A context is a small immutable value: creating ``gpu(0)`` never fails, but creating an
+array on it raises ``gpumat.CudaError`` when gpumat was built without CUDA or no such GPU exists.
 """
 
 from __future__ import annotations
 
-_KINDS = {"cpu": 0, "gpu": 1}
+_KINDS = {"cpu": 0, "gpu": 1, "emu": 2}
 
 
 class Context:
-    """A device: ``device_type`` is ``"cpu"`` or ``"gpu"``, ``index`` the device ordinal.
+    """A device: ``device_type`` is ``"cpu"``, ``"gpu"`` or ``"emu"``, ``index`` the device ordinal.
 
     Contexts compare equal by value and are hashable. The seed assignment called this DLContext.
 
@@ -23,7 +25,7 @@ class Context:
 
     def __init__(self, device_type: str, index: int = 0):
         if device_type not in _KINDS:
-            raise ValueError(f"device_type must be 'cpu' or 'gpu', got {device_type!r}")
+            raise ValueError(f"device_type must be 'cpu', 'gpu' or 'emu', got {device_type!r}")
         index = int(index)
         if index < 0:
             raise ValueError(f"device index must be >= 0, got {index}")
@@ -41,7 +43,7 @@ class Context:
     @property
     def _native(self) -> tuple[int, int]:
         # (kind, index) as gpumat._core takes it
-        return _KINDS[self.device_type], (self.index if self.device_type == "gpu" else 0)
+        return _KINDS[self.device_type], (0 if self.device_type == "cpu" else self.index)
 
     def __eq__(self, other):
         return (
@@ -65,6 +67,17 @@ def cpu(index: int = 0) -> Context:
 def gpu(index: int = 0) -> Context:
     """CUDA device ``index`` (arrays on it raise gpumat.CudaError if it does not exist)."""
     return Context("gpu", index)
+
+
+def emu(index: int = 0) -> Context:
+    """Emulated CUDA device ``index``: the CUDA kernels run on the CPU by gpumat's CUDA emulator.
+
+    A correctness tool: each CUDA thread is a fiber scheduled in a seeded random order between
+    barriers (``GPUMAT_EMU_SEED``), so races and missing ``__syncthreads()`` give wrong answers.
+    Slow by design; its timings say nothing about a GPU. ``GPUMAT_EMU_DEVICES`` (default 1) sets
+    how many exist; arrays on a missing one raise ``gpumat.CudaError``.
+    """
+    return Context("emu", index)
 
 
 def is_gpu_ctx(ctx) -> bool:

@@ -58,9 +58,10 @@ def get_context(device=None):
 
     Args:
         device: ``None`` or ``"numpy"`` (the numpy backend), ``"cpu"`` (``gpumat.cpu()``),
-            ``"gpu"`` or ``"gpu:i"`` (``gpumat.gpu(i)``), ``"auto"`` (``gpu(0)`` when
-            :func:`gpumat.cuda_available`, else ``cpu()``), or a ``gpumat.Context`` (returned
-            as is).
+            ``"gpu"`` or ``"gpu:i"`` (``gpumat.gpu(i)``), ``"emu"`` or ``"emu:i"`` (the emulated
+            CUDA device ``gpumat.emu(i)``: the CUDA kernels on the CPU, slow), ``"auto"``
+            (``gpu(0)`` when :func:`gpumat.cuda_available`, else ``cpu()``), or a
+            ``gpumat.Context`` (returned as is).
 
     Returns:
         ``None`` for numpy, else a ``gpumat.Context``.
@@ -83,6 +84,8 @@ def get_context(device=None):
         return gpumat.cpu()
     if name == "auto":
         return gpumat.gpu(0) if gpumat.cuda_available() else gpumat.cpu()
+    if name == "emu" or name.startswith("emu:"):
+        return gpumat.emu(int(name.partition(":")[2] or 0))
     if name == "gpu" or name.startswith("gpu:"):
         index = int(name.partition(":")[2] or 0)
         if not gpumat.cuda_available():
@@ -91,7 +94,8 @@ def get_context(device=None):
             raise RuntimeError(f"device {device!r} asked for, but {why}; use 'cpu' or 'numpy'")
         return gpumat.gpu(index)
     raise ValueError(
-        f"unknown device {device!r}: expected 'numpy', 'cpu', 'gpu', 'gpu:i' or 'auto'"
+        f"unknown device {device!r}: expected 'numpy', 'cpu', 'gpu', 'gpu:i', 'emu', 'emu:i' or "
+        "'auto'"
     )
 
 

@@ -1,12 +1,20 @@
 """Shared pytest configuration: the device fixtures.
 
-Every test that takes ``ctx`` runs once per device: ``cpu`` always, ``gpu`` when libgpumat was built
-with CUDA and a CUDA device is present, otherwise that parameter is skipped with the reason (after
-needle's ``tests/hw3/test_ndarray.py``). GPU parameters carry ``pytest.mark.gpu`` (registered in
-pyproject.toml) so that ``pytest -m gpu`` / ``-m "not gpu"`` select them.
+Every test that takes ``ctx`` runs once per device: ``cpu`` always; ``emu``, the emulated CUDA
+device (gpumat's CUDA kernel sources run on the CPU by its emulator), always; and ``gpu`` when
+libgpumat was built with CUDA and a CUDA device is present. Without a GPU the ``gpu`` parameter is
+not generated at all, and the session header says why, so that ``pytest -m gpu`` runs every GPU
+test on the emulated device with none skipped for want of a GPU (after needle's
+``tests/hw3/test_ndarray.py`` for the fixture). The ``emu`` and ``gpu`` parameters carry
+``pytest.mark.gpu`` (registered in pyproject.toml): they run the CUDA code.
+
+The emulator runs the threads of a block in a seeded random order between barriers. A session
+draws a fresh seed unless ``GPUMAT_EMU_SEED`` is set, prints it in the header, and names it in the
+report of every failing emulated test, so a race found once can be replayed.
 """
 
 import os
+import random
 import sys
 
 import pytest
@@ -18,9 +26,13 @@ _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
+# Before gpumat loads: the emulator reads the seed once.
+os.environ.setdefault("GPUMAT_EMU_SEED", str(random.SystemRandom().randrange(1, 2**31)))
+EMU_SEED = os.environ["GPUMAT_EMU_SEED"]
+
 
 def _gpu_skip_reason():
-    """None when GPU tests can run, else why not (shown by ``pytest -ra``)."""
+    """None when GPU tests can run, else why not (shown in the session header)."""
     try:
         import gpumat
     except Exception as exc:  # a broken build must not hide the cpu tests' own import errors
@@ -35,14 +47,17 @@ def _gpu_skip_reason():
 GPU_SKIP_REASON = _gpu_skip_reason()
 HAS_GPU = GPU_SKIP_REASON is None
 
-_GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not HAS_GPU, reason=str(GPU_SKIP_REASON))]
-DEVICE_PARAMS = [pytest.param("cpu", id="cpu"), pytest.param("gpu", id="gpu", marks=_GPU_MARKS)]
+#: The devices that run the CUDA kernels: the emulated one always, a real GPU when present.
+CUDA_DEVICE_PARAMS = [pytest.param("emu", id="emu", marks=[pytest.mark.gpu])]
+if HAS_GPU:
+    CUDA_DEVICE_PARAMS.append(pytest.param("gpu", id="gpu", marks=[pytest.mark.gpu]))
+DEVICE_PARAMS = [pytest.param("cpu", id="cpu"), *CUDA_DEVICE_PARAMS]
 
 
 def make_ctx(name):
     import gpumat
 
-    return gpumat.cpu() if name == "cpu" else gpumat.gpu(0)
+    return {"cpu": gpumat.cpu, "emu": gpumat.emu, "gpu": gpumat.gpu}[name](0)
 
 
 @pytest.fixture(params=DEVICE_PARAMS, scope="session")
@@ -52,9 +67,26 @@ def ctx(request):
     return make_ctx(request.param)
 
 
-@pytest.fixture(scope="session")
-def gpu_ctx():
-    """gpumat.gpu(0), for tests that need a GPU next to the host (mixed devices, copies)."""
-    if not HAS_GPU:
-        pytest.skip(GPU_SKIP_REASON)
-    return make_ctx("gpu")
+@pytest.fixture(params=CUDA_DEVICE_PARAMS, scope="session")
+def gpu_ctx(request):
+    """A device that runs the CUDA kernels (emulated always, the GPU when present), for tests that
+    need one next to the host (mixed devices, copies)."""
+    return make_ctx(request.param)
+
+
+def pytest_report_header(config):
+    gpu = "gpu(0)" if HAS_GPU else f"not tested ({GPU_SKIP_REASON})"
+    return [
+        f"gpumat devices: cpu, emu (emulated CUDA), gpu: {gpu}",
+        f"emulator schedule seed: GPUMAT_EMU_SEED={EMU_SEED}",
+    ]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "emu" in item.nodeid:
+        report.sections.append(
+            ("emulated device", f"rerun with GPUMAT_EMU_SEED={EMU_SEED} to replay the schedule")
+        )

@@ -10,9 +10,16 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gpumat/error.h"
-#ifdef GPUMAT_WITH_CUDA
 #include "cuda/runtime.h"
+#include "gpumat/error.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define GPUMAT_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define GPUMAT_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define GPUMAT_POISON(p, n) ((void)(p), (void)(n))
+#define GPUMAT_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
 namespace gpumat {
@@ -45,6 +52,12 @@ class Pool {
     }
     in_use_[ptr] = size;
     stats_.bytes_in_use += static_cast<int64_t>(size);
+    // Sanitizer builds: the rounding slack and cached blocks are off limits, so an access past the
+    // requested size faults (host and emulated memory only: real device memory has no shadow).
+    if (!device_.is_cuda()) {
+      GPUMAT_UNPOISON(ptr, nbytes);
+      GPUMAT_POISON(static_cast<char*>(ptr) + nbytes, size - nbytes);
+    }
     if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
     return ptr;
   }
@@ -57,10 +70,11 @@ class Pool {
     size_t size = it->second;
     in_use_.erase(it);
     stats_.bytes_in_use -= static_cast<int64_t>(size);
+    if (!device_.is_cuda()) GPUMAT_POISON(ptr, size);
     try {
       free_[size].push_back(ptr);
     } catch (...) {  // vector growth failed: give the block straight back instead
-      raw_free(ptr);
+      raw_free(ptr, size);
       stats_.bytes_reserved -= static_cast<int64_t>(size);
       stats_.device_free_calls++;
     }
@@ -85,7 +99,7 @@ class Pool {
   void release_cached_locked() noexcept {
     for (auto& [size, blocks] : free_) {
       for (void* p : blocks) {
-        raw_free(p);
+        raw_free(p, size);
         stats_.bytes_reserved -= static_cast<int64_t>(size);
         stats_.device_free_calls++;
       }
@@ -112,32 +126,27 @@ class Pool {
     std::string msg = "out of memory on " + device_.str() + ": could not allocate " + std::to_string(size) +
                       " bytes (" + cause + "); in use by gpumat: " + std::to_string(stats_.bytes_in_use) +
                       " bytes";
-#ifdef GPUMAT_WITH_CUDA
-    if (device_.is_cuda()) {
+    if (!device_.is_host()) {
       size_t free_b = 0, total_b = 0;
-      cuda::mem_get_info(device_.index, &free_b, &total_b);
+      runtime_for(device_).mem_get_info(device_.index, &free_b, &total_b);
       msg += "; device free " + std::to_string(free_b) + " of " + std::to_string(total_b) + " bytes";
     }
-#endif
     return msg;
   }
 
   void* raw_allocate(size_t size) {
-#ifdef GPUMAT_WITH_CUDA
-    if (device_.is_cuda()) return cuda::malloc_device(device_.index, size);
-#endif
+    if (!device_.is_host()) return runtime_for(device_).malloc_device(device_.index, size);
     void* p = std::aligned_alloc(kHostAlignment, size);  // size is a multiple of 512
     if (p == nullptr) throw OutOfMemory("aligned_alloc failed");
     return p;
   }
 
-  void raw_free(void* p) noexcept {
-#ifdef GPUMAT_WITH_CUDA
-    if (device_.is_cuda()) {
-      cuda::free_device(device_.index, p);
+  void raw_free(void* p, size_t size) noexcept {
+    if (!device_.is_cuda()) GPUMAT_UNPOISON(p, size);
+    if (!device_.is_host()) {
+      runtime_for(device_).free_device(device_.index, p);
       return;
     }
-#endif
     std::free(p);
   }
 

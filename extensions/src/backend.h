@@ -102,8 +102,13 @@ struct Backend {
 
 const Backend& host_backend();
 #ifdef GPUMAT_WITH_CUDA
-const Backend& cuda_backend();
+namespace cuda {
+const Backend& backend();  // src/cuda/*.cu built by nvcc
+}
 #endif
+namespace emu {
+const Backend& backend();  // src/cuda/*.cu built by the host compiler against src/emu/
+}
 
 // The backend for `device`; throws CudaError for a CUDA device in a build without CUDA.
 const Backend& backend_for(const Device& device);

@@ -4,10 +4,8 @@
 #include <sstream>
 #include <string>
 
-#include "gpumat/error.h"
-#ifdef GPUMAT_WITH_CUDA
 #include "cuda/runtime.h"
-#endif
+#include "gpumat/error.h"
 
 namespace gpumat {
 
@@ -21,7 +19,15 @@ std::string shape_to_string(const std::vector<int64_t>& shape) {
 }
 
 std::string Device::str() const {
-  return kind == DeviceKind::Host ? "host" : "cuda:" + std::to_string(index);
+  switch (kind) {
+    case DeviceKind::Host:
+      return "host";
+    case DeviceKind::Cuda:
+      return "cuda:" + std::to_string(index);
+    case DeviceKind::Emu:
+      return "emu:" + std::to_string(index);
+  }
+  return "unknown device";
 }
 
 bool built_with_cuda() {
@@ -34,14 +40,31 @@ bool built_with_cuda() {
 
 int cuda_device_count() {
 #ifdef GPUMAT_WITH_CUDA
-  return cuda::device_count();
+  return cuda::runtime().device_count();
 #else
   return 0;
 #endif
 }
 
+int emu_device_count() { return emu::runtime().device_count(); }
+
+const DeviceRuntime& runtime_for(const Device& device) {
+  if (device.kind == DeviceKind::Emu) return emu::runtime();
+#ifdef GPUMAT_WITH_CUDA
+  if (device.kind == DeviceKind::Cuda) return cuda::runtime();
+#endif
+  throw CudaError("no CUDA runtime for device " + device.str());
+}
+
 void check_device(const Device& device) {
   if (device.kind == DeviceKind::Host) return;
+  if (device.kind == DeviceKind::Emu) {
+    const int n = emu_device_count();
+    if (device.index < 0 || device.index >= n)
+      throw CudaError("device " + device.str() + " is not available: " + std::to_string(n) +
+                      " emulated device(s) (set GPUMAT_EMU_DEVICES for more, up to 8)");
+    return;
+  }
   if (!built_with_cuda())
     throw CudaError("device " + device.str() +
                     " is not available: gpumat was built without CUDA (nvcc was not found, or "
@@ -54,14 +77,9 @@ void check_device(const Device& device) {
 }
 
 void synchronize(const Device& device) {
-#ifdef GPUMAT_WITH_CUDA
-  if (device.is_cuda()) {
-    check_device(device);
-    cuda::synchronize(device.index);
-  }
-#else
-  (void)device;
-#endif
+  if (device.is_host()) return;
+  check_device(device);
+  runtime_for(device).synchronize(device.index);
 }
 
 }  // namespace gpumat

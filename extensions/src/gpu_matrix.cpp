@@ -4,12 +4,11 @@
 #include <cstring>
 #include <limits>
 #include <utility>
+#include <vector>
 
+#include "cuda/runtime.h"
 #include "gpumat/allocator.h"
 #include "gpumat/error.h"
-#ifdef GPUMAT_WITH_CUDA
-#include "cuda/runtime.h"
-#endif
 
 namespace gpumat {
 
@@ -87,12 +86,10 @@ void GpuMatrix::copy_from_host(const float* src, int64_t n) {
     throw ShapeError("copy_from_host: " + std::to_string(n) + " elements given for an array of shape " +
                      shape_str());
   if (size_ == 0) return;
-#ifdef GPUMAT_WITH_CUDA
-  if (device_.is_cuda()) {
-    cuda::copy_host_to_device(device_.index, data_, src, static_cast<size_t>(nbytes()));
+  if (!device_.is_host()) {
+    runtime_for(device_).copy_host_to_device(device_.index, data_, src, static_cast<size_t>(nbytes()));
     return;
   }
-#endif
   std::memcpy(data_, src, static_cast<size_t>(nbytes()));
 }
 
@@ -101,12 +98,10 @@ void GpuMatrix::copy_to_host(float* dst, int64_t n) const {
     throw ShapeError("copy_to_host: room for " + std::to_string(n) +
                      " elements given for an array of shape " + shape_str());
   if (size_ == 0) return;
-#ifdef GPUMAT_WITH_CUDA
-  if (device_.is_cuda()) {
-    cuda::copy_device_to_host(device_.index, dst, data_, static_cast<size_t>(nbytes()));
+  if (!device_.is_host()) {
+    runtime_for(device_).copy_device_to_host(device_.index, dst, data_, static_cast<size_t>(nbytes()));
     return;
   }
-#endif
   std::memcpy(dst, data_, static_cast<size_t>(nbytes()));
 }
 
@@ -116,23 +111,24 @@ void GpuMatrix::copy_from(const GpuMatrix& src) {
                      shape_str());
   if (size_ == 0 || src.data_ == data_) return;
   const Device& s = src.device_;
-  if (!s.is_cuda() && !device_.is_cuda()) {
-    std::memcpy(data_, src.data_, static_cast<size_t>(nbytes()));
-    return;
-  }
-#ifdef GPUMAT_WITH_CUDA
-  size_t bytes = static_cast<size_t>(nbytes());
-  if (s.is_cuda() && device_.is_cuda()) {
+  const size_t bytes = static_cast<size_t>(nbytes());
+  if (s.is_host() && device_.is_host()) {
+    std::memcpy(data_, src.data_, bytes);
+  } else if (s.is_host()) {
+    runtime_for(device_).copy_host_to_device(device_.index, data_, src.data_, bytes);
+  } else if (device_.is_host()) {
+    runtime_for(s).copy_device_to_host(s.index, data_, src.data_, bytes);
+  } else if (s.kind == device_.kind) {
     if (s.index == device_.index)
-      cuda::copy_device_to_device(device_.index, data_, src.data_, bytes);
+      runtime_for(device_).copy_device_to_device(device_.index, data_, src.data_, bytes);
     else
-      cuda::copy_peer(device_.index, data_, s.index, src.data_, bytes);
-  } else if (s.is_cuda()) {
-    cuda::copy_device_to_host(s.index, data_, src.data_, bytes);
+      runtime_for(device_).copy_peer(device_.index, data_, s.index, src.data_, bytes);
   } else {
-    cuda::copy_host_to_device(device_.index, data_, src.data_, bytes);
+    // Between a GPU and the emulated device: through a host buffer.
+    std::vector<float> staging(static_cast<size_t>(size_));
+    runtime_for(s).copy_device_to_host(s.index, staging.data(), src.data_, bytes);
+    runtime_for(device_).copy_host_to_device(device_.index, data_, staging.data(), bytes);
   }
-#endif
 }
 
 }  // namespace gpumat

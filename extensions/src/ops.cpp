@@ -17,8 +17,9 @@ namespace gpumat {
 const Backend& backend_for(const Device& device) {
   if (device.kind == DeviceKind::Host) return host_backend();
   check_device(device);  // throws for a build without CUDA or a missing device
+  if (device.kind == DeviceKind::Emu) return emu::backend();
 #ifdef GPUMAT_WITH_CUDA
-  return cuda_backend();
+  return cuda::backend();
 #else
   throw CudaError("unreachable: CUDA device in a build without CUDA");
 #endif

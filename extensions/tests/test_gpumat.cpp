@@ -1,5 +1,5 @@
-// A small C++ program that links libgpumat.so and checks a few ops on the host device (and on
-// cuda:0 when one is present), to show the library is usable without Python.
+// A small C++ program that links libgpumat.so and checks a few ops on the host device, the emulated
+// CUDA device, and cuda:0 when one is present, to show the library is usable without Python.
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -57,6 +57,7 @@ static void exercise(Device dev) {
 
 int main() {
   exercise(Device::host());
+  exercise(Device::emu(0));
   if (gpumat::cuda_device_count() > 0)
     exercise(Device::cuda(0));
   else

@@ -1,16 +1,37 @@
 // Shared by every .cu file: error checks, the per-device stream, and launch helpers.
 // After llm.c's cudaCheck / ceil_div, but a library throws instead of exit(): the sticky error is
 // cleared and a CudaError naming the op is raised (as CuPy's check_status does).
+//
+// The same sources build two devices: nvcc builds them into gpumat::cuda (real GPUs); the host
+// compiler with -DGPUMAT_EMULATED builds them into gpumat::emu, the emulated device, against
+// ../emu/cuda_runtime.h (see ../emu/emulator.h). Each .cu opens `namespace gpumat::GPUMAT_CUDA_NS`.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 
+#include "gpumat/device.h"
 #include "gpumat/error.h"
 
-namespace gpumat::cuda {
+#ifdef GPUMAT_EMULATED
+#define GPUMAT_CUDA_NS emu
+#else
+#define GPUMAT_CUDA_NS cuda
+#endif
+
+namespace gpumat::GPUMAT_CUDA_NS {
+
+// The Device that this build's kernels run on, ordinal `dev` (for scratch arrays).
+inline Device kernel_device(int dev) {
+#ifdef GPUMAT_EMULATED
+  return Device::emu(dev);
+#else
+  return Device::cuda(dev);
+#endif
+}
 
 // Throws CudaError "<what>: <cudaErrorName>: <message>" if err != cudaSuccess.
 void check(cudaError_t err, const char* what);
@@ -22,7 +43,38 @@ cudaStream_t activate(int dev);
 // Checks the launch just made (bad configuration, missing kernel image for this GPU).
 inline void check_launch(const char* op) { check(cudaGetLastError(), op); }
 
+// Every kernel launch goes through here: Kernel<<<grid, block, smem, stream>>>(args...) under nvcc,
+// the emulator otherwise, then the launch is checked (CudaError naming `op`).
+template <auto Kernel, typename... Args>
+void launch(const char* op, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+#ifdef GPUMAT_EMULATED
+  emulator::launch_kernel(Kernel, emulator::kernel_name<Kernel>(), grid, block, smem, stream, args...);
+#else
+  Kernel<<<grid, block, smem, stream> > >(args...);
+#endif
+  check_launch(op);
+}
+
+// The block's dynamic shared memory (the smem bytes of the launch), 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ T* dynamic_smem() {
+#ifdef GPUMAT_EMULATED
+  return static_cast<T*>(emulator::dynamic_smem());
+#else
+  extern __shared__ float4 gpumat_dynamic_smem[];
+  return reinterpret_cast<T*>(gpumat_dynamic_smem);
+#endif
+}
+
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A per-device scratch buffer that outlives the call (grown when too small, never shrunk), for ops
+// whose kernels pass partial results to each other: a steady-state training step then requests no
+// memory at all, not even a cached block. `slot` tells apart buffers one op uses at once. Call it,
+// and queue every kernel that uses the buffer, while holding workspace_lock(): another host
+// thread's launches then cannot interleave with them on the device's one stream.
+std::unique_lock<std::mutex> workspace_lock();
+float* workspace(int dev, int slot, int64_t floats);
 
 // Grid for a 1-D grid-stride loop over n elements: enough blocks to fill the GPU, never more
 // than the hardware allows (the kernels loop over the rest).
@@ -51,4 +103,4 @@ __device__ float block_sum(float v) {
   return total;
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

@@ -25,7 +25,7 @@
 #include "gpumat/gpu_matrix.h"
 #include "kernels.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 constexpr int kChannelThreads = 256;  // reduce_sum_channels: one block per channel
@@ -136,28 +136,25 @@ void launch_im2col(int dev, const float* x, const ConvShape& s, int64_t nb, floa
   const int64_t total = s.c * s.kh * s.kw * nb * s.oh * s.ow;
   const unsigned grid = grid_for(total, kBlockSize);
   if (fits_int32(s))
-    im2col_kernel<int32_t><<<grid, kBlockSize, 0, stream>>>(x, s, static_cast<int32_t>(nb), col);
+    launch<im2col_kernel<int32_t>>(op, grid, kBlockSize, 0, stream, x, s, static_cast<int32_t>(nb), col);
   else
-    im2col_kernel<int64_t><<<grid, kBlockSize, 0, stream>>>(x, s, nb, col);
-  check_launch(op);
+    launch<im2col_kernel<int64_t>>(op, grid, kBlockSize, 0, stream, x, s, nb, col);
 }
 
 void launch_col2im(int dev, const float* col, const ConvShape& s, int64_t nb, float* dx, const char* op) {
   cudaStream_t stream = activate(dev);
   const unsigned grid = grid_for(nb * s.c * s.h * s.w, kBlockSize);
   if (fits_int32(s))
-    col2im_kernel<int32_t><<<grid, kBlockSize, 0, stream>>>(col, s, static_cast<int32_t>(nb), dx);
+    launch<col2im_kernel<int32_t>>(op, grid, kBlockSize, 0, stream, col, s, static_cast<int32_t>(nb), dx);
   else
-    col2im_kernel<int64_t><<<grid, kBlockSize, 0, stream>>>(col, s, nb, dx);
-  check_launch(op);
+    launch<col2im_kernel<int64_t>>(op, grid, kBlockSize, 0, stream, col, s, nb, dx);
 }
 
 void launch_swap_axes01(int dev, const float* in, int64_t d0, int64_t d1, int64_t inner, float* out,
                         const char* op) {
   cudaStream_t stream = activate(dev);
-  swap_axes01_kernel<<<grid_for(d0 * d1 * inner, kBlockSize), kBlockSize, 0, stream>>>(in, d0, d1, inner,
-                                                                                       out);
-  check_launch(op);
+  launch<swap_axes01_kernel>(op, grid_for(d0 * d1 * inner, kBlockSize), kBlockSize, 0, stream, in, d0, d1,
+                             inner, out);
 }
 
 }  // namespace
@@ -167,8 +164,8 @@ void launch_swap_axes01(int dev, const float* in, int64_t d0, int64_t d1, int64_
 void conv2d(int dev, const float* x, const float* w, float* y, const ConvShape& s) {
   const char* op = "conv2d";
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
-  GpuMatrix col({ckk, s.chunk * ohw}, Device::cuda(dev));
-  GpuMatrix tmp({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, Device::cuda(dev));
+  GpuMatrix col({ckk, s.chunk * ohw}, kernel_device(dev));
+  GpuMatrix tmp({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, kernel_device(dev));
   for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
     const int64_t nb = std::min(s.chunk, s.n - n0);
     launch_im2col(dev, x + n0 * chw, s, nb, col.data(), op);
@@ -185,8 +182,8 @@ void conv2d(int dev, const float* x, const float* w, float* y, const ConvShape& 
 void conv2d_gradient_input(int dev, const float* dy, const float* w, float* dx, const ConvShape& s) {
   const char* op = "conv2d_gradient_input";
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
-  GpuMatrix dcol({ckk, s.chunk * ohw}, Device::cuda(dev));
-  GpuMatrix dyt({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, Device::cuda(dev));
+  GpuMatrix dcol({ckk, s.chunk * ohw}, kernel_device(dev));
+  GpuMatrix dyt({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, kernel_device(dev));
   for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
     const int64_t nb = std::min(s.chunk, s.n - n0);
     const float* dyb = dy + n0 * s.f * ohw;
@@ -203,9 +200,9 @@ void conv2d_gradient_filter(int dev, const float* x, const float* dy, float* dw,
   const char* op = "conv2d_gradient_filter";
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
   const bool chunked = s.chunk < s.n;
-  GpuMatrix col({ckk, s.chunk * ohw}, Device::cuda(dev));
-  GpuMatrix dyt({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, Device::cuda(dev));
-  GpuMatrix part({chunked ? s.f * ckk : 0}, Device::cuda(dev));
+  GpuMatrix col({ckk, s.chunk * ohw}, kernel_device(dev));
+  GpuMatrix dyt({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, kernel_device(dev));
+  GpuMatrix part({chunked ? s.f * ckk : 0}, kernel_device(dev));
   for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
     const int64_t nb = std::min(s.chunk, s.n - n0);
     launch_im2col(dev, x + n0 * chw, s, nb, col.data(), op);
@@ -225,9 +222,8 @@ void add_channel_bias(int dev, const float* in, const float* bias, float* out, i
                       int64_t channels, int64_t inner) {
   cudaStream_t stream = activate(dev);
   const int64_t n = outer * channels * inner;
-  add_channel_bias_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(in, bias, out, n, channels,
-                                                                              inner);
-  check_launch("add_channel_bias");
+  launch<add_channel_bias_kernel>("add_channel_bias", grid_for(n, kBlockSize), kBlockSize, 0, stream, in,
+                                  bias, out, n, channels, inner);
 }
 
 void reduce_sum_channels(int dev, const float* in, float* out, int64_t outer, int64_t channels,
@@ -235,9 +231,8 @@ void reduce_sum_channels(int dev, const float* in, float* out, int64_t outer, in
   const int64_t kMaxGridX = 2147483647;
   if (channels > kMaxGridX) throw ShapeError("reduce_sum_channels: too many channels for the CUDA grid");
   cudaStream_t stream = activate(dev);
-  reduce_sum_channels_kernel<<<static_cast<unsigned>(channels), kChannelThreads, 0, stream>>>(
-      in, out, outer, channels, inner);
-  check_launch("reduce_sum_channels");
+  launch<reduce_sum_channels_kernel>("reduce_sum_channels", static_cast<unsigned>(channels), kChannelThreads,
+                                     0, stream, in, out, outer, channels, inner);
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

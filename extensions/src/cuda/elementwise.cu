@@ -6,7 +6,7 @@
 #include "common.cuh"
 #include "kernels.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 // ---------------------------------------------------------------------------- kernels
 
@@ -23,8 +23,7 @@ __global__ void map_kernel(float* out, int64_t n, F f) {
 template <typename F>
 static void launch_map(const char* op, int dev, float* out, int64_t n, F f) {
   cudaStream_t stream = activate(dev);
-  map_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(out, n, f);
-  check_launch(op);
+  launch<map_kernel<F>>(op, grid_for(n, kBlockSize), kBlockSize, 0, stream, out, n, f);
 }
 
 void array_set(int dev, float* out, int64_t n, float value) {
@@ -75,4 +74,4 @@ void copy(int dev, const float* src, float* dst, int64_t n) {
         "copy");
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

@@ -5,8 +5,9 @@
 #include <cstdint>
 
 #include "../backend.h"  // ConvShape, PoolShape
+#include "common.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 // elementwise.cu
 void array_set(int dev, float* out, int64_t n, float value);
@@ -57,4 +58,4 @@ void mae_loss_gradient(int dev, const float* pred, const float* target, const fl
 void adam_update(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr,
                  float beta1, float beta2, float eps, float bc1, float bc2);
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

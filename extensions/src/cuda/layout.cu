@@ -7,7 +7,7 @@
 #include "common.cuh"
 #include "kernels.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 constexpr int kTile = 32;
@@ -46,8 +46,8 @@ __global__ void transpose_kernel(const float* in, float* out, int64_t rows, int6
 
 void broadcast_to(int dev, const float* in, int64_t n_in, float* out, int64_t n_out) {
   cudaStream_t stream = activate(dev);
-  broadcast_to_kernel<<<grid_for(n_out, kBlockSize), kBlockSize, 0, stream>>>(in, n_in, out, n_out);
-  check_launch("broadcast_to");
+  launch<broadcast_to_kernel>("broadcast_to", grid_for(n_out, kBlockSize), kBlockSize, 0, stream, in, n_in,
+                              out, n_out);
 }
 
 void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols) {
@@ -57,8 +57,7 @@ void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols)
                      std::to_string(kMaxGridY * kTile));
   cudaStream_t stream = activate(dev);
   dim3 grid(static_cast<unsigned>(ceil_div(cols, kTile)), static_cast<unsigned>(ceil_div(rows, kTile)));
-  transpose_kernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(in, out, rows, cols);
-  check_launch("transpose");
+  launch<transpose_kernel>("transpose", grid, dim3(kTile, kTileRows), 0, stream, in, out, rows, cols);
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

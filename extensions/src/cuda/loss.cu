@@ -8,10 +8,9 @@
 #include <algorithm>
 
 #include "common.cuh"
-#include "gpumat/gpu_matrix.h"
 #include "kernels.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 constexpr int kLossThreads = 256;
@@ -62,15 +61,13 @@ template <bool Abs>
 static void launch_loss(const char* op, int dev, const float* pred, const float* target, float* loss,
                         int64_t n) {
   const int64_t blocks = std::min<int64_t>(ceil_div(n, kLossThreads), kLossMaxBlocks);
-  // The partial sums live in a scratch array from the caching allocator, released after both
-  // launches are queued (safe: the device has one stream).
-  GpuMatrix partial({blocks}, Device::cuda(dev));
+  // The partial sums live in the device's workspace (see common.cuh).
   cudaStream_t stream = activate(dev);
-  loss_partial_kernel<Abs>
-      <<<static_cast<unsigned>(blocks), kLossThreads, 0, stream>>>(pred, target, n, partial.data());
-  check_launch(op);
-  loss_mean_kernel<<<1, kLossThreads, 0, stream>>>(partial.data(), blocks, n, loss);
-  check_launch(op);
+  auto lock = workspace_lock();
+  float* partial = workspace(dev, 0, blocks);
+  launch<loss_partial_kernel<Abs>>(op, static_cast<unsigned>(blocks), kLossThreads, 0, stream, pred, target,
+                                   n, partial);
+  launch<loss_mean_kernel>(op, 1, kLossThreads, 0, stream, partial, blocks, n, loss);
 }
 
 void mse_loss(int dev, const float* pred, const float* target, float* loss, int64_t n) {
@@ -84,17 +81,15 @@ void mae_loss(int dev, const float* pred, const float* target, float* loss, int6
 void mse_loss_gradient(int dev, const float* pred, const float* target, const float* dloss, float* out_grad,
                        int64_t n) {
   cudaStream_t stream = activate(dev);
-  loss_gradient_kernel<false><<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(
-      pred, target, dloss, 2.0f / static_cast<float>(n), out_grad, n);
-  check_launch("mse_loss_gradient");
+  launch<loss_gradient_kernel<false>>("mse_loss_gradient", grid_for(n, kBlockSize), kBlockSize, 0, stream,
+                                      pred, target, dloss, 2.0f / static_cast<float>(n), out_grad, n);
 }
 
 void mae_loss_gradient(int dev, const float* pred, const float* target, const float* dloss, float* out_grad,
                        int64_t n) {
   cudaStream_t stream = activate(dev);
-  loss_gradient_kernel<true><<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(
-      pred, target, dloss, 1.0f / static_cast<float>(n), out_grad, n);
-  check_launch("mae_loss_gradient");
+  launch<loss_gradient_kernel<true>>("mae_loss_gradient", grid_for(n, kBlockSize), kBlockSize, 0, stream,
+                                     pred, target, dloss, 1.0f / static_cast<float>(n), out_grad, n);
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

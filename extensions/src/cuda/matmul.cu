@@ -9,7 +9,7 @@
 #include "common.cuh"
 #include "kernels.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 constexpr int kBM = 64, kBN = 64, kBK = 16;
@@ -93,15 +93,15 @@ void matmul(int dev, const float* a, bool trans_a, const float* b, bool trans_b,
   dim3 grid(static_cast<unsigned>(ceil_div(n, kBN)), static_cast<unsigned>(ceil_div(m, kBM)));
   dim3 block(kThreadsX, kThreadsY);
   int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  const char* op = "matrix_multiply";
   if (!trans_a && !trans_b)
-    matmul_tiled_kernel<false, false><<<grid, block, 0, stream>>>(a, b, c, mi, ni, ki);
+    launch<matmul_tiled_kernel<false, false>>(op, grid, block, 0, stream, a, b, c, mi, ni, ki);
   else if (!trans_a && trans_b)
-    matmul_tiled_kernel<false, true><<<grid, block, 0, stream>>>(a, b, c, mi, ni, ki);
+    launch<matmul_tiled_kernel<false, true>>(op, grid, block, 0, stream, a, b, c, mi, ni, ki);
   else if (trans_a && !trans_b)
-    matmul_tiled_kernel<true, false><<<grid, block, 0, stream>>>(a, b, c, mi, ni, ki);
+    launch<matmul_tiled_kernel<true, false>>(op, grid, block, 0, stream, a, b, c, mi, ni, ki);
   else
-    matmul_tiled_kernel<true, true><<<grid, block, 0, stream>>>(a, b, c, mi, ni, ki);
-  check_launch("matrix_multiply");
+    launch<matmul_tiled_kernel<true, true>>(op, grid, block, 0, stream, a, b, c, mi, ni, ki);
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

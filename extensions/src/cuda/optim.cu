@@ -9,7 +9,7 @@
 #include "common.cuh"
 #include "kernels.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 // ---------------------------------------------------------------------------- kernels
 
@@ -33,9 +33,8 @@ __global__ void adam_update_kernel(float* __restrict__ param, const float* __res
 void adam_update(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr,
                  float beta1, float beta2, float eps, float bc1, float bc2) {
   cudaStream_t stream = activate(dev);
-  adam_update_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(param, grad, m, v, n, lr, beta1,
-                                                                         beta2, eps, bc1, bc2);
-  check_launch("adam_update");
+  launch<adam_update_kernel>("adam_update", grid_for(n, kBlockSize), kBlockSize, 0, stream, param, grad, m, v,
+                             n, lr, beta1, beta2, eps, bc1, bc2);
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

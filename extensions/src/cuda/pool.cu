@@ -16,7 +16,7 @@
 #include "common.cuh"
 #include "kernels.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 // ---------------------------------------------------------------------------- kernels
 
@@ -92,31 +92,28 @@ __global__ void avg_pool2d_gradient_kernel(const float* __restrict__ dy, float* 
 
 void max_pool2d(int dev, const float* x, float* y, const PoolShape& s) {
   cudaStream_t stream = activate(dev);
-  max_pool2d_kernel<<<grid_for(s.planes * s.oh * s.ow, kBlockSize), kBlockSize, 0, stream>>>(x, y, s);
-  check_launch("max_pool2d");
+  launch<max_pool2d_kernel>("max_pool2d", grid_for(s.planes * s.oh * s.ow, kBlockSize), kBlockSize, 0, stream,
+                            x, y, s);
 }
 
 void max_pool2d_gradient(int dev, const float* x, const float* dy, float* dx, const PoolShape& s) {
   cudaStream_t stream = activate(dev);
-  max_pool2d_gradient_kernel<<<grid_for(s.planes * s.h * s.w, kBlockSize), kBlockSize, 0, stream>>>(x, dy, dx,
-                                                                                                    s);
-  check_launch("max_pool2d_gradient");
+  launch<max_pool2d_gradient_kernel>("max_pool2d_gradient", grid_for(s.planes * s.h * s.w, kBlockSize),
+                                     kBlockSize, 0, stream, x, dy, dx, s);
 }
 
 void avg_pool2d(int dev, const float* x, float* y, const PoolShape& s) {
   cudaStream_t stream = activate(dev);
   const float inv_area = 1.0f / static_cast<float>(s.kh * s.kw);
-  avg_pool2d_kernel<<<grid_for(s.planes * s.oh * s.ow, kBlockSize), kBlockSize, 0, stream>>>(x, y, s,
-                                                                                             inv_area);
-  check_launch("avg_pool2d");
+  launch<avg_pool2d_kernel>("avg_pool2d", grid_for(s.planes * s.oh * s.ow, kBlockSize), kBlockSize, 0, stream,
+                            x, y, s, inv_area);
 }
 
 void avg_pool2d_gradient(int dev, const float* dy, float* dx, const PoolShape& s) {
   cudaStream_t stream = activate(dev);
   const float inv_area = 1.0f / static_cast<float>(s.kh * s.kw);
-  avg_pool2d_gradient_kernel<<<grid_for(s.planes * s.h * s.w, kBlockSize), kBlockSize, 0, stream>>>(dy, dx, s,
-                                                                                                    inv_area);
-  check_launch("avg_pool2d_gradient");
+  launch<avg_pool2d_gradient_kernel>("avg_pool2d_gradient", grid_for(s.planes * s.h * s.w, kBlockSize),
+                                     kBlockSize, 0, stream, dy, dx, s, inv_area);
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

@@ -5,7 +5,7 @@
 #include "common.cuh"
 #include "kernels.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 // ---------------------------------------------------------------------------- kernels
 
@@ -30,14 +30,14 @@ __global__ void random_normal_kernel(float* out, int64_t n, float mean, float st
 
 void random_uniform(int dev, float* out, int64_t n, float low, float high, uint64_t seed) {
   cudaStream_t stream = activate(dev);
-  random_uniform_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(out, n, low, high, seed);
-  check_launch("random_uniform");
+  launch<random_uniform_kernel>("random_uniform", grid_for(n, kBlockSize), kBlockSize, 0, stream, out, n, low,
+                                high, seed);
 }
 
 void random_normal(int dev, float* out, int64_t n, float mean, float stddev, uint64_t seed) {
   cudaStream_t stream = activate(dev);
-  random_normal_kernel<<<grid_for(n, kBlockSize), kBlockSize, 0, stream>>>(out, n, mean, stddev, seed);
-  check_launch("random_normal");
+  launch<random_normal_kernel>("random_normal", grid_for(n, kBlockSize), kBlockSize, 0, stream, out, n, mean,
+                               stddev, seed);
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

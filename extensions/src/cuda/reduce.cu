@@ -6,7 +6,7 @@
 #include "common.cuh"
 #include "kernels.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 constexpr int kCols = 32;
@@ -37,9 +37,8 @@ void reduce_sum_axis_zero(int dev, const float* in, int64_t rows, int64_t cols, 
   const int64_t kMaxGridX = 2147483647;
   if (ceil_div(cols, kCols) > kMaxGridX) throw ShapeError("reduce_sum_axis_zero: too many columns");
   cudaStream_t stream = activate(dev);
-  reduce_sum_axis_zero_kernel<<<static_cast<unsigned>(ceil_div(cols, kCols)), dim3(kCols, kRowThreads), 0,
-                                stream>>>(in, rows, cols, out);
-  check_launch("reduce_sum_axis_zero");
+  launch<reduce_sum_axis_zero_kernel>("reduce_sum_axis_zero", static_cast<unsigned>(ceil_div(cols, kCols)),
+                                      dim3(kCols, kRowThreads), 0, stream, in, rows, cols, out);
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

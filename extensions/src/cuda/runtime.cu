@@ -3,10 +3,14 @@
 #include <string>
 #include <vector>
 
+#include <map>
+#include <utility>
+
 #include "common.cuh"
+#include "gpumat/gpu_matrix.h"
 #include "runtime.h"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 void check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return;
@@ -17,6 +21,9 @@ void check(cudaError_t err, const char* what) {
 namespace {
 std::mutex g_stream_mutex;
 std::vector<cudaStream_t> g_streams;  // one per device, created lazily
+
+int device_count() noexcept;
+void synchronize(int dev);
 }  // namespace
 
 cudaStream_t activate(int dev) {
@@ -29,6 +36,8 @@ cudaStream_t activate(int dev) {
     check(cudaStreamCreateWithFlags(&g_streams[dev], cudaStreamNonBlocking), "cudaStreamCreate");
   return g_streams[dev];
 }
+
+namespace {
 
 int device_count() noexcept {
   // Queried once: the count cannot change while the process runs, and every array creation asks.
@@ -94,4 +103,43 @@ void copy_peer(int dst_dev, void* dst, int src_dev, const void* src, size_t nbyt
 
 void synchronize(int dev) { check(cudaStreamSynchronize(activate(dev)), "synchronize"); }
 
-}  // namespace gpumat::cuda
+}  // namespace
+
+namespace {
+std::mutex g_workspace_mutex;
+// Never destroyed: arrays may be freed during interpreter shutdown, after static destructors.
+auto* g_workspaces = new std::map<std::pair<int, int>, GpuMatrix*>();
+}  // namespace
+
+std::unique_lock<std::mutex> workspace_lock() { return std::unique_lock<std::mutex>(g_workspace_mutex); }
+
+float* workspace(int dev, int slot, int64_t floats) {
+  GpuMatrix*& ws = (*g_workspaces)[{dev, slot}];
+  if (ws == nullptr || ws->size() < floats) {
+    // NOTE: freeing the smaller buffer is safe with kernels still queued: the device runs its one
+    // stream in order, and every later user of the block is queued after them.
+    delete ws;
+    ws = nullptr;
+    ws = new GpuMatrix({floats}, kernel_device(dev));
+  }
+  return ws->data();
+}
+
+const DeviceRuntime& runtime() {
+  static const DeviceRuntime table = [] {
+    DeviceRuntime t{};
+    t.device_count = device_count;
+    t.malloc_device = malloc_device;
+    t.free_device = free_device;
+    t.mem_get_info = mem_get_info;
+    t.copy_host_to_device = copy_host_to_device;
+    t.copy_device_to_host = copy_device_to_host;
+    t.copy_device_to_device = copy_device_to_device;
+    t.copy_peer = copy_peer;
+    t.synchronize = synchronize;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace gpumat::GPUMAT_CUDA_NS

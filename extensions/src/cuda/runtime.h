@@ -1,22 +1,40 @@
-// Plain-C++ interface to the CUDA runtime, implemented in runtime.cu, so that the device-agnostic
-// sources (allocator.cpp, gpu_matrix.cpp, ops.cpp) never include CUDA headers. Every function
-// checks its CUDA calls and throws CudaError (OutOfMemory for a failed cudaMalloc).
+// Plain-C++ interface to a CUDA runtime, so that the device-agnostic sources (allocator.cpp,
+// gpu_matrix.cpp, device.cpp) never include CUDA headers. runtime.cu implements it twice: against
+// the real CUDA runtime (cuda::runtime(), built by nvcc) and against the emulator
+// (emu::runtime(), built by the host compiler, see ../emu/emulator.h). Every function checks its
+// CUDA calls and throws CudaError (OutOfMemory for a failed cudaMalloc).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-namespace gpumat::cuda {
+#include "gpumat/device.h"
 
-int device_count() noexcept;                  // 0 when there is no driver or device
-void* malloc_device(int dev, size_t nbytes);  // throws OutOfMemory / CudaError
-void free_device(int dev, void* ptr) noexcept;
-void mem_get_info(int dev, size_t* free_bytes, size_t* total_bytes) noexcept;
-// Copies on the device's stream; the *_to_host copy synchronizes before returning.
-void copy_host_to_device(int dev, void* dst, const void* src, size_t nbytes);
-void copy_device_to_host(int dev, void* dst, const void* src, size_t nbytes);
-void copy_device_to_device(int dev, void* dst, const void* src, size_t nbytes);
-void copy_peer(int dst_dev, void* dst, int src_dev, const void* src, size_t nbytes);
-void synchronize(int dev);
+namespace gpumat {
 
-}  // namespace gpumat::cuda
+struct DeviceRuntime {
+  int (*device_count)() noexcept;                  // 0 when there is no driver or device
+  void* (*malloc_device)(int dev, size_t nbytes);  // throws OutOfMemory / CudaError
+  void (*free_device)(int dev, void* ptr) noexcept;
+  void (*mem_get_info)(int dev, size_t* free_bytes, size_t* total_bytes) noexcept;
+  // Copies on the device's stream; the *_to_host and host_to_* copies synchronize before returning.
+  void (*copy_host_to_device)(int dev, void* dst, const void* src, size_t nbytes);
+  void (*copy_device_to_host)(int dev, void* dst, const void* src, size_t nbytes);
+  void (*copy_device_to_device)(int dev, void* dst, const void* src, size_t nbytes);
+  void (*copy_peer)(int dst_dev, void* dst, int src_dev, const void* src, size_t nbytes);
+  void (*synchronize)(int dev);
+};
+
+#ifdef GPUMAT_WITH_CUDA
+namespace cuda {
+const DeviceRuntime& runtime();
+}
+#endif
+namespace emu {
+const DeviceRuntime& runtime();
+}
+
+// The runtime of a CUDA or emulated device; throws CudaError for the host or a build without CUDA.
+const DeviceRuntime& runtime_for(const Device& device);
+
+}  // namespace gpumat

@@ -6,10 +6,9 @@
 // NOTE: subtracting the row max keeps exp() from overflowing (the log-sum-exp trick).
 // Block reductions: warp shuffles, then one value per warp through shared memory (llm.c style).
 #include "common.cuh"
-#include "gpumat/gpu_matrix.h"
 #include "kernels.cuh"
 
-namespace gpumat::cuda {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 constexpr int kRowBlock = 256;  // threads per row
@@ -97,21 +96,18 @@ static unsigned row_grid(int64_t rows) {
 
 void softmax(int dev, const float* in, float* out, int64_t rows, int64_t cols) {
   cudaStream_t stream = activate(dev);
-  softmax_kernel<<<row_grid(rows), kRowBlock, 0, stream>>>(in, out, rows, cols);
-  check_launch("softmax");
+  launch<softmax_kernel>("softmax", row_grid(rows), kRowBlock, 0, stream, in, out, rows, cols);
 }
 
 void softmax_cross_entropy(int dev, const float* logits, const float* labels, float* out, int64_t rows,
                            int64_t cols) {
-  // Per-row losses go to a scratch array from the caching allocator; it is freed (returned to the
-  // cache) after both launches are queued, which is safe because the device has one stream.
-  GpuMatrix loss({rows}, Device::cuda(dev));
+  // Per-row losses go to the device's workspace (see common.cuh).
   cudaStream_t stream = activate(dev);
-  cross_entropy_rows_kernel<<<row_grid(rows), kRowBlock, 0, stream>>>(logits, labels, loss.data(), rows,
-                                                                      cols);
-  check_launch("softmax_cross_entropy");
-  mean_kernel<<<1, kRowBlock, 0, stream>>>(loss.data(), rows, out);
-  check_launch("softmax_cross_entropy (mean)");
+  auto lock = workspace_lock();
+  float* loss = workspace(dev, 0, rows);
+  launch<cross_entropy_rows_kernel>("softmax_cross_entropy", row_grid(rows), kRowBlock, 0, stream, logits,
+                                    labels, loss, rows, cols);
+  launch<mean_kernel>("softmax_cross_entropy (mean)", 1, kRowBlock, 0, stream, loss, rows, out);
 }
 
-}  // namespace gpumat::cuda
+}  // namespace gpumat::GPUMAT_CUDA_NS

@@ -1,0 +1,399 @@
+// The emulated device's stand-in for CUDA's <cuda_runtime.h>. The emulated build compiles
+// src/cuda/*.cu with the host C++ compiler, -DGPUMAT_EMULATED and -Isrc/emu, so their
+// `#include <cuda_runtime.h>` finds this file: the CUDA qualifiers, built-in variables, vector types,
+// intrinsics and the runtime API the sources use, mapped onto the emulator (emulator.h says how it
+// executes; emulator.cpp implements it). Only what gpumat's kernels and the SGEMM ladder use is here.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "emulator.h"
+
+#ifndef GPUMAT_EMULATED
+#error "emu/cuda_runtime.h is for the emulated build (-DGPUMAT_EMULATED) only"
+#endif
+
+// ---------------------------------------------------------------------------- qualifiers
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+// Shared memory: private to the running block, shared by its threads (see emulator.h).
+#define __shared__ static thread_local
+
+// ---------------------------------------------------------------------------- vector types
+struct uint3 {
+  unsigned x, y, z;
+};
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+// Alignments as CUDA's vector_types.h: a misaligned float4 access is undefined there, and UBSan's
+// alignment check reports it here.
+struct __align__(8) float2 {
+  float x, y;
+};
+struct float3 {
+  float x, y, z;
+};
+struct __align__(16) float4 {
+  float x, y, z, w;
+};
+struct __align__(8) int2 {
+  int x, y;
+};
+struct int3 {
+  int x, y, z;
+};
+struct __align__(16) int4 {
+  int x, y, z, w;
+};
+struct __align__(8) uint2 {
+  unsigned x, y;
+};
+struct __align__(16) uint4 {
+  unsigned x, y, z, w;
+};
+struct __align__(16) double2 {
+  double x, y;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float3 make_float3(float x, float y, float z) { return {x, y, z}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return {x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return {x, y, z}; }
+inline double2 make_double2(double x, double y) { return {x, y}; }
+
+// ---------------------------------------------------------------------------- built-in variables
+// Set by the emulator before it resumes a thread. __thread (not thread_local) so that reads compile
+// to a plain TLS load, with no wrapper call.
+extern __thread uint3 threadIdx;
+extern __thread uint3 blockIdx;
+extern __thread uint3 blockDim;
+extern __thread uint3 gridDim;
+constexpr int warpSize = 32;
+
+// ---------------------------------------------------------------------------- synchronisation
+// NOTE: the empty asm with a "memory" clobber stops the compiler from keeping shared-memory values in
+// registers across the switch to other threads.
+inline void __syncthreads() {
+  asm volatile("" ::: "memory");
+  gpumat::emulator::sync_block();
+  asm volatile("" ::: "memory");
+}
+inline int __syncthreads_count(int pred) {
+  asm volatile("" ::: "memory");
+  int n = gpumat::emulator::sync_block_count(pred);
+  asm volatile("" ::: "memory");
+  return n;
+}
+inline int __syncthreads_and(int pred) {
+  return __syncthreads_count(pred) == static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+}
+inline int __syncthreads_or(int pred) { return __syncthreads_count(pred) != 0; }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+// ---------------------------------------------------------------------------- warp intrinsics
+namespace gpumat::emulator {
+template <typename T>
+inline uint64_t to_bits(T v) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "warp shuffle of an unsupported type");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  return bits;
+}
+template <typename T>
+inline T from_bits(uint64_t bits) {
+  T v;
+  std::memcpy(&v, &bits, sizeof(T));
+  return v;
+}
+// Lane that `lane` reads in a shuffle within segments of `width` lanes, or -1 (keeps its own value).
+template <typename T>
+inline T shuffle(unsigned mask, T v, int src_in_segment, int width) {
+  const int lane = lane_id();
+  const int base = lane & ~(width - 1);
+  const int src = src_in_segment < 0 ? lane : base + src_in_segment;
+  asm volatile("" ::: "memory");
+  T out = from_bits<T>(warp_collective(WarpOp::Shuffle, mask, to_bits(v), src));
+  asm volatile("" ::: "memory");
+  return out;
+}
+}  // namespace gpumat::emulator
+
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = warpSize) {
+  return gpumat::emulator::shuffle(mask, v, src_lane & (width - 1), width);
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+  const int in_seg = (gpumat::emulator::lane_id() & (width - 1)) + static_cast<int>(delta);
+  return gpumat::emulator::shuffle(mask, v, in_seg < width ? in_seg : -1, width);
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+  const int in_seg = (gpumat::emulator::lane_id() & (width - 1)) - static_cast<int>(delta);
+  return gpumat::emulator::shuffle(mask, v, in_seg >= 0 ? in_seg : -1, width);
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize) {
+  const int in_seg = (gpumat::emulator::lane_id() & (width - 1)) ^ lane_mask;
+  return gpumat::emulator::shuffle(mask, v, in_seg < width ? in_seg : -1, width);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  asm volatile("" ::: "memory");
+  unsigned r = static_cast<unsigned>(
+      gpumat::emulator::warp_collective(gpumat::emulator::WarpOp::Ballot, mask, pred != 0, -1));
+  asm volatile("" ::: "memory");
+  return r;
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return (__ballot_sync(mask, pred) & mask) == mask; }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  asm volatile("" ::: "memory");
+  gpumat::emulator::warp_collective(gpumat::emulator::WarpOp::Sync, mask, 0, -1);
+  asm volatile("" ::: "memory");
+}
+inline unsigned __activemask() { return gpumat::emulator::active_mask(); }
+
+// ---------------------------------------------------------------------------- atomics
+// Blocks run concurrently on several workers, so these are real atomic operations.
+template <typename T>
+inline T gpumat_emu_atomic_update(T* address, T (*f)(T, T), T val) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  Bits* p = reinterpret_cast<Bits*>(address);
+  Bits old_bits = __atomic_load_n(p, __ATOMIC_RELAXED);
+  for (;;) {
+    T old_v;
+    std::memcpy(&old_v, &old_bits, sizeof(T));
+    T new_v = f(old_v, val);
+    Bits new_bits;
+    std::memcpy(&new_bits, &new_v, sizeof(T));
+    if (__atomic_compare_exchange_n(p, &old_bits, new_bits, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+      return old_v;
+  }
+}
+inline float atomicAdd(float* a, float v) {
+  return gpumat_emu_atomic_update<float>(a, [](float x, float y) { return x + y; }, v);
+}
+inline double atomicAdd(double* a, double v) {
+  return gpumat_emu_atomic_update<double>(a, [](double x, double y) { return x + y; }, v);
+}
+inline int atomicAdd(int* a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicAdd(unsigned* a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+inline unsigned long long atomicAdd(unsigned long long* a, unsigned long long v) {
+  return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+}
+inline int atomicSub(int* a, int v) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicSub(unsigned* a, unsigned v) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); }
+template <typename T>
+inline T atomicExch(T* a, T v) {
+  return gpumat_emu_atomic_update<T>(a, [](T, T y) { return y; }, v);
+}
+inline int atomicMax(int* a, int v) {
+  return gpumat_emu_atomic_update<int>(a, [](int x, int y) { return x > y ? x : y; }, v);
+}
+inline int atomicMin(int* a, int v) {
+  return gpumat_emu_atomic_update<int>(a, [](int x, int y) { return x < y ? x : y; }, v);
+}
+inline unsigned atomicMax(unsigned* a, unsigned v) {
+  return gpumat_emu_atomic_update<unsigned>(a, [](unsigned x, unsigned y) { return x > y ? x : y; }, v);
+}
+inline unsigned atomicMin(unsigned* a, unsigned v) {
+  return gpumat_emu_atomic_update<unsigned>(a, [](unsigned x, unsigned y) { return x < y ? x : y; }, v);
+}
+template <typename T>
+inline T atomicCAS(T* a, T compare, T val) {
+  __atomic_compare_exchange_n(a, &compare, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return compare;  // the old value, whether or not the exchange happened
+}
+inline int atomicAnd(int* a, int v) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); }
+inline int atomicOr(int* a, int v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }
+inline int atomicXor(int* a, int v) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); }
+
+// ---------------------------------------------------------------------------- other intrinsics
+template <typename T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+inline int __float_as_int(float x) { return gpumat::emulator::from_bits<int>(gpumat::emulator::to_bits(x)); }
+inline float __int_as_float(int x) {
+  return gpumat::emulator::from_bits<float>(gpumat::emulator::to_bits(x));
+}
+inline unsigned __float_as_uint(float x) {
+  return gpumat::emulator::from_bits<unsigned>(gpumat::emulator::to_bits(x));
+}
+inline float __uint_as_float(unsigned x) {
+  return gpumat::emulator::from_bits<float>(gpumat::emulator::to_bits(x));
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+
+// ---------------------------------------------------------------------------- runtime API
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorNoDevice = 100,
+  cudaErrorLaunchFailure = 719,
+};
+using cudaError = cudaError_t;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+struct CUstream_st;
+struct CUevent_st;
+using cudaStream_t = CUstream_st*;
+using cudaEvent_t = CUevent_st*;
+constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  size_t sharedMemPerBlock;
+  size_t sharedMemPerBlockOptin;
+  int regsPerBlock;
+  int warpSize;
+  int maxThreadsPerBlock;
+  int maxThreadsDim[3];
+  int maxGridSize[3];
+  int clockRate;
+  int major, minor;
+  int multiProcessorCount;
+  int l2CacheSize;
+  int memoryClockRate;
+  int memoryBusWidth;
+};
+
+enum cudaDeviceAttr {
+  cudaDevAttrMaxThreadsPerBlock = 1,
+  cudaDevAttrMaxGridDimX = 5,
+  cudaDevAttrMaxGridDimY = 6,
+  cudaDevAttrMaxGridDimZ = 7,
+  cudaDevAttrMaxSharedMemoryPerBlock = 8,
+  cudaDevAttrWarpSize = 10,
+  cudaDevAttrClockRate = 13,
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrMemoryClockRate = 36,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
+
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+const char* cudaGetErrorName(cudaError_t err);
+const char* cudaGetErrorString(cudaError_t err);
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int dev);
+cudaError_t cudaGetDevice(int* dev);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int dev);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int dev);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaDriverGetVersion(int* version);
+cudaError_t cudaRuntimeGetVersion(int* version);
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+template <typename T>
+inline cudaError_t cudaMalloc(T** ptr, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
+                                cudaStream_t stream = nullptr);
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamQuery(cudaStream_t stream);
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t gpumat_emu_func_set_attribute(const void* func, cudaFuncAttribute attr, int value);
+template <typename F>
+inline cudaError_t cudaFuncSetAttribute(F* func, cudaFuncAttribute attr, int value) {
+  return gpumat_emu_func_set_attribute(reinterpret_cast<const void*>(func), attr, value);
+}
+
+// ---------------------------------------------------------------------------- launches
+namespace gpumat::emulator {
+
+// kernel<<<grid, block, smem, stream>>>(args...) on the emulator. The arguments are converted to
+// the kernel's parameter types once, as the CUDA runtime does at launch; each thread then gets its
+// own copies. Returns the launch's error (also kept for cudaGetLastError()).
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), const char* name, dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, Args&&... args) {
+  using Tuple = std::tuple<std::decay_t<Params>...>;
+  struct Call {
+    void (*kernel)(Params...);
+    Tuple params;
+  } call{kernel, Tuple(std::forward<Args>(args)...)};
+  auto body = [](void* c) {
+    Call* call = static_cast<Call*>(c);
+    std::apply(call->kernel, call->params);
+  };
+  return static_cast<cudaError_t>(launch(reinterpret_cast<const void*>(kernel), name,
+                                         Dim{grid.x, grid.y, grid.z}, Dim{block.x, block.y, block.z}, smem,
+                                         stream, body, &call));
+}
+
+// The kernel's name for fault reports: "ns::kernel<args>" out of the compiler's function signature.
+template <auto Kernel>
+const char* kernel_name() {
+  static const std::string name = [] {
+    std::string s = __PRETTY_FUNCTION__;
+    const size_t start = s.find("Kernel = ");
+    if (start == std::string::npos) return s;
+    const size_t end = s.rfind(']');
+    return s.substr(start + 9, end == std::string::npos ? std::string::npos : end - start - 9);
+  }();
+  return name.c_str();
+}
+
+}  // namespace gpumat::emulator

@@ -1,0 +1,88 @@
+// The CUDA emulator: runs gpumat's CUDA sources (src/cuda/*.cu), compiled by the host C++ compiler,
+// on the CPU, as the emulated device `emu:N`. It is a correctness tool (the way compute-sanitizer is
+// one on a GPU): nothing it measures says anything about speed on a GPU.
+//
+// Execution model
+// - A launch runs synchronously on the calling thread's behalf (as with CUDA_LAUNCH_BLOCKING=1):
+//   blocks are spread over OpenMP worker threads; each block runs entirely on one worker.
+// - Each CUDA thread of a block is a fiber (a user-mode context with its own stack) on that worker.
+//   Fibers rather than one OS thread per CUDA thread, because: (1) a block of 1,024 threads would
+//   need 1,024 OS threads and a futex round trip per barrier, thousands of times slower; (2) only
+//   fibers let the emulator choose, and reproduce, the order in which threads run. The switch is a
+//   few instructions of assembly on x86-64 and ucontext elsewhere.
+// - Adversarial scheduling: between two barriers the threads of a block run one after another, each
+//   until it reaches a barrier or ends, in an order drawn from a seeded random permutation. A kernel
+//   that reads shared memory without a __syncthreads() after another thread's write therefore sees
+//   stale data for most seeds instead of passing by luck. The seed comes from GPUMAT_EMU_SEED
+//   (default 1); the order of block b of a launch depends only on (seed, kernel name, launch
+//   geometry, b), so a failing test re-run alone with the same seed schedules identically.
+// - __syncthreads() is a barrier of all threads of the block; reaching it after some threads of the
+//   block have exited (a barrier in divergent code, undefined on a GPU) is reported as a fault.
+// - Warps are lanes 32w..32w+31 of the linearised thread index. Shuffles, votes and __syncwarp are
+//   warp barriers of the lanes named in the mask: every named lane must reach the same collective
+//   with the same mask, else the launch faults. A shuffle from a lane outside the mask returns a
+//   poison value (NaN for floats), as the hardware's value is undefined.
+// - __shared__ variables are per-worker thread_local storage: private to the running block, shared
+//   by its threads. Static shared memory keeps whatever the worker's previous block left in it;
+//   dynamic shared memory (extern __shared__, through dynamic_smem()) is filled with 0xFF bytes
+//   (float NaN) at the start of every block, so reading it before writing shows up.
+// - cp.async copies are delivered at cp_async_wait (the latest moment the hardware may deliver
+//   them), so a read of the destination before the wait sees old data. mma and other PTX have no
+//   emulation: kernels keep a portable fallback behind the GPUMAT_EMULATED macro.
+// - Launch limits are a GPU's: block dims x, y <= 1024, z <= 64, <= 1024 threads; grid x < 2^31,
+//   y, z <= 65535; dynamic shared memory <= 48 KiB unless raised with cudaFuncSetAttribute (at most
+//   227 KiB). A launch outside them fails with cudaErrorInvalidConfiguration, as on a GPU.
+// - Device memory is host memory owned by the emulator: allocations are filled with 0xFF (NaN) so
+//   uninitialised reads show, memcpy/memset ranges are checked against live allocations, and the
+//   device has a capacity (GPUMAT_EMU_MEMORY_BYTES, default 8 GiB) past which cudaMalloc fails with
+//   cudaErrorMemoryAllocation. With AddressSanitizer, out-of-range accesses in kernels fault and the
+//   report names the kernel, block and thread (see the death callback in emulator.cpp).
+// - Faults found while a kernel runs (barrier divergence, bad warp masks, a deadlock, an exception)
+//   abandon the launch and are returned by the next cudaGetLastError() as cudaErrorLaunchFailure;
+//   cudaGetErrorString() then appends the details (kernel, block, thread, what). They are not
+//   sticky: unlike a GPU context, the emulated device stays usable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpumat::emulator {
+
+// Launch geometry, in the emulator's own plain types (the shim's dim3 converts to it).
+struct Dim {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// One emulated CUDA thread's work: `run(ctx)` executes the kernel body for the thread whose indices
+// are current (threadIdx, blockIdx, ...).
+using ThreadBody = void (*)(void* ctx);
+
+// Runs a kernel launch over the whole grid and returns cudaSuccess or the error code (an int: the
+// shim's cudaError_t). `kernel` identifies the kernel for cudaFuncSetAttribute; `name` is used in
+// fault reports.
+int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem, void* stream,
+           ThreadBody body, void* ctx);
+
+// Barrier of the running block. sync_block_count returns how many threads passed pred != 0.
+void sync_block();
+int sync_block_count(int pred);
+
+// Warp collectives. kind: which one (for the same-collective check); mask: the lanes taking part;
+// value: this lane's payload; src_lane: for shuffles, the lane whose payload this lane receives (-1
+// for none). Returns the received payload (shuffles), or the ballot of the lanes' payloads != 0
+// (votes), as 64 raw bits.
+enum class WarpOp { Sync, Shuffle, Ballot };
+uint64_t warp_collective(WarpOp kind, unsigned mask, uint64_t value, int src_lane);
+int lane_id();
+unsigned active_mask();
+
+// The running block's dynamic shared memory (16-byte aligned), and cp.async emulation.
+void* dynamic_smem();
+void cp_async(void* dst, const void* src, size_t bytes, size_t src_bytes);
+void cp_async_commit();
+void cp_async_wait(int pending_groups);
+
+// Reports a fault in the running thread (e.g. a misused intrinsic) and abandons the block.
+[[noreturn]] void device_fault(const char* what);
+
+}  // namespace gpumat::emulator
