@@ -33,11 +33,13 @@
 //
 // Build: make (see Makefile), or
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Xcompiler -fopenmp sgemm_ladder.cu -lcublas -lgomp -o sgemm_ladder
-// CPU check of the tuned kernels without a GPU: make emulate (emulate_test.cpp).
+// Without a GPU: make emulate builds this file with the host compiler against gpumat's CUDA
+// emulator (extensions/src/emu) and runs the correctness checks there (float64 reference only, no
+// cuBLAS; cp.async through the emulator's fallback; timings are not taken: they would mean nothing).
 // Run:   ./sgemm_ladder --shapes mnist --shapes 4096 --json out.json
 //        ./sgemm_ladder --shapes edge --check-only --misalign       (what `make check` runs)
 
-#ifndef SGEMM_EMULATE
+#ifndef GPUMAT_EMULATED
 #include <cublas_v2.h>
 #endif
 #include <cuda_runtime.h>
@@ -84,10 +86,25 @@
 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Every launch goes through this macro: SGEMM_LAUNCH(kernel, grid, block, smem, stream)(args...).
-// Here it is the <<<>>> launch; emulate_test.cpp defines it to run the same launchers on the CPU.
-#ifndef SGEMM_EMULATE
+// Every launch goes through this macro: SGEMM_LAUNCH(kernel, grid, block, smem, stream)(args...):
+// the <<<>>> launch under nvcc, gpumat's CUDA emulator otherwise.
+#ifndef GPUMAT_EMULATED
 #define SGEMM_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#else
+template <typename Kernel>
+struct EmulatedLaunch {
+  Kernel* kernel;
+  const char* name;
+  dim3 grid, block;
+  size_t smem;
+  cudaStream_t stream;
+  template <typename... Args>
+  void operator()(Args... args) const {
+    gpumat::emulator::launch_kernel(kernel, name, grid, block, smem, stream, args...);
+  }
+};
+#define SGEMM_LAUNCH(kernel, grid, block, smem, stream) \
+  EmulatedLaunch<std::remove_pointer_t<decltype(+kernel)>>{kernel, #kernel, dim3(grid), dim3(block), smem, stream}
 #endif
 
 // ============================================================================ kernel 0: naive
@@ -234,30 +251,34 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(src_bytes));
-#elif defined(SGEMM_EMULATE)
-  emu_cp_async16(smem, gmem, valid);
+#elif defined(GPUMAT_EMULATED)  // portable fallback: the emulator delivers the copy at the wait
+  gpumat::emulator::cp_async(smem, gmem, 16, valid ? 16 : 0);
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::);
+#elif defined(GPUMAT_EMULATED)
+  gpumat::emulator::cp_async_commit();
 #endif
 }
 __device__ __forceinline__ void cp_async_wait_all() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#elif defined(SGEMM_EMULATE)
-  emu_cp_async_wait_all();
+#elif defined(GPUMAT_EMULATED)
+  gpumat::emulator::cp_async_wait(0);
 #endif
 }
 
 // The block's dynamic shared memory (16-byte aligned: LDS.128 and cp.async need it).
-#ifndef SGEMM_EMULATE
 __device__ __forceinline__ float* dynamic_smem() {
+#ifdef GPUMAT_EMULATED
+  return static_cast<float*>(gpumat::emulator::dynamic_smem());
+#else
   extern __shared__ float4 smem4[];
   return reinterpret_cast<float*>(smem4);
-}
 #endif
+}
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 constexpr bool kHasCpAsync = false;
@@ -875,7 +896,6 @@ inline std::string dispatch(const float* a, bool ta, const float* b, bool tb, fl
 // ============================================================================ end of the library part
 
 // ============================================================================ harness: data, references
-#ifndef SGEMM_EMULATE
 namespace {
 
 // Uniform values in [-1, 1) from a counter hash (splitmix64): fresh, reproducible, never all zero.
@@ -893,13 +913,14 @@ __global__ void fill_uniform_kernel(float* p, int64_t n, uint64_t seed) {
 void fill_uniform(float* p, int64_t n, uint64_t seed, cudaStream_t s) {
   if (n == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, 256), 4096));
-  fill_uniform_kernel<<<blocks, 256, 0, s>>>(p, n, seed);
+  SGEMM_LAUNCH(fill_uniform_kernel, blocks, 256, 0, s)(p, n, seed);
   LAUNCH_CHECK();
 }
 
 // Keeps the GPU busy for `ns` nanoseconds, so that the host can queue every timed launch behind it:
 // the events then time the GPU's work, not the host's launch overhead (which differs between
 // cuBLAS, a split-K pair of launches and one kernel).
+#ifndef GPUMAT_EMULATED
 __global__ void spin_kernel(uint64_t ns) {
   uint64_t t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -907,6 +928,7 @@ __global__ void spin_kernel(uint64_t ns) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while (t - t0 < ns);
 }
+#endif
 
 const char* case_name(bool ta, bool tb) { return !ta ? (!tb ? "NN" : "NT") : (!tb ? "TN" : "TT"); }
 
@@ -1149,7 +1171,9 @@ Options parse(int argc, char** argv) {
 
 struct Context {
   cudaStream_t stream;
+#ifndef GPUMAT_EMULATED
   cublasHandle_t blas_default, blas_pedantic;
+#endif
   int sms;
   float* ws = nullptr;
   int64_t ws_floats = 0;
@@ -1161,6 +1185,7 @@ struct Context {
   }
 };
 
+#ifndef GPUMAT_EMULATED
 void cublas_sgemm(cublasHandle_t h, const float* a, bool ta, const float* b, bool tb, float* c, int m, int n,
                   int k) {
   // Row-major c (m, n) = op(a) op(b) is column-major c^T (n, m) = op(b)^T op(a)^T: swap the operands.
@@ -1168,15 +1193,18 @@ void cublas_sgemm(cublasHandle_t h, const float* a, bool ta, const float* b, boo
   CUBLAS_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, b,
                            tb ? std::max(k, 1) : n, a, ta ? m : std::max(k, 1), &zero, c, n));
 }
+#endif
 
 // Runs kernel `ks` once; returns a note (the dispatcher's choice, the split used).
 std::string run_kernel(Context& ctx, const KernelSpec& ks, const float* a, bool ta, const float* b, bool tb,
                        float* c, int m, int n, int k) {
   using namespace tuned;
   switch (ks.id) {
+#ifndef GPUMAT_EMULATED
     case -1: cublas_sgemm(ctx.blas_default, a, ta, b, tb, c, m, n, k); return "";
     case -2: cublas_sgemm(ctx.blas_pedantic, a, ta, b, tb, c, m, n, k); return "";
     case -3: cublas_sgemm(ctx.blas_default, a, ta, b, tb, c, m, n, k); return "same as cublas, timed last";
+#endif
     case 0: naive::launch(a, ta, b, tb, c, m, n, k, ctx.stream); return "";
     case 1: baseline::launch(a, ta, b, tb, c, m, n, k, ctx.stream); return "";
     case 2: k2::launch(a, ta, b, tb, c, m, n, k, ctx.stream); return "";
@@ -1236,6 +1264,14 @@ int main(int argc, char** argv) {
   Context ctx;
   ctx.sms = prop.multiProcessorCount;
   CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+  int cublas_version = 0;
+#ifdef GPUMAT_EMULATED
+  // The emulator checks correctness only: there is no cuBLAS, the reference is float64 on the host,
+  // and a time measured here says nothing about a GPU.
+  opt.check_only = true;
+  std::printf("EMULATED DEVICE (gpumat's CUDA emulator on the CPU): correctness only, no timings; "
+              "reference: float64\n");
+#else
   CUBLAS_CHECK(cublasCreate(&ctx.blas_default));
   CUBLAS_CHECK(cublasCreate(&ctx.blas_pedantic));
   CUBLAS_CHECK(cublasSetStream(ctx.blas_default, ctx.stream));
@@ -1245,8 +1281,8 @@ int main(int argc, char** argv) {
   // reductions.
   CUBLAS_CHECK(cublasSetMathMode(ctx.blas_default, CUBLAS_DEFAULT_MATH));
   CUBLAS_CHECK(cublasSetMathMode(ctx.blas_pedantic, CUBLAS_PEDANTIC_MATH));
-  int cublas_version = 0;
   CUBLAS_CHECK(cublasGetVersion(ctx.blas_default, &cublas_version));
+#endif
   const char* tf32_env = std::getenv("NVIDIA_TF32_OVERRIDE");
 
   std::printf("device: %s, %d SMs, SM clock %.0f MHz, mem clock %.0f MHz, L2 %.0f MB, cc %d.%d\n", prop.name,
@@ -1303,10 +1339,12 @@ int main(int argc, char** argv) {
       std::vector<float> ha(static_cast<size_t>(na)), hb(static_cast<size_t>(nb)), ref(static_cast<size_t>(nc)),
           out(static_cast<size_t>(nc));
       CUDA_CHECK(cudaMemsetAsync(C(0), 0xFF, nc * sizeof(float), ctx.stream));
+#ifndef GPUMAT_EMULATED
       cublas_sgemm(ctx.blas_pedantic, A(0), ta, B(0), tb, C(0), m, n, k);
+      CUDA_CHECK(cudaMemcpyAsync(ref.data(), C(0), nc * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+#endif
       CUDA_CHECK(cudaMemcpyAsync(ha.data(), A(0), na * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
       CUDA_CHECK(cudaMemcpyAsync(hb.data(), B(0), nb * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
-      CUDA_CHECK(cudaMemcpyAsync(ref.data(), C(0), nc * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
       CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 
       std::vector<int64_t> idx;  // empty: every output
@@ -1322,6 +1360,10 @@ int main(int argc, char** argv) {
       }
       std::vector<double> ref64;
       cpu_reference(ha, ta, hb, tb, m, n, k, idx, ref64);
+#ifdef GPUMAT_EMULATED
+      if (!full64) usage("the emulated run needs shapes small enough for a full float64 reference");
+      for (int64_t e = 0; e < nc; ++e) ref[static_cast<size_t>(e)] = static_cast<float>(ref64[static_cast<size_t>(e)]);
+#endif
       const ErrStats ref_vs64 = rel_error64(ref, idx, ref64);
 
       std::printf("== %s  m=%d n=%d k=%d  %s%s  (cuBLAS pedantic vs float64%s: %.2e; %d input set%s)\n",
@@ -1333,7 +1375,11 @@ int main(int argc, char** argv) {
       }
 
       // cuBLAS (default math) is timed first and again last: the two show the run-to-run spread.
+#ifdef GPUMAT_EMULATED
+      std::vector<KernelSpec> specs;
+#else
       std::vector<KernelSpec> specs = {{-1, 0}};
+#endif
       for (const auto& ks : opt.kernels) specs.push_back(ks);
       if (!opt.check_only) specs.push_back({-2, 0}), specs.push_back({-3, 0});
 
@@ -1379,8 +1425,10 @@ int main(int argc, char** argv) {
             CUDA_CHECK(cudaEventCreate(&stop[r]));
           }
           // host launch cost is at most ~20 us per run; keep the GPU busy while everything is queued
+#ifndef GPUMAT_EMULATED
           spin_kernel<<<1, 1, 0, ctx.stream>>>(static_cast<uint64_t>(2e6 + reps * 30e3));
           LAUNCH_CHECK();
+#endif
           for (int r = 0; r < reps; ++r) {
             const int s = r % nsets;
             CUDA_CHECK(cudaEventRecord(start[r], ctx.stream));
@@ -1496,9 +1544,10 @@ int main(int argc, char** argv) {
   }
 
   if (ctx.ws) CUDA_CHECK(cudaFree(ctx.ws));
+#ifndef GPUMAT_EMULATED
   CUBLAS_CHECK(cublasDestroy(ctx.blas_default));
   CUBLAS_CHECK(cublasDestroy(ctx.blas_pedantic));
+#endif
   CUDA_CHECK(cudaStreamDestroy(ctx.stream));
   return failures ? 1 : 0;
 }
-#endif  // SGEMM_EMULATE

@@ -227,6 +227,23 @@ inline int atomicAnd(int* a, int v) { return __atomic_fetch_and(a, v, __ATOMIC_S
 inline int atomicOr(int* a, int v) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }
 inline int atomicXor(int* a, int v) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); }
 
+// ---------------------------------------------------------------------------- min / max
+// CUDA declares these overloads at global scope for device code.
+#define GPUMAT_EMU_MINMAX(T)                         \
+  inline T min(T a, T b) { return b < a ? b : a; } \
+  inline T max(T a, T b) { return a < b ? b : a; }
+GPUMAT_EMU_MINMAX(int)
+GPUMAT_EMU_MINMAX(unsigned)
+GPUMAT_EMU_MINMAX(long)
+GPUMAT_EMU_MINMAX(unsigned long)
+GPUMAT_EMU_MINMAX(long long)
+GPUMAT_EMU_MINMAX(unsigned long long)
+#undef GPUMAT_EMU_MINMAX
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline double min(double a, double b) { return fmin(a, b); }
+inline double max(double a, double b) { return fmax(a, b); }
+
 // ---------------------------------------------------------------------------- other intrinsics
 template <typename T>
 inline T __ldg(const T* p) {
@@ -383,16 +400,18 @@ cudaError_t launch_kernel(void (*kernel)(Params...), const char* name, dim3 grid
                                          stream, body, &call));
 }
 
-// The kernel's name for fault reports: "ns::kernel<args>" out of the compiler's function signature.
+// "ns::kernel<args>" out of a signature "... [with auto Kernel = ns::kernel<args>]".
+inline std::string kernel_name_from_signature(const std::string& s) {
+  const size_t start = s.find("Kernel = ");
+  if (start == std::string::npos) return s;
+  const size_t end = s.rfind(']');
+  return s.substr(start + 9, end == std::string::npos || end < start ? std::string::npos : end - start - 9);
+}
+
+// The kernel's name for fault reports, from the compiler's signature of this function.
 template <auto Kernel>
 const char* kernel_name() {
-  static const std::string name = [] {
-    std::string s = __PRETTY_FUNCTION__;
-    const size_t start = s.find("Kernel = ");
-    if (start == std::string::npos) return s;
-    const size_t end = s.rfind(']');
-    return s.substr(start + 9, end == std::string::npos ? std::string::npos : end - start - 9);
-  }();
+  static const std::string name = kernel_name_from_signature(__PRETTY_FUNCTION__);
   return name.c_str();
 }
 

@@ -259,18 +259,22 @@ Worker& worker() {
   return *t_worker;
 }
 
-void fiber_entry();
-#if defined(__x86_64__)
-void fiber_entry_asm() { fiber_entry(); }
-#endif
+void fiber_start();
 
 void init_context(Fiber& f) {
+#ifdef GPUMAT_EMU_ASAN
+  // The frames of the previous fiber's way out (fiber_start, fiber_main, yield) never returned, so
+  // their redzones are still poisoned; kernel frames below them returned and cleaned up after
+  // themselves.
+  constexpr size_t kExitFrames = 32 * 1024;
+  ASAN_UNPOISON_MEMORY_REGION(f.stack_lo + kStackBytes - kExitFrames, kExitFrames);
+#endif
   if (use_asm_switch()) {
 #if defined(__x86_64__)
     uintptr_t top = reinterpret_cast<uintptr_t>(f.stack_lo + kStackBytes) & ~uintptr_t{15};
     uint64_t* sp = reinterpret_cast<uint64_t*>(top);
-    *--sp = 0;  // fake return address of fiber_entry_asm: keeps the ABI's 16-byte alignment
-    *--sp = reinterpret_cast<uint64_t>(&fiber_entry_asm);  // where the first switch's `ret` goes
+    *--sp = 0;  // fake return address of fiber_start: keeps the ABI's 16-byte alignment
+    *--sp = reinterpret_cast<uint64_t>(&fiber_start);  // where the first switch's `ret` goes
     for (int i = 0; i < 6; ++i) *--sp = 0;                 // rbp rbx r12 r13 r14 r15
     uint32_t mxcsr;
     uint16_t fcw;
@@ -284,7 +288,7 @@ void init_context(Fiber& f) {
     f.ctx.uc.uc_stack.ss_sp = f.stack_lo;
     f.ctx.uc.uc_stack.ss_size = kStackBytes;
     f.ctx.uc.uc_link = nullptr;
-    makecontext(&f.ctx.uc, fiber_entry, 0);
+    makecontext(&f.ctx.uc, fiber_start, 0);
   }
 }
 
@@ -345,11 +349,9 @@ void block_fault(Worker& w, const std::string& msg) {
   }
 }
 
-void fiber_entry() {
+// Runs one emulated thread to its end, then leaves for good.
+void fiber_main() {
   Worker& w = worker();
-#ifdef GPUMAT_EMU_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &w.sched_bottom, &w.sched_size);
-#endif
   Fiber& f = *w.current;
   try {
     w.launch->body(w.launch->ctx);
@@ -363,6 +365,17 @@ void fiber_entry() {
   f.state = State::Done;
   yield(w, f, /*dying=*/true);
   std::abort();  // unreachable: a finished fiber is never resumed
+}
+
+// A fiber's first instruction (entered by the first switch, never called). ASan must learn that it
+// runs on a new stack before anything else: the compiler puts __asan_handle_no_return, which reads
+// the stack bounds, before the call of the never-returning fiber_main.
+void fiber_start() {
+#ifdef GPUMAT_EMU_ASAN
+  Worker& w = worker();
+  __sanitizer_finish_switch_fiber(nullptr, &w.sched_bottom, &w.sched_size);
+#endif
+  fiber_main();
 }
 
 Fiber& running_fiber(const char* what) {

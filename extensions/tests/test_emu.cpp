@@ -1,0 +1,224 @@
+// Runs every op of the emulated CUDA device (the CUDA kernel sources under the emulator) against the
+// host device on awkward shapes: tails of every tile, 1x1, all four matmul transposes, long softmax
+// rows. Outputs start as NaN, so an element a kernel forgets to write fails. Built and run by
+// `make emu-check`, and with AddressSanitizer + UBSan by `make emu-sanitize`, where an out-of-range
+// access in a kernel ends the run with the kernel's name.
+//
+//   test_emu                 every case; exit 1 on a mismatch
+//   test_emu --oob-global    a kernel that writes one element past its array (must be caught)
+//   test_emu --oob-shared    a kernel that writes past a __shared__ array (must be caught)
+#include <cuda_runtime.h>  // the emulator's (compiled with -DGPUMAT_EMULATED -Isrc/emu)
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpumat/allocator.h"
+#include "gpumat/error.h"
+#include "gpumat/gpu_matrix.h"
+#include "gpumat/ops.h"
+
+using gpumat::Device;
+using gpumat::GpuMatrix;
+using Shape = std::vector<int64_t>;
+using Arrays = std::vector<GpuMatrix>;
+
+namespace {
+
+int g_failures = 0, g_cases = 0;
+std::mt19937_64 g_rng(20261123);
+
+int64_t elements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::vector<float> random_values(int64_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(g_rng);
+  return v;
+}
+
+// Runs `op` on the host and on emu:0 with the same random inputs and NaN-filled outputs, and compares
+// every output element: |emu - host| <= tol * (1 + |host|).
+void check(const std::string& name, const std::vector<Shape>& ins, const std::vector<Shape>& outs,
+           const std::function<void(Arrays&)>& op, float tol = 1e-5f, float lo = -1.0f, float hi = 1.0f) {
+  ++g_cases;
+  std::vector<std::vector<float>> data;
+  for (const Shape& s : ins) data.push_back(random_values(elements(s), lo, hi));
+  std::vector<std::vector<float>> results[2];
+  const Device devices[2] = {Device::host(), Device::emu(0)};
+  for (int d = 0; d < 2; ++d) {
+    Arrays arrays;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      arrays.emplace_back(ins[i], devices[d]);
+      arrays.back().copy_from_host(data[i].data(), arrays.back().size());
+    }
+    for (const Shape& s : outs) {
+      arrays.emplace_back(s, devices[d]);
+      std::vector<float> nan(static_cast<size_t>(arrays.back().size()), NAN);
+      arrays.back().copy_from_host(nan.data(), arrays.back().size());
+    }
+    try {
+      op(arrays);
+    } catch (const std::exception& e) {
+      std::printf("FAIL %s on %s: %s\n", name.c_str(), devices[d].str().c_str(), e.what());
+      ++g_failures;
+      return;
+    }
+    for (size_t o = 0; o < outs.size(); ++o) {
+      GpuMatrix& m = arrays[ins.size() + o];
+      std::vector<float> v(static_cast<size_t>(m.size()));
+      m.copy_to_host(v.data(), m.size());
+      results[d].push_back(std::move(v));
+    }
+  }
+  for (size_t o = 0; o < outs.size(); ++o) {
+    const auto &h = results[0][o], &e = results[1][o];
+    for (size_t i = 0; i < h.size(); ++i) {
+      const bool ok = (std::isnan(h[i]) && std::isnan(e[i])) || std::fabs(e[i] - h[i]) <= tol * (1 + std::fabs(h[i]));
+      if (!ok) {
+        std::printf("FAIL %s: output %zu element %zu: emu %.9g, host %.9g\n", name.c_str(), o, i, e[i], h[i]);
+        ++g_failures;
+        return;
+      }
+    }
+  }
+}
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s;
+}
+
+void elementwise_cases() {
+  namespace ops = gpumat::ops;
+  for (int64_t n : {1, 31, 257, 4099}) {
+    const std::string t = " n=" + std::to_string(n);
+    check("add" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::add(a[0], a[1], a[2]); });
+    check("multiply" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::multiply(a[0], a[1], a[2]); });
+    check("add_const" + t, {{n}}, {{n}}, [](Arrays& a) { ops::add_const(a[0], 0.75f, a[1]); });
+    check("multiply_const" + t, {{n}}, {{n}}, [](Arrays& a) { ops::multiply_const(a[0], -1.5f, a[1]); });
+    check("relu" + t, {{n}}, {{n}}, [](Arrays& a) { ops::relu(a[0], a[1]); });
+    check("relu_gradient" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::relu_gradient(a[0], a[1], a[2]); });
+    check("axpy" + t, {{n}, {n}}, {}, [](Arrays& a) { ops::axpy(0.3f, a[0], a[1]); });
+    check("array_set" + t, {}, {{n}}, [](Arrays& a) { ops::array_set(a[0], 2.5f); });
+    check("copy" + t, {{n}}, {{n}}, [](Arrays& a) { ops::copy(a[0], a[1]); });
+    check("random_uniform" + t, {}, {{n}}, [](Arrays& a) { ops::random_uniform(a[0], -2.0f, 3.0f, 77); }, 0.0f);
+    check("random_normal" + t, {}, {{n}}, [](Arrays& a) { ops::random_normal(a[0], 1.0f, 2.0f, 78); }, 1e-6f);
+    check("adam_update" + t, {{n}, {n}, {n}, {n}}, {}, [](Arrays& a) {
+      ops::adam_update(a[0], a[1], a[2], a[3], 1e-3f, 0.9f, 0.999f, 1e-8f, 3);
+    }, 1e-5f, 0.01f, 1.0f);
+    check("mse_loss" + t, {{n}, {n}}, {{1}}, [](Arrays& a) { ops::mse_loss(a[0], a[1], a[2]); }, 1e-5f);
+    check("mae_loss" + t, {{n}, {n}}, {{1}}, [](Arrays& a) { ops::mae_loss(a[0], a[1], a[2]); }, 1e-5f);
+    check("mse_loss_gradient" + t, {{n}, {n}, {1}}, {{n}},
+          [](Arrays& a) { ops::mse_loss_gradient(a[0], a[1], a[2], a[3]); });
+    check("mae_loss_gradient" + t, {{n}, {n}, {1}}, {{n}},
+          [](Arrays& a) { ops::mae_loss_gradient(a[0], a[1], a[2], a[3]); });
+  }
+}
+
+void layout_cases() {
+  namespace ops = gpumat::ops;
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{1, 1}, {33, 65}, {64, 32}, {100, 7}, {3, 1000}}) {
+    const std::string t = " " + dims({r, c});
+    check("transpose" + t, {{r, c}}, {{c, r}}, [](Arrays& a) { ops::transpose(a[0], a[1]); });
+    check("broadcast_to" + t, {{c}}, {{r, c}}, [](Arrays& a) { ops::broadcast_to(a[0], a[1]); });
+    check("reduce_sum_axis_zero" + t, {{r, c}}, {{c}}, [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); },
+          1e-5f);
+    check("softmax" + t, {{r, c}}, {{r, c}}, [](Arrays& a) { ops::softmax(a[0], a[1]); }, 1e-5f, -20.0f, 20.0f);
+    check("softmax_cross_entropy" + t, {{r, c}, {r, c}}, {{1}},
+          [](Arrays& a) { ops::softmax_cross_entropy(a[0], a[1], a[2]); }, 1e-5f, 0.0f, 1.0f);
+  }
+}
+
+void matmul_cases() {
+  namespace ops = gpumat::ops;
+  const int64_t shapes[][3] = {{1, 1, 1}, {65, 63, 17}, {64, 64, 16}, {130, 70, 33}, {3, 200, 1}};
+  for (const auto& s : shapes) {
+    const int64_t m = s[0], n = s[1], k = s[2];
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 2, tb = t & 1;
+      const Shape as = ta ? Shape{k, m} : Shape{m, k}, bs = tb ? Shape{n, k} : Shape{k, n};
+      check("matmul " + dims({m, n, k}) + (ta ? " T" : " N") + (tb ? "T" : "N"), {as, bs}, {{m, n}},
+            [ta, tb](Arrays& a) { ops::matmul(a[0], ta, a[1], tb, a[2]); }, 1e-5f);
+    }
+  }
+}
+
+void conv_pool_cases() {
+  namespace ops = gpumat::ops;
+  // x (N, C, H, W), w (F, C, KH, KW), stride, pad
+  struct Conv {
+    int64_t n, c, h, w, f, kh, kw, s, p;
+  };
+  for (const Conv& v : {Conv{2, 3, 9, 7, 4, 3, 3, 1, 1}, Conv{3, 2, 8, 8, 5, 2, 2, 2, 0}, Conv{1, 1, 5, 5, 1, 5, 5, 1, 2}}) {
+    const int64_t oh = (v.h + 2 * v.p - v.kh) / v.s + 1, ow = (v.w + 2 * v.p - v.kw) / v.s + 1;
+    const std::string t = " " + dims({v.n, v.c, v.h, v.w, v.f, v.kh, v.kw, v.s, v.p});
+    const Shape xs{v.n, v.c, v.h, v.w}, ws{v.f, v.c, v.kh, v.kw}, ys{v.n, v.f, oh, ow};
+    check("conv2d" + t, {xs, ws}, {ys}, [v](Arrays& a) { ops::conv2d(a[0], a[1], a[2], v.s, v.s, v.p, v.p); }, 1e-5f);
+    check("conv2d_gradient_input" + t, {ys, ws}, {xs},
+          [v](Arrays& a) { ops::conv2d_gradient_input(a[0], a[1], a[2], v.s, v.s, v.p, v.p); }, 1e-5f);
+    check("conv2d_gradient_filter" + t, {xs, ys}, {ws},
+          [v](Arrays& a) { ops::conv2d_gradient_filter(a[0], a[1], a[2], v.s, v.s, v.p, v.p); }, 1e-5f);
+    check("add_channel_bias" + t, {ys, {v.f}}, {ys}, [](Arrays& a) { ops::add_channel_bias(a[0], a[1], a[2]); });
+    check("reduce_sum_channels" + t, {ys}, {{v.f}}, [](Arrays& a) { ops::reduce_sum_channels(a[0], a[1]); }, 1e-5f);
+    const int64_t k = v.kh, s = v.s, p = k / 2 < v.p ? k / 2 : v.p;
+    const int64_t ph = (v.h + 2 * p - k) / s + 1, pw = (v.w + 2 * p - k) / s + 1;
+    const Shape ps{v.n, v.c, ph, pw};
+    check("max_pool2d" + t, {xs}, {ps}, [k, s, p](Arrays& a) { ops::max_pool2d(a[0], a[1], k, k, s, s, p, p); });
+    check("max_pool2d_gradient" + t, {xs, ps}, {xs},
+          [k, s, p](Arrays& a) { ops::max_pool2d_gradient(a[0], a[1], a[2], k, k, s, s, p, p); });
+    check("avg_pool2d" + t, {xs}, {ps}, [k, s, p](Arrays& a) { ops::avg_pool2d(a[0], a[1], k, k, s, s, p, p); });
+    check("avg_pool2d_gradient" + t, {ps}, {xs},
+          [k, s, p](Arrays& a) { ops::avg_pool2d_gradient(a[0], a[1], k, k, s, s, p, p); });
+  }
+}
+
+// ---------------------------------------------------------------------------- sanitizer demos
+// Deliberately wrong kernels: under `make emu-sanitize` each must end the process with a report that
+// names it. They are launched straight through the emulator (they are not part of libgpumat).
+
+__global__ void oob_global_kernel(float* out, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  out[i + n] = 1.0f;  // one block too far: writes past the array
+}
+
+__global__ void oob_shared_kernel(float* out) {
+  __shared__ float tile[32];
+  tile[threadIdx.x + 1] = static_cast<float>(threadIdx.x);  // thread 31 writes tile[32]
+  __syncthreads();
+  out[threadIdx.x] = tile[threadIdx.x];
+}
+
+int run_demo(const std::string& which) {
+  GpuMatrix arr({32}, Device::emu(0));
+  cudaError_t err;
+  if (which == "--oob-global")
+    err = gpumat::emulator::launch_kernel(oob_global_kernel, "oob_global_kernel", dim3(1), dim3(32), 0, nullptr,
+                                          arr.data(), 32);
+  else
+    err = gpumat::emulator::launch_kernel(oob_shared_kernel, "oob_shared_kernel", dim3(1), dim3(32), 0, nullptr,
+                                          arr.data());
+  std::printf("the bad kernel ran to the end (%s): the sanitizer did not catch it\n", cudaGetErrorName(err));
+  return 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) return run_demo(argv[1]);
+  elementwise_cases();
+  layout_cases();
+  matmul_cases();
+  conv_pool_cases();
+  std::printf("%d cases on emu:0 against the host: %d failed\n", g_cases, g_failures);
+  return g_failures ? 1 : 0;
+}
