@@ -82,7 +82,8 @@ void check(const std::string& name, const std::vector<Shape>& ins, const std::ve
   for (size_t o = 0; o < outs.size(); ++o) {
     const auto &h = results[0][o], &e = results[1][o];
     for (size_t i = 0; i < h.size(); ++i) {
-      const bool ok = (std::isnan(h[i]) && std::isnan(e[i])) || std::fabs(e[i] - h[i]) <= tol * (1 + std::fabs(h[i]));
+      const bool ok =
+          (std::isnan(h[i]) && std::isnan(e[i])) || std::fabs(e[i] - h[i]) <= tol * (1 + std::fabs(h[i]));
       if (!ok) {
         std::printf("FAIL %s: output %zu element %zu: emu %.9g, host %.9g\n", name.c_str(), o, i, e[i], h[i]);
         ++g_failures;
@@ -111,11 +112,13 @@ void elementwise_cases() {
     check("axpy" + t, {{n}, {n}}, {}, [](Arrays& a) { ops::axpy(0.3f, a[0], a[1]); });
     check("array_set" + t, {}, {{n}}, [](Arrays& a) { ops::array_set(a[0], 2.5f); });
     check("copy" + t, {{n}}, {{n}}, [](Arrays& a) { ops::copy(a[0], a[1]); });
-    check("random_uniform" + t, {}, {{n}}, [](Arrays& a) { ops::random_uniform(a[0], -2.0f, 3.0f, 77); }, 0.0f);
+    check(
+        "random_uniform" + t, {}, {{n}}, [](Arrays& a) { ops::random_uniform(a[0], -2.0f, 3.0f, 77); }, 0.0f);
     check("random_normal" + t, {}, {{n}}, [](Arrays& a) { ops::random_normal(a[0], 1.0f, 2.0f, 78); }, 1e-6f);
-    check("adam_update" + t, {{n}, {n}, {n}, {n}}, {}, [](Arrays& a) {
-      ops::adam_update(a[0], a[1], a[2], a[3], 1e-3f, 0.9f, 0.999f, 1e-8f, 3);
-    }, 1e-5f, 0.01f, 1.0f);
+    check(
+        "adam_update" + t, {{n}, {n}, {n}, {n}}, {},
+        [](Arrays& a) { ops::adam_update(a[0], a[1], a[2], a[3], 1e-3f, 0.9f, 0.999f, 1e-8f, 3); }, 1e-5f,
+        0.01f, 1.0f);
     check("mse_loss" + t, {{n}, {n}}, {{1}}, [](Arrays& a) { ops::mse_loss(a[0], a[1], a[2]); }, 1e-5f);
     check("mae_loss" + t, {{n}, {n}}, {{1}}, [](Arrays& a) { ops::mae_loss(a[0], a[1], a[2]); }, 1e-5f);
     check("mse_loss_gradient" + t, {{n}, {n}, {1}}, {{n}},
@@ -131,11 +134,14 @@ void layout_cases() {
     const std::string t = " " + dims({r, c});
     check("transpose" + t, {{r, c}}, {{c, r}}, [](Arrays& a) { ops::transpose(a[0], a[1]); });
     check("broadcast_to" + t, {{c}}, {{r, c}}, [](Arrays& a) { ops::broadcast_to(a[0], a[1]); });
-    check("reduce_sum_axis_zero" + t, {{r, c}}, {{c}}, [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); },
-          1e-5f);
-    check("softmax" + t, {{r, c}}, {{r, c}}, [](Arrays& a) { ops::softmax(a[0], a[1]); }, 1e-5f, -20.0f, 20.0f);
-    check("softmax_cross_entropy" + t, {{r, c}, {r, c}}, {{1}},
-          [](Arrays& a) { ops::softmax_cross_entropy(a[0], a[1], a[2]); }, 1e-5f, 0.0f, 1.0f);
+    check(
+        "reduce_sum_axis_zero" + t, {{r, c}}, {{c}}, [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); },
+        1e-5f);
+    check(
+        "softmax" + t, {{r, c}}, {{r, c}}, [](Arrays& a) { ops::softmax(a[0], a[1]); }, 1e-5f, -20.0f, 20.0f);
+    check(
+        "softmax_cross_entropy" + t, {{r, c}, {r, c}}, {{1}},
+        [](Arrays& a) { ops::softmax_cross_entropy(a[0], a[1], a[2]); }, 1e-5f, 0.0f, 1.0f);
   }
 }
 
@@ -147,8 +153,9 @@ void matmul_cases() {
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 2, tb = t & 1;
       const Shape as = ta ? Shape{k, m} : Shape{m, k}, bs = tb ? Shape{n, k} : Shape{k, n};
-      check("matmul " + dims({m, n, k}) + (ta ? " T" : " N") + (tb ? "T" : "N"), {as, bs}, {{m, n}},
-            [ta, tb](Arrays& a) { ops::matmul(a[0], ta, a[1], tb, a[2]); }, 1e-5f);
+      check(
+          "matmul " + dims({m, n, k}) + (ta ? " T" : " N") + (tb ? "T" : "N"), {as, bs}, {{m, n}},
+          [ta, tb](Arrays& a) { ops::matmul(a[0], ta, a[1], tb, a[2]); }, 1e-5f);
     }
   }
 }
@@ -159,24 +166,34 @@ void conv_pool_cases() {
   struct Conv {
     int64_t n, c, h, w, f, kh, kw, s, p;
   };
-  for (const Conv& v : {Conv{2, 3, 9, 7, 4, 3, 3, 1, 1}, Conv{3, 2, 8, 8, 5, 2, 2, 2, 0}, Conv{1, 1, 5, 5, 1, 5, 5, 1, 2}}) {
+  for (const Conv& v :
+       {Conv{2, 3, 9, 7, 4, 3, 3, 1, 1}, Conv{3, 2, 8, 8, 5, 2, 2, 2, 0}, Conv{1, 1, 5, 5, 1, 5, 5, 1, 2}}) {
     const int64_t oh = (v.h + 2 * v.p - v.kh) / v.s + 1, ow = (v.w + 2 * v.p - v.kw) / v.s + 1;
     const std::string t = " " + dims({v.n, v.c, v.h, v.w, v.f, v.kh, v.kw, v.s, v.p});
     const Shape xs{v.n, v.c, v.h, v.w}, ws{v.f, v.c, v.kh, v.kw}, ys{v.n, v.f, oh, ow};
-    check("conv2d" + t, {xs, ws}, {ys}, [v](Arrays& a) { ops::conv2d(a[0], a[1], a[2], v.s, v.s, v.p, v.p); }, 1e-5f);
-    check("conv2d_gradient_input" + t, {ys, ws}, {xs},
-          [v](Arrays& a) { ops::conv2d_gradient_input(a[0], a[1], a[2], v.s, v.s, v.p, v.p); }, 1e-5f);
-    check("conv2d_gradient_filter" + t, {xs, ys}, {ws},
-          [v](Arrays& a) { ops::conv2d_gradient_filter(a[0], a[1], a[2], v.s, v.s, v.p, v.p); }, 1e-5f);
-    check("add_channel_bias" + t, {ys, {v.f}}, {ys}, [](Arrays& a) { ops::add_channel_bias(a[0], a[1], a[2]); });
-    check("reduce_sum_channels" + t, {ys}, {{v.f}}, [](Arrays& a) { ops::reduce_sum_channels(a[0], a[1]); }, 1e-5f);
+    check(
+        "conv2d" + t, {xs, ws}, {ys}, [v](Arrays& a) { ops::conv2d(a[0], a[1], a[2], v.s, v.s, v.p, v.p); },
+        1e-5f);
+    check(
+        "conv2d_gradient_input" + t, {ys, ws}, {xs},
+        [v](Arrays& a) { ops::conv2d_gradient_input(a[0], a[1], a[2], v.s, v.s, v.p, v.p); }, 1e-5f);
+    check(
+        "conv2d_gradient_filter" + t, {xs, ys}, {ws},
+        [v](Arrays& a) { ops::conv2d_gradient_filter(a[0], a[1], a[2], v.s, v.s, v.p, v.p); }, 1e-5f);
+    check("add_channel_bias" + t, {ys, {v.f}}, {ys},
+          [](Arrays& a) { ops::add_channel_bias(a[0], a[1], a[2]); });
+    check(
+        "reduce_sum_channels" + t, {ys}, {{v.f}}, [](Arrays& a) { ops::reduce_sum_channels(a[0], a[1]); },
+        1e-5f);
     const int64_t k = v.kh, s = v.s, p = k / 2 < v.p ? k / 2 : v.p;
     const int64_t ph = (v.h + 2 * p - k) / s + 1, pw = (v.w + 2 * p - k) / s + 1;
     const Shape ps{v.n, v.c, ph, pw};
-    check("max_pool2d" + t, {xs}, {ps}, [k, s, p](Arrays& a) { ops::max_pool2d(a[0], a[1], k, k, s, s, p, p); });
+    check("max_pool2d" + t, {xs}, {ps},
+          [k, s, p](Arrays& a) { ops::max_pool2d(a[0], a[1], k, k, s, s, p, p); });
     check("max_pool2d_gradient" + t, {xs, ps}, {xs},
           [k, s, p](Arrays& a) { ops::max_pool2d_gradient(a[0], a[1], a[2], k, k, s, s, p, p); });
-    check("avg_pool2d" + t, {xs}, {ps}, [k, s, p](Arrays& a) { ops::avg_pool2d(a[0], a[1], k, k, s, s, p, p); });
+    check("avg_pool2d" + t, {xs}, {ps},
+          [k, s, p](Arrays& a) { ops::avg_pool2d(a[0], a[1], k, k, s, s, p, p); });
     check("avg_pool2d_gradient" + t, {ps}, {xs},
           [k, s, p](Arrays& a) { ops::avg_pool2d_gradient(a[0], a[1], k, k, s, s, p, p); });
   }
@@ -202,11 +219,11 @@ int run_demo(const std::string& which) {
   GpuMatrix arr({32}, Device::emu(0));
   cudaError_t err;
   if (which == "--oob-global")
-    err = gpumat::emulator::launch_kernel(oob_global_kernel, "oob_global_kernel", dim3(1), dim3(32), 0, nullptr,
-                                          arr.data(), 32);
+    err = gpumat::emulator::launch_kernel(oob_global_kernel, "oob_global_kernel", dim3(1), dim3(32), 0,
+                                          nullptr, arr.data(), 32);
   else
-    err = gpumat::emulator::launch_kernel(oob_shared_kernel, "oob_shared_kernel", dim3(1), dim3(32), 0, nullptr,
-                                          arr.data());
+    err = gpumat::emulator::launch_kernel(oob_shared_kernel, "oob_shared_kernel", dim3(1), dim3(32), 0,
+                                          nullptr, arr.data());
   std::printf("the bad kernel ran to the end (%s): the sanitizer did not catch it\n", cudaGetErrorName(err));
   return 3;
 }

@@ -229,7 +229,7 @@ inline int atomicXor(int* a, int v) { return __atomic_fetch_xor(a, v, __ATOMIC_S
 
 // ---------------------------------------------------------------------------- min / max
 // CUDA declares these overloads at global scope for device code.
-#define GPUMAT_EMU_MINMAX(T)                         \
+#define GPUMAT_EMU_MINMAX(T)                       \
   inline T min(T a, T b) { return b < a ? b : a; } \
   inline T max(T a, T b) { return a < b ? b : a; }
 GPUMAT_EMU_MINMAX(int)

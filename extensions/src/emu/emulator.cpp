@@ -275,7 +275,7 @@ void init_context(Fiber& f) {
     uint64_t* sp = reinterpret_cast<uint64_t*>(top);
     *--sp = 0;  // fake return address of fiber_start: keeps the ABI's 16-byte alignment
     *--sp = reinterpret_cast<uint64_t>(&fiber_start);  // where the first switch's `ret` goes
-    for (int i = 0; i < 6; ++i) *--sp = 0;                 // rbp rbx r12 r13 r14 r15
+    for (int i = 0; i < 6; ++i) *--sp = 0;             // rbp rbx r12 r13 r14 r15
     uint32_t mxcsr;
     uint16_t fcw;
     asm volatile("stmxcsr %0" : "=m"(mxcsr));
