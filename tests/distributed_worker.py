@@ -4,7 +4,9 @@
 
 Trains ``gpumat.models.mlp()`` with ``train.fit(..., distributed=True)`` for STEPS steps of global
 batch BATCH (plain SGD at LR) on random data that every rank (and the test) regenerates from
-:data:`DATA_SEED`, then writes its parameters to ``OUT/rank{r}.npz``. MODE ``ok`` trains normally;
+:data:`DATA_SEED`, then writes its parameters to ``OUT/rank{r}.npz``, with the mean over
+the ranks of per-rank random arrays, averaged in 64 KiB buckets (several allreduces).
+MODE ``ok`` trains normally;
 ``hang``, ``die``, ``exit`` and ``raise`` make rank 1, at step FAIL_STEP, stop calling MPI (sleep),
 exit at once without finalising MPI (``os._exit(3)``), exit cleanly with status 0 (``sys.exit``:
 MPI is finalised), or raise an exception, to test that the other rank does not wait forever.
@@ -35,6 +37,7 @@ def main(argv: list[str]) -> int:
     steps, batch, lr = int(steps), int(batch), float(lr)
     fail_step = int(argv[6]) if len(argv) > 6 else 2
 
+    import gpumat
     from gpumat import distributed, models, optim, train
 
     distributed.init()
@@ -74,7 +77,19 @@ def main(argv: list[str]) -> int:
     params = {
         k: (v if isinstance(v, np.ndarray) else v.asnumpy()) for k, v in history.params.items()
     }
-    np.savez(Path(out) / f"rank{rank}.npz", loss=np.array(history.loss), **params)
+    # Small buckets (64 KiB) so that several collectives run, one gradient bigger than a bucket
+    # among them: each rank averages its own random arrays, on this backend's kind of array.
+    shapes = [v.shape for v in params.values()]
+    averager = distributed.GradientAverager(shapes, bucket_bytes=64 * 1024)
+    mine = [np.random.default_rng(100 + rank).standard_normal(s, dtype=np.float32) for s in shapes]
+    ctx = train.get_context(backend)
+    arrays = [m.copy() if ctx is None else gpumat.array(m, ctx) for m in mine]
+    averaged = averager.average(arrays)
+    extra = {f"mine_{i}": m for i, m in enumerate(mine)}
+    extra.update({f"avg_{i}": np.array(a) for i, a in enumerate(averaged)})
+    extra["num_buckets"] = np.array(len(averager.buckets))
+    extra["num_allreduce_calls"] = np.array(averager.num_allreduce_calls)
+    np.savez(Path(out) / f"rank{rank}.npz", loss=np.array(history.loss), **params, **extra)
     distributed.barrier()
     return 0
 

@@ -42,6 +42,7 @@ import numpy as np
 import pytest
 from conftest import DEVICE_PARAMS
 
+import gpumat
 from gpumat import datasets, models, optim, train
 from gpumat.executor import Executor
 
@@ -173,6 +174,15 @@ def test_matches_single_process(tmp_path, backend):
         assert np.max(tol[name]) < 1e-2 * np.max(moved), name
     # Both ranks report the same (globally averaged) loss.
     assert np.array_equal(ranks[0]["loss"], ranks[1]["loss"])
+    # Small buckets: several allreduces, and the result is exactly fl(a0 + a1) * 0.5 per entry
+    # (a sum of two float32 values rounds once; the halving is exact).
+    n = len(final)
+    assert int(ranks[0]["num_buckets"]) > 2
+    assert int(ranks[0]["num_allreduce_calls"]) == int(ranks[0]["num_buckets"])
+    for i in range(n):
+        expected = (ranks[0][f"mine_{i}"] + ranks[1][f"mine_{i}"]) * np.float32(0.5)
+        for r in range(2):
+            assert np.array_equal(ranks[r][f"avg_{i}"], expected), (i, r)
 
 
 def test_bound_catches_missing_allreduce():
@@ -220,3 +230,92 @@ def test_failed_rank_ends_the_job(tmp_path, mode):
     elif mode == "raise":
         assert "injected failure on rank 1" in out, out
         assert "rank 1 raised RuntimeError; aborting all ranks" in out, out
+
+
+# --------------------------------------------------------------------------------------------------
+# one process (MPI singleton, world size 1): the API's checks and bucketing
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dist():
+    from gpumat import distributed
+
+    distributed.init()
+    return distributed
+
+
+def test_single_rank(dist, ctx):
+    assert (dist.rank(), dist.world_size(), dist.is_root()) == (0, 1, True)
+    rng = np.random.default_rng(5)
+    values = [rng.standard_normal((3, 4), dtype=np.float32), rng.standard_normal(7)]
+    arrays = [gpumat.array(v, ctx) for v in values]
+    avg = dist.GradientAverager([(3, 4), (7,)])
+    out = avg.average(arrays)
+    assert out[0] is arrays[0] and out[1] is arrays[1]  # one rank: nothing to average
+    np.testing.assert_array_equal(out[0].asnumpy(), values[0])
+    dist.broadcast_parameters(arrays)  # root 0 keeps its own values
+    np.testing.assert_array_equal(arrays[1].asnumpy(), values[1].astype(np.float32))
+    assert dist.broadcast_seed(1234) == 1234
+    np.testing.assert_allclose(dist.allreduce_mean(np.array([2.5, -1.0])), [2.5, -1.0])
+    dist.barrier()
+    assert dist.cuda_aware_mpi() in (True, False)
+
+
+def test_bucketing(dist):
+    # Buckets of 30 floats: [10, 20] fills one exactly; 5 starts the next; 100 (over the cap) is
+    # alone.
+    avg = dist.GradientAverager([(10,), (4, 5), (5,), (10, 10), (3,)], bucket_bytes=120)
+    assert avg.buckets == [[0, 1], [2], [3], [4]]
+    assert dist.GradientAverager([(784, 256), (256,)]).buckets == [[0, 1]]  # 25 MiB default
+
+
+def test_cuda_aware_override(dist, monkeypatch):
+    monkeypatch.setenv("GPUMAT_MPI_CUDA_AWARE", "1")
+    assert dist.cuda_aware_mpi() is True
+    monkeypatch.setenv("GPUMAT_MPI_CUDA_AWARE", "0")
+    assert dist.cuda_aware_mpi() is False
+
+
+def test_bad_input(dist, monkeypatch):
+    avg = dist.GradientAverager([(2, 3)])
+    with pytest.raises(ValueError, match="got 2 gradients for 1 shapes"):
+        avg.average([np.zeros((2, 3), np.float32)] * 2)
+    with pytest.raises(ValueError, match=r"gradient 0 has shape \(3, 2\), expected \(2, 3\)"):
+        avg.average([np.zeros((3, 2), np.float32)])
+    with pytest.raises(TypeError, match="array 0 is a list"):
+        avg.average([[1.0, 2.0]])
+    with pytest.raises(TypeError, match="dtype int64"):
+        avg.average([np.zeros((2, 3), np.int64)])
+    with pytest.raises(TypeError, match="bucket_bytes must be an int"):
+        dist.GradientAverager([(2,)], bucket_bytes=2.5)
+    with pytest.raises(ValueError, match="bucket_bytes must be >= 4"):
+        dist.GradientAverager([(2,)], bucket_bytes=0)
+    with pytest.raises(ValueError, match="negative dimension"):
+        dist.GradientAverager([(2, -1)])
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout_s"):
+            dist.GradientAverager([(2,)], timeout_s=bad)
+    with pytest.raises(TypeError, match="timeout_s"):
+        dist.init(timeout_s="soon")
+    monkeypatch.setenv("GPUMAT_DISTRIBUTED_TIMEOUT", "ten")
+    with pytest.raises(ValueError, match="GPUMAT_DISTRIBUTED_TIMEOUT"):
+        dist.init()
+    monkeypatch.delenv("GPUMAT_DISTRIBUTED_TIMEOUT")
+    with pytest.raises(ValueError, match="root 1 is not a rank of 1"):
+        dist.broadcast_parameters([np.zeros(3, np.float32)], root=1)
+    with pytest.raises(TypeError, match="root must be an int"):
+        dist.broadcast_parameters([np.zeros(3, np.float32)], root="0")
+    with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*63\)"):
+        dist.broadcast_seed(-5)
+    with pytest.raises(TypeError, match="comm must be an mpi4py.MPI.Comm"):
+        dist.init(comm="world")
+
+
+def test_fit_rejects_uneven_shards(dist, monkeypatch):
+    monkeypatch.setattr(dist, "world_size", lambda: 3)  # as if launched on 3 ranks
+    images, labels = worker.make_data(2, 64)
+    with pytest.raises(ValueError, match="batch_size=64 is not a multiple of the 3 ranks"):
+        train.fit(
+            models.mlp(), ((images, labels), None), batch_size=64, distributed=True, progress=False
+        )
