@@ -167,15 +167,29 @@ def init(timeout_s: float | None = None, comm=None) -> None:
         def _abort_on_uncaught(exc_type, exc, tb):
             previous(exc_type, exc, tb)
             if _state["comm"] is not None and _state["comm"].Get_size() > 1:
-                sys.stderr.write(
+                _abort(
+                    _state["comm"],
                     f"gpumat.distributed: rank {_state['comm'].Get_rank()} raised "
-                    f"{exc_type.__name__}; aborting all ranks\n"
+                    f"{exc_type.__name__}; aborting all ranks",
                 )
-                sys.stderr.flush()
-                _state["comm"].Abort(1)
 
         _state["excepthook"] = _abort_on_uncaught
         sys.excepthook = _abort_on_uncaught
+
+
+#: Seconds between printing why the job is aborted and calling MPI_Abort (see _abort).
+_ABORT_DRAIN_S = 1.0
+
+
+def _abort(comm, message: str) -> None:
+    """Print ``message`` to stderr, then end every rank with ``MPI_Abort(comm, 1)``."""
+    sys.stdout.flush()
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    # NOTE: the launcher forwards each rank's output asynchronously and tears the job down as soon
+    # as it hears of the abort; on a busy machine MPICH's Hydra lost the message without this pause.
+    time.sleep(_ABORT_DRAIN_S)
+    comm.Abort(1)
 
 
 def is_initialized() -> bool:
@@ -262,9 +276,7 @@ def _wait(request, what: str, timeout_s: float | None) -> None:
                 f"gpumat.distributed: rank {comm.Get_rank()} of {comm.Get_size()}: {what} did not "
                 f"complete within {timeout_s:g} s; a peer rank has probably died or hung"
             )
-            sys.stderr.write(msg + "; aborting the job (MPI_Abort)\n")
-            sys.stderr.flush()
-            comm.Abort(1)
+            _abort(comm, msg + "; aborting the job (MPI_Abort)")
         spins += 1
         if spins > 200:
             time.sleep(sleep)

@@ -22,9 +22,11 @@ rounding of W - lr*g per step in each run (u |W| each). Summed over K steps:
 
     |W_dist - W_single| <= c * (sum_k lr * 2 gamma_n S_k + 2 K u |W_K|),   c = 2,
 
-where c = 2 covers what this first-order bound leaves out: a weight difference made at step k
-changes the gradients of later steps, by at most a factor (1 + lr L)^(K - k) with L the gradient's
-Lipschitz constant; at lr = 0.2 over K = 6 steps this stays below 2 here. The test also checks that
+where c = 2 is a safety factor for what this first-order bound leaves out: a weight difference
+made at step k changes the gradients of later steps (by a factor up to (1 + lr L)^(K - k), L the
+gradient's Lipschitz constant, small at lr = 0.2 over K = 6 steps). Measured: the worst entry's
+error is about 0.1 of the bound (numpy and cpu backends), so the bound is neither violated nor
+vacuous. The test also checks that
 the bound is tight enough to catch real mistakes: training on one rank's half batch alone (what a
 missing or wrong allreduce does) violates it.
 """
