@@ -111,6 +111,11 @@ def main(argv=None) -> int:
             print(f"distributed: {distributed.world_size()} ranks")
     # ----------------------------------------------------------------------------------------------
 
+    if args.distributed and args.ctx in ("gpu", "auto"):
+        import gpumat
+
+        if args.ctx == "gpu" or gpumat.cuda_available():
+            args.ctx = f"gpu:{distributed.local_rank()}"  # one GPU per rank on each node
     try:
         ctx = train.get_context(args.ctx)
     except RuntimeError as exc:

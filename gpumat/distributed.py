@@ -91,6 +91,7 @@ __all__ = [
     "init",
     "is_initialized",
     "is_root",
+    "local_rank",
     "rank",
     "world_size",
 ]
@@ -211,6 +212,18 @@ def rank() -> int:
 def world_size() -> int:
     """The number of ranks in the job. Raises RuntimeError before :func:`init`."""
     return int(_comm().Get_size())
+
+
+def local_rank() -> int:
+    """This process's rank among the ranks on the same node (``MPI_Comm_split_type`` with
+    ``MPI_COMM_TYPE_SHARED``): the GPU index to use with one GPU per rank,
+    ``gpumat.gpu(local_rank())``. Raises RuntimeError before :func:`init`."""
+    comm = _comm()
+    if _state.get("local_comm_of") is not comm:
+        MPI = _mpi()
+        _state["local_rank"] = int(comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank())
+        _state["local_comm_of"] = comm
+    return _state["local_rank"]
 
 
 def is_root() -> bool:

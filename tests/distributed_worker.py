@@ -87,6 +87,7 @@ def main(argv: list[str]) -> int:
     averaged = averager.average(arrays)
     extra = {f"mine_{i}": m for i, m in enumerate(mine)}
     extra.update({f"avg_{i}": np.array(a) for i, a in enumerate(averaged)})
+    extra["local_rank"] = np.array(distributed.local_rank())
     extra["num_buckets"] = np.array(len(averager.buckets))
     extra["num_allreduce_calls"] = np.array(averager.num_allreduce_calls)
     np.savez(Path(out) / f"rank{rank}.npz", loss=np.array(history.loss), **params, **extra)

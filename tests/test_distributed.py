@@ -174,6 +174,7 @@ def test_matches_single_process(tmp_path, backend):
         # The bound is far below what training changes, so it can tell a wrong average apart.
         moved = np.abs(final[name].astype(np.float64) - initial[name])
         assert np.max(tol[name]) < 1e-2 * np.max(moved), name
+    assert sorted(int(r["local_rank"]) for r in ranks) == [0, 1]  # one node, two ranks
     # Both ranks report the same (globally averaged) loss.
     assert np.array_equal(ranks[0]["loss"], ranks[1]["loss"])
     # Small buckets: several allreduces, and the result is exactly fl(a0 + a1) * 0.5 per entry
@@ -248,7 +249,7 @@ def dist():
 
 
 def test_single_rank(dist, ctx):
-    assert (dist.rank(), dist.world_size(), dist.is_root()) == (0, 1, True)
+    assert (dist.rank(), dist.world_size(), dist.is_root(), dist.local_rank()) == (0, 1, True, 0)
     rng = np.random.default_rng(5)
     values = [rng.standard_normal((3, 4), dtype=np.float32), rng.standard_normal(7)]
     arrays = [gpumat.array(v, ctx) for v in values]
