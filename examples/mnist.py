@@ -12,6 +12,13 @@ shuffled. ``--lr`` forces plain SGD, ``--batch-size`` another batch size.
 Per epoch it prints the training time in seconds and the validation accuracy; at the end, the final
 validation and test accuracy.
 
+``--distributed`` trains data-parallel over MPI, one process per rank (``gpumat.distributed``)::
+
+    mpiexec -n 2 python examples/mnist.py -m mlp -c cpu --distributed
+
+Each global batch is split evenly over the ranks and the gradients are averaged, so the run follows
+single-process training with the same batch size; only rank 0 prints, validates and writes files.
+
 MNIST (``mnist.pkl.gz``) is found or fetched by ``gpumat.datasets.load_mnist``. Everything else is
 in the package; this file only parses flags.
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from gpumat import datasets, models, train
@@ -82,13 +90,42 @@ def main(argv=None) -> int:
     parser.add_argument("--plot", metavar="FILE", help="write loss and accuracy curves to FILE")
     parser.add_argument("--json", metavar="FILE", help="write the measurements to FILE as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="data-parallel over MPI: launch with mpiexec -n N (pip install '.[distributed]')",
+    )
     args = parser.parse_args(argv)
 
+    # --- distributed (gpumat.distributed): rank 0 alone prints, fetches first, writes files ---
+    root = True
+    if args.distributed:
+        from gpumat import distributed
+
+        distributed.init()
+        root = distributed.is_root()
+        if not root:
+            args.plot = args.json = None
+            args.no_progress = True
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+        else:
+            print(f"distributed: {distributed.world_size()} ranks")
+    # ----------------------------------------------------------------------------------------------
+
+    if args.distributed and args.ctx in ("gpu", "auto"):
+        import gpumat
+
+        if args.ctx == "gpu" or gpumat.cuda_available():
+            args.ctx = f"gpu:{distributed.local_rank()}"  # one GPU per rank on each node
     try:
         ctx = train.get_context(args.ctx)
     except RuntimeError as exc:
         parser.error(str(exc))
+    if not root:
+        distributed.barrier()  # rank 0 fetches MNIST into the cache once, the others then read it
     train_set, valid_set, test_set = datasets.load_mnist(progress=not args.no_progress)
+    if args.distributed and root:
+        distributed.barrier()
     if args.train_size is not None:
         train_set = (train_set[0][: args.train_size], train_set[1][: args.train_size])
 
@@ -108,9 +145,11 @@ def main(argv=None) -> int:
             seed=args.seed,
             print_loss=args.print_loss,
             progress=not args.no_progress,
+            distributed=args.distributed,
         )
-        print(f"Validation set accuracy: {history.final_valid_accuracy:.4f}")
-        print(history.summary())
+        if root:
+            print(f"Validation set accuracy: {history.final_valid_accuracy:.4f}")
+            print(history.summary())
         histories.append(history)
 
     if args.plot:

@@ -126,6 +126,10 @@ class History:
         test_accuracy: accuracy on the test data after training (None when not given).
         params: the trained parameters (name -> numpy array or ``PyGpuMatrix`` on the device),
             the same objects the optimizer updated.
+        world_size: the number of data-parallel ranks (1 without ``distributed``).
+        allreduce_time_s: with ``distributed``, seconds per epoch this rank spent in gradient
+            allreduces (waiting for slower ranks included; staging copies excluded), else empty.
+            With ``distributed``, validation and test accuracy are measured on rank 0 only.
     """
 
     model: str
@@ -141,6 +145,8 @@ class History:
     final_valid_accuracy: float | None = None
     test_accuracy: float | None = None
     params: dict = dataclasses.field(default_factory=dict, repr=False)
+    world_size: int = 1
+    allreduce_time_s: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def epochs(self) -> int:
@@ -307,6 +313,7 @@ def fit(
     verbose: bool = True,
     progress: bool = True,
     eval_batch_size: int = 1000,
+    distributed: bool = False,
 ) -> History:
     """Train ``model`` on mini-batches (SGD by default); record loss, time and accuracy per epoch.
 
@@ -346,6 +353,13 @@ def fit(
             ``print_loss``) to stdout.
         progress: show a tqdm progress bar over the training steps (on stderr).
         eval_batch_size: images per forward pass when evaluating.
+        distributed: data-parallel training over MPI (``gpumat.distributed``; launch with
+            ``mpiexec -n N``): every rank starts from rank 0's parameters, trains on its
+            ``batch_size // N`` slice of each global batch of ``batch_size`` (same order on every
+            rank: one shuffling seed from rank 0), and averages the gradients with bucketed
+            allreduce before each optimizer step, so every rank holds the same weights, which
+            follow single-process training with ``batch_size``. Only rank 0 validates, tests,
+            prints and shows progress; the loss is averaged over the ranks once per epoch.
 
     Returns:
         A :class:`History`: per-epoch loss, seconds and validation accuracy, final validation and
@@ -357,6 +371,8 @@ def fit(
             ``0 .. model.num_classes - 1``; an unknown ``ctx`` name; a missing parameter.
         TypeError: a non-integer ``epochs`` or ``batch_size``.
         RuntimeError: ``ctx`` asks for a GPU and none is available.
+        ValueError: with ``distributed``, ``batch_size`` not a multiple of the number of ranks.
+        ImportError: ``distributed`` without mpi4py (``pip install ".[distributed]"``).
     """
     from tqdm.auto import tqdm
 
@@ -403,6 +419,30 @@ def fit(
     opt = SGD(values, lr) if optimizer is None else optimizer(values)
     base_lr = opt.lr if schedule is not None else None
 
+    # --- data parallelism (gpumat.distributed): shard, same start, same order, averaged grads ---
+    world, rank, averager, shard = 1, 0, None, slice(None)
+    if distributed:
+        from gpumat import distributed as dist
+
+        if not dist.is_initialized():
+            dist.init()
+        world, rank = dist.world_size(), dist.rank()
+        if batch_size % world:
+            raise ValueError(
+                f"fit: batch_size={batch_size} is not a multiple of the {world} ranks; each rank "
+                "takes an equal slice of every batch"
+            )
+        per_rank = batch_size // world
+        shard = slice(rank * per_rank, (rank + 1) * per_rank)
+        dist.broadcast_parameters(values)
+        if shuffle:
+            seed = dist.broadcast_seed(seed)
+        averager = dist.GradientAverager([tuple(v.shape) for v in values])
+        if rank != 0:
+            verbose = progress = False
+            valid = test = None
+    # ---------------------------------------------------------------------------------------------
+
     executor = Executor([model.loss, *model.grads], ctx=ctx)
     predictor = _Predictor(model, ctx, eval_batch_size)
     feed = dict(zip(model.params.values(), values, strict=True))
@@ -415,6 +455,7 @@ def fit(
         optimizer=repr(opt),
         num_train=n_train,
         params=dict(zip(model.params, values, strict=True)),
+        world_size=world,
     )
 
     loss_sum_dev = None
@@ -443,10 +484,14 @@ def fit(
             batches = iterate_minibatches(
                 train_x, train_y, batch_size, shuffle=shuffle, rng=rng, drop_last=True
             )
+            if averager is not None:
+                averager.reset_timers()
             for xb, yb in batches:
-                feed[model.x] = xb
-                feed[model.y_] = yb
+                feed[model.x] = xb[shard]
+                feed[model.y_] = yb[shard]
                 loss_val, *grads = executor.run(feed)
+                if averager is not None:
+                    grads = averager.average(grads)
                 opt.step(grads)
                 # The loss is summed where it lives: no device-to-host copy (or sync) per step.
                 if loss_sum_dev is None:
@@ -457,6 +502,10 @@ def fit(
             if loss_sum_dev is not None:
                 loss_sum = float(loss_sum_dev.asnumpy()[0])  # waits for the epoch's kernels
             elapsed = time.perf_counter() - start
+            if averager is not None:
+                history.allreduce_time_s.append(averager.allreduce_time_s)
+                # Each rank's loss is its shard's mean; equal shards make their mean the batch's.
+                loss_sum = float(dist.allreduce_mean(np.array([loss_sum]))[0])
             history.loss.append(loss_sum / n_batches)
             history.epoch_time_s.append(elapsed)
 
