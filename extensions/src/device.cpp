@@ -64,4 +64,12 @@ void synchronize(const Device& device) {
 #endif
 }
 
+uintptr_t cuda_stream(const Device& device) {
+  check_device(device);
+#ifdef GPUMAT_WITH_CUDA
+  if (device.is_cuda()) return cuda::stream_handle(device.index);
+#endif
+  return 0;
+}
+
 }  // namespace gpumat

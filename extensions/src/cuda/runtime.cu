@@ -30,6 +30,8 @@ cudaStream_t activate(int dev) {
   return g_streams[dev];
 }
 
+uintptr_t stream_handle(int dev) { return reinterpret_cast<uintptr_t>(activate(dev)); }
+
 int device_count() noexcept {
   // Queried once: the count cannot change while the process runs, and every array creation asks.
   static const int count = [] {
