@@ -12,6 +12,10 @@ shuffled. ``--lr`` forces plain SGD, ``--batch-size`` another batch size.
 Per epoch it prints the training time in seconds and the validation accuracy; at the end, the final
 validation and test accuracy.
 
+``--save CKPT`` writes a checkpoint (parameters, optimizer state, progress; safetensors,
+atomically) after every epoch; ``--resume CKPT`` continues from one for ``-e`` more epochs, so
+``-e 5 --save c`` then ``-e 5 --resume c`` ends with bitwise the weights of ``-e 10`` (cpu, numpy).
+
 MNIST (``mnist.pkl.gz``) is found or fetched by ``gpumat.datasets.load_mnist``. Everything else is
 in the package; this file only parses flags.
 """
@@ -81,7 +85,21 @@ def main(argv=None) -> int:
     parser.add_argument("--plot", metavar="FILE", help="write loss and accuracy curves to FILE")
     parser.add_argument("--json", metavar="FILE", help="write the measurements to FILE as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    # ---- checkpoints
+    parser.add_argument(
+        "--save",
+        metavar="CKPT",
+        help="save a checkpoint (safetensors) to CKPT after every epoch (one model only)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="CKPT",
+        help="continue training from checkpoint CKPT for -e more epochs (one model only)",
+    )
+    # ---- end checkpoints
     args = parser.parse_args(argv)
+    if (args.save or args.resume) and args.model == "all":
+        parser.error("--save and --resume need one model (-m NAME), not all")
 
     try:
         ctx = train.get_context(args.ctx)
@@ -107,6 +125,8 @@ def main(argv=None) -> int:
             seed=args.seed,
             print_loss=args.print_loss,
             progress=not args.no_progress,
+            checkpoint=args.save,
+            resume=args.resume,
         )
         print(f"Validation set accuracy: {history.final_valid_accuracy:.4f}")
         print(history.summary())
