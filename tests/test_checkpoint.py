@@ -14,6 +14,8 @@ import pytest
 import gpumat
 from gpumat import checkpoint, models, optim, train
 
+pytest.importorskip("safetensors", reason="safetensors is not installed (a dependency of gpumat)")
+
 RNG = np.random.default_rng(1123)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
