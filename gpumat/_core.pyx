@@ -149,7 +149,8 @@ cdef class PyGpuMatrix:
 
     @property
     def is_view(self):
-        """True if this array shares another array's storage (from reshape)."""
+        """True if this array does not own its storage: a reshape view, or memory imported by
+        gpumat.from_dlpack (owned by the producer, kept alive by this array)."""
         return not self.mat.owns_data()
 
     @property
