@@ -18,6 +18,7 @@ pytest.importorskip("safetensors", reason="safetensors is not installed (a depen
 
 RNG = np.random.default_rng(1123)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPUMAT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpumat.__file__)))
 
 
 def rand(shape):
@@ -166,7 +167,11 @@ def test_sigkill_mid_save_leaves_last_good_checkpoint(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         cwd=str(tmp_path),
-        env={**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        # the child imports the gpumat this test runs (installed, or built in place)
+        env={
+            **os.environ,
+            "PYTHONPATH": GPUMAT_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        },
     )
     try:
         line = proc.stdout.readline()
