@@ -19,6 +19,10 @@ validation and test accuracy.
 Each global batch is split evenly over the ranks and the gradients are averaged, so the run follows
 single-process training with the same batch size; only rank 0 prints, validates and writes files.
 
+``--save CKPT`` writes a checkpoint (parameters, optimizer state, progress; safetensors,
+atomically) after every epoch; ``--resume CKPT`` continues from one for ``-e`` more epochs, so
+``-e 5 --save c`` then ``-e 5 --resume c`` ends with bitwise the weights of ``-e 10`` (cpu, numpy).
+
 MNIST (``mnist.pkl.gz``) is found or fetched by ``gpumat.datasets.load_mnist``. Everything else is
 in the package; this file only parses flags.
 """
@@ -95,7 +99,21 @@ def main(argv=None) -> int:
         action="store_true",
         help="data-parallel over MPI: launch with mpiexec -n N (pip install '.[distributed]')",
     )
+    # ---- checkpoints
+    parser.add_argument(
+        "--save",
+        metavar="CKPT",
+        help="save a checkpoint (safetensors) to CKPT after every epoch (one model only)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="CKPT",
+        help="continue training from checkpoint CKPT for -e more epochs (one model only)",
+    )
+    # ---- end checkpoints
     args = parser.parse_args(argv)
+    if (args.save or args.resume) and args.model == "all":
+        parser.error("--save and --resume need one model (-m NAME), not all")
 
     # --- distributed (gpumat.distributed): rank 0 alone prints, fetches first, writes files ---
     root = True
@@ -146,6 +164,8 @@ def main(argv=None) -> int:
             print_loss=args.print_loss,
             progress=not args.no_progress,
             distributed=args.distributed,
+            checkpoint=args.save,
+            resume=args.resume,
         )
         if root:
             print(f"Validation set accuracy: {history.final_valid_accuracy:.4f}")

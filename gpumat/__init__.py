@@ -58,12 +58,23 @@ __all__ = [
     "empty",
     "empty_cache",
     "emu",
+    "from_dlpack",
     "gpu",
     "is_gpu_ctx",
+    "load",
     "memory_stats",
     "reset_peak_memory_stats",
+    "save",
     "synchronize",
 ]
+
+
+def _context_of_native(kind: int, index: int) -> Context:
+    """The Context of a native (kind, index) device, the inverse of ``Context._native``."""
+    from .context import _KINDS
+
+    device_type = next(name for name, k in _KINDS.items() if k == kind)
+    return Context(device_type, index if kind != 0 else 0)
 
 
 def _check_ctx(ctx) -> Context:
@@ -179,3 +190,10 @@ def synchronize(ctx: Context | None = None) -> None:
 
 
 from . import gpu_op, ops  # noqa: E402, F401  (they need the names above)
+
+# ---- interop and checkpoints (DLPack: gpumat/dlpack.py; safetensors: gpumat/checkpoint.py)
+from .checkpoint import load, save  # noqa: E402
+from .dlpack import from_dlpack  # noqa: E402
+
+_core._context_of = _context_of_native
+# ---- end interop and checkpoints

@@ -1,5 +1,5 @@
 # Declarations of libgpumat (extensions/include/gpumat/*.h) for Cython.
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libcpp cimport bool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -32,6 +32,7 @@ cdef extern from "gpumat/device.h" namespace "gpumat":
     int emu_device_count()
     void check_device(const Device&) except +gpumat_raise_py_error
     void synchronize(const Device&) except +gpumat_raise_py_error nogil
+    uintptr_t cuda_stream(const Device&) except +gpumat_raise_py_error
 
 
 cdef extern from "gpumat/allocator.h" namespace "gpumat":
@@ -53,6 +54,8 @@ cdef extern from "gpumat/gpu_matrix.h" namespace "gpumat":
     cdef cppclass GpuMatrix:
         GpuMatrix(vector[int64_t], Device) except +gpumat_raise_py_error
         GpuMatrix(const GpuMatrix&, vector[int64_t]) except +gpumat_raise_py_error
+        GpuMatrix(float*, vector[int64_t], Device) except +gpumat_raise_py_error  # foreign view
+        float* data()
         bool owns_data()
         const vector[int64_t]& shape()
         int64_t ndim()

@@ -157,7 +157,8 @@ cdef class PyGpuMatrix:
 
     @property
     def is_view(self):
-        """True if this array shares another array's storage (from reshape)."""
+        """True if this array does not own its storage: a reshape view, or memory imported by
+        gpumat.from_dlpack (owned by the producer, kept alive by this array)."""
         return not self.mat.owns_data()
 
     @property
@@ -232,9 +233,72 @@ cdef class PyGpuMatrix:
         with nogil:
             self.mat.copy_from(src.mat[0])
 
+    # ---------------------------------------------------------------- interop (DLPack, CAI, numpy)
+    # The implementations live in _dlpack.pxi.
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export this array as a DLPack capsule, zero-copy (the array API standard's protocol).
+
+        The consumer (``numpy.from_dlpack``, ``torch.from_dlpack``, ``cupy.from_dlpack``) shares
+        the buffer: writes through either side are seen by both, and the consumer keeps the
+        memory alive after this object is gone. Consumers call this; users call their
+        ``from_dlpack``.
+
+        Args:
+            stream: CUDA arrays: the consumer's stream (1 legacy default, 2 per-thread default, a
+                cudaStream_t as an int, -1 no synchronization, None as 1). For any value but -1,
+                gpumat's stream for the device is synchronized (a host-side wait) before the
+                capsule is returned, so every queued kernel writing the array has finished before
+                the consumer's stream can touch it. 0 is disallowed by the specification
+                (ValueError). CPU arrays: must be None (ValueError).
+            max_version: the newest (major, minor) DLPack version the consumer reads. >= (1, 0)
+                gives a ``"dltensor_versioned"`` capsule (DLManagedTensorVersioned, version 1.0);
+                None or older gives the legacy ``"dltensor"`` capsule (DLManagedTensor).
+            dl_device: the (device_type, device_id) the consumer wants; default this array's
+                (:meth:`__dlpack_device__`). (1, 0), the CPU, for a CUDA array exports a host copy
+                (unless ``copy=False``).
+            copy: True exports a fresh copy (flagged IS_COPIED in a versioned capsule); False
+                forbids copies (BufferError where one is needed); None copies only for another
+                ``dl_device``.
+
+        Returns:
+            A PyCapsule over a float32 row-major tensor with explicit strides.
+
+        Raises:
+            BufferError: a device that cannot be exported to, or copy=False where a copy is
+                needed. ValueError: an invalid stream, or a PyGpuMatrix that holds no array.
+            TypeError: a stream that is not an int.
+        """
+        return _dlpack_export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        """(device_type, device_id) in DLPack's terms: (1, 0) for cpu, (2, i) for gpu(i)."""
+        if self.mat == NULL:
+            raise ValueError("__dlpack_device__: this PyGpuMatrix holds no array")
+        return _dlpack_device_of(<int>self.mat.device().kind, self.mat.device().index)
+
+    @property
+    def __cuda_array_interface__(self):
+        """The CUDA array interface, version 3 (Numba's specification), for arrays on a GPU.
+
+        A dict: shape, typestr "<f4", data (device pointer as an int, read-only False), version
+        3, strides None (row-major contiguous), and stream: the integer cudaStream_t of gpumat's
+        stream for the device, on which the consumer must synchronize before using the data
+        (CuPy does). The consumer keeps a reference to this object, hence the memory, alive.
+
+        Raises AttributeError for arrays not in CUDA memory (so ``hasattr`` is False there).
+        """
+        return _cuda_array_interface(self)
+
     def __array__(self, dtype=None, copy=None):
-        out = self.asnumpy()
-        return out if dtype is None else out.astype(dtype, copy=False)
+        """numpy's conversion protocol (``numpy.asarray(a)``), numpy 2's ``copy`` honoured.
+
+        On the cpu device the result is a zero-copy view of this array's buffer (through
+        DLPack; it keeps the buffer alive) unless ``copy=True`` or a ``dtype`` other than
+        float32 asks for a copy. On a GPU it is a copy (``copy=False`` raises ValueError).
+        """
+        return _array_export(self, dtype, copy)
+    # ----------------------------------------------------------------------------- end interop
 
     def __len__(self):
         if self.mat.ndim() == 0:
@@ -456,3 +520,7 @@ def adam_update_(PyGpuMatrix param not None, PyGpuMatrix grad not None, PyGpuMat
                  int64_t step):
     with nogil:
         adam_update(param.mat[0], grad.mat[0], m.mat[0], v.mat[0], lr, beta1, beta2, eps, step)
+
+
+# ------------------------------------------------------------------------- DLPack and CUDA interop
+include "_dlpack.pxi"

@@ -102,6 +102,69 @@ class _Optimizer:
     def lr(self, value: float) -> None:
         self._lr = _check_rate(type(self).__name__, "learning rate", value)
 
+    # ---- state for checkpoints (gpumat.checkpoint.save_training_state)
+
+    def _state_scalars(self) -> dict:
+        return {"lr": self._lr}
+
+    def _load_state_scalars(self, state: dict) -> None:
+        self.lr = state["lr"]
+
+    def _state_tensors(self) -> dict:
+        return {}
+
+    def state_dict(self) -> dict:
+        """The optimizer's state, as PyTorch's ``Optimizer.state_dict`` in spirit.
+
+        Returns:
+            ``{"type": class name, <hyper-parameters and counters: "lr", and "momentum" /
+            "betas", "eps", "t">, "tensors": {key: array}}``. The tensors are the optimizer's own
+            live buffers (``PyGpuMatrix`` or numpy, float32, one per parameter and kind:
+            ``"velocity.<i>"`` for MomentumSGD, ``"m.<i>"`` and ``"v.<i>"`` for Adam, none for
+            SGD), not copies: save them before the next :meth:`step`.
+        """
+        return {
+            "type": type(self).__name__,
+            **self._state_scalars(),
+            "tensors": self._state_tensors(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a :meth:`state_dict` (tensors as numpy or device arrays) in place.
+
+        The buffers keep their identity and device; values are copied into them, and the
+        hyper-parameters and step counter are set from ``state``.
+
+        Raises:
+            ValueError: ``state`` belongs to another optimizer class, or its tensors' names or
+                shapes differ from this optimizer's (another model or parameter order).
+        """
+        name = type(self).__name__
+        if state.get("type") != name:
+            raise ValueError(f"{name}.load_state_dict: the state is of a {state.get('type')!r}")
+        own, given = self._state_tensors(), dict(state.get("tensors", {}))
+        if set(own) != set(given):
+            raise ValueError(
+                f"{name}.load_state_dict: state tensors {sorted(given)} differ from this "
+                f"optimizer's {sorted(own)}"
+            )
+        for key, dst in own.items():
+            src = given[key]
+            src = src.asnumpy() if _is_device_array(src) else np.asarray(src)
+            if tuple(src.shape) != tuple(dst.shape):
+                raise ValueError(
+                    f"{name}.load_state_dict: tensor {key!r} has shape {tuple(src.shape)}, "
+                    f"this optimizer's {tuple(dst.shape)}"
+                )
+        self._load_state_scalars(state)  # checks every value before setting any
+        for key, dst in own.items():
+            src = given[key]
+            src = src.asnumpy() if _is_device_array(src) else np.asarray(src)
+            if isinstance(dst, np.ndarray):
+                dst[...] = src
+            else:
+                dst.copyfrom(src)
+
 
 class SGD(_Optimizer):
     """Plain stochastic gradient descent: ``param <- param - lr * grad`` for each parameter.
@@ -201,6 +264,17 @@ class MomentumSGD(_Optimizer):
                 ops.matrix_elementwise_add(v, g, v)
                 ops.axpy(-lr, v, p)
 
+    def _state_scalars(self) -> dict:
+        return {"lr": self._lr, "momentum": self.momentum}
+
+    def _load_state_scalars(self, state: dict) -> None:
+        lr = _check_rate("MomentumSGD", "learning rate", state["lr"])
+        self.momentum = _check_beta("MomentumSGD", "momentum", state["momentum"])
+        self.lr = lr
+
+    def _state_tensors(self) -> dict:
+        return {f"velocity.{i}": v for i, v in enumerate(self.velocities)}
+
     def __repr__(self) -> str:
         return f"MomentumSGD({len(self.params)} params, lr={self._lr}, momentum={self.momentum})"
 
@@ -265,6 +339,25 @@ class Adam(_Optimizer):
                 p -= lr * m_hat / (np.sqrt(v_hat) + eps)
             else:
                 ops.adam_update(p, g, m, v, lr, b1, b2, eps, t)
+
+    def _state_scalars(self) -> dict:
+        return {"lr": self._lr, "betas": list(self.betas), "eps": self.eps, "t": self.t}
+
+    def _load_state_scalars(self, state: dict) -> None:
+        # Every value is checked before any is set, so a bad state changes nothing.
+        lr = _check_rate("Adam", "learning rate", state["lr"])
+        b1, b2 = state["betas"]
+        betas = (_check_beta("Adam", "beta1", b1), _check_beta("Adam", "beta2", b2))
+        eps = _check_rate("Adam", "eps", state["eps"])
+        t = state["t"]
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise ValueError(f"Adam.load_state_dict: step count t must be an int >= 0, got {t!r}")
+        self.lr, self.betas, self.eps, self.t = lr, betas, eps, t
+
+    def _state_tensors(self) -> dict:
+        out = {f"m.{i}": m for i, m in enumerate(self.m)}
+        out.update({f"v.{i}": v for i, v in enumerate(self.v)})
+        return out
 
     def __repr__(self) -> str:
         return f"Adam({len(self.params)} params, lr={self._lr}, betas={self.betas}, eps={self.eps})"

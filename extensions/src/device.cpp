@@ -82,4 +82,10 @@ void synchronize(const Device& device) {
   runtime_for(device).synchronize(device.index);
 }
 
+uintptr_t cuda_stream(const Device& device) {
+  check_device(device);
+  if (device.is_host()) return 0;
+  return runtime_for(device).stream_handle(device.index);
+}
+
 }  // namespace gpumat

@@ -1,6 +1,7 @@
 // GpuMatrix: construction with overflow-checked sizes, RAII ownership, host/device copies.
 #include "gpumat/gpu_matrix.h"
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -39,6 +40,16 @@ GpuMatrix::GpuMatrix(const GpuMatrix& base, std::vector<int64_t> shape)
   if (size_ > base.size_)
     throw ShapeError("view: shape " + shape_str() + " has more elements than its base " + base.shape_str());
   data_ = size_ > 0 ? base.data_ : nullptr;
+}
+
+GpuMatrix::GpuMatrix(float* data, std::vector<int64_t> shape, Device device)
+    : shape_(std::move(shape)), size_(checked_size(shape_)), device_(device), owns_(false) {
+  check_device(device_);
+  if (size_ > 0 && data == nullptr)
+    throw ShapeError("foreign view: null data pointer for shape " + shape_str());
+  if (reinterpret_cast<uintptr_t>(data) % alignof(float) != 0)
+    throw ShapeError("foreign view: data pointer is not aligned to a float (4 bytes)");
+  data_ = size_ > 0 ? data : nullptr;
 }
 
 GpuMatrix::~GpuMatrix() {

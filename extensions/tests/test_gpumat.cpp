@@ -53,6 +53,26 @@ static void exercise(Device dev) {
   auto before = gpumat::memory_stats(dev).device_malloc_calls;
   for (int i = 0; i < 10; ++i) GpuMatrix tmp({1000, 100}, dev);
   EXPECT(gpumat::memory_stats(dev).device_malloc_calls <= before + 1);
+
+  // a foreign view works on memory gpumat did not allocate and never frees it
+  auto in_use = gpumat::memory_stats(dev).bytes_in_use;
+  auto requests = gpumat::memory_stats(dev).num_alloc_requests;
+  {
+    GpuMatrix foreign(dc.data(), {4}, dev);
+    EXPECT(!foreign.owns_data() && foreign.data() == dc.data() && foreign.size() == 4);
+    gpumat::ops::array_set(foreign, 2.5f);
+  }
+  dc.copy_to_host(c.data(), 4);
+  EXPECT(c[0] == 2.5f && c[3] == 2.5f);
+  EXPECT(gpumat::memory_stats(dev).bytes_in_use == in_use);
+  EXPECT(gpumat::memory_stats(dev).num_alloc_requests == requests);
+  threw = false;
+  try {
+    GpuMatrix bad(nullptr, {3}, dev);
+  } catch (const gpumat::ShapeError&) {
+    threw = true;
+  }
+  EXPECT(threw);
 }
 
 int main() {

@@ -4,6 +4,7 @@
 // implicit copy.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace gpumat {
@@ -41,5 +42,10 @@ void check_device(const Device& device);
 // Waits until all work queued on `device` has finished (no-op on the host). Throws CudaError with
 // any asynchronous fault that the device reported.
 void synchronize(const Device& device);
+
+// The CUDA stream gpumat's kernels and copies on `device` run on, as an integer (a cudaStream_t,
+// non-blocking, created on first use; an emulator handle on the emulated device), for interop
+// protocols (__cuda_array_interface__); 0 for the host. Throws CudaError unless the device exists.
+uintptr_t cuda_stream(const Device& device);
 
 }  // namespace gpumat

@@ -5,6 +5,8 @@
 // Zero-size arrays (a dimension of 0) are valid and own no memory; rank 0 is a scalar of size 1.
 // A view (GpuMatrix::view) shares the first elements of another array's buffer under its own shape
 // and owns nothing: the caller keeps the base alive (PyGpuMatrix holds a reference to it).
+// A foreign view (the (data, shape, device) constructor) wraps memory gpumat did not allocate
+// (DLPack, the CUDA array interface) and owns nothing either: it never reaches the allocator.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,14 @@ class GpuMatrix {
   // A view: a non-owning array of `shape` over the first elements of `base`'s buffer. Throws
   // ShapeError if `shape` has more elements than `base` or a negative dimension.
   GpuMatrix(const GpuMatrix& base, std::vector<int64_t> shape);
+
+  // A foreign view: a non-owning array of `shape` over `data`, memory that another library owns
+  // (DLPack import). The destructor never frees it and the caching allocator never sees it; the
+  // caller keeps the memory alive while this object exists (PyGpuMatrix holds the DLPack owner).
+  // `data` must be 4-byte aligned (a float) and may be null only for a zero-size shape. Throws
+  // ShapeError for a negative dimension, a null or misaligned pointer; CudaError for a device that
+  // does not exist.
+  GpuMatrix(float* data, std::vector<int64_t> shape, Device device);
 
   bool owns_data() const { return owns_; }
   const std::vector<int64_t>& shape() const { return shape_; }

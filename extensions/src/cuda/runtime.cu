@@ -103,6 +103,8 @@ void copy_peer(int dst_dev, void* dst, int src_dev, const void* src, size_t nbyt
 
 void synchronize(int dev) { check(cudaStreamSynchronize(activate(dev)), "synchronize"); }
 
+uintptr_t stream_handle(int dev) { return reinterpret_cast<uintptr_t>(activate(dev)); }
+
 }  // namespace
 
 namespace {
@@ -137,6 +139,7 @@ const DeviceRuntime& runtime() {
     t.copy_device_to_device = copy_device_to_device;
     t.copy_peer = copy_peer;
     t.synchronize = synchronize;
+    t.stream_handle = stream_handle;
     return t;
   }();
   return table;

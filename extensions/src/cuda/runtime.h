@@ -23,6 +23,7 @@ struct DeviceRuntime {
   void (*copy_device_to_device)(int dev, void* dst, const void* src, size_t nbytes);
   void (*copy_peer)(int dst_dev, void* dst, int src_dev, const void* src, size_t nbytes);
   void (*synchronize)(int dev);
+  uintptr_t (*stream_handle)(int dev);  // the device's stream (cudaStream_t) as an integer
 };
 
 #ifdef GPUMAT_WITH_CUDA
