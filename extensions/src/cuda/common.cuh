@@ -50,7 +50,10 @@ void launch(const char* op, dim3 grid, dim3 block, size_t smem, cudaStream_t str
 #ifdef GPUMAT_EMULATED
   emulator::launch_kernel(Kernel, emulator::kernel_name<Kernel>(), grid, block, smem, stream, args...);
 #else
-  Kernel<<<grid, block, smem, stream> > >(args...);
+  // NOTE: clang-format would split the >>> of a .cuh file.
+  // clang-format off
+  Kernel<<<grid, block, smem, stream>>>(args...);
+  // clang-format on
 #endif
   check_launch(op);
 }
