@@ -7,6 +7,7 @@ these short runs reach with a margin (measured: see each test), so a broken grad
 data path fails them while run-to-run noise does not.
 """
 
+import gc
 import json
 import os
 import subprocess
@@ -202,6 +203,9 @@ def test_device_allocations_do_not_grow_with_epochs(ctx, subset):
     """The seed's rule 'cudaMalloc calls do not grow with epochs', counted by the allocator."""
 
     def mallocs_for(epochs):
+        # Arrays that earlier tests left to the garbage collector would otherwise return to the
+        # cache in the middle of the run, and be reused, at a moment that differs between runs.
+        gc.collect()
         gpumat.empty_cache(ctx)
         before = gpumat.memory_stats(ctx)["device_malloc_calls"]
         train.fit(models.mlp(), subset, ctx=ctx, epochs=epochs, verbose=False, progress=False)
