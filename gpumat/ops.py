@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from . import _core
 
 __all__ = [
@@ -147,8 +149,12 @@ def matrix_multiply(matA, transA: bool, matB, transB: bool, matC) -> None:
 
     matA is (M, K), or (K, M) when transA; matB is (K, N), or (N, K) when transB; all 2-D.
     K = 0 gives zeros. Host: BLAS sgemm; CUDA: shared-memory tiled kernel (see matmul.cu).
-    FLOPs: 2·M·N·K.
+    FLOPs: 2·M·N·K. Raises TypeError for a flag that is not a bool (a truthy array or string
+    would otherwise choose a transpose silently).
     """
+    for flag, value in (("transA", transA), ("transB", transB)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"matrix_multiply: {flag} must be a bool, got {value!r}")
     _core.matmul_(matA, bool(transA), matB, bool(transB), matC)
 
 
