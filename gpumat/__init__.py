@@ -1,6 +1,6 @@
 """gpumat: a deep-learning stack you can read end to end, from CUDA kernels to MNIST training.
 
-Layers, bottom up (see DESIGN.md): libgpumat (C++/CUDA kernels) -> gpumat._core (Cython,
+Layers, bottom up (see docs/ARCHITECTURE.md): libgpumat (C++/CUDA kernels) -> gpumat._core (Cython,
 PyGpuMatrix) -> gpumat.ops (one call per kernel) -> gpumat.autodiff / gpumat.executor (graph,
 gradients, memory-planned execution) -> gpumat.train, gpumat.models, gpumat.datasets.
 

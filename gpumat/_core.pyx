@@ -138,7 +138,7 @@ cdef class PyGpuMatrix:
 
     def __init__(self, host_array=None, rows=None, cols=None, ctx=None):
         if self.mat != NULL:
-            raise RuntimeError("PyGpuMatrix.__init__: this array is already initialised")
+            raise TypeError("PyGpuMatrix.__init__: this array is already initialised")
         if host_array is None or rows is None or cols is None:
             raise TypeError(
                 "PyGpuMatrix(host_array, rows, cols[, ctx]) needs a (rows, cols) numpy array and "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_check.sh: the one-call GPU verification of gpumat (DESIGN.md, "GPU verification").
+# gpu_check.sh: the one-call GPU verification of gpumat (docs/ARCHITECTURE.md, "Testing and benchmarks").
 #
 #   bash scripts/gpu_check.sh [OUTDIR]          # OUTDIR defaults to gpu_check_out/
 #

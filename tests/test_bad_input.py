@@ -1,0 +1,72 @@
+"""Bad input never crashes the process: hypothesis-generated calls of every public entry point.
+
+The cases live in ``bad_input_cases.py`` (every gpumat.ops function, gpumat.array / empty,
+PyGpuMatrix's constructors and methods, the cuda-project methods, the dlsys contexts and helpers,
+graph op constructors, gradients and the Executor). Each batch runs in a child process, so a
+segfault or abort fails its test here instead of ending the pytest run; the child reports how
+many cases it ran and which failed (a wrong exception type, a silent message, a changed argument
+after an error, or an accepted call whose result differs from the float64 numpy reference).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gpumat
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bad_input_cases  # noqa: E402
+
+BATCHES = sorted(b for b in bad_input_cases.BATCHES if not b.startswith("_"))
+
+
+def _run_batch(batch: str) -> dict:
+    env = dict(os.environ)
+    # NOTE: -P keeps the checkout's gpumat/ (no built extension) from shadowing the installed one.
+    proc = subprocess.run(
+        [sys.executable, "-P", "-X", "faulthandler", str(HERE / "bad_input_cases.py"), batch],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=HERE,
+        env=env,
+    )
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        pytest.fail(
+            f"batch {batch} crashed the process with {name}:\n{proc.stderr[-4000:]}",
+            pytrace=False,
+        )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert lines, (
+        f"batch {batch} printed no result (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    )
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_bad_input_batch_never_crashes(batch, record_property):
+    result = _run_batch(batch)
+    record_property("cases", result["cases"])
+    print(f"{batch}: {result['cases']} cases")
+    assert result["cases"] > 0
+    assert not result["failures"], "\n".join(result["failures"])
+
+
+def test_every_ops_function_is_covered():
+    covered = bad_input_cases.covered_ops() | {"set_conv_workspace_limit"}
+    assert set(gpumat.ops.__all__) <= covered, set(gpumat.ops.__all__) - covered
+    # gpumat.gpu_op is the same functions under the seed's module name.
+    assert all(getattr(gpumat.gpu_op, n) is getattr(gpumat.ops, n) for n in gpumat.ops.__all__)
+
+
+def test_a_crash_in_a_batch_fails_its_test_and_not_the_run():
+    with pytest.raises(pytest.fail.Exception, match="crashed the process with SIGSEGV"):
+        _run_batch("_crash")
