@@ -70,3 +70,38 @@ def test_every_ops_function_is_covered():
 def test_a_crash_in_a_batch_fails_its_test_and_not_the_run():
     with pytest.raises(pytest.fail.Exception, match="crashed the process with SIGSEGV"):
         _run_batch("_crash")
+
+
+def test_gpumat_namespace_exports_only_its_own_names():
+    leaked = {"np", "os", "annotations", "_np", "_os"} & set(n for n in dir(gpumat) if n[0] != "_")
+    assert not leaked, leaked
+    assert set(gpumat.__all__) <= set(dir(gpumat))
+
+
+@pytest.mark.parametrize(
+    "build, op",
+    [
+        (lambda x: gpumat.autodiff.add_op(x, 3), "add_op"),
+        (lambda x: gpumat.autodiff.matmul_op(x, [[1.0]]), "matmul_op"),
+        (lambda x: gpumat.autodiff.relu_op("x"), "relu_op"),
+        (lambda x: gpumat.autodiff.broadcastto_op(None, x), "broadcastto_op"),
+        (lambda x: gpumat.autodiff.softmaxcrossentropy_op(x, 1.0), "softmaxcrossentropy_op"),
+        (lambda x: gpumat.nn.conv2d_op(x, 2.0), "conv2d_op"),
+        (lambda x: gpumat.nn.max_pool2d_op(None, 2), "max_pool2d_op"),
+    ],
+)
+def test_graph_ops_reject_non_nodes_with_a_type_error_naming_the_op(build, op):
+    x = gpumat.autodiff.Variable("x")
+    with pytest.raises(TypeError, match=rf"^{op}: argument '\w+' must be a graph Node"):
+        build(x)
+
+
+def test_transpose_flags_must_be_bools(ctx):
+    a, c = gpumat.empty((2, 2), ctx), gpumat.empty((2, 2), ctx)
+    for flag in (1, "yes", None, [True]):
+        with pytest.raises(TypeError, match="transA must be a bool"):
+            gpumat.ops.matrix_multiply(a, flag, a, False, c)
+        with pytest.raises(TypeError, match="trans_B must be a bool"):
+            gpumat.autodiff.matmul_op(
+                gpumat.autodiff.Variable("a"), gpumat.autodiff.Variable("b"), False, flag
+            )
