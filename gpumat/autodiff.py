@@ -905,8 +905,23 @@ def gradients(output_node: Node, node_list: Sequence[Node]) -> list[Node]:
     Raises:
         NotImplementedError: a needed gradient is :class:`Undefined` (e.g. softmax cross-entropy
             with respect to its labels).
+        TypeError: ``output_node`` or an entry of ``node_list`` is not a graph node.
     """
-    node_list = list(node_list)
+    if not isinstance(output_node, Node):
+        raise TypeError(
+            f"gradients: output_node must be a graph Node, got {type(output_node).__name__}"
+        )
+    try:
+        node_list = list(node_list)
+    except TypeError as exc:
+        raise TypeError(
+            f"gradients: node_list must be a sequence of Nodes, got {type(node_list).__name__}"
+        ) from exc
+    for node in node_list:
+        if not isinstance(node, Node):
+            raise TypeError(
+                f"gradients: node_list must hold graph Nodes, got a {type(node).__name__}"
+            )
     topo = find_topo_sort([output_node])
     wanted = set(node_list)
     # A node is relevant if some requested node is it or one of its ancestors.

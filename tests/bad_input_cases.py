@@ -1001,6 +1001,10 @@ def batch_graph():
                 ok = isinstance(u, list) and (v is None or isinstance(v, gpumat.Context))
                 return None if ok else f"{name} accepted ctx={v!r}, nodes={u!r}"
             if name in ("gradients", "sum_node_list"):
+                nodes_in = [u] if name == "gradients" else []
+                nodes_in += list(v) if name == "gradients" else list(u)
+                if not all(isinstance(n, ad.Node) for n in nodes_in) or not nodes_in:
+                    return f"{name} accepted {u!r}, {v!r}"
                 return None
             node_args = {"matmul_op": [u], "transpose_op": [u], "zeroslike_op": [u]}
             for arg in node_args.get(name, []):

@@ -105,3 +105,23 @@ def test_transpose_flags_must_be_bools(ctx):
             gpumat.autodiff.matmul_op(
                 gpumat.autodiff.Variable("a"), gpumat.autodiff.Variable("b"), False, flag
             )
+
+
+def test_gradients_rejects_non_nodes():
+    x = gpumat.autodiff.Variable("x")
+    with pytest.raises(TypeError, match="gradients: output_node must be a graph Node"):
+        gpumat.autodiff.gradients("loss", [x])
+    with pytest.raises(TypeError, match="gradients: node_list must hold graph Nodes"):
+        gpumat.autodiff.gradients(x, [x, 3.0])
+    with pytest.raises(TypeError, match="gradients: node_list must be a sequence"):
+        gpumat.autodiff.gradients(x, 3)
+
+
+def test_pooling_reference_handles_an_empty_batch():
+    # Found by the bad-input suite: the numpy backend could not reshape an empty batch's windows.
+    import numpy as np
+
+    x = np.zeros((0, 4, 3, 3))
+    assert gpumat.nn.np_max_pool2d(x, (2, 2), (1, 1), (0, 0)).shape == (0, 4, 2, 2)
+    dy = np.zeros((0, 4, 2, 2))
+    assert gpumat.nn.np_max_pool2d_gradient(x, dy, (2, 2), (1, 1), (0, 0)).shape == x.shape
