@@ -1046,6 +1046,101 @@ def batch_graph():
     executor_runs()
 
 
+def batch_optim():
+    """gpumat.optim's optimizers and gpumat's top-level device functions with bad arguments."""
+    from gpumat import optim
+
+    @_settings(factor=6)
+    @given(
+        data=st.data(),
+        kind=st.sampled_from(["SGD", "MomentumSGD", "Adam"]),
+        lr=st.one_of(ANY_VALUES, st.floats(0.0, 1.0)),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def optimizers(data, kind, lr, seed):
+        arrays = Arrays(np.random.default_rng(seed))
+        p, g = arrays.new((2, 3)), arrays.new((2, 3))
+        params = data.draw(
+            st.sampled_from(
+                ["ok", "ok2", "empty_list", "junk", "int_numpy", "none", "str", "no_array"]
+            )
+        )
+        params = {
+            "ok": [p],
+            "ok2": [p, arrays.new((4,))],
+            "empty_list": [],
+            "junk": [p, "x"],
+            "int_numpy": [np.ones(3, dtype=int)],
+            "none": None,
+            "str": "p",
+            "no_array": [_empty_matrix()],
+        }[params]
+        grads = data.draw(
+            st.sampled_from(
+                [[g], [g, g], [], [np.ones((2, 3))], [None], [_empty_matrix()], None, [p]]
+                + [[arrays.new((3, 2))], [arrays.new((2, 3)), arrays.new((4,))]]
+            )
+        )
+        p0 = p.asnumpy().astype(np.float64)
+        g0 = g.asnumpy().astype(np.float64)
+        built = {}
+
+        def build():
+            built["opt"] = getattr(optim, kind)(params, lr)
+            return built["opt"]
+
+        def check_build(opt):
+            if not isinstance(params, list) or not all(
+                isinstance(x, PyGpuMatrix) or (isinstance(x, np.ndarray) and x.dtype.kind == "f")
+                for x in params
+            ):
+                return f"{kind} accepted params {params!r}"
+            try:
+                rate = float(lr)
+            except (TypeError, ValueError):
+                return f"{kind} accepted lr={lr!r}"
+            return None if math.isfinite(rate) and rate >= 0 else f"{kind} accepted lr={lr!r}"
+
+        _record(_expect_error_or(build, check_build, kind))
+        if "opt" not in built:
+            return
+        opt = built["opt"]
+
+        def check_step(_):
+            if not (isinstance(grads, list) and len(grads) == len(params)):
+                return f"{kind}.step accepted {len(grads or [])} gradients"
+            if params and params[0] is p and grads[0] is not p:
+                if not isinstance(grads[0], PyGpuMatrix) or grads[0].ctx is None:
+                    return f"{kind}.step accepted a {type(grads[0]).__name__} gradient"
+                g_used = grads[0].asnumpy().astype(np.float64) if grads[0] is not g else g0
+                rate = float(np.float32(float(lr)))
+                step = g_used if kind != "Adam" else g_used / (np.abs(g_used) + 1e-8)
+                return None if _close(p.asnumpy(), p0 - rate * step) else f"{kind}: wrong step"
+            return None
+
+        _record(_expect_error_or(lambda: opt.step(grads), check_step, f"{kind}.step"))
+
+    optimizers()
+
+    @_settings()
+    @given(ctx=ANY_VALUES)
+    def device_functions(ctx):
+        for fn in (
+            gpumat.memory_stats,
+            gpumat.reset_peak_memory_stats,
+            gpumat.empty_cache,
+            gpumat.synchronize,
+        ):
+
+            def check(_, fn=fn):
+                ok = ctx is None or isinstance(ctx, gpumat.Context)
+                return None if ok else f"{fn.__name__} accepted ctx={ctx!r}"
+
+            _record(_expect_error_or(lambda fn=fn: fn(ctx), check, fn.__name__))
+
+    device_functions()
+
+
 BATCHES = {
     "ops_elementwise": lambda: batch_ops(
         [n for n in OP_NAMES if n.startswith(("matrix_elementwise", "relu", "array_set"))]
@@ -1074,6 +1169,7 @@ BATCHES = {
     ),
     "arrays": batch_arrays,
     "graph": batch_graph,
+    "optim": batch_optim,
     # Not a batch of cases: the harness' own check that a crash is reported as a signal.
     "_crash": lambda: faulthandler._sigsegv(),
 }
