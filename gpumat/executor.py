@@ -206,6 +206,13 @@ class Executor:
     """
 
     def __init__(self, eval_node_list: Sequence[Node], ctx=None) -> None:
+        if isinstance(eval_node_list, (Node, str, bytes)) or not isinstance(
+            eval_node_list, Sequence
+        ):
+            raise TypeError(
+                "Executor: eval_node_list must be a list of graph nodes, got a "
+                f"{type(eval_node_list).__name__} (e.g. Executor([loss, *grads]))"
+            )
         self.eval_node_list = list(eval_node_list)
         for node in self.eval_node_list:
             if not isinstance(node, Node):

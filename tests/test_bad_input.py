@@ -1,11 +1,12 @@
 """Bad input never crashes the process: hypothesis-generated calls of every public entry point.
 
-The cases live in ``bad_input_cases.py`` (every gpumat.ops function, gpumat.array / empty,
+The cases live in ``bad_input_cases.py``: every gpumat.ops function, gpumat.array / empty,
 PyGpuMatrix's constructors and methods, the cuda-project methods, the dlsys contexts and helpers,
-graph op constructors, gradients, the Executor, the optimizers and gpumat's device functions). Each batch runs in a child process, so a
-segfault or abort fails its test here instead of ending the pytest run; the child reports how
-many cases it ran and which failed (a wrong exception type, a silent message, a changed argument
-after an error, or an accepted call whose result differs from the float64 numpy reference).
+graph op constructors, gradients, the Executor, the optimizers and gpumat's device functions.
+Each batch runs in a child process, so a segfault or abort fails its test here instead of ending
+the pytest run. The child reports how many cases it ran and which failed: a wrong exception type,
+a silent message, an argument changed by a call that raised, or an accepted call whose result
+differs from the float64 numpy reference.
 """
 
 import json
