@@ -15,7 +15,7 @@ A crash (a signal) cannot be caught in-process, so ``tests/test_bad_input.py`` r
 a child process (``python tests/bad_input_cases.py BATCH``) and fails when the child dies by a
 signal. The child prints one JSON line: ``{"batch": ..., "cases": N, "failures": [...]}``.
 
-``GPUMAT_BAD_INPUT_EXAMPLES`` sets the examples per function (default 25) and
+``GPUMAT_BAD_INPUT_EXAMPLES`` sets the examples per function (default 50) and
 ``GPUMAT_BAD_INPUT_RANDOM=1`` uses fresh random draws instead of the fixed (derandomized) ones.
 """
 
@@ -49,7 +49,7 @@ ALLOWED = (
     NotImplementedError,
     gpumat.CudaError,
 )
-EXAMPLES = int(os.environ.get("GPUMAT_BAD_INPUT_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("GPUMAT_BAD_INPUT_EXAMPLES", "50"))
 DERANDOMIZE = os.environ.get("GPUMAT_BAD_INPUT_RANDOM") != "1"
 CTX = gpumat.cpu()
 
