@@ -40,6 +40,14 @@ def cuda_wanted() -> bool:
     return has_nvcc
 
 
+def build_summary(cuda: bool, cuda_arch) -> str:
+    """The one-line build report: CUDA or not, and for which compute capabilities."""
+    if cuda:
+        archs = " ".join(cuda_arch)
+        return f"gpumat: built with CUDA for compute capabilities {archs} (and PTX of the last)"
+    return "gpumat: built WITHOUT CUDA (host device only: no nvcc, or GPUMAT_CUDA=0)"
+
+
 class BuildWithLibgpumat(build_ext):
     """Runs `make` for libgpumat.a into build_temp, then links the extension against it."""
 
@@ -67,6 +75,9 @@ class BuildWithLibgpumat(build_ext):
         cuda_arch = subprocess.check_output([*make, "-s", "print-cuda-arch"], text=True).split()
         openmp = "-fopenmp" in ldlibs
         self.write_build_config(cuda, cuda_arch if cuda else [], openmp)
+        # One line that says what was built. NOTE: pip shows a build's output only with -v (or
+        # when it fails); `python -m gpumat` prints the same line from an installed gpumat.
+        print(build_summary(cuda, cuda_arch), file=sys.stderr, flush=True)
 
         for ext in self.extensions:
             ext.extra_objects.append(str(build_dir / "libgpumat.a"))

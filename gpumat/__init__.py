@@ -1,6 +1,6 @@
 """gpumat: a deep-learning stack you can read end to end, from CUDA kernels to MNIST training.
 
-Layers, bottom up (see DESIGN.md): libgpumat (C++/CUDA kernels) -> gpumat._core (Cython,
+Layers, bottom up (see docs/ARCHITECTURE.md): libgpumat (C++/CUDA kernels) -> gpumat._core (Cython,
 PyGpuMatrix) -> gpumat.ops (one call per kernel) -> gpumat.autodiff / gpumat.executor (graph,
 gradients, memory-planned execution) -> gpumat.train, gpumat.models, gpumat.datasets.
 
@@ -8,16 +8,16 @@ Arrays are float32, row-major, contiguous, on ``cpu()`` (the host), ``gpu(i)`` (
 (the CUDA kernels run by gpumat's CUDA emulator on the CPU, to check them without a GPU).
 """
 
-from __future__ import annotations
+# NOTE: no `from __future__ import annotations` and private aliases for os and numpy: the
+# gpumat namespace exports only gpumat's own names (dir(gpumat) is what a user explores).
+import os as _os
 
-import os
-
-import numpy as np
+import numpy as _np
 
 # NOTE: libgomp reads this when _core loads it. Spinning OpenMP workers fight OpenBLAS's threads and
 # any other busy process for the cores: a 1000x256 relu took 6.9 ms spinning and 0.14 ms passive on
 # a loaded 2-core machine. An explicit user setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 # --- gpumat.distributed: one rank per core group -------------------------------------------------
@@ -98,13 +98,13 @@ def empty(shape, ctx: Context | None = None) -> PyGpuMatrix:
         MemoryError: the device is out of memory. gpumat.CudaError: the GPU does not exist.
     """
     ctx = _check_ctx(cpu() if ctx is None else ctx)
-    if isinstance(shape, (int, np.integer)):
+    if isinstance(shape, (int, _np.integer)):
         shape = (shape,)
     try:
         dims = tuple(shape)
     except TypeError as exc:
         raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from exc
-    if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in dims):
+    if any(isinstance(d, bool) or not isinstance(d, (int, _np.integer)) for d in dims):
         raise TypeError(f"shape must contain only ints, got {shape!r}")
     dims = tuple(int(d) for d in dims)
     kind, index = ctx._native

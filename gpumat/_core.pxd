@@ -123,3 +123,4 @@ cdef class PyGpuMatrix:
     cdef GpuMatrix* mat
     cdef object _ctx
     cdef object _base  # the array a view shares storage with (kept alive by this reference)
+    cdef object _host  # the numpy array of PyGpuMatrix(host, rows, cols), for loadFromDevice

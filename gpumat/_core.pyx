@@ -98,15 +98,87 @@ def allocation_size_(size_t nbytes):
     return allocation_size(nbytes)
 
 
+# libcpp's bool is cimported in _core.pxd and shadows the builtin name here.
+_PY_BOOL = type(True)
+
+_EMPTY_MESSAGE = (
+    "this PyGpuMatrix holds no array (it was made with PyGpuMatrix.__new__ or an __init__ that "
+    "failed); make arrays with gpumat.array(x, ctx), gpumat.empty(shape, ctx) or "
+    "PyGpuMatrix(host_array, rows, cols[, ctx])"
+)
+
+
+cdef inline int _require(PyGpuMatrix a, str op, str what) except -1:
+    # Every op and method that dereferences .mat goes through here first: an object that holds
+    # no array must raise, never reach native code with a NULL pointer.
+    if a.mat == NULL:
+        raise ValueError(f"{op}: argument {what!r}: {_EMPTY_MESSAGE}")
+    return 0
+
+
+def _legacy_dim(value, str what):
+    if isinstance(value, _PY_BOOL) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    return int(value)
+
+
 cdef class PyGpuMatrix:
     """An N-d, row-major, contiguous float32 array on one device (gpumat's NDArray).
 
-    Create with gpumat.array(x, ctx) or gpumat.empty(shape, ctx), not directly. The buffer comes
-    from the device's caching allocator and goes back to it when the object is collected.
+    Create with gpumat.array(x, ctx) or gpumat.empty(shape, ctx). The buffer comes from the
+    device's caching allocator and goes back to it when the object is collected.
+
+    ``PyGpuMatrix(host_array, rows, cols[, ctx])`` is the cuda-project constructor: it copies a
+    (rows, cols) floating-point numpy array to ``ctx`` (default: ``gpumat.gpu(0)`` when
+    ``gpumat.cuda_available()``, else ``gpumat.cpu()``) and remembers the array, so that
+    :meth:`loadFromDevice` can copy results back into it in place.
+
+    Raises (constructor): TypeError for a host array that is not a floating-point numpy array or
+    rows/cols that are not ints; ValueError when (rows, cols) differs from the array's shape; a
+    call with no arguments is a TypeError. An object made without an array (``__new__``) raises
+    ValueError on every use, never crashes.
     """
 
     def __cinit__(self):
         self.mat = NULL
+
+    def __init__(self, host_array=None, rows=None, cols=None, ctx=None):
+        if self.mat != NULL:
+            raise TypeError("PyGpuMatrix.__init__: this array is already initialised")
+        if host_array is None or rows is None or cols is None:
+            raise TypeError(
+                "PyGpuMatrix(host_array, rows, cols[, ctx]) needs a (rows, cols) numpy array and "
+                "its rows and cols; for other shapes use gpumat.array(x, ctx) or "
+                "gpumat.empty(shape, ctx)"
+            )
+        if not isinstance(host_array, np.ndarray):
+            raise TypeError(
+                f"PyGpuMatrix: host_array must be a numpy array, got {type(host_array).__name__}"
+            )
+        if host_array.dtype.kind != "f":
+            raise TypeError(
+                f"PyGpuMatrix: host_array must hold floating-point numbers (float32 or float64), "
+                f"got dtype {host_array.dtype}; loadFromDevice writes float results back into it"
+            )
+        rows = _legacy_dim(rows, "PyGpuMatrix: rows")
+        cols = _legacy_dim(cols, "PyGpuMatrix: cols")
+        if host_array.shape != (rows, cols):
+            raise ValueError(
+                f"PyGpuMatrix: host_array has shape {host_array.shape}, but rows={rows}, "
+                f"cols={cols} says ({rows}, {cols})"
+            )
+        import gpumat
+
+        if ctx is None:
+            ctx = gpumat.gpu(0) if gpumat.cuda_available() else gpumat.cpu()
+        cdef PyGpuMatrix src = gpumat.array(host_array, ctx)
+        # Take over the new array's native matrix, so this object is a plain array too.
+        self.mat = src.mat
+        src.mat = NULL
+        self._ctx = src._ctx
+        self._host = host_array
 
     def __dealloc__(self):
         # NOTE: never raises (GpuMatrix's destructor is noexcept): "Cannot raise in the destructor!"
@@ -130,6 +202,7 @@ cdef class PyGpuMatrix:
         Private, for the executor's memory plan (values of different shapes sharing one buffer);
         users call :meth:`reshape`. Raises ValueError if ``shape`` holds more elements.
         """
+        _require(self, "_view", "self")
         cdef vector[int64_t] dims
         for d in shape:
             dims.push_back(d)
@@ -143,47 +216,58 @@ cdef class PyGpuMatrix:
         """A view with a new shape and the same number of elements, sharing this array's storage.
 
         ``shape`` is given as ints or one tuple, as numpy's. Writes through either array are seen
-        by both. Raises ValueError if the element counts differ.
+        by both. Raises ValueError if the element counts differ, TypeError for non-int dimensions.
         """
-        if len(shape) == 1 and not isinstance(shape[0], int):
+        _require(self, "reshape", "self")
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
+        for d in shape:
+            if isinstance(d, _PY_BOOL) or not isinstance(d, (int, np.integer)):
+                raise TypeError(f"reshape: dimensions must be ints, got {tuple(shape)!r}")
+            if d < 0:
+                raise ValueError(f"reshape: dimensions must be >= 0, got {tuple(shape)!r}")
         n = 1
         for d in shape:
-            n *= d
+            n *= int(d)
         if n != self.mat.size():
             raise ValueError(f"reshape: cannot view {self.shape} ({self.mat.size()} elements) as "
                              f"{tuple(shape)} ({n} elements)")
-        return self._view(shape)
+        return self._view(tuple(int(d) for d in shape))
 
     @property
     def is_view(self):
         """True if this array does not own its storage: a reshape view, or memory imported by
         gpumat.from_dlpack (owned by the producer, kept alive by this array)."""
+        _require(self, "is_view", "self")
         return not self.mat.owns_data()
 
     @property
     def shape(self):
         """The shape, a tuple of ints."""
+        _require(self, "shape", "self")
         return tuple(self.mat.shape())
 
     @property
     def ndim(self):
         """The number of dimensions."""
+        _require(self, "ndim", "self")
         return self.mat.ndim()
 
     @property
     def size(self):
         """The number of elements."""
+        _require(self, "size", "self")
         return self.mat.size()
 
     @property
     def nbytes(self):
         """The size of the data in bytes (4 per element)."""
+        _require(self, "nbytes", "self")
         return self.mat.nbytes()
 
     @property
     def ctx(self):
-        """The gpumat.Context the array lives on."""
+        """The gpumat.Context the array lives on (None for an object that holds no array)."""
         return self._ctx
 
     @property
@@ -196,6 +280,7 @@ cdef class PyGpuMatrix:
 
         Raises gpumat.CudaError if the device reported an asynchronous fault.
         """
+        _require(self, "asnumpy", "self")
         out = np.empty(self.shape, dtype=np.float32)
         cdef float[::1] view = out.reshape(-1)
         cdef float* ptr = &view[0] if view.shape[0] > 0 else NULL
@@ -211,6 +296,7 @@ cdef class PyGpuMatrix:
         in gpumat.array (TypeError for complex/object/string data); a PyGpuMatrix on another
         device is copied explicitly.
         """
+        _require(self, "copyfrom", "self")
         if isinstance(source, PyGpuMatrix):
             if source.shape != self.shape:
                 raise ValueError(f"copyfrom: source shape {source.shape} differs from {self.shape}")
@@ -221,8 +307,55 @@ cdef class PyGpuMatrix:
             raise ValueError(f"copyfrom: source shape {src.shape} differs from {self.shape}")
         self._copy_from_numpy(src)
 
+    def copyto(self, target):
+        """Copies this array into ``target`` and returns it (the seed's ``NDArray.copyto``).
+
+        ``target`` is a PyGpuMatrix of the same shape (on any device), or a gpumat.Context, in
+        which case a new array is made there. Raises ValueError for a shape mismatch, TypeError
+        for any other target.
+        """
+        _require(self, "copyto", "self")
+        if not isinstance(target, PyGpuMatrix):
+            import gpumat
+
+            if not isinstance(target, gpumat.Context):
+                raise TypeError(
+                    "copyto: target must be a PyGpuMatrix or a gpumat.Context, got "
+                    f"{type(target).__name__}"
+                )
+            target = gpumat.empty(self.shape, target)
+        target.copyfrom(self)
+        return target
+
+    def __setitem__(self, key, value):
+        """``a[:] = value`` (or ``a[...] = value``) copies ``value`` into the whole array.
+
+        ``value`` is a numpy array (or array-like) of this array's shape, a PyGpuMatrix of this
+        shape, or a real number (every element set to it). Only the whole-array slice is
+        supported (the seed's NDArray rule): any other key raises IndexError.
+        """
+        _require(self, "__setitem__", "self")
+        whole = key is Ellipsis or (
+            isinstance(key, slice) and key.start is None and key.stop is None and key.step is None
+        )
+        if not whole:
+            raise IndexError(
+                f"PyGpuMatrix supports only whole-array assignment a[:] = value, got key {key!r}"
+            )
+        if isinstance(value, PyGpuMatrix):
+            if value is not self:
+                self.copyfrom(value)
+            return
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+            value, (_PY_BOOL, np.bool_)
+        ):
+            array_set_(self, float(value))
+            return
+        self.copyfrom(value)
+
     def _copy_from_numpy(self, src):
         """src: a C-contiguous float32 numpy array with self.size elements."""
+        _require(self, "_copy_from_numpy", "self")
         cdef float[::1] view = src.reshape(-1)
         cdef const float* ptr = &view[0] if view.shape[0] > 0 else NULL
         cdef int64_t n = view.shape[0]
@@ -230,6 +363,8 @@ cdef class PyGpuMatrix:
             self.mat.copy_from_host(ptr, n)
 
     def _copy_from_array(self, PyGpuMatrix src not None):
+        _require(self, "_copy_from_array", "self")
+        _require(src, "_copy_from_array", "src")
         with nogil:
             self.mat.copy_from(src.mat[0])
 
@@ -301,105 +436,250 @@ cdef class PyGpuMatrix:
     # ----------------------------------------------------------------------------- end interop
 
     def __len__(self):
+        _require(self, "len", "self")
         if self.mat.ndim() == 0:
             raise TypeError("len() of a 0-d array")
         return self.mat.shape()[0]
 
     def __repr__(self):
+        if self.mat == NULL:
+            return "PyGpuMatrix(<empty: holds no array>)"
         return f"PyGpuMatrix(shape={self.shape}, dtype=float32, ctx={self._ctx!r})"
+
+    # ---------------------------------------------------------------------------------------
+    # The cuda-project contract: PyGpuMatrix(host, rows, cols), mul, loadFromDevice, and its
+    # to-do list (elementwise add / multiply / negate, transpose, random initialisation, ReLU).
+    # Each method checks every dimension and argument, then calls the gpumat kernel.
+    # ---------------------------------------------------------------------------------------
+
+    def _legacy_check(self, str op, other, str what, expected):
+        if not isinstance(other, PyGpuMatrix):
+            raise TypeError(f"{op}: {what} must be a PyGpuMatrix, got {type(other).__name__}")
+        _require(other, op, what)
+        if other.shape != expected:
+            raise ValueError(f"{op}: {what} has shape {other.shape}, expected {expected}")
+
+    def mul(self, M, N, K, B, C):
+        """C = self @ B (the cuda-project's ``A.mul(M, N, K, B, C)``).
+
+        self is (M, K), B is (K, N), C is (M, N); all on one device. Raises TypeError for
+        non-int dimensions or non-PyGpuMatrix operands, ValueError when a dimension differs from
+        a buffer's shape or the devices differ.
+        """
+        _require(self, "mul", "self")
+        M = _legacy_dim(M, "mul: M")
+        N = _legacy_dim(N, "mul: N")
+        K = _legacy_dim(K, "mul: K")
+        self._legacy_check("mul", self, "A (self)", (M, K))
+        self._legacy_check("mul", B, "B", (K, N))
+        self._legacy_check("mul", C, "C", (M, N))
+        matmul_(self, False, B, False, C)
+
+    def loadFromDevice(self):  # noqa: N802 (the cuda-project's name)
+        """Copies the device values back into the numpy array this matrix was made from (in
+        place, converting to its dtype) and returns that array.
+
+        Raises ValueError for a matrix not made by ``PyGpuMatrix(host_array, rows, cols)`` (use
+        :meth:`asnumpy`) or a read-only host array.
+        """
+        _require(self, "loadFromDevice", "self")
+        if self._host is None:
+            raise ValueError(
+                "loadFromDevice: this matrix was not made from a host array with "
+                "PyGpuMatrix(host_array, rows, cols); use asnumpy() to get a numpy copy"
+            )
+        if not self._host.flags.writeable:
+            raise ValueError("loadFromDevice: the host array is read-only")
+        np.copyto(self._host, self.asnumpy())
+        return self._host
+
+    def loadToDevice(self):  # noqa: N802 (the cuda-project's name)
+        """Copies the numpy array this matrix was made from to the device again (after the host
+        array was changed). Raises ValueError as :meth:`loadFromDevice`."""
+        _require(self, "loadToDevice", "self")
+        if self._host is None:
+            raise ValueError(
+                "loadToDevice: this matrix was not made from a host array with "
+                "PyGpuMatrix(host_array, rows, cols); use copyfrom(x)"
+            )
+        self.copyfrom(self._host)
+
+    def add(self, B, C):
+        """C = self + B elementwise (same shapes; C may be self or B)."""
+        _require(self, "add", "self")
+        self._legacy_check("add", B, "B", self.shape)
+        self._legacy_check("add", C, "C", self.shape)
+        add_(self, B, C)
+
+    def multiply(self, B, C):
+        """C = self * B elementwise (same shapes; C may be self or B)."""
+        _require(self, "multiply", "self")
+        self._legacy_check("multiply", B, "B", self.shape)
+        self._legacy_check("multiply", C, "C", self.shape)
+        multiply_(self, B, C)
+
+    def negate(self, C):
+        """C = -self elementwise (same shape; C may be self)."""
+        _require(self, "negate", "self")
+        self._legacy_check("negate", C, "C", self.shape)
+        multiply_const_(self, -1.0, C)
+
+    def transpose(self, C):
+        """C (cols, rows) = self (rows, cols) transposed; C must not be self."""
+        _require(self, "transpose", "self")
+        if self.mat.ndim() != 2:
+            raise ValueError(f"transpose: self must be 2-D, got shape {self.shape}")
+        rows, cols = self.shape
+        self._legacy_check("transpose", C, "C", (cols, rows))
+        transpose_(self, C)
+
+    def relu(self, C):
+        """C = max(self, 0) elementwise (same shape; C may be self)."""
+        _require(self, "relu", "self")
+        self._legacy_check("relu", C, "C", self.shape)
+        relu_(self, C)
+
+    def randomInit(self, low=0.0, high=1.0, seed=0):  # noqa: N802 (the cuda-project's style)
+        """Fills self with uniform samples in [low, high) (gpumat.ops.random_uniform: the same
+        values on every device for one seed). Raises ValueError if low > high or the seed is not
+        in [0, 2**64), TypeError for a non-int seed."""
+        _require(self, "randomInit", "self")
+        if isinstance(seed, _PY_BOOL) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"randomInit: seed must be an int, got {seed!r}")
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"randomInit: seed must be in [0, 2**64), got {seed}")
+        random_uniform_(self, low, high, int(seed))
 
 
 # ------------------------------------------------------------------------------------ ops
 # Thin: argument types are checked by Cython (TypeError), everything else in C++.
 
 def array_set_(PyGpuMatrix arr not None, float value):
+    _require(arr, "array_set", "arr")
     with nogil:
         array_set(arr.mat[0], value)
 
 
 def broadcast_to_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "broadcast_to", "a")
+    _require(out, "broadcast_to", "out")
     with nogil:
         broadcast_to(a.mat[0], out.mat[0])
 
 
 def reduce_sum_axis_zero_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "reduce_sum_axis_zero", "a")
+    _require(out, "reduce_sum_axis_zero", "out")
     with nogil:
         reduce_sum_axis_zero(a.mat[0], out.mat[0])
 
 
 def add_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
+    _require(a, "add", "a")
+    _require(b, "add", "b")
+    _require(out, "add", "out")
     with nogil:
         add(a.mat[0], b.mat[0], out.mat[0])
 
 
 def multiply_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
+    _require(a, "multiply", "a")
+    _require(b, "multiply", "b")
+    _require(out, "multiply", "out")
     with nogil:
         multiply(a.mat[0], b.mat[0], out.mat[0])
 
 
 def add_const_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
+    _require(a, "add_const", "a")
+    _require(out, "add_const", "out")
     with nogil:
         add_const(a.mat[0], value, out.mat[0])
 
 
 def multiply_const_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
+    _require(a, "multiply_const", "a")
+    _require(out, "multiply_const", "out")
     with nogil:
         multiply_const(a.mat[0], value, out.mat[0])
 
 
 def matmul_(PyGpuMatrix a not None, bint trans_a, PyGpuMatrix b not None, bint trans_b,
             PyGpuMatrix c not None):
+    _require(a, "matmul", "a")
+    _require(b, "matmul", "b")
+    _require(c, "matmul", "c")
     with nogil:
         matmul(a.mat[0], trans_a, b.mat[0], trans_b, c.mat[0])
 
 
 def relu_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "relu", "a")
+    _require(out, "relu", "out")
     with nogil:
         relu(a.mat[0], out.mat[0])
 
 
 def relu_gradient_(PyGpuMatrix a not None, PyGpuMatrix grad not None, PyGpuMatrix out not None):
+    _require(a, "relu_gradient", "a")
+    _require(grad, "relu_gradient", "grad")
+    _require(out, "relu_gradient", "out")
     with nogil:
         relu_gradient(a.mat[0], grad.mat[0], out.mat[0])
 
 
 def softmax_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "softmax", "a")
+    _require(out, "softmax", "out")
     with nogil:
         softmax(a.mat[0], out.mat[0])
 
 
 def softmax_cross_entropy_(PyGpuMatrix logits not None, PyGpuMatrix labels not None,
                            PyGpuMatrix out not None):
+    _require(logits, "softmax_cross_entropy", "logits")
+    _require(labels, "softmax_cross_entropy", "labels")
+    _require(out, "softmax_cross_entropy", "out")
     with nogil:
         softmax_cross_entropy(logits.mat[0], labels.mat[0], out.mat[0])
 
 
 def transpose_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "transpose", "a")
+    _require(out, "transpose", "out")
     with nogil:
         transpose(a.mat[0], out.mat[0])
 
 
 def random_uniform_(PyGpuMatrix out not None, float low, float high, uint64_t seed):
+    _require(out, "random_uniform", "out")
     with nogil:
         random_uniform(out.mat[0], low, high, seed)
 
 
 def random_normal_(PyGpuMatrix out not None, float mean, float stddev, uint64_t seed):
+    _require(out, "random_normal", "out")
     with nogil:
         random_normal(out.mat[0], mean, stddev, seed)
 
 
 def axpy_(float alpha, PyGpuMatrix x not None, PyGpuMatrix y not None):
+    _require(x, "axpy", "x")
+    _require(y, "axpy", "y")
     with nogil:
         axpy(alpha, x.mat[0], y.mat[0])
 
 
 def copy_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
+    _require(src, "copy", "src")
+    _require(dst, "copy", "dst")
     with nogil:
         copy(src.mat[0], dst.mat[0])
 
 
 def reshape_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
+    _require(src, "reshape", "src")
+    _require(dst, "reshape", "dst")
     with nogil:
         reshape(src.mat[0], dst.mat[0])
 
@@ -408,6 +688,9 @@ def reshape_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
 
 def conv2d_(PyGpuMatrix x not None, PyGpuMatrix w not None, PyGpuMatrix y not None,
             int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w):
+    _require(x, "conv2d", "x")
+    _require(w, "conv2d", "w")
+    _require(y, "conv2d", "y")
     with nogil:
         conv2d(x.mat[0], w.mat[0], y.mat[0], stride_h, stride_w, pad_h, pad_w)
 
@@ -415,6 +698,9 @@ def conv2d_(PyGpuMatrix x not None, PyGpuMatrix w not None, PyGpuMatrix y not No
 def conv2d_gradient_input_(PyGpuMatrix dy not None, PyGpuMatrix w not None,
                            PyGpuMatrix dx not None, int64_t stride_h, int64_t stride_w,
                            int64_t pad_h, int64_t pad_w):
+    _require(dy, "conv2d_gradient_input", "dy")
+    _require(w, "conv2d_gradient_input", "w")
+    _require(dx, "conv2d_gradient_input", "dx")
     with nogil:
         conv2d_gradient_input(dy.mat[0], w.mat[0], dx.mat[0], stride_h, stride_w, pad_h, pad_w)
 
@@ -422,24 +708,36 @@ def conv2d_gradient_input_(PyGpuMatrix dy not None, PyGpuMatrix w not None,
 def conv2d_gradient_filter_(PyGpuMatrix x not None, PyGpuMatrix dy not None,
                             PyGpuMatrix dw not None, int64_t stride_h, int64_t stride_w,
                             int64_t pad_h, int64_t pad_w):
+    _require(x, "conv2d_gradient_filter", "x")
+    _require(dy, "conv2d_gradient_filter", "dy")
+    _require(dw, "conv2d_gradient_filter", "dw")
     with nogil:
         conv2d_gradient_filter(x.mat[0], dy.mat[0], dw.mat[0], stride_h, stride_w, pad_h, pad_w)
 
 
 def conv1d_(PyGpuMatrix x not None, PyGpuMatrix w not None, PyGpuMatrix y not None,
             int64_t stride, int64_t pad):
+    _require(x, "conv1d", "x")
+    _require(w, "conv1d", "w")
+    _require(y, "conv1d", "y")
     with nogil:
         conv1d(x.mat[0], w.mat[0], y.mat[0], stride, pad)
 
 
 def conv1d_gradient_input_(PyGpuMatrix dy not None, PyGpuMatrix w not None,
                            PyGpuMatrix dx not None, int64_t stride, int64_t pad):
+    _require(dy, "conv1d_gradient_input", "dy")
+    _require(w, "conv1d_gradient_input", "w")
+    _require(dx, "conv1d_gradient_input", "dx")
     with nogil:
         conv1d_gradient_input(dy.mat[0], w.mat[0], dx.mat[0], stride, pad)
 
 
 def conv1d_gradient_filter_(PyGpuMatrix x not None, PyGpuMatrix dy not None,
                             PyGpuMatrix dw not None, int64_t stride, int64_t pad):
+    _require(x, "conv1d_gradient_filter", "x")
+    _require(dy, "conv1d_gradient_filter", "dy")
+    _require(dw, "conv1d_gradient_filter", "dw")
     with nogil:
         conv1d_gradient_filter(x.mat[0], dy.mat[0], dw.mat[0], stride, pad)
 
@@ -450,11 +748,16 @@ def set_conv_workspace_limit_(int64_t nbytes):
 
 def add_channel_bias_(PyGpuMatrix a not None, PyGpuMatrix bias not None,
                       PyGpuMatrix out not None):
+    _require(a, "add_channel_bias", "a")
+    _require(bias, "add_channel_bias", "bias")
+    _require(out, "add_channel_bias", "out")
     with nogil:
         add_channel_bias(a.mat[0], bias.mat[0], out.mat[0])
 
 
 def reduce_sum_channels_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "reduce_sum_channels", "a")
+    _require(out, "reduce_sum_channels", "out")
     with nogil:
         reduce_sum_channels(a.mat[0], out.mat[0])
 
@@ -464,6 +767,8 @@ def reduce_sum_channels_(PyGpuMatrix a not None, PyGpuMatrix out not None):
 def max_pool2d_(PyGpuMatrix x not None, PyGpuMatrix y not None, int64_t kernel_h,
                 int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
                 int64_t pad_w):
+    _require(x, "max_pool2d", "x")
+    _require(y, "max_pool2d", "y")
     with nogil:
         max_pool2d(x.mat[0], y.mat[0], kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)
 
@@ -471,6 +776,9 @@ def max_pool2d_(PyGpuMatrix x not None, PyGpuMatrix y not None, int64_t kernel_h
 def max_pool2d_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None,
                          PyGpuMatrix dx not None, int64_t kernel_h, int64_t kernel_w,
                          int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w):
+    _require(x, "max_pool2d_gradient", "x")
+    _require(dy, "max_pool2d_gradient", "dy")
+    _require(dx, "max_pool2d_gradient", "dx")
     with nogil:
         max_pool2d_gradient(x.mat[0], dy.mat[0], dx.mat[0], kernel_h, kernel_w, stride_h,
                             stride_w, pad_h, pad_w)
@@ -479,6 +787,8 @@ def max_pool2d_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None,
 def avg_pool2d_(PyGpuMatrix x not None, PyGpuMatrix y not None, int64_t kernel_h,
                 int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
                 int64_t pad_w):
+    _require(x, "avg_pool2d", "x")
+    _require(y, "avg_pool2d", "y")
     with nogil:
         avg_pool2d(x.mat[0], y.mat[0], kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)
 
@@ -486,6 +796,8 @@ def avg_pool2d_(PyGpuMatrix x not None, PyGpuMatrix y not None, int64_t kernel_h
 def avg_pool2d_gradient_(PyGpuMatrix dy not None, PyGpuMatrix dx not None, int64_t kernel_h,
                          int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
                          int64_t pad_w):
+    _require(dy, "avg_pool2d_gradient", "dy")
+    _require(dx, "avg_pool2d_gradient", "dx")
     with nogil:
         avg_pool2d_gradient(dy.mat[0], dx.mat[0], kernel_h, kernel_w, stride_h, stride_w, pad_h,
                             pad_w)
@@ -494,23 +806,37 @@ def avg_pool2d_gradient_(PyGpuMatrix dy not None, PyGpuMatrix dx not None, int64
 # Regression losses and the optimizer.
 
 def mse_loss_(PyGpuMatrix pred not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
+    _require(pred, "mse_loss", "pred")
+    _require(target, "mse_loss", "target")
+    _require(out, "mse_loss", "out")
     with nogil:
         mse_loss(pred.mat[0], target.mat[0], out.mat[0])
 
 
 def mae_loss_(PyGpuMatrix pred not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
+    _require(pred, "mae_loss", "pred")
+    _require(target, "mae_loss", "target")
+    _require(out, "mae_loss", "out")
     with nogil:
         mae_loss(pred.mat[0], target.mat[0], out.mat[0])
 
 
 def mse_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
                        PyGpuMatrix dloss not None, PyGpuMatrix out not None):
+    _require(pred, "mse_loss_gradient", "pred")
+    _require(target, "mse_loss_gradient", "target")
+    _require(dloss, "mse_loss_gradient", "dloss")
+    _require(out, "mse_loss_gradient", "out")
     with nogil:
         mse_loss_gradient(pred.mat[0], target.mat[0], dloss.mat[0], out.mat[0])
 
 
 def mae_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
                        PyGpuMatrix dloss not None, PyGpuMatrix out not None):
+    _require(pred, "mae_loss_gradient", "pred")
+    _require(target, "mae_loss_gradient", "target")
+    _require(dloss, "mae_loss_gradient", "dloss")
+    _require(out, "mae_loss_gradient", "out")
     with nogil:
         mae_loss_gradient(pred.mat[0], target.mat[0], dloss.mat[0], out.mat[0])
 
@@ -518,6 +844,10 @@ def mae_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
 def adam_update_(PyGpuMatrix param not None, PyGpuMatrix grad not None, PyGpuMatrix m not None,
                  PyGpuMatrix v not None, float lr, float beta1, float beta2, float eps,
                  int64_t step):
+    _require(param, "adam_update", "param")
+    _require(grad, "adam_update", "grad")
+    _require(m, "adam_update", "m")
+    _require(v, "adam_update", "v")
     with nogil:
         adam_update(param.mat[0], grad.mat[0], m.mat[0], v.mat[0], lr, beta1, beta2, eps, step)
 

@@ -48,6 +48,8 @@ Bengio, Courville, *Deep Learning*, 6.5.4 and 6.2.2.3).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 from collections.abc import Iterable, Sequence
 
@@ -187,6 +189,43 @@ class Op:
     """
 
     name = "op"
+
+    def __init_subclass__(cls, **kwargs):
+        # Every op's __call__ annotates its graph-node parameters as ``Node`` (``Node | None``
+        # when optional). Checking them here, once for all ops (gpumat.nn's and gpumat.dlsys'
+        # too), turns a non-node argument into a TypeError naming the op and the parameter,
+        # instead of an AttributeError from deep inside the node's name.
+        super().__init_subclass__(**kwargs)
+        call = cls.__dict__.get("__call__")
+        if call is None or getattr(call, "_checks_nodes", False):
+            return
+        sig = inspect.signature(call)
+        node_params = [
+            (pname, "None" in p.annotation)
+            for pname, p in list(sig.parameters.items())[1:]
+            if isinstance(p.annotation, str) and p.annotation.split(" ")[0] == "Node"
+        ]
+
+        @functools.wraps(call)
+        def checked_call(self, *args, **kwargs):
+            try:
+                bound = sig.bind(self, *args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{self.name}: {exc}") from None
+            for pname, optional in node_params:
+                if pname not in bound.arguments:
+                    continue
+                value = bound.arguments[pname]
+                if not isinstance(value, Node) and not (optional and value is None):
+                    raise TypeError(
+                        f"{self.name}: argument {pname!r} must be a graph Node (a Variable or "
+                        f"an op's result), got {type(value).__name__}"
+                    )
+            return call(self, *args, **kwargs)
+
+        checked_call._checks_nodes = True
+        cls.__call__ = checked_call
+
     # Positions of inputs whose values compute never reads, only their shapes (zeroslike_op's
     # input, broadcastto_op's target). The executor does not keep those values alive for this
     # op, so such an input's buffer may hold another value (even this op's output) when it runs.
@@ -351,6 +390,9 @@ class MatMulOp(Op):
     def __call__(
         self, node_A: Node, node_B: Node, trans_A: bool = False, trans_B: bool = False
     ) -> Node:
+        for flag, value in (("trans_A", trans_A), ("trans_B", trans_B)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"matmul_op: {flag} must be a bool, got {value!r}")
         new_node = Op.__call__(self)
         new_node.matmul_attr_trans_A = bool(trans_A)
         new_node.matmul_attr_trans_B = bool(trans_B)
@@ -863,8 +905,23 @@ def gradients(output_node: Node, node_list: Sequence[Node]) -> list[Node]:
     Raises:
         NotImplementedError: a needed gradient is :class:`Undefined` (e.g. softmax cross-entropy
             with respect to its labels).
+        TypeError: ``output_node`` or an entry of ``node_list`` is not a graph node.
     """
-    node_list = list(node_list)
+    if not isinstance(output_node, Node):
+        raise TypeError(
+            f"gradients: output_node must be a graph Node, got {type(output_node).__name__}"
+        )
+    try:
+        node_list = list(node_list)
+    except TypeError as exc:
+        raise TypeError(
+            f"gradients: node_list must be a sequence of Nodes, got {type(node_list).__name__}"
+        ) from exc
+    for node in node_list:
+        if not isinstance(node, Node):
+            raise TypeError(
+                f"gradients: node_list must hold graph Nodes, got a {type(node).__name__}"
+            )
     topo = find_topo_sort([output_node])
     wanted = set(node_list)
     # A node is relevant if some requested node is it or one of its ancestors.

@@ -21,7 +21,10 @@ class Context:
         ValueError: an unknown device_type or a negative index.
     """
 
-    __slots__ = ("device_type", "index")
+    # NOTE: the kind is stored as _kind and read through the device_type property, so that
+    # gpumat.dlsys.ndarray.DLContext can report the seed's integer device types (1 cpu, 2 gpu)
+    # while every gpumat layer keeps reading the string.
+    __slots__ = ("_kind", "index")
 
     def __init__(self, device_type: str, index: int = 0):
         if device_type not in _KINDS:
@@ -29,11 +32,16 @@ class Context:
         index = int(index)
         if index < 0:
             raise ValueError(f"device index must be >= 0, got {index}")
-        object.__setattr__(self, "device_type", device_type)
+        object.__setattr__(self, "_kind", device_type)
         object.__setattr__(self, "index", index)
 
     def __setattr__(self, name, value):
         raise AttributeError("Context is immutable")
+
+    @property
+    def device_type(self) -> str:
+        """``"cpu"`` or ``"gpu"``."""
+        return self._kind
 
     @property
     def device_id(self) -> int:
@@ -43,20 +51,18 @@ class Context:
     @property
     def _native(self) -> tuple[int, int]:
         # (kind, index) as gpumat._core takes it
-        return _KINDS[self.device_type], (0 if self.device_type == "cpu" else self.index)
+        return _KINDS[self._kind], (0 if self._kind == "cpu" else self.index)
 
     def __eq__(self, other):
         return (
-            isinstance(other, Context)
-            and self.device_type == other.device_type
-            and self.index == other.index
+            isinstance(other, Context) and self._kind == other._kind and self.index == other.index
         )
 
     def __hash__(self):
-        return hash((self.device_type, self.index))
+        return hash((self._kind, self.index))
 
     def __repr__(self):
-        return f"{self.device_type}({self.index})"
+        return f"{self._kind}({self.index})"
 
 
 def cpu(index: int = 0) -> Context:
@@ -82,4 +88,4 @@ def emu(index: int = 0) -> Context:
 
 def is_gpu_ctx(ctx) -> bool:
     """True if ``ctx`` is a CUDA context (the seed's ``ndarray.is_gpu_ctx``)."""
-    return isinstance(ctx, Context) and ctx.device_type == "gpu"
+    return isinstance(ctx, Context) and ctx._kind == "gpu"

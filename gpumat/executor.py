@@ -186,7 +186,14 @@ class Executor:
         topo_order: the schedule, a topological order of the needed nodes.
         node_to_shape_map: node -> inferred shape.
         feed_shapes: fed node -> shape of the current plan.
-        memory_plan: a :class:`MemoryPlan` (None before the first run).
+        memory_plan: a :class:`MemoryPlan` (None before the first run); ``gpumat.dlsys``'s
+            Executor, whose ``memory_plan`` is the seed's method, reports it as ``plan_stats``.
+        node_to_arr_map: node -> the buffer planned for it, for every node except the fed ones
+            (the seed's name; None before the first run).
+
+    Raises:
+        TypeError: ``eval_node_list`` holds something that is not a graph node, or ``ctx`` is
+            neither None nor a ``gpumat.Context`` (e.g. the string ``"gpu"``).
 
     Example (training with parameters kept on the device)::
 
@@ -199,17 +206,32 @@ class Executor:
     """
 
     def __init__(self, eval_node_list: Sequence[Node], ctx=None) -> None:
+        if isinstance(eval_node_list, (Node, str, bytes)) or not isinstance(
+            eval_node_list, Sequence
+        ):
+            raise TypeError(
+                "Executor: eval_node_list must be a list of graph nodes, got a "
+                f"{type(eval_node_list).__name__} (e.g. Executor([loss, *grads]))"
+            )
         self.eval_node_list = list(eval_node_list)
         for node in self.eval_node_list:
             if not isinstance(node, Node):
                 raise TypeError(
                     f"Executor: eval_node_list holds a {type(node).__name__}, expected graph nodes"
                 )
+        if ctx is not None:
+            from gpumat.context import Context
+
+            if not isinstance(ctx, Context):
+                raise TypeError(
+                    f"Executor: ctx must be None (numpy) or a gpumat.Context such as gpumat.cpu() "
+                    f"or gpumat.gpu(0), got {ctx!r}"
+                )
         self.ctx = ctx
         self.topo_order: list[Node] | None = None
         self.node_to_shape_map: dict[Node, tuple] | None = None
         self.feed_shapes: dict[Node, tuple] | None = None
-        self.memory_plan: MemoryPlan | None = None
+        self._plan_stats: MemoryPlan | None = None
         # Every node any feed combination could need; feeds for other nodes are ignored.
         self._graph_nodes = set(find_topo_sort(self.eval_node_list))
         self._plan_key = None
@@ -218,6 +240,29 @@ class Executor:
         self._buffers: list = []
         self._eval_index: list[int] = []
         self._dtype = np.float32
+
+    @property
+    def memory_plan(self) -> MemoryPlan | None:
+        """The current :class:`MemoryPlan` (None before the first run)."""
+        return self._plan_stats
+
+    @property
+    def plan_stats(self) -> MemoryPlan | None:
+        """The current :class:`MemoryPlan`, under a name that the seed's API leaves free."""
+        return self._plan_stats
+
+    @property
+    def node_to_arr_map(self) -> dict | None:
+        """node -> its planned buffer (numpy array or PyGpuMatrix view), for every node of the
+        schedule except fed ones; None before the first run. Buffers of values whose lifetimes
+        do not overlap are shared, and the next run overwrites them."""
+        if self._plan_key is None and not self._steps:
+            return None
+        return {
+            node: self._template[i]
+            for kind, i, node, _ in self._steps
+            if kind == _COMPUTE and self._template[i] is not None
+        }
 
     def __repr__(self) -> str:
         names = ", ".join(n.name for n in self.eval_node_list[:4])
@@ -347,7 +392,7 @@ class Executor:
         self._eval_index = [index[n] for n in self.eval_node_list]
         self._dtype = dtype
         self.feed_shapes = {n: shapes[n] for n in feeds if n in shapes}
-        self.memory_plan = MemoryPlan(
+        self._plan_stats = MemoryPlan(
             num_values=len(planned),
             num_buffers=len(buffer_bytes),
             planned_bytes=int(sum(buffer_bytes)),

@@ -1,4 +1,8 @@
-"""The seed assignment's ``ndarray`` module names, so its scripts run with only the import changed.
+"""The seed assignment's ``ndarray`` module names over gpumat's own contexts.
+
+Contexts here report ``device_type`` as ``"cpu"``/``"gpu"``; :mod:`gpumat.dlsys.ndarray` is the
+course's module exactly (integer device types, ``gpu(0)`` raising without a GPU), the one the
+course's scripts use through ``from gpumat.dlsys import ndarray``.
 
 ``ndarray.array(np_arr, ctx)``, ``ndarray.empty(shape, ctx)``, ``ndarray.cpu(0)``,
 ``ndarray.gpu(0)``, ``ndarray.is_gpu_ctx(ctx)``, ``ndarray.NDArray`` (= PyGpuMatrix, with

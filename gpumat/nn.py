@@ -118,7 +118,8 @@ def np_conv2d_gradient_filter(x, dy, w_shape, stride=(1, 1), padding=(0, 0)) -> 
 
 def _pool_windows_flat(x, kernel, stride, padding, fill):
     win = _windows(_pad(x, padding, fill), kernel, stride)
-    return win.reshape(win.shape[:4] + (-1,))
+    # NOTE: the window size is explicit, not -1: numpy cannot infer -1 for an empty batch.
+    return win.reshape(win.shape[:4] + (kernel[0] * kernel[1],))
 
 
 def np_max_pool2d(x, kernel, stride, padding) -> np.ndarray:

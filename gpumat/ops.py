@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from . import _core
 
 __all__ = [
@@ -147,8 +149,12 @@ def matrix_multiply(matA, transA: bool, matB, transB: bool, matC) -> None:
 
     matA is (M, K), or (K, M) when transA; matB is (K, N), or (N, K) when transB; all 2-D.
     K = 0 gives zeros. Host: BLAS sgemm; CUDA: shared-memory tiled kernel (see matmul.cu).
-    FLOPs: 2·M·N·K.
+    FLOPs: 2·M·N·K. Raises TypeError for a flag that is not a bool (a truthy array or string
+    would otherwise choose a transpose silently).
     """
+    for flag, value in (("transA", transA), ("transB", transB)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"matrix_multiply: {flag} must be a bool, got {value!r}")
     _core.matmul_(matA, bool(transA), matB, bool(transB), matC)
 
 
@@ -192,7 +198,8 @@ def random_uniform(out_arr, low: float = 0.0, high: float = 1.0, seed: int = 0) 
     """Fills out_arr with uniform samples in [low, high).
 
     Element i depends only on (seed, i) (SplitMix64 counter hashing), so cpu and gpu give the
-    same values for the same seed. Raises ValueError if low > high or the seed is not in [0, 2**64).
+    same values for the same seed. Raises ValueError if low > high, low or high is not finite, or
+    the seed is not in [0, 2**64).
     """
     _core.random_uniform_(out_arr, low, high, _seed(seed))
 
@@ -201,7 +208,7 @@ def random_normal(out_arr, mean: float = 0.0, std: float = 1.0, seed: int = 0) -
     """Fills out_arr with normal samples N(mean, std**2) (Box-Muller on counter-hashed uniforms).
 
     Same seed, same values on every device (to float32 rounding of exp/log/cos). Raises
-    ValueError if std < 0 or the seed is not in [0, 2**64).
+    ValueError if std < 0, mean or std is not finite, or the seed is not in [0, 2**64).
     """
     _core.random_normal_(out_arr, mean, std, _seed(seed))
 
@@ -382,7 +389,8 @@ def mae_loss(pred, target, out) -> None:
 def mse_loss_gradient(pred, target, dloss, out) -> None:
     """out = dloss[0] * 2 * (pred - target) / n, the gradient of :func:`mse_loss` with respect to
     pred times the loss's output gradient ``dloss`` (shape (1,)); out has pred's shape. The
-    gradient with respect to target is its negative."""
+    gradient with respect to target is its negative. Elementwise, so out may be pred or target
+    (in place)."""
     _core.mse_loss_gradient_(pred, target, dloss, out)
 
 

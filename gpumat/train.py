@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from gpumat.datasets import iterate_minibatches, one_hot
+from gpumat.datasets import iterate_minibatches, one_hot, progress_bar_wanted
 from gpumat.executor import Executor
 from gpumat.models import Model
 from gpumat.optim import SGD
@@ -353,7 +353,8 @@ def fit(
         print_loss: include the epoch's mean loss in the per-epoch line (the seed's ``-l``).
         verbose: print one line per epoch (time in seconds, validation accuracy, and the loss with
             ``print_loss``) to stdout.
-        progress: show a tqdm progress bar over the training steps (on stderr).
+        progress: show a tqdm progress bar over the training steps (on stderr), only when stdout
+            is a terminal (a redirected run logs no bar).
         eval_batch_size: images per forward pass when evaluating.
         distributed: data-parallel training over MPI (``gpumat.distributed``; launch with
             ``mpiexec -n N``): every rank starts from rank 0's parameters, trains on its
@@ -498,7 +499,7 @@ def fit(
         total=epochs * n_batches,
         desc=f"{model.name} [{history.backend}]",
         unit="batch",
-        disable=not progress,
+        disable=not progress_bar_wanted(progress),
         leave=False,
         file=sys.stderr,
     )

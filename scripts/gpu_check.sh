@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_check.sh: the one-call GPU verification of gpumat (DESIGN.md, "GPU verification").
+# gpu_check.sh: the one-call GPU verification of gpumat (docs/ARCHITECTURE.md, "Testing and benchmarks").
 #
 #   bash scripts/gpu_check.sh [OUTDIR]          # OUTDIR defaults to gpu_check_out/
 #
@@ -243,6 +243,18 @@ if wanted data; then
 fi
 
 # -- build and import -----------------------------------------------------------------------------
+# pyproject.toml's SPDX `license = "MIT"` needs setuptools >= 77 (PEP 639); --no-build-isolation
+# builds with the machine's own setuptools, so bring a newer one from .whl/ when it is older.
+if ! $PY -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)' 2>/dev/null; then
+  set -- "$REPO"/.whl/setuptools-*.whl
+  if [ -e "$1" ]; then
+    run_step setuptools 120 "$PY" -m pip install --no-index --no-deps "$@"
+  else
+    echo "setuptools < 77 and no .whl/setuptools-*.whl: on a machine with network run" \
+      "python3 -m pip download --no-deps -d .whl 'setuptools>=77' and carry .whl" | tee "$LOGS/setuptools.log"
+    record setuptools fail - 0 "MISSING: setuptools>=77 wheel (the build will fail)"
+  fi
+fi
 if ! run_step build 240 env GPUMAT_CUDA=1 "$PY" -m pip install --no-build-isolation --no-deps -v .; then
   BUILD_OK=0
 fi

@@ -412,10 +412,13 @@ def test_matrix_multiply_mnist_shape(ctx):
     _matmul_case(ctx, 1000, 256, 784, False, False)
 
 
-def test_matrix_multiply_trans_flags_accept_ints(ctx):
+def test_matrix_multiply_trans_flags_are_bools_not_ints(ctx):
+    # A truthy int, string or array would pick a transpose silently (issue 14): bools only.
     a, b = rand((4, 3)), rand((5, 4))
     c = nan_array((3, 5), ctx)
-    ops.matrix_multiply(gpumat.array(a, ctx), 1, gpumat.array(b, ctx), 1, c)
+    with pytest.raises(TypeError, match="transA must be a bool, got 1"):
+        ops.matrix_multiply(gpumat.array(a, ctx), 1, gpumat.array(b, ctx), True, c)
+    ops.matrix_multiply(gpumat.array(a, ctx), np.bool_(True), gpumat.array(b, ctx), True, c)
     assert_close(c.asnumpy(), a.T.astype(np.float64) @ b.T.astype(np.float64), rtol=1e-5)
 
 

@@ -1,0 +1,233 @@
+"""The seed's ``autodiff`` module: graph nodes, ops, ``gradients`` and ``Executor``.
+
+Everything is :mod:`gpumat.autodiff`'s (the same ``Node`` class, ops, ``gradients`` and
+executor), except what the course skeleton defines differently:
+
+- ``softmaxcrossentropy_op(y, y_)``: the value is the batch mean of the cross-entropy, as in
+  gpumat, but the gradient with respect to y is **summed** over the batch, ``softmax(y) - y_``
+  (the skeleton's ``(softmax_op(y) + -1 * y_) * output_grad``), so the course's ``lr = 1e-3`` at
+  batch 1000 is the update that gpumat.autodiff makes with ``lr = 1.0``.
+- ``Executor.memory_plan(feed_shapes)`` is a method (it plans and allocates the arrays of
+  ``node_to_arr_map``); the plan's statistics are ``Executor.plan_stats``.
+- the skeleton's helpers ``softmax_func``, ``topo_sort_dfs``, ``sum_node_list`` and
+  ``broadcast_rule``.
+
+Source: the op set, names and helper signatures of UW CSE599G1 "dlsys" assignment 2's
+``python/dlsys/autodiff.py`` (read, not copied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from gpumat import autodiff as _ad
+from gpumat import ops as _ops
+from gpumat.autodiff import (  # noqa: F401 (re-exported: the seed's names)
+    AddByConstOp,
+    AddOp,
+    BroadcastToOp,
+    MatMulOp,
+    MulByConstOp,
+    MulOp,
+    Node,
+    OnesLikeOp,
+    Op,
+    PlaceholderOp,
+    ReduceSumAxisZeroOp,
+    ReluGradientOp,
+    ReluOp,
+    SoftmaxOp,
+    TransposeOp,
+    Undefined,
+    Variable,
+    ZerosLikeOp,
+    add_byconst_op,
+    add_op,
+    broadcastto_op,
+    find_topo_sort,
+    gradients,
+    matmul_op,
+    mul_byconst_op,
+    mul_op,
+    oneslike_op,
+    placeholder_op,
+    reducesumaxiszero_op,
+    relu_gradient_op,
+    relu_op,
+    softmax_op,
+    transpose_op,
+    zeroslike_op,
+)
+from gpumat.executor import Executor as _GpumatExecutor
+
+__all__ = [
+    "Executor",
+    "Node",
+    "Op",
+    "Variable",
+    "add_byconst_op",
+    "add_op",
+    "broadcast_rule",
+    "broadcastto_op",
+    "find_topo_sort",
+    "gradients",
+    "matmul_op",
+    "mul_byconst_op",
+    "mul_op",
+    "oneslike_op",
+    "placeholder_op",
+    "reducesumaxiszero_op",
+    "relu_gradient_op",
+    "relu_op",
+    "softmax_func",
+    "softmax_op",
+    "softmaxcrossentropy_gradient_op",
+    "softmaxcrossentropy_op",
+    "sum_node_list",
+    "topo_sort_dfs",
+    "transpose_op",
+    "zeroslike_op",
+]
+
+
+def softmax_func(y: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of a 2-D numpy array (N, C), in y's dtype.
+
+    NOTE: the row max is subtracted before exp(), so large logits cannot overflow.
+    """
+    y = np.asarray(y)
+    if y.ndim != 2:
+        raise ValueError(f"softmax_func: y must be 2-D (rows, classes), got shape {y.shape}")
+    return _ad._softmax_np(y)
+
+
+class SoftmaxCrossEntropyOp(_ad.SoftmaxCrossEntropyOp):
+    """``softmaxcrossentropy_op(y, y_)``: the batch mean of -sum_c y_ log softmax(y), shape (1,),
+    whose gradient with respect to y is the seed's **summed** ``softmax(y) - y_`` (times the
+    output gradient), not the derivative of the mean."""
+
+    def gradient(self, node, output_grad):
+        y, y_ = node.inputs
+        grad = softmaxcrossentropy_gradient_op(y, y_)
+        if not (output_grad.op is oneslike_op and output_grad.inputs[0] is node):
+            grad = grad * broadcastto_op(output_grad, y)
+        return [grad, Undefined("softmaxcrossentropy_op: gradient with respect to the labels")]
+
+
+class SoftmaxCrossEntropyGradientOp(_ad.SoftmaxCrossEntropyGradientOp):
+    """``softmaxcrossentropy_gradient_op(y, y_)``: softmax(y) - y_ for (N, C) y and y_, the seed's
+    gradient (summed over the batch, no 1/N)."""
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        y, y_ = input_vals
+        if ctx is None:
+            np.copyto(output_val, _ad._softmax_np(y) - y_)
+        else:
+            _ops.softmax(y, output_val)
+            _ops.axpy(-1.0, y_, output_val)
+
+
+softmaxcrossentropy_op = SoftmaxCrossEntropyOp()
+softmaxcrossentropy_gradient_op = SoftmaxCrossEntropyGradientOp()
+
+
+def topo_sort_dfs(node: Node, visited: set, topo_order: list) -> None:
+    """Appends ``node`` and its not-yet-visited ancestors to ``topo_order``, inputs first
+    (post-order depth-first search), and adds them to ``visited``.
+
+    The seed's helper, iterative here (no recursion limit on deep graphs). Raises TypeError when
+    ``node`` is not a graph node.
+    """
+    if not isinstance(node, Node):
+        raise TypeError(f"topo_sort_dfs: node must be a graph Node, got {type(node).__name__}")
+    if node in visited:
+        return
+    visited.add(node)
+    stack = [(node, iter(node.inputs))]
+    while stack:
+        current, it = stack[-1]
+        for child in it:
+            if child not in visited:
+                visited.add(child)
+                stack.append((child, iter(child.inputs)))
+                break
+        else:
+            stack.pop()
+            topo_order.append(current)
+
+
+def sum_node_list(node_list) -> Node:
+    """The sum of the nodes with ``add_op``, left to right (no ``0 +`` node as Python's sum makes).
+
+    Raises ValueError for an empty list, TypeError for a non-node entry.
+    """
+    node_list = list(node_list)
+    if not node_list:
+        raise ValueError("sum_node_list: the list is empty")
+    total = node_list[0]
+    if not isinstance(total, Node):
+        raise TypeError(f"sum_node_list: entries must be graph Nodes, got {type(total).__name__}")
+    for n in node_list[1:]:
+        total = add_op(total, n)
+    return total
+
+
+def broadcast_rule(shape_a: tuple, shape_b: tuple) -> tuple:
+    """The shape numpy broadcasting gives for ``shape_a`` and ``shape_b``, e.g.
+    ``broadcast_rule((3, 2), (4, 3, 2)) == (4, 3, 2)`` (numpy.broadcast_shapes).
+
+    Raises TypeError for a shape that is not a tuple of ints, ValueError for incompatible shapes.
+    """
+    for what, shape in (("shape_a", shape_a), ("shape_b", shape_b)):
+        if not isinstance(shape, tuple) or any(
+            isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in shape
+        ):
+            raise TypeError(f"broadcast_rule: {what} must be a tuple of ints, got {shape!r}")
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(shape_a, shape_b))
+    except ValueError as exc:
+        raise ValueError(f"broadcast_rule: cannot broadcast {shape_a} and {shape_b}") from exc
+
+
+class Executor(_GpumatExecutor):
+    """gpumat's executor with the seed's API: ``Executor(eval_node_list, ctx=None)``,
+    ``run(feed_dict, convert_to_numpy_ret_vals=False)``, ``infer_shape(feed_shapes)``,
+    ``memory_plan(feed_shapes)`` (a method here), ``node_to_shape_map``, ``node_to_arr_map``,
+    ``topo_order``, ``feed_shapes``. ``ctx`` is None (numpy), ``ndarray.cpu(0)`` or
+    ``ndarray.gpu(i)`` (or any ``gpumat.Context``). The plan's statistics are ``plan_stats``.
+
+    Raises as :class:`gpumat.executor.Executor` (TypeError for a ctx that is not a context).
+    """
+
+    def memory_plan(self, feed_shapes: Mapping) -> dict:
+        """Plans and allocates an array for every node except the fed ones, for fed nodes of
+        these shapes, and returns ``node_to_arr_map`` (node -> array). ``run`` calls it itself;
+        calling it first only allocates early. Arrays of values whose lifetimes do not overlap
+        share storage (see gpumat.executor).
+
+        Raises ValueError from shape inference (a missing feed, incompatible shapes), TypeError
+        for a key that is not a node.
+        """
+        feeds = {}
+        for node, shape in dict(feed_shapes).items():
+            if not isinstance(node, Node):
+                raise TypeError(f"memory_plan: keys must be graph nodes, got {type(node).__name__}")
+            if node in self._graph_nodes:
+                feeds[node] = (_ShapeOnly(tuple(shape)), False)
+        self._prepare(feeds, np.float32)
+        # The same key as a run with numpy feeds of these shapes, so that run keeps this plan.
+        self._plan_key = (
+            frozenset((n, tuple(v.shape), False) for n, (v, _) in feeds.items()),
+            np.dtype(np.float32).str,
+        )
+        return self.node_to_arr_map
+
+
+class _ShapeOnly:
+    # A stand-in feed value for memory_plan: _prepare reads only .shape.
+    __slots__ = ("shape",)
+
+    def __init__(self, shape):
+        self.shape = shape

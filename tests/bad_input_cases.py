@@ -1,0 +1,1211 @@
+"""Bad-input cases: hypothesis-generated calls of every public gpumat entry point.
+
+Each case draws a valid call (shapes and parameters that fit the function), then replaces some
+arguments with bad ones: an array that holds nothing (``PyGpuMatrix.__new__``), a wrong shape, a
+zero-size or 0-d array, a view or the same array in two places, numpy data or a list where a
+device array belongs, None, strings, bools, NaN, infinities, huge and negative numbers. A case
+passes when the call
+
+- raises one of :data:`ALLOWED` with a message that says something (and leaves every array
+  argument as it was), or
+- returns, and every output equals a float64 numpy reference computed from the arguments as they
+  were before the call; a call that gpumat accepts but the reference rejects fails.
+
+A crash (a signal) cannot be caught in-process, so ``tests/test_bad_input.py`` runs each batch in
+a child process (``python tests/bad_input_cases.py BATCH``) and fails when the child dies by a
+signal. The child prints one JSON line: ``{"batch": ..., "cases": N, "failures": [...]}``.
+
+``GPUMAT_BAD_INPUT_EXAMPLES`` sets the examples per function (default 50) and
+``GPUMAT_BAD_INPUT_RANDOM=1`` uses fresh random draws instead of the fixed (derandomized) ones.
+"""
+
+from __future__ import annotations
+
+import copy as copy_module
+import faulthandler
+import json
+import math
+import numbers
+import os
+import sys
+import traceback
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpumat
+import gpumat.autodiff as ad
+from gpumat import PyGpuMatrix, nn, ops
+from gpumat.dlsys import autodiff as dlsys_ad
+from gpumat.dlsys import ndarray as dlsys_nd
+
+ALLOWED = (
+    ValueError,
+    TypeError,
+    MemoryError,
+    IndexError,
+    OverflowError,
+    NotImplementedError,
+    gpumat.CudaError,
+)
+EXAMPLES = int(os.environ.get("GPUMAT_BAD_INPUT_EXAMPLES", "50"))
+DERANDOMIZE = os.environ.get("GPUMAT_BAD_INPUT_RANDOM") != "1"
+CTX = gpumat.cpu()
+
+
+class Invalid(Exception):
+    """Raised by a reference: gpumat's documented rules reject these arguments."""
+
+
+class Snap:
+    """A device-array argument as it was before the call: float64 values and its storage root."""
+
+    def __init__(self, arr: PyGpuMatrix, root: int):
+        self.value = arr.asnumpy().astype(np.float64)
+        self.root = root
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments
+# --------------------------------------------------------------------------------------------
+
+
+class Arrays:
+    """Makes device arrays for one case and remembers which share storage (views)."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+        self.root_of: dict[int, int] = {}
+
+    def new(self, shape, low=-1.0, high=1.0) -> PyGpuMatrix:
+        a = gpumat.array(self.rng.uniform(low, high, size=shape).astype(np.float32), CTX)
+        self.root_of[id(a)] = id(a)
+        return a
+
+    def view(self, base: PyGpuMatrix, shape) -> PyGpuMatrix:
+        v = base.reshape(shape)
+        self.root_of[id(v)] = self.root_of.get(id(base), id(base))
+        return v
+
+    def snap(self, value):
+        if isinstance(value, PyGpuMatrix) and value.ctx is not None:
+            return Snap(value, self.root_of.get(id(value), id(value)))
+        return value
+
+
+def _empty_matrix() -> PyGpuMatrix:
+    return PyGpuMatrix.__new__(PyGpuMatrix)
+
+
+BAD_SCALARS = [
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    0.0,
+    -1.0,
+    1e300,
+    -1e300,
+    2**70,
+    True,
+    np.float64(2.5),
+    np.int64(3),
+    "1.5",
+    None,
+    [1.0],
+    1 + 2j,
+    np.array([1.0, 2.0]),
+]
+BAD_INTS = [0, -1, -(2**63), 2**63, 2**70, 1.0, 2.5, True, None, "2", (1,), (1, 2, 3), np.int64(2)]
+
+
+def bad_array_strategy(arrays: Arrays, like):
+    """Bad values for a device-array slot whose valid value is ``like``."""
+    shape = like.shape if isinstance(like, PyGpuMatrix) and like.ctx is not None else (2, 2)
+    return st.sampled_from(
+        [
+            "empty",
+            "none",
+            "numpy",
+            "list",
+            "int",
+            "str",
+            "wrong_shape",
+            "zero_size",
+            "zero_d",
+            "view",
+            "transposed_shape",
+        ]
+    ).flatmap(lambda kind: st.just(_make_bad_array(arrays, kind, shape, like)))
+
+
+def _make_bad_array(arrays: Arrays, kind: str, shape, like):
+    if kind == "empty":
+        return _empty_matrix()
+    if kind == "none":
+        return None
+    if kind == "numpy":
+        return np.zeros(shape, dtype=np.float32)
+    if kind == "list":
+        return np.zeros(shape).tolist()
+    if kind == "int":
+        return 3
+    if kind == "str":
+        return "array"
+    if kind == "wrong_shape":
+        return arrays.new(tuple(d + 1 for d in shape) or (2,))
+    if kind == "zero_size":
+        return arrays.new((0,) + tuple(shape[1:]))
+    if kind == "zero_d":
+        return arrays.new(())
+    if kind == "view" and isinstance(like, PyGpuMatrix) and like.ctx is not None:
+        return arrays.view(like, (like.size,))
+    if kind == "transposed_shape":
+        return arrays.new(tuple(reversed(shape)))
+    return arrays.new(shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Reference helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _arr(x) -> np.ndarray:
+    if not isinstance(x, Snap):
+        raise Invalid("not a device array")
+    return x.value
+
+
+def _num(x) -> float:
+    if isinstance(x, (str, bytes)) or x is None:
+        raise Invalid("not a number")
+    try:
+        return float(np.float32(float(x)))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise Invalid("not a number") from exc
+
+
+def _int(x) -> int:
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise Invalid("not an int")
+    return int(x)
+
+
+def _pair(x) -> tuple[int, int]:
+    if isinstance(x, (tuple, list)):
+        if len(x) != 2:
+            raise Invalid("not a pair")
+        return _int(x[0]), _int(x[1])
+    v = _int(x)
+    return v, v
+
+
+def _same(*shapes):
+    if len({tuple(s) for s in shapes}) != 1:
+        raise Invalid("shapes differ")
+
+
+def _no_alias(out, *inputs):
+    for x in inputs:
+        if isinstance(out, Snap) and isinstance(x, Snap) and out.root == x.root:
+            raise Invalid("output aliases an input")
+
+
+def _graph(build, *values, out_shape=None):
+    """Evaluates ``build(*variables)`` on gpumat's numpy backend in float64: shape rules and
+    values of the graph op that wraps the same kernel."""
+    variables = [ad.Variable(f"v{i}") for i in range(len(values))]
+    try:
+        node = build(*variables)
+        ex = gpumat.autodiff.Executor([node])
+        (result,) = ex.run(dict(zip(variables, values, strict=True)))
+    except (ValueError, TypeError) as exc:
+        raise Invalid(str(exc)) from exc
+    if out_shape is not None and tuple(result.shape) != tuple(out_shape):
+        raise Invalid(f"out shape {out_shape} is not {result.shape}")
+    return result
+
+
+def _softmax(y):
+    z = y - y.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Functions under test: name -> (valid-call strategy builder, reference, output slots)
+# --------------------------------------------------------------------------------------------
+
+small = st.integers(1, 4)
+
+
+def _shape(draw, min_rank=1, max_rank=3):
+    return tuple(draw(st.lists(st.integers(1, 4), min_size=min_rank, max_size=max_rank)))
+
+
+def _valid_args(name, draw, arrays: Arrays):
+    """A valid call of ``ops.NAME`` as a list of arguments."""
+    new = arrays.new
+    if name == "array_set":
+        return [new(_shape(draw)), draw(st.floats(-5, 5))]
+    if name == "broadcast_to":
+        s = _shape(draw, 1, 2)
+        return [new(s), new((draw(small),) + s)]
+    if name == "reduce_sum_axis_zero":
+        s = _shape(draw, 1, 2)
+        return [new((draw(small),) + s), new(s)]
+    if name in ("matrix_elementwise_add", "matrix_elementwise_multiply"):
+        s = _shape(draw)
+        return [new(s), new(s), new(s)]
+    if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
+        s = _shape(draw)
+        return [new(s), draw(st.floats(-5, 5)), new(s)]
+    if name == "matrix_multiply":
+        m, n, k = draw(small), draw(small), draw(small)
+        ta, tb = draw(st.booleans()), draw(st.booleans())
+        return [new((k, m) if ta else (m, k)), ta, new((n, k) if tb else (k, n)), tb, new((m, n))]
+    if name in ("relu", "softmax", "copy"):
+        s = (draw(small), draw(small)) if name == "softmax" else _shape(draw)
+        return [new(s), new(s)]
+    if name == "relu_gradient":
+        s = _shape(draw)
+        return [new(s), new(s), new(s)]
+    if name == "softmax_cross_entropy":
+        s = (draw(small), draw(small))
+        return [new(s), new(s, 0.0, 1.0), new((1,))]
+    if name == "transpose":
+        r, c = draw(small), draw(small)
+        return [new((r, c)), new((c, r))]
+    if name in ("random_uniform", "random_normal"):
+        return [new(_shape(draw)), -1.0, 2.0, draw(st.integers(0, 2**64 - 1))]
+    if name == "axpy":
+        s = _shape(draw)
+        return [draw(st.floats(-3, 3)), new(s), new(s)]
+    if name == "reshape":
+        s = _shape(draw)
+        return [new(s), new((int(np.prod(s)),))]
+    if name in ("conv2d", "conv2d_gradient_input", "conv2d_gradient_filter"):
+        n, c, f = draw(small), draw(small), draw(small)
+        kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        stride, pad = draw(st.integers(1, 2)), draw(st.integers(0, 1))
+        h, w = kh + draw(st.integers(0, 3)), kw + draw(st.integers(0, 3))
+        oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+        x, wt, y = (n, c, h, w), (f, c, kh, kw), (n, f, oh, ow)
+        if name == "conv2d":
+            return [new(x), new(wt), new(y), stride, pad]
+        if name == "conv2d_gradient_input":
+            return [new(y), new(wt), new(x), stride, pad]
+        return [new(x), new(y), new(wt), stride, pad]
+    if name in ("conv1d", "conv1d_gradient_input", "conv1d_gradient_filter"):
+        n, c, f, k = draw(small), draw(small), draw(small), draw(st.integers(1, 3))
+        stride, pad = draw(st.integers(1, 2)), draw(st.integers(0, 1))
+        length = k + draw(st.integers(0, 3))
+        ol = (length + 2 * pad - k) // stride + 1
+        x, wt, y = (n, c, length), (f, c, k), (n, f, ol)
+        if name == "conv1d":
+            return [new(x), new(wt), new(y), stride, pad]
+        if name == "conv1d_gradient_input":
+            return [new(y), new(wt), new(x), stride, pad]
+        return [new(x), new(y), new(wt), stride, pad]
+    if name == "add_channel_bias":
+        s = (draw(small), draw(small), draw(small), draw(small))
+        return [new(s), new((s[1],)), new(s)]
+    if name == "reduce_sum_channels":
+        s = (draw(small), draw(small), draw(small), draw(small))
+        return [new(s), new((s[1],))]
+    if name in ("max_pool2d", "avg_pool2d", "max_pool2d_gradient", "avg_pool2d_gradient"):
+        n, c = draw(small), draw(small)
+        k = draw(st.integers(1, 3))
+        stride = draw(st.integers(1, 3))
+        pad = draw(st.integers(0, (k - 1) // 2)) if k > 1 else 0
+        h, w = k + draw(st.integers(0, 3)), k + draw(st.integers(0, 3))
+        oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+        x, y = (n, c, h, w), (n, c, oh, ow)
+        if name in ("max_pool2d", "avg_pool2d"):
+            return [new(x), new(y), k, stride, pad]
+        if name == "max_pool2d_gradient":
+            return [new(x), new(y), new(x), k, stride, pad]
+        return [new(y), new(x), k, stride, pad]
+    if name in ("mse_loss", "mae_loss"):
+        s = _shape(draw)
+        return [new(s), new(s), new((1,))]
+    if name in ("mse_loss_gradient", "mae_loss_gradient"):
+        s = _shape(draw)
+        return [new(s), new(s), new((1,)), new(s)]
+    if name == "adam_update":
+        s = _shape(draw)
+        return [new(s), new(s), new(s), new(s, 0.0, 1.0), 1e-2, 0.9, 0.999, 1e-8, draw(small)]
+    raise KeyError(name)
+
+
+def _reference(name, a):
+    """Expected outputs {slot: float64 array} of ``ops.NAME(*a)`` (a: snapshots), or Invalid."""
+    if name == "array_set":
+        return {0: np.full(_arr(a[0]).shape, _num(a[1]))}
+    if name == "broadcast_to":
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        return {1: _graph(ad.broadcastto_op, x, out, out_shape=out.shape)}
+    if name == "reduce_sum_axis_zero":
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        return {1: _graph(ad.reducesumaxiszero_op, x, out, out_shape=out.shape)}
+    if name in ("matrix_elementwise_add", "matrix_elementwise_multiply"):
+        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, y.shape, out.shape)
+        return {2: x + y if name.endswith("add") else x * y}
+    if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
+        x, v, out = _arr(a[0]), _num(a[1]), _arr(a[2])
+        _same(x.shape, out.shape)
+        return {2: x + v if "add" in name else x * v}
+    if name == "matrix_multiply":
+        for flag in (a[1], a[3]):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise Invalid("flag")
+        x, y, out = _arr(a[0]), _arr(a[2]), _arr(a[4])
+        _no_alias(a[4], a[0], a[2])
+        if x.ndim != 2 or y.ndim != 2:
+            raise Invalid("rank")
+        xa, yb = (x.T if a[1] else x), (y.T if a[3] else y)
+        if xa.shape[1] != yb.shape[0] or out.shape != (xa.shape[0], yb.shape[1]):
+            raise Invalid("shapes")
+        return {4: xa @ yb}
+    if name == "relu":
+        x, out = _arr(a[0]), _arr(a[1])
+        _same(x.shape, out.shape)
+        return {1: np.maximum(x, 0.0)}
+    if name == "relu_gradient":
+        x, g, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, g.shape, out.shape)
+        return {2: np.where(x > 0, g, 0.0)}
+    if name == "softmax":
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        _same(x.shape, out.shape)
+        if x.ndim != 2:
+            raise Invalid("rank")
+        return {1: _softmax(x)}
+    if name == "softmax_cross_entropy":
+        y, y_, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _no_alias(a[2], a[0], a[1])
+        return {2: _graph(ad.softmaxcrossentropy_op, y, y_, out_shape=out.shape)}
+    if name == "transpose":
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        if x.ndim != 2 or out.shape != x.T.shape:
+            raise Invalid("shapes")
+        return {1: x.T}
+    if name == "axpy":
+        alpha, x, y = _num(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, y.shape)
+        return {2: y + alpha * x}
+    if name == "copy":
+        x, out = _arr(a[0]), _arr(a[1])
+        _same(x.shape, out.shape)
+        return {1: x}
+    if name == "reshape":
+        x, out = _arr(a[0]), _arr(a[1])
+        if x.size != out.size:
+            raise Invalid("sizes")
+        return {1: x.reshape(out.shape)}
+    if name in ("conv2d", "conv1d"):
+        x, w, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _no_alias(a[2], a[0], a[1])
+        op = nn.conv2d_op if name == "conv2d" else nn.conv1d_op
+        s, p = (_pair(a[3]), _pair(a[4])) if name == "conv2d" else (_int(a[3]), _int(a[4]))
+        return {2: _graph(lambda X, W: op(X, W, s, p), x, w, out_shape=out.shape)}
+    if name in ("conv2d_gradient_input", "conv1d_gradient_input"):
+        dy, w, dx = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _no_alias(a[2], a[0], a[1])
+        op = nn.conv2d_gradient_input_op if "2d" in name else nn.conv1d_gradient_input_op
+        s, p = (_pair(a[3]), _pair(a[4])) if "2d" in name else (_int(a[3]), _int(a[4]))
+        ref = _graph(lambda D, W, X: op(D, W, X, s, p), dy, w, dx, out_shape=dx.shape)
+        return {2: ref}
+    if name in ("conv2d_gradient_filter", "conv1d_gradient_filter"):
+        x, dy, dw = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _no_alias(a[2], a[0], a[1])
+        op = nn.conv2d_gradient_filter_op if "2d" in name else nn.conv1d_gradient_filter_op
+        s, p = (_pair(a[3]), _pair(a[4])) if "2d" in name else (_int(a[3]), _int(a[4]))
+        ref = _graph(lambda X, D, W: op(X, D, W, s, p), x, dy, dw, out_shape=dw.shape)
+        return {2: ref}
+    if name == "add_channel_bias":
+        x, b, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, out.shape)
+        return {2: _graph(nn.add_channel_bias_op, x, b, out_shape=out.shape)}
+    if name == "reduce_sum_channels":
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        return {1: _graph(nn.reduce_sum_channels_op, x, out_shape=out.shape)}
+    if name in ("max_pool2d", "avg_pool2d"):
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        k, s, p = _pair(a[2]), (None if a[3] is None else _pair(a[3])), _pair(a[4])
+        op = nn.max_pool2d_op if name == "max_pool2d" else nn.avg_pool2d_op
+        return {1: _graph(lambda X: op(X, k, s, p), x, out_shape=out.shape)}
+    if name == "max_pool2d_gradient":
+        x, dy, dx = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _no_alias(a[2], a[0], a[1])
+        k, s, p = _pair(a[3]), (None if a[4] is None else _pair(a[4])), _pair(a[5])
+        op = nn.max_pool2d_gradient_op
+        return {2: _graph(lambda X, D: op(X, D, k, s, p), x, dy, out_shape=dx.shape)}
+    if name == "avg_pool2d_gradient":
+        dy, dx = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        k, s, p = _pair(a[2]), (None if a[3] is None else _pair(a[3])), _pair(a[4])
+        op = nn.avg_pool2d_gradient_op
+        return {1: _graph(lambda D, X: op(D, X, k, s, p), dy, dx, out_shape=dx.shape)}
+    if name in ("mse_loss", "mae_loss"):
+        p, t, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _no_alias(a[2], a[0], a[1])
+        op = nn.mse_loss_op if name == "mse_loss" else nn.mae_loss_op
+        return {2: _graph(op, p, t, out_shape=out.shape)}
+    if name in ("mse_loss_gradient", "mae_loss_gradient"):
+        # Elementwise: out may be pred, target or (for one element) dloss itself.
+        p, t, d, out = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
+        op = nn.mse_loss_gradient_op if name.startswith("mse") else nn.mae_loss_gradient_op
+        return {3: _graph(op, p, t, d, out_shape=out.shape)}
+    if name == "adam_update":
+        param, g, m, v = (_arr(x) for x in a[:4])
+        roots = {x.root for x in a[:4]}
+        if len(roots) != 4:
+            raise Invalid("aliased")
+        _same(param.shape, g.shape, m.shape, v.shape)
+        lr, b1, b2, eps, step = _num(a[4]), _num(a[5]), _num(a[6]), _num(a[7]), _int(a[8])
+        if not (0 <= b1 < 1 and 0 <= b2 < 1) or not (0 <= lr < math.inf and 0 <= eps < math.inf):
+            raise Invalid("hyperparameters")
+        if step < 1:
+            raise Invalid("step")
+        m2 = b1 * m + (1 - b1) * g
+        v2 = b2 * v + (1 - b2) * g * g
+        mhat, vhat = m2 / (1 - b1**step), v2 / (1 - b2**step)
+        return {0: param - lr * mhat / (np.sqrt(vhat) + eps), 2: m2, 3: v2}
+    raise KeyError(name)
+
+
+OP_NAMES = [n for n in ops.__all__ if n != "set_conv_workspace_limit"]
+
+
+def _close(got: np.ndarray, expected: np.ndarray) -> bool:
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected32 = expected.astype(np.float32).astype(np.float64)
+    got = got.astype(np.float64)
+    if got.shape != expected.shape:
+        return False
+    scale = np.nanmax(np.abs(expected32[np.isfinite(expected32)]), initial=1.0)
+    return bool(np.allclose(got, expected32, rtol=1e-4, atol=1e-5 * scale, equal_nan=True))
+
+
+def check_op_call(name: str, args: list, arrays: Arrays) -> str | None:
+    """Runs ops.NAME(*args); returns a failure description or None."""
+    snaps = [arrays.snap(x) for x in args]
+    before = [(x, x.asnumpy()) for x in args if isinstance(x, PyGpuMatrix) and x.ctx is not None]
+    fn = getattr(ops, name)
+    try:
+        with np.errstate(all="ignore"):
+            fn(*args)
+    except ALLOWED as exc:
+        if len(str(exc)) < 10:
+            return f"{name}: {type(exc).__name__} with a message that says nothing: {exc!r}"
+        for x, val in before:
+            if not np.array_equal(x.asnumpy(), val, equal_nan=True):
+                return f"{name}: raised {type(exc).__name__} but changed an argument"
+        return None
+    except Exception as exc:  # noqa: BLE001 (the point: any other exception is a failure)
+        return f"{name}: unexpected {type(exc).__name__}: {exc}"
+    if name.startswith("random_"):
+        return _check_random(name, args, snaps)
+    try:
+        with np.errstate(all="ignore"):
+            expected = _reference(name, snaps)
+    except Invalid as exc:
+        return f"{name}: accepted arguments its rules reject ({exc}): {_describe(args)}"
+    for slot, exp in expected.items():
+        got = args[slot].asnumpy()
+        if not _close(got, exp):
+            err = np.nanmax(np.abs(got - exp)) if got.shape == exp.shape else "shape"
+            return f"{name}: output {slot} differs from the float64 reference ({err})"
+    return None
+
+
+def _check_random(name, args, snaps) -> str | None:
+    out = args[0]
+    try:
+        _arr(snaps[0])
+        p1, p2, seed = _num(args[1]), _num(args[2]), _int(args[3])
+    except Invalid as exc:
+        return f"{name}: accepted bad arguments ({exc})"
+    if not (math.isfinite(p1) and math.isfinite(p2)):
+        return f"{name}: accepted non-finite parameters {p1}, {p2}"
+    vals = out.asnumpy()
+    if name == "random_uniform" and vals.size and not (vals.min() >= p1 and vals.max() <= p2):
+        return f"{name}: values outside [{p1}, {p2}]"
+    if name == "random_normal" and p2 < 0:
+        return f"{name}: accepted std < 0"
+    if not np.all(np.isfinite(vals)):
+        return f"{name}: non-finite values"
+    again = gpumat.empty(out.shape, CTX)
+    getattr(ops, name)(again, p1, p2, seed)
+    if not np.array_equal(again.asnumpy(), vals):
+        return f"{name}: the same seed gave different values"
+    return None
+
+
+def _describe(args) -> str:
+    out = []
+    for x in args:
+        if isinstance(x, PyGpuMatrix):
+            out.append(f"PyGpuMatrix{x.shape}" if x.ctx is not None else "PyGpuMatrix(empty)")
+        else:
+            out.append(repr(x)[:40])
+    return "(" + ", ".join(out) + ")"
+
+
+# --------------------------------------------------------------------------------------------
+# Batches
+# --------------------------------------------------------------------------------------------
+
+RESULTS = {"cases": 0, "failures": []}
+
+
+def _record(failure):
+    RESULTS["cases"] += 1
+    if failure is not None and len(RESULTS["failures"]) < 20:
+        RESULTS["failures"].append(failure)
+
+
+def _settings(factor: int = 1):
+    return settings(
+        max_examples=EXAMPLES * factor,
+        deadline=None,
+        database=None,
+        derandomize=DERANDOMIZE,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+def _bad_call(data, arrays: Arrays, valid: list, slot_kinds: list) -> list:
+    """Replaces a drawn subset of ``valid``'s arguments with bad values."""
+    args = list(valid)
+    n_bad = data.draw(st.integers(0, min(2, len(args))), label="n_bad")
+    slots = data.draw(
+        st.lists(st.integers(0, len(args) - 1), min_size=n_bad, max_size=n_bad), label="slots"
+    )
+    for slot in slots:
+        kind = slot_kinds[slot]
+        if kind == "array":
+            choice = data.draw(
+                st.one_of(
+                    bad_array_strategy(arrays, args[slot]),
+                    st.sampled_from([x for x in valid if isinstance(x, PyGpuMatrix)]),
+                ),
+                label=f"arg{slot}",
+            )
+        elif kind == "int":
+            choice = data.draw(st.sampled_from(BAD_INTS), label=f"arg{slot}")
+        elif kind == "bool":
+            choice = data.draw(st.sampled_from([0, 1, "yes", None, np.bool_(True), 2.0]))
+        else:
+            choice = data.draw(st.sampled_from(BAD_SCALARS), label=f"arg{slot}")
+        args[slot] = choice
+    return args
+
+
+def _slot_kinds(valid: list) -> list:
+    kinds = []
+    for x in valid:
+        if isinstance(x, PyGpuMatrix):
+            kinds.append("array")
+        elif isinstance(x, bool):
+            kinds.append("bool")
+        elif isinstance(x, int):
+            kinds.append("int")
+        else:
+            kinds.append("float")
+    return kinds
+
+
+def _op_case(name):
+    @_settings()
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+    def case(data, seed):
+        arrays = Arrays(np.random.default_rng(seed))
+        valid = _valid_args(name, data.draw, arrays)
+        args = _bad_call(data, arrays, valid, _slot_kinds(valid))
+        _record(check_op_call(name, args, arrays))
+
+    return case
+
+
+def batch_ops(names):
+    for name in names:
+        _op_case(name)()
+
+
+def _expect_error_or(fn, check=None, what=""):
+    """Runs fn(); an ALLOWED exception with a message passes; a result passes when check(result)
+    returns None (or there is no check)."""
+    try:
+        with np.errstate(all="ignore"):
+            result = fn()
+    except ALLOWED as exc:
+        return None if len(str(exc)) >= 10 else f"{what}: {type(exc).__name__} says nothing"
+    except Exception as exc:  # noqa: BLE001
+        return f"{what}: unexpected {type(exc).__name__}: {exc}"
+    return None if check is None else check(result)
+
+
+ANY_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+    st.lists(st.integers(-3, 5), max_size=4),
+    st.tuples(st.integers(-3, 5), st.integers(-3, 5)),
+    st.sampled_from(
+        [
+            np.float32(1.5),
+            np.int64(2),
+            1 + 2j,
+            np.zeros((2, 3)),
+            np.zeros((2, 3), dtype=complex),
+            np.array(["a"]),
+            np.array([object()]),
+            np.zeros((0, 3)),
+            np.float64("nan") * np.ones((2, 2)),
+            gpumat.cpu(),
+            "gpu",
+            object(),
+        ]
+    ),
+)
+
+
+def batch_arrays():
+    """gpumat.array / empty, PyGpuMatrix's constructor and methods, the dlsys contexts."""
+
+    @_settings()
+    @given(x=ANY_VALUES, ctx=st.sampled_from([None, gpumat.cpu(), "cpu", 0, dlsys_nd.cpu(0)]))
+    def arrays_and_empty(x, ctx):
+        def check_array(result):
+            ref = np.asarray(x)
+            if ref.dtype.kind not in "biuf":
+                return f"gpumat.array accepted dtype {ref.dtype}"
+            with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf
+                ref32 = ref.astype(np.float32)
+            if not np.array_equal(result.asnumpy(), ref32, equal_nan=True):
+                return f"gpumat.array({x!r}) values differ"
+            return None
+
+        def check_empty(result):
+            dims = (x,) if isinstance(x, (int, np.integer)) else tuple(x)
+            if any(isinstance(d, bool) or int(d) < 0 for d in dims):
+                return f"gpumat.empty accepted shape {x!r}"
+            return None if result.shape == tuple(int(d) for d in dims) else "empty: wrong shape"
+
+        _record(_expect_error_or(lambda: gpumat.array(x, ctx), check_array, "gpumat.array"))
+        _record(_expect_error_or(lambda: gpumat.empty(x, ctx), check_empty, "gpumat.empty"))
+
+    arrays_and_empty()
+
+    @_settings()
+    @given(host=ANY_VALUES, rows=ANY_VALUES, cols=ANY_VALUES, seed=st.integers(0, 2**32))
+    def legacy_constructor(host, rows, cols, seed):
+        rng = np.random.default_rng(seed)
+        if type(rows) is int and type(cols) is int and 0 <= rows < 5 and 0 <= cols < 5:
+            host = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
+
+        def check(result):
+            if not (isinstance(host, np.ndarray) and host.dtype.kind == "f"):
+                return f"PyGpuMatrix accepted host {type(host).__name__}"
+            if isinstance(rows, bool) or host.shape != (rows, cols):
+                return f"PyGpuMatrix accepted rows={rows!r} cols={cols!r} for {host.shape}"
+            return None if np.array_equal(result.asnumpy(), host) else "PyGpuMatrix: values differ"
+
+        _record(_expect_error_or(lambda: PyGpuMatrix(host, rows, cols), check, "PyGpuMatrix()"))
+
+    legacy_constructor()
+
+    @_settings(factor=10)
+    @given(
+        data=st.data(),
+        method=st.sampled_from(
+            [
+                "shape",
+                "ndim",
+                "size",
+                "nbytes",
+                "is_view",
+                "repr",
+                "len",
+                "asnumpy",
+                "numpy",
+                "copyfrom",
+                "copyto",
+                "setitem",
+                "reshape",
+                "mul",
+                "add",
+                "multiply",
+                "negate",
+                "transpose",
+                "relu",
+                "randomInit",
+                "loadFromDevice",
+                "loadToDevice",
+                "copy",
+                "init_again",
+            ]
+        ),
+        empty_self=st.booleans(),
+        seed=st.integers(0, 2**32),
+    )
+    def methods(data, method, empty_self, seed):
+        rng = np.random.default_rng(seed)
+        arrays = Arrays(rng)
+        r, c = data.draw(small), data.draw(small)
+        host = rng.uniform(-1, 1, (r, c)).astype(np.float32)
+        a = _empty_matrix() if empty_self else PyGpuMatrix(host, r, c)
+        other = data.draw(
+            st.one_of(
+                ANY_VALUES,
+                st.sampled_from(["empty", "same", "square", "wrong"]).map(
+                    lambda k: {
+                        "empty": _empty_matrix(),
+                        "same": arrays.new((r, c)),
+                        "square": arrays.new((c, r)),
+                        "wrong": arrays.new((r + 1, c)),
+                    }[k]
+                ),
+            )
+        )
+        _record(_method_case(a, method, other, data, host, r, c, empty_self))
+
+    methods()
+
+    @_settings()
+    @given(dev=ANY_VALUES, kind=ANY_VALUES)
+    def dlsys_contexts(dev, kind):
+        def check_ctx(result):
+            if isinstance(dev, bool) or not isinstance(dev, (int, np.integer)) or dev < 0:
+                return f"DLContext accepted device_id {dev!r}"
+            return None if result.device_type in (1, 2) else "DLContext: bad device_type"
+
+        _record(_expect_error_or(lambda: dlsys_nd.DLContext(dev, kind), check_ctx, "DLContext"))
+        _record(_expect_error_or(lambda: dlsys_nd.gpu(dev), None, "ndarray.gpu"))
+        _record(_expect_error_or(lambda: dlsys_ad.broadcast_rule(dev, kind), None, "broadcast"))
+
+    dlsys_contexts()
+
+    @_settings()
+    @given(nbytes=ANY_VALUES)
+    def workspace_limit(nbytes):
+        previous = ops.set_conv_workspace_limit(1 << 20)
+        try:
+
+            def check(result):
+                if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
+                    return f"set_conv_workspace_limit accepted {nbytes!r}"
+                if nbytes < 0 or result != 1 << 20:
+                    return f"set_conv_workspace_limit({nbytes!r}) returned {result!r}"
+                return None
+
+            fn = lambda: ops.set_conv_workspace_limit(nbytes)  # noqa: E731
+            _record(_expect_error_or(fn, check, "set_conv_workspace_limit"))
+        finally:
+            ops.set_conv_workspace_limit(previous)
+
+    workspace_limit()
+
+
+def _method_case(a, method, other, data, host, r, c, empty_self):
+    """One call of a PyGpuMatrix method with ``other`` as its argument where it takes one."""
+    what = f"PyGpuMatrix.{method}({'empty' if empty_self else (r, c)}, {type(other).__name__})"
+    a_np = None if empty_self else a.asnumpy().astype(np.float64)
+    other_np = (
+        other.asnumpy().astype(np.float64)
+        if isinstance(other, PyGpuMatrix) and other.ctx is not None
+        else None
+    )
+
+    def expect_shape(out, shape):
+        if empty_self:
+            return f"{what}: worked on an empty matrix"
+        if not isinstance(out, PyGpuMatrix) or out.ctx is None or out.shape != shape:
+            return f"{what}: accepted a bad output"
+        return None
+
+    def compare(got, exp):
+        return None if _close(got, exp) else f"{what}: differs from the float64 reference"
+
+    if method == "repr":
+        text = repr(a)
+        ok = ("empty" in text) if empty_self else ("shape" in text)
+        return None if ok else f"{what}: repr says {text!r}"
+    if method in ("shape", "ndim", "size", "nbytes", "is_view"):
+        return _expect_error_or(
+            lambda: getattr(a, method),
+            lambda res: f"{what}: worked on an empty matrix" if empty_self else None,
+            what,
+        )
+    if method == "len":
+        return _expect_error_or(lambda: len(a), lambda n: None if n == r else f"{what}: {n}", what)
+    if method in ("asnumpy", "numpy"):
+        fn = a.asnumpy if method == "asnumpy" else (lambda: np.asarray(a))
+        return _expect_error_or(fn, lambda res: compare(res, a_np), what)
+    if method == "copy":
+        return _expect_error_or(lambda: copy_module.copy(a), None, what)
+    if method == "init_again":
+        return _expect_error_or(lambda: a.__init__(host, r, c), None, what)
+    if method == "reshape":
+        return _expect_error_or(
+            lambda: a.reshape(other),
+            lambda res: (
+                None
+                if not empty_self and res.size == r * c and res.ctx is not None
+                else f"{what}: bad reshape"
+            ),
+            what,
+        )
+    if method in ("copyfrom", "setitem"):
+
+        def check(_):
+            if empty_self:
+                return f"{what}: worked on an empty matrix"
+            if isinstance(other, PyGpuMatrix):
+                exp = other_np
+            elif method == "setitem" and isinstance(other, (int, float, np.number)):
+                exp = np.full((r, c), float(np.float32(other)))
+            else:
+                exp = np.asarray(other, dtype=np.float64)
+            if exp is None or exp.shape != (r, c):
+                return f"{what}: accepted a value of another shape"
+            return compare(a.asnumpy(), exp)
+
+        fn = (
+            (lambda: a.copyfrom(other))
+            if method == "copyfrom"
+            else (lambda: a.__setitem__(slice(None), other))
+        )
+        return _expect_error_or(fn, check, what)
+    if method == "copyto":
+        return _expect_error_or(
+            lambda: a.copyto(other),
+            lambda res: compare(res.asnumpy(), a_np) if not empty_self else f"{what}: worked",
+            what,
+        )
+    if method == "mul":
+        m, n, k = data.draw(ANY_VALUES | small), data.draw(ANY_VALUES | small), c
+        B = other
+        C = data.draw(st.sampled_from([other, _empty_matrix(), None]))
+        if isinstance(m, int) and isinstance(n, int) and not isinstance(m, bool):
+            if 0 < m < 5 and 0 < n < 5 and data.draw(st.booleans()):
+                m = r
+                B = PyGpuMatrix(np.random.default_rng(0).random((k, n), dtype=np.float32), k, n)
+                C = PyGpuMatrix(np.zeros((m, n), dtype=np.float32), m, n)
+        b_np = B.asnumpy().astype(np.float64) if isinstance(B, PyGpuMatrix) and B.ctx else None
+
+        def check(_):
+            if empty_self or b_np is None or (m, k) != (r, c) or b_np.shape != (k, n):
+                return f"{what}: accepted M={m!r} N={n!r} K={k!r} with a bad buffer"
+            return compare(C.loadFromDevice(), a_np @ b_np)
+
+        return _expect_error_or(lambda: a.mul(m, n, k, B, C), check, what)
+    if method in ("add", "multiply"):
+
+        def check(_):
+            if empty_self or other_np is None or other_np.shape != (r, c):
+                return f"{what}: accepted a bad operand"
+            exp = a_np + other_np if method == "add" else a_np * other_np
+            return compare(other.asnumpy(), exp)
+
+        return _expect_error_or(lambda: getattr(a, method)(other, other), check, what)
+    if method in ("negate", "relu", "transpose"):
+        shape = (c, r) if method == "transpose" else (r, c)
+
+        def check(_):
+            bad = expect_shape(other, shape)
+            if bad:
+                return bad
+            exp = {"negate": -a_np, "relu": np.maximum(a_np, 0), "transpose": a_np.T}[method]
+            return compare(other.asnumpy(), exp)
+
+        return _expect_error_or(lambda: getattr(a, method)(other), check, what)
+    if method == "randomInit":
+        lo, hi = data.draw(ANY_VALUES), data.draw(ANY_VALUES)
+
+        def check(_):
+            if empty_self:
+                return f"{what}: worked on an empty matrix"
+            vals = a.asnumpy()
+            if not np.all(np.isfinite(vals)):
+                return f"{what}: non-finite values for low={lo!r}, high={hi!r}"
+            if vals.min() < float(lo) or vals.max() > float(hi):
+                return f"{what}: values outside [{lo}, {hi}]"
+            return None
+
+        return _expect_error_or(lambda: a.randomInit(lo, hi, other), check, what)
+    if method in ("loadFromDevice", "loadToDevice"):
+
+        def check(res):
+            if empty_self:
+                return f"{what}: worked on an empty matrix"
+            return compare(host, a_np)
+
+        return _expect_error_or(getattr(a, method), check, what)
+    raise KeyError(method)
+
+
+def batch_graph():
+    """Graph op constructors, gradients and the Executor with bad arguments."""
+    x, w = ad.Variable("x"), ad.Variable("w")
+    builders = {
+        "add_op": lambda u, v: ad.add_op(u, v),
+        "mul_op": lambda u, v: ad.mul_op(u, v),
+        "add_byconst_op": lambda u, v: ad.add_byconst_op(u, v),
+        "mul_byconst_op": lambda u, v: ad.mul_byconst_op(u, v),
+        "matmul_op": lambda u, v: ad.matmul_op(u, x, v, False),
+        "transpose_op": lambda u, v: ad.transpose_op(u),
+        "zeroslike_op": lambda u, v: ad.zeroslike_op(u),
+        "oneslike_op": lambda u, v: ad.oneslike_op(u),
+        "reducesumaxiszero_op": lambda u, v: ad.reducesumaxiszero_op(u, v),
+        "broadcastto_op": lambda u, v: ad.broadcastto_op(u, v),
+        "relu_op": lambda u, v: ad.relu_op(u),
+        "relu_gradient_op": lambda u, v: ad.relu_gradient_op(u, v),
+        "softmax_op": lambda u, v: ad.softmax_op(u),
+        "softmaxcrossentropy_op": lambda u, v: ad.softmaxcrossentropy_op(u, v),
+        "dlsys softmaxcrossentropy_op": lambda u, v: dlsys_ad.softmaxcrossentropy_op(u, v),
+        "conv2d_op": lambda u, v: nn.conv2d_op(u, w, v),
+        "conv1d_op": lambda u, v: nn.conv1d_op(u, w, 1, v),
+        "max_pool2d_op": lambda u, v: nn.max_pool2d_op(u, v),
+        "avg_pool2d_op": lambda u, v: nn.avg_pool2d_op(u, 2, v),
+        "add_channel_bias_op": lambda u, v: nn.add_channel_bias_op(u, v),
+        "reduce_sum_channels_op": lambda u, v: nn.reduce_sum_channels_op(u),
+        "reshape_op": lambda u, v: nn.reshape_op(u, v),
+        "flatten_op": lambda u, v: nn.flatten_op(u),
+        "mse_loss_op": lambda u, v: nn.mse_loss_op(u, v),
+        "mae_loss_op": lambda u, v: nn.mae_loss_op(u, v),
+        "gradients": lambda u, v: ad.gradients(u, v),
+        "Executor": lambda u, v: ad.Executor(u, ctx=v),
+        "dlsys Executor": lambda u, v: dlsys_ad.Executor(u, ctx=v),
+        "topo_sort_dfs": lambda u, v: dlsys_ad.topo_sort_dfs(u, set(), []),
+        "sum_node_list": lambda u, v: dlsys_ad.sum_node_list(u),
+    }
+    nodes = st.sampled_from([x, w, x + w, ad.matmul_op(x, w)])
+    values = st.one_of(ANY_VALUES, nodes, st.lists(nodes, max_size=2))
+
+    @_settings(factor=10)
+    @given(name=st.sampled_from(sorted(builders)), u=values, v=values)
+    def graph_ops(name, u, v):
+        def check(result):
+            # Building succeeded: it must be because the arguments were fit for it.
+            if name in ("Executor", "dlsys Executor"):
+                ok = isinstance(u, list) and (v is None or isinstance(v, gpumat.Context))
+                return None if ok else f"{name} accepted ctx={v!r}, nodes={u!r}"
+            if name in ("gradients", "sum_node_list"):
+                nodes_in = [u] if name == "gradients" else []
+                nodes_in += list(v) if name == "gradients" else list(u)
+                if not all(isinstance(n, ad.Node) for n in nodes_in) or not nodes_in:
+                    return f"{name} accepted {u!r}, {v!r}"
+                return None
+            node_args = {"matmul_op": [u], "transpose_op": [u], "zeroslike_op": [u]}
+            for arg in node_args.get(name, []):
+                if not isinstance(arg, ad.Node):
+                    return f"{name} accepted {type(arg).__name__}"
+            if name == "matmul_op" and not isinstance(v, (bool, np.bool_)):
+                return f"matmul_op accepted trans_A={v!r}"
+            return None
+
+        _record(_expect_error_or(lambda: builders[name](u, v), check, name))
+
+    graph_ops()
+
+    @_settings()
+    @given(
+        feed_x=ANY_VALUES,
+        feed_w=ANY_VALUES,
+        ctx=st.sampled_from([None, gpumat.cpu(), dlsys_nd.cpu(0)]),
+        key=st.sampled_from(["x", "w", "str", "missing"]),
+    )
+    def executor_runs(feed_x, feed_w, ctx, key):
+        y = ad.matmul_op(x, w)
+        ex = ad.Executor([y], ctx=ctx)
+        feeds = {x: feed_x, w: feed_w}
+        if key == "str":
+            feeds["x"] = feed_x
+        elif key == "missing":
+            del feeds[w]
+
+        def check(result):
+            xv, wv = np.asarray(feed_x, dtype=np.float64), np.asarray(feed_w, dtype=np.float64)
+            if key != "x" and key != "w":
+                return f"Executor.run accepted feed keys {list(feeds)!r}"
+            got = result[0] if ctx is None else result[0].asnumpy()
+            return None if _close(np.asarray(got), xv @ wv) else "Executor.run differs"
+
+        _record(_expect_error_or(lambda: ex.run(feeds), check, "Executor.run"))
+
+    executor_runs()
+
+
+def batch_optim():
+    """gpumat.optim's optimizers and gpumat's top-level device functions with bad arguments."""
+    from gpumat import optim
+
+    @_settings(factor=6)
+    @given(
+        data=st.data(),
+        kind=st.sampled_from(["SGD", "MomentumSGD", "Adam"]),
+        lr=st.one_of(ANY_VALUES, st.floats(0.0, 1.0)),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def optimizers(data, kind, lr, seed):
+        arrays = Arrays(np.random.default_rng(seed))
+        p, g = arrays.new((2, 3)), arrays.new((2, 3))
+        params = data.draw(
+            st.sampled_from(
+                ["ok", "ok2", "empty_list", "junk", "int_numpy", "none", "str", "no_array"]
+            )
+        )
+        params = {
+            "ok": [p],
+            "ok2": [p, arrays.new((4,))],
+            "empty_list": [],
+            "junk": [p, "x"],
+            "int_numpy": [np.ones(3, dtype=int)],
+            "none": None,
+            "str": "p",
+            "no_array": [_empty_matrix()],
+        }[params]
+        grads = data.draw(
+            st.sampled_from(
+                [[g], [g, g], [], [np.ones((2, 3))], [None], [_empty_matrix()], None, [p]]
+                + [[arrays.new((3, 2))], [arrays.new((2, 3)), arrays.new((4,))]]
+            )
+        )
+        p0 = p.asnumpy().astype(np.float64)
+        g0 = g.asnumpy().astype(np.float64)
+        built = {}
+
+        def build():
+            built["opt"] = getattr(optim, kind)(params, lr)
+            return built["opt"]
+
+        def check_build(opt):
+            if not isinstance(params, list) or not all(
+                isinstance(x, PyGpuMatrix) or (isinstance(x, np.ndarray) and x.dtype.kind == "f")
+                for x in params
+            ):
+                return f"{kind} accepted params {params!r}"
+            try:
+                rate = float(lr)
+            except (TypeError, ValueError):
+                return f"{kind} accepted lr={lr!r}"
+            return None if math.isfinite(rate) and rate >= 0 else f"{kind} accepted lr={lr!r}"
+
+        _record(_expect_error_or(build, check_build, kind))
+        if "opt" not in built:
+            return
+        opt = built["opt"]
+
+        def check_step(_):
+            if not (isinstance(grads, list) and len(grads) == len(params)):
+                return f"{kind}.step accepted {len(grads or [])} gradients"
+            if params and params[0] is p and grads[0] is not p:
+                if not isinstance(grads[0], PyGpuMatrix) or grads[0].ctx is None:
+                    return f"{kind}.step accepted a {type(grads[0]).__name__} gradient"
+                g_used = grads[0].asnumpy().astype(np.float64) if grads[0] is not g else g0
+                rate = float(np.float32(float(lr)))
+                step = g_used if kind != "Adam" else g_used / (np.abs(g_used) + 1e-8)
+                return None if _close(p.asnumpy(), p0 - rate * step) else f"{kind}: wrong step"
+            return None
+
+        _record(_expect_error_or(lambda: opt.step(grads), check_step, f"{kind}.step"))
+
+    optimizers()
+
+    @_settings()
+    @given(ctx=ANY_VALUES)
+    def device_functions(ctx):
+        for fn in (
+            gpumat.memory_stats,
+            gpumat.reset_peak_memory_stats,
+            gpumat.empty_cache,
+            gpumat.synchronize,
+        ):
+
+            def check(_, fn=fn):
+                ok = ctx is None or isinstance(ctx, gpumat.Context)
+                return None if ok else f"{fn.__name__} accepted ctx={ctx!r}"
+
+            _record(_expect_error_or(lambda fn=fn: fn(ctx), check, fn.__name__))
+
+    device_functions()
+
+
+BATCHES = {
+    "ops_elementwise": lambda: batch_ops(
+        [n for n in OP_NAMES if n.startswith(("matrix_elementwise", "relu", "array_set"))]
+        + ["axpy", "copy", "reshape"]
+    ),
+    "ops_layout": lambda: batch_ops(
+        [
+            "broadcast_to",
+            "reduce_sum_axis_zero",
+            "matrix_multiply",
+            "transpose",
+            "softmax",
+            "softmax_cross_entropy",
+            "random_uniform",
+            "random_normal",
+        ]
+    ),
+    "ops_conv": lambda: batch_ops([n for n in OP_NAMES if n.startswith("conv")]),
+    "ops_pool_loss": lambda: batch_ops(
+        [
+            n
+            for n in OP_NAMES
+            if "pool" in n or "loss" in n or n in ("add_channel_bias", "reduce_sum_channels")
+        ]
+        + ["adam_update"]
+    ),
+    "arrays": batch_arrays,
+    "graph": batch_graph,
+    "optim": batch_optim,
+    # Not a batch of cases: the harness' own check that a crash is reported as a signal.
+    "_crash": lambda: faulthandler._sigsegv(),
+}
+
+
+def covered_ops() -> set:
+    """The gpumat.ops functions the batches call (the test checks none is left out)."""
+    names = set()
+    for key in ("ops_elementwise", "ops_layout", "ops_conv", "ops_pool_loss"):
+        src = BATCHES[key]
+        names |= set(_batch_names(src))
+    return names
+
+
+def _batch_names(fn) -> list:
+    calls = []
+    original = globals()["batch_ops"]
+    globals()["batch_ops"] = calls.extend
+    try:
+        fn()
+    finally:
+        globals()["batch_ops"] = original
+    return calls
+
+
+def main(batch: str) -> int:
+    faulthandler.enable()
+    try:
+        BATCHES[batch]()
+    except Exception:  # noqa: BLE001 (reported, then the exit code says it)
+        RESULTS["failures"].append("batch raised:\n" + traceback.format_exc()[-2000:])
+    print(json.dumps({"batch": batch, **RESULTS}))
+    return 1 if RESULTS["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
