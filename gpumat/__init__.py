@@ -29,16 +29,16 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 def _threads_per_local_rank() -> int | None:
     for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
         try:
-            local = int(os.environ.get(var, ""))
+            local = int(_os.environ.get(var, ""))
         except ValueError:
             continue
         if local > 1:
-            return max(1, (os.cpu_count() or 1) // local)
+            return max(1, (_os.cpu_count() or 1) // local)
     return None
 
 
-if "OMP_NUM_THREADS" not in os.environ and _threads_per_local_rank() is not None:
-    os.environ["OMP_NUM_THREADS"] = str(_threads_per_local_rank())
+if "OMP_NUM_THREADS" not in _os.environ and _threads_per_local_rank() is not None:
+    _os.environ["OMP_NUM_THREADS"] = str(_threads_per_local_rank())
 # --------------------------------------------------------------------------------------------------
 
 from . import _core  # noqa: E402

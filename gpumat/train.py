@@ -556,7 +556,8 @@ def fit(
                 if valid is not None:
                     line += f"  valid acc {history.valid_accuracy[-1]:.4f}"
                 tqdm.write(line, file=sys.stdout)
-            if checkpoint is not None and rank == 0:  # data parallel: every rank holds the same state
+            # Data parallel: every rank holds the same state, and rank 0 alone writes it.
+            if checkpoint is not None and rank == 0:
                 _save_state(
                     checkpoint, history, opt, rng, epoch + 1, (epoch + 1) * n_batches, shuffle
                 )
