@@ -9,10 +9,11 @@ def main() -> None:
     if info["cuda"]:
         built = f"built with CUDA for compute capabilities {' '.join(info['cuda_arch'])}"
     else:
-        built = "built WITHOUT CUDA (host device only)"
+        built = "built WITHOUT CUDA (host device and emulated CUDA device only)"
     print(
-        f"gpumat {info['version']}: {built}; {info['cuda_device_count']} usable CUDA GPU(s); "
-        f"host BLAS {info['blas']}, OpenMP {'on' if info['openmp'] else 'off'}"
+        f"gpumat {info['version']}: {built}; {info['cuda_device_count']} usable CUDA GPU(s), "
+        f"{info['emu_device_count']} emulated; host BLAS {info['blas']}, "
+        f"OpenMP {'on' if info['openmp'] else 'off'}"
     )
 
 

@@ -284,7 +284,7 @@ skip_without_build pytest ||
   GPU_TESTS=1 run_step pytest 240 "${PYTEST[@]}" --durations=15 --junitxml="$LOGS/pytest.xml" "$REPO/tests"
 
 skip_without_build interop ||
-  NO_SKIPS=1 GPU_TESTS=1 run_step interop 90 "${PYTEST[@]}" -m gpu "$REPO/tests/test_dlpack.py" \
+  NO_SKIPS=1 GPU_TESTS=1 run_step interop 90 "${PYTEST[@]}" -m cuda "$REPO/tests/test_dlpack.py" \
     "$REPO/tests/test_checkpoint.py"
 
 SANITIZER=$(find_sanitizer) || SANITIZER=""
@@ -296,10 +296,10 @@ for tool in memcheck racecheck; do
   fi
   if [ "$tool" = memcheck ]; then
     GPU_TESTS=1 run_step memcheck 150 "$SANITIZER" --tool memcheck --error-exitcode 86 --print-limit 50 \
-      "${PYTEST[@]}" -q -m "gpu and not slow" "$REPO/tests"
+      "${PYTEST[@]}" -q -m "cuda and not slow" "$REPO/tests"
   else
     GPU_TESTS=1 run_step racecheck 90 "$SANITIZER" --tool racecheck --error-exitcode 86 --print-limit 50 \
-      "${PYTEST[@]}" -q -m gpu "$REPO/tests/test_ops.py" \
+      "${PYTEST[@]}" -q -m cuda "$REPO/tests/test_ops.py" \
       -k "(matrix_multiply or reduce_sum or softmax or transpose) and not large and not property \
         and not mnist_shape and not raises and not 1500x2000 and not 100000"
   fi

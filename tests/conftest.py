@@ -6,7 +6,9 @@ libgpumat was built with CUDA and a CUDA device is present. Without a GPU the ``
 not generated at all, and the session header says why, so that ``pytest -m gpu`` runs every GPU
 test on the emulated device with none skipped for want of a GPU (after needle's
 ``tests/hw3/test_ndarray.py`` for the fixture). The ``emu`` and ``gpu`` parameters carry
-``pytest.mark.gpu`` (registered in pyproject.toml): they run the CUDA code.
+``pytest.mark.gpu`` (registered in pyproject.toml): they run the CUDA code. The ``gpu`` parameter
+and the tests that need a real GPU and a CUDA library (torch, CuPy) also carry
+``pytest.mark.cuda``: ``-m cuda`` selects what only a GPU machine can run (scripts/gpu_check.sh).
 
 The emulator runs the threads of a block in a seeded random order between barriers. A session
 draws a fresh seed unless ``GPUMAT_EMU_SEED`` is set, prints it in the header, and names it in the
@@ -50,7 +52,9 @@ HAS_GPU = GPU_SKIP_REASON is None
 #: The devices that run the CUDA kernels: the emulated one always, a real GPU when present.
 CUDA_DEVICE_PARAMS = [pytest.param("emu", id="emu", marks=[pytest.mark.gpu])]
 if HAS_GPU:
-    CUDA_DEVICE_PARAMS.append(pytest.param("gpu", id="gpu", marks=[pytest.mark.gpu]))
+    CUDA_DEVICE_PARAMS.append(
+        pytest.param("gpu", id="gpu", marks=[pytest.mark.gpu, pytest.mark.cuda])
+    )
 DEVICE_PARAMS = [pytest.param("cpu", id="cpu"), *CUDA_DEVICE_PARAMS]
 
 

@@ -321,7 +321,7 @@ def _cupy():
     return pytest.importorskip("cupy", reason="cupy is not installed")
 
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 @gpu
 def test_cuda_dlpack_device_and_interface():
     a = gpumat.array(rand((16, 8)), gpumat.gpu(0))
@@ -337,7 +337,7 @@ def test_cuda_dlpack_device_and_interface():
     np.testing.assert_array_equal(np.asarray(a), a.asnumpy())
 
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 @gpu
 def test_cuda_torch_both_ways():
     _torch_cuda()
@@ -366,7 +366,7 @@ def test_cuda_torch_both_ways():
     np.testing.assert_array_equal(b.asnumpy(), np.full((64, 32), 3.0, np.float32))
 
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 @gpu
 def test_cuda_torch_utils_capsules():
     _torch_cuda()
@@ -377,7 +377,7 @@ def test_cuda_torch_utils_capsules():
     assert b.__cuda_array_interface__["data"][0] == t.data_ptr()
 
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 @gpu
 def test_cuda_cupy_both_ways():
     cp = _cupy()

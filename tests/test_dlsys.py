@@ -43,7 +43,7 @@ def test_gpu_context_without_a_gpu_is_a_clear_error():
         ndarray.gpu(0)
 
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 @pytest.mark.skipif(not HAS_GPU, reason="no CUDA device")
 def test_gpu_context_with_a_gpu():
     assert ndarray.gpu(0).device_type == 2 and ndarray.gpu(0) == gpumat.gpu(0)
