@@ -2,11 +2,12 @@
 # Proof that the emulated device checks the CUDA sources themselves: each mutant below breaks one
 # CUDA kernel (not its host twin); the emulated test program (test_emu) must then fail. Each mutant
 # is built in a copy of extensions/ that reuses the current build, so only the mutated file compiles.
-#   BUILD_DIR=build bash tests/emu_mutants.sh      (make emu-mutants)
+#   BUILD_DIR=build CUDA=0 bash tests/emu_mutants.sh      (make emu-mutants; CUDA as that build's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="$(cd "${BUILD_DIR:-build}" && pwd)"
 PYTHON="${PYTHON:-python3}"
+CUDA="${CUDA:-0}"  # the copied build's setting: another one would rebuild (and relink) everything
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -24,7 +25,7 @@ for m in "${mutants[@]}"; do
   cp -rp "$BUILD_DIR" "$dir/build"
   sed -i "$expr" "$dir/$file"
   if cmp -s "$file" "$dir/$file"; then echo "mutant not applied ($what): $file unchanged"; exit 2; fi
-  make -s -C "$dir" CUDA=0 BUILD_DIR=build PYTHON="$PYTHON" build/test_emu > "$dir/build.log" 2>&1 \
+  make -s -C "$dir" CUDA="$CUDA" BUILD_DIR=build PYTHON="$PYTHON" build/test_emu > "$dir/build.log" 2>&1 \
     || { cat "$dir/build.log"; echo "mutant did not build: $what"; exit 2; }
   if "$dir/build/test_emu" > "$dir/run.log" 2>&1; then
     echo "NOT CAUGHT: $what"
