@@ -199,6 +199,145 @@ void conv_pool_cases() {
   }
 }
 
+// ---------------------------------------------------------------------------- the emulator's own checks
+// Kernels that break CUDA's rules, or rely on its guarantees, launched straight through the emulator:
+// each must be reported (or behave) as a GPU would make it fail (or work).
+
+__global__ void divergent_barrier_kernel(float* out) {
+  if (threadIdx.x < 16) return;  // these threads never reach the barrier
+  __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
+
+__global__ void shuffle_from_exited_lane_kernel(float* out) {
+  if (threadIdx.x == 5) return;
+  out[threadIdx.x] = __shfl_sync(0xffffffffu, 1.0f, 0);
+}
+
+// out[0] = sum of 0..63 by a butterfly of xor shuffles in each warp plus a ballot check.
+__global__ void warp_sum_kernel(float* out) {
+  float v = static_cast<float>(threadIdx.x);
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const unsigned odd = __ballot_sync(0xffffffffu, threadIdx.x % 2);
+  __shared__ float warp_sums[2];
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = odd == 0xAAAAAAAAu ? v : -1.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = warp_sums[0] + warp_sums[1];
+}
+
+// Each thread reads the slot its neighbour wrote, with (Sync) or without the barrier between.
+template <bool Sync>
+__global__ void neighbour_kernel(float* out) {
+  __shared__ float slot[256];
+  slot[threadIdx.x] = static_cast<float>(threadIdx.x) + 1.0f;
+  if (Sync) __syncthreads();
+  out[threadIdx.x] = slot[(threadIdx.x + 1) % 256];
+}
+
+__global__ void dynamic_smem_kernel(float* out) {
+  float* s = static_cast<float*>(gpumat::emulator::dynamic_smem());
+  s[threadIdx.x] = 2.0f;
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x];
+}
+
+// cp.async lands at the wait: before it the destination still holds the old value.
+__global__ void cp_async_kernel(const float* src, float* out) {
+  __shared__ float4 dst[1];
+  if (threadIdx.x == 0) {
+    dst[0] = make_float4(-1.0f, -1.0f, -1.0f, -1.0f);
+    gpumat::emulator::cp_async(&dst[0], src, 16, 16);
+    gpumat::emulator::cp_async_commit();
+    out[0] = dst[0].x;  // a read before the wait: undefined on a GPU, the old value here
+    gpumat::emulator::cp_async_wait(0);
+    out[1] = dst[0].x;
+  }
+}
+
+void expect_error(const char* what, cudaError_t got, cudaError_t want, const char* text) {
+  ++g_cases;
+  const std::string msg = cudaGetErrorString(got);
+  if (got != want || msg.find(text) == std::string::npos) {
+    std::printf("FAIL emulator check %s: got %s (%s), want %s mentioning '%s'\n", what, cudaGetErrorName(got),
+                msg.c_str(), cudaGetErrorName(want), text);
+    ++g_failures;
+  }
+  cudaGetLastError();  // clear it for the next check
+}
+
+void expect_true(const char* what, bool ok) {
+  ++g_cases;
+  if (!ok) {
+    std::printf("FAIL emulator check %s\n", what);
+    ++g_failures;
+  }
+}
+
+void emulator_cases() {
+  namespace emulator = gpumat::emulator;
+  GpuMatrix arr({1024}, Device::emu(0));
+  float* out = arr.data();
+  std::vector<float> h(1024);
+  auto fetch = [&] { arr.copy_to_host(h.data(), 1024); };
+
+  expect_error(
+      "barrier in divergent code",
+      emulator::launch_kernel(divergent_barrier_kernel, "divergent_barrier_kernel", 1, 32, 0, nullptr, out),
+      cudaErrorLaunchFailure, "16 have exited");
+  expect_error("shuffle naming an exited lane",
+               emulator::launch_kernel(shuffle_from_exited_lane_kernel, "shuffle_from_exited_lane_kernel", 1,
+                                       32, 0, nullptr, out),
+               cudaErrorLaunchFailure, "lane 5");
+  expect_error("2048 threads per block",
+               emulator::launch_kernel(warp_sum_kernel, "warp_sum_kernel", 1, 2048, 0, nullptr, out),
+               cudaErrorInvalidConfiguration, "1024 threads");
+  expect_error(
+      "grid.y of 65536",
+      emulator::launch_kernel(warp_sum_kernel, "warp_sum_kernel", dim3(1, 65536), 64, 0, nullptr, out),
+      cudaErrorInvalidConfiguration, "65535");
+  expect_error(
+      "64 KiB of dynamic shared memory without opting in",
+      emulator::launch_kernel(dynamic_smem_kernel, "dynamic_smem_kernel", 1, 32, 64 * 1024, nullptr, out),
+      cudaErrorInvalidConfiguration, "dynamic shared memory");
+  expect_error(
+      "opted in to 64 KiB",
+      cudaFuncSetAttribute(dynamic_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024),
+      cudaSuccess, "no error");
+  expect_error(
+      "64 KiB after opting in",
+      emulator::launch_kernel(dynamic_smem_kernel, "dynamic_smem_kernel", 1, 32, 64 * 1024, nullptr, out),
+      cudaSuccess, "no error");
+  fetch();
+  expect_true("dynamic shared memory holds what the block wrote", h[0] == 2.0f && h[31] == 2.0f);
+
+  expect_error("warp sum",
+               emulator::launch_kernel(warp_sum_kernel, "warp_sum_kernel", 1, 64, 0, nullptr, out),
+               cudaSuccess, "no error");
+  fetch();
+  expect_true("xor-shuffle sums and the ballot of odd lanes", h[0] == 2016.0f);
+
+  emulator::launch_kernel(neighbour_kernel<true>, "neighbour_kernel<true>", 1, 256, 0, nullptr, out);
+  fetch();
+  bool all_right = true;
+  for (int t = 0; t < 256; ++t)
+    all_right &= h[static_cast<size_t>(t)] == static_cast<float>((t + 1) % 256 + 1);
+  expect_true("with __syncthreads() every thread reads its neighbour's value", all_right);
+  emulator::launch_kernel(neighbour_kernel<false>, "neighbour_kernel<false>", 1, 256, 0, nullptr, out);
+  fetch();
+  int wrong = 0;
+  for (int t = 0; t < 256; ++t) wrong += h[static_cast<size_t>(t)] != static_cast<float>((t + 1) % 256 + 1);
+  // Threads run in a random order between barriers: without one, about half read a stale slot.
+  expect_true("without __syncthreads() the race shows (stale reads)", wrong > 16);
+
+  const float src_h[4] = {7.0f, 7.0f, 7.0f, 7.0f};
+  GpuMatrix src({4}, Device::emu(0));
+  src.copy_from_host(src_h, 4);
+  emulator::launch_kernel(cp_async_kernel, "cp_async_kernel", 1, 32, 0, nullptr,
+                          static_cast<const float*>(src.data()), out);
+  fetch();
+  expect_true("cp.async lands at the wait, not before", h[0] == -1.0f && h[1] == 7.0f);
+}
+
 // ---------------------------------------------------------------------------- sanitizer demos
 // Deliberately wrong kernels: under `make emu-sanitize` each must end the process with a report that
 // names it. They are launched straight through the emulator (they are not part of libgpumat).
@@ -236,6 +375,7 @@ int main(int argc, char** argv) {
   layout_cases();
   matmul_cases();
   conv_pool_cases();
+  emulator_cases();
   std::printf("%d cases on emu:0 against the host: %d failed\n", g_cases, g_failures);
   return g_failures ? 1 : 0;
 }
