@@ -72,7 +72,9 @@ def test_tanh_sigmoid_kernels_and_large_inputs(ctx, shape):
     ops.sigmoid(gpumat.array(big, ctx), out2)
     got = out2.asnumpy()
     assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got, nn.np_sigmoid(big.astype(np.float64)), rtol=1e-6, atol=1e-43)  # denormals
+    np.testing.assert_allclose(
+        got, nn.np_sigmoid(big.astype(np.float64)), rtol=1e-6, atol=1e-43
+    )  # denormals
 
 
 @pytest.mark.parametrize(("shape", "axis"), [*AXIS_CASES, ((1, 5000), 1), ((5000, 1), 0)])
@@ -86,7 +88,7 @@ def test_reduce_kernels(ctx, shape, axis, keepdims):
     for fn, ref in ((ops.reduce_sum, np.sum), (ops.reduce_mean, np.mean), (ops.reduce_max, np.max)):
         out = nan_array(out_shape, ctx)
         fn(a, out, axis)
-        bound = 4e-7 * shape[axis % len(shape)]
+        bound = 1e-6 * shape[axis % len(shape)]
         np.testing.assert_allclose(
             out.asnumpy(), ref(x64, axis=axis, keepdims=keepdims), rtol=bound + 1e-6
         )
@@ -304,16 +306,18 @@ def test_dropout_mlp_trains(ctx):
     from gpumat import train
 
     rng, _ = new_rng(5)
-    centers = rng.standard_normal((10, 784)).astype(np.float32)
+    centers = rng.random((10, 784)).astype(np.float32)  # pixel-like values in [0, 1)
     labels = rng.integers(0, 10, 600)
-    images = (centers[labels] + 0.5 * rng.standard_normal((600, 784))).astype(np.float32)
+    images = np.clip(centers[labels] + 0.2 * rng.standard_normal((600, 784)), 0, 1)
+    images = images.astype(np.float32)
     m = models.mlp(dropout=0.3)
     hist = train.fit(
         m,
         ((images, labels), None, (images, labels)),
         ctx=ctx,
-        epochs=3,
-        batch_size=100,
+        epochs=5,
+        batch_size=50,
+        lr=0.1,
         verbose=False,
     )
     assert hist.loss[-1] < hist.loss[0]
