@@ -8,7 +8,8 @@ registered in ``gpumat.models.BUILDERS``, or ``all``), ``-c`` backend (``numpy``
 recommended recipe (``Model.optimizer``, ``batch_size``, ``shuffle``, ``lr_schedule``): for logreg
 and mlp the seed's, batches of 1000 in order and SGD with lr 1.0 (the seed's 1e-3 with our
 1/N-scaled loss gradient, see ``gpumat.train``); for cnn Adam with a step decay, batches of 64,
-shuffled. ``--lr`` forces plain SGD, ``--batch-size`` another batch size.
+shuffled. ``--lr`` forces plain SGD, ``--batch-size`` another batch size. ``--dropout P`` adds
+inverted dropout (mlp: after each hidden ReLU; cnn: before the dense layer), on only in training.
 Per epoch it prints the training time in seconds and the validation accuracy; at the end, the final
 validation and test accuracy.
 
@@ -91,6 +92,14 @@ def main(argv=None) -> int:
         default=None,
         help="use only the first N training images (quick runs)",
     )
+    parser.add_argument(
+        "--dropout",
+        metavar="P",
+        type=float,
+        default=None,
+        help="inverted dropout with rate P in [0, 1) (mlp: after each hidden ReLU; cnn: before "
+        "the dense layer); on while training, off when measuring accuracy",
+    )
     parser.add_argument("--plot", metavar="FILE", help="write loss and accuracy curves to FILE")
     parser.add_argument("--json", metavar="FILE", help="write the measurements to FILE as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -112,6 +121,11 @@ def main(argv=None) -> int:
     )
     # ---- end checkpoints
     args = parser.parse_args(argv)
+    if args.dropout is not None:
+        if args.model not in ("mlp", "cnn"):
+            parser.error("--dropout needs -m mlp or -m cnn")
+        if not 0.0 <= args.dropout < 1.0:
+            parser.error(f"--dropout must be in [0, 1), got {args.dropout}")
     if (args.save or args.resume) and args.model == "all":
         parser.error("--save and --resume need one model (-m NAME), not all")
 
@@ -150,7 +164,8 @@ def main(argv=None) -> int:
     names = list(models.BUILDERS) if args.model == "all" else [args.model]
     histories = []
     for name in names:
-        model = models.BUILDERS[name](seed=args.seed)
+        extra = {} if args.dropout is None else {"dropout": args.dropout}
+        model = models.BUILDERS[name](seed=args.seed, **extra)
         backend = "numpy" if ctx is None else str(ctx)
         print(f"=== {name} on {backend}: {model.num_parameters} parameters")
         history = train.fit(

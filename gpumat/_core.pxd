@@ -117,6 +117,25 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
                            GpuMatrix&) except +gpumat_raise_py_error nogil
     void adam_update(GpuMatrix&, const GpuMatrix&, GpuMatrix&, GpuMatrix&, float, float, float, float,
                      int64_t) except +gpumat_raise_py_error nogil
+    void softmax_axis(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void log_softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void softmax_axis_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                               int64_t) except +gpumat_raise_py_error nogil
+    void log_softmax_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                              int64_t) except +gpumat_raise_py_error nogil
+    void nll_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void nll_loss_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void tanh "gpumat::ops::tanh"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void sigmoid(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void tanh_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void sigmoid_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void dropout(const GpuMatrix&, GpuMatrix&, float, uint64_t) except +gpumat_raise_py_error nogil
+    void reduce_sum(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void reduce_mean(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void reduce_max(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void broadcast_axis(const GpuMatrix&, GpuMatrix&, int64_t, float) except +gpumat_raise_py_error nogil
+    void reduce_max_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                             int64_t) except +gpumat_raise_py_error nogil
 
 
 cdef class PyGpuMatrix:

@@ -852,5 +852,127 @@ def adam_update_(PyGpuMatrix param not None, PyGpuMatrix grad not None, PyGpuMat
         adam_update(param.mat[0], grad.mat[0], m.mat[0], v.mat[0], lr, beta1, beta2, eps, step)
 
 
+# Layers (issue 11): softmax along an axis, NLL, activations, dropout, axis reductions.
+
+def softmax_axis_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
+    _require(a, "softmax", "a")
+    _require(out, "softmax", "out")
+    with nogil:
+        softmax_axis(a.mat[0], out.mat[0], axis)
+
+
+def log_softmax_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
+    _require(a, "log_softmax", "a")
+    _require(out, "log_softmax", "out")
+    with nogil:
+        log_softmax(a.mat[0], out.mat[0], axis)
+
+
+def softmax_axis_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
+    _require(y, "softmax_gradient", "y")
+    _require(dy, "softmax_gradient", "dy")
+    _require(out, "softmax_gradient", "out")
+    with nogil:
+        softmax_axis_gradient(y.mat[0], dy.mat[0], out.mat[0], axis)
+
+
+def log_softmax_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
+    _require(y, "log_softmax_gradient", "y")
+    _require(dy, "log_softmax_gradient", "dy")
+    _require(out, "log_softmax_gradient", "out")
+    with nogil:
+        log_softmax_gradient(y.mat[0], dy.mat[0], out.mat[0], axis)
+
+
+def nll_loss_(PyGpuMatrix log_probs not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
+    _require(log_probs, "nll_loss", "log_probs")
+    _require(target, "nll_loss", "target")
+    _require(out, "nll_loss", "out")
+    with nogil:
+        nll_loss(log_probs.mat[0], target.mat[0], out.mat[0])
+
+
+def nll_loss_gradient_(PyGpuMatrix target not None, PyGpuMatrix dloss not None, PyGpuMatrix out not None):
+    _require(target, "nll_loss_gradient", "target")
+    _require(dloss, "nll_loss_gradient", "dloss")
+    _require(out, "nll_loss_gradient", "out")
+    with nogil:
+        nll_loss_gradient(target.mat[0], dloss.mat[0], out.mat[0])
+
+
+def tanh_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "tanh", "a")
+    _require(out, "tanh", "out")
+    with nogil:
+        tanh(a.mat[0], out.mat[0])
+
+
+def sigmoid_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "sigmoid", "a")
+    _require(out, "sigmoid", "out")
+    with nogil:
+        sigmoid(a.mat[0], out.mat[0])
+
+
+def tanh_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None):
+    _require(y, "tanh_gradient", "y")
+    _require(dy, "tanh_gradient", "dy")
+    _require(out, "tanh_gradient", "out")
+    with nogil:
+        tanh_gradient(y.mat[0], dy.mat[0], out.mat[0])
+
+
+def sigmoid_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None):
+    _require(y, "sigmoid_gradient", "y")
+    _require(dy, "sigmoid_gradient", "dy")
+    _require(out, "sigmoid_gradient", "out")
+    with nogil:
+        sigmoid_gradient(y.mat[0], dy.mat[0], out.mat[0])
+
+
+def dropout_(PyGpuMatrix a not None, PyGpuMatrix out not None, float p, uint64_t seed):
+    _require(a, "dropout", "a")
+    _require(out, "dropout", "out")
+    with nogil:
+        dropout(a.mat[0], out.mat[0], p, seed)
+
+
+def reduce_sum_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
+    _require(a, "reduce_sum", "a")
+    _require(out, "reduce_sum", "out")
+    with nogil:
+        reduce_sum(a.mat[0], out.mat[0], axis)
+
+
+def reduce_mean_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
+    _require(a, "reduce_mean", "a")
+    _require(out, "reduce_mean", "out")
+    with nogil:
+        reduce_mean(a.mat[0], out.mat[0], axis)
+
+
+def reduce_max_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
+    _require(a, "reduce_max", "a")
+    _require(out, "reduce_max", "out")
+    with nogil:
+        reduce_max(a.mat[0], out.mat[0], axis)
+
+
+def broadcast_axis_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis, float scale):
+    _require(a, "broadcast_axis", "a")
+    _require(out, "broadcast_axis", "out")
+    with nogil:
+        broadcast_axis(a.mat[0], out.mat[0], axis, scale)
+
+
+def reduce_max_gradient_(PyGpuMatrix x not None, PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
+    _require(x, "reduce_max_gradient", "x")
+    _require(y, "reduce_max_gradient", "y")
+    _require(dy, "reduce_max_gradient", "dy")
+    _require(out, "reduce_max_gradient", "out")
+    with nogil:
+        reduce_max_gradient(x.mat[0], y.mat[0], dy.mat[0], out.mat[0], axis)
+
+
 # ------------------------------------------------------------------------- DLPack and CUDA interop
 include "_dlpack.pxi"

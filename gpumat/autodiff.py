@@ -709,35 +709,48 @@ def _check_2d(op: Op, node: Node, what: str, shape: tuple) -> None:
 
 
 class SoftmaxOp(Op):
-    """Row-wise softmax of a 2-D (rows, classes) array: exp(y) / sum_c exp(y)."""
+    """``softmax_op(y, axis=-1)``: exp(y) / sum exp(y) along ``axis`` of an array of any rank >= 1
+    (by default the last: the seed's row-wise softmax of (rows, classes)), max-subtracted.
+
+    Gradient: ``gpumat.nn.softmax_gradient_op(s, g, axis)`` = s * (g - sum_axis(s * g)), one
+    kernel (the Jacobian diag(s) - s s^T applied along the axis). ValueError for an axis out of
+    range (a 0-d input has none).
+    """
 
     name = "softmax_op"
 
-    def __call__(self, node_A: Node) -> Node:
+    def __call__(self, node_A: Node, axis=-1) -> Node:
         new_node = Op.__call__(self)
         new_node.inputs = [node_A]
-        new_node.name = f"Softmax({_short(node_A)})"
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            raise TypeError(f"softmax_op: axis must be an int, got {axis!r}")
+        new_node.axis = int(axis)
+        suffix = "" if new_node.axis == -1 else f",axis={new_node.axis}"
+        new_node.name = f"Softmax({_short(node_A)}{suffix})"
         return new_node
 
     def compute(self, node, input_vals, output_val, ctx=None):
+        y = input_vals[0]
+        axis = getattr(node, "axis", -1)
         if ctx is None:
-            np.copyto(output_val, _softmax_np(input_vals[0]))
+            z = y - y.max(axis=axis, keepdims=True)  # NOTE: no overflow; shift-invariant
+            e = np.exp(z)
+            np.copyto(output_val, e / e.sum(axis=axis, keepdims=True))
+        elif y.ndim == 2 and axis in (-1, 1):
+            ops.softmax(y, output_val)
         else:
-            ops.softmax(input_vals[0], output_val)
+            ops.softmax_axis(y, output_val, axis)
 
     def gradient(self, node, output_grad):
-        # With s = softmax(y) and G = dL/ds: dL/dy = s*G - s * rowsum(s*G) (the softmax Jacobian
-        # diag(s) - s s^T applied to each row). The row sum over the last axis is built from
-        # ops that reduce and broadcast over leading axes, through transposes.
-        s = node
-        sg = s * output_grad
-        sg_t = transpose_op(sg)  # (C, N)
-        row_sum_b = transpose_op(broadcastto_op(reducesumaxiszero_op(sg_t), sg_t))  # (N, C)
-        return [sg - s * row_sum_b]
+        from gpumat import nn
+
+        return [nn.softmax_gradient_op(node, output_grad, getattr(node, "axis", -1))]
 
     def infer_shape(self, node, input_shapes):
         s = tuple(input_shapes[0])
-        _check_2d(self, node, "input", s)
+        axis = getattr(node, "axis", -1)
+        if not -len(s) <= axis < len(s):
+            raise self._error(node, f"axis {axis} is out of range for shape {_shape_str(s)}")
         return s
 
 
@@ -974,6 +987,14 @@ def __getattr__(name: str):
 
 _NN_OPS = (
     "add_channel_bias_op",
+    "dropout_op",
+    "log_softmax_op",
+    "nll_loss_op",
+    "reduce_max_op",
+    "reduce_mean_op",
+    "reduce_sum_op",
+    "sigmoid_op",
+    "tanh_op",
     "avg_pool2d_op",
     "conv1d_op",
     "conv2d_op",

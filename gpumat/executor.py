@@ -181,8 +181,16 @@ class Executor:
         eval_node_list: the nodes to evaluate, e.g. ``[loss, *gradients(loss, params)]``.
         ctx: None for the numpy backend, else a ``gpumat.Context`` (``gpumat.cpu()``,
             ``gpumat.gpu(i)``).
+        training: the mode seen by ops that depend on it (``gpumat.nn.dropout_op``): True (the
+            default) applies dropout, False (evaluation, prediction) makes it the identity.
+            Settable later through the ``training`` attribute.
 
-    Attributes (after the first run; seed assignment names):
+    Attributes (``training`` and ``step`` at once, the rest after the first run; the others are
+        the seed assignment's names):
+        training: the mode (above).
+        step: the number of runs made in training mode (starts at 0, +1 after each training
+            run). Dropout masks use seed + step, so each step draws a fresh mask and a rerun of
+            the same program draws the same masks; set it to resume a run at a given step.
         topo_order: the schedule, a topological order of the needed nodes.
         node_to_shape_map: node -> inferred shape.
         feed_shapes: fed node -> shape of the current plan.
@@ -192,8 +200,9 @@ class Executor:
             (the seed's name; None before the first run).
 
     Raises:
-        TypeError: ``eval_node_list`` holds something that is not a graph node, or ``ctx`` is
-            neither None nor a ``gpumat.Context`` (e.g. the string ``"gpu"``).
+        TypeError: ``eval_node_list`` holds something that is not a graph node, ``ctx`` is
+            neither None nor a ``gpumat.Context`` (e.g. the string ``"gpu"``), or ``training`` is
+            not a bool.
 
     Example (training with parameters kept on the device)::
 
@@ -205,7 +214,7 @@ class Executor:
             opt.step(grads)
     """
 
-    def __init__(self, eval_node_list: Sequence[Node], ctx=None) -> None:
+    def __init__(self, eval_node_list: Sequence[Node], ctx=None, training: bool = True) -> None:
         if isinstance(eval_node_list, (Node, str, bytes)) or not isinstance(
             eval_node_list, Sequence
         ):
@@ -227,7 +236,13 @@ class Executor:
                     f"Executor: ctx must be None (numpy) or a gpumat.Context such as gpumat.cpu() "
                     f"or gpumat.gpu(0), got {ctx!r}"
                 )
+        if not isinstance(training, (bool, np.bool_)):
+            raise TypeError(f"Executor: training must be a bool, got {training!r}")
         self.ctx = ctx
+        # Ops with ``takes_run_state`` (dropout) see the mode and the number of training runs so
+        # far; see the class docstring.
+        self.training = bool(training)
+        self.step = 0
         self.topo_order: list[Node] | None = None
         self.node_to_shape_map: dict[Node, tuple] | None = None
         self.feed_shapes: dict[Node, tuple] | None = None
@@ -442,9 +457,15 @@ class Executor:
 
         ctx = self.ctx
         vals = list(self._template)
+        training, step = self.training, self.step
         for kind, i, node, inputs in self._steps:
             if kind == _COMPUTE:
-                node.op.compute(node, [vals[j] for j in inputs], vals[i], ctx)
+                if getattr(node.op, "takes_run_state", False):
+                    node.op.compute(
+                        node, [vals[j] for j in inputs], vals[i], ctx, training=training, step=step
+                    )
+                else:
+                    node.op.compute(node, [vals[j] for j in inputs], vals[i], ctx)
             elif kind == _FEED_COPY:
                 value = feeds[node][0]
                 if ctx is None:
@@ -454,6 +475,8 @@ class Executor:
             else:
                 vals[i] = feeds[node][0]
 
+        if training:
+            self.step += 1
         results = [vals[i] for i in self._eval_index]
         if ctx is None:
             return [np.array(v, copy=True) for v in results]

@@ -164,7 +164,30 @@ def logreg(seed: int = DEFAULT_SEED) -> Model:
     )
 
 
-def mlp(seed: int = DEFAULT_SEED, hidden: tuple[int, int] = (256, 100), std: float = 0.1) -> Model:
+def _check_dropout(builder: str, dropout) -> float:
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{builder}: dropout must be a number in [0, 1), got {dropout!r}")
+    if not 0.0 <= float(dropout) < 1.0:
+        raise ValueError(f"{builder}: dropout must be in [0, 1), got {dropout!r}")
+    return float(dropout)
+
+
+def _maybe_dropout(h: ad.Node, p: float, seed: int, layer: int) -> ad.Node:
+    """``dropout_op(h, p)`` with a seed derived from the model's seed and the layer index (so a
+    model's masks are reproducible and two layers never share one), or h itself when p == 0."""
+    if p == 0.0:
+        return h
+    from gpumat import nn
+
+    return nn.dropout_op(h, p, seed=(int(seed) * 1000 + layer) % 2**64)
+
+
+def mlp(
+    seed: int = DEFAULT_SEED,
+    hidden: tuple[int, int] = (256, 100),
+    std: float = 0.1,
+    dropout: float = 0.0,
+) -> Model:
     """A 3-layer perceptron, 784 -> 256 -> ReLU -> 100 -> ReLU -> 10 (the seed's ``mlp``).
 
     Weights W1 (784, 256), W2 (256, 100), W3 (100, 10) and biases b1 (256,), b2 (100,), b3 (10,)
@@ -176,7 +199,14 @@ def mlp(seed: int = DEFAULT_SEED, hidden: tuple[int, int] = (256, 100), std: flo
         seed: the seed of the initialisation (default 123, the seed's).
         hidden: the two hidden layer widths.
         std: the standard deviation of the initial weights and biases (default 0.1, the seed's).
+        dropout: p of an inverted ``gpumat.nn.dropout_op`` after each hidden ReLU (0: none, the
+            seed's model). Active in training only; :func:`gpumat.train.predict` and the
+            accuracy evaluations run with dropout off.
+
+    Raises:
+        TypeError, ValueError: ``dropout`` is not a number in [0, 1).
     """
+    p_drop = _check_dropout("mlp", dropout)
     h1, h2 = (int(h) for h in hidden)
     rng = np.random.RandomState(seed)  # the seed's generator (module docstring)
     shapes = {
@@ -192,8 +222,8 @@ def mlp(seed: int = DEFAULT_SEED, hidden: tuple[int, int] = (256, 100), std: flo
     x = ad.Variable("x")
     y_ = ad.Variable("y_")
     p = {k: ad.Variable(k) for k in ("W1", "b1", "W2", "b2", "W3", "b3")}
-    a1 = ad.relu_op(_dense(x, p["W1"], p["b1"]))
-    a2 = ad.relu_op(_dense(a1, p["W2"], p["b2"]))
+    a1 = _maybe_dropout(ad.relu_op(_dense(x, p["W1"], p["b1"])), p_drop, seed, 1)
+    a2 = _maybe_dropout(ad.relu_op(_dense(a1, p["W2"], p["b2"])), p_drop, seed, 2)
     logits = _dense(a2, p["W3"], p["b3"])
     loss = ad.softmaxcrossentropy_op(logits, y_)
     return Model(
@@ -213,7 +243,10 @@ BUILDERS: dict[str, Callable[..., Model]] = {"logreg": logreg, "mlp": mlp}
 
 
 def cnn(
-    seed: int = DEFAULT_SEED, channels: tuple[int, int] = (32, 64), kernel_size: int = 5
+    seed: int = DEFAULT_SEED,
+    channels: tuple[int, int] = (32, 64),
+    kernel_size: int = 5,
+    dropout: float = 0.0,
 ) -> Model:
     """A LeNet-style convolutional network for 28x28 MNIST images.
 
@@ -237,12 +270,16 @@ def cnn(
         seed: the seed of the initialisation.
         channels: (C1, C2), the feature maps of the two convolutions.
         kernel_size: k, the side of both convolutions' square filters (odd or even, >= 1).
+        dropout: p of an inverted ``gpumat.nn.dropout_op`` on the flattened features before the
+            dense layer (0: none). Active in training only.
 
     Raises:
         ValueError: a kernel size or channel count that leaves no pixels or no features.
+        TypeError, ValueError: ``dropout`` is not a number in [0, 1).
     """
     from gpumat import nn
 
+    p_drop = _check_dropout("cnn", dropout)
     c1, c2 = (int(c) for c in channels)
     k = int(kernel_size)
     side = int(np.sqrt(NUM_PIXELS))
@@ -271,7 +308,7 @@ def cnn(
     h = nn.max_pool2d_op(h, 2)
     h = ad.relu_op(nn.add_channel_bias_op(nn.conv2d_op(h, p["W2"]), p["b2"]))
     h = nn.max_pool2d_op(h, 2)
-    logits = _dense(nn.flatten_op(h), p["W3"], p["b3"])
+    logits = _dense(_maybe_dropout(nn.flatten_op(h), p_drop, seed, 1), p["W3"], p["b3"])
     loss = ad.softmaxcrossentropy_op(logits, y_)
     return Model(
         name="cnn",

@@ -11,6 +11,10 @@ like the ops of :mod:`gpumat.autodiff`; they are re-exported there):
   over the (H, W) planes of x (N, C, H, W); the stride defaults to the kernel size.
 - ``reshape_op(x, shape)`` (one entry may be -1), ``flatten_op(x)``: (N, ...) -> (N, prod(...)).
 - ``mse_loss_op(pred, target)``, ``mae_loss_op(pred, target)``: mean over all elements, shape (1,).
+- Layers (issue 11): ``log_softmax_op(x, axis=-1)`` (and ``autodiff.softmax_op(x, axis=-1)``) along
+  any axis of any rank; ``nll_loss_op(log_probs, target)`` with one-hot targets; ``tanh_op``,
+  ``sigmoid_op``; ``dropout_op(x, p, seed=None)`` (inverted, on only when the executor trains);
+  ``reduce_sum_op``, ``reduce_mean_op``, ``reduce_max_op`` ``(x, axis, keepdims=False)``.
 
 Their gradients are graph ops too (``conv2d_gradient_input_op``, ``max_pool2d_gradient_op``, ...),
 so gradient graphs can be printed, evaluated and, for the linear ones (convolution, its two
@@ -32,6 +36,7 @@ formulas are the standard ones (Goodfellow, Bengio & Courville, *Deep Learning*,
 
 from __future__ import annotations
 
+import itertools
 import numbers
 from collections.abc import Sequence
 
@@ -46,6 +51,7 @@ __all__ = [
     "add_channel_bias_op",
     "avg_pool2d_gradient_op",
     "avg_pool2d_op",
+    "broadcast_axis_op",
     "conv1d_gradient_filter_op",
     "conv1d_gradient_input_op",
     "conv1d_op",
@@ -53,15 +59,34 @@ __all__ = [
     "conv2d_gradient_input_op",
     "conv2d_op",
     "conv_output_size",
+    "dropout_op",
     "flatten_op",
+    "log_softmax_gradient_op",
+    "log_softmax_op",
     "mae_loss_gradient_op",
     "mae_loss_op",
     "max_pool2d_gradient_op",
     "max_pool2d_op",
     "mse_loss_gradient_op",
     "mse_loss_op",
+    "nll_loss_gradient_op",
+    "nll_loss_op",
+    "np_dropout",
+    "np_log_softmax",
+    "np_sigmoid",
+    "np_softmax",
+    "np_uniform01",
+    "reduce_max_gradient_op",
+    "reduce_max_op",
+    "reduce_mean_op",
     "reduce_sum_channels_op",
+    "reduce_sum_op",
     "reshape_op",
+    "sigmoid_gradient_op",
+    "sigmoid_op",
+    "softmax_gradient_op",
+    "tanh_gradient_op",
+    "tanh_op",
 ]
 
 
@@ -888,3 +913,542 @@ _GRAD_OPS = {
     2: (conv2d_gradient_input_op, conv2d_gradient_filter_op),
     1: (conv1d_gradient_input_op, conv1d_gradient_filter_op),
 }
+
+
+# --------------------------------------------------------------------------------------------------
+# Layers (issue 11): softmax / log-softmax along an axis, NLL, tanh, sigmoid, dropout, reductions
+# --------------------------------------------------------------------------------------------------
+#
+# Axis ops see their input as (outer, n, inner) around the axis, on the devices and here, so any
+# axis of any rank works without a transpose. The devices run float32; the numpy references run
+# in the feeds' dtype (float64 for the finite-difference checks).
+
+
+def _axis(op: Op, node: Node, shape: tuple, axis: int) -> int:
+    """``axis`` normalised to [0, ndim); ValueError naming the op for an axis out of range."""
+    nd = len(shape)
+    if not -nd <= axis < nd:
+        raise op._error(node, f"axis {axis} is out of range for shape {_shape_str(shape)}")
+    return axis % nd
+
+
+def np_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """softmax along ``axis``, max-subtracted (NOTE: no overflow; softmax is shift-invariant)."""
+    z = x - x.max(axis=axis, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def np_log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """x - max - log(sum exp(x - max)) along ``axis`` (the log-sum-exp trick)."""
+    z = x - x.max(axis=axis, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+
+
+def np_sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) through exp(-|x|): no overflow warning for large |x|."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    # SplitMix64 (Steele, Lea & Flood, OOPSLA 2014), as extensions/src/random.h; uint64 wraps.
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def np_uniform01(seed: int, n: int) -> np.ndarray:
+    """float32 (n,): uniform01(seed, i) of extensions/src/random.h for i < n (the devices' dropout
+    and random_uniform draws, bit for bit)."""
+    with np.errstate(over="ignore"):
+        bits = _splitmix64(np.uint64(seed) ^ _splitmix64(np.arange(n, dtype=np.uint64)))
+    return (bits >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+
+
+def np_dropout(x: np.ndarray, p: float, seed: int) -> np.ndarray:
+    """Inverted dropout with the devices' mask: 0 where uniform01(seed, i) < p (compared in
+    float32), else x / (1 - p); x's dtype."""
+    drop = np_uniform01(seed, x.size).reshape(x.shape) < np.float32(p)
+    if p >= 1.0:
+        return np.zeros_like(x)
+    scale = (
+        np.float32(1.0) / (np.float32(1.0) - np.float32(p))
+        if x.dtype == np.float32
+        else 1 / (1 - p)
+    )
+    return np.where(drop, x.dtype.type(0), x * scale).astype(x.dtype, copy=False)
+
+
+class _AxisOp(Op):
+    """An op with an ``axis`` attribute (an int; negative counts from the end)."""
+
+    def _set_axis(self, node: Node, axis) -> None:
+        node.axis = _int(axis, "axis", self.name)
+
+
+class SoftmaxGradientOp(_AxisOp):
+    """``softmax_gradient_op(y, dy, axis)``: dL/dx = y * (dy - sum_axis(y * dy)) of
+    y = softmax(x) along ``axis``, given the forward output y and dy (one shape). The Jacobian of
+    softmax is diag(y) - y y^T (Goodfellow, Bengio & Courville, *Deep Learning*, 6.2.2.3)."""
+
+    name = "softmax_gradient_op"
+    log = False
+
+    def __call__(self, node_y: Node, node_dy: Node, axis=-1) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        new_node.inputs = [node_y, node_dy]
+        label = "LogSoftmaxGrad" if self.log else "SoftmaxGrad"
+        new_node.name = f"{label}({_short(node_y)},{_short(node_dy)},axis={new_node.axis})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        y, dy = input_vals
+        a = node.axis
+        if ctx is None:
+            if self.log:
+                output_val[...] = dy - np.exp(y) * dy.sum(axis=a, keepdims=True)
+            else:
+                output_val[...] = y * (dy - (y * dy).sum(axis=a, keepdims=True))
+        elif self.log:
+            ops.log_softmax_gradient(y, dy, output_val, a)
+        else:
+            ops.softmax_axis_gradient(y, dy, output_val, a)
+
+    def gradient(self, node, output_grad):
+        reason = f"{self.name}: second derivatives of softmax"
+        return [Undefined(reason), Undefined(reason)]
+
+    def infer_shape(self, node, input_shapes):
+        s = self._same_shapes(node, input_shapes[0], input_shapes[1])
+        _axis(self, node, s, node.axis)
+        return s
+
+
+class LogSoftmaxGradientOp(SoftmaxGradientOp):
+    """``log_softmax_gradient_op(y, dy, axis)``: dL/dx = dy - exp(y) * sum_axis(dy) of
+    y = log_softmax(x) along ``axis`` (exp(y) is the softmax)."""
+
+    name = "log_softmax_gradient_op"
+    log = True
+
+
+class LogSoftmaxOp(_AxisOp):
+    """``log_softmax_op(x, axis=-1)``: x - max - log(sum exp(x - max)) along ``axis`` of an
+    array of any rank >= 1 (the log-sum-exp trick: finite for finite inputs of any size, where
+    log(softmax(x)) underflows to -inf). Gradient: ``log_softmax_gradient_op``."""
+
+    name = "log_softmax_op"
+
+    def __call__(self, node_x: Node, axis=-1) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        new_node.inputs = [node_x]
+        new_node.name = f"LogSoftmax({_short(node_x)},axis={new_node.axis})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        if ctx is None:
+            output_val[...] = np_log_softmax(input_vals[0], node.axis)
+        else:
+            ops.log_softmax(input_vals[0], output_val, node.axis)
+
+    def gradient(self, node, output_grad):
+        return [log_softmax_gradient_op(node, output_grad, node.axis)]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        _axis(self, node, s, node.axis)
+        return s
+
+
+class NllLossOp(Op):
+    """``nll_loss_op(log_probs, target)``: -sum(target * log_probs) / N, shape (1,).
+
+    log_probs (N, C), e.g. ``log_softmax_op(logits)``, and ``target`` (N, C) **one-hot rows**
+    (or any probability rows), N >= 1: the batch mean of -log p[class], so that
+    ``nll_loss_op(log_softmax_op(y), y_)`` equals ``softmaxcrossentropy_op(y, y_)``. NOTE: unlike
+    PyTorch's ``nll_loss``, which takes integer class indices, targets are one-hot as everywhere
+    in gpumat (labels are float32 arrays; one-hot rows need no index checks on the device); turn
+    indices into rows with ``np.eye(C, dtype=np.float32)[labels]``. Gradient with respect to
+    log_probs: -target / N times the output gradient; with respect to the target it is not
+    implemented (never needed to train).
+    """
+
+    name = "nll_loss_op"
+
+    def __call__(self, node_log_probs: Node, node_target: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_log_probs, node_target]
+        new_node.name = f"NllLoss({_short(node_log_probs)},{_short(node_target)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        lp, t = input_vals
+        if ctx is None:
+            output_val[...] = -np.sum(t * lp) / lp.shape[0]
+        else:
+            ops.nll_loss(lp, t, output_val)
+
+    def gradient(self, node, output_grad):
+        return [
+            nll_loss_gradient_op(node.inputs[1], output_grad),
+            Undefined("nll_loss_op: gradient with respect to the target"),
+        ]
+
+    def infer_shape(self, node, input_shapes):
+        lp, t = (tuple(s) for s in input_shapes)
+        if len(lp) != 2:
+            raise self._error(node, f"log_probs must be 2-D (N, C), got {_shape_str(lp)}")
+        if lp != t:
+            raise self._error(
+                node, f"log_probs {_shape_str(lp)} and target {_shape_str(t)} differ in shape"
+            )
+        if lp[0] < 1 or lp[1] < 1:
+            raise self._error(node, f"needs at least one row and one class, got {_shape_str(lp)}")
+        return (1,)
+
+
+class NllLossGradientOp(Op):
+    """``nll_loss_gradient_op(target, dloss)``: -dloss[0] * target / N (target's shape), the
+    gradient of ``nll_loss_op`` with respect to log_probs."""
+
+    name = "nll_loss_gradient_op"
+
+    def __call__(self, node_target: Node, node_dloss: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_target, node_dloss]
+        new_node.name = f"NllLossGrad({_short(node_target)},{_short(node_dloss)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        t, dl = input_vals
+        if ctx is None:
+            output_val[...] = (-dl[0] / t.shape[0]) * t
+        else:
+            ops.nll_loss_gradient(t, dl, output_val)
+
+    def gradient(self, node, output_grad):
+        reason = "nll_loss_gradient_op: second derivatives of the loss"
+        return [Undefined(reason), Undefined(reason)]
+
+    def infer_shape(self, node, input_shapes):
+        t, dl = (tuple(s) for s in input_shapes)
+        NllLossOp.infer_shape(self, node, [t, t])
+        if dl != (1,):
+            raise self._error(node, f"dloss must have shape (1,), got {_shape_str(dl)}")
+        return t
+
+
+class TanhOp(Op):
+    """``tanh_op(x)``: tanh elementwise, any shape. Gradient: ``tanh_gradient_op(y, dy)`` =
+    dy * (1 - y**2) from the output y (no second pass over x)."""
+
+    name = "tanh_op"
+    label = "Tanh"
+
+    def __call__(self, node_x: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_x]
+        new_node.name = f"{self.label}({_short(node_x)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        x = input_vals[0]
+        if ctx is None:
+            output_val[...] = np.tanh(x) if self.label == "Tanh" else np_sigmoid(x)
+        elif self.label == "Tanh":
+            ops.tanh(x, output_val)
+        else:
+            ops.sigmoid(x, output_val)
+
+    def gradient(self, node, output_grad):
+        grad_op = tanh_gradient_op if self.label == "Tanh" else sigmoid_gradient_op
+        return [grad_op(node, output_grad)]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+class SigmoidOp(TanhOp):
+    """``sigmoid_op(x)``: 1 / (1 + exp(-x)) elementwise, computed through exp(-|x|) so that large
+    |x| neither overflows nor loses the result (it saturates to 0 or 1). Gradient:
+    ``sigmoid_gradient_op(y, dy)`` = dy * y * (1 - y)."""
+
+    name = "sigmoid_op"
+    label = "Sigmoid"
+
+
+class TanhGradientOp(Op):
+    """``tanh_gradient_op(y, dy)``: dy * (1 - y**2), y = tanh(x) the forward output (one shape)."""
+
+    name = "tanh_gradient_op"
+    label = "Tanh"
+
+    def __call__(self, node_y: Node, node_dy: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_y, node_dy]
+        new_node.name = f"{self.label}Grad({_short(node_y)},{_short(node_dy)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        y, dy = input_vals
+        if ctx is None:
+            output_val[...] = dy * (1 - y * y) if self.label == "Tanh" else dy * y * (1 - y)
+        elif self.label == "Tanh":
+            ops.tanh_gradient(y, dy, output_val)
+        else:
+            ops.sigmoid_gradient(y, dy, output_val)
+
+    def gradient(self, node, output_grad):
+        reason = f"{self.name}: second derivatives of {self.label.lower()}"
+        return [Undefined(reason), Undefined(reason)]
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+
+
+class SigmoidGradientOp(TanhGradientOp):
+    """``sigmoid_gradient_op(y, dy)``: dy * y * (1 - y), y = sigmoid(x) the forward output."""
+
+    name = "sigmoid_gradient_op"
+    label = "Sigmoid"
+
+
+_dropout_seeds = itertools.count(1)
+
+
+class DropoutOp(Op):
+    """``dropout_op(x, p, seed=None)``: inverted dropout (Srivastava et al., "Dropout", JMLR 2014,
+    with the 1/(1-p) scaling at training time so that evaluation is the identity).
+
+    Training (``Executor(..., training=True)``, the default): element i of x is zeroed where
+    uniform01(s, i) < p and scaled by 1/(1-p) otherwise, with uniform01 the counter-based
+    generator of ``extensions/src/random.h`` (so numpy, cpu and CUDA drop the same elements) and
+    s = (seed + step) mod 2**64, ``step`` the executor's count of training runs so far: a fresh,
+    reproducible mask every step. Evaluation (``Executor(..., training=False)``; the predictor of
+    :mod:`gpumat.train` uses it): the identity. 0 <= p <= 1 (a float); ``seed`` an int in
+    [0, 2**64), or None for a process-wide counter (1, 2, ... in creation order), so two dropout
+    layers never share a mask. The gradient is ``dropout_op(dy, p, seed)``: the same mask and
+    scale, since the op is linear in x with the same step.
+    """
+
+    name = "dropout_op"
+    takes_run_state = True
+
+    def __call__(self, node_x: Node, p, seed=None) -> Node:
+        new_node = Op.__call__(self)
+        new_node.p = ops._probability(p, self.name)
+        new_node.seed = next(_dropout_seeds) if seed is None else ops._seed(seed)
+        new_node.inputs = [node_x]
+        new_node.name = f"Dropout({_short(node_x)},p={new_node.p:g},seed={new_node.seed})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None, training=True, step=0):
+        x = input_vals[0]
+        if not training or node.p == 0.0:
+            if ctx is None:
+                np.copyto(output_val, x)
+            else:
+                ops.copy(x, output_val)
+            return
+        seed = (node.seed + int(step)) % 2**64
+        if ctx is None:
+            output_val[...] = np_dropout(x, node.p, seed)
+        else:
+            ops.dropout(x, output_val, node.p, seed)
+
+    def gradient(self, node, output_grad):
+        return [dropout_op(output_grad, node.p, node.seed)]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+class _ReduceOp(_AxisOp):
+    """``reduce_<kind>_op(x, axis, keepdims=False)``: the sum, mean or max of x along ``axis``;
+    the output drops that axis, or keeps it with length 1 when ``keepdims``."""
+
+    kind = "sum"
+
+    def __call__(self, node_x: Node, axis, keepdims=False) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        if not isinstance(keepdims, (bool, np.bool_)):
+            raise TypeError(f"{self.name}: keepdims must be a bool, got {keepdims!r}")
+        new_node.keepdims = bool(keepdims)
+        new_node.inputs = [node_x]
+        kd = ",keepdims" if keepdims else ""
+        new_node.name = f"Reduce{self.kind.title()}({_short(node_x)},axis={new_node.axis}{kd})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        x = input_vals[0]
+        if ctx is None:
+            f = {"sum": np.sum, "mean": np.mean, "max": np.max}[self.kind]
+            output_val[...] = f(x, axis=node.axis).reshape(output_val.shape)
+        else:
+            {"sum": ops.reduce_sum, "mean": ops.reduce_mean, "max": ops.reduce_max}[self.kind](
+                x, output_val, node.axis
+            )
+
+    def gradient(self, node, output_grad):
+        x = node.inputs[0]
+        if self.kind == "max":
+            return [reduce_max_gradient_op(x, node, output_grad, node.axis)]
+        return [broadcast_axis_op(output_grad, x, node.axis, mean=self.kind == "mean")]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        a = _axis(self, node, s, node.axis)
+        if self.kind != "sum" and s[a] == 0 and int(np.prod(s, dtype=np.int64)) == 0:
+            others = s[:a] + s[a + 1 :]
+            if int(np.prod(others, dtype=np.int64)) > 0:
+                raise self._error(
+                    node, f"cannot take the {self.kind} of an empty axis {a} of {_shape_str(s)}"
+                )
+        return s[:a] + (1,) + s[a + 1 :] if node.keepdims else s[:a] + s[a + 1 :]
+
+
+class ReduceSumOp(_ReduceOp):
+    """``reduce_sum_op(x, axis, keepdims=False)``: the sum along ``axis``. Gradient: dy repeated
+    along the axis (``broadcast_axis_op``)."""
+
+    name = "reduce_sum_op"
+    kind = "sum"
+
+
+class ReduceMeanOp(_ReduceOp):
+    """``reduce_mean_op(x, axis, keepdims=False)``: the mean along a non-empty ``axis``.
+    Gradient: dy / n repeated along the axis."""
+
+    name = "reduce_mean_op"
+    kind = "mean"
+
+
+class ReduceMaxOp(_ReduceOp):
+    """``reduce_max_op(x, axis, keepdims=False)``: the max along a non-empty ``axis`` (NaN wins).
+
+    Gradient (``reduce_max_gradient_op``): each slice's dy is **split equally among its tied
+    maxima**, as TensorFlow's ``reduce_max`` and PyTorch's ``amax`` do (PyTorch's ``max(dim)``
+    instead routes it to one index). Splitting is the symmetric choice: it does not depend on the
+    order of the elements along the axis (so it commutes with permutations of that axis), it is
+    the average of the one-hot subgradients, and it keeps the gradient of max(x, x) = x equal to
+    1 in total. (``max_pool2d_op`` routes to the first maximum instead: its kernel recomputes one
+    argmax per window.)
+    """
+
+    name = "reduce_max_op"
+    kind = "max"
+
+
+class BroadcastAxisOp(_AxisOp):
+    """``broadcast_axis_op(g, like, axis, mean=False)``: g (like's shape reduced along ``axis``,
+    the axis dropped or kept as 1) repeated along ``axis`` to like's shape, times 1/n when
+    ``mean`` (n = like's length along the axis): the gradient of reduce_sum / reduce_mean. Only
+    ``like``'s shape is used. Linear in g: its gradient is reduce_sum / reduce_mean again."""
+
+    name = "broadcast_axis_op"
+    shape_only_inputs = (1,)
+
+    def __call__(self, node_g: Node, node_like: Node, axis, mean=False) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        new_node.mean = bool(mean)
+        new_node.inputs = [node_g, node_like]
+        new_node.name = (
+            f"BroadcastAxis({_short(node_g)},{_short(node_like)},axis={new_node.axis}"
+            f"{',mean' if mean else ''})"
+        )
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        g = input_vals[0]
+        a = node.axis % output_val.ndim
+        n = output_val.shape[a]
+        scale = 1.0 / n if node.mean and n > 0 else 1.0
+        if ctx is None:
+            output_val[...] = (
+                np.expand_dims(g.reshape(output_val.shape[:a] + output_val.shape[a + 1 :]), a)
+                * scale
+            )
+        else:
+            ops.broadcast_axis(g, output_val, a, scale)
+
+    def gradient(self, node, output_grad):
+        g = node.inputs[0]
+        op = reduce_mean_op if node.mean else reduce_sum_op
+        return [reshape_op(op(output_grad, node.axis), g), None]
+
+    def infer_shape(self, node, input_shapes):
+        g, like = (tuple(s) for s in input_shapes)
+        a = _axis(self, node, like, node.axis)
+        if g not in (like[:a] + like[a + 1 :], like[:a] + (1,) + like[a + 1 :]):
+            raise self._error(
+                node,
+                f"g has shape {_shape_str(g)}, expected {_shape_str(like)} reduced along axis {a}",
+            )
+        return like
+
+
+class ReduceMaxGradientOp(_AxisOp):
+    """``reduce_max_gradient_op(x, y, dy, axis)``: dL/dx of y = reduce_max(x, axis) given y and
+    dy: dy / t at the t tied maxima of each slice, 0 elsewhere (see ``reduce_max_op``)."""
+
+    name = "reduce_max_gradient_op"
+
+    def __call__(self, node_x: Node, node_y: Node, node_dy: Node, axis) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        new_node.inputs = [node_x, node_y, node_dy]
+        args = f"{_short(node_x)},{_short(node_y)},{_short(node_dy)}"
+        new_node.name = f"ReduceMaxGrad({args},axis={new_node.axis})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        x, y, dy = input_vals
+        if ctx is None:
+            a = node.axis % x.ndim
+            yk = np.expand_dims(y.reshape(x.shape[:a] + x.shape[a + 1 :]), a)
+            dyk = np.expand_dims(dy.reshape(yk.shape[:a] + yk.shape[a + 1 :]), a)
+            tie = (x == yk) | (np.isnan(x) & np.isnan(yk))
+            output_val[...] = np.where(tie, dyk / np.maximum(tie.sum(axis=a, keepdims=True), 1), 0)
+        else:
+            ops.reduce_max_gradient(x, y, dy, output_val, node.axis)
+
+    def gradient(self, node, output_grad):
+        # Piecewise constant in x and y; linear in dy (a gather at the maxima: no kernel yet).
+        return [None, None, Undefined("reduce_max_gradient_op: second derivatives of max")]
+
+    def infer_shape(self, node, input_shapes):
+        x, y, dy = (tuple(s) for s in input_shapes)
+        a = _axis(self, node, x, node.axis)
+        if y != dy or y not in (x[:a] + x[a + 1 :], x[:a] + (1,) + x[a + 1 :]):
+            raise self._error(
+                node,
+                f"y {_shape_str(y)} and dy {_shape_str(dy)} must be x {_shape_str(x)} reduced "
+                f"along axis {a}",
+            )
+        return x
+
+
+log_softmax_op = LogSoftmaxOp()
+softmax_gradient_op = SoftmaxGradientOp()
+log_softmax_gradient_op = LogSoftmaxGradientOp()
+nll_loss_op = NllLossOp()
+nll_loss_gradient_op = NllLossGradientOp()
+tanh_op = TanhOp()
+sigmoid_op = SigmoidOp()
+tanh_gradient_op = TanhGradientOp()
+sigmoid_gradient_op = SigmoidGradientOp()
+dropout_op = DropoutOp()
+reduce_sum_op = ReduceSumOp()
+reduce_mean_op = ReduceMeanOp()
+reduce_max_op = ReduceMaxOp()
+broadcast_axis_op = BroadcastAxisOp()
+reduce_max_gradient_op = ReduceMaxGradientOp()

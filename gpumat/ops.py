@@ -15,8 +15,9 @@ Errors, raised before any kernel runs:
         may write in place. Impossible geometry (an empty convolution or pooling output, a
         channel mismatch, a wrong rank) is a ValueError too.
 
-Convolutions, pooling, regression losses and Adam (issue 6) follow the same conventions; the
-graph ops built on them are in :mod:`gpumat.nn`.
+Convolutions, pooling, regression losses and Adam (issue 6), and the layers of issue 11 (softmax
+and log-softmax along any axis, NLL loss, tanh, sigmoid, dropout, reductions along an axis)
+follow the same conventions; the graph ops built on them are in :mod:`gpumat.nn`.
     gpumat.CudaError: a CUDA call or launch failed. MemoryError: out of device memory.
 Set ``GPUMAT_SYNC=1`` to synchronize after each op, so an asynchronous fault names its op.
 """
@@ -36,6 +37,7 @@ __all__ = [
     "avg_pool2d",
     "avg_pool2d_gradient",
     "axpy",
+    "broadcast_axis",
     "broadcast_to",
     "conv1d",
     "conv1d_gradient_filter",
@@ -44,6 +46,9 @@ __all__ = [
     "conv2d_gradient_filter",
     "conv2d_gradient_input",
     "copy",
+    "dropout",
+    "log_softmax",
+    "log_softmax_gradient",
     "mae_loss",
     "mae_loss_gradient",
     "matrix_elementwise_add",
@@ -55,16 +60,28 @@ __all__ = [
     "max_pool2d_gradient",
     "mse_loss",
     "mse_loss_gradient",
+    "nll_loss",
+    "nll_loss_gradient",
     "random_normal",
     "random_uniform",
+    "reduce_max",
+    "reduce_max_gradient",
+    "reduce_mean",
+    "reduce_sum",
     "reduce_sum_axis_zero",
     "reduce_sum_channels",
     "relu",
     "relu_gradient",
     "reshape",
     "set_conv_workspace_limit",
+    "sigmoid",
+    "sigmoid_gradient",
     "softmax",
+    "softmax_axis",
+    "softmax_axis_gradient",
     "softmax_cross_entropy",
+    "tanh",
+    "tanh_gradient",
     "transpose",
 ]
 
@@ -417,3 +434,114 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, step: int) -> None:
     or non-finite lr or eps, or step < 1.
     """
     _core.adam_update_(param, grad, m, v, lr, beta1, beta2, eps, _int(step, "step", "adam_update"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Layers (issue 11). An ``axis`` is an int in [-ndim, ndim) (negative counts from the end); the
+# kernels see the array as (outer, n, inner) around it, so any axis works without a transpose.
+# --------------------------------------------------------------------------------------------------
+
+
+def softmax_axis(in_arr, out_arr, axis: int = -1) -> None:
+    """out_arr = softmax of in_arr (any rank >= 1) along ``axis``: exp(x - max) / sum exp(x - max)
+    (max-subtracted: no overflow). Same shapes, out_arr not in_arr. ValueError for a bad axis."""
+    _core.softmax_axis_(in_arr, out_arr, _int(axis, "axis", "softmax"))
+
+
+def log_softmax(in_arr, out_arr, axis: int = -1) -> None:
+    """out_arr = log_softmax of in_arr along ``axis``: x - max - log(sum exp(x - max)) (the
+    log-sum-exp trick; finite for any finite input). Same shapes, out_arr not in_arr."""
+    _core.log_softmax_(in_arr, out_arr, _int(axis, "axis", "log_softmax"))
+
+
+def softmax_axis_gradient(y, dy, out, axis: int = -1) -> None:
+    """out = y * (dy - sum_axis(y * dy)): dL/dx of y = softmax(x) along ``axis`` given y and
+    dy = dL/dy (the Jacobian diag(y) - y y^T applied along the axis). All of one shape."""
+    _core.softmax_axis_gradient_(y, dy, out, _int(axis, "axis", "softmax_gradient"))
+
+
+def log_softmax_gradient(y, dy, out, axis: int = -1) -> None:
+    """out = dy - exp(y) * sum_axis(dy): dL/dx of y = log_softmax(x) along ``axis``."""
+    _core.log_softmax_gradient_(y, dy, out, _int(axis, "axis", "log_softmax_gradient"))
+
+
+def nll_loss(log_probs, target, out) -> None:
+    """out (1,) = -sum(target * log_probs) / N for (N, C) log_probs and one-hot (or probability)
+    rows ``target`` of the same shape, N >= 1: the batch-mean negative log-likelihood."""
+    _core.nll_loss_(log_probs, target, out)
+
+
+def nll_loss_gradient(target, dloss, out) -> None:
+    """out (N, C) = -dloss[0] * target / N, the gradient of :func:`nll_loss` with respect to
+    log_probs times the loss's output gradient ``dloss`` (shape (1,))."""
+    _core.nll_loss_gradient_(target, dloss, out)
+
+
+def tanh(in_arr, out_arr) -> None:
+    """out_arr = tanh(in_arr) elementwise (may be in place)."""
+    _core.tanh_(in_arr, out_arr)
+
+
+def sigmoid(in_arr, out_arr) -> None:
+    """out_arr = 1 / (1 + exp(-in_arr)) elementwise, computed through exp(-|x|) so that no
+    intermediate overflows for large |x| (may be in place)."""
+    _core.sigmoid_(in_arr, out_arr)
+
+
+def tanh_gradient(y, dy, out) -> None:
+    """out = dy * (1 - y**2), dL/dx of y = tanh(x) given the forward output y."""
+    _core.tanh_gradient_(y, dy, out)
+
+
+def sigmoid_gradient(y, dy, out) -> None:
+    """out = dy * y * (1 - y), dL/dx of y = sigmoid(x) given the forward output y."""
+    _core.sigmoid_gradient_(y, dy, out)
+
+
+def _probability(p, op: str) -> float:
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"{op}: p must be a real number, got {p!r}")
+    if not 0.0 <= float(p) <= 1.0:  # also rejects NaN
+        raise ValueError(f"{op}: p must be in [0, 1], got {p!r}")
+    return float(p)
+
+
+def dropout(in_arr, out_arr, p: float, seed: int) -> None:
+    """Inverted dropout: out_arr[i] = 0 where uniform01(seed, i) < p, else in_arr[i] / (1 - p).
+
+    uniform01 is the counter-based generator of :func:`random_uniform` (SplitMix64 of (seed, i),
+    24 bits), so every device and :func:`gpumat.nn.np_dropout_mask` drop the same elements for a
+    seed. 0 <= p <= 1 (p = 1 drops everything). The gradient is dropout of dy with the same seed
+    and p. Elementwise (may be in place). TypeError / ValueError for a bad p or seed.
+    """
+    _core.dropout_(in_arr, out_arr, _probability(p, "dropout"), _seed(seed))
+
+
+def reduce_sum(in_arr, out_arr, axis: int) -> None:
+    """out_arr = in_arr summed along ``axis``; out_arr has in_arr's shape with that axis removed
+    or kept as 1 (keepdims). Float32 sums in index order on both devices."""
+    _core.reduce_sum_(in_arr, out_arr, _int(axis, "axis", "reduce_sum"))
+
+
+def reduce_mean(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the mean of in_arr along a non-empty ``axis`` (shapes as for reduce_sum)."""
+    _core.reduce_mean_(in_arr, out_arr, _int(axis, "axis", "reduce_mean"))
+
+
+def reduce_max(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the max of in_arr along a non-empty ``axis`` (shapes as for reduce_sum). A NaN in
+    a slice makes its max NaN."""
+    _core.reduce_max_(in_arr, out_arr, _int(axis, "axis", "reduce_max"))
+
+
+def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:
+    """out_arr = scale * in_arr repeated along ``axis`` of out_arr; in_arr is out_arr's shape with
+    that axis removed or 1. The gradient of reduce_sum (scale 1) and reduce_mean (scale 1/n)."""
+    _core.broadcast_axis_(in_arr, out_arr, _int(axis, "axis", "broadcast_axis"), scale)
+
+
+def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
+    """out (x's shape) = dL/dx of y = reduce_max(x, axis) given y and dy (y's shape): each slice's
+    dy is shared equally by its tied maxima (x == y), the other elements get 0 (TensorFlow's
+    reduce_max gradient; PyTorch's amax does the same)."""
+    _core.reduce_max_gradient_(x, y, dy, out, _int(axis, "axis", "reduce_max_gradient"))

@@ -227,7 +227,8 @@ class _Predictor:
         self.model = model
         self.ctx = ctx
         self.batch_size = _check_positive_int(batch_size, "batch_size")
-        self.executor = Executor([model.logits], ctx=ctx)
+        # Evaluation mode: dropout layers are the identity when predicting.
+        self.executor = Executor([model.logits], ctx=ctx, training=False)
         self._pad = None
 
     def predict(self, params: Mapping, images: np.ndarray) -> np.ndarray:
@@ -486,6 +487,8 @@ def fit(
         first_epoch = _restore(
             resume, model, values, opt, history, rng, batch_size=batch_size, shuffle=shuffle
         )
+    # Dropout masks use seed + executor.step: a resumed run continues the masks' sequence.
+    executor.step = first_epoch * n_batches
     # ---- end checkpoints
 
     loss_sum_dev = None

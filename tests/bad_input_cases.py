@@ -83,6 +83,11 @@ class Arrays:
         self.root_of[id(a)] = id(a)
         return a
 
+    def of(self, values: np.ndarray) -> PyGpuMatrix:
+        a = gpumat.array(np.asarray(values, dtype=np.float32), CTX)
+        self.root_of[id(a)] = id(a)
+        return a
+
     def view(self, base: PyGpuMatrix, shape) -> PyGpuMatrix:
         v = base.reshape(shape)
         self.root_of[id(v)] = self.root_of.get(id(base), id(base))
@@ -335,7 +340,56 @@ def _valid_args(name, draw, arrays: Arrays):
     if name == "adam_update":
         s = _shape(draw)
         return [new(s), new(s), new(s), new(s, 0.0, 1.0), 1e-2, 0.9, 0.999, 1e-8, draw(small)]
+    if name in ("softmax_axis", "log_softmax"):
+        s = _shape(draw)
+        return [new(s, -5.0, 5.0), new(s), _axis_of(draw, s)]
+    if name in ("softmax_axis_gradient", "log_softmax_gradient"):
+        s = _shape(draw)
+        y = new(s, 0.0, 1.0) if name == "softmax_axis_gradient" else new(s, -4.0, 0.0)
+        return [y, new(s), new(s), _axis_of(draw, s)]
+    if name == "nll_loss":
+        s = (draw(small), draw(small))
+        return [new(s, -4.0, 0.0), new(s, 0.0, 1.0), new((1,))]
+    if name == "nll_loss_gradient":
+        s = (draw(small), draw(small))
+        return [new(s, 0.0, 1.0), new((1,)), new(s)]
+    if name in ("tanh", "sigmoid"):
+        s = _shape(draw)
+        return [new(s, -6.0, 6.0), new(s)]
+    if name in ("tanh_gradient", "sigmoid_gradient"):
+        s = _shape(draw)
+        return [new(s), new(s), new(s)]
+    if name == "dropout":
+        s = _shape(draw)
+        p = draw(st.sampled_from([0.0, 0.5, 1.0]) | st.floats(0.0, 1.0))
+        return [new(s), new(s), p, draw(st.integers(0, 2**64 - 1))]
+    if name in ("reduce_sum", "reduce_mean", "reduce_max"):
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        return [new(s), new(_reduced(s, axis, draw(st.booleans()))), axis]
+    if name == "broadcast_axis":
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        g = new(_reduced(s, axis, draw(st.booleans())))
+        return [g, new(s), axis, draw(st.floats(-3, 3))]
+    if name == "reduce_max_gradient":
+        # Small integers, so that slices often hold tied maxima; y is the true max.
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        x = arrays.rng.integers(-2, 3, size=s).astype(np.float32)
+        r = _reduced(s, axis, draw(st.booleans()))
+        y = x.max(axis=axis).reshape(r)
+        return [arrays.of(x), arrays.of(y), new(r), new(s), axis]
     raise KeyError(name)
+
+
+def _axis_of(draw, shape) -> int:
+    return draw(st.integers(-len(shape), len(shape) - 1))
+
+
+def _reduced(shape, axis: int, keepdims: bool) -> tuple:
+    a = axis % len(shape)
+    return shape[:a] + ((1,) if keepdims else ()) + shape[a + 1 :]
 
 
 def _reference(name, a):
@@ -479,7 +533,102 @@ def _reference(name, a):
         v2 = b2 * v + (1 - b2) * g * g
         mhat, vhat = m2 / (1 - b1**step), v2 / (1 - b2**step)
         return {0: param - lr * mhat / (np.sqrt(vhat) + eps), 2: m2, 3: v2}
+    if name in ("softmax_axis", "log_softmax"):
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        _same(x.shape, out.shape)
+        axis = _check_axis(a[2], x.shape)
+        if x.size == 0:
+            return {1: np.zeros(x.shape)}
+        return {1: (nn.np_softmax if name == "softmax_axis" else nn.np_log_softmax)(x, axis)}
+    if name in ("softmax_axis_gradient", "log_softmax_gradient"):
+        y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _no_alias(a[2], a[0], a[1])
+        _same(y.shape, dy.shape, out.shape)
+        axis = _check_axis(a[3], y.shape)
+        if name == "softmax_axis_gradient":
+            return {2: y * (dy - (y * dy).sum(axis=axis, keepdims=True))}
+        return {2: dy - np.exp(y) * dy.sum(axis=axis, keepdims=True)}
+    if name == "nll_loss":
+        lp, t, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _no_alias(a[2], a[0], a[1])
+        if lp.ndim != 2 or out.shape != (1,) or min(lp.shape) < 1:
+            raise Invalid("shapes")
+        _same(lp.shape, t.shape)
+        return {2: np.array([-np.sum(t * lp) / lp.shape[0]])}
+    if name == "nll_loss_gradient":
+        # Elementwise in target: out may be target itself, not dloss (read by every element).
+        t, d, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _no_alias(a[2], a[1])
+        if t.ndim != 2 or d.shape != (1,) or min(t.shape) < 1:
+            raise Invalid("shapes")
+        _same(t.shape, out.shape)
+        return {2: -d[0] * t / t.shape[0]}
+    if name in ("tanh", "sigmoid"):
+        x, out = _arr(a[0]), _arr(a[1])
+        _same(x.shape, out.shape)
+        return {1: np.tanh(x) if name == "tanh" else nn.np_sigmoid(x)}
+    if name in ("tanh_gradient", "sigmoid_gradient"):
+        y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(y.shape, dy.shape, out.shape)
+        return {2: dy * (1 - y * y) if name == "tanh_gradient" else dy * y * (1 - y)}
+    if name == "dropout":
+        x, out = _arr(a[0]), _arr(a[1])
+        _same(x.shape, out.shape)
+        p, seed = a[2], _int(a[3])
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) <= 1.0:
+            raise Invalid("p")
+        if not 0 <= seed < 2**64:
+            raise Invalid("seed")
+        # The kernel takes p as a float32: its mask and scale use p rounded so.
+        return {1: nn.np_dropout(x, float(np.float32(p)), seed)}
+    if name in ("reduce_sum", "reduce_mean", "reduce_max"):
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        axis = _check_axis(a[2], x.shape)
+        _reduced_like(out.shape, x.shape, axis)
+        if out.size == 0:
+            return {1: np.zeros(out.shape)}
+        if x.shape[axis] == 0 and name != "reduce_sum":
+            raise Invalid("empty axis")
+        f = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}[name]
+        return {1: f(x, axis=axis).reshape(out.shape)}
+    if name == "broadcast_axis":
+        g, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        axis = _check_axis(a[2], out.shape)
+        _reduced_like(g.shape, out.shape, axis)
+        scale = _num(a[3])
+        dropped = out.shape[:axis] + out.shape[axis + 1 :]
+        return {1: np.broadcast_to(np.expand_dims(g.reshape(dropped), axis) * scale, out.shape)}
+    if name == "reduce_max_gradient":
+        x, y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
+        _no_alias(a[3], a[0], a[1], a[2])
+        _same(x.shape, out.shape)
+        _same(y.shape, dy.shape)
+        axis = _check_axis(a[4], x.shape)
+        _reduced_like(y.shape, x.shape, axis)
+        # dy shared equally by the tied maxima (x == y) of each slice; 0 elsewhere.
+        dropped = x.shape[:axis] + x.shape[axis + 1 :]
+        yk = np.expand_dims(y.reshape(dropped), axis)
+        dyk = np.expand_dims(dy.reshape(dropped), axis)
+        tie = x == yk
+        return {3: np.where(tie, dyk / np.maximum(tie.sum(axis=axis, keepdims=True), 1), 0.0)}
     raise KeyError(name)
+
+
+def _check_axis(axis, shape) -> int:
+    """``axis`` normalised to [0, ndim), or Invalid (also for a 0-d shape: it has no axis)."""
+    axis = _int(axis)
+    if not -len(shape) <= axis < len(shape):
+        raise Invalid("axis out of range")
+    return axis % len(shape)
+
+
+def _reduced_like(shape, full, axis: int) -> None:
+    """Invalid unless ``shape`` is ``full`` with ``axis`` dropped or kept with length 1."""
+    if tuple(shape) not in (full[:axis] + full[axis + 1 :], full[:axis] + (1,) + full[axis + 1 :]):
+        raise Invalid("not the reduced shape")
 
 
 OP_NAMES = [n for n in ops.__all__ if n != "set_conv_workspace_limit"]
@@ -985,6 +1134,23 @@ def batch_graph():
         "flatten_op": lambda u, v: nn.flatten_op(u),
         "mse_loss_op": lambda u, v: nn.mse_loss_op(u, v),
         "mae_loss_op": lambda u, v: nn.mae_loss_op(u, v),
+        "softmax_op axis": lambda u, v: ad.softmax_op(x, v),
+        "log_softmax_op": lambda u, v: nn.log_softmax_op(u, v),
+        "softmax_gradient_op": lambda u, v: nn.softmax_gradient_op(u, x, v),
+        "log_softmax_gradient_op": lambda u, v: nn.log_softmax_gradient_op(u, x, v),
+        "nll_loss_op": lambda u, v: nn.nll_loss_op(u, v),
+        "nll_loss_gradient_op": lambda u, v: nn.nll_loss_gradient_op(u, v),
+        "tanh_op": lambda u, v: nn.tanh_op(u),
+        "sigmoid_op": lambda u, v: nn.sigmoid_op(u),
+        "tanh_gradient_op": lambda u, v: nn.tanh_gradient_op(u, v),
+        "sigmoid_gradient_op": lambda u, v: nn.sigmoid_gradient_op(u, v),
+        "dropout_op": lambda u, v: nn.dropout_op(x, u, v),
+        "reduce_sum_op": lambda u, v: nn.reduce_sum_op(x, u, v),
+        "reduce_mean_op": lambda u, v: nn.reduce_mean_op(x, u, v),
+        "reduce_max_op": lambda u, v: nn.reduce_max_op(x, u, v),
+        "broadcast_axis_op": lambda u, v: nn.broadcast_axis_op(u, x, v),
+        "reduce_max_gradient_op": lambda u, v: nn.reduce_max_gradient_op(u, x, w, v),
+        "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, ctx=v),
         "dlsys Executor": lambda u, v: dlsys_ad.Executor(u, ctx=v),
@@ -994,7 +1160,7 @@ def batch_graph():
     nodes = st.sampled_from([x, w, x + w, ad.matmul_op(x, w)])
     values = st.one_of(ANY_VALUES, nodes, st.lists(nodes, max_size=2))
 
-    @_settings(factor=10)
+    @_settings(factor=16)
     @given(name=st.sampled_from(sorted(builders)), u=values, v=values)
     def graph_ops(name, u, v):
         def check(result):
@@ -1014,6 +1180,33 @@ def batch_graph():
                     return f"{name} accepted {type(arg).__name__}"
             if name == "matmul_op" and not isinstance(v, (bool, np.bool_)):
                 return f"matmul_op accepted trans_A={v!r}"
+            # The layer ops' non-node parameters: an int axis, dropout's p in [0, 1] and seed
+            # (None or an int in [0, 2**64)), a bool keepdims, a bool training mode.
+            reductions = ("reduce_sum_op", "reduce_mean_op", "reduce_max_op")
+            axis_ops = reductions + (
+                "softmax_op axis",
+                "log_softmax_op",
+                "softmax_gradient_op",
+                "log_softmax_gradient_op",
+                "broadcast_axis_op",
+                "reduce_max_gradient_op",
+            )
+            if name in axis_ops:
+                axis = u if name in reductions else v
+                if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+                    return f"{name} accepted axis={axis!r}"
+            if name in reductions:
+                if not isinstance(v, (bool, np.bool_)):
+                    return f"{name} accepted keepdims={v!r}"
+            if name == "dropout_op":
+                if isinstance(u, bool) or not isinstance(u, numbers.Real) or not 0 <= u <= 1:
+                    return f"dropout_op accepted p={u!r}"
+                if v is not None and (
+                    isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < 2**64
+                ):
+                    return f"dropout_op accepted seed={v!r}"
+            if name == "Executor training" and not isinstance(v, (bool, np.bool_)):
+                return f"Executor accepted training={v!r}"
             return None
 
         _record(_expect_error_or(lambda: builders[name](u, v), check, name))
@@ -1165,9 +1358,29 @@ BATCHES = {
         [
             n
             for n in OP_NAMES
-            if "pool" in n or "loss" in n or n in ("add_channel_bias", "reduce_sum_channels")
+            if "pool" in n
+            or ("loss" in n and not n.startswith("nll"))
+            or n in ("add_channel_bias", "reduce_sum_channels")
         ]
         + ["adam_update"]
+    ),
+    "ops_layers": lambda: batch_ops(
+        [
+            "softmax_axis",
+            "softmax_axis_gradient",
+            "log_softmax",
+            "log_softmax_gradient",
+            "nll_loss",
+            "nll_loss_gradient",
+            "tanh",
+            "tanh_gradient",
+            "sigmoid",
+            "sigmoid_gradient",
+            "dropout",
+        ]
+    ),
+    "ops_reduce_axis": lambda: batch_ops(
+        ["reduce_sum", "reduce_mean", "reduce_max", "broadcast_axis", "reduce_max_gradient"]
     ),
     "arrays": batch_arrays,
     "graph": batch_graph,
@@ -1180,7 +1393,7 @@ BATCHES = {
 def covered_ops() -> set:
     """The gpumat.ops functions the batches call (the test checks none is left out)."""
     names = set()
-    for key in ("ops_elementwise", "ops_layout", "ops_conv", "ops_pool_loss"):
+    for key in [b for b in BATCHES if b.startswith("ops_")]:
         src = BATCHES[key]
         names |= set(_batch_names(src))
     return names

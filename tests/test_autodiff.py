@@ -306,7 +306,10 @@ def test_mlp_gradients_match_finite_differences():
             id="reduce_to",
         ),
         pytest.param(
-            lambda a: ad.softmax_op(a), [(3,)], r"softmax_op .*2-D.*\(3,\)", id="softmax_rank"
+            lambda a: ad.softmax_op(a, 1),
+            [(3,)],
+            r"softmax_op .*axis 1 is out of range for shape \(3,\)",
+            id="softmax_rank",
         ),
         pytest.param(
             lambda a, b: ad.softmaxcrossentropy_op(a, b),

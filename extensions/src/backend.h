@@ -98,6 +98,36 @@ struct Backend {
   // Algorithm 1) with the bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t precomputed.
   void (*adam_update)(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr,
                       float beta1, float beta2, float eps, float bc1, float bc2);
+
+  // --- layers (issue 11). Axis ops see the array as (outer, n, inner), the axis of length n in
+  // the middle. softmax (src/*/softmax.*): in, out, y, dy, dx are (outer, n, inner); log selects
+  // log_softmax. dx = y (dy - sum_n y dy) (softmax) or dy - exp(y) sum_n dy (log_softmax).
+  void (*softmax_axis)(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                       bool log);
+  void (*softmax_axis_gradient)(int dev, const float* y, const float* dy, float* dx, int64_t outer, int64_t n,
+                                int64_t inner, bool log);
+  // loss (src/*/loss.*): log_probs, target, out_grad are (rows, cols), loss and dloss (1,):
+  // loss = -sum target * log_probs / rows; out_grad = -dloss[0] / rows * target.
+  void (*nll_loss)(int dev, const float* log_probs, const float* target, float* loss, int64_t rows,
+                   int64_t cols);
+  void (*nll_loss_gradient)(int dev, const float* target, const float* dloss, float* out_grad, int64_t rows,
+                            int64_t cols);
+  // activation (src/*/activation.*): every array is (n,); y is the forward output.
+  void (*tanh)(int dev, const float* in, float* out, int64_t n);
+  void (*sigmoid)(int dev, const float* in, float* out, int64_t n);
+  void (*tanh_gradient)(int dev, const float* y, const float* dy, float* out, int64_t n);
+  void (*sigmoid_gradient)(int dev, const float* y, const float* dy, float* out, int64_t n);
+  // out = uniform01(seed, i) < p ? 0 : in * scale (../random.h), in and out (n,)
+  void (*dropout)(int dev, const float* in, float* out, int64_t n, float p, float scale, uint64_t seed);
+  // reduce_axis (src/*/reduce_axis.*): in (outer, n, inner) -> out (outer, inner); kind 0 sum,
+  // 1 mean, 2 max. broadcast_axis: out (outer, n, inner) = scale * in (outer, inner).
+  // reduce_max_gradient: x, dx (outer, n, inner), y = max, dy (outer, inner); ties share dy equally.
+  void (*reduce_axis)(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                      int kind);
+  void (*broadcast_axis)(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                         float scale);
+  void (*reduce_max_gradient)(int dev, const float* x, const float* y, const float* dy, float* dx,
+                              int64_t outer, int64_t n, int64_t inner);
 };
 
 const Backend& host_backend();

@@ -648,5 +648,193 @@ void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatri
   finish(param);
 }
 
+// ---------------------------------------------------------------------------- layers (issue 11)
+
+namespace {
+
+struct AxisView {
+  int64_t outer, n, inner;
+};
+
+// The (outer, n, inner) view of m around `axis` (negative counts from the end).
+AxisView axis_view(const char* op, const GpuMatrix& m, int64_t axis, int64_t* normalized = nullptr) {
+  const int64_t nd = m.ndim();
+  if (nd < 1 || axis < -nd || axis >= nd)
+    throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for shape " +
+                     m.shape_str());
+  const int64_t a = axis < 0 ? axis + nd : axis;
+  if (normalized) *normalized = a;
+  AxisView v{1, m.dim(a), 1};
+  for (int64_t i = 0; i < a; ++i) v.outer *= m.dim(i);
+  for (int64_t i = a + 1; i < nd; ++i) v.inner *= m.dim(i);
+  return v;
+}
+
+// Checks that `r` is `full` reduced along axis a: the axis removed or kept with length 1.
+void reduced_shape(const char* op, const char* what, const GpuMatrix& full, int64_t a, const GpuMatrix& r) {
+  std::vector<int64_t> keep = full.shape(), drop = full.shape();
+  keep[static_cast<size_t>(a)] = 1;
+  drop.erase(drop.begin() + static_cast<std::ptrdiff_t>(a));
+  if (r.shape() != keep && r.shape() != drop)
+    throw ShapeError(std::string(op) + ": " + what + " has shape " + r.shape_str() + ", expected " +
+                     dims_str(drop) + " or " + dims_str(keep) + " (" + full.shape_str() +
+                     " reduced along axis " + std::to_string(a) + ")");
+}
+
+void softmax_common(const char* op, const GpuMatrix& in, GpuMatrix& out, int64_t axis, bool log) {
+  const Backend& be = same_device(op, in, out);
+  same_shape(op, in, out);
+  not_aliased(op, in, out);
+  AxisView v = axis_view(op, in, axis);
+  if (out.size() > 0) be.softmax_axis(in.device().index, in.data(), out.data(), v.outer, v.n, v.inner, log);
+  finish(out);
+}
+
+void softmax_gradient_common(const char* op, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
+                             int64_t axis, bool log) {
+  const Backend& be = same_device(op, y, dy, dx);
+  same_shape(op, y, dy);
+  same_shape(op, y, dx);
+  not_aliased(op, y, dx);
+  not_aliased(op, dy, dx);
+  AxisView v = axis_view(op, y, axis);
+  if (dx.size() > 0)
+    be.softmax_axis_gradient(y.device().index, y.data(), dy.data(), dx.data(), v.outer, v.n, v.inner, log);
+  finish(dx);
+}
+
+void reduce_common(const char* op, const GpuMatrix& in, GpuMatrix& out, int64_t axis, int kind) {
+  const Backend& be = same_device(op, in, out);
+  not_aliased(op, in, out);
+  int64_t a = 0;
+  AxisView v = axis_view(op, in, axis, &a);
+  reduced_shape(op, "the output", in, a, out);
+  if (kind != 0 && v.n == 0 && out.size() > 0)
+    throw ShapeError(std::string(op) + ": cannot reduce an empty axis " + std::to_string(a) + " of shape " +
+                     in.shape_str());
+  if (out.size() > 0) be.reduce_axis(in.device().index, in.data(), out.data(), v.outer, v.n, v.inner, kind);
+  finish(out);
+}
+
+}  // namespace
+
+void softmax_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
+  softmax_common("softmax", in, out, axis, false);
+}
+
+void log_softmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
+  softmax_common("log_softmax", in, out, axis, true);
+}
+
+void softmax_axis_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis) {
+  softmax_gradient_common("softmax_gradient", y, dy, dx, axis, false);
+}
+
+void log_softmax_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis) {
+  softmax_gradient_common("log_softmax_gradient", y, dy, dx, axis, true);
+}
+
+void nll_loss(const GpuMatrix& log_probs, const GpuMatrix& target, GpuMatrix& out) {
+  const char* op = "nll_loss";
+  const Backend& be = same_device(op, log_probs, target, out);
+  require_ndim(op, "the log-probabilities", log_probs, 2);
+  same_shape(op, log_probs, target);
+  check_scalar(op, "the output", out);
+  not_aliased(op, log_probs, out);
+  not_aliased(op, target, out);
+  if (log_probs.dim(0) == 0 || log_probs.dim(1) == 0)
+    throw ShapeError(std::string(op) + ": the mean over rows needs at least one row and one class, got " +
+                     log_probs.shape_str());
+  be.nll_loss(out.device().index, log_probs.data(), target.data(), out.data(), log_probs.dim(0),
+              log_probs.dim(1));
+  finish(out);
+}
+
+void nll_loss_gradient(const GpuMatrix& target, const GpuMatrix& dloss, GpuMatrix& out_grad) {
+  const char* op = "nll_loss_gradient";
+  const Backend& be = same_device(op, target, dloss, out_grad);
+  require_ndim(op, "the target", target, 2);
+  same_shape(op, target, out_grad);
+  check_scalar(op, "the loss gradient dloss", dloss);
+  not_aliased(op, dloss, out_grad);  // every element reads dloss[0]
+  if (target.dim(0) == 0 || target.dim(1) == 0)
+    throw ShapeError(std::string(op) + ": needs at least one row and one class, got " + target.shape_str());
+  be.nll_loss_gradient(out_grad.device().index, target.data(), dloss.data(), out_grad.data(), target.dim(0),
+                       target.dim(1));
+  finish(out_grad);
+}
+
+#define GPUMAT_UNARY_OP(NAME)                                                                              \
+  void NAME(const GpuMatrix& in, GpuMatrix& out) {                                                         \
+    const Backend& be = same_device(#NAME, in, out);                                                       \
+    same_shape(#NAME, in, out);                                                                            \
+    if (out.size() > 0) be.NAME(in.device().index, in.data(), out.data(), out.size());                     \
+    finish(out);                                                                                           \
+  }                                                                                                        \
+  void NAME##_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out) {                          \
+    const char* op = #NAME "_gradient";                                                                    \
+    const Backend& be = same_device(op, y, dy, out);                                                       \
+    same_shape(op, y, dy);                                                                                 \
+    same_shape(op, y, out);                                                                                \
+    if (out.size() > 0) be.NAME##_gradient(y.device().index, y.data(), dy.data(), out.data(), out.size()); \
+    finish(out);                                                                                           \
+  }
+GPUMAT_UNARY_OP(tanh)
+GPUMAT_UNARY_OP(sigmoid)
+#undef GPUMAT_UNARY_OP
+
+void dropout(const GpuMatrix& in, GpuMatrix& out, float p, uint64_t seed) {
+  const char* op = "dropout";
+  const Backend& be = same_device(op, in, out);
+  same_shape(op, in, out);
+  if (!(p >= 0.0f && p <= 1.0f))
+    throw ShapeError(std::string(op) + ": p must be in [0, 1], got " + std::to_string(p));
+  // NOTE: p = 1 drops every element, so the scale is never used (1/0 would give 0 * inf = NaN).
+  const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  if (out.size() > 0) be.dropout(in.device().index, in.data(), out.data(), out.size(), p, scale, seed);
+  finish(out);
+}
+
+void reduce_sum(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
+  reduce_common("reduce_sum", in, out, axis, 0);
+}
+
+void reduce_mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
+  reduce_common("reduce_mean", in, out, axis, 1);
+}
+
+void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
+  reduce_common("reduce_max", in, out, axis, 2);
+}
+
+void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale) {
+  const char* op = "broadcast_axis";
+  const Backend& be = same_device(op, in, out);
+  not_aliased(op, in, out);
+  int64_t a = 0;
+  AxisView v = axis_view(op, out, axis, &a);
+  reduced_shape(op, "the input", out, a, in);
+  if (out.size() > 0)
+    be.broadcast_axis(out.device().index, in.data(), out.data(), v.outer, v.n, v.inner, scale);
+  finish(out);
+}
+
+void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
+                         int64_t axis) {
+  const char* op = "reduce_max_gradient";
+  const Backend& be = same_device(op, x, y, dy, dx);
+  same_shape(op, x, dx);
+  same_shape(op, y, dy);
+  not_aliased(op, x, dx);
+  not_aliased(op, y, dx);
+  not_aliased(op, dy, dx);
+  int64_t a = 0;
+  AxisView v = axis_view(op, x, axis, &a);
+  reduced_shape(op, "the max y", x, a, y);
+  if (dx.size() > 0)
+    be.reduce_max_gradient(x.device().index, x.data(), y.data(), dy.data(), dx.data(), v.outer, v.n, v.inner);
+  finish(dx);
+}
+
 }  // namespace ops
 }  // namespace gpumat

@@ -199,6 +199,66 @@ void conv_pool_cases() {
   }
 }
 
+void layer_cases() {
+  namespace ops = gpumat::ops;
+  for (int64_t n : {1, 31, 257, 4099}) {
+    const std::string t = " n=" + std::to_string(n);
+    check("tanh" + t, {{n}}, {{n}}, [](Arrays& a) { ops::tanh(a[0], a[1]); }, 1e-5f, -30.0f, 30.0f);
+    check("sigmoid" + t, {{n}}, {{n}}, [](Arrays& a) { ops::sigmoid(a[0], a[1]); }, 1e-5f, -100.0f, 100.0f);
+    check("tanh_gradient" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::tanh_gradient(a[0], a[1], a[2]); });
+    check("sigmoid_gradient" + t, {{n}, {n}}, {{n}},
+          [](Arrays& a) { ops::sigmoid_gradient(a[0], a[1], a[2]); });
+    check("dropout" + t, {{n}}, {{n}}, [](Arrays& a) { ops::dropout(a[0], a[1], 0.3f, 99); }, 0.0f);
+  }
+  // (outer, axis, inner) views of N-d shapes: last axis, middle axis, first axis, a long row.
+  struct AxisCase {
+    Shape shape;
+    int64_t axis;
+  };
+  for (const AxisCase& c :
+       {AxisCase{{1, 1}, -1}, AxisCase{{7, 33}, 1}, AxisCase{{7, 33}, 0}, AxisCase{{3, 5, 4}, 1},
+        AxisCase{{2, 3, 4, 5}, 2}, AxisCase{{1, 5000}, -1}, AxisCase{{600, 3}, 0}}) {
+    const int64_t a = c.axis < 0 ? c.axis + static_cast<int64_t>(c.shape.size()) : c.axis;
+    std::string t = " (";
+    for (int64_t d : c.shape) t += std::to_string(d) + ",";
+    t += ") axis=" + std::to_string(c.axis);
+    Shape reduced = c.shape;
+    reduced.erase(reduced.begin() + a);
+    const int64_t ax = c.axis;
+    check(
+        "softmax_axis" + t, {c.shape}, {c.shape}, [ax](Arrays& v) { ops::softmax_axis(v[0], v[1], ax); },
+        1e-5f, -20.0f, 20.0f);
+    check(
+        "log_softmax" + t, {c.shape}, {c.shape}, [ax](Arrays& v) { ops::log_softmax(v[0], v[1], ax); }, 1e-5f,
+        -20.0f, 20.0f);
+    check(
+        "softmax_axis_gradient" + t, {c.shape, c.shape}, {c.shape},
+        [ax](Arrays& v) { ops::softmax_axis_gradient(v[0], v[1], v[2], ax); }, 1e-5f);
+    check(
+        "log_softmax_gradient" + t, {c.shape, c.shape}, {c.shape},
+        [ax](Arrays& v) { ops::log_softmax_gradient(v[0], v[1], v[2], ax); }, 1e-5f);
+    check(
+        "reduce_sum" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::reduce_sum(v[0], v[1], ax); }, 1e-5f);
+    check(
+        "reduce_mean" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::reduce_mean(v[0], v[1], ax); },
+        1e-5f);
+    check("reduce_max" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::reduce_max(v[0], v[1], ax); });
+    check("broadcast_axis" + t, {reduced}, {c.shape},
+          [ax](Arrays& v) { ops::broadcast_axis(v[0], v[1], ax, 0.5f); });
+    // y is the true max of x (computed on each device), so the tie test selects real maxima.
+    check("reduce_max_gradient" + t, {c.shape, reduced}, {reduced, c.shape}, [ax](Arrays& v) {
+      ops::reduce_max(v[0], v[2], ax);
+      ops::reduce_max_gradient(v[0], v[2], v[1], v[3], ax);
+    });
+  }
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{1, 1}, {33, 65}, {3, 1000}}) {
+    const std::string t = " " + dims({r, c});
+    check("nll_loss" + t, {{r, c}, {r, c}}, {{1}}, [](Arrays& a) { ops::nll_loss(a[0], a[1], a[2]); }, 1e-5f);
+    check("nll_loss_gradient" + t, {{r, c}, {1}}, {{r, c}},
+          [](Arrays& a) { ops::nll_loss_gradient(a[0], a[1], a[2]); });
+  }
+}
+
 // ---------------------------------------------------------------------------- the emulator's own checks
 // Kernels that break CUDA's rules, or rely on its guarantees, launched straight through the emulator:
 // each must be reported (or behave) as a GPU would make it fail (or work).
@@ -376,6 +436,7 @@ int main(int argc, char** argv) {
   matmul_cases();
   conv_pool_cases();
   emulator_cases();
+  layer_cases();
   std::printf("%d cases on emu:0 against the host: %d failed\n", g_cases, g_failures);
   return g_failures ? 1 : 0;
 }

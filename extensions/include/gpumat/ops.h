@@ -128,4 +128,51 @@ void mae_loss_gradient(const GpuMatrix& pred, const GpuMatrix& target, const Gpu
 void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatrix& v, float lr, float beta1,
                  float beta2, float eps, int64_t step);
 
+// ---- Layers (issue 11). Axis arguments may be negative (counted from the end, as in numpy); an
+// axis outside [-ndim, ndim) is a ShapeError. The array is seen as (outer, n, inner) with the
+// axis (length n) in the middle, so any axis works without a transpose.
+
+// Softmax / log-softmax along `axis` of an N-d array (rank >= 1), max-subtracted (the log-sum-exp
+// trick): log_softmax = x - max - log sum exp(x - max). in and out have one shape and differ.
+// softmax_axis_gradient: dx = y * (dy - sum_axis y*dy) from y = softmax(x); log_softmax_gradient:
+// dx = dy - exp(y) * sum_axis dy from y = log_softmax(x). An axis of length 0 leaves out empty.
+void softmax_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void log_softmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void softmax_axis_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
+void log_softmax_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
+
+// Negative log-likelihood with one-hot (or any probability-row) targets: log_probs and target are
+// (rows, cols), rows >= 1; out (1,) = -sum target * log_probs / rows. nll_loss_gradient: out_grad
+// (rows, cols) = -dloss[0] / rows * target, the gradient with respect to log_probs.
+void nll_loss(const GpuMatrix& log_probs, const GpuMatrix& target, GpuMatrix& out);
+void nll_loss_gradient(const GpuMatrix& target, const GpuMatrix& dloss, GpuMatrix& out_grad);
+
+// Elementwise, all shapes equal, may work in place. sigmoid = 1 / (1 + exp(-x)) through exp(-|x|)
+// (no overflow for large |x|). The gradients take the forward output y: tanh_gradient = dy (1 - y^2),
+// sigmoid_gradient = dy y (1 - y).
+void tanh(const GpuMatrix& in, GpuMatrix& out);
+void sigmoid(const GpuMatrix& in, GpuMatrix& out);
+void tanh_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
+void sigmoid_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
+
+// Inverted dropout: out[i] = 0 if uniform01(seed, i) < p, else in[i] / (1 - p), 0 <= p <= 1 (p = 1
+// drops everything). The mask depends only on (seed, i) (src/random.h), so every device and the
+// numpy reference drop the same elements; the gradient is dropout of dy with the same seed.
+// Elementwise: may work in place.
+void dropout(const GpuMatrix& in, GpuMatrix& out, float p, uint64_t seed);
+
+// Reductions along `axis`: out has in's shape with that axis removed, or kept with length 1
+// (keepdims; the two layouts are identical in memory). reduce_mean and reduce_max need the axis
+// to be non-empty. reduce_max: NaN wins. broadcast_axis: out (in's shape with `axis` inserted or
+// filled back to out.dim(axis)) = scale * in repeated along axis (the gradient of reduce_sum,
+// scale 1, and reduce_mean, scale 1/n). reduce_max_gradient: dx[..., j, ...] = dy / t where
+// x == y (the max), t the number of tied maxima in that slice, else 0 (ties share equally, as
+// TensorFlow's reduce_max and PyTorch's amax do).
+void reduce_sum(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void reduce_mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale);
+void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
+                         int64_t axis);
+
 }  // namespace gpumat::ops

@@ -39,6 +39,18 @@ const Backend& backend() {
     t.mse_loss_gradient = GPUMAT_CUDA_NS::mse_loss_gradient;
     t.mae_loss_gradient = GPUMAT_CUDA_NS::mae_loss_gradient;
     t.adam_update = GPUMAT_CUDA_NS::adam_update;
+    t.softmax_axis = GPUMAT_CUDA_NS::softmax_axis;
+    t.softmax_axis_gradient = GPUMAT_CUDA_NS::softmax_axis_gradient;
+    t.nll_loss = GPUMAT_CUDA_NS::nll_loss;
+    t.nll_loss_gradient = GPUMAT_CUDA_NS::nll_loss_gradient;
+    t.tanh = GPUMAT_CUDA_NS::tanh;
+    t.sigmoid = GPUMAT_CUDA_NS::sigmoid;
+    t.tanh_gradient = GPUMAT_CUDA_NS::tanh_gradient;
+    t.sigmoid_gradient = GPUMAT_CUDA_NS::sigmoid_gradient;
+    t.dropout = GPUMAT_CUDA_NS::dropout;
+    t.reduce_axis = GPUMAT_CUDA_NS::reduce_axis;
+    t.broadcast_axis = GPUMAT_CUDA_NS::broadcast_axis;
+    t.reduce_max_gradient = GPUMAT_CUDA_NS::reduce_max_gradient;
     return t;
   }();
   return table;

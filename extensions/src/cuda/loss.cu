@@ -3,6 +3,8 @@
 //   loss_partial_kernel<Abs>: partial[b] = sum over block b's grid-stride share of (p - t)^2 or |p - t|
 //   loss_mean_kernel:         loss[0] = sum_b partial[b] / n (one block, fixed order)
 //   mse/mae gradient:         out_grad[i] = dloss[0] * 2/n * (p - t)  or  dloss[0] / n * sign(p - t)
+//   nll_loss: loss[0] = -sum_i target[i] * log_probs[i] / rows (the same partial sums and mean
+//             kernel); nll_loss_gradient: out_grad[i] = -dloss[0] / rows * target[i]
 // The grid of the partial sums depends only on n, and every sum runs in a fixed order, so results
 // are deterministic. NOTE: NaN propagates into the loss and the gradient; sign(0) = 0.
 #include <algorithm>
@@ -31,6 +33,26 @@ __global__ void loss_partial_kernel(const float* __restrict__ pred, const float*
   }
   acc = block_sum<kLossThreads>(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// log_probs, target are (n,); partial is (gridDim.x,): -sum of target * log_probs
+__global__ void nll_partial_kernel(const float* __restrict__ log_probs, const float* __restrict__ target,
+                                   int64_t n, float* __restrict__ partial) {
+  float acc = 0.0f;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kLossThreads) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kLossThreads)
+    acc -= target[i] * log_probs[i];
+  acc = block_sum<kLossThreads>(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// target, out_grad are (n,); dloss is (1,)
+__global__ void nll_gradient_kernel(const float* __restrict__ target, const float* __restrict__ dloss,
+                                    float inv_rows, float* __restrict__ out_grad, int64_t n) {
+  const float g = -dloss[0] * inv_rows;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out_grad[i] = g * target[i];
 }
 
 // partial is (blocks,), loss is (1,); launched with one block
@@ -90,6 +112,25 @@ void mae_loss_gradient(int dev, const float* pred, const float* target, const fl
   cudaStream_t stream = activate(dev);
   launch<loss_gradient_kernel<true>>("mae_loss_gradient", grid_for(n, kBlockSize), kBlockSize, 0, stream,
                                      pred, target, dloss, 1.0f / static_cast<float>(n), out_grad, n);
+}
+
+void nll_loss(int dev, const float* log_probs, const float* target, float* loss, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  const int64_t blocks = std::min<int64_t>(ceil_div(n, kLossThreads), kLossMaxBlocks);
+  cudaStream_t stream = activate(dev);
+  auto lock = workspace_lock();
+  float* partial = workspace(dev, 0, blocks);
+  launch<nll_partial_kernel>("nll_loss", static_cast<unsigned>(blocks), kLossThreads, 0, stream, log_probs,
+                             target, n, partial);
+  launch<loss_mean_kernel>("nll_loss", 1, kLossThreads, 0, stream, partial, blocks, rows, loss);
+}
+
+void nll_loss_gradient(int dev, const float* target, const float* dloss, float* out_grad, int64_t rows,
+                       int64_t cols) {
+  const int64_t n = rows * cols;
+  cudaStream_t stream = activate(dev);
+  launch<nll_gradient_kernel>("nll_loss_gradient", grid_for(n, kBlockSize), kBlockSize, 0, stream, target,
+                              dloss, 1.0f / static_cast<float>(rows), out_grad, n);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -2,6 +2,12 @@
 //   softmax_kernel:           out[r,c] = exp(x[r,c] - max_r) / sum_c exp(x[r,c] - max_r)
 //   cross_entropy_rows_kernel: loss[r] = -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r))
 //   mean_kernel:              out[0] = mean_r loss[r] (one block, fixed order: deterministic)
+// Softmax over any axis of an N-d array, seen as (outer, n, inner) with the axis in the middle
+// (no transposes): y = softmax or log_softmax along n; the gradients from y and dy are
+//   softmax:     dx = y * (dy - sum_n y*dy)       log_softmax: dx = dy - exp(y) * sum_n dy
+//   softmax_rows_kernel / softmax_rows_gradient_kernel: inner == 1, one block per row (as above);
+//   softmax_cols_kernel / softmax_cols_gradient_kernel: inner > 1, one thread per (outer, inner)
+//     column looping over n (consecutive threads read consecutive inner elements: coalesced).
 // Host reference: ../host/softmax.cpp.
 // NOTE: subtracting the row max keeps exp() from overflowing (the log-sum-exp trick).
 // Block reductions: warp shuffles, then one value per warp through shared memory (llm.c style).
@@ -87,6 +93,74 @@ __global__ void mean_kernel(const float* loss, int64_t rows, float* out) {
   if (threadIdx.x == 0) out[0] = acc / static_cast<float>(rows);
 }
 
+// in, out are (outer, n) rows; Log selects log_softmax
+template <bool Log>
+__global__ void softmax_rows_kernel(const float* in, float* out, int64_t rows, int64_t n) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* x = in + r * n;
+    float mx, log_sum;
+    row_stats(x, n, &mx, &log_sum);
+    for (int64_t c = threadIdx.x; c < n; c += kRowBlock) {
+      const float z = x[c] - mx - log_sum;
+      out[r * n + c] = Log ? z : expf(z);
+    }
+  }
+}
+
+// y, dy, dx are (outer, n) rows
+template <bool Log>
+__global__ void softmax_rows_gradient_kernel(const float* y, const float* dy, float* dx, int64_t rows,
+                                             int64_t n) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* yr = y + r * n;
+    const float* gr = dy + r * n;
+    float acc = 0.0f;
+    for (int64_t c = threadIdx.x; c < n; c += kRowBlock) acc += Log ? gr[c] : yr[c] * gr[c];
+    acc = block_reduce<false>(acc);
+    for (int64_t c = threadIdx.x; c < n; c += kRowBlock)
+      dx[r * n + c] = Log ? gr[c] - expf(yr[c]) * acc : yr[c] * (gr[c] - acc);
+  }
+}
+
+// in, out are (outer, n, inner); one thread per (outer, inner) column
+template <bool Log>
+__global__ void softmax_cols_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t base = (col / inner) * n * inner + col % inner;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) mx = nan_max(mx, in[base + j * inner]);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; ++j) sum += expf(in[base + j * inner] - mx);
+    const float log_sum = logf(sum);
+    for (int64_t j = 0; j < n; ++j) {
+      const float z = in[base + j * inner] - mx - log_sum;
+      out[base + j * inner] = Log ? z : expf(z);
+    }
+  }
+}
+
+// y, dy, dx are (outer, n, inner)
+template <bool Log>
+__global__ void softmax_cols_gradient_kernel(const float* y, const float* dy, float* dx, int64_t outer,
+                                             int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t base = (col / inner) * n * inner + col % inner;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = base + j * inner;
+      acc += Log ? dy[k] : y[k] * dy[k];
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = base + j * inner;
+      dx[k] = Log ? dy[k] - expf(y[k]) * acc : y[k] * (dy[k] - acc);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------- launchers
 
 static unsigned row_grid(int64_t rows) {
@@ -108,6 +182,43 @@ void softmax_cross_entropy(int dev, const float* logits, const float* labels, fl
   launch<cross_entropy_rows_kernel>("softmax_cross_entropy", row_grid(rows), kRowBlock, 0, stream, logits,
                                     labels, loss, rows, cols);
   launch<mean_kernel>("softmax_cross_entropy (mean)", 1, kRowBlock, 0, stream, loss, rows, out);
+}
+
+void softmax_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, bool log) {
+  cudaStream_t stream = activate(dev);
+  const char* op = log ? "log_softmax" : "softmax";
+  if (inner == 1) {
+    if (log)
+      launch<softmax_rows_kernel<true>>(op, row_grid(outer), kRowBlock, 0, stream, in, out, outer, n);
+    else
+      launch<softmax_rows_kernel<false>>(op, row_grid(outer), kRowBlock, 0, stream, in, out, outer, n);
+    return;
+  }
+  const unsigned grid = grid_for(outer * inner, kBlockSize);
+  if (log)
+    launch<softmax_cols_kernel<true>>(op, grid, kBlockSize, 0, stream, in, out, outer, n, inner);
+  else
+    launch<softmax_cols_kernel<false>>(op, grid, kBlockSize, 0, stream, in, out, outer, n, inner);
+}
+
+void softmax_axis_gradient(int dev, const float* y, const float* dy, float* dx, int64_t outer, int64_t n,
+                           int64_t inner, bool log) {
+  cudaStream_t stream = activate(dev);
+  const char* op = log ? "log_softmax_gradient" : "softmax_gradient";
+  if (inner == 1) {
+    if (log)
+      launch<softmax_rows_gradient_kernel<true>>(op, row_grid(outer), kRowBlock, 0, stream, y, dy, dx, outer,
+                                                 n);
+    else
+      launch<softmax_rows_gradient_kernel<false>>(op, row_grid(outer), kRowBlock, 0, stream, y, dy, dx, outer,
+                                                  n);
+    return;
+  }
+  const unsigned grid = grid_for(outer * inner, kBlockSize);
+  if (log)
+    launch<softmax_cols_gradient_kernel<true>>(op, grid, kBlockSize, 0, stream, y, dy, dx, outer, n, inner);
+  else
+    launch<softmax_cols_gradient_kernel<false>>(op, grid, kBlockSize, 0, stream, y, dy, dx, outer, n, inner);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -39,6 +39,18 @@ const Backend& host_backend() {
     t.mse_loss_gradient = host::mse_loss_gradient;
     t.mae_loss_gradient = host::mae_loss_gradient;
     t.adam_update = host::adam_update;
+    t.softmax_axis = host::softmax_axis;
+    t.softmax_axis_gradient = host::softmax_axis_gradient;
+    t.nll_loss = host::nll_loss;
+    t.nll_loss_gradient = host::nll_loss_gradient;
+    t.tanh = host::tanh;
+    t.sigmoid = host::sigmoid;
+    t.tanh_gradient = host::tanh_gradient;
+    t.sigmoid_gradient = host::sigmoid_gradient;
+    t.dropout = host::dropout;
+    t.reduce_axis = host::reduce_axis;
+    t.broadcast_axis = host::broadcast_axis;
+    t.reduce_max_gradient = host::reduce_max_gradient;
     return t;
   }();
   return table;

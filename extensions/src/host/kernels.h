@@ -56,4 +56,25 @@ void mae_loss_gradient(int dev, const float* pred, const float* target, const fl
 void adam_update(int dev, float* param, const float* grad, float* m, float* v, int64_t n, float lr,
                  float beta1, float beta2, float eps, float bc1, float bc2);
 
+// softmax.cpp / softmax.cu (any axis)
+void softmax_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, bool log);
+void softmax_axis_gradient(int dev, const float* y, const float* dy, float* dx, int64_t outer, int64_t n,
+                           int64_t inner, bool log);
+// loss: nll
+void nll_loss(int dev, const float* log_probs, const float* target, float* loss, int64_t rows, int64_t cols);
+void nll_loss_gradient(int dev, const float* target, const float* dloss, float* out_grad, int64_t rows,
+                       int64_t cols);
+// activation
+void tanh(int dev, const float* in, float* out, int64_t n);
+void sigmoid(int dev, const float* in, float* out, int64_t n);
+void tanh_gradient(int dev, const float* y, const float* dy, float* out, int64_t n);
+void sigmoid_gradient(int dev, const float* y, const float* dy, float* out, int64_t n);
+void dropout(int dev, const float* in, float* out, int64_t n, float p, float scale, uint64_t seed);
+// reduce_axis
+void reduce_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, int kind);
+void broadcast_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                    float scale);
+void reduce_max_gradient(int dev, const float* x, const float* y, const float* dy, float* dx, int64_t outer,
+                         int64_t n, int64_t inner);
+
 }  // namespace gpumat::host

@@ -3,6 +3,7 @@
 //   mae_loss:          loss[0] = sum |pred - target| / n
 //   mse_loss_gradient: out_grad = (dloss[0] * 2/n) * (pred - target)
 //   mae_loss_gradient: out_grad = (dloss[0] / n) * sign(pred - target), sign(0) = 0
+//   nll_loss:          loss[0] = -sum target * log_probs / rows; nll_loss_gradient: -dloss[0]/rows * target
 // Sums run in double over fixed chunks (chunk partials added in order), so the result does not
 // depend on the thread count. NOTE: NaN propagates: a NaN difference gives a NaN loss and gradient.
 #include <algorithm>
@@ -59,6 +60,32 @@ void mae_loss_gradient(int, const float* pred, const float* target, const float*
     const float sign = d > 0.0f ? 1.0f : (d < 0.0f ? -1.0f : d);  // 0 -> 0, NaN -> NaN
     out_grad[i] = scale * sign;
   }
+}
+
+void nll_loss(int, const float* log_probs, const float* target, float* loss, int64_t rows, int64_t cols) {
+  // mean_of divides by its n; the sum -t*logp over all elements is wanted over rows instead.
+  const int64_t n = rows * cols;
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t i1 = std::min(n, (ch + 1) * kChunk);
+    double acc = 0.0;
+    for (int64_t i = ch * kChunk; i < i1; ++i) acc -= static_cast<double>(target[i]) * log_probs[i];
+    partial[static_cast<size_t>(ch)] = acc;
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  loss[0] = static_cast<float>(total / static_cast<double>(rows));
+}
+
+void nll_loss_gradient(int, const float* target, const float* dloss, float* out_grad, int64_t rows,
+                       int64_t cols) {
+  const int64_t n = rows * cols;
+  const float g = -dloss[0] * (1.0f / static_cast<float>(rows));
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out_grad[i] = g * target[i];
 }
 
 }  // namespace gpumat::host

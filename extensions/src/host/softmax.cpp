@@ -1,6 +1,8 @@
 // Host softmax family, row-wise over (rows, cols):
 //   softmax: out[r,c] = exp(x[r,c] - max_r) / sum_c exp(x[r,c] - max_r)
 //   softmax_cross_entropy: out[0] = mean_r -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r))
+//   softmax_axis over (outer, n, inner), the axis in the middle: softmax or log_softmax along n;
+//   softmax_axis_gradient: dx = y * (dy - sum_n y*dy) (softmax), dy - exp(y) * sum_n dy (log_softmax)
 // NOTE: subtracting the row max keeps exp() from overflowing (log-sum-exp trick); sums run in
 // double.
 #include <cmath>
@@ -51,6 +53,45 @@ void softmax_cross_entropy(int, const float* logits, const float* labels, float*
     total += loss;
   }
   out[0] = static_cast<float>(total / static_cast<double>(rows));
+}
+
+void softmax_axis(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, bool log) {
+  const int64_t cols = outer * inner;
+#pragma omp parallel for if (cols * n >= kParallelMin)
+  for (int64_t col = 0; col < cols; ++col) {
+    const int64_t base = (col / inner) * n * inner + col % inner;
+    float mx = in[base];
+    for (int64_t j = 1; j < n; ++j) {
+      const float v = in[base + j * inner];
+      mx = (v > mx || v != v) ? v : mx;  // NaN wins
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) sum += std::exp(static_cast<double>(in[base + j * inner]) - mx);
+    const double log_sum = std::log(sum);
+    for (int64_t j = 0; j < n; ++j) {
+      const double z = static_cast<double>(in[base + j * inner]) - mx - log_sum;
+      out[base + j * inner] = static_cast<float>(log ? z : std::exp(z));
+    }
+  }
+}
+
+void softmax_axis_gradient(int, const float* y, const float* dy, float* dx, int64_t outer, int64_t n,
+                           int64_t inner, bool log) {
+  const int64_t cols = outer * inner;
+#pragma omp parallel for if (cols * n >= kParallelMin)
+  for (int64_t col = 0; col < cols; ++col) {
+    const int64_t base = (col / inner) * n * inner + col % inner;
+    double acc = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = base + j * inner;
+      acc += log ? static_cast<double>(dy[k]) : static_cast<double>(y[k]) * dy[k];
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = base + j * inner;
+      dx[k] =
+          static_cast<float>(log ? dy[k] - std::exp(static_cast<double>(y[k])) * acc : y[k] * (dy[k] - acc));
+    }
+  }
 }
 
 }  // namespace gpumat::host
