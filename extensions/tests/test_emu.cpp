@@ -206,8 +206,33 @@ void conv_pool_cases() {
 // loops only past 65,535 row tiles (2.1M rows for transpose, 4.2M for matmul); lowering the
 // emulator's grid.y limit (GPUMAT_EMU_MAX_GRID_Y, read at every launch) reaches the same code with
 // small arrays. Each case runs at the GPU's limit and at lowered ones.
+__global__ void noop_kernel() {}
+
+// The hook itself: the lowered limit is reported (the launchers size their grids by it) and
+// enforced (a launcher that ignored it fails here as it would on a GPU at 65,535).
+void grid_limit_hook_case() {
+  ++g_cases;
+  setenv("GPUMAT_EMU_MAX_GRID_Y", "3", 1);
+  int reported = 0;
+  cudaDeviceGetAttribute(&reported, cudaDevAttrMaxGridDimY, 0);
+  const cudaError_t at =
+      gpumat::emulator::launch_kernel(noop_kernel, "noop_kernel", dim3(1, 3), dim3(32), 0, nullptr);
+  const cudaError_t over =
+      gpumat::emulator::launch_kernel(noop_kernel, "noop_kernel", dim3(1, 4), dim3(32), 0, nullptr);
+  cudaGetLastError();  // the refused launch's error is not the next case's
+  unsetenv("GPUMAT_EMU_MAX_GRID_Y");
+  int restored = 0;
+  cudaDeviceGetAttribute(&restored, cudaDevAttrMaxGridDimY, 0);
+  if (reported != 3 || at != cudaSuccess || over != cudaErrorInvalidConfiguration || restored != 65535) {
+    std::printf("FAIL GPUMAT_EMU_MAX_GRID_Y=3: reported %d, grid.y 3 -> %s, grid.y 4 -> %s, unset -> %d\n",
+                reported, cudaGetErrorName(at), cudaGetErrorName(over), restored);
+    ++g_failures;
+  }
+}
+
 void size_cases() {
   namespace ops = gpumat::ops;
+  grid_limit_hook_case();
   for (const char* limit : {"", "3", "1"}) {
     setenv("GPUMAT_EMU_MAX_GRID_Y", limit, 1);
     const std::string t = std::string(" grid.y<=") + (*limit ? limit : "65535");
