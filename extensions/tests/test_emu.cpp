@@ -243,6 +243,8 @@ void size_cases() {
           "reduce_sum_axis_zero" + rc, {{r, c}}, {{c}},
           [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); }, 1e-6f, 0.1f, 1.0f);
     }
+    check("reduce_sum_axis_zero 0x5" + t, {{0, 5}}, {{5}},
+          [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); });
     check(
         "reduce_sum_axis_zero 200000x1" + t, {{200000, 1}}, {{1}},
         [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); }, 1e-6f, 0.1f, 1.0f);

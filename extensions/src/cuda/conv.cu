@@ -250,8 +250,8 @@ void reduce_sum_channels(int dev, const float* in, float* out, int64_t outer, in
   // has tens) still spread over the whole GPU.
   const int64_t total = outer * inner;
   int64_t chunks = reduce_chunks(channels, total, lim.y);
-  const int64_t per_chunk = ceil_div(total, chunks);
-  chunks = ceil_div(total, per_chunk);  // no empty chunk
+  const int64_t per_chunk = std::max<int64_t>(1, ceil_div(total, chunks));
+  chunks = std::max<int64_t>(1, ceil_div(total, per_chunk));  // no empty chunk
   cudaStream_t stream = activate(dev);
   const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(chunks));
   if (chunks == 1) {

@@ -96,8 +96,9 @@ void reduce_sum_axis_zero(int dev, const float* in, int64_t rows, int64_t cols, 
     throw ShapeError(std::string(op) + ": " + std::to_string(cols) +
                      " columns exceed the CUDA grid limit of " + std::to_string(lim.x * tw));
   int64_t chunks = reduce_chunks(col_tiles, rows * tw, lim.y);
-  const int64_t chunk_rows = ceil_div(rows, chunks);
-  chunks = ceil_div(rows, chunk_rows);  // no empty chunk
+  // rows may be 0 (a (0, cols) input sums to zeros): one chunk of no rows then.
+  const int64_t chunk_rows = std::max<int64_t>(1, ceil_div(rows, chunks));
+  chunks = std::max<int64_t>(1, ceil_div(rows, chunk_rows));  // no empty chunk
   cudaStream_t stream = activate(dev);
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks));
   if (chunks == 1) {
