@@ -19,6 +19,7 @@ does not grow with N. A float32 running sum misses it by an order of magnitude a
 
 import numpy as np
 import pytest
+from conftest import GPU_SKIP_REASON, HAS_GPU
 from helpers import assert_close, matmul_bound, nan_array, new_rng, rand
 
 import gpumat
@@ -79,6 +80,33 @@ def test_softmax_backward_long_batch(ctx, monkeypatch):
     p = z / z.sum(axis=1, keepdims=True)
     expected = p * g64 - p * (p * g64).sum(axis=1, keepdims=True)
     assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_GPU, reason=str(GPU_SKIP_REASON))
+def test_shapes_past_65535_row_tiles_on_a_gpu():
+    """The shapes of issue 17 at full size, on a real GPU (grid.y really 65,535): a transpose of
+    2.2M rows (68,750 tiles), a (5M, 10) @ (10, 10) matmul (78,125 tiles), and the softmax backward
+    of a 2.2M-row batch."""
+    ctx = gpumat.gpu(0)
+    rng, _ = new_rng()
+    x = rand((2_200_000, 10), rng)
+    out = nan_array((10, 2_200_000), ctx)
+    ops.transpose(gpumat.array(x, ctx), out)
+    np.testing.assert_array_equal(out.asnumpy(), x.T)
+    a, b = rand((5_000_000, 10), rng), rand((10, 10), rng)
+    c = nan_array((5_000_000, 10), ctx)
+    ops.matrix_multiply(gpumat.array(a, ctx), False, gpumat.array(b, ctx), False, c)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert_close(c.asnumpy(), a64 @ b64, bound=matmul_bound(a64, b64))
+    y, g = rand((2_200_000, 10), rng, high=3.0), rand((2_200_000, 10), rng)
+    yv, gv = ad.Variable("y"), ad.Variable("g")
+    (grad,) = ad.gradients(ad.softmax_op(yv) * gv, [yv])
+    (got,) = ad.Executor([grad], ctx=ctx).run({yv: y, gv: g}, convert_to_numpy_ret_vals=True)
+    y64, g64 = y.astype(np.float64), g.astype(np.float64)
+    z = np.exp(y64 - y64.max(axis=1, keepdims=True))
+    p = z / z.sum(axis=1, keepdims=True)
+    assert_close(got, p * g64 - p * (p * g64).sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
 def _rel_err(got, expected):
