@@ -14,7 +14,8 @@ hook itself (the reported limit, a launch over it refused).
 Reductions. reduce_sum_axis_zero and reduce_sum_channels accumulate in float64 on every device,
 in blocks of rows then across blocks; the relative error against a float64 reference is then the
 final float32 rounding (<= 2^-24 ~ 6e-8) whatever the length, and the bound asserted here (1e-6)
-does not grow with N. A float32 running sum misses it by an order of magnitude at 10^6 rows.
+does not grow with N. The former CUDA kernel (16 float32 running sums per column) gave 1.4e-6 at
+10^6 rows and 2.8e-5 at 10^7 (uniform(0.1, 1), one column).
 """
 
 import numpy as np
