@@ -95,9 +95,14 @@ def _seed(seed) -> int:
 
 
 def _int(value, what: str, op: str) -> int:
+    """int(value) for an integer that fits int64; TypeError for a non-integer, ValueError past int64
+    (the C++ ops then check the op's own range, e.g. conv strides up to 2^31 - 1)."""
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise TypeError(f"{op}: {what} must be an int, got {value!r}")
-    return int(value)
+    v = int(value)
+    if not -(2**63) <= v < 2**63:
+        raise ValueError(f"{op}: {what} {v} is out of range (it must fit in 64 bits)")
+    return v
 
 
 def _pair(value, what: str, op: str) -> tuple[int, int]:
@@ -266,9 +271,10 @@ def conv2d(x, w, out, stride=1, padding=0) -> None:
     column matrix costs memory, so the batch is processed in chunks that keep the scratch under
     :func:`set_conv_workspace_limit` (64 MiB by default).
 
-    Raises ValueError for a wrong rank, a channel mismatch, stride < 1, padding < 0, an empty
-    output (the padded input smaller than the filter) or an ``out`` of the wrong shape; TypeError
-    for a non-integer stride or padding.
+    Raises ValueError for a wrong rank, a channel mismatch, stride outside [1, 2^31 - 1], padding
+    outside [0, 2^31 - 1] (a bound of the CUDA kernels' index arithmetic, enforced on every
+    device), an empty output (the padded input smaller than the filter) or an ``out`` of the wrong
+    shape; TypeError for a non-integer stride or padding.
     """
     sh, sw = _pair(stride, "stride", "conv2d")
     ph, pw = _pair(padding, "padding", "conv2d")
@@ -352,7 +358,8 @@ def max_pool2d(x, out, kernel_size, stride=None, padding=0) -> None:
 
     OH = (H + 2*ph - KH) // sh + 1. ``kernel_size``, ``stride`` (default: the kernel size) and
     ``padding`` are ints or (h, w) pairs; 0 <= padding <= kernel_size // 2, and padding never
-    wins (it acts as -inf). NOTE: a NaN in a window makes its maximum NaN.
+    wins (it acts as -inf); kernel size and stride are between 1 and 2^31 - 1 (else ValueError).
+    NOTE: a NaN in a window makes its maximum NaN.
     """
     _core.max_pool2d_(x, out, *_pool_args("max_pool2d", kernel_size, stride, padding))
 

@@ -159,7 +159,7 @@ void matmul(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, 
   if (c.dim(0) != m || c.dim(1) != n)
     throw ShapeError(std::string(op) + ": C has shape " + c.shape_str() + ", expected (" + std::to_string(m) +
                      ", " + std::to_string(n) + ") for " + desc());
-  const int64_t kBlasMax = 2147483647;  // BLAS and our kernels index with 32-bit leading dimensions
+  const int64_t kBlasMax = 2147483647;  // host BLAS takes 32-bit sizes; one limit for every device
   if (m > kBlasMax || n > kBlasMax || k > kBlasMax)
     throw ShapeError(std::string(op) + ": dimensions over 2^31-1 are not supported: " + desc());
   if (c.size() == 0) return finish(c);
@@ -290,6 +290,18 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t stride, int64_t pad) {
 
 std::string dims_str(std::vector<int64_t> v) { return shape_to_string(v); }
 
+// Strides, paddings and window sizes above 2^31 - 1 are refused on every device: the CUDA kernels
+// keep them in int32 when the indices fit (conv.cu's fits_int32), and `in + 2 * pad` must not
+// overflow int64 anywhere. No real geometry comes near: the padded input would hold > 2^32 elements
+// per row.
+constexpr int64_t kMaxWindowParam = std::numeric_limits<int32_t>::max();
+
+void check_window_param(const std::string& op, const char* what, int64_t v, int64_t lowest) {
+  if (v < lowest || v > kMaxWindowParam)
+    throw ShapeError(op + ": " + what + " must be between " + std::to_string(lowest) +
+                     " and 2147483647 (2^31 - 1), got " + std::to_string(v));
+}
+
 // The geometry of a conv op from its three arrays. `spatial` is 2 (conv2d: (N, C, H, W)) or 1
 // (conv1d: (N, C, W), seen as H = 1). `in_like` has x's shape (x or dx), `filt` w's (w or dw) and
 // `out_like` y's (y or dy); the names say which array each is in messages.
@@ -314,6 +326,10 @@ ConvShape conv_shape(const char* op, int spatial, const GpuMatrix& in_like, cons
   if (pad_h < 0 || pad_w < 0)
     throw ShapeError(o + ": padding must be >= 0, got " + std::to_string(spatial == 2 ? pad_h : pad_w) +
                      (spatial == 2 ? " x " + std::to_string(pad_w) : std::string()));
+  check_window_param(o, "stride", std::max(stride_h, stride_w), 1);
+  check_window_param(o, "padding", std::max(pad_h, pad_w), 0);
+  if (spatial == 2) check_window_param(o, "the filter height", filt.dim(2), 0);
+  check_window_param(o, "the filter width", filt.dim(-1), 0);
   ConvShape s{};
   s.n = in_like.dim(0);
   s.c = in_like.dim(1);
@@ -502,6 +518,8 @@ PoolShape pool_shape(const char* op, const GpuMatrix& in_like, const char* in_na
   if (out_like.ndim() != 4)
     throw ShapeError(o + ": " + out_name + " must be 4-D (N, C, OH, OW), got " + out_like.shape_str());
   if (kh < 1 || kw < 1) throw ShapeError(o + ": kernel size must be >= 1 (" + geometry() + ")");
+  check_window_param(o, "kernel size", std::max(kh, kw), 1);
+  check_window_param(o, "stride", std::max(sh, sw), 1);
   if (sh < 1 || sw < 1) throw ShapeError(o + ": stride must be >= 1 (" + geometry() + ")");
   if (ph < 0 || pw < 0 || ph > kh / 2 || pw > kw / 2)
     throw ShapeError(o + ": padding must be between 0 and half the kernel size (" + geometry() + ")");

@@ -15,6 +15,9 @@ trap 'rm -rf "$work"' EXIT
 mutants=(
   'src/cuda/elementwise.cu|s/return a\[i\] + b\[i\];/return a[i] - b[i];/|the CUDA add kernel subtracts'
   'src/cuda/matmul.cu|0,/__syncthreads();/{/__syncthreads();/d}|the first __syncthreads() of the tiled matmul is gone'
+  'src/cuda/matmul.cu|s/tile += gridDim.y/tile += row_tiles/|matmul skips the row tiles past grid.y'
+  'src/cuda/layout.cu|s/ty += gridDim.y/ty += row_tiles/|transpose skips the row tiles past grid.y'
+  'src/cuda/reduce.cu|s/sum += partial\[j \* cols + c\];/sum = partial[j * cols + c];/|sum_partials keeps only the last chunk'
 )
 status=0
 for m in "${mutants[@]}"; do

@@ -11,10 +11,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpumat/allocator.h"
@@ -259,6 +261,70 @@ void layer_cases() {
   }
 }
 
+// Shapes whose tiles outnumber grid.y (the loops over blockIdx.y + i * gridDim.y in transpose and
+// matmul) and reductions split into several chunks (the float64 partials and sum_partials). A GPU
+// loops only past 65,535 row tiles (2.1M rows for transpose, 4.2M for matmul); lowering the
+// emulator's grid.y limit (GPUMAT_EMU_MAX_GRID_Y, read at every launch) reaches the same code with
+// small arrays. Each case runs at the GPU's limit and at lowered ones.
+__global__ void noop_kernel() {}
+
+// The hook itself: the lowered limit is reported (the launchers size their grids by it) and
+// enforced (a launcher that ignored it fails here as it would on a GPU at 65,535).
+void grid_limit_hook_case() {
+  ++g_cases;
+  setenv("GPUMAT_EMU_MAX_GRID_Y", "3", 1);
+  int reported = 0;
+  cudaDeviceGetAttribute(&reported, cudaDevAttrMaxGridDimY, 0);
+  const cudaError_t at =
+      gpumat::emulator::launch_kernel(noop_kernel, "noop_kernel", dim3(1, 3), dim3(32), 0, nullptr);
+  const cudaError_t over =
+      gpumat::emulator::launch_kernel(noop_kernel, "noop_kernel", dim3(1, 4), dim3(32), 0, nullptr);
+  cudaGetLastError();  // the refused launch's error is not the next case's
+  unsetenv("GPUMAT_EMU_MAX_GRID_Y");
+  int restored = 0;
+  cudaDeviceGetAttribute(&restored, cudaDevAttrMaxGridDimY, 0);
+  if (reported != 3 || at != cudaSuccess || over != cudaErrorInvalidConfiguration || restored != 65535) {
+    std::printf("FAIL GPUMAT_EMU_MAX_GRID_Y=3: reported %d, grid.y 3 -> %s, grid.y 4 -> %s, unset -> %d\n",
+                reported, cudaGetErrorName(at), cudaGetErrorName(over), restored);
+    ++g_failures;
+  }
+}
+
+void size_cases() {
+  namespace ops = gpumat::ops;
+  grid_limit_hook_case();
+  for (const char* limit : {"", "3", "1"}) {
+    setenv("GPUMAT_EMU_MAX_GRID_Y", limit, 1);
+    const std::string t = std::string(" grid.y<=") + (*limit ? limit : "65535");
+    for (auto [r, c] : {std::pair<int64_t, int64_t>{200, 7}, {97, 70}, {5000, 1}, {3001, 3}, {2500, 40}}) {
+      const std::string rc = " " + dims({r, c}) + t;
+      check("transpose" + rc, {{r, c}}, {{c, r}}, [](Arrays& a) { ops::transpose(a[0], a[1]); });
+      check(
+          "reduce_sum_axis_zero" + rc, {{r, c}}, {{c}},
+          [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); }, 1e-6f, 0.1f, 1.0f);
+    }
+    check("reduce_sum_axis_zero 0x5" + t, {{0, 5}}, {{5}},
+          [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); });
+    check(
+        "reduce_sum_axis_zero 200000x1" + t, {{200000, 1}}, {{1}},
+        [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); }, 1e-6f, 0.1f, 1.0f);
+    for (auto [n, ch, sp] : {std::tuple<int64_t, int64_t, int64_t>{50, 2, 100}, {3, 5, 1000}, {4000, 1, 1}}) {
+      check(
+          "reduce_sum_channels " + dims({n, ch, sp}) + t, {{n, ch, sp}}, {{ch}},
+          [](Arrays& a) { ops::reduce_sum_channels(a[0], a[1]); }, 1e-6f, 0.1f, 1.0f);
+    }
+    const int64_t m = 300, n = 20, k = 40;
+    for (int tr = 0; tr < 4; ++tr) {
+      const bool ta = tr & 2, tb = tr & 1;
+      const Shape as = ta ? Shape{k, m} : Shape{m, k}, bs = tb ? Shape{n, k} : Shape{k, n};
+      check(
+          "matmul " + dims({m, n, k}) + (ta ? " T" : " N") + (tb ? "T" : "N") + t, {as, bs}, {{m, n}},
+          [ta, tb](Arrays& a) { ops::matmul(a[0], ta, a[1], tb, a[2]); }, 1e-5f);
+    }
+  }
+  unsetenv("GPUMAT_EMU_MAX_GRID_Y");
+}
+
 // ---------------------------------------------------------------------------- the emulator's own checks
 // Kernels that break CUDA's rules, or rely on its guarantees, launched straight through the emulator:
 // each must be reported (or behave) as a GPU would make it fail (or work).
@@ -437,6 +503,7 @@ int main(int argc, char** argv) {
   conv_pool_cases();
   emulator_cases();
   layer_cases();
+  size_cases();
   std::printf("%d cases on emu:0 against the host: %d failed\n", g_cases, g_failures);
   return g_failures ? 1 : 0;
 }

@@ -66,8 +66,9 @@ void reshape(const GpuMatrix& src, GpuMatrix& dst);
 // Cross-correlation as in every DL framework (the filter is not flipped), zero padding:
 //   y[n, f, oh, ow] = sum_{c,i,j} x[n, c, oh*stride_h - pad_h + i, ow*stride_w - pad_w + j] w[f, c, i, j]
 // with x (N, C, H, W), w (F, C, KH, KW), y (N, F, OH, OW), OH = (H + 2*pad_h - KH) / stride_h + 1
-// (floor; likewise OW). Strides >= 1, padding >= 0, KH, KW >= 1; an output size < 1 is a
-// ShapeError. conv2d_gradient_input writes dx = dL/dx (N, C, H, W) from dy = dL/dy and w;
+// (floor; likewise OW). 1 <= strides, KH, KW <= 2^31 - 1 and 0 <= padding <= 2^31 - 1 (the CUDA
+// kernels' index range; enforced on every device); an output size < 1 is a ShapeError.
+// conv2d_gradient_input writes dx = dL/dx (N, C, H, W) from dy = dL/dy and w;
 // conv2d_gradient_filter writes dw = dL/dw (F, C, KH, KW) from x and dy. Outputs must not alias inputs.
 void conv2d(const GpuMatrix& x, const GpuMatrix& w, GpuMatrix& y, int64_t stride_h, int64_t stride_w,
             int64_t pad_h, int64_t pad_w);
@@ -93,8 +94,8 @@ void add_channel_bias(const GpuMatrix& in, const GpuMatrix& bias, GpuMatrix& out
 void reduce_sum_channels(const GpuMatrix& in, GpuMatrix& out);
 
 // ---- Pooling (src/*/pool.*) over the (H, W) planes of x (N, C, H, W) -> y (N, C, OH, OW),
-// OH = (H + 2*pad_h - KH) / stride_h + 1 (floor). Kernel and strides >= 1, 0 <= pad <= kernel / 2
-// (so every window holds an element of x), output size >= 1.
+// OH = (H + 2*pad_h - KH) / stride_h + 1 (floor). Kernel and strides in [1, 2^31 - 1],
+// 0 <= pad <= kernel / 2 (so every window holds an element of x), output size >= 1.
 // max_pool2d: padding never wins (it is -inf); ties go to the first maximum in row-major window
 // order, and a NaN in a window wins (the first NaN). max_pool2d_gradient recomputes that argmax
 // from x (no index array is stored) and routes each dy to exactly that one element of dx.

@@ -89,18 +89,28 @@ inline unsigned int grid_for(int64_t n, int block) {
 
 constexpr int kBlockSize = 256;  // threads per block for elementwise and 1-D kernels
 
+// The largest grid.x and grid.y a launch on device `dev` may use (cudaDevAttrMaxGridDimX/Y:
+// 2^31 - 1 and 65,535 on every GPU since sm_30). Launchers cap the grid at these and the kernels
+// loop over the tiles beyond (blockIdx.y + i * gridDim.y), so any shape the host takes runs.
+// Asked per call, not cached: the emulated device reports lowered limits when
+// GPUMAT_EMU_MAX_GRID_Y (or _Z) is set, so tests reach those loops with small arrays.
+struct GridLimits {
+  int64_t x, y;
+};
+GridLimits grid_limits(int dev);
+
 // The sum of v over a block of Threads threads (Threads == blockDim.x, a multiple of 32), returned
 // in thread 0 (other threads get 0). Every thread of the block must call it, once per kernel.
 // Warp shuffles, then one value per warp through shared memory in a fixed order (llm.c style),
-// so the result is deterministic.
-template <int Threads>
-__device__ float block_sum(float v) {
+// so the result is deterministic. T is float or double.
+template <int Threads, typename T = float>
+__device__ T block_sum(T v) {
   static_assert(Threads % 32 == 0 && Threads <= 1024, "block_sum: Threads must be a multiple of 32");
-  __shared__ float warp_vals[Threads / 32];
+  __shared__ T warp_vals[Threads / 32];
   for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
   if (threadIdx.x % 32 == 0) warp_vals[threadIdx.x / 32] = v;
   __syncthreads();
-  float total = 0.0f;
+  T total = 0;
   if (threadIdx.x == 0)
     for (int w = 0; w < Threads / 32; ++w) total += warp_vals[w];
   return total;

@@ -28,7 +28,7 @@
 namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
-constexpr int kChannelThreads = 256;  // reduce_sum_channels: one block per channel
+constexpr int kChannelThreads = 256;  // reduce_sum_channels: blocks per channel on grid.y
 // 32-bit indexing is used below this many elements (leaves room for the grid-stride increment).
 constexpr int64_t kInt32Limit = int64_t{1} << 30;
 }  // namespace
@@ -109,26 +109,41 @@ __global__ void add_channel_bias_kernel(const float* in, const float* __restrict
     out[i] = in[i] + bias[(i / inner) % channels];
 }
 
-// in is (outer, channels, inner), out is (channels,); block c sums channel c (grid = channels).
-__global__ void reduce_sum_channels_kernel(const float* __restrict__ in, float* __restrict__ out,
-                                           int64_t outer, int64_t channels, int64_t inner) {
+// in is (outer, channels, inner); out is (channels,); partial is (gridDim.y, channels) when
+// gridDim.y > 1. Block (c, y) sums chunk y (elements [y * per_chunk, (y + 1) * per_chunk) of the
+// outer * inner of channel c), in float64 like the host (see reduce.cu for why).
+__global__ void reduce_sum_channels_kernel(const float* __restrict__ in, int64_t outer, int64_t channels,
+                                           int64_t inner, int64_t per_chunk, float* __restrict__ out,
+                                           double* __restrict__ partial) {
   const int64_t c = blockIdx.x, total = outer * inner;
-  float acc = 0.0f;
-  for (int64_t e = threadIdx.x; e < total; e += kChannelThreads) {
+  const int64_t e_begin = blockIdx.y * per_chunk;
+  const int64_t e_end = e_begin + per_chunk < total ? e_begin + per_chunk : total;
+  double acc = 0.0;
+  for (int64_t e = e_begin + threadIdx.x; e < e_end; e += kChannelThreads) {
     const int64_t n = e / inner, k = e - n * inner;
     acc += in[(n * channels + c) * inner + k];
   }
-  acc = block_sum<kChannelThreads>(acc);
-  if (threadIdx.x == 0) out[c] = acc;
+  acc = block_sum<kChannelThreads, double>(acc);
+  if (threadIdx.x == 0) {
+    if (gridDim.y == 1)
+      out[c] = static_cast<float>(acc);
+    else
+      partial[blockIdx.y * channels + c] = acc;
+  }
 }
 
 // ---------------------------------------------------------------------------- launchers
 
 namespace {
 
+// Whether every index the kernels form fits in int32: the array offsets, and the window
+// arithmetic (oh * stride - pad + i stays within [-pad, h + pad)), so the strides and paddings that
+// ops.cpp admits (up to 2^31 - 1) take the 64-bit path unless the padded input is small.
 bool fits_int32(const ConvShape& s) {
   const int64_t col = s.c * s.kh * s.kw * s.chunk * s.oh * s.ow, x = s.chunk * s.c * s.h * s.w;
-  return std::max(col, x) <= kInt32Limit;
+  const int64_t span_h = s.h + 2 * s.pad_h + s.kh + s.stride_h,
+                span_w = s.w + 2 * s.pad_w + s.kw + s.stride_w;
+  return std::max({col, x, span_h, span_w}) <= kInt32Limit;
 }
 
 void launch_im2col(int dev, const float* x, const ConvShape& s, int64_t nb, float* col, const char* op) {
@@ -228,11 +243,27 @@ void add_channel_bias(int dev, const float* in, const float* bias, float* out, i
 
 void reduce_sum_channels(int dev, const float* in, float* out, int64_t outer, int64_t channels,
                          int64_t inner) {
-  const int64_t kMaxGridX = 2147483647;
-  if (channels > kMaxGridX) throw ShapeError("reduce_sum_channels: too many channels for the CUDA grid");
+  const char* op = "reduce_sum_channels";
+  const GridLimits lim = grid_limits(dev);
+  if (channels > lim.x) throw ShapeError(std::string(op) + ": too many channels for the CUDA grid");
+  // Chunks of each channel's outer * inner elements on grid.y, so that few channels (a conv layer
+  // has tens) still spread over the whole GPU.
+  const int64_t total = outer * inner;
+  int64_t chunks = reduce_chunks(channels, total, lim.y);
+  const int64_t per_chunk = std::max<int64_t>(1, ceil_div(total, chunks));
+  chunks = std::max<int64_t>(1, ceil_div(total, per_chunk));  // no empty chunk
   cudaStream_t stream = activate(dev);
-  launch<reduce_sum_channels_kernel>("reduce_sum_channels", static_cast<unsigned>(channels), kChannelThreads,
-                                     0, stream, in, out, outer, channels, inner);
+  const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(chunks));
+  if (chunks == 1) {
+    launch<reduce_sum_channels_kernel>(op, grid, kChannelThreads, 0, stream, in, outer, channels, inner,
+                                       per_chunk, out, static_cast<double*>(nullptr));
+    return;
+  }
+  auto lock = workspace_lock();
+  double* partial = reduce_partials(dev, chunks, channels);
+  launch<reduce_sum_channels_kernel>(op, grid, kChannelThreads, 0, stream, in, outer, channels, inner,
+                                     per_chunk, out, partial);
+  sum_partials(dev, partial, chunks, channels, out, op);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

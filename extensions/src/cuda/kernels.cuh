@@ -24,6 +24,13 @@ void broadcast_to(int dev, const float* in, int64_t n_in, float* out, int64_t n_
 void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols);
 // reduce.cu
 void reduce_sum_axis_zero(int dev, const float* in, int64_t rows, int64_t cols, float* out);
+// Helpers of the two-level reductions (reduce.cu, conv.cu's reduce_sum_channels): how many chunks
+// to split each output's `elements` inputs into when `blocks_per_chunk` blocks cover one chunk of
+// all outputs (at most max_chunks, the grid.y limit); the (chunks, cols) float64 partials in
+// workspace slot 0 (hold workspace_lock()); and out[c] = sum of partial[:, c] in chunk order.
+int64_t reduce_chunks(int64_t blocks_per_chunk, int64_t elements, int64_t max_chunks);
+double* reduce_partials(int dev, int64_t chunks, int64_t cols);
+void sum_partials(int dev, const double* partial, int64_t chunks, int64_t cols, float* out, const char* op);
 // matmul.cu
 void matmul(int dev, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m,
             int64_t n, int64_t k);

@@ -4,6 +4,8 @@
 //   transpose:    in (rows, cols) -> out (cols, rows); 32x32 tiles staged through shared memory
 //                 (padded to 33 columns so the column reads hit 32 different banks) so that both the
 //                 global reads and the global writes are coalesced.
+#include <algorithm>
+
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -23,22 +25,29 @@ __global__ void broadcast_to_kernel(const float* in, int64_t n_in, float* out, i
     out[i] = in[i % n_in];
 }
 
-// in is (rows, cols), out is (cols, rows); grid is (ceil(cols/32), ceil(rows/32)) tiles.
+// in is (rows, cols), out is (cols, rows); grid.x covers the ceil(cols/32) column tiles, and the
+// ceil(rows/32) row tiles are blockIdx.y, blockIdx.y + gridDim.y, ... (grid.y is capped at the
+// device's limit, so any number of rows works).
 __global__ void transpose_kernel(const float* in, float* out, int64_t rows, int64_t cols) {
   __shared__ float tile[kTile][kTile + 1];
-  int64_t c = blockIdx.x * static_cast<int64_t>(kTile) + threadIdx.x;
-  int64_t r0 = blockIdx.y * static_cast<int64_t>(kTile);
-  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
-    int64_t r = r0 + j;
-    if (r < rows && c < cols) tile[j][threadIdx.x] = in[r * cols + c];
-  }
-  __syncthreads();
-  // out row = input column, out column = input row
-  int64_t oc = r0 + threadIdx.x;
-  int64_t or0 = blockIdx.x * static_cast<int64_t>(kTile);
-  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
-    int64_t orow = or0 + j;
-    if (orow < cols && oc < rows) out[orow * rows + oc] = tile[threadIdx.x][j];
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kTile) + threadIdx.x;
+  const int64_t or0 = blockIdx.x * static_cast<int64_t>(kTile);
+  // The bound is the same for every thread of the block, so all reach the barriers together.
+  for (int64_t ty = blockIdx.y; ty < row_tiles; ty += gridDim.y) {
+    const int64_t r0 = ty * kTile;
+    for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+      const int64_t r = r0 + j;
+      if (r < rows && c < cols) tile[j][threadIdx.x] = in[r * cols + c];
+    }
+    __syncthreads();
+    // out row = input column, out column = input row
+    const int64_t oc = r0 + threadIdx.x;
+    for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+      const int64_t orow = or0 + j;
+      if (orow < cols && oc < rows) out[orow * rows + oc] = tile[threadIdx.x][j];
+    }
+    __syncthreads();  // the next tile overwrites `tile`
   }
 }
 
@@ -51,12 +60,14 @@ void broadcast_to(int dev, const float* in, int64_t n_in, float* out, int64_t n_
 }
 
 void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols) {
-  const int64_t kMaxGridY = 65535;
-  if (ceil_div(rows, kTile) > kMaxGridY)
-    throw ShapeError("transpose: " + std::to_string(rows) + " rows exceed the CUDA grid limit of " +
-                     std::to_string(kMaxGridY * kTile));
+  const GridLimits lim = grid_limits(dev);
+  const int64_t col_tiles = ceil_div(cols, kTile), row_tiles = ceil_div(rows, kTile);
+  // 2^31 - 1 column tiles are 6.9e10 columns: more memory than any GPU has.
+  if (col_tiles > lim.x)
+    throw ShapeError("transpose: " + std::to_string(cols) + " columns exceed the CUDA grid limit of " +
+                     std::to_string(lim.x * kTile));
   cudaStream_t stream = activate(dev);
-  dim3 grid(static_cast<unsigned>(ceil_div(cols, kTile)), static_cast<unsigned>(ceil_div(rows, kTile)));
+  dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)));
   launch<transpose_kernel>("transpose", grid, dim3(kTile, kTileRows), 0, stream, in, out, rows, cols);
 }
 

@@ -6,6 +6,13 @@
 // 16x64 slice of op(b) in shared memory; the global loads are ordered along whichever axis is
 // contiguous for that transpose case, so they coalesce in all four cases. Out-of-range elements
 // load as 0 and out-of-range outputs are not stored, so any m, n, k works.
+// Sizes: m, n, k up to 2^31 - 1 (ops.cpp's limit, BLAS's too). Global indices and the k loop run
+// in 64 bits (k0 + 16 wraps a 32-bit counter for k near 2^31); the offsets inside a tile stay 32-bit.
+// grid.x covers the ceil(n/64) column tiles (at most 2^25, under grid.x's limit); grid.y is capped at
+// the device's limit (65,535) and each block loops over row tiles blockIdx.y + i * gridDim.y, so m
+// is not bounded by 65,535 * 64 rows.
+#include <algorithm>
+
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -24,59 +31,61 @@ constexpr int kThreads = kThreadsX * kThreadsY;
 template <bool TransA, bool TransB>
 __global__ void __launch_bounds__(kThreads)
     matmul_tiled_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-                        int m, int n, int k) {
+                        int64_t m, int64_t n, int64_t k) {
   __shared__ float as[kBK][kBM];  // as[kk][row] = op(a)[row0 + row, k0 + kk]
   __shared__ float bs[kBK][kBN];  // bs[kk][col] = op(b)[k0 + kk, col0 + col]
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kThreadsX + tx;
-  const int row0 = blockIdx.y * kBM, col0 = blockIdx.x * kBN;
-  float acc[kTM][kTN] = {};
-
-  for (int k0 = 0; k0 < k; k0 += kBK) {
+  const int64_t col0 = blockIdx.x * static_cast<int64_t>(kBN);
+  const int64_t row_tiles = (m + kBM - 1) / kBM;
+  // Every thread of the block runs the same iterations, so all reach the barriers together.
+  for (int64_t tile = blockIdx.y; tile < row_tiles; tile += gridDim.y) {
+    const int64_t row0 = tile * kBM;
+    float acc[kTM][kTN] = {};
+    for (int64_t k0 = 0; k0 < k; k0 += kBK) {
 #pragma unroll
-    for (int l = tid; l < kBM * kBK; l += kThreads) {
-      // contiguous axis first: k for a (m, k) a, m for a stored (k, m)
-      int kk = TransA ? l / kBM : l % kBK;
-      int row = TransA ? l % kBM : l / kBK;
-      int gr = row0 + row, gk = k0 + kk;
-      float v = 0.0f;
-      if (gr < m && gk < k)
-        v = TransA ? a[static_cast<int64_t>(gk) * m + gr] : a[static_cast<int64_t>(gr) * k + gk];
-      as[kk][row] = v;
+      for (int l = tid; l < kBM * kBK; l += kThreads) {
+        // contiguous axis first: k for a (m, k) a, m for a stored (k, m)
+        const int kk = TransA ? l / kBM : l % kBK;
+        const int row = TransA ? l % kBM : l / kBK;
+        const int64_t gr = row0 + row, gk = k0 + kk;
+        float v = 0.0f;
+        if (gr < m && gk < k) v = TransA ? a[gk * m + gr] : a[gr * k + gk];
+        as[kk][row] = v;
+      }
+#pragma unroll
+      for (int l = tid; l < kBN * kBK; l += kThreads) {
+        // contiguous axis first: n for a (k, n) b, k for a stored (n, k)
+        const int kk = TransB ? l % kBK : l / kBN;
+        const int col = TransB ? l / kBK : l % kBN;
+        const int64_t gc = col0 + col, gk = k0 + kk;
+        float v = 0.0f;
+        if (gc < n && gk < k) v = TransB ? b[gc * k + gk] : b[gk * n + gc];
+        bs[kk][col] = v;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < kBK; ++kk) {
+        float ra[kTM], rb[kTN];
+#pragma unroll
+        for (int i = 0; i < kTM; ++i) ra[i] = as[kk][ty + i * kThreadsY];
+#pragma unroll
+        for (int j = 0; j < kTN; ++j) rb[j] = bs[kk][tx + j * kThreadsX];
+#pragma unroll
+        for (int i = 0; i < kTM; ++i)
+#pragma unroll
+          for (int j = 0; j < kTN; ++j) acc[i][j] = fmaf(ra[i], rb[j], acc[i][j]);
+      }
+      __syncthreads();
     }
 #pragma unroll
-    for (int l = tid; l < kBN * kBK; l += kThreads) {
-      // contiguous axis first: n for a (k, n) b, k for a stored (n, k)
-      int kk = TransB ? l % kBK : l / kBN;
-      int col = TransB ? l / kBK : l % kBN;
-      int gc = col0 + col, gk = k0 + kk;
-      float v = 0.0f;
-      if (gc < n && gk < k)
-        v = TransB ? b[static_cast<int64_t>(gc) * k + gk] : b[static_cast<int64_t>(gk) * n + gc];
-      bs[kk][col] = v;
-    }
-    __syncthreads();
+    for (int i = 0; i < kTM; ++i) {
+      const int64_t r = row0 + ty + i * kThreadsY;
+      if (r >= m) continue;
 #pragma unroll
-    for (int kk = 0; kk < kBK; ++kk) {
-      float ra[kTM], rb[kTN];
-#pragma unroll
-      for (int i = 0; i < kTM; ++i) ra[i] = as[kk][ty + i * kThreadsY];
-#pragma unroll
-      for (int j = 0; j < kTN; ++j) rb[j] = bs[kk][tx + j * kThreadsX];
-#pragma unroll
-      for (int i = 0; i < kTM; ++i)
-#pragma unroll
-        for (int j = 0; j < kTN; ++j) acc[i][j] = fmaf(ra[i], rb[j], acc[i][j]);
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int i = 0; i < kTM; ++i) {
-    int r = row0 + ty + i * kThreadsY;
-    if (r >= m) continue;
-#pragma unroll
-    for (int j = 0; j < kTN; ++j) {
-      int cc = col0 + tx + j * kThreadsX;
-      if (cc < n) c[static_cast<int64_t>(r) * n + cc] = acc[i][j];
+      for (int j = 0; j < kTN; ++j) {
+        const int64_t cc = col0 + tx + j * kThreadsX;
+        if (cc < n) c[r * n + cc] = acc[i][j];
+      }
     }
   }
 }
@@ -85,23 +94,23 @@ __global__ void __launch_bounds__(kThreads)
 
 void matmul(int dev, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m,
             int64_t n, int64_t k) {
-  const int64_t kMaxGridY = 65535;
-  if (ceil_div(m, kBM) > kMaxGridY)
-    throw ShapeError("matrix_multiply: " + std::to_string(m) + " output rows exceed the CUDA grid limit of " +
-                     std::to_string(kMaxGridY * kBM));
+  const GridLimits lim = grid_limits(dev);
+  const int64_t col_tiles = ceil_div(n, kBN), row_tiles = ceil_div(m, kBM);
+  if (col_tiles > lim.x)  // unreachable while ops.cpp caps n at 2^31 - 1; kept for the cast below
+    throw ShapeError("matrix_multiply: " + std::to_string(n) +
+                     " output columns exceed the CUDA grid limit of " + std::to_string(lim.x * kBN));
   cudaStream_t stream = activate(dev);
-  dim3 grid(static_cast<unsigned>(ceil_div(n, kBN)), static_cast<unsigned>(ceil_div(m, kBM)));
+  dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)));
   dim3 block(kThreadsX, kThreadsY);
-  int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   const char* op = "matrix_multiply";
   if (!trans_a && !trans_b)
-    launch<matmul_tiled_kernel<false, false>>(op, grid, block, 0, stream, a, b, c, mi, ni, ki);
+    launch<matmul_tiled_kernel<false, false>>(op, grid, block, 0, stream, a, b, c, m, n, k);
   else if (!trans_a && trans_b)
-    launch<matmul_tiled_kernel<false, true>>(op, grid, block, 0, stream, a, b, c, mi, ni, ki);
+    launch<matmul_tiled_kernel<false, true>>(op, grid, block, 0, stream, a, b, c, m, n, k);
   else if (trans_a && !trans_b)
-    launch<matmul_tiled_kernel<true, false>>(op, grid, block, 0, stream, a, b, c, mi, ni, ki);
+    launch<matmul_tiled_kernel<true, false>>(op, grid, block, 0, stream, a, b, c, m, n, k);
   else
-    launch<matmul_tiled_kernel<true, true>>(op, grid, block, 0, stream, a, b, c, mi, ni, ki);
+    launch<matmul_tiled_kernel<true, true>>(op, grid, block, 0, stream, a, b, c, m, n, k);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -1,44 +1,117 @@
-// CUDA reduction: reduce_sum_axis_zero, in (rows, cols) -> out (cols,) column sums.
-// Host reference: ../host/reduce.cpp.
-// Tiling: a block is 32 columns x kRowThreads row-threads. Each thread sums a strided set of rows
-// of one column (consecutive threads read consecutive columns: coalesced); the kRowThreads partial
-// sums of a column are then added in shared memory in a fixed order, so results are deterministic.
+// CUDA reduction: reduce_sum_axis_zero, in (rows, cols) -> out (cols,) column sums; and
+// sum_partials, the second pass that reduce_sum_channels (conv.cu) shares. Host reference:
+// ../host/reduce.cpp.
+//
+// Two levels, deterministic (no atomics):
+//   1. reduce_sum_axis_zero_kernel: grid (column tiles, row chunks). A block of 256 threads covers
+//      `tw` columns (tw = 32, or cols when narrower) x 256/tw row lanes of one chunk of rows; each
+//      thread sums a strided set of that chunk's rows of one column, the lanes of a column are then
+//      added in shared memory in a fixed order. One chunk: the block writes out[] directly. Several:
+//      each writes its chunk's column sums to a workspace of partials.
+//   2. sum_partials_kernel: out[c] = the sum of the chunks' partials of column c, in chunk order.
+// The chunk count depends only on the shape and the device's grid limit, so results repeat bit
+// for bit. Narrow inputs (cols < 32) put the consecutive columns of several rows in one warp, so a
+// one-column sum reads contiguous memory with all 256 threads of each of ~1,024 blocks.
+// Accumulation is in float64 (per thread, across lanes, across chunks), as the host's is: the error
+// is then the final rounding to float plus ~N * 2^-53, which does not grow with N for any size a
+// GPU holds, and CUDA and host agree to that rounding. Why float64 rather than a float tree: the
+// sum is memory-bound (one add per 4 bytes read), so even a GPU with 1/64-rate FP64 adds
+// (consumer parts: > 1e12 adds/s against < 3e11 floats/s of bandwidth) is not slowed by it.
+#include <algorithm>
+
 #include "common.cuh"
 #include "kernels.cuh"
 
 namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
-constexpr int kCols = 32;
-constexpr int kRowThreads = 16;
+constexpr int kThreads = 256;
+constexpr int kWideCols = 32;            // columns per block when cols >= 32
+constexpr int64_t kTargetBlocks = 1024;  // enough resident blocks to fill any GPU (132 SMs x 8)
+constexpr int64_t kMinPerThread = 8;     // a chunk gives each thread at least this many elements
 }  // namespace
 
 // ---------------------------------------------------------------------------- kernels
 
-// in is (rows, cols), out is (cols,); grid.x covers ceil(cols / 32) column tiles.
-__global__ void reduce_sum_axis_zero_kernel(const float* in, int64_t rows, int64_t cols, float* out) {
-  __shared__ float partial[kRowThreads][kCols + 1];
-  int64_t c = blockIdx.x * static_cast<int64_t>(kCols) + threadIdx.x;
-  float acc = 0.0f;
-  if (c < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += kRowThreads) acc += in[r * cols + c];
-  partial[threadIdx.y][threadIdx.x] = acc;
+// in is (rows, cols); out is (cols,); partial is (gridDim.y, cols) when gridDim.y > 1. Block
+// (x, y) sums rows [y * chunk_rows, (y + 1) * chunk_rows) of columns [x * tw, (x + 1) * tw).
+__global__ void reduce_sum_axis_zero_kernel(const float* __restrict__ in, int64_t rows, int64_t cols, int tw,
+                                            int64_t chunk_rows, float* __restrict__ out,
+                                            double* __restrict__ partial) {
+  __shared__ double lane_sums[kThreads];
+  const int t = threadIdx.x, lanes = kThreads / tw;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(tw) + t % tw;
+  const int64_t r_begin = blockIdx.y * chunk_rows;
+  const int64_t r_end = r_begin + chunk_rows < rows ? r_begin + chunk_rows : rows;
+  double acc = 0.0;
+  if (t < tw * lanes && c < cols)
+    for (int64_t r = r_begin + t / tw; r < r_end; r += lanes) acc += in[r * cols + c];
+  lane_sums[t] = acc;
   __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float sum = 0.0f;
-    for (int j = 0; j < kRowThreads; ++j) sum += partial[j][threadIdx.x];
-    out[c] = sum;
+  if (t < tw && c < cols) {
+    double sum = 0.0;
+    for (int j = 0; j < lanes; ++j) sum += lane_sums[j * tw + t];
+    if (gridDim.y == 1)
+      out[c] = static_cast<float>(sum);
+    else
+      partial[blockIdx.y * cols + c] = sum;
+  }
+}
+
+// partial is (chunks, cols), out is (cols,): out[c] = sum over j of partial[j, c], j in order.
+__global__ void sum_partials_kernel(const double* __restrict__ partial, int64_t chunks, int64_t cols,
+                                    float* __restrict__ out) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < chunks; ++j) sum += partial[j * cols + c];
+    out[c] = static_cast<float>(sum);
   }
 }
 
 // ---------------------------------------------------------------------------- launchers
 
-void reduce_sum_axis_zero(int dev, const float* in, int64_t rows, int64_t cols, float* out) {
-  const int64_t kMaxGridX = 2147483647;
-  if (ceil_div(cols, kCols) > kMaxGridX) throw ShapeError("reduce_sum_axis_zero: too many columns");
+int64_t reduce_chunks(int64_t blocks_per_chunk, int64_t elements, int64_t max_chunks) {
+  int64_t chunks = ceil_div(kTargetBlocks, blocks_per_chunk);
+  chunks = std::min(chunks, ceil_div(elements, kThreads * kMinPerThread));
+  return std::max<int64_t>(1, std::min(chunks, max_chunks));
+}
+
+double* reduce_partials(int dev, int64_t chunks, int64_t cols) {
+  // Two floats per double; the workspace is allocator-aligned (256 bytes).
+  return reinterpret_cast<double*>(workspace(dev, 0, 2 * chunks * cols));
+}
+
+void sum_partials(int dev, const double* partial, int64_t chunks, int64_t cols, float* out, const char* op) {
   cudaStream_t stream = activate(dev);
-  launch<reduce_sum_axis_zero_kernel>("reduce_sum_axis_zero", static_cast<unsigned>(ceil_div(cols, kCols)),
-                                      dim3(kCols, kRowThreads), 0, stream, in, rows, cols, out);
+  launch<sum_partials_kernel>(op, grid_for(cols, kThreads), kThreads, 0, stream, partial, chunks, cols, out);
+}
+
+void reduce_sum_axis_zero(int dev, const float* in, int64_t rows, int64_t cols, float* out) {
+  const char* op = "reduce_sum_axis_zero";
+  const GridLimits lim = grid_limits(dev);
+  const int tw = static_cast<int>(std::min<int64_t>(cols, kWideCols));
+  const int64_t col_tiles = ceil_div(cols, tw);
+  if (col_tiles > lim.x)  // 6.9e10 columns: more memory than any GPU has
+    throw ShapeError(std::string(op) + ": " + std::to_string(cols) +
+                     " columns exceed the CUDA grid limit of " + std::to_string(lim.x * tw));
+  int64_t chunks = reduce_chunks(col_tiles, rows * tw, lim.y);
+  // rows may be 0 (a (0, cols) input sums to zeros): one chunk of no rows then.
+  const int64_t chunk_rows = std::max<int64_t>(1, ceil_div(rows, chunks));
+  chunks = std::max<int64_t>(1, ceil_div(rows, chunk_rows));  // no empty chunk
+  cudaStream_t stream = activate(dev);
+  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks));
+  if (chunks == 1) {
+    launch<reduce_sum_axis_zero_kernel>(op, grid, kThreads, 0, stream, in, rows, cols, tw, chunk_rows, out,
+                                        static_cast<double*>(nullptr));
+    return;
+  }
+  // The partials live in the device's workspace (see common.cuh).
+  auto lock = workspace_lock();
+  double* partial = reduce_partials(dev, chunks, cols);
+  launch<reduce_sum_axis_zero_kernel>(op, grid, kThreads, 0, stream, in, rows, cols, tw, chunk_rows, out,
+                                      partial);
+  sum_partials(dev, partial, chunks, cols, out, op);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -127,6 +127,13 @@ float* workspace(int dev, int slot, int64_t floats) {
   return ws->data();
 }
 
+GridLimits grid_limits(int dev) {
+  int x = 0, y = 0;
+  check(cudaDeviceGetAttribute(&x, cudaDevAttrMaxGridDimX, dev), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&y, cudaDevAttrMaxGridDimY, dev), "cudaDeviceGetAttribute");
+  return {x, y};
+}
+
 const DeviceRuntime& runtime() {
   static const DeviceRuntime table = [] {
     DeviceRuntime t{};

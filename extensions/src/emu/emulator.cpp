@@ -68,6 +68,15 @@ constexpr size_t kSmemPerBlock = 48 * 1024, kSmemOptin = 227 * 1024;
 constexpr unsigned kMaxThreads = 1024, kMaxBlockXY = 1024, kMaxBlockZ = 64;
 constexpr unsigned kMaxGridX = 2147483647u, kMaxGridYZ = 65535;
 
+// The grid.y and grid.z limits this device enforces and reports: a GPU's 65,535, or less when
+// GPUMAT_EMU_MAX_GRID_Y / GPUMAT_EMU_MAX_GRID_Z is set (clamped to [1, 65535]). Lowering them lets a
+// test reach the code a GPU runs only past 65,535 row tiles (millions of rows) with small arrays.
+// Read at every launch and property query, not once, so one test process can lower and restore
+// them (os.environ in Python calls setenv).
+unsigned max_grid_dim(const char* env) {
+  return static_cast<unsigned>(std::clamp<uint64_t>(env_u64(env, kMaxGridYZ), 1, kMaxGridYZ));
+}
+
 uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -635,9 +644,10 @@ int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dyn
   else if (block.x > kMaxBlockXY || block.y > kMaxBlockXY || block.z > kMaxBlockZ || threads > kMaxThreads)
     std::snprintf(why, sizeof why, "block (%u, %u, %u) exceeds 1024 threads or the per-dimension limits",
                   block.x, block.y, block.z);
-  else if (grid.x > kMaxGridX || grid.y > kMaxGridYZ || grid.z > kMaxGridYZ)
-    std::snprintf(why, sizeof why, "grid (%u, %u, %u) exceeds the limits (2^31 - 1, 65535, 65535)", grid.x,
-                  grid.y, grid.z);
+  else if (grid.x > kMaxGridX || grid.y > max_grid_dim("GPUMAT_EMU_MAX_GRID_Y") ||
+           grid.z > max_grid_dim("GPUMAT_EMU_MAX_GRID_Z"))
+    std::snprintf(why, sizeof why, "grid (%u, %u, %u) exceeds the limits (2^31 - 1, %u, %u)", grid.x, grid.y,
+                  grid.z, max_grid_dim("GPUMAT_EMU_MAX_GRID_Y"), max_grid_dim("GPUMAT_EMU_MAX_GRID_Z"));
   else if (dynamic_smem > smem_limit)
     std::snprintf(why, sizeof why, "%zu bytes of dynamic shared memory exceed the kernel's limit of %zu",
                   dynamic_smem, smem_limit);
@@ -848,7 +858,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int dev) {
   prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = static_cast<int>(emu::kMaxBlockXY);
   prop->maxThreadsDim[2] = static_cast<int>(emu::kMaxBlockZ);
   prop->maxGridSize[0] = static_cast<int>(emu::kMaxGridX);
-  prop->maxGridSize[1] = prop->maxGridSize[2] = static_cast<int>(emu::kMaxGridYZ);
+  prop->maxGridSize[1] = static_cast<int>(emu::max_grid_dim("GPUMAT_EMU_MAX_GRID_Y"));
+  prop->maxGridSize[2] = static_cast<int>(emu::max_grid_dim("GPUMAT_EMU_MAX_GRID_Z"));
   prop->clockRate = 1980000;
   prop->major = 9;
   prop->minor = 0;

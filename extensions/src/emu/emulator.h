@@ -32,6 +32,11 @@
 // - Launch limits are a GPU's: block dims x, y <= 1024, z <= 64, <= 1024 threads; grid x < 2^31,
 //   y, z <= 65535; dynamic shared memory <= 48 KiB unless raised with cudaFuncSetAttribute (at most
 //   227 KiB). A launch outside them fails with cudaErrorInvalidConfiguration, as on a GPU.
+//   GPUMAT_EMU_MAX_GRID_Y / GPUMAT_EMU_MAX_GRID_Z lower the grid.y / grid.z limits (enforced and
+//   reported by cudaDeviceGetAttribute alike), so tests reach the loops that launchers run past
+//   65,535 tiles with small arrays. Static shared memory (__shared__ arrays) is not checked here:
+//   the emulator sees only thread_local variables, not their total per kernel; on a GPU ptxas
+//   rejects a kernel whose static shared memory exceeds 48 KiB at build time (CI's nvcc build).
 // - Device memory is host memory owned by the emulator: allocations are filled with 0xFF (NaN) so
 //   uninitialised reads show, memcpy/memset ranges are checked against live allocations, and the
 //   device has a capacity (GPUMAT_EMU_MEMORY_BYTES, default 8 GiB) past which cudaMalloc fails with
