@@ -207,7 +207,8 @@ class Executor:
             when fusion is on: fused nodes replace the user's there).
         fusion_report: a ``gpumat.fusion.FusionReport`` of the current plan (ops before and
             after, rewrites per rule); None before the first run.
-        node_to_shape_map: node -> inferred shape.
+        node_to_shape_map: node -> inferred shape (every node of the graph as built, and of the
+            fused graph when fusion is on).
         feed_shapes: fed node -> shape of the current plan.
         memory_plan: a :class:`MemoryPlan` (None before the first run); ``gpumat.dlsys``'s
             Executor, whose ``memory_plan`` is the seed's method, reports it as ``plan_stats``.
@@ -394,7 +395,10 @@ class Executor:
         if self.fusion:
             eval_nodes, report = fusion.fuse_graph(self.eval_node_list, feeds.keys(), shapes)
             if eval_nodes != self.eval_node_list:
-                shapes = self._infer_shapes(eval_nodes, feed_shapes)
+                fused_shapes = self._infer_shapes(eval_nodes, feed_shapes)
+                # The user's nodes keep their shapes in node_to_shape_map, fused or not.
+                self.node_to_shape_map = {**shapes, **fused_shapes}
+                shapes = fused_shapes
         else:
             eval_nodes = self.eval_node_list
             n_ops = sum(1 for n in self.topo_order if n not in feeds)
