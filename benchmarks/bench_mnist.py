@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import statistics
 import sys
 import time
@@ -330,6 +331,11 @@ def main(argv=None) -> int:
             notes.append("PyTorch is not installed: the torch rows are skipped")
         elif "gpu" in args.ctx and not torch.cuda.is_available():
             notes.append("torch sees no CUDA device: torch gpu rows skipped")
+    threads = {
+        k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ
+    }
+    if threads:
+        notes.append("environment: " + ", ".join(f"{k}={v}" for k, v in threads.items()))
     for n in notes:
         print("note:", n, flush=True)
 
