@@ -391,12 +391,12 @@ def mnist_table(rows: list[dict]) -> str:
     out = []
     for r in rows:
         if "epoch_s" not in r:
-            out.append([r["model"], r["backend"], r["framework"], "error", *["-"] * 5])
+            out.append([r["model"], r["backend"], r["framework"], "error", *["-"] * 6])
             continue
         peak = r.get("peak_bytes")
         mpe = r.get("mallocs_per_epoch")
         vs = "-"
-        if r["framework"] == "gpumat":
+        if r["framework"].startswith("gpumat"):
             t = by_key.get((r["model"], r["backend"], "torch"))
             if t and t.get("epoch_s") and r.get("epoch_s"):
                 vs = f"{t['epoch_s'] / r['epoch_s']:.2f}x"
@@ -410,6 +410,7 @@ def mnist_table(rows: list[dict]) -> str:
                 "-" if r["final_valid_accuracy"] is None else f"{r['final_valid_accuracy']:.4f}",
                 "-" if mpe is None else fmt_num(mpe, 2),
                 "-" if peak is None else fmt_num(peak / 1e6, 3),
+                "-" if r.get("launches_per_step") is None else fmt_num(r["launches_per_step"], 3),
                 vs,
             ]
         )
@@ -422,15 +423,18 @@ def mnist_table(rows: list[dict]) -> str:
         "valid acc",
         "mallocs/epoch",
         "peak MB",
+        "launches/step",
         "x torch",
     ]
-    return format_table(headers, out, align="lll" + "r" * 6)
+    return format_table(headers, out, align="lll" + "r" * 7)
 
 
 MNIST_LEGEND = (
     "epoch s: median seconds per training epoch after the first (validation excluded). valid acc: "
     "after the last epoch. mallocs/epoch: device allocations per epoch after the first (gpumat: "
     "device_malloc_calls; torch: new caching-allocator segments). peak MB: peak device bytes in "
-    "use / 1e6 (gpumat allocator vs torch.cuda.max_memory_allocated). x torch: torch epoch time / "
-    "gpumat epoch time (>1: gpumat faster).\n"
+    "use / 1e6 (gpumat allocator vs torch.cuda.max_memory_allocated). launches/step: gpumat op "
+    "calls per training step (gpumat.launch_count; forward, backward and update). gpumat-unfused: "
+    "the executor without its fusion pass. x torch: torch epoch time / gpumat epoch time (>1: "
+    "gpumat faster).\n"
 )

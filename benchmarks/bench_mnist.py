@@ -30,7 +30,12 @@ Measured, per model, backend and framework:
 - ``peak MB``: peak bytes in use on the device during training (MB = 1e6 bytes): gpumat's
   ``peak_bytes_in_use`` (its allocator's bins, so rounded up) vs ``torch.cuda.max_memory_allocated``
   (none for torch on cpu).
+- ``launches/step``: gpumat op calls (``gpumat.launch_count``) per training step, forward,
+  backward and SGD update (the median over steps, validation excluded).
 - ``x torch``: PyTorch's epoch time over gpumat's (above 1: gpumat faster).
+
+gpumat runs twice by default (``--fusion both``): ``gpumat`` with the executor's fusion pass
+(``gpumat.fusion``, the default of ``Executor``) and ``gpumat-unfused`` without it.
 
 ``--quick`` trains 2 epochs on 5,000 training and 1,000 validation images (the second epoch is
 the measured one). Output: a table, and a JSON file plus markdown (see ``benchmarks/results/
@@ -40,6 +45,8 @@ README.md``); no speed is asserted.
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import statistics
 import sys
 import time
@@ -88,15 +95,28 @@ class _EpochProbe:
         self.steps_per_epoch = steps_per_epoch
         self.steps = 0
         self.mallocs_at_epoch_start = []
+        self.launch_marks = []  # (step, gpumat.launch_count) at each step's update
 
     def step(self, grads):
         if self.ctx is not None and self.steps % self.steps_per_epoch == 0:
             self.mallocs_at_epoch_start.append(gpumat.memory_stats(self.ctx)["device_malloc_calls"])
+        if self.ctx is not None:
+            self.launch_marks.append((self.steps, gpumat.launch_count(self.ctx)))
         self.sgd.step(grads)
         self.steps += 1
 
+    def launches_per_step(self):
+        """Median op calls between consecutive updates of one epoch: one whole step (the
+        executor's forward and backward, then the update), without the epoch-end validation."""
+        per = [
+            c1 - c0
+            for (s0, c0), (s1, c1) in itertools.pairwise(self.launch_marks)
+            if s1 == s0 + 1 and s1 % self.steps_per_epoch != 0
+        ]
+        return statistics.median(per) if per else None
 
-def run_gpumat(name, data, ctx_name, epochs, batch_size, lr):
+
+def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, fusion=True):
     ctx = train.get_context(ctx_name)
     model = models.BUILDERS[name]()
     steps = len(data[0][0]) // batch_size
@@ -120,10 +140,12 @@ def run_gpumat(name, data, ctx_name, epochs, batch_size, lr):
         optimizer=factory,
         verbose=False,
         progress=False,
+        fusion=fusion,
     )
     wall = time.perf_counter() - t0
     rec = {
-        "framework": "gpumat",
+        "framework": "gpumat" if fusion else "gpumat-unfused",
+        "fusion": fusion,
         "model": name,
         "backend": ctx_name,
         "epochs": hist.epochs,
@@ -144,6 +166,7 @@ def run_gpumat(name, data, ctx_name, epochs, batch_size, lr):
             # from the first step of epoch 2 to the end: whole epochs 2..E, validation included
             rec["mallocs_per_epoch"] = (after["device_malloc_calls"] - marks[1]) / (len(marks) - 1)
         rec["peak_bytes"] = after["peak_bytes_in_use"]
+        rec["launches_per_step"] = probe["opt"].launches_per_step()
         rec["bytes_reserved"] = after["bytes_reserved"]
     return rec
 
@@ -257,6 +280,12 @@ def parse_args(argv):
     p.add_argument("--batch-size", type=int, default=train.DEFAULT_BATCH_SIZE)
     p.add_argument("--lr", type=float, default=train.DEFAULT_LR)
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch runs")
+    p.add_argument(
+        "--fusion",
+        choices=("both", "on", "off"),
+        default="both",
+        help="gpumat with the executor's fusion pass, without it, or both (default)",
+    )
     p.add_argument("--out", default=None, help="JSON file (or folder); default under results/")
     p.add_argument("--no-write", action="store_true", help="print only, write no files")
     args = p.parse_args(argv)
@@ -302,6 +331,11 @@ def main(argv=None) -> int:
             notes.append("PyTorch is not installed: the torch rows are skipped")
         elif "gpu" in args.ctx and not torch.cuda.is_available():
             notes.append("torch sees no CUDA device: torch gpu rows skipped")
+    threads = {
+        k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ
+    }
+    if threads:
+        notes.append("environment: " + ", ".join(f"{k}={v}" for k, v in threads.items()))
     for n in notes:
         print("note:", n, flush=True)
 
@@ -348,7 +382,12 @@ def main(argv=None) -> int:
     plan = []
     for name in args.models:
         for ctx_name in args.ctx:
-            plan.append((name, ctx_name, "gpumat", run_gpumat))
+            if args.fusion in ("both", "off"):
+                plan.append(
+                    (name, ctx_name, "gpumat-unfused", lambda *a: run_gpumat(*a, fusion=False))
+                )
+            if args.fusion in ("both", "on"):
+                plan.append((name, ctx_name, "gpumat", run_gpumat))
             if (
                 torch is not None
                 and name in TORCH_MODELS

@@ -61,6 +61,7 @@ __all__ = [
     "from_dlpack",
     "gpu",
     "is_gpu_ctx",
+    "launch_count",
     "load",
     "memory_stats",
     "reset_peak_memory_stats",
@@ -172,6 +173,19 @@ def memory_stats(ctx: Context | None = None) -> dict:
     Raises gpumat.CudaError for an unavailable GPU.
     """
     return _core.memory_stats_(*_check_ctx(cpu() if ctx is None else ctx)._native)
+
+
+def launch_count(ctx: Context | None = None) -> int:
+    """Native op calls that reached ``ctx`` (default cpu()) since the process started (an int).
+
+    Every ``gpumat.ops`` call that passes its checks counts one: one kernel launch on CUDA and the
+    emulated device, except the few ops that launch two or three (convolutions, loss means,
+    ``softmax_cross_entropy_with_gradient``); one host kernel call on cpu(). A fused op counts
+    one. Take the difference of two readings to count a training step's launches.
+
+    Raises gpumat.CudaError for an unavailable GPU.
+    """
+    return _core.op_count_(*_check_ctx(cpu() if ctx is None else ctx)._native)
 
 
 def reset_peak_memory_stats(ctx: Context | None = None) -> None:

@@ -117,6 +117,15 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
                            GpuMatrix&) except +gpumat_raise_py_error nogil
     void adam_update(GpuMatrix&, const GpuMatrix&, GpuMatrix&, GpuMatrix&, float, float, float, float,
                      int64_t) except +gpumat_raise_py_error nogil
+    void matmul_bias(const GpuMatrix&, bool, const GpuMatrix&, bool, const GpuMatrix&, GpuMatrix&,
+                     bool) except +gpumat_raise_py_error nogil
+    void relu_bias_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                            GpuMatrix&) except +gpumat_raise_py_error nogil
+    void softmax_cross_entropy_with_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                                             GpuMatrix&) except +gpumat_raise_py_error nogil
+    void sgd_update(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
+                    float) except +gpumat_raise_py_error nogil
+    int64_t op_count(const Device&) except +gpumat_raise_py_error
     void softmax_axis(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     void log_softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     void softmax_axis_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,

@@ -852,6 +852,63 @@ def adam_update_(PyGpuMatrix param not None, PyGpuMatrix grad not None, PyGpuMat
         adam_update(param.mat[0], grad.mat[0], m.mat[0], v.mat[0], lr, beta1, beta2, eps, step)
 
 
+# Fused ops (issue 16).
+
+def matmul_bias_(PyGpuMatrix a not None, bint trans_a, PyGpuMatrix b not None, bint trans_b,
+                 PyGpuMatrix bias not None, PyGpuMatrix c not None, bint relu):
+    _require(a, "matmul_bias", "a")
+    _require(b, "matmul_bias", "b")
+    _require(bias, "matmul_bias", "bias")
+    _require(c, "matmul_bias", "c")
+    with nogil:
+        matmul_bias(a.mat[0], trans_a, b.mat[0], trans_b, bias.mat[0], c.mat[0], relu)
+
+
+def relu_bias_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix dz not None,
+                        PyGpuMatrix dbias not None):
+    _require(y, "relu_bias_gradient", "y")
+    _require(dy, "relu_bias_gradient", "dy")
+    _require(dz, "relu_bias_gradient", "dz")
+    _require(dbias, "relu_bias_gradient", "dbias")
+    with nogil:
+        relu_bias_gradient(y.mat[0], dy.mat[0], dz.mat[0], dbias.mat[0])
+
+
+def softmax_cross_entropy_with_gradient_(PyGpuMatrix logits not None, PyGpuMatrix labels not None,
+                                         PyGpuMatrix loss not None, PyGpuMatrix grad not None):
+    cdef str op = "softmax_cross_entropy_with_gradient"
+    _require(logits, op, "logits")
+    _require(labels, op, "labels")
+    _require(loss, op, "loss")
+    _require(grad, op, "grad")
+    with nogil:
+        softmax_cross_entropy_with_gradient(logits.mat[0], labels.mat[0], loss.mat[0], grad.mat[0])
+
+
+def sgd_update_(list params not None, list grads not None, float lr):
+    cdef vector[GpuMatrix*] p
+    cdef vector[const GpuMatrix*] g
+    cdef PyGpuMatrix x
+    for i, obj in enumerate(params):
+        if not isinstance(obj, PyGpuMatrix):
+            raise TypeError(f"sgd_update: parameter {i} is a {type(obj).__name__}, expected PyGpuMatrix")
+        x = obj
+        _require(x, "sgd_update", f"parameter {i}")
+        p.push_back(x.mat)
+    for i, obj in enumerate(grads):
+        if not isinstance(obj, PyGpuMatrix):
+            raise TypeError(f"sgd_update: gradient {i} is a {type(obj).__name__}, expected PyGpuMatrix")
+        x = obj
+        _require(x, "sgd_update", f"gradient {i}")
+        g.push_back(x.mat)
+    with nogil:
+        sgd_update(p, g, lr)
+
+
+def op_count_(int kind, int index):
+    return op_count(make_device(kind, index))
+
+
 # Layers (issue 11): softmax along an axis, NLL, activations, dropout, axis reductions.
 
 def softmax_axis_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):

@@ -45,8 +45,8 @@ from gpumat.autodiff import Node, PlaceholderOp, find_topo_sort
 
 __all__ = ["Executor", "MemoryPlan"]
 
-# Step kinds of the compiled schedule.
-_COMPUTE, _FEED_COPY, _FEED_EXTERNAL = 0, 1, 2
+# Step kinds of the compiled schedule (_WRITTEN: a second output of a fused node, which writes it).
+_COMPUTE, _FEED_COPY, _FEED_EXTERNAL, _WRITTEN = 0, 1, 2, 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,9 +101,16 @@ def value_lifetimes(
 
     A value is written at its own step and read up to the last step whose op reads it; inputs an
     op uses only for their shape (``Op.shape_only_inputs``) do not count, nor do the inputs of fed
-    nodes (not in ``computed``). Eval nodes live to ``len(order)``, past the last step.
+    nodes (not in ``computed``). Eval nodes live to ``len(order)``, past the last step. The extra
+    outputs of a fused node (``node.extra_outputs``, see ``gpumat.fusion``) are written at the
+    fused node's step, so they live from there.
     """
     first = {node: step for step, node in enumerate(order)}
+    for step, node in enumerate(order):
+        if node in computed:
+            for extra in getattr(node, "extra_outputs", ()):
+                if extra in first:
+                    first[extra] = step
     last = dict(first)
     for step, node in enumerate(order):
         if node in computed:
@@ -184,6 +191,11 @@ class Executor:
         training: the mode seen by ops that depend on it (``gpumat.nn.dropout_op``): True (the
             default) applies dropout, False (evaluation, prediction) makes it the identity.
             Settable later through the ``training`` attribute.
+        fusion: run the fusion pass (``gpumat.fusion``) on each plan: dense layers, the ReLU and
+            bias gradients, and the softmax cross-entropy with its gradient become fused kernels
+            (fewer launches and passes over memory). On by default: the values equal the unfused
+            graph's up to float32 rounding (bias sums are added in another order), and the
+            eval nodes, feeds and returned values are the same. False runs the graph as built.
 
     Attributes (``training`` and ``step`` at once, the rest after the first run; the others are
         the seed assignment's names):
@@ -191,8 +203,12 @@ class Executor:
         step: the number of runs made in training mode (starts at 0, +1 after each training
             run). Dropout masks use seed + step, so each step draws a fresh mask and a rerun of
             the same program draws the same masks; set it to resume a run at a given step.
-        topo_order: the schedule, a topological order of the needed nodes.
-        node_to_shape_map: node -> inferred shape.
+        topo_order: the schedule, a topological order of the needed nodes (of the fused graph
+            when fusion is on: fused nodes replace the user's there).
+        fusion_report: a ``gpumat.fusion.FusionReport`` of the current plan (ops before and
+            after, rewrites per rule); None before the first run.
+        node_to_shape_map: node -> inferred shape (every node of the graph as built, and of the
+            fused graph when fusion is on).
         feed_shapes: fed node -> shape of the current plan.
         memory_plan: a :class:`MemoryPlan` (None before the first run); ``gpumat.dlsys``'s
             Executor, whose ``memory_plan`` is the seed's method, reports it as ``plan_stats``.
@@ -214,7 +230,9 @@ class Executor:
             opt.step(grads)
     """
 
-    def __init__(self, eval_node_list: Sequence[Node], ctx=None, training: bool = True) -> None:
+    def __init__(
+        self, eval_node_list: Sequence[Node], ctx=None, training: bool = True, fusion: bool = True
+    ) -> None:
         if isinstance(eval_node_list, (Node, str, bytes)) or not isinstance(
             eval_node_list, Sequence
         ):
@@ -238,7 +256,11 @@ class Executor:
                 )
         if not isinstance(training, (bool, np.bool_)):
             raise TypeError(f"Executor: training must be a bool, got {training!r}")
+        if not isinstance(fusion, (bool, np.bool_)):
+            raise TypeError(f"Executor: fusion must be a bool, got {fusion!r}")
         self.ctx = ctx
+        self.fusion = bool(fusion)
+        self.fusion_report = None
         # Ops with ``takes_run_state`` (dropout) see the mode and the number of training runs so
         # far; see the class docstring.
         self.training = bool(training)
@@ -275,8 +297,8 @@ class Executor:
             return None
         return {
             node: self._template[i]
-            for kind, i, node, _ in self._steps
-            if kind == _COMPUTE and self._template[i] is not None
+            for kind, i, node, _, _ in self._steps
+            if kind in (_COMPUTE, _WRITTEN) and self._template[i] is not None
         }
 
     def __repr__(self) -> str:
@@ -303,12 +325,15 @@ class Executor:
             ValueError: a variable the eval nodes need is not fed (naming it), or an op's
                 ``infer_shape`` rejects its input shapes (naming the op, node and shapes).
         """
-        order = find_topo_sort(self.eval_node_list, stop_at=feed_shapes.keys())
+        return self._infer_shapes(self.eval_node_list, feed_shapes)
+
+    def _infer_shapes(self, eval_nodes, feed_shapes: Mapping[Node, tuple]) -> dict[Node, tuple]:
+        order = find_topo_sort(eval_nodes, stop_at=feed_shapes.keys())
         shapes: dict[Node, tuple] = {}
         missing = [n for n in order if n not in feed_shapes and isinstance(n.op, PlaceholderOp)]
         if missing:
             names = ", ".join(repr(n.name) for n in missing)
-            needs = ", ".join(repr(n.name) for n in self.eval_node_list[:4])
+            needs = ", ".join(repr(n.name) for n in eval_nodes[:4])
             raise ValueError(f"no value fed for variable(s) {names}, needed to evaluate {needs}")
         for node in order:
             if node in feed_shapes:
@@ -361,9 +386,23 @@ class Executor:
     def _prepare(self, feeds: dict, dtype) -> None:
         """Infer shapes, plan memory and allocate buffers for these feeds (the first run, or a
         changed feed signature). Raises ValueError from shape inference before allocating."""
-        shapes = self.infer_shape({n: tuple(v.shape) for n, (v, _) in feeds.items()})
+        feed_shapes = {n: tuple(v.shape) for n, (v, _) in feeds.items()}
+        shapes = self.infer_shape(feed_shapes)
         # Past shape inference the old plan is given up; if planning fails, the next run replans.
         self._plan_key = None
+        from gpumat import fusion
+
+        if self.fusion:
+            eval_nodes, report = fusion.fuse_graph(self.eval_node_list, feeds.keys(), shapes)
+            if eval_nodes != self.eval_node_list:
+                fused_shapes = self._infer_shapes(eval_nodes, feed_shapes)
+                # The user's nodes keep their shapes in node_to_shape_map, fused or not.
+                self.node_to_shape_map = {**shapes, **fused_shapes}
+                shapes = fused_shapes
+        else:
+            eval_nodes = self.eval_node_list
+            n_ops = sum(1 for n in self.topo_order if n not in feeds)
+            report = fusion.FusionReport(n_ops, n_ops, {k: 0 for k in fusion.RULES}, False)
         order = self.topo_order
         itemsize = np.dtype(dtype).itemsize if self.ctx is None else 4
         external = {n for n, (_, ext) in feeds.items() if ext and n in shapes}
@@ -372,7 +411,7 @@ class Executor:
         # Device values are views (PyGpuMatrix._view) over flat planned buffers, so any buffer
         # that is large enough can hold any value, as on numpy.
         assignment, buffer_bytes = plan_buffers(
-            order, shapes, planned, self.eval_node_list, computed, itemsize
+            order, shapes, planned, eval_nodes, computed, itemsize
         )
 
         # Drop the old buffers first so that the allocator can reuse their memory.
@@ -401,10 +440,16 @@ class Executor:
                 steps.append((_FEED_EXTERNAL, i, node, None))
             elif node in feeds:
                 steps.append((_FEED_COPY, i, node, None))
+            elif isinstance(node.op, fusion.FusedOutputOp):
+                steps.append((_WRITTEN, i, node, None))
             else:
-                steps.append((_COMPUTE, i, node, [index[x] for x in node.inputs]))
-        self._steps = steps
-        self._eval_index = [index[n] for n in self.eval_node_list]
+                extra = [index[x] for x in getattr(node, "extra_outputs", ()) if x in index]
+                if len(extra) != len(getattr(node, "extra_outputs", ())):
+                    raise RuntimeError(f"fused node {node.name!r}: an output is not scheduled")
+                steps.append((_COMPUTE, i, node, [index[x] for x in node.inputs], extra or None))
+        self._steps = [s if len(s) == 5 else (*s, None) for s in steps]
+        self._eval_index = [index[n] for n in eval_nodes]
+        self.fusion_report = report
         self._dtype = dtype
         self.feed_shapes = {n: shapes[n] for n in feeds if n in shapes}
         self._plan_stats = MemoryPlan(
@@ -458,21 +503,22 @@ class Executor:
         ctx = self.ctx
         vals = list(self._template)
         training, step = self.training, self.step
-        for kind, i, node, inputs in self._steps:
+        for kind, i, node, inputs, extra in self._steps:
             if kind == _COMPUTE:
+                out = vals[i] if extra is None else (vals[i], *[vals[j] for j in extra])
                 if getattr(node.op, "takes_run_state", False):
                     node.op.compute(
-                        node, [vals[j] for j in inputs], vals[i], ctx, training=training, step=step
+                        node, [vals[j] for j in inputs], out, ctx, training=training, step=step
                     )
                 else:
-                    node.op.compute(node, [vals[j] for j in inputs], vals[i], ctx)
+                    node.op.compute(node, [vals[j] for j in inputs], out, ctx)
             elif kind == _FEED_COPY:
                 value = feeds[node][0]
                 if ctx is None:
                     np.copyto(vals[i], value, casting="unsafe")
                 else:
                     vals[i].copyfrom(value)  # converts to float32 on the way, no device allocation
-            else:
+            elif kind == _FEED_EXTERNAL:
                 vals[i] = feeds[node][0]
 
         if training:

@@ -51,6 +51,7 @@ __all__ = [
     "log_softmax_gradient",
     "mae_loss",
     "mae_loss_gradient",
+    "matmul_bias",
     "matrix_elementwise_add",
     "matrix_elementwise_add_by_const",
     "matrix_elementwise_multiply",
@@ -71,15 +72,18 @@ __all__ = [
     "reduce_sum_axis_zero",
     "reduce_sum_channels",
     "relu",
+    "relu_bias_gradient",
     "relu_gradient",
     "reshape",
     "set_conv_workspace_limit",
+    "sgd_update",
     "sigmoid",
     "sigmoid_gradient",
     "softmax",
     "softmax_axis",
     "softmax_axis_gradient",
     "softmax_cross_entropy",
+    "softmax_cross_entropy_with_gradient",
     "tanh",
     "tanh_gradient",
     "transpose",
@@ -441,6 +445,74 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, step: int) -> None:
     or non-finite lr or eps, or step < 1.
     """
     _core.adam_update_(param, grad, m, v, lr, beta1, beta2, eps, _int(step, "step", "adam_update"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Fused ops (issue 16): each equals a sequence of the ops above in fewer launches; the executor's
+# fusion pass (gpumat.fusion) rewrites graphs into them.
+# --------------------------------------------------------------------------------------------------
+
+
+def _flag(value, what: str, op: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{op}: {what} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def matmul_bias(matA, transA: bool, matB, transB: bool, bias, matC, relu: bool = False) -> None:
+    """matC (M, N) = op(matA) @ op(matB) + bias, then max(., 0) when ``relu``: a dense layer.
+
+    Shapes as :func:`matrix_multiply`; ``bias`` is (N,), added to every row. One kernel on CUDA
+    (the tiled matmul with a bias/ReLU epilogue), sgemm plus one fused pass on the host; equal to
+    matrix_multiply, broadcast_to, matrix_elementwise_add (and relu). matC must not be an input.
+    Raises TypeError for a flag that is not a bool, ValueError for shapes that do not fit.
+    """
+    ta = _flag(transA, "transA", "matmul_bias")
+    tb = _flag(transB, "transB", "matmul_bias")
+    _core.matmul_bias_(matA, ta, matB, tb, bias, matC, _flag(relu, "relu", "matmul_bias"))
+
+
+def relu_bias_gradient(y, dy, dz, dbias) -> None:
+    """The backward pass of ``relu(z + bias)`` in one kernel: dz = dy where y > 0, else 0
+    (:func:`relu_gradient`), and dbias = column sums of dz (:func:`reduce_sum_axis_zero`).
+
+    y (the ReLU's output, or its input z: y > 0 is the same mask), dy and dz are (rows, cols);
+    dbias is (cols,). dz may be dy; no other output may be an input. The column sums run in a
+    fixed order (deterministic). Raises ValueError for shapes that do not fit or aliased outputs.
+    """
+    _core.relu_bias_gradient_(y, dy, dz, dbias)
+
+
+def softmax_cross_entropy_with_gradient(logits, labels, loss, grad) -> None:
+    """:func:`softmax_cross_entropy` and its gradient from one read of the logits.
+
+    logits, labels, grad: (N, C) with N, C >= 1; loss: (1,). Writes loss = mean over rows of
+    -sum_c labels log softmax(logits) and grad = (softmax(logits) - labels) / N, the gradient of
+    that mean (gpumat.autodiff's convention). Two launches on CUDA (per-row work, then a
+    deterministic mean) instead of five. Raises ValueError for shapes that do not fit or outputs
+    that alias an input or each other.
+    """
+    _core.softmax_cross_entropy_with_gradient_(logits, labels, loss, grad)
+
+
+def sgd_update(params, grads, lr: float) -> None:
+    """Multi-tensor SGD: ``params[i] -= lr * grads[i]`` for every i, in one launch per 32 tensors
+    on CUDA (the tensors' pointers and sizes travel as one kernel argument) and one call on the
+    host, instead of one axpy per parameter.
+
+    params, grads: lists (or tuples) of PyGpuMatrix on one device, grads[i] of params[i]'s shape;
+    no parameter may appear twice or also be a gradient. lr: a finite float >= 0.
+    Raises TypeError for a non-list or a non-array element, ValueError for a length, shape or
+    device mismatch, an aliased parameter, or a bad lr. Source: Robbins & Monro (1951).
+    """
+    if not isinstance(params, (list, tuple)) or not isinstance(grads, (list, tuple)):
+        raise TypeError(
+            f"sgd_update: params and grads must be lists of arrays, got "
+            f"{type(params).__name__} and {type(grads).__name__}"
+        )
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+        raise TypeError(f"sgd_update: lr must be a number, got {lr!r}")
+    _core.sgd_update_(list(params), list(grads), lr)
 
 
 # --------------------------------------------------------------------------------------------------

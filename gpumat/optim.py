@@ -2,8 +2,9 @@
 
 Parameters are the arrays fed to an :class:`~gpumat.executor.Executor` for the parameter
 variables; gradients are the values it returns for ``gradients(loss, params)``. On a device
-backend both are ``PyGpuMatrix`` arrays on the same device and the update is one ``axpy`` kernel
-per parameter, with no copy to or from the host; on the numpy backend both are numpy arrays.
+backend both are ``PyGpuMatrix`` arrays on the same device and the update runs there with no copy
+to or from the host (SGD: one multi-tensor ``sgd_update`` launch for all parameters; momentum and
+Adam: kernels per parameter); on the numpy backend both are numpy arrays.
 """
 
 from __future__ import annotations
@@ -195,7 +196,9 @@ class SGD(_Optimizer):
                 kind: a ``PyGpuMatrix`` on the parameter's device (the update is
                 ``gpumat.ops.axpy(-lr, grad, param)``, asynchronous on CUDA) or a numpy array for a
                 numpy parameter. Gradient buffers returned by an executor may be passed directly:
-                they are read before the next run overwrites them.
+                they are read before the next run overwrites them. When every parameter is on
+                one device the update is a single ``gpumat.ops.sgd_update`` call (one
+                multi-tensor launch), else one axpy per parameter.
 
         Raises:
             ValueError: the number of gradients differs from the number of parameters, or a
@@ -205,11 +208,16 @@ class SGD(_Optimizer):
                 parameters' device instead).
         """
         grads = _check_grads("SGD", self.params, grads)
+        devices = {p.ctx for p in self.params if not isinstance(p, np.ndarray)}
+        if len(devices) == 1 and all(not isinstance(p, np.ndarray) for p in self.params):
+            # One multi-tensor launch for all parameters (shapes and devices checked in C++:
+            # ValueError naming sgd_update, the tensor and the shapes).
+            ops.sgd_update(self.params, grads, self._lr)
+            return
         for p, g in zip(self.params, grads, strict=True):
             if isinstance(p, np.ndarray):
                 p -= self._lr * g
             else:
-                # Shapes and devices are checked in C++ (ValueError naming axpy and the shapes).
                 ops.axpy(-self._lr, g, p)
 
     def __repr__(self) -> str:

@@ -317,6 +317,7 @@ def fit(
     distributed: bool = False,
     checkpoint: str | os.PathLike[str] | None = None,
     resume: str | os.PathLike[str] | None = None,
+    fusion: bool = True,
 ) -> History:
     """Train ``model`` on mini-batches (SGD by default); record loss, time and accuracy per epoch.
 
@@ -375,6 +376,9 @@ def fit(
             same data, batch size, backend and seed, N epochs then M resumed ones give bitwise the
             same parameters as N + M straight epochs on the cpu device and the numpy backend.
             Checkpoints are taken at epoch ends only.
+        fusion: run the executor's fusion pass (``gpumat.fusion``; default True): fused dense
+            layers, ReLU/bias gradients and loss. False trains the graph as built (same values
+            up to float32 rounding; the benchmark compares the two).
 
     Returns:
         A :class:`History`: per-epoch loss, seconds and validation accuracy, final validation and
@@ -462,7 +466,7 @@ def fit(
             valid = test = None
     # ---------------------------------------------------------------------------------------------
 
-    executor = Executor([model.loss, *model.grads], ctx=ctx)
+    executor = Executor([model.loss, *model.grads], ctx=ctx, fusion=fusion)
     predictor = _Predictor(model, ctx, eval_batch_size)
     feed = dict(zip(model.params.values(), values, strict=True))
     rng = np.random.default_rng(seed) if shuffle else None

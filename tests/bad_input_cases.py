@@ -340,6 +340,25 @@ def _valid_args(name, draw, arrays: Arrays):
     if name == "adam_update":
         s = _shape(draw)
         return [new(s), new(s), new(s), new(s, 0.0, 1.0), 1e-2, 0.9, 0.999, 1e-8, draw(small)]
+    if name == "matmul_bias":
+        m, n, k = draw(small), draw(small), draw(small)
+        ta, tb = draw(st.booleans()), draw(st.booleans())
+        a = new((k, m) if ta else (m, k))
+        return [
+            a,
+            ta,
+            new((n, k) if tb else (k, n)),
+            tb,
+            new((n,)),
+            new((m, n)),
+            draw(st.booleans()),
+        ]
+    if name == "relu_bias_gradient":
+        r, c = draw(small), draw(small)
+        return [new((r, c)), new((r, c)), new((r, c)), new((c,))]
+    if name == "softmax_cross_entropy_with_gradient":
+        s = (draw(small), draw(small))
+        return [new(s, -4.0, 4.0), new(s, 0.0, 1.0), new((1,)), new(s)]
     if name in ("softmax_axis", "log_softmax"):
         s = _shape(draw)
         return [new(s, -5.0, 5.0), new(s), _axis_of(draw, s)]
@@ -533,6 +552,43 @@ def _reference(name, a):
         v2 = b2 * v + (1 - b2) * g * g
         mhat, vhat = m2 / (1 - b1**step), v2 / (1 - b2**step)
         return {0: param - lr * mhat / (np.sqrt(vhat) + eps), 2: m2, 3: v2}
+    if name == "matmul_bias":
+        for flag in (a[1], a[3], a[6]):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise Invalid("flag")
+        x, y, bias, out = _arr(a[0]), _arr(a[2]), _arr(a[4]), _arr(a[5])
+        _no_alias(a[5], a[0], a[2], a[4])
+        if x.ndim != 2 or y.ndim != 2 or bias.ndim != 1:
+            raise Invalid("rank")
+        xa, yb = (x.T if a[1] else x), (y.T if a[3] else y)
+        if xa.shape[1] != yb.shape[0] or out.shape != (xa.shape[0], yb.shape[1]):
+            raise Invalid("shapes")
+        if bias.shape != (yb.shape[1],):
+            raise Invalid("bias shape")
+        ref = xa @ yb + bias
+        return {5: np.maximum(ref, 0.0) if a[6] else ref}
+    if name == "relu_bias_gradient":
+        y, dy, dz, db = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
+        _no_alias(a[2], a[0])  # dz may be dy
+        _no_alias(a[3], a[0], a[1], a[2])
+        if y.ndim != 2:
+            raise Invalid("rank")
+        _same(y.shape, dy.shape, dz.shape)
+        if db.shape != (y.shape[1],):
+            raise Invalid("dbias shape")
+        g = np.where(y > 0, dy, 0.0)
+        return {2: g, 3: g.sum(axis=0)}
+    if name == "softmax_cross_entropy_with_gradient":
+        y, y_, loss, grad = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
+        _no_alias(a[2], a[0], a[1], a[3])
+        _no_alias(a[3], a[0], a[1])
+        if y.ndim != 2 or min(y.shape) < 1 or loss.shape != (1,):
+            raise Invalid("shapes")
+        _same(y.shape, y_.shape, grad.shape)
+        return {
+            2: _graph(ad.softmaxcrossentropy_op, y, y_, out_shape=(1,)),
+            3: (_softmax(y) - y_) / y.shape[0],
+        }
     if name in ("softmax_axis", "log_softmax"):
         x, out = _arr(a[0]), _arr(a[1])
         _no_alias(a[1], a[0])
@@ -785,8 +841,83 @@ def _op_case(name):
     return case
 
 
+def _sgd_case():
+    """ops.sgd_update(params, grads, lr): the lists themselves or their elements made bad."""
+
+    @_settings()
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+    def case(data, seed):
+        arrays = Arrays(np.random.default_rng(seed))
+        shapes = [_shape(data.draw) for _ in range(data.draw(st.integers(1, 4)))]
+        params = [arrays.new(s) for s in shapes]
+        grads = [arrays.new(s) for s in shapes]
+        lr = data.draw(st.floats(0, 2))
+        args = [params, grads, lr]
+        what = data.draw(st.sampled_from(["none", "element", "list", "lr", "alias"]))
+        if what == "element":
+            lst = data.draw(st.sampled_from([params, grads]))
+            i = data.draw(st.integers(0, len(lst) - 1))
+            lst[i] = data.draw(bad_array_strategy(arrays, lst[i]))
+        elif what == "list":
+            slot = data.draw(st.integers(0, 1))
+            args[slot] = data.draw(
+                st.sampled_from([None, 3, "p", params[0], tuple(args[slot]), args[slot][:-1]])
+            )
+        elif what == "lr":
+            args[2] = data.draw(st.sampled_from(BAD_SCALARS + [None, "0.1", True]))
+        elif what == "alias":
+            j = data.draw(st.integers(0, len(params) - 1))
+            grads[j] = data.draw(st.sampled_from(params))
+        _record(check_sgd_call(args, arrays))
+
+    return case
+
+
+def check_sgd_call(args: list, arrays: Arrays) -> str | None:
+    """Runs ops.sgd_update(*args) against a float64 reference; a failure description or None."""
+    flat = [x for a in args[:2] if isinstance(a, (list, tuple)) for x in a]
+    live = [x for x in flat if isinstance(x, PyGpuMatrix) and x.ctx is not None]
+    before = {id(x): (x, x.asnumpy().astype(np.float64)) for x in live}
+    try:
+        with np.errstate(all="ignore"):
+            ops.sgd_update(*args)
+    except ALLOWED as exc:
+        if len(str(exc)) < 10:
+            return f"sgd_update: {type(exc).__name__} with a message that says nothing"
+        for x, val in before.values():
+            if not np.array_equal(x.asnumpy(), val, equal_nan=True):
+                return f"sgd_update: raised {type(exc).__name__} but changed an argument"
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"sgd_update: unexpected {type(exc).__name__}: {exc}"
+    params, grads, lr = args
+    ok_lists = isinstance(params, (list, tuple)) and isinstance(grads, (list, tuple))
+    if not ok_lists or len(params) != len(grads):
+        return "sgd_update: accepted lists of different kinds or lengths"
+    try:
+        lr = _num(lr)
+    except Invalid:
+        return f"sgd_update: accepted lr {args[2]!r}"
+    if not (0 <= lr < math.inf) or isinstance(args[2], bool):
+        return f"sgd_update: accepted lr {args[2]!r}"
+    roots = [arrays.root_of.get(id(p), id(p)) for p in params if p.size]
+    grad_roots = {arrays.root_of.get(id(g), id(g)) for g in grads if g.size}
+    if len(set(roots)) != len(roots) or set(roots) & grad_roots:
+        return "sgd_update: accepted an aliased parameter"
+    for p, g in zip(params, grads, strict=True):
+        if id(p) not in before or id(g) not in before or p.shape != g.shape:
+            return "sgd_update: accepted a bad element"
+        expected = before[id(p)][1] - lr * before[id(g)][1]
+        if not _close(p.asnumpy(), expected):
+            return "sgd_update: a parameter differs from the float64 reference"
+    return None
+
+
 def batch_ops(names):
     for name in names:
+        if name == "sgd_update":
+            _sgd_case()()
+            continue
         _op_case(name)()
 
 
@@ -1381,6 +1512,14 @@ BATCHES = {
     ),
     "ops_reduce_axis": lambda: batch_ops(
         ["reduce_sum", "reduce_mean", "reduce_max", "broadcast_axis", "reduce_max_gradient"]
+    ),
+    "ops_fused": lambda: batch_ops(
+        [
+            "matmul_bias",
+            "relu_bias_gradient",
+            "softmax_cross_entropy_with_gradient",
+            "sgd_update",
+        ]
     ),
     "arrays": batch_arrays,
     "graph": batch_graph,

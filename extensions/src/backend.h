@@ -128,6 +128,22 @@ struct Backend {
                          float scale);
   void (*reduce_max_gradient)(int dev, const float* x, const float* y, const float* dy, float* dx,
                               int64_t outer, int64_t n, int64_t inner);
+
+  // --- fused kernels (issue 16), each equal to a sequence of the entries above.
+  // c (m, n) = op(a) @ op(b) + bias (n,), then max(., 0) when relu (shapes as matmul).
+  void (*matmul_bias)(int dev, const float* a, bool trans_a, const float* b, bool trans_b, const float* bias,
+                      float* c, int64_t m, int64_t n, int64_t k, bool relu);
+  // y, dy, dz are (rows, cols), dbias (cols,): dz = dy * (y > 0); dbias = column sums of dz
+  // (deterministic). dz may alias dy.
+  void (*relu_bias_gradient)(int dev, const float* y, const float* dy, float* dz, float* dbias, int64_t rows,
+                             int64_t cols);
+  // logits, labels, grad are (rows, cols), loss (1,): loss = softmax_cross_entropy; grad =
+  // (softmax(logits) - labels) / rows.
+  void (*softmax_cross_entropy_with_gradient)(int dev, const float* logits, const float* labels, float* loss,
+                                              float* grad, int64_t rows, int64_t cols);
+  // params[t] -= lr * grads[t], each (sizes[t],), for t < count: one launch per 32 tensors on CUDA.
+  void (*sgd_update_multi)(int dev, float* const* params, const float* const* grads, const int64_t* sizes,
+                           int count, float lr);
 };
 
 const Backend& host_backend();

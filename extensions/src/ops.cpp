@@ -68,7 +68,19 @@ void require_ndim(const char* op, const char* what, const GpuMatrix& m, int64_t 
                      m.shape_str());
 }
 
+// Per-device op counters (op_count): kinds Host, Cuda, Emu; ordinals beyond the table share the
+// last slot rather than index out of it.
+constexpr int kCountedOrdinals = 64;
+std::atomic<int64_t> g_op_counts[3][kCountedOrdinals];
+
+std::atomic<int64_t>& op_counter(const Device& d) {
+  const int kind = static_cast<int>(d.kind);
+  const int index = d.index < 0 ? 0 : (d.index < kCountedOrdinals ? d.index : kCountedOrdinals - 1);
+  return g_op_counts[kind < 0 || kind > 2 ? 0 : kind][index];
+}
+
 void finish(const GpuMatrix& m) {
+  op_counter(m.device()).fetch_add(1, std::memory_order_relaxed);
   if (m.device().is_cuda() && sync_after_each_op()) synchronize(m.device());
 }
 
@@ -853,6 +865,138 @@ void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix
     be.reduce_max_gradient(x.device().index, x.data(), y.data(), dy.data(), dx.data(), v.outer, v.n, v.inner);
   finish(dx);
 }
+
+// ---------------------------------------------------------------------------- fused (issue 16)
+
+void matmul_bias(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, const GpuMatrix& bias,
+                 GpuMatrix& c, bool relu) {
+  const char* op = "matmul_bias";
+  const Backend& be = same_device(op, a, b, bias, c);
+  require_ndim(op, "A", a, 2);
+  require_ndim(op, "B", b, 2);
+  require_ndim(op, "C", c, 2);
+  require_ndim(op, "the bias", bias, 1);
+  not_aliased(op, a, c);
+  not_aliased(op, b, c);
+  not_aliased(op, bias, c);
+  int64_t m = trans_a ? a.dim(1) : a.dim(0);
+  int64_t k = trans_a ? a.dim(0) : a.dim(1);
+  int64_t kb = trans_b ? b.dim(1) : b.dim(0);
+  int64_t n = trans_b ? b.dim(0) : b.dim(1);
+  auto desc = [&] {
+    return std::string(trans_a ? "A^T" : "A") + " " + a.shape_str() + " @ " + (trans_b ? "B^T " : "B ") +
+           b.shape_str() + " + bias " + bias.shape_str();
+  };
+  if (k != kb) throw ShapeError(std::string(op) + ": inner dimensions differ: " + desc());
+  if (c.dim(0) != m || c.dim(1) != n)
+    throw ShapeError(std::string(op) + ": C has shape " + c.shape_str() + ", expected (" + std::to_string(m) +
+                     ", " + std::to_string(n) + ") for " + desc());
+  if (bias.dim(0) != n)
+    throw ShapeError(std::string(op) + ": the bias must have shape (" + std::to_string(n) + ",) for " +
+                     desc());
+  const int64_t kBlasMax = 2147483647;
+  if (m > kBlasMax || n > kBlasMax || k > kBlasMax)
+    throw ShapeError(std::string(op) + ": dimensions over 2^31-1 are not supported: " + desc());
+  if (c.size() == 0) return finish(c);
+  const int dev = c.device().index;
+  if (k == 0) {  // an empty sum: c is the bias on every row
+    be.broadcast_to(dev, bias.data(), n, c.data(), c.size());
+    if (relu) be.relu(dev, c.data(), c.data(), c.size());
+  } else {
+    be.matmul_bias(dev, a.data(), trans_a, b.data(), trans_b, bias.data(), c.data(), m, n, k, relu);
+  }
+  finish(c);
+}
+
+void relu_bias_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dz, GpuMatrix& dbias) {
+  const char* op = "relu_bias_gradient";
+  const Backend& be = same_device(op, y, dy, dz, dbias);
+  require_ndim(op, "y", y, 2);
+  same_shape(op, y, dy);
+  same_shape(op, y, dz);
+  if (dbias.ndim() != 1 || dbias.dim(0) != y.dim(1))
+    throw ShapeError(std::string(op) + ": dbias has shape " + dbias.shape_str() + ", expected (" +
+                     std::to_string(y.dim(1)) + ",) for y " + y.shape_str());
+  not_aliased(op, y, dz);  // y is the saved forward value: later gradients still read it
+  not_aliased(op, y, dbias);
+  not_aliased(op, dy, dbias);
+  not_aliased(op, dz, dbias);
+  if (dbias.size() == 0) return finish(dz);
+  if (y.dim(0) == 0) {
+    be.array_set(dbias.device().index, dbias.data(), dbias.size(), 0.0f);
+    return finish(dz);
+  }
+  be.relu_bias_gradient(dz.device().index, y.data(), dy.data(), dz.data(), dbias.data(), y.dim(0), y.dim(1));
+  finish(dz);
+}
+
+void softmax_cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& loss,
+                                         GpuMatrix& grad) {
+  const char* op = "softmax_cross_entropy_with_gradient";
+  const Backend& be = same_device(op, logits, labels, loss, grad);
+  require_ndim(op, "the logits", logits, 2);
+  same_shape(op, logits, labels);
+  same_shape(op, logits, grad);
+  if (loss.shape() != std::vector<int64_t>{1})
+    throw ShapeError(std::string(op) + ": the loss must have shape (1,), got " + loss.shape_str());
+  if (logits.dim(0) == 0 || logits.dim(1) == 0)
+    throw ShapeError(std::string(op) + ": the mean over rows needs at least one row and one class, got " +
+                     logits.shape_str());
+  not_aliased(op, logits, loss);
+  not_aliased(op, labels, loss);
+  not_aliased(op, logits, grad);
+  not_aliased(op, labels, grad);
+  not_aliased(op, grad, loss);
+  be.softmax_cross_entropy_with_gradient(grad.device().index, logits.data(), labels.data(), loss.data(),
+                                         grad.data(), logits.dim(0), logits.dim(1));
+  finish(grad);
+}
+
+void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads, float lr) {
+  const char* op = "sgd_update";
+  if (params.size() != grads.size())
+    throw ShapeError(std::string(op) + ": got " + std::to_string(grads.size()) + " gradients for " +
+                     std::to_string(params.size()) + " parameters");
+  if (params.size() > 2147483647u) throw ShapeError(std::string(op) + ": too many tensors");
+  if (!(lr >= 0.0f) || !std::isfinite(lr))
+    throw ShapeError(std::string(op) + ": lr must be finite and >= 0, got " + std::to_string(lr));
+  if (params.empty()) return;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i] == nullptr || grads[i] == nullptr) throw ShapeError(std::string(op) + ": null array");
+  const Backend& be = same_device(op, *params[0]);
+  std::vector<float*> p(params.size());
+  std::vector<const float*> g(params.size());
+  std::vector<int64_t> n(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string what = std::string(op) + ": tensor " + std::to_string(i);
+    if (params[i]->device() != params[0]->device() || grads[i]->device() != params[0]->device())
+      throw ShapeError(what + " is not on " + params[0]->device().str() +
+                       " (arrays are on different devices)");
+    if (params[i]->shape() != grads[i]->shape())
+      throw ShapeError(what + ": parameter " + params[i]->shape_str() + " and gradient " +
+                       grads[i]->shape_str() + " differ in shape");
+    p[i] = params[i]->data();
+    g[i] = grads[i]->data();
+    n[i] = params[i]->size();
+  }
+  // A parameter written twice, or written while it is another tensor's gradient, would make the
+  // result depend on the kernel's order; only distinct non-empty buffers are accepted.
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (n[i] == 0) continue;
+    for (size_t j = 0; j < p.size(); ++j) {
+      if (n[j] == 0) continue;
+      if ((j > i && p[i] == p[j]) || p[i] == g[j])
+        throw ShapeError(std::string(op) + ": parameter " + std::to_string(i) + " is also " +
+                         (p[i] == p[j] ? "parameter " : "gradient ") + std::to_string(j) +
+                         "; every parameter must be a distinct array");
+    }
+  }
+  be.sgd_update_multi(params[0]->device().index, p.data(), g.data(), n.data(), static_cast<int>(p.size()),
+                      lr);
+  finish(*params[0]);
+}
+
+int64_t op_count(const Device& device) { return op_counter(device).load(std::memory_order_relaxed); }
 
 }  // namespace ops
 }  // namespace gpumat

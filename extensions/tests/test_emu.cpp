@@ -162,6 +162,54 @@ void matmul_cases() {
   }
 }
 
+// The fused ops of issue 16, each emu vs host (their equality with the unfused sequences is tested
+// in Python against float64 references: tests/test_fusion.py).
+void fused_cases() {
+  namespace ops = gpumat::ops;
+  const int64_t shapes[][3] = {{1, 1, 1}, {65, 63, 17}, {130, 70, 33}};
+  for (const auto& s : shapes) {
+    const int64_t m = s[0], n = s[1], k = s[2];
+    for (int t = 0; t < 8; ++t) {
+      const bool ta = t & 2, tb = t & 1, relu = t & 4;
+      const Shape as = ta ? Shape{k, m} : Shape{m, k}, bs = tb ? Shape{n, k} : Shape{k, n};
+      check(
+          "matmul_bias " + dims({m, n, k}) + (ta ? " T" : " N") + (tb ? "T" : "N") + (relu ? " relu" : ""),
+          {as, bs, {n}}, {{m, n}},
+          [ta, tb, relu](Arrays& a) { ops::matmul_bias(a[0], ta, a[1], tb, a[2], a[3], relu); }, 1e-5f);
+    }
+  }
+  const int64_t mats[][2] = {{1, 1}, {37, 5}, {300, 70}, {1000, 10}};
+  for (const auto& rc : mats) {
+    const int64_t r = rc[0], c = rc[1];
+    const std::string t = " " + dims({r, c});
+    check(
+        "relu_bias_gradient" + t, {{r, c}, {r, c}}, {{r, c}, {c}},
+        [](Arrays& a) { ops::relu_bias_gradient(a[0], a[1], a[2], a[3]); }, 1e-5f);
+    check(
+        "softmax_cross_entropy_with_gradient" + t, {{r, c}, {r, c}}, {{1}, {r, c}},
+        [](Arrays& a) { ops::softmax_cross_entropy_with_gradient(a[0], a[1], a[2], a[3]); }, 1e-5f, 0.0f,
+        1.0f);
+  }
+  // 40 tensors: two launches of the 32-tensor table on emu, some tensors empty.
+  std::vector<Shape> ins, outs;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t n = (i * 37) % 300;
+    ins.push_back({n});
+    ins.push_back({n});
+    outs.push_back({n});
+  }
+  check("sgd_update 40 tensors", ins, outs, [](Arrays& a) {
+    std::vector<GpuMatrix*> params;
+    std::vector<const GpuMatrix*> grads;
+    for (int i = 0; i < 40; ++i) {
+      ops::copy(a[2 * i], a[80 + i]);
+      params.push_back(&a[80 + i]);
+      grads.push_back(&a[2 * i + 1]);
+    }
+    ops::sgd_update(params, grads, 0.25f);
+  });
+}
+
 void conv_pool_cases() {
   namespace ops = gpumat::ops;
   // x (N, C, H, W), w (F, C, KH, KW), stride, pad
@@ -500,6 +548,7 @@ int main(int argc, char** argv) {
   elementwise_cases();
   layout_cases();
   matmul_cases();
+  fused_cases();
   conv_pool_cases();
   emulator_cases();
   layer_cases();

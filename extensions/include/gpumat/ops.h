@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "gpumat/gpu_matrix.h"
 
@@ -175,5 +176,35 @@ void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
 void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale);
 void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
                          int64_t axis);
+
+// ---- fused ops (issue 16); each equals a sequence of the ops above (one kernel launch, or two where
+// noted, instead of several).
+
+// c (m, n) = op(a) @ op(b) + bias, then max(., 0) when relu: matmul, broadcast_to, add (and relu)
+// in one launch. Shapes as matmul; bias is (n,). c must not be a, b or bias.
+void matmul_bias(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, const GpuMatrix& bias,
+                 GpuMatrix& c, bool relu);
+
+// dz = dy * (y > 0) (relu_gradient with y the forward output or the pre-activation) and dbias =
+// column sums of dz (reduce_sum_axis_zero), in one launch. y, dy, dz are (rows, cols), dbias is
+// (cols,); dz may be dy; dbias must not be any of the others.
+void relu_bias_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dz, GpuMatrix& dbias);
+
+// loss (1,) = softmax_cross_entropy(logits, labels) and grad (rows, cols) = (softmax(logits) -
+// labels) / rows, the gradient of that mean loss: two launches on CUDA (rows, then the mean),
+// instead of five. logits and labels are (rows, cols) with rows, cols >= 1; the outputs are
+// distinct from the inputs and from each other.
+void softmax_cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& loss,
+                                         GpuMatrix& grad);
+
+// params[i] -= lr * grads[i] for every i (SGD, Robbins & Monro 1951), one launch per 32 tensors on
+// CUDA. All arrays on one device; params[i] and grads[i] have one shape; no parameter appears twice
+// or is also a gradient; lr finite and >= 0; at most 2^31 - 1 tensors.
+void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads, float lr);
+
+// Calls of the ops above that reached `device` (passed their checks) since the process started:
+// each is one kernel launch on CUDA, except the few that launch two or three (conv, the losses'
+// means, softmax_cross_entropy_with_gradient). The benchmarks' "launches per step".
+int64_t op_count(const Device& device);
 
 }  // namespace gpumat::ops

@@ -77,4 +77,46 @@ void dropout(int dev, const float* in, float* out, int64_t n, float p, float sca
                          seed);
 }
 
+// ---------------------------------------------------------------------------- relu_bias_gradient (issue 16)
+
+namespace {
+constexpr int kRbgCols = 32;       // columns per block (one warp wide: coalesced rows)
+constexpr int kRbgRowThreads = 8;  // threads down the rows of each column
+}  // namespace
+
+// y, dy, dz are (rows, cols), dbias is (cols,): dz = dy * (y > 0) and dbias = column sums of dz, in
+// one kernel. Each thread walks a strided set of rows of one column; the kRbgRowThreads partial
+// sums of a column are added in shared memory in a fixed order, so dbias is deterministic (the
+// scheme of reduce.cu's reduce_sum_axis_zero). dz may alias dy (each element is read, then written,
+// by the same thread).
+__global__ void relu_bias_gradient_kernel(const float* y, const float* dy, float* dz, float* dbias,
+                                          int64_t rows, int64_t cols) {
+  __shared__ float partial[kRbgRowThreads][kRbgCols + 1];
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kRbgCols) + threadIdx.x;
+  float acc = 0.0f;
+  if (c < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += kRbgRowThreads) {
+      const int64_t i = r * cols + c;
+      const float g = y[i] > 0.0f ? dy[i] : 0.0f;
+      dz[i] = g;
+      acc += g;
+    }
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float sum = 0.0f;
+    for (int j = 0; j < kRbgRowThreads; ++j) sum += partial[j][threadIdx.x];
+    dbias[c] = sum;
+  }
+}
+
+void relu_bias_gradient(int dev, const float* y, const float* dy, float* dz, float* dbias, int64_t rows,
+                        int64_t cols) {
+  const int64_t kMaxGridX = 2147483647;
+  if (ceil_div(cols, kRbgCols) > kMaxGridX) throw ShapeError("relu_bias_gradient: too many columns");
+  cudaStream_t stream = activate(dev);
+  launch<relu_bias_gradient_kernel>("relu_bias_gradient", static_cast<unsigned>(ceil_div(cols, kRbgCols)),
+                                    dim3(kRbgCols, kRbgRowThreads), 0, stream, y, dy, dz, dbias, rows, cols);
+}
+
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -38,6 +38,10 @@ const Backend& backend() {
     t.mae_loss = GPUMAT_CUDA_NS::mae_loss;
     t.mse_loss_gradient = GPUMAT_CUDA_NS::mse_loss_gradient;
     t.mae_loss_gradient = GPUMAT_CUDA_NS::mae_loss_gradient;
+    t.matmul_bias = GPUMAT_CUDA_NS::matmul_bias;
+    t.relu_bias_gradient = GPUMAT_CUDA_NS::relu_bias_gradient;
+    t.softmax_cross_entropy_with_gradient = GPUMAT_CUDA_NS::softmax_cross_entropy_with_gradient;
+    t.sgd_update_multi = GPUMAT_CUDA_NS::sgd_update_multi;
     t.adam_update = GPUMAT_CUDA_NS::adam_update;
     t.softmax_axis = GPUMAT_CUDA_NS::softmax_axis;
     t.softmax_axis_gradient = GPUMAT_CUDA_NS::softmax_axis_gradient;

@@ -11,6 +11,9 @@
 // grid.x covers the ceil(n/64) column tiles (at most 2^25, under grid.x's limit); grid.y is capped at
 // the device's limit (65,535) and each block loops over row tiles blockIdx.y + i * gridDim.y, so m
 // is not bounded by 65,535 * 64 rows.
+// Epilogue (issue 16): matmul_bias runs the same kernel with Epi = kBias or kBiasRelu, which adds
+// bias[col] (and takes max(., 0)) to the accumulator before the store, so a dense layer
+// relu(x @ W + b) is one launch instead of three.
 #include <algorithm>
 
 #include "common.cuh"
@@ -23,15 +26,16 @@ constexpr int kBM = 64, kBN = 64, kBK = 16;
 constexpr int kThreadsX = 16, kThreadsY = 16;  // 256 threads
 constexpr int kTM = kBM / kThreadsY, kTN = kBN / kThreadsX;
 constexpr int kThreads = kThreadsX * kThreadsY;
+enum Epilogue : int { kPlain = 0, kBias = 1, kBiasRelu = 2 };
 }  // namespace
 
 // ---------------------------------------------------------------------------- kernels
 
 // a is (m, k) or (k, m) when TransA; b is (k, n) or (n, k) when TransB; c is (m, n).
-template <bool TransA, bool TransB>
+template <bool TransA, bool TransB, int Epi = kPlain>
 __global__ void __launch_bounds__(kThreads)
     matmul_tiled_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-                        int64_t m, int64_t n, int64_t k) {
+                        int64_t m, int64_t n, int64_t k, const float* __restrict__ bias) {
   __shared__ float as[kBK][kBM];  // as[kk][row] = op(a)[row0 + row, k0 + kk]
   __shared__ float bs[kBK][kBN];  // bs[kk][col] = op(b)[k0 + kk, col0 + col]
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kThreadsX + tx;
@@ -84,7 +88,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kTN; ++j) {
         const int64_t cc = col0 + tx + j * kThreadsX;
-        if (cc < n) c[r * n + cc] = acc[i][j];
+        if (cc >= n) continue;
+        float v = acc[i][j];
+        if (Epi != kPlain) v += bias[cc];
+        if (Epi == kBiasRelu) v = fmaxf(v, 0.0f);
+        c[r * n + cc] = v;
       }
     }
   }
@@ -92,25 +100,44 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---------------------------------------------------------------------------- launchers
 
-void matmul(int dev, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m,
-            int64_t n, int64_t k) {
+namespace {
+
+// Launches the tiled kernel with epilogue Epi over a grid the device allows (the kernel loops over
+// the row tiles past grid.y). bias is null for kPlain.
+template <int Epi>
+void launch_tiled(const char* op, int dev, const float* a, bool trans_a, const float* b, bool trans_b,
+                  const float* bias, float* c, int64_t m, int64_t n, int64_t k) {
   const GridLimits lim = grid_limits(dev);
   const int64_t col_tiles = ceil_div(n, kBN), row_tiles = ceil_div(m, kBM);
   if (col_tiles > lim.x)  // unreachable while ops.cpp caps n at 2^31 - 1; kept for the cast below
-    throw ShapeError("matrix_multiply: " + std::to_string(n) +
+    throw ShapeError(std::string(op) + ": " + std::to_string(n) +
                      " output columns exceed the CUDA grid limit of " + std::to_string(lim.x * kBN));
   cudaStream_t stream = activate(dev);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)));
   dim3 block(kThreadsX, kThreadsY);
-  const char* op = "matrix_multiply";
   if (!trans_a && !trans_b)
-    launch<matmul_tiled_kernel<false, false>>(op, grid, block, 0, stream, a, b, c, m, n, k);
+    launch<matmul_tiled_kernel<false, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
   else if (!trans_a && trans_b)
-    launch<matmul_tiled_kernel<false, true>>(op, grid, block, 0, stream, a, b, c, m, n, k);
+    launch<matmul_tiled_kernel<false, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
   else if (trans_a && !trans_b)
-    launch<matmul_tiled_kernel<true, false>>(op, grid, block, 0, stream, a, b, c, m, n, k);
+    launch<matmul_tiled_kernel<true, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
   else
-    launch<matmul_tiled_kernel<true, true>>(op, grid, block, 0, stream, a, b, c, m, n, k);
+    launch<matmul_tiled_kernel<true, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
+}
+
+}  // namespace
+
+void matmul(int dev, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m,
+            int64_t n, int64_t k) {
+  launch_tiled<kPlain>("matrix_multiply", dev, a, trans_a, b, trans_b, nullptr, c, m, n, k);
+}
+
+void matmul_bias(int dev, const float* a, bool trans_a, const float* b, bool trans_b, const float* bias,
+                 float* c, int64_t m, int64_t n, int64_t k, bool relu) {
+  if (relu)
+    launch_tiled<kBiasRelu>("matmul_bias", dev, a, trans_a, b, trans_b, bias, c, m, n, k);
+  else
+    launch_tiled<kBias>("matmul_bias", dev, a, trans_a, b, trans_b, bias, c, m, n, k);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

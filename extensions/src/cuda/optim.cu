@@ -37,4 +37,47 @@ void adam_update(int dev, float* param, const float* grad, float* m, float* v, i
                              n, lr, beta1, beta2, eps, bc1, bc2);
 }
 
+// ---------------------------------------------------------------------------- multi-tensor SGD (issue 16)
+
+// Up to kSgdTensors (param, grad, size) triples travel as one kernel parameter (by value, 24 B per
+// tensor, well under the 4 KiB parameter limit), so no table has to be copied to the device first.
+// blockIdx.y picks the tensor; the blocks along x grid-stride over it (after apex's multi_tensor_apply).
+constexpr int kSgdTensors = 32;
+struct SgdTable {
+  float* param[kSgdTensors];
+  const float* grad[kSgdTensors];
+  int64_t size[kSgdTensors];
+};
+
+__global__ void sgd_update_multi_kernel(SgdTable table, float lr) {
+  const int t = blockIdx.y;
+  float* __restrict__ p = table.param[t];
+  const float* __restrict__ g = table.grad[t];
+  const int64_t n = table.size[t];
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    p[i] -= lr * g[i];
+}
+
+void sgd_update_multi(int dev, float* const* params, const float* const* grads, const int64_t* sizes,
+                      int count, float lr) {
+  cudaStream_t stream = activate(dev);
+  for (int t0 = 0; t0 < count; t0 += kSgdTensors) {
+    const int chunk = count - t0 < kSgdTensors ? count - t0 : kSgdTensors;
+    SgdTable table{};
+    int64_t largest = 0;
+    for (int j = 0; j < chunk; ++j) {
+      table.param[j] = params[t0 + j];
+      table.grad[j] = grads[t0 + j];
+      table.size[j] = sizes[t0 + j];
+      largest = sizes[t0 + j] > largest ? sizes[t0 + j] : largest;
+    }
+    if (largest == 0) continue;
+    // NOTE: capped at 1024 blocks per tensor: enough to fill a GPU with the grid's y extent too.
+    const unsigned gx = grid_for(largest, kBlockSize) < 1024 ? grid_for(largest, kBlockSize) : 1024;
+    launch<sgd_update_multi_kernel>("sgd_update", dim3(gx, static_cast<unsigned>(chunk)), kBlockSize, 0,
+                                    stream, table, lr);
+  }
+}
+
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -38,6 +38,10 @@ const Backend& host_backend() {
     t.mae_loss = host::mae_loss;
     t.mse_loss_gradient = host::mse_loss_gradient;
     t.mae_loss_gradient = host::mae_loss_gradient;
+    t.matmul_bias = host::matmul_bias;
+    t.relu_bias_gradient = host::relu_bias_gradient;
+    t.softmax_cross_entropy_with_gradient = host::softmax_cross_entropy_with_gradient;
+    t.sgd_update_multi = host::sgd_update_multi;
     t.adam_update = host::adam_update;
     t.softmax_axis = host::softmax_axis;
     t.softmax_axis_gradient = host::softmax_axis_gradient;

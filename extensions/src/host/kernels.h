@@ -77,4 +77,14 @@ void broadcast_axis(int dev, const float* in, float* out, int64_t outer, int64_t
 void reduce_max_gradient(int dev, const float* x, const float* y, const float* dy, float* dx, int64_t outer,
                          int64_t n, int64_t inner);
 
+// fused (issue 16)
+void matmul_bias(int dev, const float* a, bool trans_a, const float* b, bool trans_b, const float* bias,
+                 float* c, int64_t m, int64_t n, int64_t k, bool relu);
+void relu_bias_gradient(int dev, const float* y, const float* dy, float* dz, float* dbias, int64_t rows,
+                        int64_t cols);
+void softmax_cross_entropy_with_gradient(int dev, const float* logits, const float* labels, float* loss,
+                                         float* grad, int64_t rows, int64_t cols);
+void sgd_update_multi(int dev, float* const* params, const float* const* grads, const int64_t* sizes,
+                      int count, float lr);
+
 }  // namespace gpumat::host

@@ -55,6 +55,32 @@ void softmax_cross_entropy(int, const float* logits, const float* labels, float*
   out[0] = static_cast<float>(total / static_cast<double>(rows));
 }
 
+// loss (1,) = mean_r -sum_c y log softmax(x); grad (rows, cols) = (softmax(x) - y) / rows (issue 16:
+// the loss and its gradient, of the mean loss, in one pass over the logits).
+void softmax_cross_entropy_with_gradient(int, const float* logits, const float* labels, float* loss,
+                                         float* grad, int64_t rows, int64_t cols) {
+  double total = 0.0;
+  const double inv_rows = 1.0 / static_cast<double>(rows);
+#pragma omp parallel for reduction(+ : total) if (rows * cols >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * cols;
+    const float* y = labels + r * cols;
+    float* g = grad + r * cols;
+    float mx;
+    double sum;
+    row_stats(x, cols, &mx, &sum);
+    const double log_sum = std::log(sum);
+    double row_loss = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double z = static_cast<double>(x[c]) - mx - log_sum;
+      row_loss -= static_cast<double>(y[c]) * z;
+      g[c] = static_cast<float>((std::exp(z) - static_cast<double>(y[c])) * inv_rows);
+    }
+    total += row_loss;
+  }
+  loss[0] = static_cast<float>(total * inv_rows);
+}
+
 void softmax_axis(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, bool log) {
   const int64_t cols = outer * inner;
 #pragma omp parallel for if (cols * n >= kParallelMin)

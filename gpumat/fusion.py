@@ -1,0 +1,460 @@
+"""The executor's fusion pass: rewrite an autodiff graph into gpumat's fused kernels (issue 16).
+
+:func:`fuse_graph` takes the nodes an :class:`~gpumat.executor.Executor` evaluates and returns an
+equivalent graph in which the patterns of :data:`RULES` are replaced by fused ops, each one kernel
+launch (or two) instead of several. The executor runs it on every plan (``Executor(...,
+fusion=True)``, the default) and reports the counts as ``Executor.fusion_report``.
+
+The rules, all in this module (one function each, applied in this order):
+
+``dense_relu``
+    ``relu_op(matmul_op(a, b) + broadcastto_op(bias, mm))`` -> ``matmul_bias_op(a, b, bias,
+    relu=True)`` (:func:`gpumat.ops.matmul_bias`): 4 ops become 1. The pre-activation z
+    disappears; the ReLU gradients that read z as their mask read the fused output y instead
+    (y > 0 exactly where z > 0).
+``dense``
+    ``matmul_op(a, b) + broadcastto_op(bias, mm)`` -> ``matmul_bias_op(a, b, bias)``: 3 -> 1.
+``relu_bias_gradient``
+    ``relu_gradient_op(y, g)`` and ``reducesumaxiszero_op`` of it to a (cols,) bias ->
+    ``relu_bias_gradient_op(y, g)`` with two outputs, dz and dbias
+    (:func:`gpumat.ops.relu_bias_gradient`): 2 -> 1.
+``softmax_cross_entropy``
+    ``softmaxcrossentropy_op(y, y_)`` and ``softmaxcrossentropy_gradient_op(y, y_)`` of the same
+    nodes -> ``softmaxcrossentropy_with_gradient_op(y, y_)`` with two outputs, the gradient and the
+    loss (:func:`gpumat.ops.softmax_cross_entropy_with_gradient`): 2 nodes (5 launches) -> 1 (2).
+
+A pattern is rewritten only when no value that disappears is fed, evaluated, or read by a node
+outside the pattern, so the fused graph computes the same eval values (to float32 rounding: the
+bias sums run in another order). A fused op with two outputs writes its second output into the
+buffer of a :class:`FusedOutputOp` node, which the executor plans like any value but does not run.
+
+The user's nodes are never modified: rewritten nodes and their consumers are new nodes.
+This is pattern-based operator fusion as in TVM's FuseOps / XLA's fusion passes, on the graph
+level only (the fused kernels are hand-written, not generated).
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from gpumat import ops
+from gpumat.autodiff import (
+    AddOp,
+    BroadcastToOp,
+    MatMulOp,
+    Node,
+    Op,
+    ReduceSumAxisZeroOp,
+    ReluGradientOp,
+    ReluOp,
+    SoftmaxCrossEntropyGradientOp,
+    SoftmaxCrossEntropyOp,
+    Undefined,
+    _node_ids,
+    _shape_str,
+    _short,
+    find_topo_sort,
+)
+
+__all__ = [
+    "RULES",
+    "FusedOutputOp",
+    "FusionReport",
+    "MatMulBiasOp",
+    "ReluBiasGradientOp",
+    "SoftmaxCrossEntropyWithGradientOp",
+    "fuse_graph",
+    "fused_output_op",
+    "matmul_bias_op",
+    "relu_bias_gradient_op",
+    "softmaxcrossentropy_with_gradient_op",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Fused ops
+# --------------------------------------------------------------------------------------------------
+
+
+def _np_softmax(y: np.ndarray) -> np.ndarray:
+    z = y - y.max(axis=1, keepdims=True)  # NOTE: no overflow; softmax is shift-invariant
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+class MatMulBiasOp(Op):
+    """``matmul_bias_op(A, B, bias, trans_A, trans_B, relu)``: op(A) @ op(B) + bias, then max(., 0)
+    when ``relu``. Shapes as ``matmul_op``; bias is (N,); out (M, N). Made by the fusion pass
+    (its gradient is not defined: the pass runs after :func:`gpumat.autodiff.gradients`)."""
+
+    name = "matmul_bias_op"
+
+    def __call__(
+        self,
+        node_A: Node,
+        node_B: Node,
+        bias: Node,
+        trans_A: bool = False,
+        trans_B: bool = False,
+        relu: bool = False,
+    ) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A, node_B, bias]
+        new_node.matmul_attr_trans_A = bool(trans_A)
+        new_node.matmul_attr_trans_B = bool(trans_B)
+        new_node.relu = bool(relu)
+        kind = "DenseRelu" if relu else "Dense"
+        new_node.name = f"{kind}({_short(node_A)},{_short(node_B)},{_short(bias)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        a, b, bias = input_vals
+        ta, tb = node.matmul_attr_trans_A, node.matmul_attr_trans_B
+        if ctx is None:
+            np.matmul(a.T if ta else a, b.T if tb else b, out=output_val)
+            output_val += bias
+            if node.relu:
+                np.maximum(output_val, 0.0, out=output_val)
+        else:
+            ops.matmul_bias(a, ta, b, tb, bias, output_val, node.relu)
+
+    def gradient(self, node, output_grad):
+        reason = "matmul_bias_op: made by the fusion pass, after gradients"
+        return [Undefined(reason)] * 3
+
+    def infer_shape(self, node, input_shapes):
+        sa, sb, sbias = (tuple(s) for s in input_shapes)
+        m, n = MatMulOp.infer_shape(self, node, [sa, sb])
+        if sbias != (n,):
+            raise self._error(node, f"bias {_shape_str(sbias)} must be ({n},)")
+        return (m, n)
+
+
+class ReluBiasGradientOp(Op):
+    """``relu_bias_gradient_op(y, g)``: two outputs, dz = g where y > 0 else 0 (rows, cols), the
+    node's value, and dbias = column sums of dz (cols,), the value of its :class:`FusedOutputOp`
+    node (index 1). y is the ReLU's output or input (same mask)."""
+
+    name = "relu_bias_gradient_op"
+    num_outputs = 2
+
+    def __call__(self, node_A: Node, node_G: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A, node_G]
+        new_node.extra_outputs = []
+        new_node.name = f"ReluBiasGradient({_short(node_A)},{_short(node_G)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        y, g = input_vals
+        dz, dbias = output_val
+        if ctx is None:
+            np.copyto(dz, np.where(y > 0, g, 0.0))
+            np.copyto(dbias, dz.sum(axis=0))
+        else:
+            ops.relu_bias_gradient(y, g, dz, dbias)
+
+    def gradient(self, node, output_grad):
+        reason = "relu_bias_gradient_op: made by the fusion pass, after gradients"
+        return [Undefined(reason)] * 2
+
+    def infer_shape(self, node, input_shapes):
+        sy, sg = (tuple(s) for s in input_shapes)
+        if len(sy) != 2:
+            raise self._error(node, f"y must be 2-D (rows, cols), got {_shape_str(sy)}")
+        return self._same_shapes(node, sy, sg)
+
+
+class SoftmaxCrossEntropyWithGradientOp(Op):
+    """``softmaxcrossentropy_with_gradient_op(y, y_)``: two outputs, the gradient (softmax(y) -
+    y_) / N (N, C), the node's value, and the mean loss (1,), the value of its
+    :class:`FusedOutputOp` node (index 1); see ``gpumat.autodiff.SoftmaxCrossEntropyOp``."""
+
+    name = "softmaxcrossentropy_with_gradient_op"
+    num_outputs = 2
+
+    def __call__(self, node_A: Node, node_B: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A, node_B]
+        new_node.extra_outputs = []
+        new_node.name = f"SoftmaxXEntropyWithGrad({_short(node_A)},{_short(node_B)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        y, y_ = input_vals
+        grad, loss = output_val
+        if ctx is None:
+            z = y - y.max(axis=1, keepdims=True)
+            log_softmax = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+            loss[...] = np.mean(-np.sum(y_ * log_softmax, axis=1))
+            np.copyto(grad, (np.exp(log_softmax) - y_) / y.shape[0])
+        else:
+            ops.softmax_cross_entropy_with_gradient(y, y_, loss, grad)
+
+    def gradient(self, node, output_grad):
+        reason = "softmaxcrossentropy_with_gradient_op: second derivatives of the loss"
+        return [Undefined(reason)] * 2
+
+    def infer_shape(self, node, input_shapes):
+        return SoftmaxCrossEntropyGradientOp.infer_shape(self, node, input_shapes)
+
+
+class FusedOutputOp(Op):
+    """``fused_output_op(fused, index, shape)``: output ``index`` (>= 1) of a fused op with several
+    outputs. The fused node writes it when it runs; this node only names the value (the executor
+    plans its buffer from the fused node's step on and never calls its compute)."""
+
+    name = "fused_output_op"
+    shape_only_inputs = (0,)
+
+    def __call__(self, fused: Node, index: int = 1, shape: tuple = ()) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [fused]
+        new_node.output_index = int(index)
+        new_node.fixed_shape = tuple(int(d) for d in shape)
+        new_node.name = f"Output{index}({_short(fused)})"
+        fused.extra_outputs.append(new_node)
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        raise RuntimeError(
+            f"fused_output_op at node {node.name!r}: written by its fused node; not run on its own"
+        )
+
+    def gradient(self, node, output_grad):
+        return [Undefined("fused_output_op: made by the fusion pass, after gradients")]
+
+    def infer_shape(self, node, input_shapes):
+        return node.fixed_shape
+
+
+matmul_bias_op = MatMulBiasOp()
+relu_bias_gradient_op = ReluBiasGradientOp()
+softmaxcrossentropy_with_gradient_op = SoftmaxCrossEntropyWithGradientOp()
+fused_output_op = FusedOutputOp()
+
+
+# --------------------------------------------------------------------------------------------------
+# The pass
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FusionReport:
+    """What the fusion pass did to one plan.
+
+    Attributes:
+        ops_before: nodes that run a kernel in the graph as built (fed nodes excluded).
+        ops_after: the same count after fusion (the outputs of fused nodes excluded: they run
+            nothing).
+        rules: rule name -> number of rewrites (every rule of :data:`RULES` is listed).
+        enabled: False when the executor was made with ``fusion=False`` (then before == after).
+    """
+
+    ops_before: int
+    ops_after: int
+    rules: dict
+    enabled: bool = True
+
+    def __str__(self) -> str:
+        fired = ", ".join(f"{k} x{v}" for k, v in self.rules.items() if v) or "none"
+        state = "" if self.enabled else " (fusion off)"
+        return f"{self.ops_before} ops -> {self.ops_after} ops{state}; rules: {fired}"
+
+
+def _is(node: Node, op_type: type) -> bool:
+    return type(node.op) is op_type
+
+
+class _Rewriter:
+    """The state the rules share: the graph's consumers, claimed nodes and the new nodes' makers."""
+
+    def __init__(self, order, eval_nodes, fed, shapes):
+        self.order = order
+        self.eval = set(eval_nodes)
+        self.fed = set(fed)
+        self.shapes = shapes
+        self.consumers: dict[Node, list[Node]] = collections.defaultdict(list)
+        for node in order:
+            if node not in self.fed:
+                for inp in node.inputs:
+                    self.consumers[inp].append(node)
+        self.claimed: set[Node] = set()
+        self.makers: dict[Node, Callable] = {}  # original node -> maker(get) -> new node
+        self.alias: dict[Node, Node] = {}  # eliminated pre-activation -> the fused ReLU node
+        self.counts: collections.Counter = collections.Counter()
+
+    def free(self, node: Node) -> bool:
+        """Whether a rule may take ``node``: computed here, not fed, not taken by another rule."""
+        return node not in self.fed and node not in self.claimed and node.op is not None
+
+    def only_used_by(self, node: Node, allowed) -> bool:
+        return node not in self.eval and all(c in allowed for c in self.consumers[node])
+
+
+def _dense_parts(rw: _Rewriter, z: Node):
+    """(mm, bc, bias) when z = mm + broadcastto_op(bias, mm) with a (n,) bias, else None."""
+    if not _is(z, AddOp) or not rw.free(z):
+        return None
+    for mm, bc in (z.inputs, z.inputs[::-1]):
+        if not (_is(mm, MatMulOp) and _is(bc, BroadcastToOp) and rw.free(mm) and rw.free(bc)):
+            continue
+        bias, target = bc.inputs
+        n = rw.shapes[mm][1]
+        if target is not mm or tuple(rw.shapes[bias]) != (n,) or mm is bc:
+            continue
+        if rw.only_used_by(mm, {z, bc}) and rw.only_used_by(bc, {z}):
+            return mm, bc, bias
+    return None
+
+
+def _make_dense(rw: _Rewriter, mm: Node, bias: Node, relu: bool):
+    a, b = mm.inputs
+    ta, tb = mm.matmul_attr_trans_A, mm.matmul_attr_trans_B
+    return lambda get: matmul_bias_op(get(a), get(b), get(bias), ta, tb, relu)
+
+
+def rule_dense_relu(rw: _Rewriter, node: Node) -> bool:
+    """relu(mm + broadcast(bias)) -> matmul_bias_op(relu=True); z's ReLU-gradient masks -> y."""
+    if not _is(node, ReluOp) or not rw.free(node):
+        return False
+    z = node.inputs[0]
+    parts = _dense_parts(rw, z)
+    if parts is None:
+        return False
+    mask_users = [c for c in rw.consumers[z] if c is not node]
+    if z in rw.eval or not all(
+        _is(c, ReluGradientOp) and c.inputs[0] is z and c.inputs[1] is not z for c in mask_users
+    ):
+        return False
+    mm, bc, bias = parts
+    rw.claimed |= {node, z, mm, bc}
+    rw.alias[z] = node
+    rw.makers[node] = _make_dense(rw, mm, bias, relu=True)
+    return True
+
+
+def rule_dense(rw: _Rewriter, node: Node) -> bool:
+    """mm + broadcast(bias) -> matmul_bias_op(relu=False)."""
+    parts = _dense_parts(rw, node)
+    if parts is None:
+        return False
+    mm, bc, bias = parts
+    rw.claimed |= {node, mm, bc}
+    rw.makers[node] = _make_dense(rw, mm, bias, relu=False)
+    return True
+
+
+def rule_relu_bias_gradient(rw: _Rewriter, node: Node) -> bool:
+    """relu_gradient(y, g) and its column sums to a (cols,) bias -> relu_bias_gradient_op."""
+    if not _is(node, ReduceSumAxisZeroOp) or not rw.free(node):
+        return False
+    r = node.inputs[0]
+    if not _is(r, ReluGradientOp) or not rw.free(r):
+        return False
+    shape = rw.shapes[r]
+    if len(shape) != 2 or tuple(rw.shapes[node]) != (shape[1],):
+        return False
+    y, g = r.inputs
+    rw.claimed |= {node, r}
+    rw.makers[r] = lambda get: relu_bias_gradient_op(get(rw.alias.get(y, y)), get(g))
+    out_shape = (shape[1],)
+    rw.makers[node] = lambda get: fused_output_op(get(r), 1, out_shape)
+    return True
+
+
+def rule_softmax_cross_entropy(rw: _Rewriter, node: Node) -> bool:
+    """softmaxcrossentropy_op(y, y_) and its gradient op on the same nodes -> one fused op."""
+    if not _is(node, SoftmaxCrossEntropyGradientOp) or not rw.free(node):
+        return False
+    y, y_ = node.inputs
+    for loss in rw.consumers[y]:
+        if _is(loss, SoftmaxCrossEntropyOp) and rw.free(loss) and loss.inputs == [y, y_]:
+            rw.claimed |= {node, loss}
+            rw.makers[node] = lambda get: softmaxcrossentropy_with_gradient_op(get(y), get(y_))
+            rw.makers[loss] = lambda get: fused_output_op(get(node), 1, (1,))
+            return True
+    return False
+
+
+# name -> rule; applied in this order over the whole graph (dense_relu before dense, so a ReLU
+# layer is one fused node, not a dense node and a ReLU).
+RULES: dict[str, Callable[[_Rewriter, Node], bool]] = {
+    "dense_relu": rule_dense_relu,
+    "dense": rule_dense,
+    "relu_bias_gradient": rule_relu_bias_gradient,
+    "softmax_cross_entropy": rule_softmax_cross_entropy,
+}
+
+
+def _count_ops(order: Sequence[Node], fed: set) -> int:
+    return sum(1 for n in order if n not in fed and not _is(n, FusedOutputOp))
+
+
+def fuse_graph(
+    eval_nodes: Sequence[Node], fed, shapes: dict, rules: Sequence[str] | None = None
+) -> tuple[list[Node], FusionReport]:
+    """Rewrites the graph of ``eval_nodes`` with :data:`RULES`.
+
+    Args:
+        eval_nodes: the nodes to evaluate.
+        fed: the fed nodes (leaves: their inputs are not needed; a fed node is never rewritten).
+        shapes: node -> shape for every node of ``find_topo_sort(eval_nodes, stop_at=fed)``
+            (``Executor.infer_shape``'s result).
+        rules: names of the rules to apply (default: all, in :data:`RULES` order).
+
+    Returns:
+        (new eval nodes, one per eval node, in order; a :class:`FusionReport`). Nodes that no rule
+        touches, and whose inputs are unchanged, are the original node objects.
+
+    Raises:
+        KeyError: an unknown rule name.
+    """
+    fed = set(fed)
+    names = list(RULES) if rules is None else list(rules)
+    for name in names:
+        if name not in RULES:
+            raise KeyError(f"fuse_graph: unknown rule {name!r}; rules are {list(RULES)}")
+    order = find_topo_sort(eval_nodes, stop_at=fed)
+    rw = _Rewriter(order, eval_nodes, fed, shapes)
+    for name in names:
+        for node in order:
+            if RULES[name](rw, node):
+                rw.counts[name] += 1
+
+    built: dict[Node, Node] = {}
+
+    def get(node: Node) -> Node:
+        if node in built:
+            return built[node]
+        if node in fed:
+            new = node
+        elif node in rw.makers:
+            new = rw.makers[node](get)
+        else:
+            inputs = [get(rw.alias.get(i, i)) for i in node.inputs]
+            if all(a is b for a, b in zip(inputs, node.inputs, strict=True)):
+                new = node
+            else:
+                new = copy.copy(node)
+                new.inputs = inputs
+                new.id = next(_node_ids)
+        built[node] = new
+        return new
+
+    for node in order:  # inputs first: get() recurses only into nodes a rule builds on demand
+        if node not in rw.claimed or node in rw.makers:
+            get(node)
+    new_eval = [get(n) for n in eval_nodes]
+    new_order = find_topo_sort(new_eval, stop_at=fed)
+    report = FusionReport(
+        ops_before=_count_ops(order, fed),
+        ops_after=_count_ops(new_order, fed),
+        rules={name: rw.counts[name] for name in RULES},
+    )
+    return new_eval, report
