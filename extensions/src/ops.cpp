@@ -68,6 +68,21 @@ void require_ndim(const char* op, const char* what, const GpuMatrix& m, int64_t 
                      m.shape_str());
 }
 
+// The checks every mean-over-rows loss shares: x is 2-D (rows, classes) with at least one of each,
+// labels has x's shape, and out (named `out_name`) is (1,) and distinct from both inputs.
+void check_row_mean_loss(const char* op, const char* x_name, const GpuMatrix& x, const GpuMatrix& labels,
+                         const char* out_name, const GpuMatrix& out) {
+  require_ndim(op, x_name, x, 2);
+  same_shape(op, x, labels);
+  if (out.shape() != std::vector<int64_t>{1})
+    throw ShapeError(std::string(op) + ": " + out_name + " must have shape (1,), got " + out.shape_str());
+  not_aliased(op, x, out);
+  not_aliased(op, labels, out);
+  if (x.dim(0) == 0 || x.dim(1) == 0)
+    throw ShapeError(std::string(op) + ": the mean over rows needs at least one row and one class, got " +
+                     x.shape_str());
+}
+
 // Per-device op counters (op_count): kinds Host, Cuda, Emu; ordinals beyond the table share the
 // last slot rather than index out of it.
 constexpr int kCountedOrdinals = 64;
@@ -212,15 +227,7 @@ void softmax(const GpuMatrix& in, GpuMatrix& out) {
 void softmax_cross_entropy(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& out) {
   const char* op = "softmax_cross_entropy";
   const Backend& be = same_device(op, logits, labels, out);
-  require_ndim(op, "the logits", logits, 2);
-  same_shape(op, logits, labels);
-  if (out.shape() != std::vector<int64_t>{1})
-    throw ShapeError(std::string(op) + ": the output must have shape (1,), got " + out.shape_str());
-  not_aliased(op, logits, out);
-  not_aliased(op, labels, out);
-  if (logits.dim(0) == 0 || logits.dim(1) == 0)
-    throw ShapeError(std::string(op) + ": the mean over rows needs at least one row and one class, got " +
-                     logits.shape_str());
+  check_row_mean_loss(op, "the logits", logits, labels, "the output", out);
   be.softmax_cross_entropy(logits.device().index, logits.data(), labels.data(), out.data(), logits.dim(0),
                            logits.dim(1));
   finish(out);
@@ -767,14 +774,7 @@ void log_softmax_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx
 void nll_loss(const GpuMatrix& log_probs, const GpuMatrix& target, GpuMatrix& out) {
   const char* op = "nll_loss";
   const Backend& be = same_device(op, log_probs, target, out);
-  require_ndim(op, "the log-probabilities", log_probs, 2);
-  same_shape(op, log_probs, target);
-  check_scalar(op, "the output", out);
-  not_aliased(op, log_probs, out);
-  not_aliased(op, target, out);
-  if (log_probs.dim(0) == 0 || log_probs.dim(1) == 0)
-    throw ShapeError(std::string(op) + ": the mean over rows needs at least one row and one class, got " +
-                     log_probs.shape_str());
+  check_row_mean_loss(op, "the log-probabilities", log_probs, target, "the output", out);
   be.nll_loss(out.device().index, log_probs.data(), target.data(), out.data(), log_probs.dim(0),
               log_probs.dim(1));
   finish(out);
@@ -934,16 +934,8 @@ void softmax_cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatri
                                          GpuMatrix& grad) {
   const char* op = "softmax_cross_entropy_with_gradient";
   const Backend& be = same_device(op, logits, labels, loss, grad);
-  require_ndim(op, "the logits", logits, 2);
-  same_shape(op, logits, labels);
+  check_row_mean_loss(op, "the logits", logits, labels, "the loss", loss);
   same_shape(op, logits, grad);
-  if (loss.shape() != std::vector<int64_t>{1})
-    throw ShapeError(std::string(op) + ": the loss must have shape (1,), got " + loss.shape_str());
-  if (logits.dim(0) == 0 || logits.dim(1) == 0)
-    throw ShapeError(std::string(op) + ": the mean over rows needs at least one row and one class, got " +
-                     logits.shape_str());
-  not_aliased(op, logits, loss);
-  not_aliased(op, labels, loss);
   not_aliased(op, logits, grad);
   not_aliased(op, labels, grad);
   not_aliased(op, grad, loss);

@@ -70,27 +70,12 @@ __global__ void softmax_kernel(const float* in, float* out, int64_t rows, int64_
   }
 }
 
-// logits, labels are (rows, cols); loss is (rows,)
-__global__ void cross_entropy_rows_kernel(const float* logits, const float* labels, float* loss, int64_t rows,
-                                          int64_t cols) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = logits + r * cols;
-    const float* y = labels + r * cols;
-    float mx, log_sum;
-    row_stats(x, cols, &mx, &log_sum);
-    float acc = 0.0f;
-    for (int64_t c = threadIdx.x; c < cols; c += kRowBlock) acc -= y[c] * (x[c] - mx - log_sum);
-    acc = block_reduce<false>(acc);
-    if (threadIdx.x == 0) loss[r] = acc;
-  }
-}
-
-// logits, labels, grad are (rows, cols), loss is (rows,): the per-row loss (as
-// cross_entropy_rows_kernel) and grad = (softmax(x) - y) * inv_rows from the same row statistics
-// (issue 16: the loss and its gradient from one read of the logits).
-__global__ void cross_entropy_rows_with_gradient_kernel(const float* logits, const float* labels, float* loss,
-                                                        float* grad, int64_t rows, int64_t cols,
-                                                        float inv_rows) {
+// logits, labels are (rows, cols); loss is (rows,). With WithGradient, also grad (rows, cols) =
+// (softmax(x) - y) * inv_rows from the same row statistics (issue 16: the loss and its gradient
+// from one read of the logits); grad is unused otherwise.
+template <bool WithGradient>
+__global__ void cross_entropy_rows_kernel(const float* logits, const float* labels, float* loss, float* grad,
+                                          int64_t rows, int64_t cols, float inv_rows) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* x = logits + r * cols;
     const float* y = labels + r * cols;
@@ -100,7 +85,7 @@ __global__ void cross_entropy_rows_with_gradient_kernel(const float* logits, con
     for (int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
       const float z = x[c] - mx - log_sum;
       acc -= y[c] * z;
-      grad[r * cols + c] = (expf(z) - y[c]) * inv_rows;
+      if (WithGradient) grad[r * cols + c] = (expf(z) - y[c]) * inv_rows;
     }
     acc = block_reduce<false>(acc);
     if (threadIdx.x == 0) loss[r] = acc;
@@ -201,8 +186,8 @@ void softmax_cross_entropy(int dev, const float* logits, const float* labels, fl
   cudaStream_t stream = activate(dev);
   auto lock = workspace_lock();
   float* loss = workspace(dev, 0, rows);
-  launch<cross_entropy_rows_kernel>("softmax_cross_entropy", row_grid(rows), kRowBlock, 0, stream, logits,
-                                    labels, loss, rows, cols);
+  launch<cross_entropy_rows_kernel<false>>("softmax_cross_entropy", row_grid(rows), kRowBlock, 0, stream,
+                                           logits, labels, loss, nullptr, rows, cols, 0.0f);
   launch<mean_kernel>("softmax_cross_entropy (mean)", 1, kRowBlock, 0, stream, loss, rows, out);
 }
 
@@ -214,9 +199,8 @@ void softmax_cross_entropy_with_gradient(int dev, const float* logits, const flo
   auto lock = workspace_lock();
   float* loss = workspace(dev, 0, rows);
   const float inv_rows = static_cast<float>(1.0 / static_cast<double>(rows));
-  launch<cross_entropy_rows_with_gradient_kernel>("softmax_cross_entropy_with_gradient", row_grid(rows),
-                                                  kRowBlock, 0, stream, logits, labels, loss, grad, rows,
-                                                  cols, inv_rows);
+  launch<cross_entropy_rows_kernel<true>>("softmax_cross_entropy_with_gradient", row_grid(rows), kRowBlock, 0,
+                                          stream, logits, labels, loss, grad, rows, cols, inv_rows);
   launch<mean_kernel>("softmax_cross_entropy_with_gradient (mean)", 1, kRowBlock, 0, stream, loss, rows, out);
 }
 

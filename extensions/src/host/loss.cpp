@@ -17,8 +17,9 @@ namespace gpumat::host {
 
 namespace {
 
-template <typename F>
-float mean_of(const float* pred, const float* target, int64_t n, F f) {
+// sum over i < n of term(i), in double over fixed chunks whose partials are added in order.
+template <typename Term>
+double chunked_sum(int64_t n, Term term) {
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
@@ -26,11 +27,17 @@ float mean_of(const float* pred, const float* target, int64_t n, F f) {
   for (int64_t ch = 0; ch < chunks; ++ch) {
     const int64_t i1 = std::min(n, (ch + 1) * kChunk);
     double acc = 0.0;
-    for (int64_t i = ch * kChunk; i < i1; ++i) acc += f(static_cast<double>(pred[i]) - target[i]);
+    for (int64_t i = ch * kChunk; i < i1; ++i) acc += term(i);
     partial[static_cast<size_t>(ch)] = acc;
   }
   double total = 0.0;
   for (double p : partial) total += p;
+  return total;
+}
+
+template <typename F>
+float mean_of(const float* pred, const float* target, int64_t n, F f) {
+  const double total = chunked_sum(n, [&](int64_t i) { return f(static_cast<double>(pred[i]) - target[i]); });
   return static_cast<float>(total / static_cast<double>(n));
 }
 
@@ -63,20 +70,9 @@ void mae_loss_gradient(int, const float* pred, const float* target, const float*
 }
 
 void nll_loss(int, const float* log_probs, const float* target, float* loss, int64_t rows, int64_t cols) {
-  // mean_of divides by its n; the sum -t*logp over all elements is wanted over rows instead.
-  const int64_t n = rows * cols;
-  constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    const int64_t i1 = std::min(n, (ch + 1) * kChunk);
-    double acc = 0.0;
-    for (int64_t i = ch * kChunk; i < i1; ++i) acc -= static_cast<double>(target[i]) * log_probs[i];
-    partial[static_cast<size_t>(ch)] = acc;
-  }
-  double total = 0.0;
-  for (double p : partial) total += p;
+  // The sum of -t * logp over all elements, averaged over rows (not elements).
+  const double total =
+      chunked_sum(rows * cols, [&](int64_t i) { return -(static_cast<double>(target[i]) * log_probs[i]); });
   loss[0] = static_cast<float>(total / static_cast<double>(rows));
 }
 
