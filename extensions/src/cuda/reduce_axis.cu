@@ -7,7 +7,8 @@
 // Tiling: one thread per (outer, inner) output looping over n; consecutive threads read
 // consecutive inner elements (coalesced when inner > 1). Each output is summed in a fixed order,
 // so results are deterministic. NOTE: a NaN in a slice makes its max NaN (and the NaN elements
-// share that slice's gradient).
+// share that slice's gradient). The per-slice loops are ../axis.h's, shared with the host.
+#include "../axis.h"
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -20,18 +21,8 @@ template <int Kind>
 __global__ void reduce_axis_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
   const int64_t cols = outer * inner;
   for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
-       col += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t base = (col / inner) * n * inner + col % inner;
-    float acc = Kind == 2 ? -INFINITY : 0.0f;
-    for (int64_t j = 0; j < n; ++j) {
-      const float v = in[base + j * inner];
-      if (Kind == 2)
-        acc = (v > acc || v != v) ? v : acc;
-      else
-        acc += v;
-    }
-    out[col] = Kind == 1 ? acc / static_cast<float>(n) : acc;
-  }
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[col] = axis::reduce_slice(in, col, n, inner, Kind);
 }
 
 // in is (outer, inner), out is (outer, n, inner)
@@ -40,24 +31,16 @@ __global__ void broadcast_axis_kernel(const float* in, float* out, int64_t outer
   const int64_t total = outer * n * inner;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[k] = scale * in[(k / (n * inner)) * inner + k % inner];
+    out[k] = scale * in[axis::broadcast_source(k, n, inner)];
 }
-
-__device__ __forceinline__ bool is_max(float v, float m) { return v == m || (v != v && m != m); }
 
 // x, dx are (outer, n, inner); y, dy are (outer, inner)
 __global__ void reduce_max_gradient_kernel(const float* x, const float* y, const float* dy, float* dx,
                                            int64_t outer, int64_t n, int64_t inner) {
   const int64_t cols = outer * inner;
   for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
-       col += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t base = (col / inner) * n * inner + col % inner;
-    const float m = y[col];
-    int64_t ties = 0;
-    for (int64_t j = 0; j < n; ++j) ties += is_max(x[base + j * inner], m) ? 1 : 0;
-    const float share = ties > 0 ? dy[col] / static_cast<float>(ties) : 0.0f;
-    for (int64_t j = 0; j < n; ++j) dx[base + j * inner] = is_max(x[base + j * inner], m) ? share : 0.0f;
-  }
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    axis::max_gradient_slice(x, y, dy, dx, col, n, inner);
 }
 
 // ---------------------------------------------------------------------------- launchers

@@ -1,0 +1,53 @@
+// Index arithmetic and per-slice loops of the reductions along one axis, shared by the host and
+// CUDA kernels (host/reduce_axis.cpp, cuda/reduce_axis.cu), so both devices compute them from one
+// definition, in the same order. The array is seen as (outer, n, inner), the axis in the middle;
+// output column col = o * inner + i names the slice in[o, :, i].
+// NOTE: a NaN in a slice makes its max NaN, and the NaN elements share that slice's gradient.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "host_device.h"
+
+namespace gpumat::axis {
+
+// Offset of in[o, 0, i] for col = o * inner + i; the slice's elements are inner apart.
+GPUMAT_HD int64_t slice_base(int64_t col, int64_t n, int64_t inner) {
+  return (col / inner) * n * inner + col % inner;
+}
+
+// The element of the (outer, inner) input that output k of (outer, n, inner) broadcasts.
+GPUMAT_HD int64_t broadcast_source(int64_t k, int64_t n, int64_t inner) {
+  return (k / (n * inner)) * inner + k % inner;
+}
+
+// True when v is the slice's maximum m (NaN counts as equal to a NaN maximum).
+GPUMAT_HD bool is_max(float v, float m) { return v == m || (v != v && m != m); }
+
+// Sum (kind 0), mean (1) or max (2) of slice col, in index order.
+GPUMAT_HD float reduce_slice(const float* in, int64_t col, int64_t n, int64_t inner, int kind) {
+  const int64_t base = slice_base(col, n, inner);
+  float acc = kind == 2 ? -INFINITY : 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = in[base + j * inner];
+    if (kind == 2)
+      acc = (v > acc || v != v) ? v : acc;
+    else
+      acc += v;
+  }
+  return kind == 1 ? acc / static_cast<float>(n) : acc;
+}
+
+// dx of slice col for a max reduction: dy[col] shared equally among the elements equal to y[col].
+GPUMAT_HD void max_gradient_slice(const float* x, const float* y, const float* dy, float* dx, int64_t col,
+                                  int64_t n, int64_t inner) {
+  const int64_t base = slice_base(col, n, inner);
+  const float m = y[col];
+  int64_t ties = 0;
+  for (int64_t j = 0; j < n; ++j) ties += is_max(x[base + j * inner], m) ? 1 : 0;
+  const float share = ties > 0 ? dy[col] / static_cast<float>(ties) : 0.0f;
+  for (int64_t j = 0; j < n; ++j) dx[base + j * inner] = is_max(x[base + j * inner], m) ? share : 0.0f;
+}
+
+}  // namespace gpumat::axis
