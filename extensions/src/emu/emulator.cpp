@@ -222,7 +222,6 @@ struct Worker {
   std::vector<unsigned char> smem;  // dynamic shared memory of the running block
   Fiber* current = nullptr;
   Launch* launch = nullptr;
-  uint64_t block_linear = 0;
   bool fault = false;
   std::string fault_msg;
   int nthreads = 0;
@@ -478,7 +477,6 @@ void run_block(Launch& L, uint64_t linear) {
   const int n = static_cast<int>(b.x * b.y * b.z);
   w.ensure_fibers(n);
   w.launch = &L;
-  w.block_linear = linear;
   w.fault = false;
   w.fault_msg.clear();
   w.nthreads = n;
@@ -586,13 +584,12 @@ size_t g_bytes_in_use[8] = {};
 thread_local int t_device = 0;
 
 // The allocation that holds [p, p + bytes), or nullptr.
-const Allocation* find_allocation(const void* p, size_t bytes, uintptr_t* base_out = nullptr) {
+const Allocation* find_allocation(const void* p, size_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   auto it = g_allocs.upper_bound(a);
   if (it == g_allocs.begin()) return nullptr;
   --it;
   if (a + bytes > it->first + it->second.bytes || a < it->first) return nullptr;
-  if (base_out != nullptr) *base_out = it->first;
   return &it->second;
 }
 
