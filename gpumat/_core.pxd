@@ -152,3 +152,26 @@ cdef class PyGpuMatrix:
     cdef object _ctx
     cdef object _base  # the array a view shares storage with (kept alive by this reference)
     cdef object _host  # the numpy array of PyGpuMatrix(host, rows, cols), for loadFromDevice
+
+
+cdef extern from "gpumat/program.h" namespace "gpumat":
+    cdef cppclass Scalar:
+        double f
+        uint64_t u
+
+    cdef cppclass Program:
+        Program(Device) except +gpumat_raise_py_error
+        int add_fixed(float*, const vector[int64_t]&) except +gpumat_raise_py_error
+        int add_input(int, const vector[int64_t]&) except +gpumat_raise_py_error
+        void add_step(const string&, const vector[int]&, const vector[Scalar]&,
+                      int) except +gpumat_raise_py_error
+        void bind_input(int, float*, int64_t) except +gpumat_raise_py_error
+        void run(uint64_t) except +gpumat_raise_py_error nogil
+        void set_graphs(bool)
+        int num_steps()
+        int num_inputs()
+        string mode()
+        const string& graph_status()
+        int64_t graph_nodes()
+        int64_t captures()
+        int64_t graph_launches()

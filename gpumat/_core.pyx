@@ -1033,3 +1033,131 @@ def reduce_max_gradient_(PyGpuMatrix x not None, PyGpuMatrix y not None, PyGpuMa
 
 # ------------------------------------------------------------------------- DLPack and CUDA interop
 include "_dlpack.pxi"
+
+
+# ---- compiled executor steps (gpumat/executor.py; extensions/include/gpumat/program.h)
+
+cdef class NativeProgram:
+    """A compiled executor step: gpumat.ops calls on planned arrays, run by one native call.
+
+    Built by ``gpumat.Executor`` from a trace of its schedule; users do not make these. On a CUDA
+    or emulated device the step can run as a CUDA graph (see program.h): eager on the first run,
+    captured on the second, one graph launch per run after that.
+
+    ``NativeProgram(kind, index)`` for the native device (kind 0 host, 1 CUDA, 2 emulated); CudaError
+    for a device that does not exist. Methods raise ValueError for unknown ops, arrays or inputs
+    and a wrong argument count, and whatever the ops raise when the program runs.
+    """
+
+    cdef Program* prog
+    cdef list _fixed  # the PyGpuMatrix buffers that fixed arrays point into, kept alive here
+    cdef int _kind, _index
+
+    def __cinit__(self, int kind, int index):
+        self.prog = new Program(make_device(kind, index))
+        self._fixed = []
+        self._kind = kind
+        self._index = index
+
+    def __dealloc__(self):
+        if self.prog != NULL:
+            del self.prog
+            self.prog = NULL
+
+    cdef int _check_array(self, PyGpuMatrix arr, str what) except -1:
+        _require(arr, "NativeProgram", what)
+        cdef Device d = arr.mat[0].device()
+        if <int>d.kind != self._kind or d.index != self._index:
+            raise ValueError(
+                f"NativeProgram: {what} is on {d.str().decode()}, the program runs on "
+                f"{make_device(self._kind, self._index).str().decode()}"
+            )
+        return 0
+
+    def add_fixed(self, PyGpuMatrix buffer not None, shape):
+        """A fixed array of ``shape`` over the first elements of ``buffer``; returns its number.
+        ValueError if ``shape`` holds more elements than ``buffer`` or it is on another device."""
+        self._check_array(buffer, "buffer")
+        cdef vector[int64_t] dims
+        cdef int64_t n = 1
+        for d in shape:
+            dims.push_back(d)
+            n *= d
+        if n > buffer.mat[0].size():
+            raise ValueError(f"NativeProgram.add_fixed: shape {tuple(shape)} exceeds the buffer")
+        self._fixed.append(buffer)
+        return self.prog.add_fixed(buffer.mat[0].data(), dims)
+
+    def add_input(self, int input, shape):
+        """An array of ``shape`` over the array bound to ``input`` at each run; returns its number."""
+        cdef vector[int64_t] dims
+        for d in shape:
+            dims.push_back(d)
+        return self.prog.add_input(input, dims)
+
+    def add_step(self, str op, arrays, scalars, int seeded=-1):
+        """Appends a call of gpumat::ops::``op`` on array numbers ``arrays`` with ``scalars``
+        (bools, ints taken mod 2**64, floats); ``seeded``: the index of a scalar advanced by the
+        run's step (dropout's seed), or -1."""
+        cdef vector[int] a
+        cdef vector[Scalar] s
+        cdef Scalar v
+        for k in arrays:
+            a.push_back(k)
+        for x in scalars:
+            v.f = float(x)
+            v.u = (int(x) % 2**64) if not isinstance(x, float) else 0
+            s.push_back(v)
+        self.prog.add_step(op.encode(), a, s, seeded)
+
+    def set_graphs(self, bint on):
+        """CUDA graphs on (the default) or off (eager native calls only)."""
+        self.prog.set_graphs(on)
+
+    def run(self, list inputs not None, uint64_t step):
+        """Runs the step: ``inputs[k]`` is the PyGpuMatrix bound to input k (on the program's
+        device), ``step`` advances seeded scalars. Releases the GIL while the ops run."""
+        if len(inputs) != self.prog.num_inputs():
+            raise ValueError(
+                f"NativeProgram.run: {len(inputs)} inputs for a program of {self.prog.num_inputs()}"
+            )
+        cdef PyGpuMatrix arr
+        for k, value in enumerate(inputs):
+            if not isinstance(value, PyGpuMatrix):
+                raise TypeError(f"NativeProgram.run: input {k} is a {type(value).__name__}")
+            arr = value
+            self._check_array(arr, f"input {k}")
+            self.prog.bind_input(k, arr.mat[0].data(), arr.mat[0].size())
+        with nogil:
+            self.prog.run(step)
+
+    @property
+    def num_steps(self):
+        """Op calls per run."""
+        return self.prog.num_steps()
+
+    @property
+    def mode(self):
+        """``"eager"`` (native calls, one per op) or ``"cuda-graph"`` (the last run was one graph
+        launch)."""
+        return self.prog.mode().decode()
+
+    @property
+    def graph_status(self):
+        """Why the step does not run as a CUDA graph ("" while it does or still may)."""
+        return self.prog.graph_status().decode()
+
+    @property
+    def graph_nodes(self):
+        """Nodes of the captured graph (0 before a capture)."""
+        return self.prog.graph_nodes()
+
+    @property
+    def captures(self):
+        """Graph captures made so far."""
+        return self.prog.captures()
+
+    @property
+    def graph_launches(self):
+        """Graph launches made so far."""
+        return self.prog.graph_launches()

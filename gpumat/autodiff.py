@@ -231,6 +231,17 @@ class Op:
     # op, so such an input's buffer may hold another value (even this op's output) when it runs.
     shape_only_inputs: tuple = ()
 
+    # Whether the executor may compile this op (``Executor(compiled=True)``): it traces the
+    # ``gpumat.ops`` calls that ``compute`` makes on a device and replays them natively, so an op
+    # whose device compute does anything else (host arithmetic, reading values back) must not be
+    # compiled. None: yes for gpumat's own ops (defined in a gpumat module), no for others; an op
+    # built only from gpumat.ops calls may set True.
+    compilable: bool | None = None
+    # For ops with ``takes_run_state``: {ops call name: index of its scalar argument that is
+    # seed + step} (dropout), so the compiled step advances that seed each run. An op with run
+    # state and calls not listed here is not compiled.
+    seeded_scalars: dict = {}
+
     def __call__(self) -> Node:
         new_node = Node()
         new_node.op = self

@@ -43,7 +43,7 @@ import numpy as np
 
 from gpumat.autodiff import Node, PlaceholderOp, find_topo_sort
 
-__all__ = ["Executor", "MemoryPlan"]
+__all__ = ["Executor", "MemoryPlan", "ScheduleReport"]
 
 # Step kinds of the compiled schedule (_WRITTEN: a second output of a fused node, which writes it).
 _COMPUTE, _FEED_COPY, _FEED_EXTERNAL, _WRITTEN = 0, 1, 2, 3
@@ -81,6 +81,39 @@ class MemoryPlan:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class ScheduleReport:
+    """How the executor runs its current plan (``Executor.schedule_report``).
+
+    Attributes:
+        mode: ``"numpy"`` (the reference backend), ``"python"`` (one Python call per op),
+            ``"compiled"`` (one native call per run: the traced ``gpumat.ops`` calls made in
+            C++, see ``extensions/include/gpumat/program.h``) or ``"cuda-graph"`` (one CUDA graph
+            launch per run, on a CUDA or emulated device).
+        ops: op calls per run (the compiled program's steps, or the computed nodes).
+        graph_nodes: nodes of the captured CUDA graph (0 without one).
+        captures: CUDA graph captures made for this plan.
+        reason: why the mode is not the next one up (not compiled, or not a graph); "" when
+            nothing stands in the way (a graph is captured on the second run of a plan).
+    """
+
+    mode: str
+    ops: int
+    graph_nodes: int = 0
+    captures: int = 0
+    reason: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.mode}: {self.ops} op calls per run"
+        if self.graph_nodes:
+            text += f" in a CUDA graph of {self.graph_nodes} nodes ({self.captures} captures)"
+        return text + (f"; {self.reason}" if self.reason else "")
+
+
+class _NotCompilable(Exception):
+    """Why a traced schedule cannot become a native program (the report's reason)."""
+
+
 def _is_device_array(value) -> bool:
     # PyGpuMatrix, recognised by its interface so this module does not import the native layer.
     return not isinstance(value, np.ndarray) and hasattr(value, "asnumpy") and hasattr(value, "ctx")
@@ -101,11 +134,13 @@ def value_lifetimes(
 
     A value is written at its own step and read up to the last step whose op reads it; inputs an
     op uses only for their shape (``Op.shape_only_inputs``) do not count, nor do the inputs of fed
-    nodes (not in ``computed``). Eval nodes live to ``len(order)``, past the last step. The extra
+    nodes (not in ``computed``). Fed values live from step 0, since a compiled run copies every
+    feed in before its first op. Eval nodes live to ``len(order)``, past the last step. The extra
     outputs of a fused node (``node.extra_outputs``, see ``gpumat.fusion``) are written at the
     fused node's step, so they live from there.
     """
-    first = {node: step for step, node in enumerate(order)}
+    # Fed values live from step 0: the compiled step copies every feed in before its first op.
+    first = {node: 0 if node not in computed else step for step, node in enumerate(order)}
     for step, node in enumerate(order):
         if node in computed:
             for extra in getattr(node, "extra_outputs", ()):
@@ -196,6 +231,19 @@ class Executor:
             (fewer launches and passes over memory). On by default: the values equal the unfused
             graph's up to float32 rounding (bias sums are added in another order), and the
             eval nodes, feeds and returned values are the same. False runs the graph as built.
+        compiled: on a device, compile each plan into one native call per run (default True):
+            the first run of a plan calls the ops from Python while recording the ``gpumat.ops``
+            calls they make (``gpumat.ops.trace_calls``), and later runs replay that list in C++
+            with no Python per op. Dropout's seed advances with ``step`` as in Python. Plans with
+            an op that is not ``compilable`` (see ``gpumat.autodiff.Op``) run from Python, as
+            with False; ``schedule_report`` says which and why. The values are the same as the
+            Python path's (the very same kernels, in the same order).
+        cuda_graph: on a CUDA or emulated device, run the compiled step as a CUDA graph (default
+            True): captured on the plan's second run, then one graph launch per run. Feeds are
+            copied into the captured buffers; device arrays fed at another address trigger a
+            new capture. Falls back to compiled eager calls, and says why in
+            ``schedule_report``, when capture is impossible (dropout in training mode, an op that
+            allocates or synchronizes during capture). Ignored on cpu.
 
     Attributes (``training`` and ``step`` at once, the rest after the first run; the others are
         the seed assignment's names):
@@ -205,6 +253,8 @@ class Executor:
             the same program draws the same masks; set it to resume a run at a given step.
         topo_order: the schedule, a topological order of the needed nodes (of the fused graph
             when fusion is on: fused nodes replace the user's there).
+        schedule_report: a :class:`ScheduleReport` (how runs are made: numpy, python, compiled
+            or cuda-graph, and why not the next); None before the first run.
         fusion_report: a ``gpumat.fusion.FusionReport`` of the current plan (ops before and
             after, rewrites per rule); None before the first run.
         node_to_shape_map: node -> inferred shape (every node of the graph as built, and of the
@@ -218,7 +268,7 @@ class Executor:
     Raises:
         TypeError: ``eval_node_list`` holds something that is not a graph node, ``ctx`` is
             neither None nor a ``gpumat.Context`` (e.g. the string ``"gpu"``), or ``training`` is
-            not a bool.
+            not a bool (nor are fusion, compiled, cuda_graph).
 
     Example (training with parameters kept on the device)::
 
@@ -231,7 +281,13 @@ class Executor:
     """
 
     def __init__(
-        self, eval_node_list: Sequence[Node], ctx=None, training: bool = True, fusion: bool = True
+        self,
+        eval_node_list: Sequence[Node],
+        ctx=None,
+        training: bool = True,
+        fusion: bool = True,
+        compiled: bool = True,
+        cuda_graph: bool = True,
     ) -> None:
         if isinstance(eval_node_list, (Node, str, bytes)) or not isinstance(
             eval_node_list, Sequence
@@ -256,10 +312,21 @@ class Executor:
                 )
         if not isinstance(training, (bool, np.bool_)):
             raise TypeError(f"Executor: training must be a bool, got {training!r}")
-        if not isinstance(fusion, (bool, np.bool_)):
-            raise TypeError(f"Executor: fusion must be a bool, got {fusion!r}")
+        for flag, value in (("fusion", fusion), ("compiled", compiled), ("cuda_graph", cuda_graph)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"Executor: {flag} must be a bool, got {value!r}")
         self.ctx = ctx
         self.fusion = bool(fusion)
+        self.compiled = bool(compiled)
+        self.cuda_graph = bool(cuda_graph)
+        # The compiled step of the current plan and mode: a gpumat._core.NativeProgram, or None
+        # with _compile_reason saying why not ("" while not yet traced).
+        self._program = None
+        self._program_training = None
+        self._compile_reason = ""
+        self._external_steps: list[tuple[int, Node]] = []
+        self._buffer_of: dict[int, int] = {}
+        self._segments: list = []
         self.fusion_report = None
         # Ops with ``takes_run_state`` (dropout) see the mode and the number of training runs so
         # far; see the class docstring.
@@ -434,6 +501,10 @@ class Executor:
 
         index = {node: i for i, node in enumerate(order)}
         self._template = [value_buffer(n) if n in assignment else None for n in order]
+        self._buffer_of = {i: assignment[n] for i, n in enumerate(order) if n in assignment}
+        self._external_steps = [(i, n) for i, n in enumerate(order) if n in external]
+        self._program = None
+        self._compile_reason = ""
         steps = []
         for i, node in enumerate(order):
             if node in external:
@@ -501,25 +572,20 @@ class Executor:
             self._plan_key = key
 
         ctx = self.ctx
-        vals = list(self._template)
         training, step = self.training, self.step
-        for kind, i, node, inputs, extra in self._steps:
-            if kind == _COMPUTE:
-                out = vals[i] if extra is None else (vals[i], *[vals[j] for j in extra])
-                if getattr(node.op, "takes_run_state", False):
-                    node.op.compute(
-                        node, [vals[j] for j in inputs], out, ctx, training=training, step=step
-                    )
-                else:
-                    node.op.compute(node, [vals[j] for j in inputs], out, ctx)
-            elif kind == _FEED_COPY:
-                value = feeds[node][0]
-                if ctx is None:
-                    np.copyto(vals[i], value, casting="unsafe")
-                else:
-                    vals[i].copyfrom(value)  # converts to float32 on the way, no device allocation
-            elif kind == _FEED_EXTERNAL:
-                vals[i] = feeds[node][0]
+        if ctx is not None and self.compiled:
+            if self._program_training != training:
+                # Run-state ops trace differently per mode (dropout is a copy when evaluating).
+                self._program, self._compile_reason = None, ""
+                self._program_training = training
+            if self._program is not None:
+                vals = self._run_program(feeds, step)
+            elif not self._compile_reason:
+                vals = self._trace_and_compile(feeds, training, step)
+            else:
+                vals = self._run_python(feeds, training, step)
+        else:
+            vals = self._run_python(feeds, training, step)
 
         if training:
             self.step += 1
@@ -529,3 +595,136 @@ class Executor:
         if convert_to_numpy_ret_vals:
             return [v.asnumpy() for v in results]
         return results
+
+    @property
+    def schedule_report(self) -> ScheduleReport | None:
+        """How runs of the current plan are made (see :class:`ScheduleReport`); None before the
+        first run."""
+        if self._plan_key is None:
+            return None
+        n_ops = sum(1 for kind, *_ in self._steps if kind == _COMPUTE)
+        if self.ctx is None:
+            return ScheduleReport("numpy", n_ops)
+        prog = self._program
+        if prog is None:
+            reason = self._compile_reason or (
+                "compiled=False" if not self.compiled else "compiled on the next run"
+            )
+            return ScheduleReport("python", n_ops, reason=reason)
+        graph_reason = prog.graph_status
+        if not graph_reason and not self.cuda_graph:
+            graph_reason = "cuda_graph=False"
+        elif not graph_reason and self.ctx.device_type == "cpu":
+            graph_reason = "no CUDA graphs on cpu"
+        mode = "cuda-graph" if prog.mode == "cuda-graph" else "compiled"
+        return ScheduleReport(mode, prog.num_steps, prog.graph_nodes, prog.captures, graph_reason)
+
+    def _run_python(self, feeds: dict, training: bool, step: int, trace=None) -> list:
+        """One run with a Python call per op; ``trace`` (a list being filled by
+        ``gpumat.ops.trace_calls``) makes it return each compute step's slice of the calls."""
+        ctx = self.ctx
+        vals = list(self._template)
+        self._segments = []
+        for kind, i, node, inputs, extra in self._steps:
+            if kind == _COMPUTE:
+                out = vals[i] if extra is None else (vals[i], *[vals[j] for j in extra])
+                first = len(trace) if trace is not None else 0
+                if getattr(node.op, "takes_run_state", False):
+                    node.op.compute(
+                        node, [vals[j] for j in inputs], out, ctx, training=training, step=step
+                    )
+                else:
+                    node.op.compute(node, [vals[j] for j in inputs], out, ctx)
+                if trace is not None:
+                    self._segments.append((node, trace[first:]))
+            elif kind == _FEED_COPY:
+                value = feeds[node][0]
+                if ctx is None:
+                    np.copyto(vals[i], value, casting="unsafe")
+                else:
+                    vals[i].copyfrom(value)  # converts to float32 on the way, no device allocation
+            elif kind == _FEED_EXTERNAL:
+                vals[i] = feeds[node][0]
+        return vals
+
+    def _run_program(self, feeds: dict, step: int) -> list:
+        """One run of the compiled step: feeds copied in, fed device arrays bound, one call."""
+        vals = list(self._template)
+        for kind, i, node, _, _ in self._steps:
+            if kind == _FEED_COPY:
+                vals[i].copyfrom(feeds[node][0])
+        inputs = []
+        for i, node in self._external_steps:
+            vals[i] = feeds[node][0]
+            inputs.append(vals[i])
+        self._program.run(inputs, step)
+        return vals
+
+    def _trace_and_compile(self, feeds: dict, training: bool, step: int) -> list:
+        """The plan's first run (per mode) on a device: from Python, recording the ops calls,
+        then compiled into a NativeProgram for the next runs (or the reason why not)."""
+        from gpumat import ops
+
+        for kind, _, node, _, _ in self._steps:
+            if kind != _COMPUTE:
+                continue
+            op = node.op
+            ok = op.compilable
+            if ok is None:
+                ok = type(op).__module__.startswith("gpumat.")
+            if not ok:
+                self._compile_reason = f"op {op.name} ({type(op).__name__}) is not compilable"
+                return self._run_python(feeds, training, step)
+            if getattr(op, "takes_run_state", False) and not op.seeded_scalars:
+                self._compile_reason = f"op {op.name} depends on the run state (no seeded_scalars)"
+                return self._run_python(feeds, training, step)
+        with ops.trace_calls() as trace:
+            vals = self._run_python(feeds, training, step, trace=trace)
+        try:
+            self._program = self._compile(vals, step)
+        except _NotCompilable as exc:
+            self._compile_reason = str(exc)
+        finally:
+            self._segments = []
+        return vals
+
+    def _compile(self, vals: list, step: int):
+        """A NativeProgram making the traced calls (self._segments) on the planned arrays."""
+        from gpumat import _core
+
+        prog = _core.NativeProgram(*self.ctx._native)
+        prog.set_graphs(self.cuda_graph)
+        number: dict[int, int] = {}  # id(PyGpuMatrix value) -> the program's array number
+        for i, b in self._buffer_of.items():
+            number[id(vals[i])] = prog.add_fixed(self._buffers[b], vals[i].shape)
+        for k, (i, node) in enumerate(self._external_steps):
+            if id(vals[i]) in number:
+                raise _NotCompilable(f"the array fed to {node.name!r} is also fed to another node")
+            number[id(vals[i])] = prog.add_input(k, vals[i].shape)
+        for node, calls in self._segments:
+            if not calls:
+                raise _NotCompilable(f"op {node.op.name} made no gpumat.ops calls")
+            seeded = node.op.seeded_scalars if getattr(node.op, "takes_run_state", False) else {}
+            for name, args in calls:
+                arrays, scalars = [], []
+                for a in args:
+                    if isinstance(a, _core.PyGpuMatrix):
+                        if id(a) not in number:
+                            raise _NotCompilable(
+                                f"op {node.op.name} calls {name} on an array outside the plan"
+                            )
+                        arrays.append(number[id(a)])
+                    elif isinstance(a, (bool, int, float, np.integer, np.floating, np.bool_)):
+                        scalars.append(a)
+                    else:
+                        raise _NotCompilable(
+                            f"op {node.op.name} calls {name} with a {type(a).__name__} argument"
+                        )
+                k = seeded.get(name, -1)
+                if k >= 0:  # traced as seed + step; the program adds each run's step
+                    scalars[k] = (int(scalars[k]) - step) % 2**64
+                try:
+                    prog.add_step(name.removesuffix("_"), arrays, scalars, k)
+                except ValueError as exc:
+                    raise _NotCompilable(f"op {node.op.name}: {exc}") from None
+        return prog

@@ -1240,6 +1240,7 @@ class DropoutOp(Op):
 
     name = "dropout_op"
     takes_run_state = True
+    seeded_scalars = {"dropout_": 1}  # ops.dropout(x, out, p, seed + step): seed is scalar 1
 
     def __call__(self, node_x: Node, p, seed=None) -> Node:
         new_node = Op.__call__(self)

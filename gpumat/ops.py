@@ -24,11 +24,60 @@ Set ``GPUMAT_SYNC=1`` to synchronize after each op, so an asynchronous fault nam
 
 from __future__ import annotations
 
+import contextlib
 import numbers
+import threading
 
 import numpy as np
 
 from . import _core
+
+_core_module = _core
+
+
+class _TracingCore:
+    """Stands for ``gpumat._core`` in this module while :func:`trace_calls` runs: every kernel
+    entry point called from the tracing thread is recorded as ``(name, args)``, then run."""
+
+    def __init__(self, calls: list, thread: int) -> None:
+        self._calls = calls
+        self._thread = thread
+
+    def __getattr__(self, name: str):
+        fn = getattr(_core_module, name)
+        if not callable(fn) or threading.get_ident() != self._thread:
+            return fn
+
+        def recorded(*args):
+            self._calls.append((name, args))
+            return fn(*args)
+
+        return recorded
+
+
+_trace_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def trace_calls():
+    """Record the ``gpumat._core`` kernel calls that this module's functions make on this thread.
+
+    Yields a list that fills with ``(name, args)`` pairs in call order (``name`` is the _core
+    wrapper, e.g. ``"matmul_"``; ``args`` as passed, after this module's checks). The calls still
+    run. The executor compiles its schedule from such a trace (``gpumat.Executor(compiled=True)``).
+    One trace at a time (RuntimeError otherwise); other threads' calls are not recorded.
+    """
+    global _core
+    if not _trace_lock.acquire(blocking=False):
+        raise RuntimeError("gpumat.ops.trace_calls: another trace is running")
+    calls: list = []
+    _core = _TracingCore(calls, threading.get_ident())
+    try:
+        yield calls
+    finally:
+        _core = _core_module
+        _trace_lock.release()
+
 
 __all__ = [
     "adam_update",
@@ -86,6 +135,7 @@ __all__ = [
     "softmax_cross_entropy_with_gradient",
     "tanh",
     "tanh_gradient",
+    "trace_calls",
     "transpose",
 ]
 
@@ -334,7 +384,10 @@ def set_conv_workspace_limit(nbytes: int) -> int:
 
     Convolutions build the im2col columns of as many images at once as fit in ``nbytes`` (at
     least one image, whatever the limit), so a smaller limit trades speed for memory. Default
-    64 MiB. Process-wide. Raises ValueError for a negative value.
+    64 MiB. Process-wide. On CUDA (and the emulated device) the columns live in per-device
+    workspaces that are kept between calls (grown, never shrunk; freed at exit), so a training
+    step asks the allocator for nothing and can run as a CUDA graph. Raises ValueError for a
+    negative value.
     """
     return _core.set_conv_workspace_limit_(_int(nbytes, "nbytes", "set_conv_workspace_limit"))
 

@@ -990,5 +990,9 @@ void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const G
 
 int64_t op_count(const Device& device) { return op_counter(device).load(std::memory_order_relaxed); }
 
+void count_ops(const Device& device, int64_t n) {
+  op_counter(device).fetch_add(n, std::memory_order_relaxed);
+}
+
 }  // namespace ops
 }  // namespace gpumat

@@ -206,5 +206,8 @@ void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const G
 // each is one kernel launch on CUDA, except the few that launch two or three (conv, the losses'
 // means, softmax_cross_entropy_with_gradient). The benchmarks' "launches per step".
 int64_t op_count(const Device& device);
+// Adds n calls to `device`'s op_count: a replayed CUDA graph (program.h) makes its captured calls
+// on the device without passing through the functions above.
+void count_ops(const Device& device, int64_t n);
 
 }  // namespace gpumat::ops

@@ -5,7 +5,8 @@
 //   add_channel_bias:       out (N, C, S) = in + bias[c];  reduce_sum_channels: (N, C, S) -> (C,)
 //
 // Method: im2col + our tiled matmul (matmul.cu), over chunks of `chunk` images so the scratch
-// (from the caching allocator) stays under the workspace limit. For a chunk of nb images:
+// (the device's persistent workspaces, see conv2d below) stays under the workspace limit. For a
+// chunk of nb images:
 //   im2col_kernel      col (C*KH*KW, nb*OH*OW), one thread per col element (writes coalesced)
 //   matmul             y^ (F, nb*OH*OW) = w @ col;  dcol = w^T @ dy^;  dw (+)= dy^ @ col^T
 //   swap_axes01_kernel (F, nb, OH*OW) <-> (nb, F, OH*OW), one thread per output element
@@ -174,22 +175,25 @@ void launch_swap_axes01(int dev, const float* in, int64_t d0, int64_t d1, int64_
 
 }  // namespace
 
-// Scratch arrays come from the caching allocator and are released when the launcher returns, with
-// kernels still queued: safe, because every kernel of the device runs on its one stream, in order.
+// Scratch arrays are the device's workspaces (common.cuh: kept between calls, held under
+// workspace_lock() while the kernels that use them are queued), so a training step asks the
+// allocator for nothing and can be captured into a CUDA graph (program.h). Slots 1-3: conv's own.
+enum ConvSlot { kColSlot = 1, kSwapSlot = 2, kPartSlot = 3 };
 void conv2d(int dev, const float* x, const float* w, float* y, const ConvShape& s) {
   const char* op = "conv2d";
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
-  GpuMatrix col({ckk, s.chunk * ohw}, kernel_device(dev));
-  GpuMatrix tmp({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, kernel_device(dev));
+  auto lock = workspace_lock();
+  float* col = workspace(dev, kColSlot, ckk * s.chunk * ohw);
+  float* tmp = workspace(dev, kSwapSlot, s.chunk > 1 ? s.f * s.chunk * ohw : 0);
   for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
     const int64_t nb = std::min(s.chunk, s.n - n0);
-    launch_im2col(dev, x + n0 * chw, s, nb, col.data(), op);
+    launch_im2col(dev, x + n0 * chw, s, nb, col, op);
     float* yb = y + n0 * s.f * ohw;
     if (nb == 1) {
-      matmul(dev, w, false, col.data(), false, yb, s.f, ohw, ckk);
+      matmul(dev, w, false, col, false, yb, s.f, ohw, ckk);
     } else {
-      matmul(dev, w, false, col.data(), false, tmp.data(), s.f, nb * ohw, ckk);
-      launch_swap_axes01(dev, tmp.data(), s.f, nb, ohw, yb, op);
+      matmul(dev, w, false, col, false, tmp, s.f, nb * ohw, ckk);
+      launch_swap_axes01(dev, tmp, s.f, nb, ohw, yb, op);
     }
   }
 }
@@ -197,17 +201,18 @@ void conv2d(int dev, const float* x, const float* w, float* y, const ConvShape& 
 void conv2d_gradient_input(int dev, const float* dy, const float* w, float* dx, const ConvShape& s) {
   const char* op = "conv2d_gradient_input";
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
-  GpuMatrix dcol({ckk, s.chunk * ohw}, kernel_device(dev));
-  GpuMatrix dyt({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, kernel_device(dev));
+  auto lock = workspace_lock();
+  float* dcol = workspace(dev, kColSlot, ckk * s.chunk * ohw);
+  float* dyt = workspace(dev, kSwapSlot, s.chunk > 1 ? s.f * s.chunk * ohw : 0);
   for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
     const int64_t nb = std::min(s.chunk, s.n - n0);
     const float* dyb = dy + n0 * s.f * ohw;
     if (nb > 1) {
-      launch_swap_axes01(dev, dyb, nb, s.f, ohw, dyt.data(), op);
-      dyb = dyt.data();
+      launch_swap_axes01(dev, dyb, nb, s.f, ohw, dyt, op);
+      dyb = dyt;
     }
-    matmul(dev, w, true, dyb, false, dcol.data(), ckk, nb * ohw, s.f);
-    launch_col2im(dev, dcol.data(), s, nb, dx + n0 * chw, op);
+    matmul(dev, w, true, dyb, false, dcol, ckk, nb * ohw, s.f);
+    launch_col2im(dev, dcol, s, nb, dx + n0 * chw, op);
   }
 }
 
@@ -215,21 +220,22 @@ void conv2d_gradient_filter(int dev, const float* x, const float* dy, float* dw,
   const char* op = "conv2d_gradient_filter";
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
   const bool chunked = s.chunk < s.n;
-  GpuMatrix col({ckk, s.chunk * ohw}, kernel_device(dev));
-  GpuMatrix dyt({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, kernel_device(dev));
-  GpuMatrix part({chunked ? s.f * ckk : 0}, kernel_device(dev));
+  auto lock = workspace_lock();
+  float* col = workspace(dev, kColSlot, ckk * s.chunk * ohw);
+  float* dyt = workspace(dev, kSwapSlot, s.chunk > 1 ? s.f * s.chunk * ohw : 0);
+  float* part = workspace(dev, kPartSlot, chunked ? s.f * ckk : 0);
   for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
     const int64_t nb = std::min(s.chunk, s.n - n0);
-    launch_im2col(dev, x + n0 * chw, s, nb, col.data(), op);
+    launch_im2col(dev, x + n0 * chw, s, nb, col, op);
     const float* dyb = dy + n0 * s.f * ohw;
     if (nb > 1) {
-      launch_swap_axes01(dev, dyb, nb, s.f, ohw, dyt.data(), op);
-      dyb = dyt.data();
+      launch_swap_axes01(dev, dyb, nb, s.f, ohw, dyt, op);
+      dyb = dyt;
     }
     // The first chunk writes dw; later ones are added to it.
-    float* target = n0 == 0 ? dw : part.data();
-    matmul(dev, dyb, false, col.data(), true, target, s.f, ckk, nb * ohw);
-    if (n0 > 0) add(dev, dw, part.data(), dw, s.f * ckk);
+    float* target = n0 == 0 ? dw : part;
+    matmul(dev, dyb, false, col, true, target, s.f, ckk, nb * ohw);
+    if (n0 > 0) add(dev, dw, part, dw, s.f * ckk);
   }
 }
 

@@ -105,6 +105,45 @@ void synchronize(int dev) { check(cudaStreamSynchronize(activate(dev)), "synchro
 
 uintptr_t stream_handle(int dev) { return reinterpret_cast<uintptr_t>(activate(dev)); }
 
+void begin_capture(int dev) {
+  check(cudaStreamBeginCapture(activate(dev), cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+}
+
+void* end_capture(int dev, size_t* nodes) {
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(activate(dev), &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t err = cudaGraphGetNodes(graph, nullptr, nodes);
+  if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);  // the executable graph is independent of it
+  check(err, "cudaGraphInstantiate");
+  return exec;
+}
+
+void abort_capture(int dev) noexcept {
+  cudaStream_t s = nullptr;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  try {
+    s = activate(dev);
+  } catch (...) {
+    return;
+  }
+  if (cudaStreamIsCapturing(s, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+  }
+  cudaGetLastError();  // the capture's error is reported by whoever aborted it
+}
+
+void graph_launch(int dev, void* exec) {
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), activate(dev)), "cudaGraphLaunch");
+}
+
+void graph_destroy(void* exec) noexcept {
+  if (exec != nullptr && cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)) != cudaSuccess)
+    cudaGetLastError();
+}
+
 }  // namespace
 
 namespace {
@@ -147,6 +186,11 @@ const DeviceRuntime& runtime() {
     t.copy_peer = copy_peer;
     t.synchronize = synchronize;
     t.stream_handle = stream_handle;
+    t.begin_capture = begin_capture;
+    t.end_capture = end_capture;
+    t.abort_capture = abort_capture;
+    t.graph_launch = graph_launch;
+    t.graph_destroy = graph_destroy;
     return t;
   }();
   return table;

@@ -24,6 +24,15 @@ struct DeviceRuntime {
   void (*copy_peer)(int dst_dev, void* dst, int src_dev, const void* src, size_t nbytes);
   void (*synchronize)(int dev);
   uintptr_t (*stream_handle)(int dev);  // the device's stream (cudaStream_t) as an integer
+  // CUDA graphs (Program, program.h). begin_capture starts capturing the device's stream in
+  // cudaStreamCaptureModeGlobal; end_capture ends it and instantiates the graph: an executable
+  // handle, with the graph's node count in *nodes (throws CudaError, the capture ended, if it was
+  // invalidated); abort_capture ends a capture in progress and drops it (no-op when none runs).
+  void (*begin_capture)(int dev);
+  void* (*end_capture)(int dev, size_t* nodes);
+  void (*abort_capture)(int dev) noexcept;
+  void (*graph_launch)(int dev, void* exec);  // queued on the device's stream
+  void (*graph_destroy)(void* exec) noexcept;
 };
 
 #ifdef GPUMAT_WITH_CUDA

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -278,7 +279,10 @@ enum cudaError_t {
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
   cudaErrorInvalidDevice = 101,
   cudaErrorNoDevice = 100,
   cudaErrorLaunchFailure = 719,
@@ -298,6 +302,30 @@ struct CUevent_st;
 using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
 constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
+
+// CUDA graphs by stream capture: work issued to a capturing stream is recorded, not run, and
+// replayed in issue order by cudaGraphLaunch. As on a GPU in cudaStreamCaptureModeGlobal, calls
+// that could synchronize (cudaMalloc, cudaFree, cudaMemcpy, cudaMemset, cudaDeviceSynchronize,
+// cudaStreamSynchronize, cudaEventSynchronize) fail with cudaErrorStreamCaptureUnsupported while
+// any capture runs and invalidate it; cudaStreamEndCapture then fails with
+// cudaErrorStreamCaptureInvalidated. Graph nodes are kept in one chain (a captured stream is in
+// order), so cudaGraphGetNodes only counts them.
+struct CUgraph_st;
+struct CUgraphExec_st;
+struct CUgraphNode_st;
+using cudaGraph_t = CUgraph_st*;
+using cudaGraphExec_t = CUgraphExec_st*;
+using cudaGraphNode_t = CUgraphNode_st*;
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
 
 struct cudaDeviceProp {
   char name[256];
@@ -371,6 +399,14 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* num_nodes);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t gpumat_emu_func_set_attribute(const void* func, cudaFuncAttribute attr, int value);
 template <typename F>
 inline cudaError_t cudaFuncSetAttribute(F* func, cudaFuncAttribute attr, int value) {
@@ -391,13 +427,20 @@ cudaError_t launch_kernel(void (*kernel)(Params...), const char* name, dim3 grid
     void (*kernel)(Params...);
     Tuple params;
   } call{kernel, Tuple(std::forward<Args>(args)...)};
-  auto body = [](void* c) {
+  ThreadBody body = [](void* c) {
     Call* call = static_cast<Call*>(c);
     std::apply(call->kernel, call->params);
   };
-  return static_cast<cudaError_t>(launch(reinterpret_cast<const void*>(kernel), name,
-                                         Dim{grid.x, grid.y, grid.z}, Dim{block.x, block.y, block.z}, smem,
-                                         stream, body, &call));
+  const void* id = reinterpret_cast<const void*>(kernel);
+  const Dim g{grid.x, grid.y, grid.z}, b{block.x, block.y, block.z};
+  if (capturing(stream)) {
+    // Recorded with a copy of its arguments, as a GPU keeps a captured launch's parameters.
+    auto held = std::make_shared<Call>(std::move(call));
+    return static_cast<cudaError_t>(capture_launch(id, name, g, b, smem, stream, [=]() {
+      return launch(id, name, g, b, smem, stream, body, held.get());
+    }));
+  }
+  return static_cast<cudaError_t>(launch(id, name, g, b, smem, stream, body, &call));
 }
 
 // "ns::kernel<args>" out of a signature "... [with auto Kernel = ns::kernel<args>]".

@@ -620,14 +620,84 @@ bool valid_stream(cudaStream_t s) {
 
 std::map<const void*, int> g_max_dynamic_smem;  // per kernel, set by cudaFuncSetAttribute
 
+std::string config_error(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem,
+                         void* stream, cudaError_t* err);
+
+// ============================================================================ stream capture
+
+// A captured stream's work in issue order; an instantiated graph runs the same closures.
+using GraphNodes = std::vector<std::function<int()>>;
+struct Capture {
+  GraphNodes nodes;
+  bool global = false;      // cudaStreamCaptureModeGlobal (unsafe calls fail on every thread)
+  std::string invalidated;  // why the capture was invalidated; empty while it is valid
+};
+std::mutex g_capture_mutex;
+std::map<const void*, Capture> g_captures;  // by stream, from BeginCapture to EndCapture
+std::set<const void*> g_graphs, g_graph_execs;
+
+// Records `node` on a capturing stream: cudaSuccess, or the capture's invalidation error.
+cudaError_t record(void* stream, std::function<int()> node, const char* what) {
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  Capture& c = g_captures.at(stream);
+  if (!c.invalidated.empty())
+    return fail(cudaErrorStreamCaptureInvalidated,
+                std::string(what) + ": the stream's capture was invalidated by " + c.invalidated);
+  c.nodes.push_back(std::move(node));
+  return cudaSuccess;
+}
+
+void invalidate(void* stream, const std::string& why) {
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  auto it = g_captures.find(stream);
+  if (it != g_captures.end() && it->second.invalidated.empty()) it->second.invalidated = why;
+}
+
+// A call that may synchronize (cudaStreamCaptureModeGlobal's "potentially unsafe API calls"):
+// while a global-mode capture runs it fails and invalidates that capture, as on a GPU.
+cudaError_t unsafe_during_capture(const char* what) {
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  bool any = false;
+  for (auto& [stream, c] : g_captures) {
+    if (!c.global) continue;
+    any = true;
+    if (c.invalidated.empty()) c.invalidated = what;
+  }
+  return any ? fail(cudaErrorStreamCaptureUnsupported,
+                    std::string(what) + " is not allowed while a stream is being captured into a CUDA graph")
+             : cudaSuccess;
+}
+
 }  // namespace
+
+bool capturing(void* stream) {
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  return g_captures.count(stream) != 0;
+}
+
+int capture_launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem,
+                   void* stream, std::function<int()> replay) {
+  cudaError_t err = cudaSuccess;
+  const std::string why = config_error(kernel, name, grid, block, dynamic_smem, stream, &err);
+  if (!why.empty()) {
+    invalidate(stream, why);
+    return fail(err, why);
+  }
+  return record(stream, std::move(replay), name);
+}
 
 // ============================================================================ engine API
 
-int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem, void* stream,
-           ThreadBody body, void* ctx) {
-  if (!valid_stream(static_cast<cudaStream_t>(stream)))
-    return fail(cudaErrorInvalidResourceHandle, std::string("launch of ") + name + ": invalid stream");
+namespace {
+
+// Why a launch's configuration is invalid (its error code in *err), or "" when it is valid.
+std::string config_error(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem,
+                         void* stream, cudaError_t* err) {
+  *err = cudaErrorInvalidConfiguration;
+  if (!valid_stream(static_cast<cudaStream_t>(stream))) {
+    *err = cudaErrorInvalidResourceHandle;
+    return std::string("launch of ") + name + ": invalid stream";
+  }
   size_t smem_limit = kSmemPerBlock;
   {
     std::lock_guard<std::mutex> lock(g_handle_mutex);
@@ -648,8 +718,16 @@ int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dyn
   else if (dynamic_smem > smem_limit)
     std::snprintf(why, sizeof why, "%zu bytes of dynamic shared memory exceed the kernel's limit of %zu",
                   dynamic_smem, smem_limit);
-  if (why[0] != '\0')
-    return fail(cudaErrorInvalidConfiguration, std::string("launch of ") + name + ": " + why);
+  return why[0] == '\0' ? std::string() : std::string("launch of ") + name + ": " + why;
+}
+
+}  // namespace
+
+int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem, void* stream,
+           ThreadBody body, void* ctx) {
+  cudaError_t err = cudaSuccess;
+  const std::string why = config_error(kernel, name, grid, block, dynamic_smem, stream, &err);
+  if (!why.empty()) return fail(err, why);
 
   Launch L;
   L.name = name;
@@ -788,6 +866,12 @@ const char* cudaGetErrorName(cudaError_t err) {
       return "cudaErrorNoDevice";
     case cudaErrorLaunchFailure:
       return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalState:
+      return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
   }
   return "cudaErrorUnknown";
 }
@@ -816,6 +900,15 @@ const char* cudaGetErrorString(cudaError_t err) {
       break;
     case cudaErrorInvalidResourceHandle:
       text = "invalid resource handle";
+      break;
+    case cudaErrorIllegalState:
+      text = "the operation cannot be performed in the present state";
+      break;
+    case cudaErrorStreamCaptureUnsupported:
+      text = "operation not permitted when stream is capturing";
+      break;
+    case cudaErrorStreamCaptureInvalidated:
+      text = "operation failed due to a previous error during capture";
       break;
     default:
       text = "emulated CUDA error";
@@ -913,7 +1006,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int dev) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // launches and copies are synchronous
+// Launches and copies are synchronous: synchronizing only checks that no capture forbids it.
+cudaError_t cudaDeviceSynchronize() { return emu::unsafe_during_capture("cudaDeviceSynchronize"); }
 cudaError_t cudaDriverGetVersion(int* v) {
   *v = 0;  // no driver: the emulator is the whole stack
   return cudaSuccess;
@@ -925,6 +1019,7 @@ cudaError_t cudaRuntimeGetVersion(int* v) {
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   *ptr = nullptr;
+  if (cudaError_t e = emu::unsafe_during_capture("cudaMalloc"); e != cudaSuccess) return e;
   if (bytes == 0) return cudaSuccess;
   const int dev = emu::t_device;
   {
@@ -946,6 +1041,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  if (cudaError_t e = emu::unsafe_during_capture("cudaFree"); e != cudaSuccess) return e;
   if (ptr == nullptr) return cudaSuccess;
   {
     std::lock_guard<std::mutex> lock(emu::g_mem_mutex);
@@ -966,7 +1062,9 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+namespace {
+// The copy itself, after checking that device ranges lie inside live allocations.
+cudaError_t checked_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
   cudaError_t e = cudaSuccess;
   if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice)
@@ -980,11 +1078,33 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   return cudaSuccess;
 }
 
+cudaError_t checked_set(void* ptr, int value, size_t bytes) {
+  cudaError_t e = emu::check_device_range(ptr, bytes, "cudaMemset");
+  if (e != cudaSuccess) return e;
+  if (bytes > 0) std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+}  // namespace
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (cudaError_t e = emu::unsafe_during_capture("cudaMemcpy"); e != cudaSuccess) return e;
+  return checked_copy(dst, src, bytes, kind);
+}
+
+// On a capturing stream the copy is checked now and recorded (as a graph memcpy node).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
   if (!emu::valid_stream(stream))
     return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: invalid stream");
-  return cudaMemcpy(dst, src, bytes, kind);
+  if (!emu::capturing(stream)) return checked_copy(dst, src, bytes, kind);
+  if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice)
+    if (cudaError_t e = emu::check_device_range(dst, bytes, "cudaMemcpyAsync destination"); e != cudaSuccess)
+      return e;
+  if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice)
+    if (cudaError_t e = emu::check_device_range(src, bytes, "cudaMemcpyAsync source"); e != cudaSuccess)
+      return e;
+  return emu::record(
+      stream, [=]() { return static_cast<int>(checked_copy(dst, src, bytes, kind)); }, "cudaMemcpyAsync");
 }
 
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
@@ -995,16 +1115,17 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_dev, const void* src, int src
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
-  cudaError_t e = emu::check_device_range(ptr, bytes, "cudaMemset");
-  if (e != cudaSuccess) return e;
-  if (bytes > 0) std::memset(ptr, value, bytes);
-  return cudaSuccess;
+  if (cudaError_t e = emu::unsafe_during_capture("cudaMemset"); e != cudaSuccess) return e;
+  return checked_set(ptr, value, bytes);
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   if (!emu::valid_stream(stream))
     return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: invalid stream");
-  return cudaMemset(ptr, value, bytes);
+  if (!emu::capturing(stream)) return checked_set(ptr, value, bytes);
+  if (cudaError_t e = emu::check_device_range(ptr, bytes, "cudaMemsetAsync"); e != cudaSuccess) return e;
+  return emu::record(
+      stream, [=]() { return static_cast<int>(checked_set(ptr, value, bytes)); }, "cudaMemsetAsync");
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
@@ -1031,9 +1152,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return emu::valid_stream(stream)
-             ? cudaSuccess
-             : fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: invalid stream");
+  if (!emu::valid_stream(stream))
+    return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: invalid stream");
+  return emu::unsafe_during_capture("cudaStreamSynchronize");
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
@@ -1074,7 +1195,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return as_event(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize");
+  if (as_event(event) == nullptr) return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize");
+  return emu::unsafe_during_capture("cudaEventSynchronize");
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
@@ -1098,5 +1220,111 @@ cudaError_t gpumat_emu_func_set_attribute(const void* func, cudaFuncAttribute at
                                            std::to_string(emu::kSmemOptin));
   std::lock_guard<std::mutex> lock(emu::g_handle_mutex);
   emu::g_max_dynamic_smem[func] = value;
+  return cudaSuccess;
+}
+
+// ============================================================================ CUDA graphs
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  if (stream == nullptr)
+    return fail(cudaErrorStreamCaptureUnsupported,
+                "cudaStreamBeginCapture: the legacy default stream cannot be captured");
+  if (!emu::valid_stream(stream))
+    return fail(cudaErrorInvalidResourceHandle, "cudaStreamBeginCapture: invalid stream");
+  std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
+  if (emu::g_captures.count(stream))
+    return fail(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream is already capturing");
+  emu::g_captures[stream].global = mode == cudaStreamCaptureModeGlobal;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  *graph = nullptr;
+  emu::Capture c;
+  {
+    std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
+    auto it = emu::g_captures.find(stream);
+    if (it == emu::g_captures.end())
+      return fail(cudaErrorIllegalState, "cudaStreamEndCapture: the stream is not capturing");
+    c = std::move(it->second);
+    emu::g_captures.erase(it);
+  }
+  if (!c.invalidated.empty())
+    return fail(cudaErrorStreamCaptureInvalidated, "cudaStreamEndCapture: invalidated by " + c.invalidated);
+  auto* g = new emu::GraphNodes(std::move(c.nodes));
+  std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
+  emu::g_graphs.insert(g);
+  *graph = reinterpret_cast<cudaGraph_t>(g);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  if (!emu::valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamIsCapturing");
+  std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
+  auto it = emu::g_captures.find(stream);
+  *status = it == emu::g_captures.end()      ? cudaStreamCaptureStatusNone
+            : it->second.invalidated.empty() ? cudaStreamCaptureStatusActive
+                                             : cudaStreamCaptureStatusInvalidated;
+  return cudaSuccess;
+}
+
+namespace {
+emu::GraphNodes* as_graph(const void* g, const std::set<const void*>& live) {
+  std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
+  return live.count(g) ? static_cast<emu::GraphNodes*>(const_cast<void*>(g)) : nullptr;
+}
+}  // namespace
+
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* num_nodes) {
+  emu::GraphNodes* g = as_graph(graph, emu::g_graphs);
+  if (g == nullptr || num_nodes == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphGetNodes");
+  if (nodes != nullptr)
+    return fail(cudaErrorInvalidValue, "cudaGraphGetNodes: node handles are not emulated");
+  *num_nodes = g->size();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  emu::GraphNodes* g = as_graph(graph, emu::g_graphs);
+  if (g == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: invalid graph");
+  auto* e = new emu::GraphNodes(*g);
+  std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
+  emu::g_graph_execs.insert(e);
+  *exec = reinterpret_cast<cudaGraphExec_t>(e);
+  return cudaSuccess;
+}
+
+// Runs the recorded work in order; the first failure ends the launch and is returned.
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  emu::GraphNodes* e = as_graph(exec, emu::g_graph_execs);
+  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: invalid graph exec");
+  if (!emu::valid_stream(stream))
+    return fail(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: invalid stream");
+  if (emu::capturing(stream))
+    return fail(cudaErrorStreamCaptureUnsupported, "cudaGraphLaunch into a capturing stream is not emulated");
+  for (const auto& node : *e)
+    if (int err = node(); err != cudaSuccess) return static_cast<cudaError_t>(err);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  emu::GraphNodes* e = as_graph(exec, emu::g_graph_execs);
+  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle, "cudaGraphExecDestroy");
+  {
+    std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
+    emu::g_graph_execs.erase(e);
+  }
+  delete e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  emu::GraphNodes* g = as_graph(graph, emu::g_graphs);
+  if (g == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphDestroy");
+  {
+    std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
+    emu::g_graphs.erase(g);
+  }
+  delete g;
   return cudaSuccess;
 }

@@ -50,6 +50,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace gpumat::emulator {
 
@@ -67,6 +68,13 @@ using ThreadBody = void (*)(void* ctx);
 // fault reports.
 int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem, void* stream,
            ThreadBody body, void* ctx);
+
+// Stream capture (cudaStreamBeginCapture): true while `stream` records its work. capture_launch
+// checks a launch's configuration as launch() does (an error invalidates the capture) and records
+// `replay`, which makes the launch when the graph runs.
+bool capturing(void* stream);
+int capture_launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem,
+                   void* stream, std::function<int()> replay);
 
 // Barrier of the running block. sync_block_count returns how many threads passed pred != 0.
 void sync_block();
