@@ -23,6 +23,8 @@ static inline void gpumat_raise_py_error() {
     PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const gpumat::DTypeError& e) {
     PyErr_SetString(PyExc_TypeError, e.what());
+  } catch (const std::invalid_argument& e) {  // after its subclasses ShapeError and DTypeError
+    PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const gpumat::OutOfMemory& e) {
     PyErr_SetString(PyExc_MemoryError, e.what());
   } catch (const gpumat::CudaError& e) {

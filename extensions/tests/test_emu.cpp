@@ -512,6 +512,88 @@ void emulator_cases() {
   expect_true("cp.async lands at the wait, not before", h[0] == -1.0f && h[1] == 7.0f);
 }
 
+// ---------------------------------------------------------------------------- CUDA graphs
+
+__global__ void increment_kernel(float* out) { out[threadIdx.x] += 1.0f; }
+
+// Stream capture records instead of running, a graph replays the record, and capture-unsafe calls
+// (cudaStreamCaptureModeGlobal) fail and invalidate the capture, as on a GPU.
+void graph_cases() {
+  namespace emulator = gpumat::emulator;
+  GpuMatrix arr({32}, Device::emu(0));
+  float* out = arr.data();
+  std::vector<float> h(32);
+  cudaStream_t s = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  auto begin = [&] { return cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal); };
+  auto increment = [&](unsigned threads) {
+    return emulator::launch_kernel(increment_kernel, "increment_kernel", 1, threads, 0, s, out);
+  };
+  cudaGraph_t graph = nullptr;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+
+  expect_error("capture of the legacy stream", cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal),
+               cudaErrorStreamCaptureUnsupported, "legacy");
+  expect_error("end without a capture", cudaStreamEndCapture(s, &graph), cudaErrorIllegalState,
+               "not capturing");
+
+  cudaMemset(out, 0, 32 * sizeof(float));
+  expect_error("begin capture", begin(), cudaSuccess, "no error");
+  expect_error("a second begin", begin(), cudaErrorIllegalState, "already capturing");
+  cudaStreamIsCapturing(s, &status);
+  expect_true("the stream reports an active capture", status == cudaStreamCaptureStatusActive);
+  expect_error("captured launch 1", increment(32), cudaSuccess, "no error");
+  expect_error("captured launch 2", increment(32), cudaSuccess, "no error");
+  expect_error("end capture", cudaStreamEndCapture(s, &graph), cudaSuccess, "no error");
+  arr.copy_to_host(h.data(), 32);
+  expect_true("captured launches did not run", h[0] == 0.0f && h[31] == 0.0f);
+  size_t nodes = 0;
+  cudaGraphGetNodes(graph, nullptr, &nodes);
+  expect_true("the graph holds the two launches", nodes == 2);
+  cudaGraphExec_t exec = nullptr;
+  expect_error("instantiate", cudaGraphInstantiate(&exec, graph, 0), cudaSuccess, "no error");
+  for (int i = 0; i < 3; ++i) cudaGraphLaunch(exec, s);
+  arr.copy_to_host(h.data(), 32);
+  expect_true("three graph launches made six increments", h[0] == 6.0f && h[31] == 6.0f);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  expect_error("launch of a destroyed graph", cudaGraphLaunch(exec, s), cudaErrorInvalidResourceHandle,
+               "invalid graph exec");
+
+  struct Unsafe {
+    const char* name;
+    std::function<cudaError_t()> call;
+  };
+  void* p = nullptr;
+  const Unsafe unsafe[] = {
+      {"cudaMalloc", [&] { return cudaMalloc(&p, 256); }},
+      {"cudaStreamSynchronize", [&] { return cudaStreamSynchronize(s); }},
+      {"cudaMemcpy", [&] { return cudaMemcpy(h.data(), out, 4, cudaMemcpyDeviceToHost); }},
+      {"cudaDeviceSynchronize", [&] { return cudaDeviceSynchronize(); }},
+  };
+  for (const Unsafe& u : unsafe) {
+    begin();
+    increment(32);
+    expect_error(u.name, u.call(), cudaErrorStreamCaptureUnsupported,
+                 "not allowed while a stream is being captured");
+    cudaStreamIsCapturing(s, &status);
+    expect_true("an unsafe call invalidates the capture", status == cudaStreamCaptureStatusInvalidated);
+    expect_error("end of an invalidated capture", cudaStreamEndCapture(s, &graph),
+                 cudaErrorStreamCaptureInvalidated, u.name);
+    expect_true("no graph from an invalidated capture", graph == nullptr);
+  }
+  begin();
+  expect_error("bad configuration while capturing", increment(2048), cudaErrorInvalidConfiguration,
+               "1024 threads");
+  expect_error("end after a bad launch", cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated,
+               "1024 threads");
+  cudaStreamIsCapturing(s, &status);
+  expect_true("the stream is no longer capturing", status == cudaStreamCaptureStatusNone);
+  arr.copy_to_host(h.data(), 32);
+  expect_true("nothing ran during the failed captures", h[0] == 6.0f);
+  cudaStreamDestroy(s);
+}
+
 // ---------------------------------------------------------------------------- sanitizer demos
 // Deliberately wrong kernels: under `make emu-sanitize` each must end the process with a report that
 // names it. They are launched straight through the emulator (they are not part of libgpumat).
@@ -551,6 +633,7 @@ int main(int argc, char** argv) {
   fused_cases();
   conv_pool_cases();
   emulator_cases();
+  graph_cases();
   layer_cases();
   size_cases();
   std::printf("%d cases on emu:0 against the host: %d failed\n", g_cases, g_failures);

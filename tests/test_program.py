@@ -1,0 +1,285 @@
+"""Compiled executor steps and CUDA graphs (issue 16): ``Executor(compiled=True, cuda_graph=True)``.
+
+The first run of a plan calls the ops from Python while ``gpumat.ops.trace_calls`` records their
+kernel calls; later runs replay them in C++ (``gpumat._core.NativeProgram``), and on CUDA or the
+emulated device the step is captured into a CUDA graph on its second run and launched as one graph
+after. Every check compares the compiled runs with the Python runs of the same plan bit for bit
+(the same kernels in the same order), over several runs with fresh random feeds and parameters
+that change between runs, and the graph path with float64 numpy.
+"""
+
+import numpy as np
+import pytest
+
+import gpumat
+from gpumat import autodiff as ad
+from gpumat import models, ops
+from gpumat.autodiff import Executor
+from gpumat.optim import SGD
+
+
+def _feeds(model, batch, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.random((batch, *model.input_shape), dtype=np.float32)
+    y = np.eye(model.num_classes, dtype=np.float32)[rng.integers(0, model.num_classes, batch)]
+    return x, y
+
+
+def _train(model, ctx, runs, batch, **flags):
+    """Loss and gradients of `runs` SGD steps (numpy copies), and the executor."""
+    ex = Executor([model.loss, *model.grads], ctx=ctx, **flags)
+    params = [gpumat.array(v, ctx) for v in model.initial_values.values()]
+    opt = SGD(params, lr=0.1)
+    history = []
+    fed = dict(zip(model.params.values(), params, strict=True))
+    for run in range(runs):
+        x, y = _feeds(model, batch, seed=run)
+        out = ex.run({model.x: x, model.y_: y, **fed})
+        history.append([v.asnumpy() for v in out])
+        opt.step(out[1:])
+    return history, ex
+
+
+MODELS = {
+    "logreg": (models.logreg, 32),
+    "mlp": (models.mlp, 48),
+    "mlp_dropout": (lambda: models.mlp(dropout=0.3), 48),
+    "cnn": (models.cnn, 4),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_compiled_runs_equal_python_runs(ctx, name):
+    build, batch = MODELS[name]
+    model = build()
+    python, ex_py = _train(model, ctx, 5, batch, compiled=False)
+    compiled, ex = _train(model, ctx, 5, batch)
+    for run, (a, b) in enumerate(zip(python, compiled, strict=True)):
+        for k, (u, v) in enumerate(zip(a, b, strict=True)):
+            assert np.array_equal(u, v), f"run {run}, output {k}: max diff {np.abs(u - v).max()}"
+    assert ex_py.schedule_report.mode == "python"
+    report = ex.schedule_report
+    if ctx.device_type == "cpu":
+        assert report.mode == "compiled" and report.reason == "no CUDA graphs on cpu"
+    elif name == "mlp_dropout":
+        assert report.mode == "compiled" and "dropout" in report.reason
+    else:
+        assert report.mode == "cuda-graph", str(report)
+        assert report.captures == 1 and report.graph_nodes >= report.ops
+
+
+def test_graph_step_matches_float64_numpy(gpu_ctx):
+    model = models.mlp()
+    params = {k: v.astype(np.float64) for k, v in model.initial_values.items()}
+    ex = Executor([model.loss, *model.grads], ctx=gpu_ctx)
+    dev = {model.params[k]: gpumat.array(v, gpu_ctx) for k, v in params.items()}
+    ref = Executor([model.loss, *model.grads], ctx=None)
+    for run in range(4):
+        x, y = _feeds(model, 40, seed=100 + run)
+        got = ex.run({model.x: x, model.y_: y, **dev}, convert_to_numpy_ret_vals=True)
+        want = ref.run(
+            {
+                model.x: x.astype(np.float64),
+                model.y_: y.astype(np.float64),
+                **{model.params[k]: v for k, v in params.items()},
+            }
+        )
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5)
+    assert ex.schedule_report.mode == "cuda-graph"
+
+
+def test_graph_recaptures_when_fed_arrays_move(gpu_ctx):
+    model = models.logreg()
+    ex = Executor([model.loss, *model.grads], ctx=gpu_ctx)
+    ref = Executor([model.loss, *model.grads], ctx=gpu_ctx, compiled=False)
+    captures = []
+    for run in range(9):
+        x, y = _feeds(model, 16, seed=run)
+        rng = np.random.default_rng(run)
+        fresh = {
+            model.params[k]: gpumat.array(rng.normal(size=v.shape).astype(np.float32), gpu_ctx)
+            for k, v in model.initial_values.items()
+        }
+        got = ex.run({model.x: x, model.y_: y, **fresh}, convert_to_numpy_ret_vals=True)
+        want = ref.run({model.x: x, model.y_: y, **fresh}, convert_to_numpy_ret_vals=True)
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g, w)
+        captures.append(ex.schedule_report.captures)
+    # run 0 traces, run 1 warms up, runs 2.. capture for each new address, until the limit
+    assert captures[2:6] == [1, 2, 3, 4]
+    report = ex.schedule_report
+    assert report.mode == "compiled" and "moved" in report.reason
+
+
+def test_dropout_graph_in_evaluation_mode_and_seeds_in_training(gpu_ctx):
+    x = ad.Variable("x")
+    y = gpumat.nn.dropout_op(x, 0.5, seed=7) * 2.0
+    data = np.random.default_rng(1).random((30, 20), dtype=np.float32)
+    ex = Executor([y], ctx=gpu_ctx, training=False)
+    for _ in range(3):
+        (out,) = ex.run({x: data}, convert_to_numpy_ret_vals=True)
+        np.testing.assert_array_equal(out, data * np.float32(2.0))
+    assert ex.schedule_report.mode == "cuda-graph"
+    ex.training = True
+    ref = Executor([y], ctx=gpu_ctx, compiled=False)
+    ref.step = ex.step
+    masks = []
+    for _ in range(4):
+        (out,) = ex.run({x: data}, convert_to_numpy_ret_vals=True)
+        (want,) = ref.run({x: data}, convert_to_numpy_ret_vals=True)
+        np.testing.assert_array_equal(out, want)
+        masks.append(out != 0)
+    assert ex.schedule_report.mode == "compiled" and "dropout" in ex.schedule_report.reason
+    assert not np.array_equal(masks[-1], masks[-2])  # a fresh mask each step
+
+
+def test_new_feed_shape_replans_and_recompiles(ctx):
+    model = models.mlp()
+    ex = Executor([model.loss, *model.grads], ctx=ctx)
+    ref = Executor([model.loss, *model.grads], ctx=ctx, compiled=False)
+    params = {model.params[k]: gpumat.array(v, ctx) for k, v in model.initial_values.items()}
+    for run, batch in enumerate([32, 32, 32, 16, 16, 16, 32]):
+        x, y = _feeds(model, batch, seed=run)
+        got = ex.run({model.x: x, model.y_: y, **params}, convert_to_numpy_ret_vals=True)
+        want = ref.run({model.x: x, model.y_: y, **params}, convert_to_numpy_ret_vals=True)
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g, w)
+    # The last run traced the replanned step: the next one is compiled (a graph on the one after).
+    assert ex.schedule_report.mode == "compiled"
+
+
+class _UserAdd(ad.Op):
+    """A user-defined op (defined outside gpumat): not compiled unless it opts in."""
+
+    name = "user_add"
+
+    def __call__(self, a, b):
+        node = ad.Op.__call__(self)
+        node.inputs = [a, b]
+        node.name = f"UserAdd({a.name},{b.name})"
+        return node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        if ctx is None:
+            np.add(input_vals[0], input_vals[1], out=output_val)
+        else:
+            ops.matrix_elementwise_add(input_vals[0], input_vals[1], output_val)
+
+    def gradient(self, node, output_grad):
+        return [output_grad, output_grad]
+
+    def infer_shape(self, node, input_shapes):
+        return input_shapes[0]
+
+
+class _CompilableUserAdd(_UserAdd):
+    compilable = True
+
+
+@pytest.mark.parametrize("op_class", [_UserAdd, _CompilableUserAdd])
+def test_user_ops_compile_only_when_they_opt_in(ctx, op_class):
+    a, b = ad.Variable("a"), ad.Variable("b")
+    out = ad.relu_op(op_class()(a, b))
+    ex = Executor([out], ctx=ctx)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        va, vb = rng.normal(size=(5, 7)), rng.normal(size=(5, 7))
+        (got,) = ex.run({a: va, b: vb}, convert_to_numpy_ret_vals=True)
+        np.testing.assert_allclose(got, np.maximum(va + vb, 0.0), rtol=1e-6, atol=1e-6)
+    report = ex.schedule_report
+    if op_class is _UserAdd:
+        assert report.mode == "python" and "user_add" in report.reason
+    else:
+        assert report.mode in ("compiled", "cuda-graph")
+
+
+def test_graph_replays_count_their_launches(gpu_ctx):
+    model = models.mlp()
+    params = {model.params[k]: gpumat.array(v, gpu_ctx) for k, v in model.initial_values.items()}
+    x, y = _feeds(model, 24, seed=5)
+    counts = {}
+    for compiled in (False, True):
+        ex = Executor([model.loss, *model.grads], ctx=gpu_ctx, compiled=compiled)
+        deltas = []
+        for _ in range(4):
+            before = gpumat.launch_count(gpu_ctx)
+            ex.run({model.x: x, model.y_: y, **params})
+            deltas.append(gpumat.launch_count(gpu_ctx) - before)
+        counts[compiled] = deltas
+    assert counts[True] == counts[False]
+    assert ex.schedule_report.mode == "cuda-graph"
+
+
+def test_flags_turn_compilation_and_graphs_off(gpu_ctx):
+    model = models.logreg()
+    params = {model.params[k]: gpumat.array(v, gpu_ctx) for k, v in model.initial_values.items()}
+    x, y = _feeds(model, 8, seed=0)
+    modes = {}
+    for flags in ({"compiled": False}, {"cuda_graph": False}, {}):
+        ex = Executor([model.loss], ctx=gpu_ctx, **flags)
+        for _ in range(3):
+            ex.run({model.x: x, model.y_: y, **params})
+        modes[tuple(flags)] = (ex.schedule_report.mode, ex.schedule_report.reason)
+    assert modes[("compiled",)] == ("python", "compiled=False")
+    assert modes[("cuda_graph",)] == ("compiled", "cuda_graph=False")
+    assert modes[()] == ("cuda-graph", "")
+    with pytest.raises(TypeError, match="compiled"):
+        Executor([model.loss], ctx=gpu_ctx, compiled="yes")
+    with pytest.raises(TypeError, match="cuda_graph"):
+        Executor([model.loss], ctx=gpu_ctx, cuda_graph=1)
+
+
+def test_numpy_executor_reports_numpy():
+    x = ad.Variable("x")
+    ex = Executor([x * 2.0])
+    assert ex.schedule_report is None
+    ex.run({x: np.ones((2, 2))})
+    assert ex.schedule_report.mode == "numpy"
+
+
+def test_trace_calls_records_the_calls_and_runs_them(ctx):
+    rng = np.random.default_rng(0)
+    a = gpumat.array(rng.normal(size=(3, 4)), ctx)
+    b = gpumat.array(rng.normal(size=(4, 2)), ctx)
+    c = gpumat.empty((3, 2), ctx)
+    with ops.trace_calls() as calls:
+        ops.matrix_multiply(a, False, b, False, c)
+        with pytest.raises(RuntimeError, match="another trace"):
+            with ops.trace_calls():
+                pass
+    assert [name for name, _ in calls] == ["matmul_"]
+    assert calls[0][1][1] is False and calls[0][1][4] is c
+    np.testing.assert_allclose(c.asnumpy(), a.asnumpy() @ b.asnumpy(), rtol=1e-5, atol=1e-6)
+    ops.relu(c, c)  # no longer recorded
+    assert len(calls) == 1
+
+
+def test_native_program_rejects_bad_input(ctx):
+    from gpumat import _core
+
+    prog = _core.NativeProgram(*ctx._native)
+    buf = gpumat.empty((6,), ctx)
+    a = prog.add_fixed(buf, (2, 3))
+    b = prog.add_input(0, (2, 3))
+    with pytest.raises(ValueError, match="exceeds"):
+        prog.add_fixed(buf, (7,))
+    with pytest.raises(ValueError, match="no op named 'sgd_update_multi'"):
+        prog.add_step("sgd_update_multi", [a], [])
+    with pytest.raises(ValueError, match="takes 2 arrays and 0 scalars"):
+        prog.add_step("relu", [a], [])
+    with pytest.raises(ValueError, match="no array number 9"):
+        prog.add_step("relu", [a, 9], [])
+    prog.add_step("relu", [b, a], [])
+    with pytest.raises(ValueError, match="0 inputs for a program of 1"):
+        prog.run([], 0)
+    with pytest.raises(TypeError, match="input 0"):
+        prog.run([np.zeros((2, 3), np.float32)], 0)
+    with pytest.raises(ValueError, match="holds 4 floats"):
+        prog.run([gpumat.empty((4,), ctx)], 0)
+    other = gpumat.cpu() if ctx.device_type != "cpu" else gpumat.emu()
+    with pytest.raises(ValueError, match="runs on"):
+        prog.run([gpumat.empty((2, 3), other)], 0)
+    src = np.random.default_rng(2).normal(size=(2, 3)).astype(np.float32)
+    prog.run([gpumat.array(src, ctx)], 0)
+    np.testing.assert_array_equal(buf.asnumpy().reshape(2, 3), np.maximum(src, 0))
