@@ -391,15 +391,17 @@ def mnist_table(rows: list[dict]) -> str:
     out = []
     for r in rows:
         if "epoch_s" not in r:
-            out.append([r["model"], r["backend"], r["framework"], "error", *["-"] * 6])
+            out.append([r["model"], r["backend"], r["framework"], "error", *["-"] * 8])
             continue
         peak = r.get("peak_bytes")
         mpe = r.get("mallocs_per_epoch")
         vs = "-"
-        if r["framework"].startswith("gpumat"):
+        if r["framework"].startswith(("gpumat", "torch-")):
             t = by_key.get((r["model"], r["backend"], "torch"))
             if t and t.get("epoch_s") and r.get("epoch_s"):
                 vs = f"{t['epoch_s'] / r['epoch_s']:.2f}x"
+        steps = r.get("steps_per_epoch")
+        sps = "-" if not steps or not r.get("epoch_s") else fmt_num(steps / r["epoch_s"], 3)
         out.append(
             [
                 r["model"],
@@ -411,6 +413,8 @@ def mnist_table(rows: list[dict]) -> str:
                 "-" if mpe is None else fmt_num(mpe, 2),
                 "-" if peak is None else fmt_num(peak / 1e6, 3),
                 "-" if r.get("launches_per_step") is None else fmt_num(r["launches_per_step"], 3),
+                sps,
+                r.get("schedule", "-").split(":")[0] or "-",
                 vs,
             ]
         )
@@ -424,9 +428,11 @@ def mnist_table(rows: list[dict]) -> str:
         "mallocs/epoch",
         "peak MB",
         "launches/step",
+        "steps/s",
+        "schedule",
         "x torch",
     ]
-    return format_table(headers, out, align="lll" + "r" * 7)
+    return format_table(headers, out, align="lll" + "r" * 7 + "lr")
 
 
 MNIST_LEGEND = (
@@ -434,7 +440,11 @@ MNIST_LEGEND = (
     "after the last epoch. mallocs/epoch: device allocations per epoch after the first (gpumat: "
     "device_malloc_calls; torch: new caching-allocator segments). peak MB: peak device bytes in "
     "use / 1e6 (gpumat allocator vs torch.cuda.max_memory_allocated). launches/step: gpumat op "
-    "calls per training step (gpumat.launch_count; forward, backward and update). gpumat-unfused: "
-    "the executor without its fusion pass. x torch: torch epoch time / gpumat epoch time (>1: "
-    "gpumat faster).\n"
+    "calls per training step (gpumat.launch_count; forward, backward and update). steps/s: "
+    "training steps per second. schedule: how gpumat's executor ran the steps (python: a Python "
+    "call per op; compiled: one native call per step; cuda-graph: one CUDA graph launch per "
+    "step). gpumat: fusion, compiled steps and CUDA graphs (the defaults); gpumat-nograph: no "
+    "CUDA graphs; gpumat-python: fused ops called from Python; gpumat-unfused: no fusion, from "
+    "Python. torch-compile: torch.compile of forward and loss (mode reduce-overhead on a GPU). "
+    "x torch: eager torch epoch time / this row's (>1: this row faster).\n"
 )

@@ -32,10 +32,20 @@ Measured, per model, backend and framework:
   (none for torch on cpu).
 - ``launches/step``: gpumat op calls (``gpumat.launch_count``) per training step, forward,
   backward and SGD update (the median over steps, validation excluded).
-- ``x torch``: PyTorch's epoch time over gpumat's (above 1: gpumat faster).
+- ``steps/s``: training steps per second (steps per epoch / ``epoch s``).
+- ``schedule``: how gpumat's executor made its runs (``Executor.schedule_report``): ``python``
+  (one Python call per op), ``compiled`` (one native call per step), ``cuda-graph`` (one CUDA
+  graph launch per step).
+- ``x torch``: PyTorch's epoch time over gpumat's (above 1: gpumat faster); for
+  ``torch-compile`` rows, eager PyTorch's time over the compiled one's.
 
-gpumat runs twice by default (``--fusion both``): ``gpumat`` with the executor's fusion pass
-(``gpumat.fusion``, the default of ``Executor``) and ``gpumat-unfused`` without it.
+gpumat variants (``--variants``, comma-separated; default all that apply to the backend):
+``gpumat`` (the executor's defaults: fusion pass, compiled steps, CUDA graphs on a GPU),
+``gpumat-nograph`` (compiled steps without CUDA graphs; gpu only), ``gpumat-python`` (fused, one
+Python call per op) and ``gpumat-unfused`` (no fusion, one Python call per op). PyTorch runs
+eagerly (``torch``) and, on a GPU or with ``--torch-compile``, as
+``torch.compile(loss, mode="reduce-overhead")`` (``torch-compile``: forward and backward compiled
+and replayed as CUDA graphs; on cpu the default mode), with the same eager SGD update.
 
 ``--quick`` trains 2 epochs on 5,000 training and 1,000 validation images (the second epoch is
 the measured one). Output: a table, and a JSON file plus markdown (see ``benchmarks/results/
@@ -116,7 +126,17 @@ class _EpochProbe:
         return statistics.median(per) if per else None
 
 
-def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, fusion=True):
+# Executor flags of each gpumat variant (see the module docstring).
+GPUMAT_VARIANTS = {
+    "gpumat": {"fusion": True, "compiled": True, "cuda_graph": True},
+    "gpumat-nograph": {"fusion": True, "compiled": True, "cuda_graph": False},
+    "gpumat-python": {"fusion": True, "compiled": False, "cuda_graph": False},
+    "gpumat-unfused": {"fusion": False, "compiled": False, "cuda_graph": False},
+}
+
+
+def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, variant="gpumat"):
+    flags = GPUMAT_VARIANTS[variant]
     ctx = train.get_context(ctx_name)
     model = models.BUILDERS[name]()
     steps = len(data[0][0]) // batch_size
@@ -140,12 +160,13 @@ def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, fusion=True):
         optimizer=factory,
         verbose=False,
         progress=False,
-        fusion=fusion,
+        **flags,
     )
     wall = time.perf_counter() - t0
     rec = {
-        "framework": "gpumat" if fusion else "gpumat-unfused",
-        "fusion": fusion,
+        "framework": variant,
+        **flags,
+        "schedule": hist.schedule,
         "model": name,
         "backend": ctx_name,
         "epochs": hist.epochs,
@@ -157,6 +178,7 @@ def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, fusion=True):
         "wall_s": wall,
         "lr": lr,
         "batch_size": batch_size,
+        "steps_per_epoch": steps,
     }
     if ctx is not None:
         after = gpumat.memory_stats(ctx)
@@ -184,7 +206,7 @@ def _torch_forward(torch, name, p, x):
     return h @ p["W3"] + p["b3"]
 
 
-def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr):
+def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr, compile_loss=False):
     if ctx_name == "gpu":
         dev = torch.device("cuda", 0)
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -203,6 +225,13 @@ def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr):
         k: torch.tensor(v, device=dev, requires_grad=True) for k, v in model.initial_values.items()
     }
     opt = torch.optim.SGD(list(params.values()), lr=lr)
+
+    def loss_fn(xb, yb):
+        return torch.nn.functional.cross_entropy(_torch_forward(torch, name, params, xb), yb)
+
+    if compile_loss:
+        # CUDA graphs for the forward and the compiled backward on a GPU; on cpu the default mode.
+        loss_fn = torch.compile(loss_fn, mode="reduce-overhead" if dev.type == "cuda" else None)
     (train_x, train_y), (valid_x, valid_y) = data[0], data[1]
     X = torch.from_numpy(np.ascontiguousarray(train_x, np.float32))  # noqa: N806
     Y = torch.from_numpy(np.asarray(train_y, np.int64))  # noqa: N806
@@ -223,7 +252,7 @@ def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr):
         for b in range(n_batches):
             xb = X[b * batch_size : (b + 1) * batch_size].to(dev)
             yb = Y[b * batch_size : (b + 1) * batch_size].to(dev)
-            loss = torch.nn.functional.cross_entropy(_torch_forward(torch, name, params, xb), yb)
+            loss = loss_fn(xb, yb)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -237,7 +266,7 @@ def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr):
                 pred.append(logits.argmax(dim=1).cpu().numpy())
         accs.append(float(np.mean(np.concatenate(pred) == valid_y)))
     rec = {
-        "framework": "torch",
+        "framework": "torch-compile" if compile_loss else "torch",
         "torch": torch.__version__,
         "model": name,
         "backend": ctx_name,
@@ -250,6 +279,7 @@ def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr):
         "wall_s": time.perf_counter() - t_all,
         "lr": lr,
         "batch_size": batch_size,
+        "steps_per_epoch": n_batches,
     }
     if dev.type == "cuda":
         seg_end = torch.cuda.memory_stats(dev).get("segment.all.allocated", 0)
@@ -281,10 +311,16 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=train.DEFAULT_LR)
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch runs")
     p.add_argument(
-        "--fusion",
-        choices=("both", "on", "off"),
-        default="both",
-        help="gpumat with the executor's fusion pass, without it, or both (default)",
+        "--variants",
+        default=None,
+        help="comma-separated gpumat variants among "
+        + ", ".join(GPUMAT_VARIANTS)
+        + " (default: all; gpumat-nograph on gpu only)",
+    )
+    p.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="also time torch.compile on cpu (always on gpu)",
     )
     p.add_argument("--out", default=None, help="JSON file (or folder); default under results/")
     p.add_argument("--no-write", action="store_true", help="print only, write no files")
@@ -296,6 +332,13 @@ def parse_args(argv):
     for c in args.ctx:
         if c not in ("numpy", "cpu", "gpu"):
             p.error(f"unknown backend {c!r}: expected numpy, cpu or gpu")
+    if args.variants is None:
+        args.variants = list(GPUMAT_VARIANTS)
+    else:
+        args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        for v in args.variants:
+            if v not in GPUMAT_VARIANTS:
+                p.error(f"unknown variant {v!r}: expected one of {list(GPUMAT_VARIANTS)}")
     for m in args.models:
         if m not in models.BUILDERS:
             p.error(f"unknown model {m!r}: expected one of {sorted(models.BUILDERS)}")
@@ -370,6 +413,7 @@ def main(argv=None) -> int:
                 "epochs": args.epochs,
                 "batch_size": args.batch_size,
                 "lr": args.lr,
+                "variants": args.variants,
                 "num_train": len(train_set[0]),
                 "num_valid": len(valid_set[0]),
             },
@@ -382,12 +426,12 @@ def main(argv=None) -> int:
     plan = []
     for name in args.models:
         for ctx_name in args.ctx:
-            if args.fusion in ("both", "off"):
+            for variant in reversed(args.variants):  # the defaults last: the warmest machine
+                if variant == "gpumat-nograph" and ctx_name != "gpu":
+                    continue
                 plan.append(
-                    (name, ctx_name, "gpumat-unfused", lambda *a: run_gpumat(*a, fusion=False))
+                    (name, ctx_name, variant, lambda *a, v=variant: run_gpumat(*a, variant=v))
                 )
-            if args.fusion in ("both", "on"):
-                plan.append((name, ctx_name, "gpumat", run_gpumat))
             if (
                 torch is not None
                 and name in TORCH_MODELS
@@ -395,6 +439,15 @@ def main(argv=None) -> int:
                 and (ctx_name == "cpu" or torch.cuda.is_available())
             ):
                 plan.append((name, ctx_name, "torch", lambda *a: run_torch(torch, *a)))
+                if ctx_name == "gpu" or args.torch_compile:
+                    plan.append(
+                        (
+                            name,
+                            ctx_name,
+                            "torch-compile",
+                            lambda *a: run_torch(torch, *a, compile_loss=True),
+                        )
+                    )
     planned = len(plan)
     for name, ctx_name, framework, fn in plan:
         print(f"{name} / {ctx_name} / {framework} ...", end=" ", file=sys.stderr, flush=True)

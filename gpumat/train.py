@@ -130,6 +130,9 @@ class History:
         allreduce_time_s: with ``distributed``, seconds per epoch this rank spent in gradient
             allreduces (waiting for slower ranks included; staging copies excluded), else empty.
             With ``distributed``, validation and test accuracy are measured on rank 0 only.
+        schedule: how the training executor ran its steps, ``str`` of its
+            ``gpumat.executor.ScheduleReport`` (e.g. ``"cuda-graph: 14 op calls per run in a CUDA
+            graph of 15 nodes (1 captures)"``); "" before training.
     """
 
     model: str
@@ -147,6 +150,7 @@ class History:
     params: dict = dataclasses.field(default_factory=dict, repr=False)
     world_size: int = 1
     allreduce_time_s: list[float] = dataclasses.field(default_factory=list)
+    schedule: str = ""
 
     @property
     def epochs(self) -> int:
@@ -318,6 +322,8 @@ def fit(
     checkpoint: str | os.PathLike[str] | None = None,
     resume: str | os.PathLike[str] | None = None,
     fusion: bool = True,
+    compiled: bool = True,
+    cuda_graph: bool = True,
 ) -> History:
     """Train ``model`` on mini-batches (SGD by default); record loss, time and accuracy per epoch.
 
@@ -379,6 +385,9 @@ def fit(
         fusion: run the executor's fusion pass (``gpumat.fusion``; default True): fused dense
             layers, ReLU/bias gradients and loss. False trains the graph as built (same values
             up to float32 rounding; the benchmark compares the two).
+        compiled, cuda_graph: the executor's flags (``gpumat.Executor``; default True): steps
+            compiled into one native call each, and on a CUDA or emulated device replayed as one
+            CUDA graph launch. Same values either way; ``history.schedule`` says what ran.
 
     Returns:
         A :class:`History`: per-epoch loss, seconds and validation accuracy, final validation and
@@ -466,7 +475,13 @@ def fit(
             valid = test = None
     # ---------------------------------------------------------------------------------------------
 
-    executor = Executor([model.loss, *model.grads], ctx=ctx, fusion=fusion)
+    executor = Executor(
+        [model.loss, *model.grads],
+        ctx=ctx,
+        fusion=fusion,
+        compiled=compiled,
+        cuda_graph=cuda_graph,
+    )
     predictor = _Predictor(model, ctx, eval_batch_size)
     feed = dict(zip(model.params.values(), values, strict=True))
     rng = np.random.default_rng(seed) if shuffle else None
@@ -571,6 +586,8 @@ def fit(
     finally:
         bar.close()
 
+    if executor.schedule_report is not None:
+        history.schedule = str(executor.schedule_report)
     if history.valid_accuracy:
         history.final_valid_accuracy = history.valid_accuracy[-1]
     if test is not None:
