@@ -204,7 +204,7 @@ void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const G
 
 // Calls of the ops above that reached `device` (passed their checks) since the process started:
 // each is one kernel launch on CUDA, except the few that launch two or three (conv, the losses'
-// means, softmax_cross_entropy_with_gradient). The benchmarks' "launches per step".
+// means). The benchmarks' "launches per step".
 int64_t op_count(const Device& device);
 // Adds n calls to `device`'s op_count: a replayed CUDA graph (program.h) makes its captured calls
 // on the device without passing through the functions above.

@@ -79,6 +79,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 std::unique_lock<std::mutex> workspace_lock();
 float* workspace(int dev, int slot, int64_t floats);
 
+// A per-device counter in device memory for "last block" reductions (a kernel's blocks count
+// themselves done; the last one finishes the job and sets the counter back to 0). Zero when created;
+// use it, and queue its kernel, while holding workspace_lock(), as for workspace().
+unsigned* block_ticket(int dev);
+
 // Grid for a 1-D grid-stride loop over n elements: enough blocks to fill the GPU, never more
 // than the hardware allows (the kernels loop over the rest).
 inline unsigned int grid_for(int64_t n, int block) {

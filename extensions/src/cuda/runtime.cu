@@ -1,4 +1,5 @@
 // CUDA runtime glue: streams, device memory, copies, error translation. See runtime.h.
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -164,6 +165,17 @@ float* workspace(int dev, int slot, int64_t floats) {
     ws = new GpuMatrix({floats}, kernel_device(dev));
   }
   return ws->data();
+}
+
+unsigned* block_ticket(int dev) {
+  static auto* tickets = new std::map<int, GpuMatrix*>();  // never destroyed, as the workspaces
+  GpuMatrix*& t = (*tickets)[dev];
+  if (t == nullptr) {
+    auto fresh = std::make_unique<GpuMatrix>(std::vector<int64_t>{1}, kernel_device(dev));
+    check(cudaMemsetAsync(fresh->data(), 0, sizeof(unsigned), activate(dev)), "block_ticket");
+    t = fresh.release();
+  }
+  return reinterpret_cast<unsigned*>(t->data());
 }
 
 GridLimits grid_limits(int dev) {

@@ -1,7 +1,9 @@
 // CUDA softmax family over (rows, cols), one block per row (grid-stride over rows):
 //   softmax_kernel:           out[r,c] = exp(x[r,c] - max_r) / sum_c exp(x[r,c] - max_r)
-//   cross_entropy_rows_kernel: loss[r] = -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r))
-//   mean_kernel:              out[0] = mean_r loss[r] (one block, fixed order: deterministic)
+//   cross_entropy_rows_kernel: loss[r] = -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r)),
+//                             then out[0] = mean_r loss[r], taken by the last block to finish (it
+//                             sums in a fixed order, so the result is deterministic): one launch
+//                             for the loss (and, fused, its gradient)
 // Softmax over any axis of an N-d array, seen as (outer, n, inner) with the axis in the middle
 // (no transposes): y = softmax or log_softmax along n; the gradients from y and dy are
 //   softmax:     dx = y * (dy - sum_n y*dy)       log_softmax: dx = dy - exp(y) * sum_n dy
@@ -70,12 +72,16 @@ __global__ void softmax_kernel(const float* in, float* out, int64_t rows, int64_
   }
 }
 
-// logits, labels are (rows, cols); loss is (rows,). With WithGradient, also grad (rows, cols) =
-// (softmax(x) - y) * inv_rows from the same row statistics (issue 16: the loss and its gradient
-// from one read of the logits); grad is unused otherwise.
+// logits, labels are (rows, cols); loss is (rows,), scratch; out is (1,): the mean loss. With
+// WithGradient, also grad (rows, cols) = (softmax(x) - y) * inv_rows from the same row statistics
+// (issue 16: the loss and its gradient from one read of the logits); grad is unused otherwise.
+// The mean: each block counts itself done on `ticket` (zero before the launch) after a fence that
+// publishes its rows' losses; the last one sums them all, in row order, and resets the ticket
+// ("last block" reduction, as in the CUDA samples' threadFenceReduction).
 template <bool WithGradient>
 __global__ void cross_entropy_rows_kernel(const float* logits, const float* labels, float* loss, float* grad,
-                                          int64_t rows, int64_t cols, float inv_rows) {
+                                          int64_t rows, int64_t cols, float inv_rows, unsigned* ticket,
+                                          float* out) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* x = logits + r * cols;
     const float* y = labels + r * cols;
@@ -90,14 +96,20 @@ __global__ void cross_entropy_rows_kernel(const float* logits, const float* labe
     acc = block_reduce<false>(acc);
     if (threadIdx.x == 0) loss[r] = acc;
   }
-}
-
-// loss is (rows,), out is (1,); launched with one block
-__global__ void mean_kernel(const float* loss, int64_t rows, float* out) {
-  float acc = 0.0f;
-  for (int64_t r = threadIdx.x; r < rows; r += kRowBlock) acc += loss[r];
-  acc = block_reduce<false>(acc);
-  if (threadIdx.x == 0) out[0] = acc / static_cast<float>(rows);
+  __shared__ bool last;
+  __threadfence();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const volatile float* done = loss;  // written by other blocks: read past the cache
+  float sum = 0.0f;
+  for (int64_t r = threadIdx.x; r < rows; r += kRowBlock) sum += done[r];
+  sum = block_reduce<false>(sum);
+  if (threadIdx.x == 0) {
+    out[0] = sum / static_cast<float>(rows);
+    *ticket = 0u;
+  }
 }
 
 // in, out are (outer, n) rows; Log selects log_softmax
@@ -187,12 +199,11 @@ void softmax_cross_entropy(int dev, const float* logits, const float* labels, fl
   auto lock = workspace_lock();
   float* loss = workspace(dev, 0, rows);
   launch<cross_entropy_rows_kernel<false>>("softmax_cross_entropy", row_grid(rows), kRowBlock, 0, stream,
-                                           logits, labels, loss, nullptr, rows, cols, 0.0f);
-  launch<mean_kernel>("softmax_cross_entropy (mean)", 1, kRowBlock, 0, stream, loss, rows, out);
+                                           logits, labels, loss, nullptr, rows, cols, 0.0f, block_ticket(dev),
+                                           out);
 }
 
-// The rows kernel writes the gradient and per-row losses, then one block takes their mean in a fixed
-// order: two launches (the unfused graph takes five), deterministic.
+// One launch writes the gradient, the per-row losses and their mean (the unfused graph takes five).
 void softmax_cross_entropy_with_gradient(int dev, const float* logits, const float* labels, float* out,
                                          float* grad, int64_t rows, int64_t cols) {
   cudaStream_t stream = activate(dev);
@@ -200,8 +211,8 @@ void softmax_cross_entropy_with_gradient(int dev, const float* logits, const flo
   float* loss = workspace(dev, 0, rows);
   const float inv_rows = static_cast<float>(1.0 / static_cast<double>(rows));
   launch<cross_entropy_rows_kernel<true>>("softmax_cross_entropy_with_gradient", row_grid(rows), kRowBlock, 0,
-                                          stream, logits, labels, loss, grad, rows, cols, inv_rows);
-  launch<mean_kernel>("softmax_cross_entropy_with_gradient (mean)", 1, kRowBlock, 0, stream, loss, rows, out);
+                                          stream, logits, labels, loss, grad, rows, cols, inv_rows,
+                                          block_ticket(dev), out);
 }
 
 void softmax_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, bool log) {
