@@ -173,7 +173,8 @@ class History:
         return d
 
     def summary(self) -> str:
-        """One line: model, backend, epochs, final accuracies, mean epoch time."""
+        """One line: model, backend, epochs, final accuracies, mean epoch time, and how the steps
+        ran (``python``, ``compiled`` or ``cuda-graph``; see ``schedule``)."""
         parts = [f"{self.model} on {self.backend}: {self.epochs} epochs"]
         if self.final_valid_accuracy is not None:
             parts.append(f"valid accuracy {self.final_valid_accuracy:.4f}")
@@ -181,6 +182,8 @@ class History:
             parts.append(f"test accuracy {self.test_accuracy:.4f}")
         if self.mean_epoch_time_s is not None:
             parts.append(f"{self.mean_epoch_time_s:.3f} s per epoch")
+        if self.schedule:
+            parts.append(f"steps {self.schedule.split(':')[0]}")
         return ", ".join(parts)
 
 
