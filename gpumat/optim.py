@@ -349,8 +349,8 @@ class Adam(_Optimizer):
     def step(self, grads: Sequence) -> None:
         """One Adam update of every parameter (gradients as for :meth:`MomentumSGD.step`)."""
         grads = _check_grads("Adam", self.params, grads)
-        # t advances only once the update is accepted: a step rejected for a shape or device
-        # mismatch changes no state.
+        # On one device t advances only once adam_update_multi accepted the step: a step
+        # rejected for a shape or device mismatch changes no state.
         t, lr, eps = self.t + 1, self._lr, self.eps
         b1, b2 = self.betas
         if _on_one_device(self.params):

@@ -83,44 +83,50 @@ void relu_bias_gradient(int, const float* y, const float* dy, float* dz, float* 
   if (chunks > 1 && static_cast<int64_t>(scratch.size()) < chunks * cols)
     scratch.resize(static_cast<size_t>(chunks * cols));
   double* const partial = scratch.data();
-#pragma omp parallel for if (rows * cols >= kParallelMin)
-  for (int64_t task = 0; task < chunks * tiles; ++task) {
-    const int64_t k = task / tiles, c0 = (task % tiles) * kRbgColTile;
-    const int64_t r1 = std::min(rows, (k + 1) * chunk_rows), w = std::min(cols - c0, kRbgColTile);
-    double acc[kRbgColTile];
-    for (int64_t c = 0; c < w; ++c) acc[c] = 0.0;
-    for (int64_t r = k * chunk_rows; r < r1; ++r) {
-      const float* yr = y + r * cols + c0;
-      const float* dyr = dy + r * cols + c0;
-      float* dzr = dz + r * cols + c0;  // may be dyr: each lane reads its element before writing it
+  // One parallel region for both passes (one fork/join); the first loop's implicit barrier
+  // completes the partial rows before the second adds them.
+#pragma omp parallel if (rows * cols >= kParallelMin)
+  {
+#pragma omp for
+    for (int64_t task = 0; task < chunks * tiles; ++task) {
+      const int64_t k = task / tiles, c0 = (task % tiles) * kRbgColTile;
+      const int64_t r1 = std::min(rows, (k + 1) * chunk_rows), w = std::min(cols - c0, kRbgColTile);
+      double acc[kRbgColTile];
+      for (int64_t c = 0; c < w; ++c) acc[c] = 0.0;
+      for (int64_t r = k * chunk_rows; r < r1; ++r) {
+        const float* yr = y + r * cols + c0;
+        const float* dyr = dy + r * cols + c0;
+        float* dzr = dz + r * cols + c0;  // may be dyr: each lane reads its element before writing it
 #pragma omp simd
-      for (int64_t c = 0; c < w; ++c) {
-        // The mask as bits (dy where y > 0, else +0.0): g++ 12 leaves `y > 0 ? dy : 0` feeding a
-        // double sum as a branch per element (not vectorized, mispredicted half the time on
-        // random signs).
-        uint32_t bits;
-        std::memcpy(&bits, dyr + c, sizeof bits);
-        bits &= yr[c] > 0.0f ? 0xffffffffu : 0u;
-        float g;
-        std::memcpy(&g, &bits, sizeof g);
-        dzr[c] = g;
-        acc[c] += g;
+        for (int64_t c = 0; c < w; ++c) {
+          // The mask as bits (dy where y > 0, else +0.0): g++ 12 leaves `y > 0 ? dy : 0` feeding a
+          // double sum as a branch per element (not vectorized, mispredicted half the time on
+          // random signs).
+          uint32_t bits;
+          std::memcpy(&bits, dyr + c, sizeof bits);
+          bits &= yr[c] > 0.0f ? 0xffffffffu : 0u;
+          float g;
+          std::memcpy(&g, &bits, sizeof g);
+          dzr[c] = g;
+          acc[c] += g;
+        }
+      }
+      if (chunks == 1) {
+        for (int64_t c = 0; c < w; ++c) dbias[c0 + c] = static_cast<float>(acc[c]);
+      } else {
+        for (int64_t c = 0; c < w; ++c) partial[k * cols + c0 + c] = acc[c];
       }
     }
-    if (chunks == 1) {
-      for (int64_t c = 0; c < w; ++c) dbias[c0 + c] = static_cast<float>(acc[c]);
-    } else {
-      for (int64_t c = 0; c < w; ++c) partial[k * cols + c0 + c] = acc[c];
-    }
-  }
-  if (chunks == 1) return;
-#pragma omp parallel for if (rows * cols >= kParallelMin)
-  for (int64_t tile = 0; tile < tiles; ++tile) {
-    const int64_t c0 = tile * kRbgColTile, c1 = std::min(cols, c0 + kRbgColTile);
-    for (int64_t k = 1; k < chunks; ++k)
+    if (chunks > 1) {  // the same on every thread
+#pragma omp for
+      for (int64_t tile = 0; tile < tiles; ++tile) {
+        const int64_t c0 = tile * kRbgColTile, c1 = std::min(cols, c0 + kRbgColTile);
+        for (int64_t k = 1; k < chunks; ++k)
 #pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) partial[c] += partial[k * cols + c];
-    for (int64_t c = c0; c < c1; ++c) dbias[c] = static_cast<float>(partial[c]);
+          for (int64_t c = c0; c < c1; ++c) partial[c] += partial[k * cols + c];
+        for (int64_t c = c0; c < c1; ++c) dbias[c] = static_cast<float>(partial[c]);
+      }
+    }
   }
 }
 
