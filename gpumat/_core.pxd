@@ -125,6 +125,11 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
                                              GpuMatrix&) except +gpumat_raise_py_error nogil
     void sgd_update(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
                     float) except +gpumat_raise_py_error nogil
+    void momentum_sgd_update(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
+                             const vector[GpuMatrix*]&, float, float) except +gpumat_raise_py_error nogil
+    void adam_update_multi(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
+                           const vector[GpuMatrix*]&, const vector[GpuMatrix*]&, float, float, float,
+                           float, int64_t) except +gpumat_raise_py_error nogil
     int64_t op_count(const Device&) except +gpumat_raise_py_error
     void softmax_axis(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     void log_softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil

@@ -885,24 +885,54 @@ def softmax_cross_entropy_with_gradient_(PyGpuMatrix logits not None, PyGpuMatri
         softmax_cross_entropy_with_gradient(logits.mat[0], labels.mat[0], loss.mat[0], grad.mat[0])
 
 
-def sgd_update_(list params not None, list grads not None, float lr):
-    cdef vector[GpuMatrix*] p
-    cdef vector[const GpuMatrix*] g
+cdef vector[GpuMatrix*] _array_list(list arrays, str op, str what) except *:
+    # The GpuMatrix pointers of a list of PyGpuMatrix; TypeError/ValueError naming the element.
+    cdef vector[GpuMatrix*] out
     cdef PyGpuMatrix x
-    for i, obj in enumerate(params):
+    for i, obj in enumerate(arrays):
         if not isinstance(obj, PyGpuMatrix):
-            raise TypeError(f"sgd_update: parameter {i} is a {type(obj).__name__}, expected PyGpuMatrix")
+            raise TypeError(f"{op}: {what} {i} is a {type(obj).__name__}, expected PyGpuMatrix")
         x = obj
-        _require(x, "sgd_update", f"parameter {i}")
-        p.push_back(x.mat)
-    for i, obj in enumerate(grads):
-        if not isinstance(obj, PyGpuMatrix):
-            raise TypeError(f"sgd_update: gradient {i} is a {type(obj).__name__}, expected PyGpuMatrix")
-        x = obj
-        _require(x, "sgd_update", f"gradient {i}")
-        g.push_back(x.mat)
+        _require(x, op, f"{what} {i}")
+        out.push_back(x.mat)
+    return out
+
+
+cdef vector[const GpuMatrix*] _const_array_list(list arrays, str op, str what) except *:
+    cdef vector[GpuMatrix*] mats = _array_list(arrays, op, what)
+    cdef vector[const GpuMatrix*] out
+    for m in mats:
+        out.push_back(m)
+    return out
+
+
+def sgd_update_(list params not None, list grads not None, float lr):
+    cdef vector[GpuMatrix*] p = _array_list(params, "sgd_update", "parameter")
+    cdef vector[const GpuMatrix*] g = _const_array_list(grads, "sgd_update", "gradient")
     with nogil:
         sgd_update(p, g, lr)
+
+
+def momentum_sgd_update_(list params not None, list grads not None, list velocities not None,
+                         float lr, float momentum):
+    cdef str op = "momentum_sgd_update"
+    cdef vector[GpuMatrix*] p = _array_list(params, op, "parameter")
+    cdef vector[const GpuMatrix*] g = _const_array_list(grads, op, "gradient")
+    cdef vector[GpuMatrix*] v = _array_list(velocities, op, "velocity")
+    with nogil:
+        momentum_sgd_update(p, g, v, lr, momentum)
+
+
+def adam_update_multi_(list params not None, list grads not None, list m not None,
+                       list v not None, float lr, float beta1, float beta2, float eps,
+                       int64_t step):
+    cdef str op = "adam_update_multi"
+    cdef vector[GpuMatrix*] p = _array_list(params, op, "parameter")
+    cdef vector[const GpuMatrix*] g = _const_array_list(grads, op, "gradient")
+    cdef vector[GpuMatrix*] pm = _array_list(m, op, "m")
+    cdef vector[GpuMatrix*] pv = _array_list(v, op, "v")
+    with nogil:
+        adam_update_multi(p, g, pm, pv, lr, beta1, beta2, eps, step)
 
 
 def op_count_(int kind, int index):

@@ -81,6 +81,7 @@ def trace_calls():
 
 __all__ = [
     "adam_update",
+    "adam_update_multi",
     "add_channel_bias",
     "array_set",
     "avg_pool2d",
@@ -108,6 +109,7 @@ __all__ = [
     "matrix_multiply",
     "max_pool2d",
     "max_pool2d_gradient",
+    "momentum_sgd_update",
     "mse_loss",
     "mse_loss_gradient",
     "nll_loss",
@@ -548,24 +550,109 @@ def softmax_cross_entropy_with_gradient(logits, labels, loss, grad) -> None:
     _core.softmax_cross_entropy_with_gradient_(logits, labels, loss, grad)
 
 
+def _array_lists(op: str, **lists) -> list[list]:
+    """The named lists (or tuples) of arrays as lists; TypeError naming the one that is not."""
+    bad = {k: type(v).__name__ for k, v in lists.items() if not isinstance(v, (list, tuple))}
+    if bad:
+        got = ", ".join(f"{k} is a {t}" for k, t in bad.items())
+        raise TypeError(f"{op}: {', '.join(lists)} must be lists of arrays; {got}")
+    return [list(v) for v in lists.values()]
+
+
+def _real(value, what: str, op: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{op}: {what} must be a number, got {value!r}")
+    return float(value)
+
+
 def sgd_update(params, grads, lr: float) -> None:
     """Multi-tensor SGD: ``params[i] -= lr * grads[i]`` for every i, in one launch per 32 tensors
     on CUDA (the tensors' pointers and sizes travel as one kernel argument) and one call on the
     host, instead of one axpy per parameter.
 
     params, grads: lists (or tuples) of PyGpuMatrix on one device, grads[i] of params[i]'s shape;
-    no parameter may appear twice or also be a gradient. lr: a finite float >= 0.
+    no parameter may share memory with another array (gradients may share memory with each
+    other). lr: a finite float >= 0.
     Raises TypeError for a non-list or a non-array element, ValueError for a length, shape or
     device mismatch, an aliased parameter, or a bad lr. Source: Robbins & Monro (1951).
     """
-    if not isinstance(params, (list, tuple)) or not isinstance(grads, (list, tuple)):
-        raise TypeError(
-            f"sgd_update: params and grads must be lists of arrays, got "
-            f"{type(params).__name__} and {type(grads).__name__}"
-        )
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
-        raise TypeError(f"sgd_update: lr must be a number, got {lr!r}")
-    _core.sgd_update_(list(params), list(grads), lr)
+    params, grads = _array_lists("sgd_update", params=params, grads=grads)
+    _core.sgd_update_(params, grads, _real(lr, "lr", "sgd_update"))
+
+
+def momentum_sgd_update(params, grads, velocities, lr: float, momentum: float) -> None:
+    """Multi-tensor momentum SGD, in place, for every i::
+
+        velocities[i] = momentum * velocities[i] + grads[i]
+        params[i] -= lr * velocities[i]
+
+    PyTorch's ``SGD(momentum=...)`` form (no dampening, no Nesterov; Polyak 1964, Sutskever et
+    al. ICML 2013 eq. 1-2 with the learning rate factored out of the velocity), the update of
+    :class:`gpumat.optim.MomentumSGD`. One launch per 32 tensors on CUDA (the pointers and sizes
+    travel as one kernel argument) and one call on the host, instead of three launches per
+    parameter; :data:`gpumat.launch_count` counts the call once.
+
+    Args:
+        params, grads, velocities: lists (or tuples) of one length of float32 PyGpuMatrix, all on
+            one device; grads[i] and velocities[i] have params[i]'s shape (any shape, any size,
+            empty included). velocities start at zero for a fresh optimizer. No parameter or
+            velocity may share memory with any other array (gradients may share memory with
+            each other).
+        lr: learning rate, a finite number >= 0.
+        momentum: the velocity's decay, in [0, 1).
+
+    Raises:
+        TypeError: a list is not a list or tuple, an element is not a PyGpuMatrix, or lr or
+            momentum is not a number.
+        ValueError: lists of different lengths, a shape or device mismatch, a written array
+            shared with another, lr negative or not finite, momentum outside [0, 1).
+    """
+    op = "momentum_sgd_update"
+    params, grads, velocities = _array_lists(op, params=params, grads=grads, velocities=velocities)
+    _core.momentum_sgd_update_(
+        params, grads, velocities, _real(lr, "lr", op), _real(momentum, "momentum", op)
+    )
+
+
+def adam_update_multi(params, grads, m, v, lr, beta1, beta2, eps, step: int) -> None:
+    """Multi-tensor Adam: :func:`adam_update` for every tensor i at one step t, in place::
+
+        m[i] = beta1*m[i] + (1 - beta1)*grads[i];  v[i] = beta2*v[i] + (1 - beta2)*grads[i]**2
+        params[i] -= lr * (m[i] / (1 - beta1**t)) / (sqrt(v[i] / (1 - beta2**t)) + eps)
+
+    Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015, Algorithm 1 (eps added
+    to the corrected sqrt(v), as PyTorch does); the update of :class:`gpumat.optim.Adam`. One
+    launch per 32 tensors on CUDA and one call on the host, instead of one launch per parameter;
+    :data:`gpumat.launch_count` counts the call once. Each element gives the same float32 result
+    as :func:`adam_update`.
+
+    Args:
+        params, grads, m, v: lists (or tuples) of one length of float32 PyGpuMatrix, all on one
+            device; grads[i], m[i] and v[i] have params[i]'s shape. m and v (the first and second
+            moments) start at zero. No parameter, m or v may share memory with any other array
+            (gradients may share memory with each other).
+        lr, eps: finite numbers >= 0. beta1, beta2: in [0, 1).
+        step: t >= 1, counted from the first update (the bias corrections' exponent).
+
+    Raises:
+        TypeError: a list is not a list or tuple, an element is not a PyGpuMatrix, a scalar is
+            not a number, or step is not an int.
+        ValueError: lists of different lengths, a shape or device mismatch, a written array
+            shared with another, or a scalar out of its range.
+    """
+    op = "adam_update_multi"
+    params, grads, m, v = _array_lists(op, params=params, grads=grads, m=m, v=v)
+    _core.adam_update_multi_(
+        params,
+        grads,
+        m,
+        v,
+        _real(lr, "lr", op),
+        _real(beta1, "beta1", op),
+        _real(beta2, "beta2", op),
+        _real(eps, "eps", op),
+        _int(step, "step", op),
+    )
 
 
 # --------------------------------------------------------------------------------------------------

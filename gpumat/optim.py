@@ -3,8 +3,9 @@
 Parameters are the arrays fed to an :class:`~gpumat.executor.Executor` for the parameter
 variables; gradients are the values it returns for ``gradients(loss, params)``. On a device
 backend both are ``PyGpuMatrix`` arrays on the same device and the update runs there with no copy
-to or from the host (SGD: one multi-tensor ``sgd_update`` launch for all parameters; momentum and
-Adam: kernels per parameter); on the numpy backend both are numpy arrays.
+to or from the host: when every parameter is on one device a step is one multi-tensor call for all
+parameters (``gpumat.ops.sgd_update``, ``momentum_sgd_update``, ``adam_update_multi``: one launch
+per 32 tensors on CUDA); on the numpy backend both are numpy arrays.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ def _zeros_like(p):
     z = gpumat.empty(p.shape, p.ctx)
     ops.array_set(z, 0.0)
     return z
+
+
+def _on_one_device(params: list) -> bool:
+    """True when every parameter is a device array and all are on one device (one multi-tensor
+    call can then update them all)."""
+    if not params or any(isinstance(p, np.ndarray) for p in params):
+        return False
+    return len({p.ctx for p in params}) == 1
 
 
 def _check_grads(name: str, params: list, grads: Sequence) -> list:
@@ -208,8 +217,7 @@ class SGD(_Optimizer):
                 parameters' device instead).
         """
         grads = _check_grads("SGD", self.params, grads)
-        devices = {p.ctx for p in self.params if not isinstance(p, np.ndarray)}
-        if len(devices) == 1 and all(not isinstance(p, np.ndarray) for p in self.params):
+        if _on_one_device(self.params):
             # One multi-tensor launch for all parameters (shapes and devices checked in C++:
             # ValueError naming sgd_update, the tensor and the shapes).
             ops.sgd_update(self.params, grads, self._lr)
@@ -240,8 +248,11 @@ class MomentumSGD(_Optimizer):
         lr: the learning rate, finite and >= 0 (may be changed between steps).
         momentum: the velocity's decay, in [0, 1); 0 is plain SGD.
 
-    On a device, a step is three kernels per parameter (``v *= momentum``, ``v += grad``,
-    ``param -= lr * v`` through axpy), with no host copies.
+    On a device, with every parameter on one device, a step is one
+    ``gpumat.ops.momentum_sgd_update`` call for all parameters (one launch per 32 tensors on
+    CUDA), with no host copies; parameters spread over several devices take three kernels each
+    (``v *= momentum``, ``v += grad``, ``param -= lr * v``). The numpy path runs the same formula
+    in the parameters' dtype.
 
     Raises:
         TypeError: a parameter is neither a numpy array nor a ``PyGpuMatrix``.
@@ -262,6 +273,10 @@ class MomentumSGD(_Optimizer):
         """
         grads = _check_grads("MomentumSGD", self.params, grads)
         mu, lr = self.momentum, self._lr
+        if _on_one_device(self.params):
+            # Shapes and devices are checked in C++ (ValueError naming momentum_sgd_update).
+            ops.momentum_sgd_update(self.params, grads, self.velocities, lr, mu)
+            return
         for p, g, v in zip(self.params, grads, self.velocities, strict=True):
             if isinstance(p, np.ndarray):
                 v *= mu
@@ -306,9 +321,10 @@ class Adam(_Optimizer):
         betas: (beta1, beta2), each in [0, 1).
         eps: finite, >= 0.
 
-    On a device a step is one fused ``gpumat.ops.adam_update`` kernel per parameter (it reads
-    param, grad, m, v and writes param, m, v once). On numpy the same formula runs in the
-    parameters' dtype. ``t`` counts the steps taken.
+    On a device, with every parameter on one device, a step is one ``gpumat.ops.adam_update_multi``
+    call for all parameters (one launch per 32 tensors on CUDA; each element read and written
+    once); parameters spread over several devices take one ``gpumat.ops.adam_update`` kernel each.
+    On numpy the same formula runs in the parameters' dtype. ``t`` counts the steps taken.
 
     Raises:
         TypeError: a parameter is neither a numpy array nor a ``PyGpuMatrix``.
@@ -333,9 +349,15 @@ class Adam(_Optimizer):
     def step(self, grads: Sequence) -> None:
         """One Adam update of every parameter (gradients as for :meth:`MomentumSGD.step`)."""
         grads = _check_grads("Adam", self.params, grads)
-        self.t += 1
-        t, lr, eps = self.t, self._lr, self.eps
+        # On one device t advances only once adam_update_multi accepted the step: a step
+        # rejected for a shape or device mismatch changes no state.
+        t, lr, eps = self.t + 1, self._lr, self.eps
         b1, b2 = self.betas
+        if _on_one_device(self.params):
+            ops.adam_update_multi(self.params, grads, self.m, self.v, lr, b1, b2, eps, t)
+            self.t = t
+            return
+        self.t = t
         for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
             if isinstance(p, np.ndarray):
                 m *= b1

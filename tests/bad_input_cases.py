@@ -841,82 +841,174 @@ def _op_case(name):
     return case
 
 
-def _sgd_case():
-    """ops.sgd_update(params, grads, lr): the lists themselves or their elements made bad."""
+# The multi-tensor optimizer ops: their lists (name, written in place, value range of a valid
+# element) and scalars (name, strategy for a valid value, bad values).
+_MULTI_TENSOR = {
+    "sgd_update": {
+        "lists": [("params", True, (-1, 1)), ("grads", False, (-1, 1))],
+        "scalars": [("lr", st.floats(0, 2), None)],
+    },
+    "momentum_sgd_update": {
+        "lists": [
+            ("params", True, (-1, 1)),
+            ("grads", False, (-1, 1)),
+            ("velocities", True, (-1, 1)),
+        ],
+        "scalars": [("lr", st.floats(0, 2), None), ("momentum", st.floats(0, 0.99), None)],
+    },
+    "adam_update_multi": {
+        "lists": [
+            ("params", True, (-1, 1)),
+            ("grads", False, (-1, 1)),
+            ("m", True, (-1, 1)),
+            ("v", True, (0, 1)),  # a second moment is >= 0
+        ],
+        "scalars": [
+            ("lr", st.floats(0, 2), None),
+            ("beta1", st.floats(0, 0.99), None),
+            ("beta2", st.floats(0, 0.999), None),
+            ("eps", st.floats(1e-8, 1e-2), None),
+            ("step", st.integers(1, 1000), BAD_INTS),
+        ],
+    },
+}
+
+
+def _multi_tensor_case(name):
+    """ops.<name>(lists..., scalars...) of a multi-tensor optimizer op: the lists themselves,
+    their elements (bad arrays, an array on another device), a scalar made bad, or an array
+    placed in two slots (aliasing)."""
+    spec = _MULTI_TENSOR[name]
 
     @_settings()
     @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
     def case(data, seed):
         arrays = Arrays(np.random.default_rng(seed))
         shapes = [_shape(data.draw) for _ in range(data.draw(st.integers(1, 4)))]
-        params = [arrays.new(s) for s in shapes]
-        grads = [arrays.new(s) for s in shapes]
-        lr = data.draw(st.floats(0, 2))
-        args = [params, grads, lr]
-        what = data.draw(st.sampled_from(["none", "element", "list", "lr", "alias"]))
-        if what == "element":
-            lst = data.draw(st.sampled_from([params, grads]))
+        lists = [[arrays.new(s, lo, hi) for s in shapes] for _, _, (lo, hi) in spec["lists"]]
+        scalars = [data.draw(strategy) for _, strategy, _ in spec["scalars"]]
+        args = [*lists, *scalars]
+        what = data.draw(st.sampled_from(["none", "element", "device", "list", "scalar", "alias"]))
+        if what in ("element", "device"):
+            lst = data.draw(st.sampled_from(lists))
             i = data.draw(st.integers(0, len(lst) - 1))
-            lst[i] = data.draw(bad_array_strategy(arrays, lst[i]))
+            if what == "element":
+                lst[i] = data.draw(bad_array_strategy(arrays, lst[i]))
+            else:
+                lst[i] = gpumat.array(lst[i].asnumpy(), gpumat.emu())
         elif what == "list":
-            slot = data.draw(st.integers(0, 1))
+            slot = data.draw(st.integers(0, len(lists) - 1))
             args[slot] = data.draw(
-                st.sampled_from([None, 3, "p", params[0], tuple(args[slot]), args[slot][:-1]])
+                st.sampled_from([None, 3, "p", lists[0][0], tuple(args[slot]), args[slot][:-1]])
             )
-        elif what == "lr":
-            args[2] = data.draw(st.sampled_from(BAD_SCALARS + [None, "0.1", True]))
+        elif what == "scalar":
+            k = data.draw(st.integers(0, len(scalars) - 1))
+            bad = spec["scalars"][k][2] or BAD_SCALARS + [None, "0.1", True]
+            args[len(lists) + k] = data.draw(st.sampled_from(bad))
         elif what == "alias":
-            j = data.draw(st.integers(0, len(params) - 1))
-            grads[j] = data.draw(st.sampled_from(params))
-        _record(check_sgd_call(args, arrays))
+            dst, src = data.draw(st.sampled_from(lists)), data.draw(st.sampled_from(lists))
+            dst[data.draw(st.integers(0, len(dst) - 1))] = data.draw(st.sampled_from(src))
+        _record(check_multi_tensor_call(name, args, arrays))
 
     return case
 
 
-def check_sgd_call(args: list, arrays: Arrays) -> str | None:
-    """Runs ops.sgd_update(*args) against a float64 reference; a failure description or None."""
-    flat = [x for a in args[:2] if isinstance(a, (list, tuple)) for x in a]
+def _multi_tensor_reference(name, old: list, scalars: list) -> list:
+    """The float64 values of the written lists after one step (old: one value list per list)."""
+    if name == "sgd_update":
+        (lr,) = scalars
+        return [[p - lr * g for p, g in zip(*old, strict=True)]]
+    if name == "momentum_sgd_update":
+        lr, mu = scalars
+        vs = [mu * v + g for g, v in zip(old[1], old[2], strict=True)]
+        return [[p - lr * v for p, v in zip(old[0], vs, strict=True)], vs]
+    lr, b1, b2, eps, t = scalars
+    ms = [b1 * m + (1 - b1) * g for g, m in zip(old[1], old[2], strict=True)]
+    vs = [b2 * v + (1 - b2) * g * g for g, v in zip(old[1], old[3], strict=True)]
+    bc1, bc2 = 1 - b1**t, 1 - b2**t
+    ps = [
+        p - lr * (m / bc1) / (np.sqrt(v / bc2) + eps)
+        for p, m, v in zip(old[0], ms, vs, strict=True)
+    ]
+    return [ps, ms, vs]
+
+
+def _multi_tensor_scalar(name: str, what: str, value) -> float | int:
+    """A scalar as the op must read it (float32-rounded); Invalid when the op must reject it."""
+    if isinstance(value, bool):
+        raise Invalid("a bool")
+    if what == "step":
+        t = _int(value)
+        if not 1 <= t < 2**63:
+            raise Invalid("step out of range")
+        return t
+    x = _num(value)
+    top = 1.0 if what in ("momentum", "beta1", "beta2") else math.inf
+    if not 0 <= x < top:
+        raise Invalid(f"{what} out of range")
+    return x
+
+
+def check_multi_tensor_call(name: str, args: list, arrays: Arrays) -> str | None:
+    """Runs ops.<name>(*args) against a float64 reference; a failure description or None."""
+    spec = _MULTI_TENSOR[name]
+    n_lists = len(spec["lists"])
+    flat = [x for a in args[:n_lists] if isinstance(a, (list, tuple)) for x in a]
     live = [x for x in flat if isinstance(x, PyGpuMatrix) and x.ctx is not None]
     before = {id(x): (x, x.asnumpy().astype(np.float64)) for x in live}
     try:
         with np.errstate(all="ignore"):
-            ops.sgd_update(*args)
+            getattr(ops, name)(*args)
     except ALLOWED as exc:
         if len(str(exc)) < 10:
-            return f"sgd_update: {type(exc).__name__} with a message that says nothing"
+            return f"{name}: {type(exc).__name__} with a message that says nothing"
         for x, val in before.values():
             if not np.array_equal(x.asnumpy(), val, equal_nan=True):
-                return f"sgd_update: raised {type(exc).__name__} but changed an argument"
+                return f"{name}: raised {type(exc).__name__} but changed an argument"
         return None
     except Exception as exc:  # noqa: BLE001
-        return f"sgd_update: unexpected {type(exc).__name__}: {exc}"
-    params, grads, lr = args
-    ok_lists = isinstance(params, (list, tuple)) and isinstance(grads, (list, tuple))
-    if not ok_lists or len(params) != len(grads):
-        return "sgd_update: accepted lists of different kinds or lengths"
+        return f"{name}: unexpected {type(exc).__name__}: {exc}"
+    lists = args[:n_lists]
+    if not all(isinstance(a, (list, tuple)) for a in lists) or len({len(a) for a in lists}) != 1:
+        return f"{name}: accepted lists of different kinds or lengths"
     try:
-        lr = _num(lr)
+        scalars = [
+            _multi_tensor_scalar(name, what, value)
+            for (what, _, _), value in zip(spec["scalars"], args[n_lists:], strict=True)
+        ]
     except Invalid:
-        return f"sgd_update: accepted lr {args[2]!r}"
-    if not (0 <= lr < math.inf) or isinstance(args[2], bool):
-        return f"sgd_update: accepted lr {args[2]!r}"
-    roots = [arrays.root_of.get(id(p), id(p)) for p in params if p.size]
-    grad_roots = {arrays.root_of.get(id(g), id(g)) for g in grads if g.size}
-    if len(set(roots)) != len(roots) or set(roots) & grad_roots:
-        return "sgd_update: accepted an aliased parameter"
-    for p, g in zip(params, grads, strict=True):
-        if id(p) not in before or id(g) not in before or p.shape != g.shape:
-            return "sgd_update: accepted a bad element"
-        expected = before[id(p)][1] - lr * before[id(g)][1]
-        if not _close(p.asnumpy(), expected):
-            return "sgd_update: a parameter differs from the float64 reference"
+        return f"{name}: accepted scalars {args[n_lists:]!r}"
+    params = lists[0]
+    for k, lst in enumerate(lists):
+        for x, p in zip(lst, params, strict=True):
+            if id(x) not in before or x.shape != p.shape or x.ctx != params[0].ctx:
+                return f"{name}: accepted a bad element in {spec['lists'][k][0]}"
+    # Every written array's storage must be used nowhere else (read-only ones may repeat).
+    uses: dict[int, int] = {}
+    written: set[int] = set()
+    for (_, writes, _), lst in zip(spec["lists"], lists, strict=True):
+        for x in lst:
+            if x.size:
+                root = arrays.root_of.get(id(x), id(x))
+                uses[root] = uses.get(root, 0) + 1
+                if writes:
+                    written.add(root)
+    if any(uses[r] > 1 for r in written):
+        return f"{name}: accepted an aliased written array"
+    old = [[before[id(x)][1] for x in lst] for lst in lists]
+    expected = _multi_tensor_reference(name, old, scalars)
+    outs = [lst for (_, writes, _), lst in zip(spec["lists"], lists, strict=True) if writes]
+    for lst, exp in zip(outs, expected, strict=True):
+        for x, e in zip(lst, exp, strict=True):
+            if not _close(x.asnumpy(), e):
+                return f"{name}: an updated array differs from the float64 reference"
     return None
 
 
 def batch_ops(names):
     for name in names:
-        if name == "sgd_update":
-            _sgd_case()()
+        if name in _MULTI_TENSOR:
+            _multi_tensor_case(name)()
             continue
         _op_case(name)()
 
@@ -1519,6 +1611,8 @@ BATCHES = {
             "relu_bias_gradient",
             "softmax_cross_entropy_with_gradient",
             "sgd_update",
+            "momentum_sgd_update",
+            "adam_update_multi",
         ]
     ),
     "arrays": batch_arrays,

@@ -144,6 +144,16 @@ struct Backend {
   // params[t] -= lr * grads[t], each (sizes[t],), for t < count: one launch per 32 tensors on CUDA.
   void (*sgd_update_multi)(int dev, float* const* params, const float* const* grads, const int64_t* sizes,
                            int count, float lr);
+  // Momentum SGD (PyTorch's SGD(momentum) form): velocities[t] = momentum * velocities[t] + grads[t];
+  // params[t] -= lr * velocities[t], each (sizes[t],), for t < count: one launch per 32 tensors on CUDA.
+  void (*momentum_sgd_update_multi)(int dev, float* const* params, const float* const* grads,
+                                    float* const* velocities, const int64_t* sizes, int count, float lr,
+                                    float momentum);
+  // adam_update above for every tensor t < count (params, grads, m, v (sizes[t],)), one launch per 32
+  // tensors on CUDA.
+  void (*adam_update_multi)(int dev, float* const* params, const float* const* grads, float* const* m,
+                            float* const* v, const int64_t* sizes, int count, float lr, float beta1,
+                            float beta2, float eps, float bc1, float bc2);
 };
 
 const Backend& host_backend();

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend.h"
 #include "gpumat/error.h"
@@ -654,6 +656,26 @@ GPUMAT_LOSS_OP(mae_loss)
 
 // ---------------------------------------------------------------------------- optimizer
 
+namespace {
+
+// Adam's hyper-parameter checks (adam_update, adam_update_multi); returns the bias corrections
+// 1 - beta1^step and 1 - beta2^step. NOTE: computed in double: beta^t underflows gracefully to 0
+// for large t.
+std::pair<float, float> adam_bias_corrections(const char* op, float lr, float beta1, float beta2, float eps,
+                                              int64_t step) {
+  if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f))
+    throw ShapeError(std::string(op) + ": beta1 and beta2 must be in [0, 1), got " + std::to_string(beta1) +
+                     " and " + std::to_string(beta2));
+  if (!(lr >= 0.0f) || !std::isfinite(lr) || !(eps >= 0.0f) || !std::isfinite(eps))
+    throw ShapeError(std::string(op) + ": lr and eps must be finite and >= 0, got " + std::to_string(lr) +
+                     " and " + std::to_string(eps));
+  if (step < 1) throw ShapeError(std::string(op) + ": step must be >= 1, got " + std::to_string(step));
+  return {static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step))),
+          static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step)))};
+}
+
+}  // namespace
+
 void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatrix& v, float lr, float beta1,
                  float beta2, float eps, int64_t step) {
   const char* op = "adam_update";
@@ -669,16 +691,7 @@ void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatri
           throw ShapeError(std::string(op) + ": param, grad, m and v must be four different arrays (shape " +
                            param.shape_str() + ")");
   }
-  if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f))
-    throw ShapeError(std::string(op) + ": beta1 and beta2 must be in [0, 1), got " + std::to_string(beta1) +
-                     " and " + std::to_string(beta2));
-  if (!(lr >= 0.0f) || !std::isfinite(lr) || !(eps >= 0.0f) || !std::isfinite(eps))
-    throw ShapeError(std::string(op) + ": lr and eps must be finite and >= 0, got " + std::to_string(lr) +
-                     " and " + std::to_string(eps));
-  if (step < 1) throw ShapeError(std::string(op) + ": step must be >= 1, got " + std::to_string(step));
-  // NOTE: the bias corrections in double: beta^t underflows gracefully to 0 for large t.
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step)));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step)));
+  const auto [bc1, bc2] = adam_bias_corrections(op, lr, beta1, beta2, eps, step);
   if (param.size() > 0)
     be.adam_update(param.device().index, param.data(), grad.data(), m.data(), v.data(), param.size(), lr,
                    beta1, beta2, eps, bc1, bc2);
@@ -944,47 +957,144 @@ void softmax_cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatri
   finish(grad);
 }
 
-void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads, float lr) {
-  const char* op = "sgd_update";
-  if (params.size() != grads.size())
-    throw ShapeError(std::string(op) + ": got " + std::to_string(grads.size()) + " gradients for " +
-                     std::to_string(params.size()) + " parameters");
-  if (params.size() > 2147483647u) throw ShapeError(std::string(op) + ": too many tensors");
+namespace {
+
+// One list of a multi-tensor optimizer step: its arrays (one per parameter) and whether the step
+// writes them.
+struct TensorList {
+  const char* name;    // one array, in messages: "parameter"
+  const char* plural;  // "parameters"
+  std::vector<const GpuMatrix*> arrays;
+  bool written;
+};
+
+template <typename Array>
+TensorList tensor_list(const char* name, const char* plural, const std::vector<Array*>& arrays,
+                       bool written) {
+  return {name, plural, std::vector<const GpuMatrix*>(arrays.begin(), arrays.end()), written};
+}
+
+// Checks the lists of a multi-tensor step (lists[0] the parameters): one length (at most 2^31 - 1),
+// no null array, every array on the first parameter's device, each tensor's arrays of one shape,
+// and no written array overlapping any other array (written twice, or written while another
+// tensor reads it, the result would depend on the kernel's order); read-only arrays may share
+// memory. Returns the tensors' sizes (empty when there are no tensors); throws ShapeError.
+std::vector<int64_t> check_tensor_lists(const char* op, const std::vector<TensorList>& lists) {
+  const TensorList& params = lists[0];
+  const size_t count = params.arrays.size();
+  for (const TensorList& l : lists)
+    if (l.arrays.size() != count)
+      throw ShapeError(std::string(op) + ": got " + std::to_string(l.arrays.size()) + " " + l.plural +
+                       " for " + std::to_string(count) + " " + params.plural);
+  if (count > 2147483647u) throw ShapeError(std::string(op) + ": too many tensors");
+  for (const TensorList& l : lists)
+    for (size_t i = 0; i < count; ++i)
+      if (l.arrays[i] == nullptr)
+        throw ShapeError(std::string(op) + ": " + l.name + " " + std::to_string(i) + " is a null array");
+  std::vector<int64_t> sizes(count);
+  if (count == 0) return sizes;
+  const Device& device = params.arrays[0]->device();
+  struct Span {
+    const float* begin;
+    const float* end;
+    size_t list, tensor;
+  };
+  std::vector<Span> spans;
+  spans.reserve(count * lists.size());
+  for (size_t i = 0; i < count; ++i) {
+    const GpuMatrix& p = *params.arrays[i];
+    for (size_t k = 0; k < lists.size(); ++k) {
+      const GpuMatrix& a = *lists[k].arrays[i];
+      const std::string what = std::string(op) + ": " + lists[k].name + " " + std::to_string(i);
+      if (a.device() != device)
+        throw ShapeError(what + " is on " + a.device().str() + ", not on " + device.str() +
+                         " (arrays are on different devices)");
+      if (a.shape() != p.shape())
+        throw ShapeError(what + " has shape " + a.shape_str() + ", its parameter " + p.shape_str());
+      if (a.size() > 0) spans.push_back({a.data(), a.data() + a.size(), k, i});
+    }
+    sizes[i] = p.size();
+  }
+  // Sorted by start, a span overlaps an earlier one exactly when it starts before the largest end
+  // seen so far; tracking that end over all spans and over written spans finds every forbidden pair.
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  const Span* furthest = nullptr;          // the earlier span reaching furthest
+  const Span* furthest_written = nullptr;  // ... among written spans
+  for (const Span& s : spans) {
+    const Span* other = lists[s.list].written ? furthest : furthest_written;
+    if (other != nullptr && other->end > s.begin) {
+      const TensorList& a = lists[s.list];
+      const TensorList& b = lists[other->list];
+      throw ShapeError(std::string(op) + ": " + a.name + " " + std::to_string(s.tensor) +
+                       " shares memory with " + b.name + " " + std::to_string(other->tensor) +
+                       "; every array the step writes must be distinct from all the others");
+    }
+    if (furthest == nullptr || s.end > furthest->end) furthest = &s;
+    if (lists[s.list].written && (furthest_written == nullptr || s.end > furthest_written->end))
+      furthest_written = &s;
+  }
+  return sizes;
+}
+
+template <typename Array>
+std::vector<float*> data_of(const std::vector<Array*>& arrays) {
+  std::vector<float*> out(arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) out[i] = const_cast<float*>(arrays[i]->data());
+  return out;
+}
+
+void check_lr(const char* op, float lr) {
   if (!(lr >= 0.0f) || !std::isfinite(lr))
     throw ShapeError(std::string(op) + ": lr must be finite and >= 0, got " + std::to_string(lr));
-  if (params.empty()) return;
-  for (size_t i = 0; i < params.size(); ++i)
-    if (params[i] == nullptr || grads[i] == nullptr) throw ShapeError(std::string(op) + ": null array");
-  const Backend& be = same_device(op, *params[0]);
-  std::vector<float*> p(params.size());
-  std::vector<const float*> g(params.size());
-  std::vector<int64_t> n(params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::string what = std::string(op) + ": tensor " + std::to_string(i);
-    if (params[i]->device() != params[0]->device() || grads[i]->device() != params[0]->device())
-      throw ShapeError(what + " is not on " + params[0]->device().str() +
-                       " (arrays are on different devices)");
-    if (params[i]->shape() != grads[i]->shape())
-      throw ShapeError(what + ": parameter " + params[i]->shape_str() + " and gradient " +
-                       grads[i]->shape_str() + " differ in shape");
-    p[i] = params[i]->data();
-    g[i] = grads[i]->data();
-    n[i] = params[i]->size();
-  }
-  // A parameter written twice, or written while it is another tensor's gradient, would make the
-  // result depend on the kernel's order; only distinct non-empty buffers are accepted.
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (n[i] == 0) continue;
-    for (size_t j = 0; j < p.size(); ++j) {
-      if (n[j] == 0) continue;
-      if ((j > i && p[i] == p[j]) || p[i] == g[j])
-        throw ShapeError(std::string(op) + ": parameter " + std::to_string(i) + " is also " +
-                         (p[i] == p[j] ? "parameter " : "gradient ") + std::to_string(j) +
-                         "; every parameter must be a distinct array");
-    }
-  }
-  be.sgd_update_multi(params[0]->device().index, p.data(), g.data(), n.data(), static_cast<int>(p.size()),
-                      lr);
+}
+
+}  // namespace
+
+void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads, float lr) {
+  const char* op = "sgd_update";
+  check_lr(op, lr);
+  const std::vector<int64_t> n = check_tensor_lists(op, {tensor_list("parameter", "parameters", params, true),
+                                                         tensor_list("gradient", "gradients", grads, false)});
+  if (n.empty()) return;
+  const std::vector<float*> p = data_of(params), g = data_of(grads);
+  backend_for(params[0]->device())
+      .sgd_update_multi(params[0]->device().index, p.data(), g.data(), n.data(), static_cast<int>(n.size()),
+                        lr);
+  finish(*params[0]);
+}
+
+void momentum_sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
+                         const std::vector<GpuMatrix*>& velocities, float lr, float momentum) {
+  const char* op = "momentum_sgd_update";
+  check_lr(op, lr);
+  if (!(momentum >= 0.0f && momentum < 1.0f))
+    throw ShapeError(std::string(op) + ": momentum must be in [0, 1), got " + std::to_string(momentum));
+  const std::vector<int64_t> n =
+      check_tensor_lists(op, {tensor_list("parameter", "parameters", params, true),
+                              tensor_list("gradient", "gradients", grads, false),
+                              tensor_list("velocity", "velocities", velocities, true)});
+  if (n.empty()) return;
+  const std::vector<float*> p = data_of(params), g = data_of(grads), v = data_of(velocities);
+  backend_for(params[0]->device())
+      .momentum_sgd_update_multi(params[0]->device().index, p.data(), g.data(), v.data(), n.data(),
+                                 static_cast<int>(n.size()), lr, momentum);
+  finish(*params[0]);
+}
+
+void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
+                       const std::vector<GpuMatrix*>& m, const std::vector<GpuMatrix*>& v, float lr,
+                       float beta1, float beta2, float eps, int64_t step) {
+  const char* op = "adam_update_multi";
+  const auto [bc1, bc2] = adam_bias_corrections(op, lr, beta1, beta2, eps, step);
+  const std::vector<int64_t> n =
+      check_tensor_lists(op, {tensor_list("parameter", "parameters", params, true),
+                              tensor_list("gradient", "gradients", grads, false),
+                              tensor_list("m", "m arrays", m, true), tensor_list("v", "v arrays", v, true)});
+  if (n.empty()) return;
+  const std::vector<float*> p = data_of(params), g = data_of(grads), pm = data_of(m), pv = data_of(v);
+  backend_for(params[0]->device())
+      .adam_update_multi(params[0]->device().index, p.data(), g.data(), pm.data(), pv.data(), n.data(),
+                         static_cast<int>(n.size()), lr, beta1, beta2, eps, bc1, bc2);
   finish(*params[0]);
 }
 

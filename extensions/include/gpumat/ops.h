@@ -202,6 +202,20 @@ void softmax_cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatri
 // or is also a gradient; lr finite and >= 0; at most 2^31 - 1 tensors.
 void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads, float lr);
 
+// Momentum SGD for every i (PyTorch's SGD(momentum) form; Polyak 1964, Sutskever et al. 2013):
+//   velocities[i] = momentum * velocities[i] + grads[i];  params[i] -= lr * velocities[i]
+// one launch per 32 tensors on CUDA. Lists of one length, all on one device, each tensor's three
+// arrays of one shape; no parameter or velocity shares memory with any other array; lr finite and
+// >= 0, 0 <= momentum < 1.
+void momentum_sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
+                         const std::vector<GpuMatrix*>& velocities, float lr, float momentum);
+
+// adam_update for every tensor i (params[i], grads[i], m[i], v[i]) at one step t, one launch per 32
+// tensors on CUDA. Lists as momentum_sgd_update (params, m and v written); scalars as adam_update.
+void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
+                       const std::vector<GpuMatrix*>& m, const std::vector<GpuMatrix*>& v, float lr,
+                       float beta1, float beta2, float eps, int64_t step);
+
 // Calls of the ops above that reached `device` (passed their checks) since the process started:
 // each is one kernel launch on CUDA, except the few that launch two or three (conv, the losses'
 // means). The benchmarks' "launches per step".

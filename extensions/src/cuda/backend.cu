@@ -42,6 +42,8 @@ const Backend& backend() {
     t.relu_bias_gradient = GPUMAT_CUDA_NS::relu_bias_gradient;
     t.softmax_cross_entropy_with_gradient = GPUMAT_CUDA_NS::softmax_cross_entropy_with_gradient;
     t.sgd_update_multi = GPUMAT_CUDA_NS::sgd_update_multi;
+    t.momentum_sgd_update_multi = GPUMAT_CUDA_NS::momentum_sgd_update_multi;
+    t.adam_update_multi = GPUMAT_CUDA_NS::adam_update_multi;
     t.adam_update = GPUMAT_CUDA_NS::adam_update;
     t.softmax_axis = GPUMAT_CUDA_NS::softmax_axis;
     t.softmax_axis_gradient = GPUMAT_CUDA_NS::softmax_axis_gradient;

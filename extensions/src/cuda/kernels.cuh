@@ -95,5 +95,11 @@ void softmax_cross_entropy_with_gradient(int dev, const float* logits, const flo
                                          float* grad, int64_t rows, int64_t cols);
 void sgd_update_multi(int dev, float* const* params, const float* const* grads, const int64_t* sizes,
                       int count, float lr);
+void momentum_sgd_update_multi(int dev, float* const* params, const float* const* grads,
+                               float* const* velocities, const int64_t* sizes, int count, float lr,
+                               float momentum);
+void adam_update_multi(int dev, float* const* params, const float* const* grads, float* const* m,
+                       float* const* v, const int64_t* sizes, int count, float lr, float beta1, float beta2,
+                       float eps, float bc1, float bc2);
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -6,6 +6,8 @@
 // Fused: one read of param, grad, m, v and one write of param, m, v per element (the unfused form
 // with elementwise ops would take about eight kernels and three temporaries).
 // Grid-stride, one thread per element.
+//   sgd_update_multi / momentum_sgd_update_multi / adam_update_multi: the same updates for a list of
+//   tensors, one launch per 32 tensors (see the tables below).
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -37,16 +39,31 @@ void adam_update(int dev, float* param, const float* grad, float* m, float* v, i
                              n, lr, beta1, beta2, eps, bc1, bc2);
 }
 
-// ---------------------------------------------------------------------------- multi-tensor SGD (issue 16)
+// ---------------------------------------------------------------------------- multi-tensor updates (issue
+// 16)
 
-// Up to kSgdTensors (param, grad, size) triples travel as one kernel parameter (by value, 24 B per
-// tensor, well under the 4 KiB parameter limit), so no table has to be copied to the device first.
-// blockIdx.y picks the tensor; the blocks along x grid-stride over it (after apex's multi_tensor_apply).
-constexpr int kSgdTensors = 32;
+// Up to kTableTensors tensors' pointers and sizes travel as one kernel parameter (by value: at most
+// 40 B per tensor, 1280 B for Adam's table, well under the 4 KiB parameter limit), so no table has
+// to be copied to the device first. blockIdx.y picks the tensor; the blocks along x grid-stride
+// over it (after apex's multi_tensor_apply).
+constexpr int kTableTensors = 32;
 struct SgdTable {
-  float* param[kSgdTensors];
-  const float* grad[kSgdTensors];
-  int64_t size[kSgdTensors];
+  float* param[kTableTensors];
+  const float* grad[kTableTensors];
+  int64_t size[kTableTensors];
+};
+struct MomentumTable {
+  float* param[kTableTensors];
+  const float* grad[kTableTensors];
+  float* velocity[kTableTensors];
+  int64_t size[kTableTensors];
+};
+struct AdamTable {
+  float* param[kTableTensors];
+  const float* grad[kTableTensors];
+  float* m[kTableTensors];
+  float* v[kTableTensors];
+  int64_t size[kTableTensors];
 };
 
 __global__ void sgd_update_multi_kernel(SgdTable table, float lr) {
@@ -59,25 +76,109 @@ __global__ void sgd_update_multi_kernel(SgdTable table, float lr) {
     p[i] -= lr * g[i];
 }
 
-void sgd_update_multi(int dev, float* const* params, const float* const* grads, const int64_t* sizes,
-                      int count, float lr) {
-  cudaStream_t stream = activate(dev);
-  for (int t0 = 0; t0 < count; t0 += kSgdTensors) {
-    const int chunk = count - t0 < kSgdTensors ? count - t0 : kSgdTensors;
-    SgdTable table{};
+// v = momentum * v + g; param -= lr * v (the host's momentum_sgd_update_multi).
+__global__ void momentum_sgd_update_multi_kernel(MomentumTable table, float lr, float momentum) {
+  const int t = blockIdx.y;
+  float* __restrict__ p = table.param[t];
+  const float* __restrict__ g = table.grad[t];
+  float* __restrict__ v = table.velocity[t];
+  const int64_t n = table.size[t];
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float vi = momentum * v[i] + g[i];
+    v[i] = vi;
+    p[i] -= lr * vi;
+  }
+}
+
+// adam_update_kernel's step for the table's tensor blockIdx.y.
+__global__ void adam_update_multi_kernel(AdamTable table, float lr, float beta1, float beta2, float eps,
+                                         float bc1, float bc2) {
+  const int t = blockIdx.y;
+  float* __restrict__ p = table.param[t];
+  const float* __restrict__ g = table.grad[t];
+  float* __restrict__ m = table.m[t];
+  float* __restrict__ v = table.v[t];
+  const int64_t n = table.size[t];
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = g[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+  }
+}
+
+// Calls fill(table, j, t0 + j) for each tensor of every run of up to kTableTensors tensors, then
+// launch_table(table, grid) once per run that holds an element; the grid is (blocks per tensor,
+// tensors in the run).
+template <typename Table, typename Fill, typename Launch>
+void for_each_table(int count, const int64_t* sizes, Fill fill, Launch launch_table) {
+  for (int t0 = 0; t0 < count; t0 += kTableTensors) {
+    const int chunk = count - t0 < kTableTensors ? count - t0 : kTableTensors;
+    Table table{};
     int64_t largest = 0;
     for (int j = 0; j < chunk; ++j) {
-      table.param[j] = params[t0 + j];
-      table.grad[j] = grads[t0 + j];
+      fill(table, j, t0 + j);
       table.size[j] = sizes[t0 + j];
       largest = sizes[t0 + j] > largest ? sizes[t0 + j] : largest;
     }
     if (largest == 0) continue;
     // NOTE: capped at 1024 blocks per tensor: enough to fill a GPU with the grid's y extent too.
     const unsigned gx = grid_for(largest, kBlockSize) < 1024 ? grid_for(largest, kBlockSize) : 1024;
-    launch<sgd_update_multi_kernel>("sgd_update", dim3(gx, static_cast<unsigned>(chunk)), kBlockSize, 0,
-                                    stream, table, lr);
+    launch_table(table, dim3(gx, static_cast<unsigned>(chunk)));
   }
+}
+
+void sgd_update_multi(int dev, float* const* params, const float* const* grads, const int64_t* sizes,
+                      int count, float lr) {
+  cudaStream_t stream = activate(dev);
+  for_each_table<SgdTable>(
+      count, sizes,
+      [&](SgdTable& table, int j, int t) {
+        table.param[j] = params[t];
+        table.grad[j] = grads[t];
+      },
+      [&](const SgdTable& table, dim3 grid) {
+        launch<sgd_update_multi_kernel>("sgd_update", grid, kBlockSize, 0, stream, table, lr);
+      });
+}
+
+void momentum_sgd_update_multi(int dev, float* const* params, const float* const* grads,
+                               float* const* velocities, const int64_t* sizes, int count, float lr,
+                               float momentum) {
+  cudaStream_t stream = activate(dev);
+  for_each_table<MomentumTable>(
+      count, sizes,
+      [&](MomentumTable& table, int j, int t) {
+        table.param[j] = params[t];
+        table.grad[j] = grads[t];
+        table.velocity[j] = velocities[t];
+      },
+      [&](const MomentumTable& table, dim3 grid) {
+        launch<momentum_sgd_update_multi_kernel>("momentum_sgd_update", grid, kBlockSize, 0, stream, table,
+                                                 lr, momentum);
+      });
+}
+
+void adam_update_multi(int dev, float* const* params, const float* const* grads, float* const* m,
+                       float* const* v, const int64_t* sizes, int count, float lr, float beta1, float beta2,
+                       float eps, float bc1, float bc2) {
+  cudaStream_t stream = activate(dev);
+  for_each_table<AdamTable>(
+      count, sizes,
+      [&](AdamTable& table, int j, int t) {
+        table.param[j] = params[t];
+        table.grad[j] = grads[t];
+        table.m[j] = m[t];
+        table.v[j] = v[t];
+      },
+      [&](const AdamTable& table, dim3 grid) {
+        launch<adam_update_multi_kernel>("adam_update_multi", grid, kBlockSize, 0, stream, table, lr, beta1,
+                                         beta2, eps, bc1, bc2);
+      });
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -42,6 +42,8 @@ const Backend& host_backend() {
     t.relu_bias_gradient = host::relu_bias_gradient;
     t.softmax_cross_entropy_with_gradient = host::softmax_cross_entropy_with_gradient;
     t.sgd_update_multi = host::sgd_update_multi;
+    t.momentum_sgd_update_multi = host::momentum_sgd_update_multi;
+    t.adam_update_multi = host::adam_update_multi;
     t.adam_update = host::adam_update;
     t.softmax_axis = host::softmax_axis;
     t.softmax_axis_gradient = host::softmax_axis_gradient;

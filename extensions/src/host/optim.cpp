@@ -3,6 +3,8 @@
 //   ICLR 2015, Algorithm 1) with bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t:
 //     m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //     param -= lr * (m / bc1) / (sqrt(v / bc2) + eps)
+//   sgd_update_multi, momentum_sgd_update_multi, adam_update_multi: the same updates for a list of
+//   tensors in one call (one launch per 32 tensors on CUDA).
 #include <cmath>
 
 #include "kernels.h"
@@ -34,6 +36,32 @@ void sgd_update_multi(int, float* const* params, const float* const* grads, cons
 #pragma omp parallel for if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) p[i] -= lr * g[i];
   }
+}
+
+// Multi-tensor momentum SGD (issue 16), PyTorch's SGD(momentum) form (see
+// gpumat.optim.MomentumSGD): v = momentum * v + g; param -= lr * v, for every tensor of `count`.
+void momentum_sgd_update_multi(int, float* const* params, const float* const* grads, float* const* velocities,
+                               const int64_t* sizes, int count, float lr, float momentum) {
+  for (int t = 0; t < count; ++t) {
+    float* p = params[t];
+    const float* g = grads[t];
+    float* v = velocities[t];
+    const int64_t n = sizes[t];
+#pragma omp parallel for if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const float vi = momentum * v[i] + g[i];
+      v[i] = vi;
+      p[i] -= lr * vi;
+    }
+  }
+}
+
+// Multi-tensor Adam (issue 16): adam_update above for every tensor of `count`, in one call.
+void adam_update_multi(int dev, float* const* params, const float* const* grads, float* const* m,
+                       float* const* v, const int64_t* sizes, int count, float lr, float beta1, float beta2,
+                       float eps, float bc1, float bc2) {
+  for (int t = 0; t < count; ++t)
+    adam_update(dev, params[t], grads[t], m[t], v[t], sizes[t], lr, beta1, beta2, eps, bc1, bc2);
 }
 
 }  // namespace gpumat::host
