@@ -7,7 +7,8 @@ Usage::
     python3 benchmarks/bench_mnist.py --ctx gpu --epochs 5
     python3 benchmarks/bench_mnist.py --ctx cpu --quick --out /tmp/mnist.json   # CI smoke run
 
-For each model (``logreg``: 784-10; ``mlp``: 784-256-100-10 with ReLU; see ``gpumat.models``) and
+For each model (``logreg``: 784-10; ``mlp``: 784-256-100-10 with ReLU; ``cnn``: two 5x5
+convolutions with ReLU and 2x2 max pools, then 1024-10; see ``gpumat.models``) and
 each backend (``cpu``: gpumat's host kernels; ``gpu``: CUDA device 0; ``numpy``: the reference
 executor, on request), gpumat trains with ``gpumat.train.fit`` (mini-batch SGD, batch 1000,
 ``lr = gpumat.train.DEFAULT_LR``, samples in order, as the seed assignment does), then PyTorch
@@ -81,7 +82,7 @@ from gpumat import models, train
 from gpumat.datasets import DatasetError, load_mnist
 from gpumat.optim import SGD
 
-TORCH_MODELS = ("logreg", "mlp")  # models whose forward pass _torch_forward knows
+TORCH_MODELS = ("logreg", "mlp", "cnn")  # models whose forward pass _torch_forward knows
 
 
 def median_after_first(times):
@@ -201,6 +202,11 @@ def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, variant="gpumat"):
 def _torch_forward(torch, name, p, x):
     if name == "logreg":
         return x @ p["W1"] + p["b1"]
+    if name == "cnn":  # gpumat.models.cnn: NCHW, stride 1, no padding, 2x2 max pools
+        f = torch.nn.functional
+        h = f.max_pool2d(torch.relu(f.conv2d(x.reshape(-1, 1, 28, 28), p["W1"], p["b1"])), 2)
+        h = f.max_pool2d(torch.relu(f.conv2d(h, p["W2"], p["b2"])), 2)
+        return h.flatten(1) @ p["W3"] + p["b3"]
     h = torch.relu(x @ p["W1"] + p["b1"])
     h = torch.relu(h @ p["W2"] + p["b2"])
     return h @ p["W3"] + p["b3"]

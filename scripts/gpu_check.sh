@@ -24,8 +24,8 @@
 #                (matmul, reductions, softmax, transpose; the largest shapes left out: racecheck
 #                tracks every shared-memory access and is slow)
 #   bench_ops    benchmarks/bench_ops.py --ctx gpu
-#   bench_mnist  benchmarks/bench_mnist.py --ctx gpu --models mlp (every gpumat variant, PyTorch eager
-#                and torch.compile reduce-overhead; the cpu rows are measured without a GPU)
+#   bench_mnist  benchmarks/bench_mnist.py --ctx gpu --models logreg,mlp,cnn --epochs 3 (every gpumat
+#                variant, PyTorch eager and torch.compile reduce-overhead; cpu rows need no GPU)
 #
 # Every step runs to the end or to its time limit; its exit status is recorded and the next step
 # runs (steps that need a working build are skipped, with the reason, when the build failed).
@@ -310,8 +310,8 @@ done
 skip_without_build bench_ops ||
   run_step bench_ops 150 "$PY" "$REPO/benchmarks/bench_ops.py" --ctx gpu --out "$OUTDIR/results/"
 skip_without_build bench_mnist ||
-  run_step bench_mnist 180 "$PY" "$REPO/benchmarks/bench_mnist.py" --ctx gpu --models mlp \
-    --out "$OUTDIR/results/"
+  run_step bench_mnist 240 "$PY" "$REPO/benchmarks/bench_mnist.py" --ctx gpu --models logreg,mlp,cnn \
+    --epochs 3 --out "$OUTDIR/results/"
 
 # -- summary --------------------------------------------------------------------------------------
 TOTAL=$(($(date +%s) - START))
