@@ -10,11 +10,12 @@ Usage::
 For each model (``logreg``: 784-10; ``mlp``: 784-256-100-10 with ReLU; ``cnn``: two 5x5
 convolutions with ReLU and 2x2 max pools, then 1024-10; see ``gpumat.models``) and
 each backend (``cpu``: gpumat's host kernels; ``gpu``: CUDA device 0; ``numpy``: the reference
-executor, on request), gpumat trains with ``gpumat.train.fit`` (mini-batch SGD, batch 1000,
-``lr = gpumat.train.DEFAULT_LR``, samples in order, as the seed assignment does), then PyTorch
-trains the same model, from the same initial values, in the same order, with the same loss (batch
-mean of the softmax cross-entropy), ``torch.optim.SGD`` at the same learning rate, on the same
-device (TF32 off on CUDA; batches copied from host memory each step, as gpumat does). Without
+executor, on request), gpumat trains with ``gpumat.train.fit`` (logreg and MLP: mini-batch SGD,
+batch 1000, ``lr = gpumat.train.DEFAULT_LR``, as the seed assignment does; the CNN: its own Adam at
+1e-3 and batch 64, at a constant rate; samples in order), then PyTorch trains the same model, from
+the same initial values, in the same order, with the same loss (batch mean of the softmax
+cross-entropy) and the same optimizer (``torch.optim.SGD`` or ``Adam``, same hyper-parameters),
+on the same device (TF32 off on CUDA; batches copied from host memory each step, as gpumat does). Without
 torch the PyTorch rows are skipped with a note.
 
 Measured, per model, backend and framework:
@@ -80,7 +81,7 @@ from _common import (
 import gpumat
 from gpumat import models, train
 from gpumat.datasets import DatasetError, load_mnist
-from gpumat.optim import SGD
+from gpumat.optim import SGD, Adam
 
 TORCH_MODELS = ("logreg", "mlp", "cnn")  # models whose forward pass _torch_forward knows
 
@@ -96,12 +97,33 @@ def median_after_first(times):
 # --------------------------------------------------------------------------------------------------
 
 
-class _EpochProbe:
-    """An optimizer that applies SGD and snapshots the allocator's counters at each epoch's first
-    step (``gpumat.train.fit`` takes any object with ``step(grads)``)."""
+def recipe(name, batch_size, lr):
+    """(batch size, optimizer spec) of a model's benchmark run. A model that names its own
+    optimizer (the CNN: Adam at 1e-3, batch 64) keeps it unless ``lr`` is given; the others train
+    with SGD at ``lr`` (default ``gpumat.train.DEFAULT_LR``). The spec: ``("sgd", lr)`` or
+    ``("adam", lr, (beta1, beta2), eps)``. Learning-rate schedules are not applied (constant lr)."""
+    model = models.BUILDERS[name]()
+    bs = batch_size or model.batch_size or train.DEFAULT_BATCH_SIZE
+    if model.optimizer is None or lr is not None:
+        return bs, ("sgd", train.DEFAULT_LR if lr is None else lr)
+    opt = model.optimizer([np.zeros(1, np.float32)])
+    if isinstance(opt, Adam):
+        return bs, ("adam", opt.lr, tuple(opt.betas), opt.eps)
+    if type(opt) is SGD:
+        return bs, ("sgd", opt.lr)
+    raise ValueError(f"bench_mnist: no PyTorch twin for {name}'s optimizer {opt!r}")
 
-    def __init__(self, params, lr, ctx, steps_per_epoch):
-        self.sgd = SGD(params, lr)
+
+def gpumat_optimizer(params, spec):
+    return SGD(params, spec[1]) if spec[0] == "sgd" else Adam(params, spec[1], spec[2], spec[3])
+
+
+class _EpochProbe:
+    """An optimizer that applies the run's SGD or Adam and snapshots the allocator's counters at
+    each epoch's first step (``gpumat.train.fit`` takes any object with ``step(grads)``)."""
+
+    def __init__(self, params, spec, ctx, steps_per_epoch):
+        self.sgd = gpumat_optimizer(params, spec)
         self.ctx = ctx
         self.steps_per_epoch = steps_per_epoch
         self.steps = 0
@@ -138,13 +160,14 @@ GPUMAT_VARIANTS = {
 
 def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, variant="gpumat"):
     flags = GPUMAT_VARIANTS[variant]
+    batch_size, spec = recipe(name, batch_size, lr)
     ctx = train.get_context(ctx_name)
     model = models.BUILDERS[name]()
     steps = len(data[0][0]) // batch_size
     probe = {}
 
     def factory(params):
-        probe["opt"] = _EpochProbe(params, lr, ctx, steps)
+        probe["opt"] = _EpochProbe(params, spec, ctx, steps)
         return probe["opt"]
 
     if ctx is not None:
@@ -177,7 +200,8 @@ def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, variant="gpumat"):
         "valid_accuracy": hist.valid_accuracy,
         "final_valid_accuracy": hist.final_valid_accuracy,
         "wall_s": wall,
-        "lr": lr,
+        "lr": spec[1],
+        "optimizer": spec[0],
         "batch_size": batch_size,
         "steps_per_epoch": steps,
     }
@@ -213,6 +237,7 @@ def _torch_forward(torch, name, p, x):
 
 
 def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr, compile_loss=False):
+    batch_size, spec = recipe(name, batch_size, lr)
     if ctx_name == "gpu":
         dev = torch.device("cuda", 0)
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -230,7 +255,10 @@ def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr, compile_loss=
     params = {
         k: torch.tensor(v, device=dev, requires_grad=True) for k, v in model.initial_values.items()
     }
-    opt = torch.optim.SGD(list(params.values()), lr=lr)
+    if spec[0] == "sgd":
+        opt = torch.optim.SGD(list(params.values()), lr=spec[1])
+    else:
+        opt = torch.optim.Adam(list(params.values()), lr=spec[1], betas=spec[2], eps=spec[3])
 
     def loss_fn(xb, yb):
         return torch.nn.functional.cross_entropy(_torch_forward(torch, name, params, xb), yb)
@@ -283,7 +311,8 @@ def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr, compile_loss=
         "valid_accuracy": accs,
         "final_valid_accuracy": accs[-1] if accs else None,
         "wall_s": time.perf_counter() - t_all,
-        "lr": lr,
+        "lr": spec[1],
+        "optimizer": spec[0],
         "batch_size": batch_size,
         "steps_per_epoch": n_batches,
     }
@@ -313,8 +342,14 @@ def parse_args(argv):
     p.add_argument("--models", default="logreg,mlp", help="comma-separated (default logreg,mlp)")
     p.add_argument("--quick", action="store_true", help="2 epochs on a 5,000-image subset (CI)")
     p.add_argument("--epochs", type=int, default=None, help="epochs per run (default 5, quick 2)")
-    p.add_argument("--batch-size", type=int, default=train.DEFAULT_BATCH_SIZE)
-    p.add_argument("--lr", type=float, default=train.DEFAULT_LR)
+    p.add_argument("--batch-size", type=int, default=None, help="default: the model's, else 1000")
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="SGD's learning rate for every model (default: the model's own optimizer, else SGD "
+        "at gpumat.train.DEFAULT_LR)",
+    )
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch runs")
     p.add_argument(
         "--variants",
@@ -402,7 +437,8 @@ def main(argv=None) -> int:
         md = (
             header_markdown(header, "gpumat MNIST training benchmark")
             + "".join(f"- note: {n}\n" for n in notes)
-            + f"- data: {sizes}; batch {args.batch_size}; epochs {args.epochs}; lr {args.lr}\n\n"
+            + f"- data: {sizes}; batch {args.batch_size or 'per model'}; epochs {args.epochs}; "
+            + f"lr {args.lr or 'per model'}\n\n"
             + mnist_table(rows)
             + "\n"
             + MNIST_LEGEND
