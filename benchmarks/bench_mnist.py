@@ -15,8 +15,8 @@ batch 1000, ``lr = gpumat.train.DEFAULT_LR``, as the seed assignment does; the C
 1e-3 and batch 64, at a constant rate; samples in order), then PyTorch trains the same model, from
 the same initial values, in the same order, with the same loss (batch mean of the softmax
 cross-entropy) and the same optimizer (``torch.optim.SGD`` or ``Adam``, same hyper-parameters),
-on the same device (TF32 off on CUDA; batches copied from host memory each step, as gpumat does). Without
-torch the PyTorch rows are skipped with a note.
+on the same device (TF32 off on CUDA; batches copied from host memory each step, as gpumat
+does). Without torch the PyTorch rows are skipped with a note.
 
 Measured, per model, backend and framework:
 
