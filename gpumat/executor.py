@@ -36,6 +36,7 @@ and Lee, "Efficient Memory Management for Deep Neural Net Inference" (2020), on 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
 
@@ -678,7 +679,11 @@ class Executor:
             if getattr(op, "takes_run_state", False) and not op.seeded_scalars:
                 self._compile_reason = f"op {op.name} depends on the run state (no seeded_scalars)"
                 return self._run_python(feeds, training, step)
-        with ops.trace_calls() as trace:
+        with contextlib.ExitStack() as stack:
+            try:
+                trace = stack.enter_context(ops.trace_calls())
+            except RuntimeError:  # another thread is tracing: from Python now, compile next run
+                return self._run_python(feeds, training, step)
             vals = self._run_python(feeds, training, step, trace=trace)
         try:
             self._program = self._compile(vals, step)

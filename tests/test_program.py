@@ -283,3 +283,21 @@ def test_native_program_rejects_bad_input(ctx):
     src = np.random.default_rng(2).normal(size=(2, 3)).astype(np.float32)
     prog.run([gpumat.array(src, ctx)], 0)
     np.testing.assert_array_equal(buf.asnumpy().reshape(2, 3), np.maximum(src, 0))
+
+
+def test_a_trace_on_another_thread_delays_compilation(ctx):
+    import threading
+
+    x = ad.Variable("x")
+    ex = Executor([ad.relu_op(x * 3.0)], ctx=ctx)
+    data = np.random.default_rng(4).normal(size=(6, 5))
+    results = []
+    with ops.trace_calls():  # this thread holds the one trace
+        worker = threading.Thread(target=lambda: results.append(ex.run({x: data})[0].asnumpy()))
+        worker.start()
+        worker.join()
+    np.testing.assert_allclose(results[0], np.maximum(data * 3.0, 0.0), rtol=1e-6, atol=1e-6)
+    assert ex.schedule_report.mode == "python" and "next run" in ex.schedule_report.reason
+    (again,) = ex.run({x: data}, convert_to_numpy_ret_vals=True)
+    np.testing.assert_allclose(again, results[0], rtol=0, atol=0)
+    assert ex.schedule_report.mode == "compiled"
