@@ -292,14 +292,19 @@ sys.stdout.write(" ".join(out))
 """
 
 
-def test_host_relu_bias_gradient_is_independent_of_thread_count():
+def test_host_relu_bias_gradient_is_independent_of_thread_count(tmp_path):
     """The column sums are bitwise equal on 1, 2 and 3 OpenMP threads (fixed row chunks, added in
     chunk order)."""
     outs = []
     for threads in ("1", "2", "3"):
         env = dict(os.environ, OMP_NUM_THREADS=threads)
+        # Outside the checkout, so that `import gpumat` finds the installed package, not the source.
         run = subprocess.run(
-            [sys.executable, "-c", _THREADS_SCRIPT], env=env, capture_output=True, text=True
+            [sys.executable, "-c", _THREADS_SCRIPT],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
         )
         assert run.returncode == 0, run.stderr
         outs.append(run.stdout)
