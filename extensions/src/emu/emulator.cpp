@@ -1307,24 +1307,25 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  emu::GraphNodes* e = as_graph(exec, emu::g_graph_execs);
-  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle, "cudaGraphExecDestroy");
+namespace {
+// Frees a graph or an executable graph that `live` holds; `bad` is the error for any other handle.
+cudaError_t destroy_graph(const void* handle, std::set<const void*>& live, cudaError_t bad,
+                          const char* what) {
+  emu::GraphNodes* g = as_graph(handle, live);
+  if (g == nullptr) return fail(bad, what);
   {
     std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
-    emu::g_graph_execs.erase(e);
-  }
-  delete e;
-  return cudaSuccess;
-}
-
-cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  emu::GraphNodes* g = as_graph(graph, emu::g_graphs);
-  if (g == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphDestroy");
-  {
-    std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
-    emu::g_graphs.erase(g);
+    live.erase(g);
   }
   delete g;
   return cudaSuccess;
+}
+}  // namespace
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  return destroy_graph(exec, emu::g_graph_execs, cudaErrorInvalidResourceHandle, "cudaGraphExecDestroy");
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  return destroy_graph(graph, emu::g_graphs, cudaErrorInvalidValue, "cudaGraphDestroy");
 }
