@@ -477,6 +477,25 @@ def test_copyfrom_self_is_harmless(ctx):
 
 
 @pytest.mark.parametrize(
+    "n", [1, 50_000, 1 << 20, (1 << 20) + 1], ids=["1", "200KB", "4MiB", "over-4MiB"]
+)
+def test_copies_and_kernels_stay_in_order(ctx, n):
+    # On a device, copies up to 4 MiB return before the device has read them (through pinned
+    # staging buffers reused in turn); larger ones synchronize. Either way the host source may be
+    # overwritten at once, and each kernel sees the copy queued before it.
+    src = np.empty(n, np.float32)
+    buf = gpumat.empty((n,), ctx)
+    acc = gpumat.array(np.zeros(n, np.float32), ctx)
+    expected = np.zeros(n)
+    for _ in range(6):  # more than the staging buffers
+        src[...] = rand((n,))
+        buf.copyfrom(src)
+        expected += src
+        gpumat.ops.axpy(1.0, buf, acc)
+    np.testing.assert_allclose(acc.asnumpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
     "src_shape",
     [(4, 8), (4, 10), (36,), (9, 4), (1, 4, 9), (0,)],
     ids=["fewer", "more", "flat", "swapped", "extra1", "empty"],

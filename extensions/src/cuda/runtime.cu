@@ -1,4 +1,5 @@
 // CUDA runtime glue: streams, device memory, copies, error translation. See runtime.h.
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,10 +77,74 @@ void mem_get_info(int dev, size_t* free_bytes, size_t* total_bytes) noexcept {
     cudaGetLastError();
 }
 
+// Pinned staging of host-to-device copies. A copy straight from pageable memory has to wait for
+// the stream (so that the caller may free `src` when it returns), which makes the host wait for
+// every queued kernel: with one mini-batch copied in per training step, the host could not queue
+// step k+1 while the device runs step k. Copies up to kStagingMaxBytes are instead copied by the
+// host into one of kStagingSlots page-locked buffers and queued with cudaMemcpyAsync; an event
+// per buffer marks when the device has read it, and the host waits only when it comes back to a
+// buffer whose copy (kStagingSlots copies ago) is still queued. The same idea as PyTorch's
+// pin_memory() + non_blocking=True, inside the library (CUDA C++ Best Practices Guide, "Pinned
+// Memory" and "Asynchronous and Overlapping Transfers with Computation").
+constexpr int kStagingSlots = 4;
+constexpr size_t kStagingMaxBytes = size_t{4} << 20;
+
+struct StagingSlot {
+  void* host = nullptr;  // page-locked, from cudaHostAlloc
+  size_t capacity = 0;
+  cudaEvent_t read = nullptr;  // recorded after the copy that last read `host`
+};
+struct Staging {
+  StagingSlot slots[kStagingSlots];
+  int next = 0;
+};
+std::mutex g_staging_mutex;
+// Never destroyed (as the streams): the pinned buffers are released with the process, and freeing
+// them in a static destructor could run after the CUDA runtime has shut down.
+auto* g_staging = new std::map<int, Staging>();
+
+// False (nothing copied) when no page-locked memory can be had: the caller copies from `src`.
+bool copy_staged(int dev, cudaStream_t s, void* dst, const void* src, size_t nbytes) {
+  std::lock_guard<std::mutex> lock(g_staging_mutex);
+  Staging& staging = (*g_staging)[dev];
+  StagingSlot& slot = staging.slots[staging.next];
+  if (slot.read != nullptr)
+    check(cudaEventSynchronize(slot.read), "copy host to device (staging)");
+  else
+    check(cudaEventCreateWithFlags(&slot.read, cudaEventDisableTiming), "copy host to device (staging)");
+  if (slot.capacity < nbytes) {
+    if (slot.host != nullptr && cudaFreeHost(slot.host) != cudaSuccess) cudaGetLastError();
+    slot.host = nullptr;
+    slot.capacity = 0;
+    const size_t capacity = (nbytes + 65535) / 65536 * 65536;
+    if (cudaHostAlloc(&slot.host, capacity, cudaHostAllocDefault) != cudaSuccess) {
+      cudaGetLastError();
+      slot.host = nullptr;
+      return false;
+    }
+    slot.capacity = capacity;
+  }
+  std::memcpy(slot.host, src, nbytes);
+  check(cudaMemcpyAsync(dst, slot.host, nbytes, cudaMemcpyHostToDevice, s), "copy host to device");
+  check(cudaEventRecord(slot.read, s), "copy host to device (staging)");
+  staging.next = (staging.next + 1) % kStagingSlots;
+  return true;
+}
+
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(s, &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void copy_host_to_device(int dev, void* dst, const void* src, size_t nbytes) {
   cudaStream_t s = activate(dev);
-  // NOTE: pageable source memory: cudaMemcpyAsync stages it before returning, so the caller may
-  // free `src` afterwards; still synchronize so a fault is reported by this copy, not a later op.
+  if (nbytes == 0) return;
+  // NOTE: never staged while the stream is captured: the graph would replay a read of the staging
+  // buffer. The synchronizing copy below fails the capture instead, which then falls back to eager.
+  if (nbytes <= kStagingMaxBytes && !capturing(s) && copy_staged(dev, s, dst, src, nbytes)) return;
+  // Pageable source memory: synchronize, so the caller may free `src` and a fault is reported by
+  // this copy, not a later op.
   check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s), "copy host to device");
   check(cudaStreamSynchronize(s), "copy host to device");
 }

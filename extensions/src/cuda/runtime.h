@@ -17,7 +17,9 @@ struct DeviceRuntime {
   void* (*malloc_device)(int dev, size_t nbytes);  // throws OutOfMemory / CudaError
   void (*free_device)(int dev, void* ptr) noexcept;
   void (*mem_get_info)(int dev, size_t* free_bytes, size_t* total_bytes) noexcept;
-  // Copies on the device's stream; the *_to_host and host_to_* copies synchronize before returning.
+  // Copies on the device's stream. copy_device_to_host and copy_peer synchronize before returning;
+  // copy_host_to_device returns once `src` may be reused (small copies are staged through pinned
+  // buffers and queued, larger ones synchronize), and later work on the stream sees the data.
   void (*copy_host_to_device)(int dev, void* dst, const void* src, size_t nbytes);
   void (*copy_device_to_host)(int dev, void* dst, const void* src, size_t nbytes);
   void (*copy_device_to_device)(int dev, void* dst, const void* src, size_t nbytes);

@@ -578,6 +578,7 @@ struct Allocation {
   int dev;
 };
 std::mutex g_mem_mutex;
+std::set<const void*> g_pinned;            // live cudaHostAlloc blocks, under g_mem_mutex
 std::map<uintptr_t, Allocation> g_allocs;  // base address -> allocation
 size_t g_bytes_in_use[8] = {};
 
@@ -1055,6 +1056,30 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags) {
+  *ptr = nullptr;
+  if (cudaError_t e = emu::unsafe_during_capture("cudaHostAlloc"); e != cudaSuccess) return e;
+  if (flags != cudaHostAllocDefault) return fail(cudaErrorInvalidValue, "cudaHostAlloc: flags not emulated");
+  void* p = std::aligned_alloc(4096, (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096);
+  if (p == nullptr) return fail(cudaErrorMemoryAllocation, "cudaHostAlloc: the host is out of memory");
+  std::lock_guard<std::mutex> lock(emu::g_mem_mutex);
+  emu::g_pinned.insert(p);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (cudaError_t e = emu::unsafe_during_capture("cudaFreeHost"); e != cudaSuccess) return e;
+  if (ptr == nullptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(emu::g_mem_mutex);
+    if (emu::g_pinned.erase(ptr) == 0)
+      return fail(cudaErrorInvalidValue, "cudaFreeHost of a pointer cudaHostAlloc did not return");
+  }
+  std::free(ptr);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   std::lock_guard<std::mutex> lock(emu::g_mem_mutex);
   *total_bytes = emu::memory_capacity();
@@ -1172,6 +1197,12 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
   emu::g_events.insert(e);
   *event = reinterpret_cast<cudaEvent_t>(e);
   return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  if ((flags & ~cudaEventDisableTiming) != 0)
+    return fail(cudaErrorInvalidValue, "cudaEventCreateWithFlags: flags not emulated");
+  return cudaEventCreate(event);
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
