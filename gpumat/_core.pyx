@@ -294,7 +294,9 @@ cdef class PyGpuMatrix:
 
         The shapes must be equal (ValueError otherwise). numpy data are converted to float32 as
         in gpumat.array (TypeError for complex/object/string data); a PyGpuMatrix on another
-        device is copied explicitly.
+        device is copied explicitly. ``source`` may be changed as soon as this returns: on a CUDA
+        device a copy of up to 4 MiB is staged through page-locked memory and queued on the
+        device's stream (later ops see it; the host does not wait), a larger one synchronizes.
         """
         _require(self, "copyfrom", "self")
         if isinstance(source, PyGpuMatrix):
