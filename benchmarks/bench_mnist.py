@@ -49,6 +49,11 @@ eagerly (``torch``) and, on a GPU or with ``--torch-compile``, as
 ``torch.compile(loss, mode="reduce-overhead")`` (``torch-compile``: forward and backward compiled
 and replayed as CUDA graphs; on cpu the default mode), with the same eager SGD update.
 
+``--mlp-hidden 16,16 --batch-size 16 --models mlp`` makes each step's arithmetic negligible (a few
+kFLOP), so its steps/s measure what a step costs the host: Python, dispatch and launches. That is
+the ceiling on steps/s for a small network on any device, the quantity CUDA graphs and compiled
+steps attack on a GPU, measured here without one.
+
 ``--quick`` trains 2 epochs on 5,000 training and 1,000 validation images (the second epoch is
 the measured one). Output: a table, and a JSON file plus markdown (see ``benchmarks/results/
 README.md``); no speed is asserted.
@@ -97,12 +102,23 @@ def median_after_first(times):
 # --------------------------------------------------------------------------------------------------
 
 
+#: The MLP's hidden widths when ``--mlp-hidden`` is given (None: the model's own, 256 and 100).
+MLP_HIDDEN: tuple[int, int] | None = None
+
+
+def build_model(name):
+    """The gpumat model ``name`` with its default initial values (``--mlp-hidden`` applied)."""
+    if name == "mlp" and MLP_HIDDEN is not None:
+        return models.mlp(hidden=MLP_HIDDEN)
+    return models.BUILDERS[name]()
+
+
 def recipe(name, batch_size, lr):
     """(batch size, optimizer spec) of a model's benchmark run. A model that names its own
     optimizer (the CNN: Adam at 1e-3, batch 64) keeps it unless ``lr`` is given; the others train
     with SGD at ``lr`` (default ``gpumat.train.DEFAULT_LR``). The spec: ``("sgd", lr)`` or
     ``("adam", lr, (beta1, beta2), eps)``. Learning-rate schedules are not applied (constant lr)."""
-    model = models.BUILDERS[name]()
+    model = build_model(name)
     bs = batch_size or model.batch_size or train.DEFAULT_BATCH_SIZE
     if model.optimizer is None or lr is not None:
         return bs, ("sgd", train.DEFAULT_LR if lr is None else lr)
@@ -162,7 +178,7 @@ def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, variant="gpumat"):
     flags = GPUMAT_VARIANTS[variant]
     batch_size, spec = recipe(name, batch_size, lr)
     ctx = train.get_context(ctx_name)
-    model = models.BUILDERS[name]()
+    model = build_model(name)
     steps = len(data[0][0]) // batch_size
     probe = {}
 
@@ -251,7 +267,7 @@ def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr, compile_loss=
         def sync():
             pass
 
-    model = models.BUILDERS[name]()  # the same initial values as gpumat's run
+    model = build_model(name)  # the same initial values as gpumat's run
     params = {
         k: torch.tensor(v, device=dev, requires_grad=True) for k, v in model.initial_values.items()
     }
@@ -350,6 +366,12 @@ def parse_args(argv):
         help="SGD's learning rate for every model (default: the model's own optimizer, else SGD "
         "at gpumat.train.DEFAULT_LR)",
     )
+    p.add_argument(
+        "--mlp-hidden",
+        default=None,
+        help="the MLP's two hidden widths, e.g. 16,16 (default 256,100); with a small batch the "
+        "steps' arithmetic is negligible and steps/s measures the per-step host overhead",
+    )
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch runs")
     p.add_argument(
         "--variants",
@@ -368,6 +390,14 @@ def parse_args(argv):
     args = p.parse_args(argv)
     args.ctx = [c.strip() for c in args.ctx.split(",") if c.strip()]
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.mlp_hidden is not None:
+        try:
+            widths = tuple(int(w) for w in args.mlp_hidden.split(","))
+        except ValueError:
+            widths = ()
+        if len(widths) != 2 or min(widths) < 1:
+            p.error(f"--mlp-hidden takes two positive widths like 16,16, got {args.mlp_hidden!r}")
+        args.mlp_hidden = widths
     if args.epochs is None:
         args.epochs = 2 if args.quick else 5
     for c in args.ctx:
@@ -389,6 +419,8 @@ def parse_args(argv):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    global MLP_HIDDEN
+    MLP_HIDDEN = args.mlp_hidden
     if "gpu" in args.ctx and not gpumat.cuda_available():
         print("bench_mnist: --ctx gpu but no usable CUDA device", file=sys.stderr)
         return 2
@@ -438,7 +470,9 @@ def main(argv=None) -> int:
             header_markdown(header, "gpumat MNIST training benchmark")
             + "".join(f"- note: {n}\n" for n in notes)
             + f"- data: {sizes}; batch {args.batch_size or 'per model'}; epochs {args.epochs}; "
-            + f"lr {args.lr or 'per model'}\n\n"
+            + f"lr {args.lr or 'per model'}"
+            + (f"; MLP hidden widths {args.mlp_hidden}" if args.mlp_hidden else "")
+            + "\n\n"
             + mnist_table(rows)
             + "\n"
             + MNIST_LEGEND
@@ -456,6 +490,7 @@ def main(argv=None) -> int:
                 "batch_size": args.batch_size,
                 "lr": args.lr,
                 "variants": args.variants,
+                "mlp_hidden": list(args.mlp_hidden) if args.mlp_hidden else None,
                 "num_train": len(train_set[0]),
                 "num_valid": len(valid_set[0]),
             },

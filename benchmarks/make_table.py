@@ -59,7 +59,14 @@ def select(runs, include_quick: bool, every: bool):
         return runs
     seen, out = set(), []
     for f, d in runs:
-        key = (d["benchmark"], d["device"]["backend"], d["device"]["name"], bool(d.get("quick")))
+        hidden = (d.get("settings") or {}).get("mlp_hidden")  # a host-overhead run is its own kind
+        key = (
+            d["benchmark"],
+            d["device"]["backend"],
+            d["device"]["name"],
+            bool(d.get("quick")),
+            tuple(hidden or ()),
+        )
         if key not in seen:
             seen.add(key)
             out.append((f, d))
@@ -107,7 +114,10 @@ def mnist_section(path: Path, d: dict) -> str:
     return (
         source_line(path, d)
         + f"\n{s.get('num_train')} training images, batch {s.get('batch_size')}, lr {s.get('lr')}, "
-        f"{s.get('epochs')} epochs.\n{notes}\n" + mnist_table(d.get("runs", []))
+        f"{s.get('epochs')} epochs"
+        + (f", MLP hidden widths {tuple(s['mlp_hidden'])}" if s.get("mlp_hidden") else "")
+        + f".\n{notes}\n"
+        + mnist_table(d.get("runs", []))
     )
 
 

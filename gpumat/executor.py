@@ -115,9 +115,20 @@ class _NotCompilable(Exception):
     """Why a traced schedule cannot become a native program (the report's reason)."""
 
 
+# Types already recognised: the check runs for every feed of every step.
+_DEVICE_ARRAY_TYPES: set[type] = set()
+
+
 def _is_device_array(value) -> bool:
     # PyGpuMatrix, recognised by its interface so this module does not import the native layer.
-    return not isinstance(value, np.ndarray) and hasattr(value, "asnumpy") and hasattr(value, "ctx")
+    if type(value) in _DEVICE_ARRAY_TYPES:
+        return True
+    found = (
+        not isinstance(value, np.ndarray) and hasattr(value, "asnumpy") and hasattr(value, "ctx")
+    )
+    if found:
+        _DEVICE_ARRAY_TYPES.add(type(value))
+    return found
 
 
 def _nbytes(shape: tuple, itemsize: int) -> int:
@@ -326,6 +337,7 @@ class Executor:
         self._program_training = None
         self._compile_reason = ""
         self._external_steps: list[tuple[int, Node]] = []
+        self._copy_steps: list[tuple[int, Node]] = []
         self._buffer_of: dict[int, int] = {}
         self._segments: list = []
         self.fusion_report = None
@@ -436,7 +448,7 @@ class Executor:
                         f"feed for {node.name!r} is a device array on {value.ctx}, but this "
                         "executor runs on numpy (ctx=None): feed a numpy array (value.asnumpy())"
                     )
-                if value.ctx != self.ctx:
+                if value.ctx is not self.ctx and value.ctx != self.ctx:
                     raise ValueError(
                         f"feed for {node.name!r} is on {value.ctx}, but this executor runs on "
                         f"{self.ctx}; devices are never mixed implicitly: copy it explicitly"
@@ -504,6 +516,7 @@ class Executor:
         self._template = [value_buffer(n) if n in assignment else None for n in order]
         self._buffer_of = {i: assignment[n] for i, n in enumerate(order) if n in assignment}
         self._external_steps = [(i, n) for i, n in enumerate(order) if n in external]
+        self._copy_steps = [(i, n) for i, n in enumerate(order) if n in feeds and n not in external]
         self._program = None
         self._compile_reason = ""
         steps = []
@@ -651,9 +664,8 @@ class Executor:
     def _run_program(self, feeds: dict, step: int) -> list:
         """One run of the compiled step: feeds copied in, fed device arrays bound, one call."""
         vals = list(self._template)
-        for kind, i, node, _, _ in self._steps:
-            if kind == _FEED_COPY:
-                vals[i].copyfrom(feeds[node][0])
+        for i, node in self._copy_steps:
+            vals[i].copyfrom(feeds[node][0])
         inputs = []
         for i, node in self._external_steps:
             vals[i] = feeds[node][0]

@@ -102,6 +102,25 @@ class _Optimizer:
     def __init__(self, params: Sequence, lr: float) -> None:
         self.params = _check_params(type(self).__name__, params)
         self.lr = lr
+        # Decided once: a step is one multi-tensor ops call when every parameter is on one device.
+        self._one_device = _on_one_device(self.params)
+
+    def _update_all(self, update, grads: Sequence) -> bool:
+        """Run ``update(grads)``, one multi-tensor ``gpumat.ops`` call over every parameter, when
+        they are all on one device; True if it ran, False to take the per-parameter path.
+
+        The native call checks the gradients (count, kind, shape, device) before it writes
+        anything, so the Python checks run only when it refuses, to raise their clearer
+        message (a step costs one native call and no per-parameter Python).
+        """
+        if not self._one_device:
+            return False
+        try:
+            update(grads)
+        except (TypeError, ValueError):
+            _check_grads(type(self).__name__, self.params, grads)
+            raise
+        return True
 
     @property
     def lr(self) -> float:
@@ -216,12 +235,11 @@ class SGD(_Optimizer):
                 parameter would need a host-to-device copy per step: run the executor on the
                 parameters' device instead).
         """
-        grads = _check_grads("SGD", self.params, grads)
-        if _on_one_device(self.params):
-            # One multi-tensor launch for all parameters (shapes and devices checked in C++:
-            # ValueError naming sgd_update, the tensor and the shapes).
-            ops.sgd_update(self.params, grads, self._lr)
+        grads = list(grads)
+        lr = self._lr
+        if self._update_all(lambda gs: ops.sgd_update(self.params, gs, lr), grads):
             return
+        grads = _check_grads("SGD", self.params, grads)
         for p, g in zip(self.params, grads, strict=True):
             if isinstance(p, np.ndarray):
                 p -= self._lr * g
@@ -271,12 +289,13 @@ class MomentumSGD(_Optimizer):
         Raises ValueError for a wrong number of gradients or a shape mismatch, TypeError for a
         gradient of another kind than its parameter (as :meth:`SGD.step`).
         """
-        grads = _check_grads("MomentumSGD", self.params, grads)
+        grads = list(grads)
         mu, lr = self.momentum, self._lr
-        if _on_one_device(self.params):
-            # Shapes and devices are checked in C++ (ValueError naming momentum_sgd_update).
-            ops.momentum_sgd_update(self.params, grads, self.velocities, lr, mu)
+        if self._update_all(
+            lambda gs: ops.momentum_sgd_update(self.params, gs, self.velocities, lr, mu), grads
+        ):
             return
+        grads = _check_grads("MomentumSGD", self.params, grads)
         for p, g, v in zip(self.params, grads, self.velocities, strict=True):
             if isinstance(p, np.ndarray):
                 v *= mu
@@ -348,15 +367,18 @@ class Adam(_Optimizer):
 
     def step(self, grads: Sequence) -> None:
         """One Adam update of every parameter (gradients as for :meth:`MomentumSGD.step`)."""
-        grads = _check_grads("Adam", self.params, grads)
+        grads = list(grads)
         # On one device t advances only once adam_update_multi accepted the step: a step
         # rejected for a shape or device mismatch changes no state.
         t, lr, eps = self.t + 1, self._lr, self.eps
         b1, b2 = self.betas
-        if _on_one_device(self.params):
-            ops.adam_update_multi(self.params, grads, self.m, self.v, lr, b1, b2, eps, t)
+        if self._update_all(
+            lambda gs: ops.adam_update_multi(self.params, gs, self.m, self.v, lr, b1, b2, eps, t),
+            grads,
+        ):
             self.t = t
             return
+        grads = _check_grads("Adam", self.params, grads)
         self.t = t
         for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
             if isinstance(p, np.ndarray):

@@ -183,6 +183,30 @@ def test_make_table_takes_the_latest_real_run_per_device(tmp_path):
     assert out.read_text().startswith("### Kernels")
 
 
+def test_make_table_keeps_host_overhead_runs_apart(tmp_path):
+    # A later --mlp-hidden run (tiny widths) must not replace the full-size run in the ledger.
+    full = _mnist_run("2026-11-02T11:00:00Z")
+    tiny = _mnist_run("2026-11-03T11:00:00Z")
+    tiny["settings"]["mlp_hidden"] = [16, 16]
+    tiny["runs"][0]["epoch_s"] = 0.0123
+    (tmp_path / "full.json").write_text(json.dumps(full))
+    (tmp_path / "tiny.json").write_text(json.dumps(tiny))
+    runs = make_table.select(make_table.load_runs([tmp_path]), include_quick=False, every=False)
+    text = make_table.build(runs, {"mnist"})
+    assert "0.0625" in text and "0.0123" in text
+    assert text.count("MLP hidden widths (16, 16)") == 1
+
+
+def test_bench_mnist_mlp_hidden_option():
+    import bench_mnist
+
+    assert bench_mnist.parse_args(["--mlp-hidden", "16,8"]).mlp_hidden == (16, 8)
+    assert bench_mnist.parse_args([]).mlp_hidden is None
+    for bad in ("16", "16,0", "a,b", "1,2,3"):
+        with pytest.raises(SystemExit):
+            bench_mnist.parse_args(["--mlp-hidden", bad])
+
+
 def test_default_result_names(tmp_path):
     header = _header("ops", "cpu", "Intel(R) Xeon(R) @ 2.80GHz", "2026-11-22T22:36:09Z", True)
     path = _common.default_out_path("ops", header, tmp_path)
