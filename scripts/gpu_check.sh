@@ -23,6 +23,8 @@
 #   racecheck    compute-sanitizer --tool racecheck over the shared-memory kernels' GPU tests
 #                (matmul, reductions, softmax, transpose; the largest shapes left out: racecheck
 #                tracks every shared-memory access and is slow)
+#   synccheck    compute-sanitizer --tool synccheck over the same tests (__syncthreads() and warp
+#                shuffles/votes in divergent code or with wrong masks)
 #   bench_ops    benchmarks/bench_ops.py --ctx gpu
 #   bench_mnist  benchmarks/bench_mnist.py --ctx gpu --models logreg,mlp,cnn --epochs 3 (every gpumat
 #                variant, PyTorch eager and torch.compile reduce-overhead; cpu rows need no GPU)
@@ -289,7 +291,10 @@ skip_without_build interop ||
     "$REPO/tests/test_checkpoint.py"
 
 SANITIZER=$(find_sanitizer) || SANITIZER=""
-for tool in memcheck racecheck; do
+# The kernels with shared memory, barriers and warp collectives, at shapes a sanitizer gets through.
+SYNC_KERNEL_TESTS="(matrix_multiply or reduce_sum or softmax or transpose) and not large and not property \
+  and not mnist_shape and not raises and not 1500x2000 and not 100000"
+for tool in memcheck racecheck synccheck; do
   skip_without_build "$tool" && continue
   if [ -z "$SANITIZER" ] && wanted "$tool"; then
     record "$tool" fail - 0 "compute-sanitizer not found"
@@ -299,10 +304,8 @@ for tool in memcheck racecheck; do
     GPU_TESTS=1 run_step memcheck 150 "$SANITIZER" --tool memcheck --error-exitcode 86 --print-limit 50 \
       "${PYTEST[@]}" -q -m "cuda and not slow" "$REPO/tests"
   else
-    GPU_TESTS=1 run_step racecheck 90 "$SANITIZER" --tool racecheck --error-exitcode 86 --print-limit 50 \
-      "${PYTEST[@]}" -q -m cuda "$REPO/tests/test_ops.py" \
-      -k "(matrix_multiply or reduce_sum or softmax or transpose) and not large and not property \
-        and not mnist_shape and not raises and not 1500x2000 and not 100000"
+    GPU_TESTS=1 run_step "$tool" 90 "$SANITIZER" --tool "$tool" --error-exitcode 86 --print-limit 50 \
+      "${PYTEST[@]}" -q -m cuda "$REPO/tests/test_ops.py" -k "$SYNC_KERNEL_TESTS"
   fi
 done
 
