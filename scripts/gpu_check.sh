@@ -41,11 +41,12 @@
 #                       10 minutes); a step's limit is cut to what is left, and a step with less
 #                       than 20 s left is skipped
 #   GPU_CHECK_STEPS     comma-separated steps to run (default: all), e.g. "build,import,bench_ops"
-#                       Every step's limit together exceeds one 10-minute call: on a machine lent
-#                       for 10-minute calls, split it, e.g. (1) nvidia-smi,openblas,safetensors,setuptools,
-#                       data,build,import,pytest,interop (2) import,memcheck,racecheck,synccheck
-#                       (3) import,bench_ops,bench_mnist: one OUTDIR per call (a call clears its
-#                       OUTDIR's logs), the build installed by the first
+#                       Every step's limit together exceeds one 10-minute call: on a machine
+#                       lent for 10-minute calls, split it, e.g. (1) nvidia-smi,openblas,
+#                       safetensors,setuptools,data,build,import,pytest,interop
+#                       (2) import,memcheck,racecheck,synccheck (3) import,bench_ops,bench_mnist:
+#                       one OUTDIR per call (a call clears its OUTDIR's logs), the build installed
+#                       by the first
 #   GPUMAT_GIT_COMMIT   the commit being checked, recorded in the benchmark files (a copy of the
 #                       tree without .git cannot know it)
 #   GPUMAT_CUDA_ARCH    compute capabilities to build (default here: 90)
