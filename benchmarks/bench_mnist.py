@@ -51,10 +51,10 @@ eagerly (``torch``) and, on a GPU or with ``--torch-compile``, as
 ``torch.compile(loss, mode="reduce-overhead")`` (``torch-compile``: forward and backward compiled
 and replayed as CUDA graphs; on cpu the default mode), with the same eager SGD update.
 
-``--mlp-hidden 16,16 --batch-size 16 --models mlp`` makes each step's arithmetic negligible (a few
-kFLOP), so its steps/s measure what a step costs the host: Python, dispatch and launches. That is
-the ceiling on steps/s for a small network on any device, the quantity CUDA graphs and compiled
-steps attack on a GPU, measured here without one.
+``--mlp-hidden 16,16 --batch-size 16 --models mlp`` makes each step's arithmetic small (0.84 MFLOP,
+mostly the 784-wide first layer's two matmuls), so its steps/s measure mostly what a step costs the
+host: Python, dispatch and launches, the ceiling on steps/s for a small network on any device and
+the quantity compiled steps and CUDA graphs attack on a GPU, measured here without one.
 
 ``--quick`` trains 2 epochs on 5,000 training and 1,000 validation images (the second epoch is
 the measured one). Output: a table, and a JSON file plus markdown (see ``benchmarks/results/
