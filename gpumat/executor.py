@@ -516,7 +516,6 @@ class Executor:
         self._template = [value_buffer(n) if n in assignment else None for n in order]
         self._buffer_of = {i: assignment[n] for i, n in enumerate(order) if n in assignment}
         self._external_steps = [(i, n) for i, n in enumerate(order) if n in external]
-        self._copy_steps = [(i, n) for i, n in enumerate(order) if n in feeds and n not in external]
         self._program = None
         self._compile_reason = ""
         steps = []
@@ -533,6 +532,7 @@ class Executor:
                     raise RuntimeError(f"fused node {node.name!r}: an output is not scheduled")
                 steps.append((_COMPUTE, i, node, [index[x] for x in node.inputs], extra or None))
         self._steps = [s if len(s) == 5 else (*s, None) for s in steps]
+        self._copy_steps = [(i, node) for kind, i, node, _, _ in self._steps if kind == _FEED_COPY]
         self._eval_index = [index[n] for n in eval_nodes]
         self.fusion_report = report
         self._dtype = dtype
