@@ -20,7 +20,7 @@ nbformat = pytest.importorskip(
 )
 pytest.importorskip("ipykernel", reason="ipykernel is not installed (pip install '.[test]')")
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "mnist_colab.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "mnist_colab.ipynb"
 KERNEL = "gpumat-test-python"
 
 

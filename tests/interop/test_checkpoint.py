@@ -17,7 +17,7 @@ from gpumat import checkpoint, models, optim, train
 pytest.importorskip("safetensors", reason="safetensors is not installed (a dependency of gpumat)")
 
 RNG = np.random.default_rng(1123)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPUMAT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpumat.__file__)))
 
 

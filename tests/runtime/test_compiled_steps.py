@@ -1,4 +1,4 @@
-"""Compiled executor steps and CUDA graphs (issue 16): ``Executor(compiled=True, cuda_graph=True)``.
+"""Compiled executor steps and CUDA graphs: ``Executor(compiled=True, cuda_graph=True)``.
 
 The first run of a plan calls the ops from Python while ``gpumat.ops.trace_calls`` records their
 kernel calls; later runs replay them in C++ (``gpumat._core.NativeProgram``), and on CUDA or the

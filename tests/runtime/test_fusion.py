@@ -1,4 +1,4 @@
-"""Issue 16: the fused kernels (each against a float64 numpy reference and against the unfused ops
+"""The fused kernels (each against a float64 numpy reference and against the unfused ops
 on the same device), the executor's fusion pass (each rule, the cases where it must not fire, and
 fused graphs against the unfused graph and float64 references on numpy, cpu and emu), the
 multi-tensor SGD and gpumat.launch_count."""

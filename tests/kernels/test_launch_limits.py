@@ -1,4 +1,4 @@
-"""Kernels at every size (issue 17): shapes past the CUDA launch limits, long reductions, and the
+"""Kernels at every size: shapes past the CUDA launch limits, long reductions, and the
 range checks on window parameters, on every device.
 
 Grid limits. A GPU caps grid.y at 65,535, so kernels that put row tiles on grid.y (transpose,
@@ -86,7 +86,7 @@ def test_softmax_backward_long_batch(ctx, monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_GPU, reason=str(GPU_SKIP_REASON))
 def test_shapes_past_65535_row_tiles_on_a_gpu():
-    """The shapes of issue 17 at full size, on a real GPU (grid.y really 65,535): a transpose of
+    """The shapes above at full size, on a real GPU (grid.y really 65,535): a transpose of
     2.2M rows (68,750 tiles), a (5M, 10) @ (10, 10) matmul (78,125 tiles), and the softmax backward
     of a 2.2M-row batch."""
     ctx = gpumat.gpu(0)

@@ -21,7 +21,7 @@ from conftest import DEVICE_PARAMS, HAS_GPU, make_ctx
 import gpumat
 from gpumat import datasets, models, train
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BACKENDS = [pytest.param("numpy", id="numpy"), *DEVICE_PARAMS]
 
 

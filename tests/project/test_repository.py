@@ -12,7 +12,7 @@ import pytest
 import gpumat
 from gpumat.datasets import progress_bar_wanted
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Tty(io.StringIO):

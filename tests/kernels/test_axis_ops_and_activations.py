@@ -1,4 +1,4 @@
-"""Layers of issue 11: softmax / log_softmax along any axis, nll_loss, tanh, sigmoid, dropout and
+"""Axis ops and activations: softmax / log_softmax along any axis, nll_loss, tanh, sigmoid, dropout and
 reductions along an axis (gpumat.ops kernels and gpumat.nn graph ops).
 
 Each graph op: gradients in float64 on the numpy backend against central finite differences; the

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
 import _common  # noqa: E402

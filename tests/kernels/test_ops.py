@@ -413,7 +413,7 @@ def test_matrix_multiply_mnist_shape(ctx):
 
 
 def test_matrix_multiply_trans_flags_are_bools_not_ints(ctx):
-    # A truthy int, string or array would pick a transpose silently (issue 14): bools only.
+    # A truthy int, string or array would pick a transpose silently: bools only.
     a, b = rand((4, 3)), rand((5, 4))
     c = nan_array((3, 5), ctx)
     with pytest.raises(TypeError, match="transA must be a bool, got 1"):

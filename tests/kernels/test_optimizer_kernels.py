@@ -1,4 +1,4 @@
-"""Issue 16: the multi-tensor optimizer ops (ops.momentum_sgd_update, ops.adam_update_multi) and
+"""The multi-tensor optimizer ops (ops.momentum_sgd_update, ops.adam_update_multi) and
 the optimizers built on them, against float64 numpy references over several steps on every device;
 and the host relu_bias_gradient's row chunks (boundaries, thread-count independence)."""
 
