@@ -1,5 +1,5 @@
-"""Axis ops and activations: softmax / log_softmax along any axis, nll_loss, tanh, sigmoid, dropout and
-reductions along an axis (gpumat.ops kernels and gpumat.nn graph ops).
+"""Axis ops and activations: softmax / log_softmax along any axis, nll_loss, tanh, sigmoid,
+dropout and reductions along an axis (gpumat.ops kernels and gpumat.nn graph ops).
 
 Each graph op: gradients in float64 on the numpy backend against central finite differences; the
 same graph on every device (cpu, the emulated CUDA device, a GPU when present) against numpy's
