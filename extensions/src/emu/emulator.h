@@ -50,7 +50,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <memory>
 
 namespace gpumat::emulator {
 
@@ -59,22 +59,29 @@ struct Dim {
   unsigned x = 1, y = 1, z = 1;
 };
 
-// One emulated CUDA thread's work: `run(ctx)` executes the kernel body for the thread whose indices
-// are current (threadIdx, blockIdx, ...).
-using ThreadBody = void (*)(void* ctx);
+// One emulated CUDA thread's work: `run(args)` executes the kernel body for the thread whose
+// indices are current (threadIdx, blockIdx, ...).
+using ThreadBody = void (*)(void* args);
 
-// Runs a kernel launch over the whole grid and returns cudaSuccess or the error code (an int: the
-// shim's cudaError_t). `kernel` identifies the kernel for cudaFuncSetAttribute; `name` is used in
-// fault reports.
+// Queues a kernel launch on `stream` (records it while the stream is captured) and returns
+// cudaSuccess or the configuration error (an int: the shim's cudaError_t). `args` is the launch's
+// argument block (args_bytes long), kept until the launch has run. `kernel` identifies the kernel
+// for cudaFuncSetAttribute; `name` is used in fault reports.
 int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem, void* stream,
-           ThreadBody body, void* ctx);
+           ThreadBody body, std::shared_ptr<void> args, size_t args_bytes);
 
-// Stream capture (cudaStreamBeginCapture): true while `stream` records its work. capture_launch
-// checks a launch's configuration as launch() does (an error invalidates the capture) and records
-// `replay`, which makes the launch when the graph runs.
-bool capturing(void* stream);
-int capture_launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem,
-                   void* stream, std::function<int()> replay);
+// gpumat's caching allocator tells the checks which bytes of a device block are in use, in the
+// order of `stream`'s work: `live_bytes` of the block at `ptr` (from cudaMalloc) handed out to a
+// new user (which also poisons the block and marks it uninitialised), or 0: returned to the cache.
+void mark_allocation(void* stream, void* ptr, size_t live_bytes);
+
+// True when instrumented kernels are loaded, so memcheck, racecheck and initcheck run (false in the
+// AddressSanitizer build of `make emu-sanitize`, which cannot have the instrumentation).
+bool checks_compiled();
+
+// GPUMAT_EMU_MAX_BLOCKS, or 0 when unset: the most blocks a launcher gives a grid-stride loop, so
+// that tests make every thread take several iterations with small arrays (read at every call).
+int64_t max_blocks();
 
 // Barrier of the running block. sync_block_count returns how many threads passed pred != 0.
 void sync_block();
