@@ -210,6 +210,15 @@ void graph_destroy(void* exec) noexcept {
     cudaGetLastError();
 }
 
+#ifdef GPUMAT_EMULATED
+void mark_block(int dev, void* ptr, size_t nbytes) noexcept {
+  try {
+    emulator::mark_allocation(activate(dev), ptr, nbytes);
+  } catch (...) {  // no stream: the checks keep the block's previous extent
+  }
+}
+#endif
+
 }  // namespace
 
 namespace {
@@ -268,6 +277,9 @@ const DeviceRuntime& runtime() {
     t.abort_capture = abort_capture;
     t.graph_launch = graph_launch;
     t.graph_destroy = graph_destroy;
+#ifdef GPUMAT_EMULATED
+    t.mark_block = mark_block;
+#endif
     return t;
   }();
   return table;

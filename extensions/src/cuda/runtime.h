@@ -35,6 +35,10 @@ struct DeviceRuntime {
   void (*abort_capture)(int dev) noexcept;
   void (*graph_launch)(int dev, void* exec);  // queued on the device's stream
   void (*graph_destroy)(void* exec) noexcept;
+  // The caching allocator's view of a block for the emulated device's memory checks (null on a
+  // GPU): `nbytes` of the cudaMalloc'd block at ptr handed out (0: returned to the cache), in the
+  // order of the device's stream.
+  void (*mark_block)(int dev, void* ptr, size_t nbytes) noexcept;
 };
 
 #ifdef GPUMAT_WITH_CUDA
