@@ -183,7 +183,7 @@ __global__ void softmax_cols_gradient_kernel(const float* y, const float* dy, fl
 // ---------------------------------------------------------------------------- launchers
 
 static unsigned row_grid(int64_t rows) {
-  const int64_t kMaxBlocks = 65535LL * 8;
+  const int64_t kMaxBlocks = stride_blocks(65535LL * 8);
   return static_cast<unsigned>(rows < kMaxBlocks ? rows : kMaxBlocks);
 }
 
