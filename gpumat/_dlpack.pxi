@@ -41,10 +41,10 @@ def _dlpack_device_of(int kind, int index):
 
     The one place where gpumat devices map to DLPack devices: __dlpack_device__, __dlpack__,
     __array__ (zero-copy where this says kDLCPU) and __cuda_array_interface__ (only kDLCUDA) all
-    follow it. The emulated CUDA device (kind 2) exports as kDLCPU: its memory is host memory and
-    its kernels run synchronously, so a CPU consumer may read and write it in place (its
-    __cuda_array_interface__ does not exist: no CUDA library could use the pointer). Raises
-    BufferError for a kind with no mapping.
+    follow it. The emulated CUDA device (kind 2) exports as kDLCPU: its memory is host memory, so
+    a CPU consumer may read and write it in place once the export has synchronized the device
+    (its kernels are asynchronous, as on a GPU); its __cuda_array_interface__ does not exist: no
+    CUDA library could use the pointer. Raises BufferError for a kind with no mapping.
     """
     if kind == 0 or kind == 2:
         return (<int>kDLCPU, 0)
@@ -196,6 +196,10 @@ def _dlpack_export(PyGpuMatrix self, stream, max_version, dl_device, copy):
             synchronize_(kind, index)
     elif stream is not None:
         raise ValueError(f"__dlpack__: stream must be None for an array on the CPU, got {stream!r}")
+    elif kind == 2 and not copied:
+        # The emulated device's memory is exported as CPU memory: a CPU consumer has no stream to
+        # wait on, so the queued kernels that write the array must finish first.
+        synchronize_(kind, index)
     versioned = max_version is not None and int(max_version[0]) >= 1
     return _make_capsule(<PyGpuMatrix>src, versioned, copied)
 
