@@ -1065,6 +1065,7 @@ def reduce_max_gradient_(PyGpuMatrix x not None, PyGpuMatrix y not None, PyGpuMa
 
 # ------------------------------------------------------------------------- DLPack and CUDA interop
 include "_dlpack.pxi"
+include "_emu_selftest.pxi"
 
 
 # ---- compiled executor steps (gpumat/executor.py; extensions/include/gpumat/program.h)
