@@ -80,19 +80,19 @@ void check(const std::string& name, const std::vector<Shape>& ins, const std::ve
       std::vector<float> nan(static_cast<size_t>(arrays.back().size()), NAN);
       arrays.back().copy_from_host(nan.data(), arrays.back().size());
     }
-    try {
+    try {  // a fault in a kernel is reported when the results are copied back (launches are queued)
       op(arrays);
+      for (size_t o = 0; o < outs.size(); ++o) {
+        GpuMatrix& m = arrays[ins.size() + o];
+        std::vector<float> v(static_cast<size_t>(m.size()));
+        m.copy_to_host(v.data(), m.size());
+        results[d].push_back(std::move(v));
+      }
     } catch (const std::exception& e) {
       std::printf("FAIL %s%s on %s: %s\n", name.c_str(), g_setting.c_str(), devices[d].str().c_str(),
                   e.what());
       ++g_failures;
       return;
-    }
-    for (size_t o = 0; o < outs.size(); ++o) {
-      GpuMatrix& m = arrays[ins.size() + o];
-      std::vector<float> v(static_cast<size_t>(m.size()));
-      m.copy_to_host(v.data(), m.size());
-      results[d].push_back(std::move(v));
     }
   }
   for (size_t o = 0; o < outs.size(); ++o) {
@@ -376,6 +376,20 @@ void layer_cases() {
     check("nll_loss" + t, {{r, c}, {r, c}}, {{1}}, [](Arrays& a) { ops::nll_loss(a[0], a[1], a[2]); }, 1e-5f);
     check("nll_loss_gradient" + t, {{r, c}, {1}}, {{r, c}},
           [](Arrays& a) { ops::nll_loss_gradient(a[0], a[1], a[2]); });
+  }
+}
+
+// Sums whose terms cancel: the CUDA reductions accumulate in float64 as the host does, so they
+// agree to the final rounding; a float accumulator would be off by ~rows * 2^-24 * 1e4.
+void numerics_cases() {
+  namespace ops = gpumat::ops;
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{4000, 3}, {2000, 40}}) {
+    check(
+        "reduce_sum_axis_zero with cancellation " + dims({r, c}), {{r, c}}, {{c}},
+        [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); }, 1e-7f, -1e4f, 1e4f);
+    check(
+        "reduce_sum_channels with cancellation " + dims({r, c, 3}), {{r, c, 3}}, {{c}},
+        [](Arrays& a) { ops::reduce_sum_channels(a[0], a[1]); }, 1e-7f, -1e4f, 1e4f);
   }
 }
 
@@ -1045,18 +1059,24 @@ int run_demo(const std::string& which) {
 
 int main(int argc, char** argv) {
   if (argc > 1) return run_demo(argv[1]);
-  elementwise_cases();
-  layout_cases();
-  matmul_cases();
-  fused_cases();
-  conv_pool_cases();
-  emulator_cases();
-  if (gpumat::emulator::checks_compiled()) check_cases();
-  stream_cases();
-  graph_cases();
-  layer_cases();
-  size_cases();
-  grid_stride_cases();
+  try {
+    elementwise_cases();
+    layout_cases();
+    matmul_cases();
+    fused_cases();
+    conv_pool_cases();
+    emulator_cases();
+    if (gpumat::emulator::checks_compiled()) check_cases();
+    stream_cases();
+    graph_cases();
+    layer_cases();
+    size_cases();
+    numerics_cases();
+    grid_stride_cases();
+  } catch (const std::exception& e) {  // a fault outside the cases' own checks
+    std::printf("FAIL (uncaught): %s\n", e.what());
+    ++g_failures;
+  }
   std::printf("%d cases on emu:0 against the host: %d failed\n", g_cases, g_failures);
   return g_failures ? 1 : 0;
 }
