@@ -7,7 +7,7 @@ Usage::
     python3 benchmarks/bench_distributed.py --ranks 1,2,4 --epochs 5
     python3 benchmarks/bench_distributed.py --quick --out /tmp/  # CI smoke run
 
-For each rank count N it trains ``gpumat.models.mlp()`` (the seed's recipe: batch 1000 in order,
+For each rank count N it trains ``gpumat.models.mlp()`` (the course's recipe: batch 1000 in order,
 SGD lr 1.0, the model's seed) with ``gpumat.train.fit``: N = 1 is one plain process (no MPI, the
 single-process reference), N > 1 is ``mpiexec -n N`` with ``fit(distributed=True)``: each rank
 takes 1000 / N images of each global batch and the gradients are averaged by one bucketed

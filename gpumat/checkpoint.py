@@ -32,6 +32,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from gpumat.arrays import array
+
 __all__ = ["FORMAT_VERSION", "load", "load_training_state", "save", "save_training_state"]
 
 #: Written to the metadata as ``gpumat.format``; bumped when the layout of training states changes.
@@ -229,12 +231,10 @@ def load(path, ctx=None, expected: Mapping | None = None) -> dict:
             names the file.
         gpumat.CudaError, MemoryError: as for ``gpumat.array``.
     """
-    import gpumat
-
     arrays, _ = _read(path)
     if expected is not None:
         _check_expected(path, arrays, expected, "expected tensors")
-    return {name: gpumat.array(arr, ctx) for name, arr in arrays.items()}
+    return {name: array(arr, ctx) for name, arr in arrays.items()}
 
 
 # ------------------------------------------------------------------------------- training states

@@ -79,6 +79,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpumat import ops
+from gpumat.arrays import is_device_array
+from gpumat.device import synchronize
+
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
     "DEFAULT_TIMEOUT_S",
@@ -349,10 +353,6 @@ def allreduce_mean(values: np.ndarray, timeout_s: float | None = None) -> np.nda
 # --------------------------------------------------------------------------------------------------
 
 
-def _is_device_array(value) -> bool:
-    return not isinstance(value, np.ndarray) and hasattr(value, "asnumpy") and hasattr(value, "ctx")
-
-
 def _host_view(value):
     """A zero-copy float32 numpy view of ``value`` when one exists, else None.
 
@@ -403,7 +403,7 @@ def _check_arrays(name: str, arrays: Sequence) -> list:
         if isinstance(a, np.ndarray):
             if a.dtype.kind != "f":
                 raise TypeError(f"{name}: array {i} has dtype {a.dtype}, expected a float array")
-        elif not _is_device_array(a):
+        elif not is_device_array(a):
             raise TypeError(
                 f"{name}: array {i} is a {type(a).__name__}, expected PyGpuMatrix or numpy array"
             )
@@ -573,11 +573,8 @@ class GradientAverager:
             return grads
         scale = 1.0 / world
         if self._device_path(grads):
-            import gpumat
-            from gpumat import ops
-
             for ctx in {g.ctx for g in grads}:
-                gpumat.synchronize(ctx)
+                synchronize(ctx)
             for i, g in enumerate(grads):
                 t0 = time.perf_counter()
                 self._allreduce(MPI, g, f"allreduce of gradient {i} ({g.nbytes} bytes, device)")

@@ -11,7 +11,8 @@ Sources: the DLPack C API v1.0 and its Python specification
 
 from __future__ import annotations
 
-from . import _core
+from gpumat import _core
+from gpumat.arrays import array
 
 __all__ = ["DLPACK_VERSION", "from_dlpack"]
 
@@ -85,7 +86,5 @@ def from_dlpack(x, *, copy: bool | None = None):
             "gpumat arrays are writable"
         )
     if copy or read_only:
-        from . import array
-
         return array(arr, arr.ctx)
     return arr

@@ -10,13 +10,13 @@ fresh every training step, and off in evaluation.
 
 import numpy as np
 import pytest
-from helpers import nan_array, new_rng, rand, shape_id
+from helpers import Out, nan_array, new_rng, rand, reference, shape_id
 from nn_helpers import check_device_gradients, check_fd_gradients, rand64
 
 import gpumat
 import gpumat.autodiff as ad
 from gpumat import models, nn, ops
-from gpumat.executor import Executor
+from gpumat.runtime import Executor
 
 # (shape, axis): last, first, middle axes of 3-D and 4-D, one row, one column
 AXIS_CASES = [
@@ -42,10 +42,11 @@ def test_softmax_and_log_softmax_kernels(ctx, shape, axis):
     x = (rng.standard_normal(shape) * 10).astype(np.float32)
     x64 = x.astype(np.float64)
     a = gpumat.array(x, ctx)
-    for fn, ref in ((ops.softmax_axis, nn.np_softmax), (ops.log_softmax, nn.np_log_softmax)):
+    for name in ("softmax_axis", "log_softmax"):
         out = nan_array(shape, ctx)
-        fn(a, out, axis)
-        np.testing.assert_allclose(out.asnumpy(), ref(x64, axis), rtol=2e-5, atol=2e-6)
+        getattr(ops, name)(a, out, axis)
+        expected = reference(name, x64, Out(shape), axis)
+        np.testing.assert_allclose(out.asnumpy(), expected, rtol=2e-5, atol=2e-6)
 
 
 def test_log_softmax_is_finite_where_log_of_softmax_is_not(ctx):
@@ -65,7 +66,10 @@ def test_tanh_sigmoid_kernels_and_large_inputs(ctx, shape):
     np.testing.assert_allclose(out.asnumpy(), np.tanh(x.astype(np.float64)), rtol=2e-6, atol=1e-7)
     ops.sigmoid(a, out)
     np.testing.assert_allclose(
-        out.asnumpy(), nn.np_sigmoid(x.astype(np.float64)), rtol=2e-6, atol=1e-30
+        out.asnumpy(),
+        reference("sigmoid", x.astype(np.float64), Out(x.shape)),
+        rtol=2e-6,
+        atol=1e-30,
     )
     big = np.array([-1e4, -100.0, -89.0, 0.0, 89.0, 1e4, np.float32(3e38)], np.float32)
     out2 = nan_array(big.shape, ctx)
@@ -73,7 +77,7 @@ def test_tanh_sigmoid_kernels_and_large_inputs(ctx, shape):
     got = out2.asnumpy()
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(
-        got, nn.np_sigmoid(big.astype(np.float64)), rtol=1e-6, atol=1e-43
+        got, reference("sigmoid", big.astype(np.float64), Out(big.shape)), rtol=1e-6, atol=1e-43
     )  # denormals
 
 
@@ -119,7 +123,8 @@ def test_reduce_max_ties_share_the_gradient(ctx):
 
 def test_nll_loss_kernels(ctx):
     rng, _ = new_rng()
-    lp = nn.np_log_softmax(rng.standard_normal((37, 10))).astype(np.float32)
+    lp = reference("log_softmax", rng.standard_normal((37, 10)), Out((37, 10)), -1)
+    lp = lp.astype(np.float32)
     t = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 37)]
     out = nan_array((1,), ctx)
     ops.nll_loss(gpumat.array(lp, ctx), gpumat.array(t, ctx), out)
@@ -226,18 +231,18 @@ def test_dropout_kernel_matches_numpy_mask(ctx, shape, p):
     x = rand(shape, rng)
     out = nan_array(shape, ctx)
     ops.dropout(gpumat.array(x, ctx), out, p, 12345)
-    expected = nn.np_dropout(x, p, 12345)
+    expected = reference("dropout", x, Out(x.shape, np.float32), p, 12345)
     np.testing.assert_array_equal(out.asnumpy(), expected)  # bit for bit: same mask, same scale
     if x.size > 10_000 and 0 < p < 1:
         kept = np.mean(expected != 0)
         assert abs(kept - (1 - p)) < 0.02
 
 
-def test_np_uniform01_matches_random_uniform():
+def test_reference_uniform01_matches_random_uniform():
     ctx = gpumat.cpu()
     out = nan_array((1000,), ctx)
     ops.random_uniform(out, 0.0, 1.0, 99)
-    np.testing.assert_array_equal(out.asnumpy(), nn.np_uniform01(99, 1000))
+    np.testing.assert_array_equal(out.asnumpy(), gpumat.reference.uniform01(99, 1000))
 
 
 def _dropout_graph(p=0.4, seed=7):
@@ -285,7 +290,8 @@ def test_dropout_fresh_mask_per_step_and_off_in_evaluation(ctx):
     assert ex.step == 3
     assert not np.array_equal(masks[0], masks[1]) and not np.array_equal(masks[1], masks[2])
     for step, m in enumerate(masks):  # step t uses seed + t, on every backend
-        np.testing.assert_array_equal(m, nn.np_dropout(xv, 0.5, 3 + step) != 0)
+        expected = reference("dropout", xv, Out(xv.shape, xv.dtype), 0.5, 3 + step)
+        np.testing.assert_array_equal(m, expected != 0)
     again = Executor([y], ctx=ctx)
     np.testing.assert_array_equal(again.run({x: xv}, True)[0] != 0, masks[0])  # reproducible
     ev = Executor([y], ctx=ctx, training=False)

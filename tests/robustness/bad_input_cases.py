@@ -596,7 +596,9 @@ def _reference(name, a):
         axis = _check_axis(a[2], x.shape)
         if x.size == 0:
             return {1: np.zeros(x.shape)}
-        return {1: (nn.np_softmax if name == "softmax_axis" else nn.np_log_softmax)(x, axis)}
+        ref = np.empty(x.shape)
+        getattr(gpumat.reference, name)(x, ref, axis)
+        return {1: ref}
     if name in ("softmax_axis_gradient", "log_softmax_gradient"):
         y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _no_alias(a[2], a[0], a[1])
@@ -623,7 +625,9 @@ def _reference(name, a):
     if name in ("tanh", "sigmoid"):
         x, out = _arr(a[0]), _arr(a[1])
         _same(x.shape, out.shape)
-        return {1: np.tanh(x) if name == "tanh" else nn.np_sigmoid(x)}
+        ref = np.empty(x.shape)
+        getattr(gpumat.reference, name)(x, ref)
+        return {1: ref}
     if name in ("tanh_gradient", "sigmoid_gradient"):
         y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _same(y.shape, dy.shape, out.shape)
@@ -637,7 +641,9 @@ def _reference(name, a):
         if not 0 <= seed < 2**64:
             raise Invalid("seed")
         # The kernel takes p as a float32: its mask and scale use p rounded so.
-        return {1: nn.np_dropout(x, float(np.float32(p)), seed)}
+        ref = np.empty(x.shape, x.dtype)
+        gpumat.reference.dropout(x, ref, float(np.float32(p)), seed)
+        return {1: ref}
     if name in ("reduce_sum", "reduce_mean", "reduce_max"):
         x, out = _arr(a[0]), _arr(a[1])
         _no_alias(a[1], a[0])

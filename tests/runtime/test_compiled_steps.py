@@ -14,8 +14,8 @@ import pytest
 import gpumat
 from gpumat import autodiff as ad
 from gpumat import models, ops
-from gpumat.autodiff import Executor
 from gpumat.optim import SGD
+from gpumat.runtime import Executor
 
 
 def _feeds(model, batch, seed):

@@ -1,5 +1,5 @@
-"""gpumat.executor: every backend against the float64 numpy reference, shape errors before any
-kernel, feeds, the memory plan, steady-state allocation, deep graphs.
+"""gpumat.runtime.Executor: every backend against the float64 numpy reference, shape errors before
+any kernel, feeds, the memory plan, steady-state allocation, deep graphs.
 
 The ``ctx`` fixture here overrides conftest's: it adds the numpy backend (``ctx=None``, run in
 float32 here, compared with the same graph in float64) to conftest's cpu and gpu (gpu skipped, with
@@ -14,7 +14,7 @@ from conftest import DEVICE_PARAMS
 from conftest import make_ctx as make_device_ctx
 
 import gpumat.autodiff as ad
-from gpumat.executor import Executor, MemoryPlan, plan_buffers, value_lifetimes
+from gpumat.runtime import Executor, MemoryPlan, plan_buffers, value_lifetimes
 
 BACKENDS = [pytest.param("numpy", id="numpy"), *DEVICE_PARAMS]
 
@@ -584,7 +584,7 @@ def test_plan_is_made_once_and_remade_when_a_feed_shape_changes(ctx):
 
 
 def test_training_steps_allocate_nothing_after_the_first(device_ctx):
-    """The seed's rule "cudaMalloc calls do not grow with epochs", measured by the allocator."""
+    """The course's rule "cudaMalloc calls do not grow with epochs", measured by the allocator."""
     import gpumat
     from gpumat.optim import SGD
 

@@ -46,7 +46,7 @@ from conftest import DEVICE_PARAMS
 
 import gpumat
 from gpumat import datasets, models, optim, train
-from gpumat.executor import Executor
+from gpumat.runtime import Executor
 
 pytest.importorskip("mpi4py", reason="gpumat.distributed needs mpi4py: pip install '.[test]'")
 

@@ -1,0 +1,205 @@
+"""Elementwise graph ops: ``+``, ``*`` with nodes or constants, and arrays of zeros or ones.
+
+``add_op(a, b)`` and ``mul_op(a, b)`` need equal shapes (broadcasting is explicit: add a bias with
+``z + broadcastto_op(b, z)``); ``add_byconst_op`` / ``mul_byconst_op`` take a real constant. This
+module also defines the node operators (``x + y``, ``2 * x``, ``x - y``, ``-x``) on
+:class:`gpumat.graph.Node`, beside the ops they build. Kernels:
+:func:`gpumat.ops.matrix_elementwise_add` and the rest of the elementwise family.
+"""
+
+from __future__ import annotations
+
+from gpumat.graph.node import Node, Op, as_const, kernels_for, short_name
+
+__all__ = [
+    "AddByConstOp",
+    "AddOp",
+    "MulByConstOp",
+    "MulOp",
+    "OnesLikeOp",
+    "ZerosLikeOp",
+    "add_byconst_op",
+    "add_op",
+    "mul_byconst_op",
+    "mul_op",
+    "oneslike_op",
+    "zeroslike_op",
+]
+
+
+class AddOp(Op):
+    """``a + b`` elementwise; a and b have equal shapes."""
+
+    name = "add_op"
+
+    def __call__(self, node_A: Node, node_B: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A, node_B]
+        new_node.name = f"({short_name(node_A)}+{short_name(node_B)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).matrix_elementwise_add(input_vals[0], input_vals[1], output_val)
+
+    def gradient(self, node, output_grad):
+        return [output_grad, output_grad]
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+
+
+class AddByConstOp(Op):
+    """``a + c`` for a real constant c (``node.const_attr``)."""
+
+    name = "add_byconst_op"
+
+    def __call__(self, node_A: Node, const_val) -> Node:
+        new_node = Op.__call__(self)
+        new_node.const_attr = as_const(const_val, "+")
+        new_node.inputs = [node_A]
+        new_node.name = f"({short_name(node_A)}+{new_node.const_attr!r})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).matrix_elementwise_add_by_const(input_vals[0], node.const_attr, output_val)
+
+    def gradient(self, node, output_grad):
+        return [output_grad]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+class MulOp(Op):
+    """``a * b`` elementwise; a and b have equal shapes."""
+
+    name = "mul_op"
+
+    def __call__(self, node_A: Node, node_B: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A, node_B]
+        new_node.name = f"({short_name(node_A)}*{short_name(node_B)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).matrix_elementwise_multiply(input_vals[0], input_vals[1], output_val)
+
+    def gradient(self, node, output_grad):
+        a, b = node.inputs
+        return [output_grad * b, output_grad * a]
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+
+
+class MulByConstOp(Op):
+    """``a * c`` for a real constant c (``node.const_attr``)."""
+
+    name = "mul_byconst_op"
+
+    def __call__(self, node_A: Node, const_val) -> Node:
+        new_node = Op.__call__(self)
+        new_node.const_attr = as_const(const_val, "*")
+        new_node.inputs = [node_A]
+        new_node.name = f"({short_name(node_A)}*{new_node.const_attr!r})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).matrix_elementwise_multiply_by_const(
+            input_vals[0], node.const_attr, output_val
+        )
+
+    def gradient(self, node, output_grad):
+        return [output_grad * node.const_attr]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+class ZerosLikeOp(Op):
+    """An array of zeros with the input's shape; depends only on that shape."""
+
+    name = "zeroslike_op"
+    shape_only_inputs = (0,)
+
+    def __call__(self, node_A: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A]
+        new_node.name = f"Zeroslike({short_name(node_A)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).array_set(output_val, 0.0)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+class OnesLikeOp(Op):
+    """An array of ones with the input's shape; depends only on that shape."""
+
+    name = "oneslike_op"
+    shape_only_inputs = (0,)
+
+    def __call__(self, node_A: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A]
+        new_node.name = f"Oneslike({short_name(node_A)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).array_set(output_val, 1.0)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+add_op = AddOp()
+add_byconst_op = AddByConstOp()
+mul_op = MulOp()
+mul_byconst_op = MulByConstOp()
+zeroslike_op = ZerosLikeOp()
+oneslike_op = OnesLikeOp()
+
+
+# The node operators. Both + and * are commutative, so the reflected forms are the same operation
+# (the dlsys course's convention).
+
+
+def _node_add(self: Node, other) -> Node:
+    if isinstance(other, Node):
+        return add_op(self, other)
+    return add_byconst_op(self, other)
+
+
+def _node_mul(self: Node, other) -> Node:
+    if isinstance(other, Node):
+        return mul_op(self, other)
+    return mul_byconst_op(self, other)
+
+
+def _node_neg(self: Node) -> Node:
+    return mul_byconst_op(self, -1.0)
+
+
+def _node_sub(self: Node, other) -> Node:
+    if isinstance(other, Node):
+        return add_op(self, mul_byconst_op(other, -1.0))
+    return add_byconst_op(self, -as_const(other, "-"))
+
+
+def _node_rsub(self: Node, other) -> Node:
+    return add_byconst_op(mul_byconst_op(self, -1.0), other)
+
+
+Node.__add__ = Node.__radd__ = _node_add
+Node.__mul__ = Node.__rmul__ = _node_mul
+Node.__neg__ = _node_neg
+Node.__sub__ = _node_sub
+Node.__rsub__ = _node_rsub
