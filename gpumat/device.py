@@ -12,7 +12,7 @@ context (default ``cpu()``) and report on, or act on, that device's allocator an
 
 from __future__ import annotations
 
-from gpumat import _core
+from gpumat import _build_config, _core  # _build_config: written by setup.py
 
 __all__ = [
     "Context",
@@ -154,8 +154,6 @@ def build_info() -> dict:
     emulated CUDA devices, always built); ``blas`` (the host BLAS); ``openmp`` (host loops run in
     parallel).
     """
-    from gpumat import _build_config  # written by setup.py at build time
-
     return {
         "version": __version__,
         "cuda": bool(_core.built_with_cuda_()),

@@ -33,6 +33,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from gpumat import checkpoint, ops
+from gpumat import distributed as dist
 from gpumat.arrays import array, empty, is_device_array
 from gpumat.datasets import iterate_minibatches, one_hot, progress_bar_wanted
 from gpumat.device import Context, build_info, cpu, cuda_available, emu, gpu
@@ -584,8 +585,6 @@ def _make_optimizer(model: Model, values: list, lr, optimizer):
 def _setup_distributed(values: list, batch_size: int, shuffle: bool, seed):
     """Join the MPI job: rank 0's parameters everywhere, one shuffling seed, a gradient averager.
     Returns (the :class:`_DataParallel`, the shuffling seed)."""
-    from gpumat import distributed as dist  # mpi4py is optional: imported only when asked for
-
     if not dist.is_initialized():
         dist.init()
     world, rank = dist.world_size(), dist.rank()
@@ -630,8 +629,6 @@ def _train_epoch(run: _Run, batches, bar) -> None:
         loss_sum = float(run.loss_sum.asnumpy()[0])  # waits for the epoch's kernels
     elapsed = time.perf_counter() - start
     if par.averager is not None:
-        from gpumat import distributed as dist
-
         run.history.allreduce_time_s.append(par.averager.allreduce_time_s)
         # Each rank's loss is its shard's mean; equal shards make their mean the batch's.
         loss_sum = float(dist.allreduce_mean(np.array([loss_sum]))[0])
