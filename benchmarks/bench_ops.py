@@ -6,11 +6,12 @@ Usage::
     python3 benchmarks/bench_ops.py --ctx gpu                 # full run on CUDA device 0
     python3 benchmarks/bench_ops.py --ctx cpu --quick --out /tmp/ops.json   # CI smoke run
 
-Cases come in three groups: ``seed`` (the dlsys course's test sizes, e.g. 500x700 @ 700x1000),
-``mnist`` (the shapes of one MNIST training step at batch 1000 of the 784-256-100-10 MLP and of
-logistic regression, the transposed gradient products included) and ``large`` (4096^3 matrix
-products, 64M-element elementwise ops, 8192x8192 transposes, 65536x1024 softmax). ``--quick``
-runs the mnist group and a shrunk large group (1M elements, 256^3) with few repeats.
+Cases come in three groups: ``seed`` (the dlsys course's test sizes, e.g. 500x700 @ 700x1000; the
+group keeps the name it has in the ledger's files), ``mnist`` (the shapes of one MNIST training
+step at batch 1000 of the 784-256-100-10 MLP and of logistic regression, the transposed gradient
+products included) and ``large`` (4096^3 matrix products, 64M-element elementwise ops, 8192x8192
+transposes, 65536x1024 softmax). ``--quick`` runs the mnist group and a shrunk large group (1M
+elements, 256^3) with few repeats.
 
 For each case, in the style of llm.c's ``dev/cuda`` benchmarks:
 
@@ -350,7 +351,7 @@ def build_cases(quick: bool) -> list[Case]:
     regression 784-10; the backward products are dW = X.T @ dY (TN) and dX = dY @ W.T (NT)."""
     cases: list[Case] = []
     if not quick:
-        s = "seed"  # the dlsys course's test sizes
+        s = "seed"  # the dlsys course's test sizes (the ledger's group name)
         cases += [
             _set("array_set", s, (500, 200), 0.25),
             _special("broadcast_to", s, "broadcast_to", (200, 300), (130, 200, 300)),
