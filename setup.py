@@ -109,6 +109,7 @@ extension = Extension(
     extra_compile_args=["-std=c++17", "-O2"],
 )
 
+
 class BuildPyFresh(build_py):
     """Copies the Python sources into a clean build/lib/gpumat: setuptools only adds files there,
     so a module deleted or moved in the source tree would otherwise still be installed from an

@@ -146,7 +146,7 @@ def test_the_name_parser_finds_the_api_lists():
     assert {"gpumat.ops.matrix_multiply", "gpumat.graph.conv2d_op", "gpumat.optim.Adam"} <= api
     assert len(api) > 100
     readme = doc_names((ROOT / "README.md").read_text())
-    assert {"gpumat.autodiff.Executor", "gpumat.ops.matrix_multiply", "gpumat.cpu"} <= readme
+    assert {"gpumat.runtime.Executor", "gpumat.ops.matrix_multiply", "gpumat.cpu"} <= readme
     assert "gpumat.nn.no_such_op" in doc_names("`gpumat.nn.no_such_op(x)`")
     with pytest.raises(AttributeError):
         resolve("gpumat.nn.no_such_op")
@@ -283,6 +283,7 @@ def test_the_command_checker_sees_mistakes():
 
 
 # ---- paths -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
 def test_paths_in_code_exist(doc):
