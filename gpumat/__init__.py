@@ -42,7 +42,7 @@ if "OMP_NUM_THREADS" not in _os.environ and _threads_per_local_rank() is not Non
     _os.environ["OMP_NUM_THREADS"] = str(_threads_per_local_rank())
 # --------------------------------------------------------------------------------------------------
 
-from gpumat import gpu_op, graph, ops, optim, reference, runtime  # noqa: E402
+from gpumat import autodiff, gpu_op, graph, nn, ops, optim, reference, runtime  # noqa: E402
 from gpumat._core import CudaError, PyGpuMatrix  # noqa: E402
 from gpumat.arrays import array, empty  # noqa: E402
 from gpumat.checkpoint import load, save  # noqa: E402
@@ -71,6 +71,7 @@ __all__ = [
     "Executor",
     "PyGpuMatrix",
     "array",
+    "autodiff",
     "build_info",
     "cpu",
     "cuda_available",
@@ -85,6 +86,7 @@ __all__ = [
     "launch_count",
     "load",
     "memory_stats",
+    "nn",
     "ops",
     "optim",
     "reference",

@@ -217,9 +217,10 @@ class Executor(_GpumatExecutor):
                 raise TypeError(f"memory_plan: keys must be graph nodes, got {type(node).__name__}")
             if node in self._graph_nodes:
                 feeds[node] = (_ShapeOnly(tuple(shape)), False)
-        self._prepare(feeds, np.float32)
+        st = self._state
+        self._prepare(st, feeds, np.float32)
         # The same key as a run with numpy feeds of these shapes, so that run keeps this plan.
-        self._plan_key = (
+        st.plan_key = (
             frozenset((n, tuple(v.shape), False) for n, (v, _) in feeds.items()),
             np.dtype(np.float32).str,
         )

@@ -22,6 +22,7 @@ Backends (``ctx``):
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -50,6 +51,29 @@ from gpumat.runtime.plan import (
 )
 
 __all__ = ["Executor"]
+
+
+class _ThreadState:
+    """What one thread's runs of an executor use: its plan, the plan's buffers, its compiled step.
+
+    Each thread that runs an executor gets its own (``Executor._state``), so runs from several
+    threads at once never share a buffer: each thread's returned arrays are overwritten only by
+    that thread's next run.
+    """
+
+    def __init__(self) -> None:
+        self.plan_key = None
+        self.plan: Plan | None = None
+        self.buffers: list = []
+        self.template: list = []  # per schedule position: the planned value buffer, or None
+        # The compiled step of the current plan and mode: a gpumat._core.NativeProgram, or None
+        # with compile_reason saying why not ("" while not yet traced).
+        self.program = None
+        self.program_training = None
+        self.compile_reason = ""
+        self.segments: list = []  # while tracing: (node, its kernel calls)
+        self.topo_order: list[Node] | None = None
+        self.node_to_shape_map: dict[Node, tuple] | None = None
 
 
 class Executor:
@@ -156,58 +180,71 @@ class Executor:
         self.fusion = bool(fusion)
         self.compiled = bool(compiled)
         self.cuda_graph = bool(cuda_graph)
-        # The compiled step of the current plan and mode: a gpumat._core.NativeProgram, or None
-        # with _compile_reason saying why not ("" while not yet traced).
-        self._program = None
-        self._program_training = None
-        self._compile_reason = ""
-        self._segments: list = []
-        self._plan: Plan | None = None
+        self._local = threading.local()
+        self._step_lock = threading.Lock()
         # Ops with ``takes_run_state`` (dropout) see the mode and the number of training runs so
         # far; see the class docstring.
         self.training = bool(training)
         self.step = 0
-        self.topo_order: list[Node] | None = None
-        self.node_to_shape_map: dict[Node, tuple] | None = None
         # Every node any feed combination could need; feeds for other nodes are ignored.
         self._graph_nodes = set(find_topo_sort(self.eval_node_list))
-        self._plan_key = None
-        self._template: list = []
-        self._buffers: list = []
+
+    @property
+    def _state(self) -> _ThreadState:
+        """The calling thread's run state (made on its first use)."""
+        st = getattr(self._local, "state", None)
+        if st is None:
+            st = self._local.state = _ThreadState()
+        return st
+
+    @property
+    def topo_order(self) -> list | None:
+        """The schedule of the calling thread's current plan (None before its first run)."""
+        return self._state.topo_order
+
+    @property
+    def node_to_shape_map(self) -> dict | None:
+        """node -> shape of the calling thread's current plan (None before its first run)."""
+        return self._state.node_to_shape_map
 
     @property
     def memory_plan(self) -> MemoryPlan | None:
         """The current :class:`~gpumat.runtime.memory.MemoryPlan` (None before the first run)."""
-        return None if self._plan is None else self._plan.memory_plan
+        plan = self._state.plan
+        return None if plan is None else plan.memory_plan
 
     @property
     def plan_stats(self) -> MemoryPlan | None:
         """The current memory plan, under a name that the dlsys course's API leaves free (its
         Executor's ``memory_plan`` is a method)."""
-        return None if self._plan is None else self._plan.memory_plan
+        plan = self._state.plan
+        return None if plan is None else plan.memory_plan
 
     @property
     def fusion_report(self) -> FusionReport | None:
         """The current plan's :class:`~gpumat.runtime.fusion.FusionReport` (None before the first
         run)."""
-        return None if self._plan is None else self._plan.fusion_report
+        plan = self._state.plan
+        return None if plan is None else plan.fusion_report
 
     @property
     def feed_shapes(self) -> dict | None:
         """Fed node -> shape, for the current plan (None before the first run)."""
-        return None if self._plan is None else self._plan.feed_shapes
+        plan = self._state.plan
+        return None if plan is None else plan.feed_shapes
 
     @property
     def node_to_arr_map(self) -> dict | None:
         """node -> its planned buffer (numpy array or PyGpuMatrix view), for every node of the
         schedule except fed ones; None before the first run. Buffers of values whose lifetimes
         do not overlap are shared, and the next run overwrites them."""
-        if self._plan is None:
+        st = self._state
+        if st.plan is None:
             return None
         return {
-            s.node: self._template[s.index]
-            for s in self._plan.steps
-            if s.kind in (COMPUTE, WRITTEN) and self._template[s.index] is not None
+            s.node: st.template[s.index]
+            for s in st.plan.steps
+            if s.kind in (COMPUTE, WRITTEN) and st.template[s.index] is not None
         }
 
     def __repr__(self) -> str:
@@ -233,8 +270,8 @@ class Executor:
         """
         order = find_topo_sort(self.eval_node_list, stop_at=feed_shapes.keys())
         shapes = infer_shapes(order, feed_shapes, self.eval_node_list)
-        self.topo_order = order
-        self.node_to_shape_map = shapes
+        st = self._state
+        st.topo_order, st.node_to_shape_map = order, shapes
         return shapes
 
     # ------------------------------------------------------------------------------------------
@@ -270,41 +307,42 @@ class Executor:
                 feeds[node] = (arr, False)
         return feeds
 
-    def _prepare(self, feeds: dict, dtype) -> None:
+    def _prepare(self, st: _ThreadState, feeds: dict, dtype) -> None:
         """Make the plan for these feeds and allocate its buffers (the first run, or a changed
-        feed signature). Raises ValueError from shape inference before allocating."""
+        feed signature) in the thread state ``st``. Raises ValueError from shape inference before
+        allocating."""
         plan = make_plan(self.eval_node_list, feeds, dtype, self.ctx is not None, self.fusion)
         # Past planning the old plan is given up; if allocating fails, the next run replans.
-        self._plan_key = None
-        self._plan = None
+        st.plan_key = None
+        st.plan = None
         # Drop the old buffers first so that the allocator can reuse their memory.
-        self._buffers = []
-        self._template = []
+        st.buffers = []
+        st.template = []
         itemsize = plan.memory_plan.itemsize
         if self.ctx is None:
-            flat = [np.empty(b // itemsize, dtype=dtype) for b in plan.buffer_bytes]
-            self._buffers = flat
+            buffers = [np.empty(b // itemsize, dtype=dtype) for b in plan.buffer_bytes]
 
             def value_buffer(node, b):
                 size = int(np.prod(plan.shapes[node], dtype=np.int64))
-                return flat[b][:size].reshape(plan.shapes[node])
+                return buffers[b][:size].reshape(plan.shapes[node])
         else:
-            self._buffers = [empty((b // itemsize,), self.ctx) for b in plan.buffer_bytes]
+            buffers = [empty((b // itemsize,), self.ctx) for b in plan.buffer_bytes]
 
             def value_buffer(node, b):
                 # Device values are views over flat planned buffers, so any buffer that is large
                 # enough can hold any value, as on numpy.
-                return self._buffers[b]._view(plan.shapes[node])
+                return buffers[b]._view(plan.shapes[node])
 
-        self._template = [
+        st.buffers = buffers
+        st.template = [
             value_buffer(n, plan.assignment[i]) if i in plan.assignment else None
             for i, n in enumerate(plan.order)
         ]
-        self._program = None
-        self._compile_reason = ""
-        self.topo_order = plan.order
-        self.node_to_shape_map = plan.shapes
-        self._plan = plan
+        st.program = None
+        st.compile_reason = ""
+        st.topo_order = plan.order
+        st.node_to_shape_map = plan.shapes
+        st.plan = plan
 
     def run(self, feed_dict: Mapping, convert_to_numpy_ret_vals: bool = False) -> list:
         """Evaluate the eval nodes.
@@ -319,15 +357,20 @@ class Executor:
 
         Returns:
             One value per eval node, in order. On a device backend these are ``PyGpuMatrix``
-            buffers that belong to the executor: the next ``run`` overwrites them (copy what you
-            keep, or pass ``convert_to_numpy_ret_vals=True``); a fed device array is returned as
-            itself. The numpy backend always returns fresh numpy arrays.
+            buffers that belong to the executor: the calling thread's next ``run`` overwrites
+            them (copy what you keep, or pass ``convert_to_numpy_ret_vals=True``); a fed device
+            array is returned as itself. The numpy backend always returns fresh numpy arrays.
+
+        Threads: several threads may run one executor at once. Each thread has its own plan,
+        buffers and compiled step (made on its first run), so no run overwrites another thread's
+        values; the shared ``step`` counter gives every training run its own step.
 
         Raises:
             ValueError: a needed variable is not fed; shapes are incompatible (raised by shape
                 inference, before any kernel runs); a device array is on another device.
             TypeError: a feed key is not a node, or a feed is not numeric.
         """
+        st = self._state
         feeds = self._normalise_feeds(feed_dict)
         if self.ctx is None:
             dtype = (
@@ -341,30 +384,38 @@ class Executor:
             frozenset((n, tuple(v.shape), ext) for n, (v, ext) in feeds.items()),
             np.dtype(dtype).str,
         )
-        if key != self._plan_key:
+        if key != st.plan_key:
             # A shape error leaves the previous plan in place (and valid for its feeds).
-            self._prepare(feeds, dtype)
-            self._plan_key = key
+            self._prepare(st, feeds, dtype)
+            st.plan_key = key
 
         ctx = self.ctx
-        training, step = self.training, self.step
-        if ctx is not None and self.compiled:
-            if self._program_training != training:
-                # Run-state ops trace differently per mode (dropout is a copy when evaluating).
-                self._program, self._compile_reason = None, ""
-                self._program_training = training
-            if self._program is not None:
-                vals = self._run_program(feeds, step)
-            elif not self._compile_reason:
-                vals = self._trace_and_compile(feeds, training, step)
+        training = self.training
+        with self._step_lock:  # each training run, from any thread, gets its own step
+            step = self.step
+            if training:
+                self.step += 1
+        try:
+            if ctx is not None and self.compiled:
+                if st.program_training != training:
+                    # Run-state ops trace differently per mode (dropout is a copy when evaluating).
+                    st.program, st.compile_reason = None, ""
+                    st.program_training = training
+                if st.program is not None:
+                    vals = self._run_program(st, feeds, step)
+                elif not st.compile_reason:
+                    vals = self._trace_and_compile(st, feeds, training, step)
+                else:
+                    vals = self._run_python(st, feeds, training, step)
             else:
-                vals = self._run_python(feeds, training, step)
-        else:
-            vals = self._run_python(feeds, training, step)
+                vals = self._run_python(st, feeds, training, step)
+        except BaseException:
+            with self._step_lock:  # a failed run gives its step back if no run took one since
+                if training and self.step == step + 1:
+                    self.step = step
+            raise
 
-        if training:
-            self.step += 1
-        results = [vals[i] for i in self._plan.eval_index]
+        results = [vals[i] for i in st.plan.eval_index]
         if ctx is None:
             return [np.array(v, copy=True) for v in results]
         if convert_to_numpy_ret_vals:
@@ -375,14 +426,15 @@ class Executor:
     def schedule_report(self) -> ScheduleReport | None:
         """How runs of the current plan are made (see
         :class:`~gpumat.runtime.compiled.ScheduleReport`); None before the first run."""
-        if self._plan_key is None:
+        st = self._state
+        if st.plan_key is None:
             return None
-        n_ops = sum(1 for s in self._plan.steps if s.kind == COMPUTE)
+        n_ops = sum(1 for s in st.plan.steps if s.kind == COMPUTE)
         if self.ctx is None:
             return ScheduleReport("numpy", n_ops)
-        prog = self._program
+        prog = st.program
         if prog is None:
-            reason = self._compile_reason or (
+            reason = st.compile_reason or (
                 "compiled=False" if not self.compiled else "compiled on the next run"
             )
             return ScheduleReport("python", n_ops, reason=reason)
@@ -394,13 +446,14 @@ class Executor:
         mode = "cuda-graph" if prog.mode == "cuda-graph" else "compiled"
         return ScheduleReport(mode, prog.num_steps, prog.graph_nodes, prog.captures, graph_reason)
 
-    def _run_python(self, feeds: dict, training: bool, step: int, trace=None) -> list:
+    def _run_python(self, st, feeds: dict, training: bool, step: int, trace=None) -> list:
         """One run with a Python call per op; ``trace`` (a list being filled by
-        ``gpumat.ops.trace_calls``) makes it return each compute step's slice of the calls."""
+        ``gpumat.ops.trace_calls``) makes it record each compute step's slice of the calls in
+        ``st.segments``."""
         ctx = self.ctx
-        vals = list(self._template)
-        self._segments = []
-        for kind, i, node, inputs, extra in self._plan.steps:
+        vals = list(st.template)
+        st.segments = []
+        for kind, i, node, inputs, extra in st.plan.steps:
             if kind == COMPUTE:
                 out = vals[i] if extra is None else (vals[i], *[vals[j] for j in extra])
                 first = len(trace) if trace is not None else 0
@@ -411,7 +464,7 @@ class Executor:
                 else:
                     node.op.compute(node, [vals[j] for j in inputs], out, ctx)
                 if trace is not None:
-                    self._segments.append((node, trace[first:]))
+                    st.segments.append((node, trace[first:]))
             elif kind == FEED_COPY:
                 value = feeds[node][0]
                 if ctx is None:
@@ -422,36 +475,36 @@ class Executor:
                 vals[i] = feeds[node][0]
         return vals
 
-    def _run_program(self, feeds: dict, step: int) -> list:
+    def _run_program(self, st, feeds: dict, step: int) -> list:
         """One run of the compiled step: feeds copied in, fed device arrays bound, one call."""
-        vals = list(self._template)
-        for i, node in self._plan.copy_steps:
+        vals = list(st.template)
+        for i, node in st.plan.copy_steps:
             vals[i].copyfrom(feeds[node][0])
         inputs = []
-        for i, node in self._plan.external_steps:
+        for i, node in st.plan.external_steps:
             vals[i] = feeds[node][0]
             inputs.append(vals[i])
-        self._program.run(inputs, step)
+        st.program.run(inputs, step)
         return vals
 
-    def _trace_and_compile(self, feeds: dict, training: bool, step: int) -> list:
+    def _trace_and_compile(self, st, feeds: dict, training: bool, step: int) -> list:
         """The plan's first run (per mode) on a device: from Python, recording the ops calls,
         then compiled into a NativeProgram for the next runs (or the reason why not)."""
-        self._compile_reason = not_compilable_reason(self._plan)
-        if self._compile_reason:
-            return self._run_python(feeds, training, step)
+        st.compile_reason = not_compilable_reason(st.plan)
+        if st.compile_reason:
+            return self._run_python(st, feeds, training, step)
         with contextlib.ExitStack() as stack:
             try:
                 trace = stack.enter_context(ops.trace_calls())
             except RuntimeError:  # another thread is tracing: from Python now, compile next run
-                return self._run_python(feeds, training, step)
-            vals = self._run_python(feeds, training, step, trace=trace)
+                return self._run_python(st, feeds, training, step)
+            vals = self._run_python(st, feeds, training, step, trace=trace)
         try:
-            self._program = build_program(
-                self.ctx, self.cuda_graph, self._plan, self._buffers, vals, self._segments, step
+            st.program = build_program(
+                self.ctx, self.cuda_graph, st.plan, st.buffers, vals, st.segments, step
             )
         except NotCompilable as exc:
-            self._compile_reason = str(exc)
+            st.compile_reason = str(exc)
         finally:
-            self._segments = []
+            st.segments = []
         return vals

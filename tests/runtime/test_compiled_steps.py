@@ -291,13 +291,18 @@ def test_a_trace_on_another_thread_delays_compilation(ctx):
     x = ad.Variable("x")
     ex = Executor([ad.relu_op(x * 3.0)], ctx=ctx)
     data = np.random.default_rng(4).normal(size=(6, 5))
-    results = []
+    results, reports = [], []
+
+    def work():
+        results.append(ex.run({x: data})[0].asnumpy())
+        reports.append(ex.schedule_report)  # the worker thread's own plan
+
     with ops.trace_calls():  # this thread holds the one trace
-        worker = threading.Thread(target=lambda: results.append(ex.run({x: data})[0].asnumpy()))
+        worker = threading.Thread(target=work)
         worker.start()
         worker.join()
     np.testing.assert_allclose(results[0], np.maximum(data * 3.0, 0.0), rtol=1e-6, atol=1e-6)
-    assert ex.schedule_report.mode == "python" and "next run" in ex.schedule_report.reason
+    assert reports[0].mode == "python" and "next run" in reports[0].reason
     (again,) = ex.run({x: data}, convert_to_numpy_ret_vals=True)
     np.testing.assert_allclose(again, results[0], rtol=0, atol=0)
     assert ex.schedule_report.mode == "compiled"
