@@ -303,16 +303,17 @@ def outcome(fn):
 
 for case in json.loads(sys.argv[2]):
     print("CASE", json.dumps(case), flush=True)
-    kind, name, versioned = case
+    kind, name, variant = case
     if kind == "export":
-        a = gpumat.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+        ctx = gpumat.cpu() if variant == "cpu" else gpumat.emu()
+        a = gpumat.array(np.arange(6, dtype=np.float32).reshape(2, 3), ctx)
         result = outcome(lambda: a.__dlpack__(**h.EXPORT_ARGUMENTS[name][0]))
     else:
-        result = outcome(lambda: h.import_malformed(name, versioned))
+        result = outcome(lambda: h.import_malformed(name, variant))
     print("RESULT", json.dumps([case, result]), flush=True)
 """
 
-_CASES = [["export", n, False] for n in dlpack_helpers.EXPORT_ARGUMENTS] + [
+_CASES = [["export", n, d] for n in dlpack_helpers.EXPORT_ARGUMENTS for d in ("cpu", "emu")] + [
     ["import", n, v] for n in dlpack_helpers.MALFORMED for v in (False, True)
 ]
 
@@ -350,12 +351,13 @@ def _outcome(outcomes_and_crash, case):
     return outcomes[tuple(case)]
 
 
+@pytest.mark.parametrize("device", ["cpu", "emu"])
 @pytest.mark.parametrize("name", list(dlpack_helpers.EXPORT_ARGUMENTS))
-def test_dlpack_export_rejects_bad_arguments(bad_argument_outcomes, name):
+def test_dlpack_export_rejects_bad_arguments(bad_argument_outcomes, name, device):
     """max_version, stream, dl_device and copy as the array API standard defines them; each bad
     value is a TypeError (wrong type) or ValueError (wrong value), BufferError where the standard
     asks for it (a device gpumat cannot export to). Before, max_version=() read past a tuple."""
-    got, message = _outcome(bad_argument_outcomes, ["export", name, False])
+    got, message = _outcome(bad_argument_outcomes, ["export", name, device])
     assert got == dlpack_helpers.EXPORT_ARGUMENTS[name][1], (got, message)
     assert message.startswith("__dlpack__: "), message
 
