@@ -208,8 +208,8 @@ def test_sigkill_mid_save_leaves_last_good_checkpoint(tmp_path):
 
 def test_save_removes_only_temporaries_of_dead_processes(tmp_path):
     host = checkpoint._host_tag()
-    # A process that has exited (its PID is not reused while we hold no reference to it: the
-    # check below runs at once, and a reused PID would only keep the file, never remove more).
+    # A process that has exited. Were its PID reused before the save below, the file would be
+    # kept and this test would fail; it can never pass wrongly.
     done = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,

@@ -9,10 +9,14 @@ cache). Every other test runs with GPUMAT_DATA_DIR unset and HOME / XDG_CACHE_HO
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
+import os
 import pickle
+import shutil
 import socket
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -435,11 +439,6 @@ def _make_unwritable(folder: Path, monkeypatch) -> str:
     where the file system and capabilities allow it, else the ``open`` system call refused with
     EACCES for paths in ``folder`` (what a read-only folder gives a normal user).
     """
-    import errno
-    import os
-    import shutil
-    import subprocess
-
     folder.mkdir(parents=True, exist_ok=True)
     probe = folder / "probe"
     if os.geteuid() != 0:
@@ -465,8 +464,6 @@ def _make_unwritable(folder: Path, monkeypatch) -> str:
 
 
 def _make_writable(folder: Path, how: str) -> None:
-    import subprocess
-
     if how == "chmod":
         folder.chmod(0o755)
     elif how == "chattr":
