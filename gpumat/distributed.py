@@ -260,6 +260,7 @@ def _final_barrier() -> None:
         comm is None
         or _state["ended"]
         or os.getpid() != _state["pid"]
+        or _mpi().Is_finalized()  # the program finalised MPI itself: nothing can be waited for
         or _state["comm"].Get_size() == 1
     ):
         _state["ended"] = True
