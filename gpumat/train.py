@@ -695,13 +695,17 @@ def _save_state(path, history: History, opt, rng, epochs_done: int, steps: int, 
 def _restore(path, model: Model, values: list, opt, history: History, rng, *, batch_size, shuffle):
     """Load a training checkpoint into the parameters, optimizer, history and generator.
 
-    Returns the number of epochs already done. Everything is checked before anything changes.
+    Returns the number of epochs already done. All or nothing: the metadata is checked by
+    load_training_state and here (the generator's state on a scratch generator of the same kind)
+    before the first change, and the optimizer, which checks its own state, goes first.
     """
     name = os.fspath(path)
     if not hasattr(opt, "load_state_dict"):
         raise TypeError(f"fit: resume= needs an optimizer with load_state_dict(); got {opt!r}")
     state = checkpoint.load_training_state(path, expected_params=model.initial_values)
     progress = state["progress"]
+    if "epoch" not in progress:
+        raise ValueError(f"fit: checkpoint {name!r} records no epoch in its progress")
     for key, want in (("model", model.name), ("batch_size", batch_size), ("shuffle", shuffle)):
         if progress.get(key) != want:
             raise ValueError(
@@ -713,6 +717,14 @@ def _restore(path, model: Model, values: list, opt, history: History, rng, *, ba
         raise ValueError(
             f"fit: checkpoint {name!r} holds a {opt_type} state, this run uses {type(opt).__name__}"
         )
+    if rng is not None and progress.get("rng_state") is not None:
+        try:
+            type(rng.bit_generator)().state = progress["rng_state"]
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ValueError(
+                f"fit: checkpoint {name!r} holds a generator state this run's "
+                f"{type(rng.bit_generator).__name__} cannot take: {exc}"
+            ) from None
     opt.load_state_dict(state["optimizer"])
     for k, dst in zip(model.params, values, strict=True):
         src = state["params"][k]

@@ -34,8 +34,12 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gpumat
-import gpumat.autodiff as ad
+# tests/dlpack_helpers.py: hand-made DLPack capsules (this file runs as a script, from its folder)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import dlpack_helpers  # noqa: E402
+
+import gpumat  # noqa: E402
+import gpumat.autodiff as ad  # noqa: E402
 from gpumat import PyGpuMatrix, nn, ops
 from gpumat.dlsys import autodiff as dlsys_ad
 from gpumat.dlsys import ndarray as dlsys_nd
@@ -1565,6 +1569,239 @@ def batch_optim():
     device_functions()
 
 
+# --------------------------------------------------------------------------------------------
+# Interop: __dlpack__ / __dlpack_device__ / from_dlpack (the array API standard's arguments)
+# --------------------------------------------------------------------------------------------
+
+# DLPack's device types (dlpack.h v1.0); BufferError is the standard's error for a device or copy
+# the producer cannot provide.
+_DLPACK_DEVICE_TYPES = {1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+INTEROP_ALLOWED = (*ALLOWED, BufferError)
+
+
+def _spec_int(x) -> int:
+    """x as the standard's int (numpy integers and IntEnums count, bool does not)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (numbers.Integral, np.integer)):
+        raise Invalid("not an int")
+    return int(x)
+
+
+def _spec_pair(x) -> tuple[int, int]:
+    if not isinstance(x, (tuple, list)) or len(x) != 2:
+        raise Invalid("not a pair")
+    return _spec_int(x[0]), _spec_int(x[1])
+
+
+def _dlpack_reference(kwargs: dict, own: tuple[int, int]) -> dict:
+    """What __dlpack__ must do with ``kwargs`` on an array on DLPack device ``own``.
+
+    Returns {"versioned": bool, "copied": bool, "buffer_error": bool}; raises Invalid where the
+    standard makes the call an error (TypeError / ValueError) and gpumat must refuse it.
+    """
+    version = kwargs.get("max_version")
+    if version is not None:
+        major, minor = _spec_pair(version)
+        if major < 0 or minor < 0:
+            raise Invalid("negative version")
+    device = kwargs.get("dl_device")
+    target = own
+    if device is not None:
+        target = _spec_pair(device)
+        if target[0] not in _DLPACK_DEVICE_TYPES or not 0 <= target[1] < 2**31:
+            raise Invalid("not a DLPack device")
+    copy = kwargs.get("copy")
+    if copy is not None and not isinstance(copy, (bool, np.bool_)):
+        raise Invalid("copy not a bool")
+    stream = kwargs.get("stream")
+    if stream is not None:
+        _spec_int(stream)
+        if target[0] != 2:
+            raise Invalid("a stream for a device without streams")
+    if target != own and (copy is False or target != (1, 0)):
+        return {"buffer_error": True}
+    return {
+        "buffer_error": False,
+        "versioned": version is not None and _spec_int(version[0]) >= 1,
+        "copied": bool(copy) or target != own,
+    }
+
+
+MAX_VERSIONS = st.one_of(
+    st.none(),
+    st.tuples(st.integers(-2, 3), st.integers(-2, 3)),
+    st.lists(st.integers(-1, 2), max_size=4),
+    st.lists(st.integers(0, 2), max_size=3).map(tuple),
+    st.sampled_from([(np.int64(1), 0), (1, 0.0), (True, 0), (1, None), np.array([1, 0]), "10"]),
+    ANY_VALUES,
+)
+DL_DEVICES = st.one_of(
+    st.none(),
+    st.tuples(st.integers(-1, 17), st.integers(-2, 2)),
+    st.sampled_from([(1, 0), (2, 0), (1, 2**31), (1,), (1, 0, 0), (1.0, 0), "cpu", (True, 0)]),
+    ANY_VALUES,
+)
+STREAMS = st.one_of(
+    st.none(), st.integers(-3, 4), st.sampled_from([2**64, -(2**63), 1.0, "1", True]), ANY_VALUES
+)
+COPIES = st.one_of(st.none(), st.booleans(), st.sampled_from([np.bool_(True), 0, 1, "no"]))
+
+
+def _capsule_values(capsule, versioned: bool, shape) -> np.ndarray | str:
+    """The float64 values a consumer sees through ``capsule``, or why it is wrong."""
+    want = "dltensor_versioned" if versioned else '"dltensor"'
+    if want not in repr(capsule):
+        return f"{repr(capsule)} is not a {want} capsule"
+    out = gpumat.from_dlpack(capsule)
+    if out.shape != tuple(shape):
+        return f"shape {out.shape}, expected {tuple(shape)}"
+    return out.asnumpy().astype(np.float64)
+
+
+def batch_interop():
+    """PyGpuMatrix.__dlpack__ / __dlpack_device__ and gpumat.from_dlpack with bad arguments.
+
+    Each call runs on a random array (cpu or the emulated device; views, zero-size and 0-d arrays,
+    and an array that holds nothing) with arguments drawn from valid values, near misses and
+    arbitrary objects. It passes when gpumat raises one of INTEROP_ALLOWED (with a message) for
+    what the standard makes an error, and otherwise returns a capsule of the kind asked for whose
+    tensor has the array's values (and its own memory when a copy was asked for).
+    """
+
+    @_settings(factor=10)
+    @given(
+        data=st.data(),
+        where=st.sampled_from(["cpu", "emu"]),
+        kind=st.sampled_from(["plain", "view", "zero_size", "zero_d", "empty"]),
+        max_version=MAX_VERSIONS,
+        dl_device=DL_DEVICES,
+        stream=STREAMS,
+        copy=COPIES,
+        seed=st.integers(0, 2**32),
+    )
+    def dlpack_export(data, where, kind, max_version, dl_device, stream, copy, seed):
+        rng = np.random.default_rng(seed)
+        ctx = gpumat.cpu() if where == "cpu" else gpumat.emu()
+        shape = {"zero_size": (0, 3), "zero_d": ()}.get(kind, (data.draw(small), data.draw(small)))
+        values = rng.uniform(-1, 1, shape).astype(np.float32)
+        if kind == "empty":
+            a = _empty_matrix()
+        elif kind == "view":
+            a = gpumat.array(values, ctx).reshape((values.size,))
+        else:
+            a = gpumat.array(values, ctx)
+        kwargs = {
+            k: v
+            for k, v in dict(
+                max_version=max_version, dl_device=dl_device, stream=stream, copy=copy
+            ).items()
+            if v is not None or data.draw(st.booleans(), label=f"pass {k}=None")
+        }
+        what = f"__dlpack__({kind} on {where}, {kwargs!r})"
+        try:
+            expected = None if kind == "empty" else _dlpack_reference(kwargs, (1, 0))
+        except Invalid:
+            expected = None
+
+        def check(capsule):
+            if expected is None:
+                return f"{what} returned instead of raising"
+            if expected["buffer_error"]:
+                return f"{what} returned instead of raising BufferError"
+            got = _capsule_values(capsule, expected["versioned"], a.shape)
+            if isinstance(got, str):
+                return f"{what}: {got}"
+            if not np.array_equal(got, values.reshape(a.shape).astype(np.float64)):
+                return f"{what}: the capsule's values differ from the array's"
+            return None
+
+        def call():
+            return a.__dlpack__(**kwargs)
+
+        failure = _expect_interop(call, check, what)
+        if failure is None and expected is not None and not expected["buffer_error"]:
+            # a copy must be one: writing through it leaves the array alone (non-empty arrays)
+            if expected["copied"] and a.size:
+                ops.array_set(gpumat.from_dlpack(a.__dlpack__(**kwargs)), 7.0)
+                if np.array_equal(a.asnumpy(), np.full(a.shape, 7.0, np.float32)):
+                    failure = f"{what}: a copy shared the array's memory"
+        _record(failure)
+        if kind == "empty":
+            _record(_expect_interop(a.__dlpack_device__, lambda r: f"returned {r!r}", what))
+        else:
+            dev = a.__dlpack_device__()
+            _record(None if dev == (1, 0) else f"__dlpack_device__ on {where} gave {dev!r}")
+
+    dlpack_export()
+
+    @_settings(factor=4)
+    @given(
+        source=st.one_of(
+            st.sampled_from(["numpy", "read_only", "gpumat", "capsule", "used_capsule"]),
+            ANY_VALUES,
+        ),
+        copy=st.one_of(COPIES, ANY_VALUES),
+        seed=st.integers(0, 2**32),
+    )
+    def from_dlpack(source, copy, seed):
+        rng = np.random.default_rng(seed)
+        values = rng.uniform(-1, 1, (3, 2)).astype(np.float32)
+        x = source
+        if isinstance(source, str) and source in ("numpy", "read_only"):
+            x = values.copy()
+            x.flags.writeable = source == "numpy"
+        elif isinstance(source, str) and source == "gpumat":
+            x = gpumat.array(values)
+        elif isinstance(source, str) and source in ("capsule", "used_capsule"):
+            x = values.copy().__dlpack__()
+            if source == "used_capsule":
+                gpumat.from_dlpack(x)
+        accepted_source = isinstance(x, (np.ndarray, PyGpuMatrix)) or source == "capsule"
+        copy_ok = copy is None or isinstance(copy, (bool, np.bool_))
+        what = f"from_dlpack({type(x).__name__} {source!r}, copy={copy!r})"
+
+        def check(result):
+            if not (accepted_source and copy_ok):
+                return f"{what} returned instead of raising"
+            if source == "read_only" and copy is not None and not copy:
+                return f"{what} returned a writable view of a read-only array"
+            if not np.array_equal(result.asnumpy(), values):
+                return f"{what}: values differ"
+            return None
+
+        _record(_expect_interop(lambda: gpumat.from_dlpack(x, copy=copy), check, what))
+
+    from_dlpack()
+
+    @_settings(factor=4)
+    @given(
+        name=st.sampled_from(sorted(dlpack_helpers.MALFORMED)),
+        versioned=st.booleans(),
+    )
+    def malformed_capsules(name, versioned):
+        what = f"from_dlpack(malformed capsule {name}, versioned={versioned})"
+        _record(
+            _expect_interop(
+                lambda: dlpack_helpers.import_malformed(name, versioned),
+                lambda result: f"{what} returned an array of shape {result[0].shape}",
+                what,
+            )
+        )
+
+    malformed_capsules()
+
+
+def _expect_interop(fn, check, what):
+    """_expect_error_or with BufferError allowed (the standard's error for interop)."""
+    try:
+        with np.errstate(all="ignore"):
+            result = fn()
+    except INTEROP_ALLOWED as exc:
+        return None if len(str(exc)) >= 10 else f"{what}: {type(exc).__name__} says nothing"
+    except Exception as exc:  # noqa: BLE001
+        return f"{what}: unexpected {type(exc).__name__}: {exc}"
+    return check(result)
+
+
 BATCHES = {
     "ops_elementwise": lambda: batch_ops(
         [n for n in OP_NAMES if n.startswith(("matrix_elementwise", "relu", "array_set"))]
@@ -1624,6 +1861,7 @@ BATCHES = {
     "arrays": batch_arrays,
     "graph": batch_graph,
     "optim": batch_optim,
+    "interop": batch_interop,
     # Not a batch of cases: the harness' own check that a crash is reported as a signal.
     "_crash": lambda: faulthandler._sigsegv(),
 }

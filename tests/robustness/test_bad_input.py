@@ -2,7 +2,9 @@
 
 The cases live in ``bad_input_cases.py``: every gpumat.ops function, gpumat.array / empty,
 PyGpuMatrix's constructors and methods, the cuda-project methods, the dlsys contexts and helpers,
-graph op constructors, gradients, the Executor, the optimizers and gpumat's device functions.
+graph op constructors, gradients, the Executor, the optimizers, gpumat's device functions, and the
+DLPack entry points (``__dlpack__``'s max_version, stream, dl_device and copy;
+``__dlpack_device__``; ``from_dlpack`` with its copy argument and with malformed capsules).
 Each batch runs in a child process, so a segfault or abort fails its test here instead of ending
 the pytest run. The child reports how many cases it ran and which failed: a wrong exception type,
 a silent message, an argument changed by a call that raised, or an accepted call whose result
