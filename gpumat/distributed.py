@@ -90,6 +90,7 @@ mpi4py against it and use its launcher.
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import math
 import os
 import sys
@@ -165,8 +166,6 @@ def _start_mpi_waiting_for_every_rank(timeout_s: float):
     deadline; faulthandler's watchdog is a C thread. It replaces (and then cancels) any
     ``faulthandler.dump_traceback_later`` the program had set.
     """
-    import faulthandler
-
     faulthandler.dump_traceback_later(timeout_s, exit=True)
     try:
         return _mpi()
