@@ -49,6 +49,22 @@ __global__ void dropout_kernel(const float* in, float* out, int64_t n, float p, 
 
 // ---------------------------------------------------------------------------- launchers
 
+// NOTE: a comparison, not fmaxf, so NaN passes through as on the host.
+void relu(int dev, const float* in, float* out, int64_t n) {
+  launch_map("relu", dev, out, n, [=] __device__(int64_t i) {
+    float x = in[i];
+    return x < 0.0f ? 0.0f : x;
+  });
+}
+
+// NOTE: the subgradient at exactly 0 is 0; a NaN input gives NaN.
+void relu_gradient(int dev, const float* in, const float* grad, float* out, int64_t n) {
+  launch_map("relu_gradient", dev, out, n, [=] __device__(int64_t i) {
+    float x = in[i];
+    return x > 0.0f ? grad[i] : (x != x ? x : 0.0f);
+  });
+}
+
 void tanh(int dev, const float* in, float* out, int64_t n) {
   cudaStream_t stream = activate(dev);
   launch<activation_kernel<0>>("tanh", grid_for(n, kBlockSize), kBlockSize, 0, stream, in, out, n);

@@ -32,22 +32,6 @@ void multiply_const(int dev, const float* in, float value, float* out, int64_t n
              [=] __device__(int64_t i) { return in[i] * value; });
 }
 
-// NOTE: a comparison, not fmaxf, so NaN passes through as on the host.
-void relu(int dev, const float* in, float* out, int64_t n) {
-  launch_map("relu", dev, out, n, [=] __device__(int64_t i) {
-    float x = in[i];
-    return x < 0.0f ? 0.0f : x;
-  });
-}
-
-// NOTE: the subgradient at exactly 0 is 0; a NaN input gives NaN.
-void relu_gradient(int dev, const float* in, const float* grad, float* out, int64_t n) {
-  launch_map("relu_gradient", dev, out, n, [=] __device__(int64_t i) {
-    float x = in[i];
-    return x > 0.0f ? grad[i] : (x != x ? x : 0.0f);
-  });
-}
-
 void axpy(int dev, float alpha, const float* x, float* y, int64_t n) {
   launch_map("axpy", dev, y, n, [=] __device__(int64_t i) { return y[i] + alpha * x[i]; });
 }

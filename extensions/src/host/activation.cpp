@@ -23,6 +23,22 @@ inline float stable_sigmoid(float x) {
 }
 }  // namespace
 
+// NOTE: written as a comparison so that NaN passes through (max(NaN, 0) would hide it).
+void relu(int, const float* in, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] < 0.0f ? 0.0f : in[i];
+}
+
+// NOTE: the subgradient at exactly 0 is taken as 0; a NaN input gives NaN.
+void relu_gradient(int, const float* in, const float* grad, float* out, int64_t n) {
+  // Both operands are loaded unconditionally so the loop vectorises into selects.
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = in[i], g = grad[i];
+    out[i] = x > 0.0f ? g : (x != x ? x : 0.0f);
+  }
+}
+
 void tanh(int, const float* in, float* out, int64_t n) {
 #pragma omp parallel for if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = std::tanh(in[i]);
