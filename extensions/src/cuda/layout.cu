@@ -6,6 +6,7 @@
 //                 global reads and the global writes are coalesced.
 #include <algorithm>
 
+#include "../axis.h"
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -51,6 +52,15 @@ __global__ void transpose_kernel(const float* in, float* out, int64_t rows, int6
   }
 }
 
+// in is (outer, inner), out is (outer, n, inner)
+__global__ void broadcast_axis_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                                      float scale) {
+  const int64_t total = outer * n * inner;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[k] = scale * in[axis::broadcast_source(k, n, inner)];
+}
+
 // ---------------------------------------------------------------------------- launchers
 
 void broadcast_to(int dev, const float* in, int64_t n_in, float* out, int64_t n_out) {
@@ -69,6 +79,13 @@ void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols)
   cudaStream_t stream = activate(dev);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)));
   launch<transpose_kernel>("transpose", grid, dim3(kTile, kTileRows), 0, stream, in, out, rows, cols);
+}
+
+void broadcast_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                    float scale) {
+  cudaStream_t stream = activate(dev);
+  launch<broadcast_axis_kernel>("broadcast_axis", grid_for(outer * n * inner, kBlockSize), kBlockSize, 0,
+                                stream, in, out, outer, n, inner, scale);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

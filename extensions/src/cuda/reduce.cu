@@ -19,6 +19,7 @@
 // (consumer parts: > 1e12 adds/s against < 3e11 floats/s of bandwidth) is not slowed by it.
 #include <algorithm>
 
+#include "../axis.h"
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -69,6 +70,24 @@ __global__ void sum_partials_kernel(const double* __restrict__ partial, int64_t 
   }
 }
 
+// in is (outer, n, inner), out is (outer, inner)
+template <int Kind>
+__global__ void reduce_axis_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[col] = axis::reduce_slice(in, col, n, inner, Kind);
+}
+
+// x, dx are (outer, n, inner); y, dy are (outer, inner)
+__global__ void reduce_max_gradient_kernel(const float* x, const float* y, const float* dy, float* dx,
+                                           int64_t outer, int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    axis::max_gradient_slice(x, y, dy, dx, col, n, inner);
+}
+
 // ---------------------------------------------------------------------------- launchers
 
 int64_t reduce_chunks(int64_t blocks_per_chunk, int64_t elements, int64_t max_chunks) {
@@ -112,6 +131,24 @@ void reduce_sum_axis_zero(int dev, const float* in, int64_t rows, int64_t cols, 
   launch<reduce_sum_axis_zero_kernel>(op, grid, kThreads, 0, stream, in, rows, cols, tw, chunk_rows, out,
                                       partial);
   sum_partials(dev, partial, chunks, cols, out, op);
+}
+
+void reduce_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, int kind) {
+  cudaStream_t stream = activate(dev);
+  const unsigned grid = grid_for(outer * inner, kBlockSize);
+  if (kind == 0)
+    launch<reduce_axis_kernel<0>>("reduce_sum", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
+  else if (kind == 1)
+    launch<reduce_axis_kernel<1>>("reduce_mean", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
+  else
+    launch<reduce_axis_kernel<2>>("reduce_max", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
+}
+
+void reduce_max_gradient(int dev, const float* x, const float* y, const float* dy, float* dx, int64_t outer,
+                         int64_t n, int64_t inner) {
+  cudaStream_t stream = activate(dev);
+  launch<reduce_max_gradient_kernel>("reduce_max_gradient", grid_for(outer * inner, kBlockSize), kBlockSize,
+                                     0, stream, x, y, dy, dx, outer, n, inner);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../axis.h"
 #include "kernels.h"
 #include "parallel.h"
 
@@ -26,6 +27,12 @@ void transpose(int, const float* in, float* out, int64_t rows, int64_t cols) {
         for (int64_t c = c0; c < c1; ++c) out[c * rows + r] = in[r * cols + c];
     }
   }
+}
+
+void broadcast_axis(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, float scale) {
+  const int64_t total = outer * n * inner;
+#pragma omp parallel for if (total >= kParallelMin)
+  for (int64_t k = 0; k < total; ++k) out[k] = scale * in[axis::broadcast_source(k, n, inner)];
 }
 
 }  // namespace gpumat::host

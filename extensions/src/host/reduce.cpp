@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../axis.h"
 #include "kernels.h"
 #include "parallel.h"
 
@@ -22,6 +23,19 @@ void reduce_sum_axis_zero(int, const float* in, int64_t rows, int64_t cols, floa
     }
     for (int64_t c = c0; c < c1; ++c) out[c] = static_cast<float>(acc[c - c0]);
   }
+}
+
+void reduce_axis(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, int kind) {
+  const int64_t cols = outer * inner;
+#pragma omp parallel for if (cols * n >= kParallelMin)
+  for (int64_t col = 0; col < cols; ++col) out[col] = axis::reduce_slice(in, col, n, inner, kind);
+}
+
+void reduce_max_gradient(int, const float* x, const float* y, const float* dy, float* dx, int64_t outer,
+                         int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+#pragma omp parallel for if (cols * n >= kParallelMin)
+  for (int64_t col = 0; col < cols; ++col) axis::max_gradient_slice(x, y, dy, dx, col, n, inner);
 }
 
 }  // namespace gpumat::host
