@@ -1,5 +1,7 @@
-// CUDA activation family; every array is (n,) and `out` may alias an input.
-// Host reference: ../host/activation.cpp.
+// CUDA activation family. Host reference: ../host/activation.cpp.
+// Pointwise, every array (n,), `out` may alias an input:
+//   relu:             out = x < 0 ? 0 : x             (NaN passes through)
+//   relu_gradient:    out = x > 0 ? dy : 0            (the subgradient at 0 is 0; a NaN x gives NaN)
 //   tanh:             out = tanh(x)
 //   sigmoid:          out = 1 / (1 + exp(-x))
 //   tanh_gradient:    out = dy * (1 - y^2)        (y = tanh(x), the forward output)
@@ -7,7 +9,10 @@
 //   dropout:          out = u_i < p ? 0 : x * scale, u_i = uniform01(seed, i), scale = 1/(1-p)
 // NOTE: sigmoid evaluates exp of a non-positive number only (exp(-|x|)), so it never overflows.
 // dropout's mask comes from ../random.h's counter-based uniform01, so it equals the host's (and
-// the numpy reference's) mask for the same seed. Grid-stride, one thread per element.
+// the numpy reference's) mask for the same seed. Grid-stride, one thread per element (relu and
+// relu_gradient through common.cuh's launch_map).
+// relu_bias_gradient: y, dy, dz (rows, cols), dbias (cols,): dz = dy * (y > 0) and dbias = the
+// column sums of dz, in one kernel (a 32-column block per tile, partial sums in shared memory).
 #include "../random.h"
 #include "common.cuh"
 #include "kernels.cuh"
@@ -93,7 +98,7 @@ void dropout(int dev, const float* in, float* out, int64_t n, float p, float sca
                          seed);
 }
 
-// ---------------------------------------------------------------------------- relu_bias_gradient (issue 16)
+// ---------------------------------------------------------------------------- relu_bias_gradient
 
 namespace {
 constexpr int kRbgCols = 32;       // columns per block (one warp wide: coalesced rows)

@@ -1,8 +1,8 @@
-// CUDA elementwise kernels: array_set, add, multiply, add_const, multiply_const, relu,
-// relu_gradient, axpy, copy. Every array is (n,); `out` may alias an input.
-// Host reference: ../host/elementwise.cpp.
-// Tiling: one templated grid-stride kernel applies a functor per element; kBlockSize threads per
-// block, grid from grid_for() (the loop covers any n, so no launch is ever too large).
+// CUDA elementwise kernels: array_set, add, multiply, add_const, multiply_const, axpy, copy.
+// Every array is (n,); `out` may alias an input. Host reference: ../host/elementwise.cpp.
+// Tiling: common.cuh's launch_map, one templated grid-stride kernel that applies a functor per
+// element; kBlockSize threads per block, grid from grid_for() (the loop covers any n, so no launch
+// is ever too large). copy is a device-to-device cudaMemcpyAsync.
 #include "common.cuh"
 #include "kernels.cuh"
 

@@ -1,5 +1,5 @@
-// CUDA regression losses; pred, target, out_grad are (n,), loss and dloss (1,).
-// Host reference: ../host/loss.cpp.
+// CUDA loss family. Host reference: ../host/loss.cpp.
+// Regression losses and nll_loss: pred, target, out_grad are (n,), loss and dloss (1,).
 //   loss_partial_kernel<Abs>: partial[b] = sum over block b's grid-stride share of (p - t)^2 or |p - t|
 //   loss_mean_kernel:         loss[0] = sum_b partial[b] / n (one block, fixed order)
 //   mse/mae gradient:         out_grad[i] = dloss[0] * 2/n * (p - t)  or  dloss[0] / n * sign(p - t)
@@ -7,6 +7,12 @@
 //             kernel); nll_loss_gradient: out_grad[i] = -dloss[0] / rows * target[i]
 // The grid of the partial sums depends only on n, and every sum runs in a fixed order, so results
 // are deterministic. NOTE: NaN propagates into the loss and the gradient; sign(0) = 0.
+// softmax_cross_entropy of logits and labels (rows, cols), one block per row with softmax.cuh's row
+// statistics:
+//   cross_entropy_rows_kernel: loss[r] = -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r)),
+//                             then out[0] = mean_r loss[r], taken by the last block to finish (it
+//                             sums in a fixed order, so the result is deterministic): one launch
+//                             for the loss (and, fused, its gradient (softmax(x) - y) / rows)
 #include <algorithm>
 
 #include "common.cuh"
@@ -80,7 +86,7 @@ __global__ void loss_gradient_kernel(const float* __restrict__ pred, const float
 
 // logits, labels are (rows, cols); loss is (rows,), scratch; out is (1,): the mean loss. With
 // WithGradient, also grad (rows, cols) = (softmax(x) - y) * inv_rows from the same row statistics
-// (issue 16: the loss and its gradient from one read of the logits); grad is unused otherwise.
+// (the loss and its gradient from one read of the logits); grad is unused otherwise.
 // The mean: each block counts itself done on `ticket` (zero before the launch) after a fence that
 // publishes its rows' losses; the last one sums them all, in row order, and resets the ticket
 // ("last block" reduction, as in the CUDA samples' threadFenceReduction).

@@ -11,7 +11,7 @@
 // grid.x covers the ceil(n/64) column tiles (at most 2^25, under grid.x's limit); grid.y is capped at
 // the device's limit (65,535) and each block loops over row tiles blockIdx.y + i * gridDim.y, so m
 // is not bounded by 65,535 * 64 rows.
-// Epilogue (issue 16): matmul_bias runs the same kernel with Epi = kBias or kBiasRelu, which adds
+// Epilogue: matmul_bias runs the same kernel with Epi = kBias or kBiasRelu, which adds
 // bias[col] (and takes max(., 0)) to the accumulator before the store, so a dense layer
 // relu(x @ W + b) is one launch instead of three.
 #include <algorithm>

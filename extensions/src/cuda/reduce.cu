@@ -1,7 +1,7 @@
-// CUDA reduction: reduce_sum_axis_zero, in (rows, cols) -> out (cols,) column sums; and
-// sum_partials, the second pass that reduce_sum_channels (conv.cu) shares. Host reference:
-// ../host/reduce.cpp.
+// CUDA reduce family. Host reference: ../host/reduce.cpp.
 //
+// reduce_sum_axis_zero, in (rows, cols) -> out (cols,) column sums; and sum_partials, the second
+// pass that reduce_sum_channels (conv.cu) shares.
 // Two levels, deterministic (no atomics):
 //   1. reduce_sum_axis_zero_kernel: grid (column tiles, row chunks). A block of 256 threads covers
 //      `tw` columns (tw = 32, or cols when narrower) x 256/tw row lanes of one chunk of rows; each
@@ -17,6 +17,16 @@
 // GPU holds, and CUDA and host agree to that rounding. Why float64 rather than a float tree: the
 // sum is memory-bound (one add per 4 bytes read), so even a GPU with 1/64-rate FP64 adds
 // (consumer parts: > 1e12 adds/s against < 3e11 floats/s of bandwidth) is not slowed by it.
+//
+// Reductions along one axis of an N-d array seen as (outer, n, inner), the axis in the middle (any
+// axis, no transposes):
+//   reduce_axis_kernel<Kind>:    out[o, i] = sum_j / mean_j / max_j in[o, j, i]  (Kind 0, 1, 2)
+//   reduce_max_gradient_kernel:  dx[o, j, i] = dy[o, i] / t[o, i] where x[o, j, i] == y[o, i], else 0,
+//                                t = the number of tied maxima (ties share the gradient equally)
+// Tiling: one thread per (outer, inner) output looping over n; consecutive threads read
+// consecutive inner elements (coalesced when inner > 1). Each output is summed in a fixed order,
+// so results are deterministic. NOTE: a NaN in a slice makes its max NaN (and the NaN elements
+// share that slice's gradient). The per-slice loops are ../axis.h's, shared with the host.
 #include <algorithm>
 
 #include "../axis.h"

@@ -1,9 +1,5 @@
 // CUDA softmax family over (rows, cols), one block per row (grid-stride over rows):
 //   softmax_kernel:           out[r,c] = exp(x[r,c] - max_r) / sum_c exp(x[r,c] - max_r)
-//   cross_entropy_rows_kernel: loss[r] = -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r)),
-//                             then out[0] = mean_r loss[r], taken by the last block to finish (it
-//                             sums in a fixed order, so the result is deterministic): one launch
-//                             for the loss (and, fused, its gradient)
 // Softmax over any axis of an N-d array, seen as (outer, n, inner) with the axis in the middle
 // (no transposes): y = softmax or log_softmax along n; the gradients from y and dy are
 //   softmax:     dx = y * (dy - sum_n y*dy)       log_softmax: dx = dy - exp(y) * sum_n dy
@@ -12,7 +8,8 @@
 //     column looping over n (consecutive threads read consecutive inner elements: coalesced).
 // Host reference: ../host/softmax.cpp.
 // NOTE: subtracting the row max keeps exp() from overflowing (the log-sum-exp trick).
-// Block reductions: warp shuffles, then one value per warp through shared memory (llm.c style).
+// Block reductions (softmax.cuh, shared with loss.cu's cross-entropy): warp shuffles, then one
+// value per warp through shared memory (llm.c style).
 #include "common.cuh"
 #include "kernels.cuh"
 #include "softmax.cuh"

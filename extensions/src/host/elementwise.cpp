@@ -1,5 +1,5 @@
-// Host elementwise kernels: array_set, add, multiply, add_const, multiply_const, relu,
-// relu_gradient, axpy, copy. All arrays are (n,); `out` may alias an input.
+// Host elementwise kernels (the reference for ../cuda/elementwise.cu): array_set, add, multiply,
+// add_const, multiply_const, axpy, copy. All arrays are (n,); `out` may alias an input.
 #include <cstring>
 
 #include "kernels.h"

@@ -1,4 +1,6 @@
-// Host layout kernels: broadcast_to (repeat over leading axes) and 2-D transpose.
+// Host layout kernels (the reference for ../cuda/layout.cu): broadcast_to (repeat over leading
+// axes), 2-D transpose, and broadcast_axis: in (outer, inner) -> out (outer, n, inner),
+// out[o, j, i] = scale * in[o, i] (../axis.h's index arithmetic, shared with CUDA).
 #include <algorithm>
 #include <cstring>
 

@@ -1,4 +1,5 @@
-// Host regression losses (the reference for ../cuda/loss.cu); pred, target, out_grad are (n,):
+// Host loss family (the reference for ../cuda/loss.cu). Regression losses and nll_loss; pred,
+// target, out_grad are (n,):
 //   mse_loss:          loss[0] = sum (pred - target)^2 / n
 //   mae_loss:          loss[0] = sum |pred - target| / n
 //   mse_loss_gradient: out_grad = (dloss[0] * 2/n) * (pred - target)
@@ -6,6 +7,8 @@
 //   nll_loss:          loss[0] = -sum target * log_probs / rows; nll_loss_gradient: -dloss[0]/rows * target
 // Sums run in double over fixed chunks (chunk partials added in order), so the result does not
 // depend on the thread count. NOTE: NaN propagates: a NaN difference gives a NaN loss and gradient.
+// softmax_cross_entropy: out[0] = mean_r -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r)),
+// with softmax.h's row statistics; softmax_cross_entropy_with_gradient adds its gradient.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -104,8 +107,8 @@ void softmax_cross_entropy(int, const float* logits, const float* labels, float*
   out[0] = static_cast<float>(total / static_cast<double>(rows));
 }
 
-// loss (1,) = mean_r -sum_c y log softmax(x); grad (rows, cols) = (softmax(x) - y) / rows (issue 16:
-// the loss and its gradient, of the mean loss, in one pass over the logits).
+// loss (1,) = mean_r -sum_c y log softmax(x); grad (rows, cols) = (softmax(x) - y) / rows (the loss
+// and its gradient, of the mean loss, in one pass over the logits).
 void softmax_cross_entropy_with_gradient(int, const float* logits, const float* labels, float* loss,
                                          float* grad, int64_t rows, int64_t cols) {
   double total = 0.0;

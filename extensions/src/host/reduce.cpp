@@ -1,6 +1,12 @@
-// Host reduction: reduce_sum_axis_zero, column sums of a (rows, cols) array into (cols,).
-// Columns are split into chunks across threads; each chunk walks the rows in order (contiguous
-// reads) and accumulates in double, so the result does not depend on the thread count.
+// Host reduce family (the reference for ../cuda/reduce.cu).
+// reduce_sum_axis_zero, column sums of a (rows, cols) array into (cols,): columns are split into
+// chunks across threads; each chunk walks the rows in order (contiguous reads) and accumulates in
+// double, so the result does not depend on the thread count.
+// Along one axis of an array seen as (outer, n, inner): reduce_axis (kind 0 sum, 1 mean, 2 max)
+// into (outer, inner) and reduce_max_gradient (dy shared equally among the tied maxima of each
+// slice). Sums run in float in index order, as on CUDA. NOTE: a NaN makes its slice's max NaN (and
+// the NaN elements share that slice's gradient). The per-slice loops are ../axis.h's, shared with
+// the CUDA kernels.
 #include <algorithm>
 #include <vector>
 

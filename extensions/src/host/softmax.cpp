@@ -1,10 +1,9 @@
 // Host softmax family, row-wise over (rows, cols):
 //   softmax: out[r,c] = exp(x[r,c] - max_r) / sum_c exp(x[r,c] - max_r)
-//   softmax_cross_entropy: out[0] = mean_r -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r))
 //   softmax_axis over (outer, n, inner), the axis in the middle: softmax or log_softmax along n;
 //   softmax_axis_gradient: dx = y * (dy - sum_n y*dy) (softmax), dy - exp(y) * sum_n dy (log_softmax)
 // NOTE: subtracting the row max keeps exp() from overflowing (log-sum-exp trick); sums run in
-// double.
+// double. The row statistics are softmax.h's, shared with loss.cpp's cross-entropy.
 #include <cmath>
 
 #include "kernels.h"
