@@ -13,7 +13,7 @@ namespace gpumat {
 // Geometry of a 2-D convolution (cross-correlation, zero padding): x is (n, c, h, w), the filter w
 // is (f, c, kh, kw), y is (n, f, oh, ow) with oh = (h + 2*pad_h - kh) / stride_h + 1 (likewise ow).
 // conv1d is the case h = kh = 1, stride_h = 1, pad_h = 0. `chunk` is the number of images whose
-// im2col columns are built at once (1 <= chunk <= n), chosen by ops.cpp so the scratch buffers
+// im2col columns are built at once (1 <= chunk <= n), chosen by ops/conv.cpp so the scratch buffers
 // stay under the workspace limit (set_conv_workspace_limit).
 struct ConvShape {
   int64_t n, c, h, w;
@@ -24,7 +24,7 @@ struct ConvShape {
 };
 
 // Geometry of 2-D pooling over `planes` = N*C independent (h, w) planes: x is (planes, h, w), y is
-// (planes, oh, ow) with oh = (h + 2*pad_h - kh) / stride_h + 1 (likewise ow). ops.cpp guarantees
+// (planes, oh, ow) with oh = (h + 2*pad_h - kh) / stride_h + 1 (likewise ow). ops/pool.cpp guarantees
 // pad <= kernel / 2, so every window holds at least one element of x.
 struct PoolShape {
   int64_t planes, h, w;

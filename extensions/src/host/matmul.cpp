@@ -1,6 +1,6 @@
 // Host matmul through BLAS sgemm (OpenBLAS from the scipy-openblas32 wheel, whose symbols carry the
 // scipy_ prefix). Row-major: a stored (m, k) or (k, m) when trans_a; b (k, n) or (n, k); c (m, n).
-// ops.cpp guarantees every dimension fits a 32-bit blasint.
+// ops/matmul.cpp guarantees every dimension fits a 32-bit blasint.
 #include <cblas.h>
 
 #include <algorithm>
