@@ -10,7 +10,6 @@
 //                 element, the index arithmetic ../axis.h's (shared with the host).
 #include <algorithm>
 
-#include "../axis.h"
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -22,13 +21,6 @@ constexpr int kTileRows = 8;  // a 32x8 block moves a 32x32 tile in 4 steps
 }  // namespace
 
 // ---------------------------------------------------------------------------- kernels
-
-// in is (n_in,), out is (n_out,)
-__global__ void broadcast_to_kernel(const float* in, int64_t n_in, float* out, int64_t n_out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_out;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = in[i % n_in];
-}
 
 // in is (rows, cols), out is (cols, rows); grid.x covers the ceil(cols/32) column tiles, and the
 // ceil(rows/32) row tiles are blockIdx.y, blockIdx.y + gridDim.y, ... (grid.y is capped at the
@@ -56,22 +48,7 @@ __global__ void transpose_kernel(const float* in, float* out, int64_t rows, int6
   }
 }
 
-// in is (outer, inner), out is (outer, n, inner)
-__global__ void broadcast_axis_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
-                                      float scale) {
-  const int64_t total = outer * n * inner;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[k] = scale * in[axis::broadcast_source(k, n, inner)];
-}
-
 // ---------------------------------------------------------------------------- launchers
-
-void broadcast_to(int dev, const float* in, int64_t n_in, float* out, int64_t n_out) {
-  cudaStream_t stream = activate(dev);
-  launch<broadcast_to_kernel>("broadcast_to", grid_for(n_out, kBlockSize), kBlockSize, 0, stream, in, n_in,
-                              out, n_out);
-}
 
 void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols) {
   const GridLimits lim = grid_limits(dev);
@@ -83,13 +60,6 @@ void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols)
   cudaStream_t stream = activate(dev);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)));
   launch<transpose_kernel>("transpose", grid, dim3(kTile, kTileRows), 0, stream, in, out, rows, cols);
-}
-
-void broadcast_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
-                    float scale) {
-  cudaStream_t stream = activate(dev);
-  launch<broadcast_axis_kernel>("broadcast_axis", grid_for(outer * n * inner, kBlockSize), kBlockSize, 0,
-                                stream, in, out, outer, n, inner, scale);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

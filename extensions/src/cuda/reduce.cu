@@ -98,6 +98,22 @@ __global__ void reduce_max_gradient_kernel(const float* x, const float* y, const
     axis::max_gradient_slice(x, y, dy, dx, col, n, inner);
 }
 
+// in is (n_in,), out is (n_out,)
+__global__ void broadcast_to_kernel(const float* in, int64_t n_in, float* out, int64_t n_out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_out;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = in[i % n_in];
+}
+
+// in is (outer, inner), out is (outer, n, inner)
+__global__ void broadcast_axis_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                                      float scale) {
+  const int64_t total = outer * n * inner;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[k] = scale * in[axis::broadcast_source(k, n, inner)];
+}
+
 // ---------------------------------------------------------------------------- launchers
 
 int64_t reduce_chunks(int64_t blocks_per_chunk, int64_t elements, int64_t max_chunks) {
@@ -159,6 +175,19 @@ void reduce_max_gradient(int dev, const float* x, const float* y, const float* d
   cudaStream_t stream = activate(dev);
   launch<reduce_max_gradient_kernel>("reduce_max_gradient", grid_for(outer * inner, kBlockSize), kBlockSize,
                                      0, stream, x, y, dy, dx, outer, n, inner);
+}
+
+void broadcast_to(int dev, const float* in, int64_t n_in, float* out, int64_t n_out) {
+  cudaStream_t stream = activate(dev);
+  launch<broadcast_to_kernel>("broadcast_to", grid_for(n_out, kBlockSize), kBlockSize, 0, stream, in, n_in,
+                              out, n_out);
+}
+
+void broadcast_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                    float scale) {
+  cudaStream_t stream = activate(dev);
+  launch<broadcast_axis_kernel>("broadcast_axis", grid_for(outer * n * inner, kBlockSize), kBlockSize, 0,
+                                stream, in, out, outer, n, inner, scale);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -2,21 +2,11 @@
 // axes), 2-D transpose, and broadcast_axis: in (outer, inner) -> out (outer, n, inner),
 // out[o, j, i] = scale * in[o, i] (../axis.h's index arithmetic, shared with CUDA).
 #include <algorithm>
-#include <cstring>
 
-#include "../axis.h"
 #include "kernels.h"
 #include "parallel.h"
 
 namespace gpumat::host {
-
-// in is (n_in,), out is (n_out / n_in, n_in): every row of out is a copy of in.
-void broadcast_to(int, const float* in, int64_t n_in, float* out, int64_t n_out) {
-  int64_t reps = n_out / n_in;
-#pragma omp parallel for if (n_out >= kParallelMin)
-  for (int64_t r = 0; r < reps; ++r)
-    std::memcpy(out + r * n_in, in, static_cast<size_t>(n_in) * sizeof(float));
-}
 
 // in is (rows, cols), out is (cols, rows). Blocked so both sides stay in cache.
 void transpose(int, const float* in, float* out, int64_t rows, int64_t cols) {
@@ -29,12 +19,6 @@ void transpose(int, const float* in, float* out, int64_t rows, int64_t cols) {
         for (int64_t c = c0; c < c1; ++c) out[c * rows + r] = in[r * cols + c];
     }
   }
-}
-
-void broadcast_axis(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, float scale) {
-  const int64_t total = outer * n * inner;
-#pragma omp parallel for if (total >= kParallelMin)
-  for (int64_t k = 0; k < total; ++k) out[k] = scale * in[axis::broadcast_source(k, n, inner)];
 }
 
 }  // namespace gpumat::host

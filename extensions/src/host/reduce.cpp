@@ -8,6 +8,7 @@
 // the NaN elements share that slice's gradient). The per-slice loops are ../axis.h's, shared with
 // the CUDA kernels.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "../axis.h"
@@ -42,6 +43,20 @@ void reduce_max_gradient(int, const float* x, const float* y, const float* dy, f
   const int64_t cols = outer * inner;
 #pragma omp parallel for if (cols * n >= kParallelMin)
   for (int64_t col = 0; col < cols; ++col) axis::max_gradient_slice(x, y, dy, dx, col, n, inner);
+}
+
+// in is (n_in,), out is (n_out / n_in, n_in): every row of out is a copy of in.
+void broadcast_to(int, const float* in, int64_t n_in, float* out, int64_t n_out) {
+  int64_t reps = n_out / n_in;
+#pragma omp parallel for if (n_out >= kParallelMin)
+  for (int64_t r = 0; r < reps; ++r)
+    std::memcpy(out + r * n_in, in, static_cast<size_t>(n_in) * sizeof(float));
+}
+
+void broadcast_axis(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, float scale) {
+  const int64_t total = outer * n * inner;
+#pragma omp parallel for if (total >= kParallelMin)
+  for (int64_t k = 0; k < total; ++k) out[k] = scale * in[axis::broadcast_source(k, n, inner)];
 }
 
 }  // namespace gpumat::host
