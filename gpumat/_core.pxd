@@ -88,17 +88,17 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void relu_bias_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
                             GpuMatrix&) except +gpumat_raise_py_error nogil
     # layout
-    void broadcast_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void transpose(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void reshape(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void broadcast_axis(const GpuMatrix&, GpuMatrix&, int64_t, float) except +gpumat_raise_py_error nogil
     # reduce
     void reduce_sum_axis_zero(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void broadcast_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void reduce_sum(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     void reduce_mean(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     void reduce_max(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     void reduce_max_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
                              int64_t) except +gpumat_raise_py_error nogil
+    void broadcast_axis(const GpuMatrix&, GpuMatrix&, int64_t, float) except +gpumat_raise_py_error nogil
     # matmul
     void matmul(const GpuMatrix&, bool, const GpuMatrix&, bool, GpuMatrix&) except +gpumat_raise_py_error nogil
     void matmul_bias(const GpuMatrix&, bool, const GpuMatrix&, bool, const GpuMatrix&, GpuMatrix&,

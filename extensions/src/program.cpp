@@ -104,16 +104,16 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(dropout),
       GPUMAT_STEP(relu_bias_gradient),
       // layout
-      GPUMAT_STEP(broadcast_to),
       GPUMAT_STEP(transpose),
       GPUMAT_STEP(reshape),
-      GPUMAT_STEP(broadcast_axis),
       // reduce
       GPUMAT_STEP(reduce_sum_axis_zero),
+      GPUMAT_STEP(broadcast_to),
       GPUMAT_STEP(reduce_sum),
       GPUMAT_STEP(reduce_mean),
       GPUMAT_STEP(reduce_max),
       GPUMAT_STEP(reduce_max_gradient),
+      GPUMAT_STEP(broadcast_axis),
       // matmul
       GPUMAT_STEP(matmul),
       GPUMAT_STEP(matmul_bias),

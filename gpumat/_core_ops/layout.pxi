@@ -2,13 +2,6 @@
 # and dispatched by extensions/src/ops/layout.cpp.
 
 
-def broadcast_to_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "broadcast_to", "a")
-    _require(out, "broadcast_to", "out")
-    with nogil:
-        broadcast_to(a.mat[0], out.mat[0])
-
-
 def transpose_(PyGpuMatrix a not None, PyGpuMatrix out not None):
     _require(a, "transpose", "a")
     _require(out, "transpose", "out")
@@ -21,10 +14,3 @@ def reshape_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
     _require(dst, "reshape", "dst")
     with nogil:
         reshape(src.mat[0], dst.mat[0])
-
-
-def broadcast_axis_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis, float scale):
-    _require(a, "broadcast_axis", "a")
-    _require(out, "broadcast_axis", "out")
-    with nogil:
-        broadcast_axis(a.mat[0], out.mat[0], axis, scale)

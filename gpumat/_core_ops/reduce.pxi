@@ -1,5 +1,6 @@
 # The reduce family's kernel calls, included by gpumat/_core.pyx: declared in _core.pxd, checked
-# and dispatched by extensions/src/ops/reduce.cpp.
+# and dispatched by extensions/src/ops/reduce.cpp. Reductions and broadcasts, each the other's
+# gradient.
 
 
 def reduce_sum_axis_zero_(PyGpuMatrix a not None, PyGpuMatrix out not None):
@@ -7,6 +8,13 @@ def reduce_sum_axis_zero_(PyGpuMatrix a not None, PyGpuMatrix out not None):
     _require(out, "reduce_sum_axis_zero", "out")
     with nogil:
         reduce_sum_axis_zero(a.mat[0], out.mat[0])
+
+
+def broadcast_to_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "broadcast_to", "a")
+    _require(out, "broadcast_to", "out")
+    with nogil:
+        broadcast_to(a.mat[0], out.mat[0])
 
 
 def reduce_sum_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
@@ -37,3 +45,10 @@ def reduce_max_gradient_(PyGpuMatrix x not None, PyGpuMatrix y not None, PyGpuMa
     _require(out, "reduce_max_gradient", "out")
     with nogil:
         reduce_max_gradient(x.mat[0], y.mat[0], dy.mat[0], out.mat[0], axis)
+
+
+def broadcast_axis_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis, float scale):
+    _require(a, "broadcast_axis", "a")
+    _require(out, "broadcast_axis", "out")
+    with nogil:
+        broadcast_axis(a.mat[0], out.mat[0], axis, scale)

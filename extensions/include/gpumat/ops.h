@@ -66,25 +66,22 @@ void relu_bias_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dz, 
 
 // ---------------------------------------------------------------------------- layout
 
-// out = in repeated over leading axes. in's shape, after dropping leading 1s, must be a suffix of
-// out's shape: (200,300)->(130,200,300), (1,10)->(7,10), (10,)->(7,10).
-void broadcast_to(const GpuMatrix& in, GpuMatrix& out);
-
 // 2-D transpose: in (rows, cols) -> out (cols, rows).
 void transpose(const GpuMatrix& in, GpuMatrix& out);
 
 // dst = src with dst's shape: same number of elements, same device (the device side of reshape).
 void reshape(const GpuMatrix& src, GpuMatrix& dst);
 
-// out (in's shape with `axis` inserted or filled back to out.dim(axis)) = scale * in repeated along
-// axis: the gradient of reduce_sum (scale 1) and reduce_mean (scale 1/n).
-void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale);
-
 // ---------------------------------------------------------------------------- reduce
+// Reductions and broadcasts, each the other's gradient.
 
 // Sums over leading axes. out's shape must be a suffix of in's shape (leading 1s in out are
 // allowed): (500,200,100)->(200,100), (4,5,6)->(6,), (8,10)->(1,10).
 void reduce_sum_axis_zero(const GpuMatrix& in, GpuMatrix& out);
+
+// out = in repeated over leading axes. in's shape, after dropping leading 1s, must be a suffix of
+// out's shape: (200,300)->(130,200,300), (1,10)->(7,10), (10,)->(7,10).
+void broadcast_to(const GpuMatrix& in, GpuMatrix& out);
 
 // Reductions along `axis`: out has in's shape with that axis removed, or kept with length 1
 // (keepdims; the two layouts are identical in memory). reduce_mean and reduce_max need the axis
@@ -96,6 +93,10 @@ void reduce_mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
 void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
 void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
                          int64_t axis);
+
+// out (in's shape with `axis` inserted or filled back to out.dim(axis)) = scale * in repeated along
+// axis: the gradient of reduce_sum (scale 1) and reduce_mean (scale 1/n).
+void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale);
 
 // ---------------------------------------------------------------------------- matmul
 

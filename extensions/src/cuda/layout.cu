@@ -1,13 +1,8 @@
-// CUDA layout kernels: broadcast_to, 2-D transpose and broadcast_axis. Host reference:
+// CUDA layout kernels: 2-D transpose (reshape is a copy, elementwise.cu's). Host reference:
 // ../host/layout.cpp.
-//   broadcast_to: in (n_in,) -> out (n_out,), out[i] = in[i % n_in]; grid-stride, one thread per
-//                 output element.
-//   transpose:    in (rows, cols) -> out (cols, rows); 32x32 tiles staged through shared memory
-//                 (padded to 33 columns so the column reads hit 32 different banks) so that both the
-//                 global reads and the global writes are coalesced.
-//   broadcast_axis: in (outer, inner) -> out (outer, n, inner), out[o, j, i] = scale * in[o, i] (the
-//                 gradient of a sum or mean along an axis); grid-stride, one thread per output
-//                 element, the index arithmetic ../axis.h's (shared with the host).
+//   transpose: in (rows, cols) -> out (cols, rows); 32x32 tiles staged through shared memory (padded
+//              to 33 columns so the column reads hit 32 different banks) so that both the global
+//              reads and the global writes are coalesced.
 #include <algorithm>
 
 #include "common.cuh"

@@ -1,4 +1,9 @@
-// CUDA reduce family. Host reference: ../host/reduce.cpp.
+// CUDA reduce family: reductions and broadcasts, each the other's gradient. Host reference:
+// ../host/reduce.cpp.
+//   broadcast_to:   in (n_in,) -> out (n_out,), out[i] = in[i % n_in]
+//   broadcast_axis: in (outer, inner) -> out (outer, n, inner), out[o, j, i] = scale * in[o, i],
+//                   the index arithmetic ../axis.h's (shared with the host)
+// Both grid-stride, one thread per output element.
 //
 // reduce_sum_axis_zero, in (rows, cols) -> out (cols,) column sums; and sum_partials, the second
 // pass that reduce_sum_channels (conv.cu) shares.

@@ -1,6 +1,4 @@
-// Host layout kernels (the reference for ../cuda/layout.cu): broadcast_to (repeat over leading
-// axes), 2-D transpose, and broadcast_axis: in (outer, inner) -> out (outer, n, inner),
-// out[o, j, i] = scale * in[o, i] (../axis.h's index arithmetic, shared with CUDA).
+// Host layout kernels (the reference for ../cuda/layout.cu): 2-D transpose, blocked.
 #include <algorithm>
 
 #include "kernels.h"

@@ -1,4 +1,7 @@
-// Host reduce family (the reference for ../cuda/reduce.cu).
+// Host reduce family (the reference for ../cuda/reduce.cu): reductions and broadcasts, each the
+// other's gradient.
+// broadcast_to (in (n_in,) repeated over leading axes into (n_out,)) and broadcast_axis
+// (out[o, j, i] = scale * in[o, i], ../axis.h's index arithmetic).
 // reduce_sum_axis_zero, column sums of a (rows, cols) array into (cols,): columns are split into
 // chunks across threads; each chunk walks the rows in order (contiguous reads) and accumulates in
 // double, so the result does not depend on the thread count.

@@ -1,6 +1,6 @@
-// The reduce family's ops (gpumat/ops.h): reduce_sum_axis_zero, reduce_sum, reduce_mean, reduce_max,
-// reduce_max_gradient. Checks here and in checks.h; kernels in ../cuda/reduce.cu and
-// ../host/reduce.cpp.
+// The reduce family's ops (gpumat/ops.h): reductions and broadcasts, each the other's gradient:
+// reduce_sum_axis_zero, broadcast_to, reduce_sum, reduce_mean, reduce_max, reduce_max_gradient,
+// broadcast_axis. Checks here and in checks.h; kernels in ../cuda/reduce.cu and ../host/reduce.cpp.
 #include "gpumat/ops.h"
 
 #include <string>
@@ -19,6 +19,17 @@ void reduce_sum_axis_zero(const GpuMatrix& in, GpuMatrix& out) {
   if (out.size() == 0) return finish(out);
   int64_t rows = in.size() / out.size();
   be.reduce_sum_axis_zero(in.device().index, in.data(), rows, out.size(), out.data());
+  finish(out);
+}
+
+void broadcast_to(const GpuMatrix& in, GpuMatrix& out) {
+  const char* op = "broadcast_to";
+  const Backend& be = same_device(op, in, out);
+  not_aliased(op, in, out);
+  if (!is_suffix(strip_leading_ones(in.shape()), out.shape()))
+    throw ShapeError(std::string(op) + ": cannot broadcast " + in.shape_str() + " to " + out.shape_str() +
+                     " (the input's shape, without leading 1s, must end the output's shape)");
+  if (out.size() > 0) be.broadcast_to(in.device().index, in.data(), in.size(), out.data(), out.size());
   finish(out);
 }
 
@@ -66,6 +77,18 @@ void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix
   if (dx.size() > 0)
     be.reduce_max_gradient(x.device().index, x.data(), y.data(), dy.data(), dx.data(), v.outer, v.n, v.inner);
   finish(dx);
+}
+
+void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale) {
+  const char* op = "broadcast_axis";
+  const Backend& be = same_device(op, in, out);
+  not_aliased(op, in, out);
+  int64_t a = 0;
+  AxisView v = axis_view(op, out, axis, &a);
+  reduced_shape(op, "the input", out, a, in);
+  if (out.size() > 0)
+    be.broadcast_axis(out.device().index, in.data(), out.data(), v.outer, v.n, v.inner, scale);
+  finish(out);
 }
 
 }  // namespace gpumat::ops
