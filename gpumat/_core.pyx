@@ -310,7 +310,7 @@ cdef class PyGpuMatrix:
         self._copy_from_numpy(src)
 
     def copyto(self, target):
-        """Copies this array into ``target`` and returns it (the seed's ``NDArray.copyto``).
+        """Copies this array into ``target`` and returns it (the dlsys course's ``NDArray.copyto``).
 
         ``target`` is a PyGpuMatrix of the same shape (on any device), or a gpumat.Context, in
         which case a new array is made there. Raises ValueError for a shape mismatch, TypeError
@@ -334,7 +334,7 @@ cdef class PyGpuMatrix:
 
         ``value`` is a numpy array (or array-like) of this array's shape, a PyGpuMatrix of this
         shape, or a real number (every element set to it). Only the whole-array slice is
-        supported (the seed's NDArray rule): any other key raises IndexError.
+        supported (the dlsys course's NDArray rule): any other key raises IndexError.
         """
         _require(self, "__setitem__", "self")
         whole = key is Ellipsis or (

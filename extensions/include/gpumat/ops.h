@@ -1,4 +1,4 @@
-// gpumat::ops — one function per kernel, outputs passed in (the seed assignment's style, which lets
+// gpumat::ops — one function per kernel, outputs passed in (the dlsys course's style, which lets
 // the executor own memory). Every function checks devices, shapes and aliasing here in host C++ and
 // throws ShapeError naming the op and the shapes, so no misuse can reach a kernel with bad sizes;
 // it then dispatches to the device's Backend (src/backend.h).
