@@ -1,7 +1,7 @@
-// Index arithmetic and per-slice loops of the reductions along one axis, shared by the host and
-// CUDA kernels (host/reduce_axis.cpp, cuda/reduce_axis.cu), so both devices compute them from one
-// definition, in the same order. The array is seen as (outer, n, inner), the axis in the middle;
-// output column col = o * inner + i names the slice in[o, :, i].
+// Index arithmetic and per-slice loops of the reductions along one axis and of broadcast_axis,
+// shared by the host and CUDA kernels (host/reduce.cpp, cuda/reduce.cu), so both devices compute
+// them from one definition, in the same order. The array is seen as (outer, n, inner), the axis in
+// the middle; output column col = o * inner + i names the slice in[o, :, i].
 // NOTE: a NaN in a slice makes its max NaN, and the NaN elements share that slice's gradient.
 #pragma once
 

@@ -162,8 +162,8 @@ void matmul_cases() {
   }
 }
 
-// The fused ops of issue 16, each emu vs host (their equality with the unfused sequences is tested
-// in Python against float64 references: tests/test_fusion.py).
+// The fused ops, each emu vs host (their equality with the unfused sequences is tested in Python
+// against float64 references: tests/runtime/test_fusion.py).
 void fused_cases() {
   namespace ops = gpumat::ops;
   const int64_t shapes[][3] = {{1, 1, 1}, {65, 63, 17}, {130, 70, 33}};

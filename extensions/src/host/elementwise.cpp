@@ -1,5 +1,5 @@
-// Host elementwise kernels: array_set, add, multiply, add_const, multiply_const, relu,
-// relu_gradient, axpy, copy. All arrays are (n,); `out` may alias an input.
+// Host elementwise kernels (the reference for ../cuda/elementwise.cu): array_set, add, multiply,
+// add_const, multiply_const, axpy, copy. All arrays are (n,); `out` may alias an input.
 #include <cstring>
 
 #include "kernels.h"
@@ -30,22 +30,6 @@ void add_const(int, const float* in, float value, float* out, int64_t n) {
 void multiply_const(int, const float* in, float value, float* out, int64_t n) {
 #pragma omp parallel for if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = in[i] * value;
-}
-
-// NOTE: written as a comparison so that NaN passes through (max(NaN, 0) would hide it).
-void relu(int, const float* in, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = in[i] < 0.0f ? 0.0f : in[i];
-}
-
-// NOTE: the subgradient at exactly 0 is taken as 0; a NaN input gives NaN.
-void relu_gradient(int, const float* in, const float* grad, float* out, int64_t n) {
-  // Both operands are loaded unconditionally so the loop vectorises into selects.
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = in[i], g = grad[i];
-    out[i] = x > 0.0f ? g : (x != x ? x : 0.0f);
-  }
 }
 
 void axpy(int, float alpha, const float* x, float* y, int64_t n) {
