@@ -36,7 +36,8 @@ inline Device kernel_device(int dev) {
 // Throws CudaError "<what>: <cudaErrorName>: <message>" if err != cudaSuccess.
 void check(cudaError_t err, const char* what);
 
-// Makes `dev` current on this thread and returns its stream (one non-blocking stream per device,
+// Makes `dev` current on this thread and returns its stream (the thread's capture stream while
+// this thread captures a CUDA graph on `dev`, see runtime.h's begin_capture) (one non-blocking stream per device,
 // created on first use).
 cudaStream_t activate(int dev);
 
