@@ -427,9 +427,13 @@ cdef class PyGpuMatrix:
             A PyCapsule over a float32 row-major tensor with explicit strides.
 
         Raises:
+            TypeError: an argument of the wrong type: max_version or dl_device not a pair of
+                ints, stream not an int, copy not a bool or None.
+            ValueError: a malformed value (a pair without two entries, a negative version, a
+                number that is no DLPack device type, a negative device id, stream 0 or below
+                -1, any stream for a CPU array), or a PyGpuMatrix that holds no array.
             BufferError: a device that cannot be exported to, or copy=False where a copy is
-                needed. ValueError: an invalid stream, or a PyGpuMatrix that holds no array.
-            TypeError: a stream that is not an int.
+                needed.
         """
         return _dlpack_export(self, stream, max_version, dl_device, copy)
 
