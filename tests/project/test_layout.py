@@ -214,7 +214,8 @@ def test_import_gpumat_gives_every_layer():
 
     code = (
         "import gpumat\n"
-        "for name in ('ops', 'reference', 'graph', 'runtime', 'optim', 'autodiff', 'nn', 'gpu_op'):\n"
+        "names = ('ops', 'reference', 'graph', 'runtime', 'optim', 'autodiff', 'nn', 'gpu_op')\n"
+        "for name in names:\n"
         "    assert hasattr(gpumat, name), name\n"
         "assert gpumat.optim.SGD and gpumat.runtime.Executor is gpumat.Executor\n"
     )
