@@ -313,29 +313,51 @@ def test_a_trace_on_another_thread_delays_compilation(ctx):
 # --------------------------------------------------------------------------------------------------
 
 
+_WORKSPACE_CHILD = r"""
+import sys
+import numpy as np
+import gpumat
+from gpumat import autodiff as ad, ops
+from gpumat.runtime import Executor
+
+ctx = {"emu": gpumat.emu(0), "gpu": gpumat.gpu(0)}[sys.argv[1]]
+rng = np.random.default_rng()
+x, w = ad.Variable("x"), ad.Variable("w")
+ex = Executor([ad.relu_op(ad.conv2d_op(x, w, 1, 1))], ctx=ctx)
+xn, wn = rng.normal(size=(2, 1, 8, 8)), rng.normal(size=(3, 1, 3, 3))
+wd = gpumat.array(wn, ctx)
+for _ in range(3):
+    (before,) = ex.run({x: xn, w: wd}, convert_to_numpy_ret_vals=True)
+assert ex.schedule_report.mode == "cuda-graph" and ex.schedule_report.captures == 1
+# A larger convolution grows the workspace; the freed blocks go back to the device.
+big = [gpumat.array(rng.normal(size=s), ctx) for s in [(4, 8, 32, 32), (8, 8, 3, 3)]]
+ops.conv2d(big[0], big[1], gpumat.empty((4, 8, 32, 32), ctx), 1, 1)
+gpumat.empty_cache(ctx)
+# New arrays of the old workspace's sizes take the freed memory.
+sizes = [n for n in (648, 1296, 2592) for _ in range(4)]
+bystanders = [gpumat.array(np.full(n, 7.0), ctx) for n in sizes]
+(after,) = ex.run({x: xn, w: wd}, convert_to_numpy_ret_vals=True)
+np.testing.assert_array_equal(after, before)
+assert all(np.all(b.asnumpy() == 7.0) for b in bystanders)
+assert ex.schedule_report.mode == "cuda-graph" and ex.schedule_report.captures == 2
+"""
+
+
 def test_a_graph_is_recaptured_when_a_workspace_moves(gpu_ctx):
     """A captured convolution step holds the device's im2col workspace address; a larger
     convolution elsewhere reallocates that workspace and frees the old block. The next run must
-    capture again, never replay into the freed block (which the allocator hands to new arrays)."""
-    rng = np.random.default_rng()
-    x, w = ad.Variable("x"), ad.Variable("w")
-    ex = Executor([ad.relu_op(ad.conv2d_op(x, w, 1, 1))], ctx=gpu_ctx)
-    xn, wn = rng.normal(size=(2, 1, 8, 8)), rng.normal(size=(3, 1, 3, 3))
-    wd = gpumat.array(wn, gpu_ctx)
-    for _ in range(3):
-        (before,) = ex.run({x: xn, w: wd}, convert_to_numpy_ret_vals=True)
-    assert ex.schedule_report.mode == "cuda-graph" and ex.schedule_report.captures == 1
-    # A larger convolution grows the workspace; the freed blocks go back to the device.
-    big = [gpumat.array(rng.normal(size=s), gpu_ctx) for s in [(4, 8, 32, 32), (8, 8, 3, 3)]]
-    ops.conv2d(big[0], big[1], gpumat.empty((4, 8, 32, 32), gpu_ctx), 1, 1)
-    gpumat.empty_cache(gpu_ctx)
-    # New arrays of the old workspace's sizes take the freed memory.
-    sizes = [n for n in (648, 1296, 2592) for _ in range(4)]
-    bystanders = [gpumat.array(np.full(n, 7.0), gpu_ctx) for n in sizes]
-    (after,) = ex.run({x: xn, w: wd}, convert_to_numpy_ret_vals=True)
-    np.testing.assert_array_equal(after, before)
-    assert all(np.all(b.asnumpy() == 7.0) for b in bystanders)
-    assert ex.schedule_report.mode == "cuda-graph" and ex.schedule_report.captures == 2
+    capture again, never replay into the freed block (which the allocator hands to new arrays).
+    In a fresh process, so that the workspace is sure to grow (and a crash fails this test)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", _WORKSPACE_CHILD, gpu_ctx.device_type],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_another_threads_kernels_are_never_captured(gpu_ctx):
