@@ -73,10 +73,13 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void array_set(GpuMatrix&, float) except +gpumat_raise_py_error nogil
     void add(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void multiply(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void divide(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void add_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
     void multiply_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
     void axpy(float, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void copy(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void exp "gpumat::ops::exp"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void log "gpumat::ops::log"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     # activation
     void relu(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void relu_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil

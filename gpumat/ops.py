@@ -106,6 +106,8 @@ __all__ = [
     "conv2d_gradient_input",
     "copy",
     "dropout",
+    "exp",
+    "log",
     "log_softmax",
     "log_softmax_gradient",
     "mae_loss",
@@ -113,6 +115,7 @@ __all__ = [
     "matmul_bias",
     "matrix_elementwise_add",
     "matrix_elementwise_add_by_const",
+    "matrix_elementwise_divide",
     "matrix_elementwise_multiply",
     "matrix_elementwise_multiply_by_const",
     "matrix_multiply",
@@ -176,6 +179,17 @@ def matrix_elementwise_multiply(matA, matB, matC) -> None:
     _core.multiply_(matA, matB, matC)
 
 
+def matrix_elementwise_divide(matA, matB, matC) -> None:
+    """matC = matA / matB elementwise, all of one shape (matC may be matA or matB), float32.
+
+    IEEE division, correctly rounded on every device (nvcc's default ``-prec-div=true``): x / 0
+    is +-inf by the signs of x and the zero, 0 / 0 and inf / inf are NaN, NaN propagates (as
+    numpy's ``a / b`` and ``torch.div``). Raises ValueError for shapes that differ or arrays on
+    different devices.
+    """
+    _core.divide_(matA, matB, matC)
+
+
 def matrix_elementwise_multiply_by_const(in_mat, val: float, out_mat) -> None:
     """out_mat = in_mat * val, same shapes (may be in place)."""
     _core.multiply_const_(in_mat, val, out_mat)
@@ -189,6 +203,27 @@ def axpy(alpha: float, x, y) -> None:
 def copy(src, dst) -> None:
     """dst = src, same shape and device (asynchronous on CUDA)."""
     _core.copy_(src, dst)
+
+
+def exp(in_arr, out_arr) -> None:
+    """out_arr = exp(in_arr) elementwise; any shape, both of one shape (may be in place), float32.
+
+    IEEE special values, as numpy: overflows to inf for x > ~88.72 and underflows to 0 for
+    x < ~-103.97 (through the float32 denormals); exp(-inf) = 0, NaN stays NaN. CUDA's expf is
+    within 2 ulp of the exact value, the host's C library within 1. Raises ValueError for shapes
+    that differ or arrays on different devices.
+    """
+    _core.exp_(in_arr, out_arr)
+
+
+def log(in_arr, out_arr) -> None:
+    """out_arr = log(in_arr), the natural logarithm, elementwise; one shape (may be in place).
+
+    IEEE special values, as numpy: log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays
+    NaN. Within 1 ulp on CUDA (logf) and on the host. Raises ValueError for shapes that differ or
+    arrays on different devices.
+    """
+    _core.log_(in_arr, out_arr)
 
 
 # --------------------------------------------------------------------------------------------------

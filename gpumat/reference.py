@@ -44,6 +44,8 @@ __all__ = [
     "conv2d_gradient_input",
     "copy",
     "dropout",
+    "exp",
+    "log",
     "log_softmax",
     "log_softmax_gradient",
     "mae_loss",
@@ -51,6 +53,7 @@ __all__ = [
     "matmul_bias",
     "matrix_elementwise_add",
     "matrix_elementwise_add_by_const",
+    "matrix_elementwise_divide",
     "matrix_elementwise_multiply",
     "matrix_elementwise_multiply_by_const",
     "matrix_multiply",
@@ -113,6 +116,12 @@ def matrix_elementwise_multiply(matA, matB, matC) -> None:  # noqa: N803
     np.multiply(matA, matB, out=matC)
 
 
+def matrix_elementwise_divide(matA, matB, matC) -> None:  # noqa: N803
+    """matC = matA / matB (IEEE: x / 0 = +-inf, 0 / 0 = NaN, without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        np.divide(matA, matB, out=matC)
+
+
 def matrix_elementwise_multiply_by_const(in_mat, val: float, out_mat) -> None:
     """out_mat = in_mat * val."""
     np.multiply(in_mat, val, out=out_mat)
@@ -126,6 +135,18 @@ def axpy(alpha: float, x, y) -> None:
 def copy(src, dst) -> None:
     """dst = src."""
     np.copyto(dst, src)
+
+
+def exp(in_arr, out_arr) -> None:
+    """out_arr = exp(in_arr) (overflow to inf and underflow to 0 without warnings)."""
+    with np.errstate(over="ignore", under="ignore"):
+        np.exp(in_arr, out=out_arr)
+
+
+def log(in_arr, out_arr) -> None:
+    """out_arr = log(in_arr): log(0) = -inf, log(x < 0) = NaN (without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.log(in_arr, out=out_arr)
 
 
 # --------------------------------------------------------------------------------------------------

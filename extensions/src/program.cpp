@@ -90,10 +90,13 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(array_set),
       GPUMAT_STEP(add),
       GPUMAT_STEP(multiply),
+      GPUMAT_STEP(divide),
       GPUMAT_STEP(add_const),
       GPUMAT_STEP(multiply_const),
       GPUMAT_STEP(axpy),
       GPUMAT_STEP(copy),
+      GPUMAT_STEP(exp),
+      GPUMAT_STEP(log),
       // activation
       GPUMAT_STEP(relu),
       GPUMAT_STEP(relu_gradient),

@@ -428,6 +428,21 @@ void size_cases() {
   unsetenv("GPUMAT_EMU_MAX_GRID_Y");
 }
 
+// ---------------------------------------------------------------------------- the front end's kernels
+// Kept in one block (the front end's ops: exp, log, divide). Elementwise kernels at the tails of
+// a 256-thread block (n = 1, 31, 257) and over many blocks (4099, 300001); finite inputs (check()
+// compares by difference: the special values inf and NaN are tested in tests/kernels/).
+
+void frontend_kernel_cases() {
+  namespace ops = gpumat::ops;
+  for (int64_t n : {1, 31, 257, 4099, 300001}) {
+    const std::string t = " n=" + std::to_string(n);
+    check("exp" + t, {{n}}, {{n}}, [](Arrays& a) { ops::exp(a[0], a[1]); }, 1e-6f, -80.0f, 80.0f);
+    check("log" + t, {{n}}, {{n}}, [](Arrays& a) { ops::log(a[0], a[1]); }, 1e-6f, 1e-6f, 100.0f);
+    check("divide" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::divide(a[0], a[1], a[2]); }, 0.0f);
+  }
+}
+
 // ---------------------------------------------------------------------------- the emulator's own checks
 // Kernels that break CUDA's rules, or rely on its guarantees, launched straight through the emulator:
 // each must be reported (or behave) as a GPU would make it fail (or work).
@@ -691,6 +706,7 @@ int main(int argc, char** argv) {
   graph_cases();
   layer_cases();
   size_cases();
+  frontend_kernel_cases();
   std::printf("%d cases on emu:0 against the host: %d failed\n", g_cases, g_failures);
   return g_failures ? 1 : 0;
 }

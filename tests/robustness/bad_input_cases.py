@@ -266,6 +266,12 @@ def _valid_args(name, draw, arrays: Arrays):
     if name in ("matrix_elementwise_add", "matrix_elementwise_multiply"):
         s = _shape(draw)
         return [new(s), new(s), new(s)]
+    if name == "matrix_elementwise_divide":
+        s = _shape(draw)
+        return [new(s), new(s, 0.1, 1.0), new(s)]
+    if name in ("exp", "log"):
+        s = _shape(draw)
+        return [new(s, 0.01, 5.0), new(s)]
     if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
         s = _shape(draw)
         return [new(s), draw(st.floats(-5, 5)), new(s)]
@@ -431,6 +437,14 @@ def _reference(name, a):
         x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _same(x.shape, y.shape, out.shape)
         return {2: x + y if name.endswith("add") else x * y}
+    if name == "matrix_elementwise_divide":
+        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, y.shape, out.shape)
+        return {2: x / y}
+    if name in ("exp", "log"):
+        x, out = _arr(a[0]), _arr(a[1])
+        _same(x.shape, out.shape)
+        return {1: np.exp(x) if name == "exp" else np.log(x)}
     if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
         x, v, out = _arr(a[0]), _num(a[1]), _arr(a[2])
         _same(x.shape, out.shape)
@@ -1383,6 +1397,9 @@ def batch_graph():
         "reduce_max_op": lambda u, v: nn.reduce_max_op(x, u, v),
         "broadcast_axis_op": lambda u, v: nn.broadcast_axis_op(u, x, v),
         "reduce_max_gradient_op": lambda u, v: nn.reduce_max_gradient_op(u, x, w, v),
+        "exp_op": lambda u, v: ad.exp_op(u),
+        "log_op": lambda u, v: ad.log_op(u),
+        "div_op": lambda u, v: ad.div_op(u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, ctx=v),
@@ -1407,7 +1424,14 @@ def batch_graph():
                 if not all(isinstance(n, ad.Node) for n in nodes_in) or not nodes_in:
                     return f"{name} accepted {u!r}, {v!r}"
                 return None
-            node_args = {"matmul_op": [u], "transpose_op": [u], "zeroslike_op": [u]}
+            node_args = {
+                "matmul_op": [u],
+                "transpose_op": [u],
+                "zeroslike_op": [u],
+                "exp_op": [u],
+                "log_op": [u],
+                "div_op": [u, v],
+            }
             for arg in node_args.get(name, []):
                 if not isinstance(arg, ad.Node):
                     return f"{name} accepted {type(arg).__name__}"
@@ -1805,7 +1829,7 @@ def _expect_interop(fn, check, what):
 BATCHES = {
     "ops_elementwise": lambda: batch_ops(
         [n for n in OP_NAMES if n.startswith(("matrix_elementwise", "relu", "array_set"))]
-        + ["axpy", "copy", "reshape"]
+        + ["axpy", "copy", "reshape", "exp", "log"]
     ),
     "ops_layout": lambda: batch_ops(
         [

@@ -27,9 +27,10 @@ namespace gpumat::ops {
 // arr[...] = value.
 void array_set(GpuMatrix& arr, float value);
 
-// All shapes equal.
+// All shapes equal. divide: out = a / b, IEEE division (x / 0 = +-inf, 0 / 0 = NaN).
 void add(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
 void multiply(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+void divide(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
 void add_const(const GpuMatrix& in, float value, GpuMatrix& out);
 void multiply_const(const GpuMatrix& in, float value, GpuMatrix& out);
 
@@ -38,6 +39,12 @@ void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y);
 
 // dst = src, same shape, same device.
 void copy(const GpuMatrix& src, GpuMatrix& dst);
+
+// out = exp(in) and out = log(in), one shape, may work in place. IEEE special values, as numpy:
+// exp overflows to inf (x > ~88.7) and underflows to 0 (x < ~-103.9); log(0) = -inf,
+// log(x < 0) = NaN, log(inf) = inf; NaN stays NaN.
+void exp(const GpuMatrix& in, GpuMatrix& out);
+void log(const GpuMatrix& in, GpuMatrix& out);
 
 // ---------------------------------------------------------------------------- activation
 
