@@ -114,7 +114,8 @@ class OpSpec:
     """One kernel. ``ours(ins, out, p)`` runs gpumat; ``ref64(ins, p)`` is the float64 result.
 
     ``inputs`` says how to draw each input: "signed" (magnitudes in [0.1, 1), random signs),
-    "positive" (in [0.1, 1)), "logits" (signed, times 3), "onehot" (one 1 per row).
+    "positive" (in [0.1, 1)), "coarse" (integers -2..2: many equal pairs), "logits" (signed,
+    times 3), "onehot" (one 1 per row).
     ``inplace``: the output is input 1
     (axpy). ``work(in_shapes, out_shape, p)`` gives ("bytes", n) or ("flops", n).
     """
@@ -218,6 +219,13 @@ OPS = {
         tol=TOL_POINTWISE,
         inputs=("signed", "signed"),
     ),
+    "eq": OpSpec(
+        ours=lambda ins, out, p: ops.eq(ins[0], ins[1], out),
+        ref64=lambda ins, p: (ins[0] == ins[1]).astype(np.float64),
+        work=_bytes(2, 1),
+        tol=TOL_POINTWISE,
+        inputs=("coarse", "coarse"),
+    ),
     "transpose": OpSpec(
         ours=lambda ins, out, p: ops.transpose(ins[0], out),
         ref64=lambda ins, p: ins[0].T,
@@ -292,6 +300,7 @@ OP_FUNCTION = {
     "exp": "exp",
     "log": "log",
     "divide": "matrix_elementwise_divide",
+    "eq": "eq",
     "transpose": "transpose",
     "broadcast_to": "broadcast_to",
     "reduce_sum_axis_zero": "reduce_sum_axis_zero",
@@ -439,6 +448,7 @@ def build_cases(quick: bool) -> list[Case]:
         _unary("exp", g, "exp", big),
         _unary("log", g, "log", big),
         _binary("divide", g, "divide", big),
+        _binary("eq", g, "eq", big),
         _unary("transpose", g, "transpose", big),
         _special("broadcast_to", g, "broadcast_to", (cols,), big),
         _special("reduce_sum_axis_zero", g, "reduce_sum_axis_zero", big, (cols,)),
@@ -504,6 +514,7 @@ class NumpyLike:
             "exp": lambda ins, out, p: xp.exp(ins[0], out=out),
             "log": lambda ins, out, p: xp.log(ins[0], out=out),
             "divide": lambda ins, out, p: xp.divide(ins[0], ins[1], out=out),
+            "eq": lambda ins, out, p: xp.equal(ins[0], ins[1], out=out, casting="unsafe"),
             "transpose": lambda ins, out, p: xp.copyto(out, ins[0].T),
             "broadcast_to": lambda ins, out, p: xp.copyto(
                 out, ins[0].reshape(_strip_leading_ones(ins[0].shape))
@@ -591,6 +602,7 @@ class Torch:
             "exp": lambda ins, out, p: torch.exp(ins[0], out=out),
             "log": lambda ins, out, p: torch.log(ins[0], out=out),
             "divide": lambda ins, out, p: torch.div(ins[0], ins[1], out=out),
+            "eq": lambda ins, out, p: torch.eq(ins[0], ins[1], out=out),
             "transpose": lambda ins, out, p: out.copy_(ins[0].T),
             "broadcast_to": lambda ins, out, p: out.copy_(
                 ins[0].reshape(_strip_leading_ones(tuple(ins[0].shape)))
@@ -637,10 +649,12 @@ def pick_reference(ctx_name: str, wanted: str):
 # --------------------------------------------------------------------------------------------------
 
 
-# The range of each kind of input in the timed sets (uniform, drawn on the device).
+# The range of each kind of input in the timed sets (uniform, drawn on the device; the timed
+# kernels' work does not depend on the values, so "coarse" inputs need not be integers there).
 INPUT_RANGES = {
     "signed": (-1.0, 1.0),
     "positive": (0.1, 1.0),
+    "coarse": (-2.0, 2.0),
     "logits": (-3.0, 3.0),
     "onehot": (0.0, 1.0),
 }
@@ -653,6 +667,9 @@ def draw_inputs(spec: OpSpec, shapes, rng) -> list[np.ndarray]:
     out = []
     for j, kind in enumerate(spec.inputs):
         shape = shapes[j]
+        if kind == "coarse":
+            out.append(rng.integers(-2, 3, size=shape).astype(np.float32))
+            continue
         if kind == "onehot":
             rows, cols = shape
             a = np.zeros(shape, np.float32)

@@ -74,6 +74,7 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void add(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void multiply(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void divide(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void eq(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void add_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
     void multiply_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
     void axpy(float, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil

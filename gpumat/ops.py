@@ -106,6 +106,7 @@ __all__ = [
     "conv2d_gradient_input",
     "copy",
     "dropout",
+    "eq",
     "exp",
     "log",
     "log_softmax",
@@ -203,6 +204,18 @@ def axpy(alpha: float, x, y) -> None:
 def copy(src, dst) -> None:
     """dst = src, same shape and device (asynchronous on CUDA)."""
     _core.copy_(src, dst)
+
+
+def eq(matA, matB, matC) -> None:
+    """matC = 1.0 where matA == matB, else 0.0, elementwise; all of one shape (matC may be matA
+    or matB), float32.
+
+    IEEE equality, as numpy's ``==`` and ``torch.eq``: NaN equals nothing (not even NaN),
+    -0.0 equals +0.0, inf equals inf. Accuracy (``eq(argmax(logits), labels)``) and masks
+    without a comparison on the host. Raises ValueError for shapes that differ or arrays on
+    different devices.
+    """
+    _core.eq_(matA, matB, matC)
 
 
 def exp(in_arr, out_arr) -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "conv2d_gradient_input",
     "copy",
     "dropout",
+    "eq",
     "exp",
     "log",
     "log_softmax",
@@ -135,6 +136,11 @@ def axpy(alpha: float, x, y) -> None:
 def copy(src, dst) -> None:
     """dst = src."""
     np.copyto(dst, src)
+
+
+def eq(matA, matB, matC) -> None:  # noqa: N803
+    """matC = 1 where matA == matB, else 0 (NaN equals nothing)."""
+    matC[...] = matA == matB
 
 
 def exp(in_arr, out_arr) -> None:

@@ -91,6 +91,7 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(add),
       GPUMAT_STEP(multiply),
       GPUMAT_STEP(divide),
+      GPUMAT_STEP(eq),
       GPUMAT_STEP(add_const),
       GPUMAT_STEP(multiply_const),
       GPUMAT_STEP(axpy),

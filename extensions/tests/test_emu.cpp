@@ -429,7 +429,7 @@ void size_cases() {
 }
 
 // ---------------------------------------------------------------------------- the front end's kernels
-// Kept in one block (the front end's ops: exp, log, divide). Elementwise kernels at the tails of
+// Kept in one block (the front end's ops: exp, log, divide, eq). Elementwise kernels at the tails of
 // a 256-thread block (n = 1, 31, 257) and over many blocks (4099, 300001); finite inputs (check()
 // compares by difference: the special values inf and NaN are tested in tests/kernels/).
 
@@ -440,6 +440,15 @@ void frontend_kernel_cases() {
     check("exp" + t, {{n}}, {{n}}, [](Arrays& a) { ops::exp(a[0], a[1]); }, 1e-6f, -80.0f, 80.0f);
     check("log" + t, {{n}}, {{n}}, [](Arrays& a) { ops::log(a[0], a[1]); }, 1e-6f, 1e-6f, 100.0f);
     check("divide" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::divide(a[0], a[1], a[2]); }, 0.0f);
+    // eq of relu(x) and relu(y): equal (0 == 0) where both are negative, a quarter of the elements
+    check(
+        "eq" + t, {{n}, {n}}, {{n}, {n}, {n}},
+        [](Arrays& a) {
+          ops::relu(a[0], a[2]);
+          ops::relu(a[1], a[3]);
+          ops::eq(a[2], a[3], a[4]);
+        },
+        0.0f);
   }
 }
 

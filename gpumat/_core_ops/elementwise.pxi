@@ -32,6 +32,14 @@ def divide_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not 
         divide(a.mat[0], b.mat[0], out.mat[0])
 
 
+def eq_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
+    _require(a, "eq", "a")
+    _require(b, "eq", "b")
+    _require(out, "eq", "out")
+    with nogil:
+        eq(a.mat[0], b.mat[0], out.mat[0])
+
+
 def add_const_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
     _require(a, "add_const", "a")
     _require(out, "add_const", "out")

@@ -16,6 +16,7 @@ __all__ = [
     "AddByConstOp",
     "AddOp",
     "DivOp",
+    "EqOp",
     "ExpOp",
     "LogOp",
     "MulByConstOp",
@@ -25,6 +26,7 @@ __all__ = [
     "add_byconst_op",
     "add_op",
     "div_op",
+    "eq_op",
     "exp_op",
     "log_op",
     "mul_byconst_op",
@@ -148,6 +150,29 @@ class DivOp(Op):
         return self._same_shapes(node, input_shapes[0], input_shapes[1])
 
 
+class EqOp(Op):
+    """``eq_op(a, b)``: 1.0 where a == b, else 0.0, elementwise (IEEE equality: NaN equals
+    nothing); a and b have equal shapes. Piecewise constant, so it has no gradient: ``None`` for
+    both inputs (like ``zeroslike_op``); a loss that reaches a node only through it gets zeros."""
+
+    name = "eq_op"
+
+    def __call__(self, node_A: Node, node_B: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A, node_B]
+        new_node.name = f"Eq({short_name(node_A)},{short_name(node_B)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).eq(input_vals[0], input_vals[1], output_val)
+
+    def gradient(self, node, output_grad):
+        return [None, None]
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+
+
 class ExpOp(Op):
     """``exp_op(x)``: exp elementwise, any shape (overflows to inf past ~88.7, as numpy).
     Gradient: ``y * g`` from the output y = exp(x) (no second exp)."""
@@ -241,6 +266,7 @@ add_byconst_op = AddByConstOp()
 mul_op = MulOp()
 mul_byconst_op = MulByConstOp()
 div_op = DivOp()
+eq_op = EqOp()
 exp_op = ExpOp()
 log_op = LogOp()
 zeroslike_op = ZerosLikeOp()

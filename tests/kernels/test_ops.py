@@ -905,6 +905,7 @@ NAN_CASES = {
     "exp": (ops.exp, np.exp, 1),
     "log": (ops.log, lambda x: np.log(np.where(x < 0, np.nan, x)), 1),  # NaN for x < 0 too
     "divide": (ops.matrix_elementwise_divide, np.divide, 2),
+    "eq": (ops.eq, lambda a, b: (a == b).astype(np.float64), 2),  # NaN equals nothing: 0
     "transpose": (ops.transpose, lambda x: x.T, 1),
     "softmax": (ops.softmax, np_softmax, 1),
 }
@@ -1364,6 +1365,35 @@ def test_elementwise_divide(ctx, shape):
     check_op(ctx, ops.matrix_elementwise_divide, np.divide, [shape, shape], shape, rtol=ULP, atol=0)
 
 
+def _tied(shape, rng):
+    """Two float32 arrays equal at about half the positions (a random mask), else different."""
+    a = rand(shape, rng)
+    other = rand(shape, rng, low=1.0, high=2.0)  # |other| >= 1 > |a|: never equal to a
+    return a, np.where(rng.random(shape) < 0.5, a, other).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_eq(ctx, shape):
+    rng, _ = new_rng()
+    a, b = _tied(shape, rng)
+    got, expected, _ = check_op(
+        ctx, ops.eq, lambda x, y: (x == y).astype(np.float64), [a, b], shape, rtol=0, atol=0
+    )
+    assert 0 < expected.sum() < expected.size or expected.size < 8  # both outcomes occur
+
+
+def test_eq_special_values(ctx):
+    a = np.array([np.nan, np.nan, 1.0, -0.0, np.inf, -np.inf, np.inf, 3.0, 1e-45], np.float32)
+    b = np.array([np.nan, 1.0, np.nan, 0.0, np.inf, np.inf, 3.4e38, 3.0, 0.0], np.float32)
+    out = nan_array(a.shape, ctx)
+    ops.eq(gpumat.array(a, ctx), gpumat.array(b, ctx), out)
+    # NaN equals nothing, -0 == +0, inf == inf; the smallest denormal is not 0 (no flush to zero)
+    np.testing.assert_array_equal(out.asnumpy(), [0, 0, 0, 1, 1, 0, 0, 1, 0])
+    x = gpumat.array(a, ctx)
+    ops.eq(x, x, x)  # in place, one array for all three: 1 except where a is NaN
+    np.testing.assert_array_equal(x.asnumpy(), [0, 0, 1, 1, 1, 1, 1, 1, 1])
+
+
 def test_exp_overflows_to_inf_and_underflows_to_zero(ctx):
     x = np.array(
         [88.0, 88.8, 89.0, 1e30, np.inf, -88.0, -100.0, -103.0, -110.0, -1e30, -np.inf]
@@ -1418,7 +1448,8 @@ def test_divide_ieee_special_values(ctx):
 @pytest.mark.parametrize("shape", [(1, 1), (513, 257)], ids=shape_id)
 def test_exp_log_divide_in_place(ctx, shape):
     rng, _ = new_rng()
-    x, y = _positive(shape, rng, -5, 5), rand(shape, rng)
+    x, y = _positive(shape, rng, -3, 3), rand(shape, rng)
+    y[::2] = x[::2]  # equal rows, for eq
     x64, y64 = x.astype(np.float64), y.astype(np.float64)
     cases = [
         (lambda a, b: ops.exp(b, b), np.exp(y64), "b"),
@@ -1426,6 +1457,8 @@ def test_exp_log_divide_in_place(ctx, shape):
         (lambda a, b: ops.matrix_elementwise_divide(a, b, a), x64 / y64, "a"),
         (lambda a, b: ops.matrix_elementwise_divide(a, b, b), x64 / y64, "b"),
         (lambda a, b: ops.matrix_elementwise_divide(b, b, b), np.ones(shape), "b"),
+        (lambda a, b: ops.eq(a, b, a), (x64 == y64).astype(np.float64), "a"),
+        (lambda a, b: ops.eq(a, b, b), (x64 == y64).astype(np.float64), "b"),
     ]
     for i, (run, expected, which) in enumerate(cases):
         a, b = gpumat.array(x, ctx), gpumat.array(y, ctx)
@@ -1451,6 +1484,8 @@ FRONTEND_BAD_SHAPES = [  # (op name, call(ctx))
         "matrix_elementwise_divide",
         lambda c: ops.matrix_elementwise_divide(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 12)),
     ),
+    ("eq", lambda c: ops.eq(_arr(c, 3, 4), _arr(c, 4, 3), _arr(c, 3, 4))),
+    ("eq", lambda c: ops.eq(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 1, 3, 4))),
 ]
 
 
@@ -1469,6 +1504,7 @@ FRONTEND_CALLS = {  # name -> call(*arrays) and the arrays' shapes
     "exp": (ops.exp, [(3, 4), (3, 4)]),
     "log": (ops.log, [(3, 4), (3, 4)]),
     "matrix_elementwise_divide": (ops.matrix_elementwise_divide, [(3, 4), (3, 4), (3, 4)]),
+    "eq": (ops.eq, [(3, 4), (3, 4), (3, 4)]),
 }
 
 
@@ -1571,8 +1607,41 @@ def test_elementwise_graph_shape_errors(build, shapes, match):
     assert node.name in str(info.value)
 
 
+def test_eq_op_values_and_no_gradient(ctx):
+    """eq_op is piecewise constant: its gradient entries are None, so a loss that reaches a and b
+    only through it gives them zero gradients, and the other factor gets eq's value."""
+    a, b, c = ad.Variable("a"), ad.Variable("b"), ad.Variable("c")
+    e = ad.eq_op(a, b)
+    assert ad.eq_op.gradient(e, ad.oneslike_op(e)) == [None, None]
+    loss = ad.mul_op(e, c)
+    nodes = [loss, *ad.gradients(loss, [a, b, c])]
+    rng, _ = new_rng()
+    x, y = _tied((6, 7), rng)
+    z = rand((6, 7), rng)
+    want = (x == y).astype(np.float32)
+    for ex in (ad.Executor(nodes), ad.Executor(nodes, ctx=ctx)):
+        got = ex.run({a: x, b: y, c: z}, convert_to_numpy_ret_vals=True)
+        np.testing.assert_array_equal(got[0], want * z)
+        np.testing.assert_array_equal(got[1], np.zeros((6, 7)))
+        np.testing.assert_array_equal(got[2], np.zeros((6, 7)))
+        np.testing.assert_array_equal(got[3], want)
+
+
+def test_eq_op_shape_rule():
+    a, b = ad.Variable("a"), ad.Variable("b")
+    node = ad.eq_op(a, b)
+    assert node.op.infer_shape(node, [(3, 4), (3, 4)]) == (3, 4)
+    with pytest.raises(ValueError, match=r"eq_op at node 'Eq\(a,b\)'.*\(3, 4\) and \(4, 3\)"):
+        node.op.infer_shape(node, [(3, 4), (4, 3)])
+
+
 def test_elementwise_graph_ops_reject_non_nodes():
     x = ad.Variable("x")
-    for call in (lambda: ad.exp_op(3.0), lambda: ad.log_op(np.ones(2)), lambda: ad.div_op(x, 2)):
+    for call in (
+        lambda: ad.exp_op(3.0),
+        lambda: ad.log_op(np.ones(2)),
+        lambda: ad.div_op(x, 2),
+        lambda: ad.eq_op("x", x),
+    ):
         with pytest.raises(TypeError, match="must be a graph Node"):
             call()

@@ -272,6 +272,11 @@ def _valid_args(name, draw, arrays: Arrays):
     if name in ("exp", "log"):
         s = _shape(draw)
         return [new(s, 0.01, 5.0), new(s)]
+    if name == "eq":
+        # Small integers, so that about a third of the pairs are equal.
+        s = _shape(draw)
+        ints = [arrays.rng.integers(-1, 2, size=s).astype(np.float32) for _ in range(2)]
+        return [arrays.of(ints[0]), arrays.of(ints[1]), new(s)]
     if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
         s = _shape(draw)
         return [new(s), draw(st.floats(-5, 5)), new(s)]
@@ -441,6 +446,10 @@ def _reference(name, a):
         x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _same(x.shape, y.shape, out.shape)
         return {2: x / y}
+    if name == "eq":
+        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, y.shape, out.shape)
+        return {2: (x == y).astype(np.float64)}
     if name in ("exp", "log"):
         x, out = _arr(a[0]), _arr(a[1])
         _same(x.shape, out.shape)
@@ -1400,6 +1409,7 @@ def batch_graph():
         "exp_op": lambda u, v: ad.exp_op(u),
         "log_op": lambda u, v: ad.log_op(u),
         "div_op": lambda u, v: ad.div_op(u, v),
+        "eq_op": lambda u, v: ad.eq_op(u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, ctx=v),
@@ -1431,6 +1441,7 @@ def batch_graph():
                 "exp_op": [u],
                 "log_op": [u],
                 "div_op": [u, v],
+                "eq_op": [u, v],
             }
             for arg in node_args.get(name, []):
                 if not isinstance(arg, ad.Node):
@@ -1829,7 +1840,7 @@ def _expect_interop(fn, check, what):
 BATCHES = {
     "ops_elementwise": lambda: batch_ops(
         [n for n in OP_NAMES if n.startswith(("matrix_elementwise", "relu", "array_set"))]
-        + ["axpy", "copy", "reshape", "exp", "log"]
+        + ["axpy", "copy", "reshape", "exp", "log", "eq"]
     ),
     "ops_layout": lambda: batch_ops(
         [

@@ -31,6 +31,8 @@ void array_set(GpuMatrix& arr, float value);
 void add(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
 void multiply(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
 void divide(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+// out = 1 where a == b, else 0 (IEEE equality: NaN equals nothing, -0 equals +0). All shapes equal.
+void eq(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
 void add_const(const GpuMatrix& in, float value, GpuMatrix& out);
 void multiply_const(const GpuMatrix& in, float value, GpuMatrix& out);
 

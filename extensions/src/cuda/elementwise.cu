@@ -1,6 +1,7 @@
 // CUDA elementwise kernels: array_set, add, multiply, add_const, multiply_const, axpy, copy, and
 //   divide: out = a / b     (IEEE division: x / 0 = +-inf, 0 / 0 = NaN; nvcc's default -prec-div=true
 //                            rounds it correctly, as the host does)
+//   eq:     out = a == b ? 1 : 0  (IEEE equality: NaN == NaN is false, -0 == +0 is true)
 //   exp:    out = exp(x)    (IEEE: overflows to inf past ~88.7, underflows to 0 below ~-103.9)
 //   log:    out = log(x)    (log(0) = -inf, log(x < 0) = NaN, as numpy)
 // Every array is (n,); `out` may alias an input. Host reference: ../host/elementwise.cpp.
@@ -31,6 +32,10 @@ void multiply(int dev, const float* a, const float* b, float* out, int64_t n) {
 
 void divide(int dev, const float* a, const float* b, float* out, int64_t n) {
   launch_map("matrix_elementwise_divide", dev, out, n, [=] __device__(int64_t i) { return a[i] / b[i]; });
+}
+
+void eq(int dev, const float* a, const float* b, float* out, int64_t n) {
+  launch_map("eq", dev, out, n, [=] __device__(int64_t i) { return a[i] == b[i] ? 1.0f : 0.0f; });
 }
 
 void add_const(int dev, const float* in, float value, float* out, int64_t n) {

@@ -1,6 +1,7 @@
 // Host elementwise kernels (the reference for ../cuda/elementwise.cu): array_set, add, multiply,
-// divide, add_const, multiply_const, axpy, copy, exp, log. All arrays are (n,); `out` may alias an
-// input. divide is IEEE division (x / 0 = +-inf, 0 / 0 = NaN).
+// divide, eq, add_const, multiply_const, axpy, copy, exp, log. All arrays are (n,); `out` may alias an
+// input. divide is IEEE division (x / 0 = +-inf, 0 / 0 = NaN); eq is 1 where a == b, else 0
+// (IEEE equality: NaN equals nothing).
 // exp and log are the C library's float functions (IEEE special values: exp overflows to inf and
 // underflows to 0, log(0) = -inf, log(x < 0) = NaN).
 #include <cmath>
@@ -29,6 +30,11 @@ void multiply(int, const float* a, const float* b, float* out, int64_t n) {
 void divide(int, const float* a, const float* b, float* out, int64_t n) {
 #pragma omp parallel for if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b[i];
+}
+
+void eq(int, const float* a, const float* b, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] == b[i] ? 1.0f : 0.0f;
 }
 
 void add_const(int, const float* in, float value, float* out, int64_t n) {

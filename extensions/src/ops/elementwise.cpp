@@ -1,5 +1,5 @@
 // The elementwise family's ops (gpumat/ops.h): array_set, add, multiply, add_const, multiply_const,
-// axpy, copy, exp, log, divide. Checks here and in checks.h; kernels in ../cuda/elementwise.cu,
+// axpy, copy, exp, log, divide, eq. Checks here and in checks.h; kernels in ../cuda/elementwise.cu,
 // ../host/elementwise.cpp.
 #include "gpumat/ops.h"
 
@@ -24,6 +24,7 @@ void array_set(GpuMatrix& arr, float value) {
 GPUMAT_BINARY_OP(add, "matrix_elementwise_add")
 GPUMAT_BINARY_OP(multiply, "matrix_elementwise_multiply")
 GPUMAT_BINARY_OP(divide, "matrix_elementwise_divide")
+GPUMAT_BINARY_OP(eq, "eq")
 #undef GPUMAT_BINARY_OP
 
 #define GPUMAT_CONST_OP(NAME, OPNAME)                                                         \
