@@ -246,6 +246,12 @@ OPS = {
         work=_bytes(1, 1),
         tol=TOL_SUM,
     ),
+    "argmax": OpSpec(
+        ours=lambda ins, out, p: ops.argmax(ins[0], out, p["axis"]),
+        ref64=lambda ins, p: np.argmax(ins[0], axis=p["axis"]).astype(np.float64),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+    ),
     "matmul": OpSpec(
         ours=lambda ins, out, p: ops.matrix_multiply(ins[0], p["ta"], ins[1], p["tb"], out),
         ref64=lambda ins, p: _op_pair(ins[0], p["ta"]) @ _op_pair(ins[1], p["tb"]),
@@ -304,6 +310,7 @@ OP_FUNCTION = {
     "transpose": "transpose",
     "broadcast_to": "broadcast_to",
     "reduce_sum_axis_zero": "reduce_sum_axis_zero",
+    "argmax": "argmax",
     "matmul": "matrix_multiply",
     "softmax": "softmax",
     "softmax_cross_entropy": "softmax_cross_entropy",
@@ -420,6 +427,7 @@ def build_cases(quick: bool) -> list[Case]:
         _binary("relu_gradient", g, "relu_gradient", (b, 256)),
         _unary("softmax", g, "softmax", (b, 10)),
         _sce("softmax_cross_entropy", g, (b, 10)),
+        _special("argmax_predictions", g, "argmax", (b, 10), (b,), axis=1),
         Case(
             "sgd_axpy_W1",
             g,
@@ -452,6 +460,8 @@ def build_cases(quick: bool) -> list[Case]:
         _unary("transpose", g, "transpose", big),
         _special("broadcast_to", g, "broadcast_to", (cols,), big),
         _special("reduce_sum_axis_zero", g, "reduce_sum_axis_zero", big, (cols,)),
+        _special("argmax_rows", g, "argmax", big, (rows,), axis=1),
+        _special("argmax_columns", g, "argmax", big, (cols,), axis=0),
         _unary("softmax", g, "softmax", soft),
         _sce("softmax_cross_entropy", g, soft),
         _random("random_uniform", g, "random_uniform", big),
@@ -521,6 +531,9 @@ class NumpyLike:
             ),
             "reduce_sum_axis_zero": lambda ins, out, p: xp.sum(
                 ins[0].reshape(-1, out.size), axis=0, out=out.reshape(-1)
+            ),
+            "argmax": lambda ins, out, p: out.__setitem__(
+                Ellipsis, xp.argmax(ins[0], axis=p["axis"])
             ),
             "matmul": lambda ins, out, p: xp.matmul(
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out
@@ -610,6 +623,7 @@ class Torch:
             "reduce_sum_axis_zero": lambda ins, out, p: torch.sum(
                 ins[0].reshape(-1, out.numel()), dim=0, out=out.view(-1)
             ),
+            "argmax": lambda ins, out, p: torch.argmax(ins[0], dim=p["axis"]),
             "matmul": lambda ins, out, p: torch.matmul(
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out
             ),

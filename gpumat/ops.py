@@ -16,7 +16,7 @@ Errors, raised before any kernel runs:
     ValueError: shapes that do not fit the op (the message names the op and the shapes), arrays
         on different devices, or an output that is also an input of an op that cannot work in
         place (matmul, softmax, softmax_cross_entropy, transpose, broadcast_to,
-        reduce_sum_axis_zero, the convolutions and poolings and their gradients,
+        reduce_sum_axis_zero, argmax, the convolutions and poolings and their gradients,
         reduce_sum_channels, the losses, adam_update). Elementwise ops and add_channel_bias
         may write in place. Impossible geometry (an empty convolution or pooling output, a
         channel mismatch, a wrong rank) is a ValueError too.
@@ -92,6 +92,7 @@ __all__ = [
     "adam_update",
     "adam_update_multi",
     "add_channel_bias",
+    "argmax",
     "array_set",
     "avg_pool2d",
     "avg_pool2d_gradient",
@@ -363,6 +364,20 @@ def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
     dy is shared equally by its tied maxima (x == y), the other elements get 0 (TensorFlow's
     reduce_max gradient; PyTorch's amax does the same)."""
     _core.reduce_max_gradient_(x, y, dy, out, as_int(axis, "axis", "reduce_max_gradient"))
+
+
+def argmax(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the index along ``axis`` of each slice's maximum of in_arr, as float32 numbers
+    holding the integers (0 .. n-1); out_arr has in_arr's shape with that axis removed or kept
+    as 1 (keepdims), and must not be in_arr.
+
+    PyTorch's rule (``torch.argmax``, and numpy's): the first maximum wins ties, and a NaN counts
+    as the maximum, so a slice with a NaN gives its first NaN's index. ``axis`` is an int in
+    [-ndim, ndim). Raises ValueError for a bad axis, an output of the wrong shape or aliasing the
+    input, an empty axis (when out_arr is not empty), or an axis longer than 2**24 (float32 holds
+    every index up to 2**24 exactly); TypeError for a non-integer axis.
+    """
+    _core.argmax_(in_arr, out_arr, as_int(axis, "axis", "argmax"))
 
 
 def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:

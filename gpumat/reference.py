@@ -30,6 +30,7 @@ __all__ = [
     "adam_update",
     "adam_update_multi",
     "add_channel_bias",
+    "argmax",
     "array_set",
     "avg_pool2d",
     "avg_pool2d_gradient",
@@ -280,6 +281,12 @@ def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
     dyk = np.expand_dims(dy.reshape(yk.shape[:a] + yk.shape[a + 1 :]), a)
     tie = (x == yk) | (np.isnan(x) & np.isnan(yk))
     out[...] = np.where(tie, dyk / np.maximum(tie.sum(axis=a, keepdims=True), 1), 0)
+
+
+def argmax(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the index along ``axis`` of each slice's first maximum (a NaN counts as the
+    maximum: numpy's and PyTorch's rule), as out_arr's dtype (out_arr: that axis removed or 1)."""
+    out_arr[...] = np.argmax(in_arr, axis=as_int(axis, "axis", "argmax")).reshape(out_arr.shape)
 
 
 def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:

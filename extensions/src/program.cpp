@@ -118,6 +118,7 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(reduce_max),
       GPUMAT_STEP(reduce_max_gradient),
       GPUMAT_STEP(broadcast_axis),
+      GPUMAT_STEP(argmax),
       // matmul
       GPUMAT_STEP(matmul),
       GPUMAT_STEP(matmul_bias),

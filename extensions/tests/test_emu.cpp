@@ -429,9 +429,10 @@ void size_cases() {
 }
 
 // ---------------------------------------------------------------------------- the front end's kernels
-// Kept in one block (the front end's ops: exp, log, divide, eq). Elementwise kernels at the tails of
-// a 256-thread block (n = 1, 31, 257) and over many blocks (4099, 300001); finite inputs (check()
-// compares by difference: the special values inf and NaN are tested in tests/kernels/).
+// Kept in one block (the front end's ops: exp, log, divide, eq, argmax). Elementwise kernels at the
+// tails of a 256-thread block (n = 1, 31, 257) and over many blocks (4099, 300001); finite inputs
+// (check() compares by difference: the special values inf and NaN are tested in tests/kernels/).
+// argmax along the last, first and middle axes, a long row and a long column.
 
 void frontend_kernel_cases() {
   namespace ops = gpumat::ops;
@@ -449,6 +450,22 @@ void frontend_kernel_cases() {
           ops::eq(a[2], a[3], a[4]);
         },
         0.0f);
+  }
+  struct AxisCase {
+    Shape shape;
+    int64_t axis;
+  };
+  for (const AxisCase& c : {AxisCase{{1, 1}, -1}, AxisCase{{7, 33}, 1}, AxisCase{{7, 33}, 0},
+                            AxisCase{{3, 5, 4}, 1}, AxisCase{{2, 3, 4, 5}, -2}, AxisCase{{1, 5000}, -1},
+                            AxisCase{{600, 3}, 0}, AxisCase{{70000, 2}, 1}}) {
+    const int64_t a = c.axis < 0 ? c.axis + static_cast<int64_t>(c.shape.size()) : c.axis;
+    std::string t = " (";
+    for (int64_t d : c.shape) t += std::to_string(d) + ",";
+    t += ") axis=" + std::to_string(c.axis);
+    Shape reduced = c.shape;
+    reduced.erase(reduced.begin() + a);
+    const int64_t ax = c.axis;
+    check("argmax" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::argmax(v[0], v[1], ax); }, 0.0f);
   }
 }
 

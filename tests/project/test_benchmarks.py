@@ -87,6 +87,8 @@ def _tiny_cases():
         C("transpose", "t", "transpose", [(5, 7)], (7, 5), {"shape": (7, 5)}, "5x7"),
         b._special("broadcast_to", "t", "broadcast_to", (7,), (5, 7)),
         b._special("reduce_sum_axis_zero", "t", "reduce_sum_axis_zero", (5, 7), (7,)),
+        b._special("argmax", "t", "argmax", (5, 7), (5,), axis=1),
+        b._special("argmax0", "t", "argmax", (5, 7), (7,), axis=0),
         b._unary("softmax", "t", "softmax", (5, 7)),
         b._sce("softmax_cross_entropy", "t", (5, 7)),
         b._random("random_uniform", "t", "random_uniform", (100, 100)),

@@ -401,6 +401,12 @@ def _valid_args(name, draw, arrays: Arrays):
         s = _shape(draw)
         axis = _axis_of(draw, s)
         return [new(s), new(_reduced(s, axis, draw(st.booleans()))), axis]
+    if name == "argmax":
+        # Small integers, so that slices often hold tied maxima (the first one wins).
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        x = arrays.rng.integers(-2, 3, size=s).astype(np.float32)
+        return [arrays.of(x), new(_reduced(s, axis, draw(st.booleans()))), axis]
     if name == "broadcast_axis":
         s = _shape(draw)
         axis = _axis_of(draw, s)
@@ -682,6 +688,16 @@ def _reference(name, a):
             raise Invalid("empty axis")
         f = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}[name]
         return {1: f(x, axis=axis).reshape(out.shape)}
+    if name == "argmax":
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        axis = _check_axis(a[2], x.shape)
+        _reduced_like(out.shape, x.shape, axis)
+        if out.size == 0:
+            return {1: np.zeros(out.shape)}
+        if x.shape[axis] == 0:
+            raise Invalid("empty axis")
+        return {1: np.argmax(x, axis=axis).reshape(out.shape).astype(np.float64)}
     if name == "broadcast_axis":
         g, out = _arr(a[0]), _arr(a[1])
         _no_alias(a[1], a[0])
@@ -1410,6 +1426,7 @@ def batch_graph():
         "log_op": lambda u, v: ad.log_op(u),
         "div_op": lambda u, v: ad.div_op(u, v),
         "eq_op": lambda u, v: ad.eq_op(u, v),
+        "argmax_op": lambda u, v: ad.argmax_op(x, u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, ctx=v),
@@ -1450,7 +1467,7 @@ def batch_graph():
                 return f"matmul_op accepted trans_A={v!r}"
             # The layer ops' non-node parameters: an int axis, dropout's p in [0, 1] and seed
             # (None or an int in [0, 2**64)), a bool keepdims, a bool training mode.
-            reductions = ("reduce_sum_op", "reduce_mean_op", "reduce_max_op")
+            reductions = ("reduce_sum_op", "reduce_mean_op", "reduce_max_op", "argmax_op")
             axis_ops = reductions + (
                 "softmax_op axis",
                 "log_softmax_op",
@@ -1881,7 +1898,14 @@ BATCHES = {
         ]
     ),
     "ops_reduce_axis": lambda: batch_ops(
-        ["reduce_sum", "reduce_mean", "reduce_max", "broadcast_axis", "reduce_max_gradient"]
+        [
+            "reduce_sum",
+            "reduce_mean",
+            "reduce_max",
+            "broadcast_axis",
+            "reduce_max_gradient",
+            "argmax",
+        ]
     ),
     "ops_fused": lambda: batch_ops(
         [

@@ -103,6 +103,12 @@ void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
 void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
                          int64_t axis);
 
+// out (in's shape with `axis` removed, or kept with length 1) = the index along `axis` of each slice's
+// maximum, as a float holding the integer (PyTorch's argmax rule: the first maximum wins and a NaN
+// counts as the maximum, so the first NaN wins). The axis must be non-empty (when out is not) and at
+// most 2^24 long (float32 holds every index exactly); out must not be in.
+void argmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+
 // out (in's shape with `axis` inserted or filled back to out.dim(axis)) = scale * in repeated along
 // axis: the gradient of reduce_sum (scale 1) and reduce_mean (scale 1/n).
 void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale);
