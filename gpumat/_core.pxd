@@ -73,10 +73,14 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void array_set(GpuMatrix&, float) except +gpumat_raise_py_error nogil
     void add(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void multiply(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void divide(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void eq(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void add_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
     void multiply_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
     void axpy(float, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void copy(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void exp "gpumat::ops::exp"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void log "gpumat::ops::log"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     # activation
     void relu(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void relu_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
@@ -90,6 +94,7 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     # layout
     void transpose(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void reshape(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void one_hot(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     # reduce
     void reduce_sum_axis_zero(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void broadcast_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
@@ -99,6 +104,7 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void reduce_max_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
                              int64_t) except +gpumat_raise_py_error nogil
     void broadcast_axis(const GpuMatrix&, GpuMatrix&, int64_t, float) except +gpumat_raise_py_error nogil
+    void argmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     # matmul
     void matmul(const GpuMatrix&, bool, const GpuMatrix&, bool, GpuMatrix&) except +gpumat_raise_py_error nogil
     void matmul_bias(const GpuMatrix&, bool, const GpuMatrix&, bool, const GpuMatrix&, GpuMatrix&,
@@ -161,6 +167,9 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void adam_update_multi(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
                            const vector[GpuMatrix*]&, const vector[GpuMatrix*]&, float, float, float,
                            float, int64_t) except +gpumat_raise_py_error nogil
+    void adadelta_update_multi(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
+                               const vector[GpuMatrix*]&, const vector[GpuMatrix*]&, float, float,
+                               float) except +gpumat_raise_py_error nogil
     # op counting
     int64_t op_count(const Device&) except +gpumat_raise_py_error
 

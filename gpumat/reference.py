@@ -16,7 +16,8 @@ directly with mismatched arrays, numpy's own ValueError is raised.
 
 Sources: im2col convolution as in gpumat.ops.conv2d (the windows via
 ``numpy.lib.stride_tricks.sliding_window_view``); SplitMix64 (Steele, Lea & Flood, OOPSLA 2014) and
-Box-Muller as in ``extensions/src/random.h``; Adam as in Kingma & Ba (ICLR 2015), Algorithm 1.
+Box-Muller as in ``extensions/src/random.h``; Adam as in Kingma & Ba (ICLR 2015), Algorithm 1;
+Adadelta as in Zeiler (2012), Algorithm 1, with PyTorch's lr factor.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 from gpumat._checks import as_int, as_pair, as_probability, as_seed, pool_args
 
 __all__ = [
+    "adadelta_update_multi",
     "adam_update",
     "adam_update_multi",
     "add_channel_bias",
+    "argmax",
     "array_set",
     "avg_pool2d",
     "avg_pool2d_gradient",
@@ -44,6 +47,9 @@ __all__ = [
     "conv2d_gradient_input",
     "copy",
     "dropout",
+    "eq",
+    "exp",
+    "log",
     "log_softmax",
     "log_softmax_gradient",
     "mae_loss",
@@ -51,6 +57,7 @@ __all__ = [
     "matmul_bias",
     "matrix_elementwise_add",
     "matrix_elementwise_add_by_const",
+    "matrix_elementwise_divide",
     "matrix_elementwise_multiply",
     "matrix_elementwise_multiply_by_const",
     "matrix_multiply",
@@ -61,6 +68,7 @@ __all__ = [
     "mse_loss_gradient",
     "nll_loss",
     "nll_loss_gradient",
+    "one_hot",
     "random_normal",
     "random_uniform",
     "reduce_max",
@@ -113,6 +121,12 @@ def matrix_elementwise_multiply(matA, matB, matC) -> None:  # noqa: N803
     np.multiply(matA, matB, out=matC)
 
 
+def matrix_elementwise_divide(matA, matB, matC) -> None:  # noqa: N803
+    """matC = matA / matB (IEEE: x / 0 = +-inf, 0 / 0 = NaN, without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        np.divide(matA, matB, out=matC)
+
+
 def matrix_elementwise_multiply_by_const(in_mat, val: float, out_mat) -> None:
     """out_mat = in_mat * val."""
     np.multiply(in_mat, val, out=out_mat)
@@ -126,6 +140,23 @@ def axpy(alpha: float, x, y) -> None:
 def copy(src, dst) -> None:
     """dst = src."""
     np.copyto(dst, src)
+
+
+def eq(matA, matB, matC) -> None:  # noqa: N803
+    """matC = 1 where matA == matB, else 0 (NaN equals nothing)."""
+    matC[...] = matA == matB
+
+
+def exp(in_arr, out_arr) -> None:
+    """out_arr = exp(in_arr) (overflow to inf and underflow to 0 without warnings)."""
+    with np.errstate(over="ignore", under="ignore"):
+        np.exp(in_arr, out=out_arr)
+
+
+def log(in_arr, out_arr) -> None:
+    """out_arr = log(in_arr): log(0) = -inf, log(x < 0) = NaN (without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.log(in_arr, out=out_arr)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -201,6 +232,12 @@ def reshape(in_arr, out_arr) -> None:
     np.copyto(out_arr, in_arr.reshape(out_arr.shape))
 
 
+def one_hot(indices, out_arr) -> None:
+    """out_arr (N, C)[i, j] = 1 if indices[i] == j, else 0: a row of zeros for an index outside
+    [0, C), a non-integer or NaN (the devices' rule)."""
+    out_arr[...] = indices.reshape(-1, 1) == np.arange(out_arr.shape[1]).reshape(1, -1)
+
+
 # --------------------------------------------------------------------------------------------------
 # Reductions and broadcasts
 # --------------------------------------------------------------------------------------------------
@@ -253,6 +290,12 @@ def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
     dyk = np.expand_dims(dy.reshape(yk.shape[:a] + yk.shape[a + 1 :]), a)
     tie = (x == yk) | (np.isnan(x) & np.isnan(yk))
     out[...] = np.where(tie, dyk / np.maximum(tie.sum(axis=a, keepdims=True), 1), 0)
+
+
+def argmax(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the index along ``axis`` of each slice's first maximum (a NaN counts as the
+    maximum: numpy's and PyTorch's rule), as out_arr's dtype (out_arr: that axis removed or 1)."""
+    out_arr[...] = np.argmax(in_arr, axis=as_int(axis, "axis", "argmax")).reshape(out_arr.shape)
 
 
 def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:
@@ -623,3 +666,16 @@ def adam_update_multi(params, grads, m, v, lr, beta1, beta2, eps, step: int) -> 
     """:func:`adam_update` for every tensor i at one step."""
     for p, g, mi, vi in zip(params, grads, m, v, strict=True):
         adam_update(p, g, mi, vi, lr, beta1, beta2, eps, step)
+
+
+def adadelta_update_multi(params, grads, square_avgs, acc_deltas, lr, rho, eps) -> None:
+    """One Adadelta step in place for every tensor i (Zeiler 2012, Algorithm 1, with PyTorch's lr
+    factor): square_avg = rho sq + (1 - rho) g^2; d = sqrt(acc + eps) / sqrt(sq + eps) * g;
+    acc = rho acc + (1 - rho) d^2; param -= lr d."""
+    for p, g, sq, acc in zip(params, grads, square_avgs, acc_deltas, strict=True):
+        sq *= rho
+        sq += (1.0 - rho) * g * g
+        d = np.sqrt(acc + eps) / np.sqrt(sq + eps) * g
+        acc *= rho
+        acc += (1.0 - rho) * d * d
+        p -= lr * d

@@ -90,10 +90,14 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(array_set),
       GPUMAT_STEP(add),
       GPUMAT_STEP(multiply),
+      GPUMAT_STEP(divide),
+      GPUMAT_STEP(eq),
       GPUMAT_STEP(add_const),
       GPUMAT_STEP(multiply_const),
       GPUMAT_STEP(axpy),
       GPUMAT_STEP(copy),
+      GPUMAT_STEP(exp),
+      GPUMAT_STEP(log),
       // activation
       GPUMAT_STEP(relu),
       GPUMAT_STEP(relu_gradient),
@@ -106,6 +110,7 @@ const std::map<std::string, OpEntry>& op_table() {
       // layout
       GPUMAT_STEP(transpose),
       GPUMAT_STEP(reshape),
+      GPUMAT_STEP(one_hot),
       // reduce
       GPUMAT_STEP(reduce_sum_axis_zero),
       GPUMAT_STEP(broadcast_to),
@@ -114,6 +119,7 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(reduce_max),
       GPUMAT_STEP(reduce_max_gradient),
       GPUMAT_STEP(broadcast_axis),
+      GPUMAT_STEP(argmax),
       // matmul
       GPUMAT_STEP(matmul),
       GPUMAT_STEP(matmul_bias),

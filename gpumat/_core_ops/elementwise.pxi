@@ -24,6 +24,22 @@ def multiply_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out no
         multiply(a.mat[0], b.mat[0], out.mat[0])
 
 
+def divide_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
+    _require(a, "divide", "a")
+    _require(b, "divide", "b")
+    _require(out, "divide", "out")
+    with nogil:
+        divide(a.mat[0], b.mat[0], out.mat[0])
+
+
+def eq_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
+    _require(a, "eq", "a")
+    _require(b, "eq", "b")
+    _require(out, "eq", "out")
+    with nogil:
+        eq(a.mat[0], b.mat[0], out.mat[0])
+
+
 def add_const_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
     _require(a, "add_const", "a")
     _require(out, "add_const", "out")
@@ -50,3 +66,17 @@ def copy_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
     _require(dst, "copy", "dst")
     with nogil:
         copy(src.mat[0], dst.mat[0])
+
+
+def exp_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "exp", "a")
+    _require(out, "exp", "out")
+    with nogil:
+        exp(a.mat[0], out.mat[0])
+
+
+def log_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "log", "a")
+    _require(out, "log", "out")
+    with nogil:
+        log(a.mat[0], out.mat[0])

@@ -52,3 +52,10 @@ def broadcast_axis_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t ax
     _require(out, "broadcast_axis", "out")
     with nogil:
         broadcast_axis(a.mat[0], out.mat[0], axis, scale)
+
+
+def argmax_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
+    _require(a, "argmax", "a")
+    _require(out, "argmax", "out")
+    with nogil:
+        argmax(a.mat[0], out.mat[0], axis)

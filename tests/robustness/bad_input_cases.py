@@ -290,6 +290,17 @@ def _valid_args(name, draw, arrays: Arrays):
     if name in ("matrix_elementwise_add", "matrix_elementwise_multiply"):
         s = _shape(draw)
         return [new(s), new(s), new(s)]
+    if name == "matrix_elementwise_divide":
+        s = _shape(draw)
+        return [new(s), new(s, 0.1, 1.0), new(s)]
+    if name in ("exp", "log"):
+        s = _shape(draw)
+        return [new(s, 0.01, 5.0), new(s)]
+    if name == "eq":
+        # Small integers, so that about a third of the pairs are equal.
+        s = _shape(draw)
+        ints = [arrays.rng.integers(-1, 2, size=s).astype(np.float32) for _ in range(2)]
+        return [arrays.of(ints[0]), arrays.of(ints[1]), new(s)]
     if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
         s = _shape(draw)
         return [new(s), draw(st.floats(-5, 5)), new(s)]
@@ -309,6 +320,11 @@ def _valid_args(name, draw, arrays: Arrays):
     if name == "transpose":
         r, c = draw(small), draw(small)
         return [new((r, c)), new((c, r))]
+    if name == "one_hot":
+        # Class numbers in range, out of range (-1, C) and halves (no class): zero rows there.
+        n, c = draw(small), draw(small)
+        idx = arrays.rng.integers(-2, 2 * c + 2, size=n).astype(np.float32) / 2
+        return [arrays.of(idx), new((n, c))]
     if name in ("random_uniform", "random_normal"):
         return [new(_shape(draw)), -1.0, 2.0, draw(st.integers(0, 2**64 - 1))]
     if name == "axpy":
@@ -414,6 +430,12 @@ def _valid_args(name, draw, arrays: Arrays):
         s = _shape(draw)
         axis = _axis_of(draw, s)
         return [new(s), new(_reduced(s, axis, draw(st.booleans()))), axis]
+    if name == "argmax":
+        # Small integers, so that slices often hold tied maxima (the first one wins).
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        x = arrays.rng.integers(-2, 3, size=s).astype(np.float32)
+        return [arrays.of(x), new(_reduced(s, axis, draw(st.booleans()))), axis]
     if name == "broadcast_axis":
         s = _shape(draw)
         axis = _axis_of(draw, s)
@@ -455,6 +477,18 @@ def _reference(name, a):
         x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _same(x.shape, y.shape, out.shape)
         return {2: x + y if name.endswith("add") else x * y}
+    if name == "matrix_elementwise_divide":
+        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, y.shape, out.shape)
+        return {2: x / y}
+    if name == "eq":
+        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, y.shape, out.shape)
+        return {2: (x == y).astype(np.float64)}
+    if name in ("exp", "log"):
+        x, out = _arr(a[0]), _arr(a[1])
+        _same(x.shape, out.shape)
+        return {1: np.exp(x) if name == "exp" else np.log(x)}
     if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
         x, v, out = _arr(a[0]), _num(a[1]), _arr(a[2])
         _same(x.shape, out.shape)
@@ -490,6 +524,12 @@ def _reference(name, a):
         y, y_, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _no_alias(a[2], a[0], a[1])
         return {2: _graph(ad.softmaxcrossentropy_op, y, y_, out_shape=out.shape)}
+    if name == "one_hot":
+        idx, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        if idx.ndim != 1 or out.ndim != 2 or out.shape[0] != idx.shape[0]:
+            raise Invalid("shapes")
+        return {1: (idx[:, None] == np.arange(out.shape[1])[None, :]).astype(np.float64)}
     if name == "transpose":
         x, out = _arr(a[0]), _arr(a[1])
         _no_alias(a[1], a[0])
@@ -683,6 +723,16 @@ def _reference(name, a):
             raise Invalid("empty axis")
         f = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}[name]
         return {1: f(x, axis=axis).reshape(out.shape)}
+    if name == "argmax":
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        axis = _check_axis(a[2], x.shape)
+        _reduced_like(out.shape, x.shape, axis)
+        if out.size == 0:
+            return {1: np.zeros(out.shape)}
+        if x.shape[axis] == 0:
+            raise Invalid("empty axis")
+        return {1: np.argmax(x, axis=axis).reshape(out.shape).astype(np.float64)}
     if name == "broadcast_axis":
         g, out = _arr(a[0]), _arr(a[1])
         _no_alias(a[1], a[0])
@@ -905,6 +955,19 @@ _MULTI_TENSOR = {
             ("step", st.integers(1, 1000), BAD_INTS),
         ],
     },
+    "adadelta_update_multi": {
+        "lists": [
+            ("params", True, (-1, 1)),
+            ("grads", False, (-1, 1)),
+            ("square_avgs", True, (0, 1)),  # averages of squares are >= 0
+            ("acc_deltas", True, (0, 1)),
+        ],
+        "scalars": [
+            ("lr", st.floats(0, 2), None),
+            ("rho", st.floats(0, 1), None),
+            ("eps", st.floats(1e-8, 1e-1), None),
+        ],
+    },
 }
 
 
@@ -956,6 +1019,15 @@ def _multi_tensor_reference(name, old: list, scalars: list) -> list:
         lr, mu = scalars
         vs = [mu * v + g for g, v in zip(old[1], old[2], strict=True)]
         return [[p - lr * v for p, v in zip(old[0], vs, strict=True)], vs]
+    if name == "adadelta_update_multi":
+        lr, rho, eps = scalars
+        sqs = [rho * sq + (1 - rho) * g * g for g, sq in zip(old[1], old[2], strict=True)]
+        ds = [
+            np.sqrt(acc + eps) / np.sqrt(sq + eps) * g
+            for g, sq, acc in zip(old[1], sqs, old[3], strict=True)
+        ]
+        accs = [rho * acc + (1 - rho) * d * d for acc, d in zip(old[3], ds, strict=True)]
+        return [[p - lr * d for p, d in zip(old[0], ds, strict=True)], sqs, accs]
     lr, b1, b2, eps, t = scalars
     ms = [b1 * m + (1 - b1) * g for g, m in zip(old[1], old[2], strict=True)]
     vs = [b2 * v + (1 - b2) * g * g for g, v in zip(old[1], old[3], strict=True)]
@@ -977,6 +1049,12 @@ def _multi_tensor_scalar(name: str, what: str, value) -> float | int:
             raise Invalid("step out of range")
         return t
     x = _num(value)
+    if what == "rho":  # Adadelta's decay: [0, 1], both ends included
+        if not 0 <= x <= 1:
+            raise Invalid("rho out of range")
+        return x
+    if name == "adadelta_update_multi" and what == "eps" and not 0 < x < math.inf:
+        raise Invalid("eps must be > 0")
     top = 1.0 if what in ("momentum", "beta1", "beta2") else math.inf
     if not 0 <= x < top:
         raise Invalid(f"{what} out of range")
@@ -1407,6 +1485,12 @@ def batch_graph():
         "reduce_max_op": lambda u, v: nn.reduce_max_op(x, u, v),
         "broadcast_axis_op": lambda u, v: nn.broadcast_axis_op(u, x, v),
         "reduce_max_gradient_op": lambda u, v: nn.reduce_max_gradient_op(u, x, w, v),
+        "exp_op": lambda u, v: ad.exp_op(u),
+        "log_op": lambda u, v: ad.log_op(u),
+        "div_op": lambda u, v: ad.div_op(u, v),
+        "eq_op": lambda u, v: ad.eq_op(u, v),
+        "argmax_op": lambda u, v: ad.argmax_op(x, u, v),
+        "one_hot_op": lambda u, v: ad.one_hot_op(u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, ctx=v),
@@ -1431,7 +1515,15 @@ def batch_graph():
                 if not all(isinstance(n, ad.Node) for n in nodes_in) or not nodes_in:
                     return f"{name} accepted {u!r}, {v!r}"
                 return None
-            node_args = {"matmul_op": [u], "transpose_op": [u], "zeroslike_op": [u]}
+            node_args = {
+                "matmul_op": [u],
+                "transpose_op": [u],
+                "zeroslike_op": [u],
+                "exp_op": [u],
+                "log_op": [u],
+                "div_op": [u, v],
+                "eq_op": [u, v],
+            }
             for arg in node_args.get(name, []):
                 if not isinstance(arg, ad.Node):
                     return f"{name} accepted {type(arg).__name__}"
@@ -1439,7 +1531,7 @@ def batch_graph():
                 return f"matmul_op accepted trans_A={v!r}"
             # The layer ops' non-node parameters: an int axis, dropout's p in [0, 1] and seed
             # (None or an int in [0, 2**64)), a bool keepdims, a bool training mode.
-            reductions = ("reduce_sum_op", "reduce_mean_op", "reduce_max_op")
+            reductions = ("reduce_sum_op", "reduce_mean_op", "reduce_max_op", "argmax_op")
             axis_ops = reductions + (
                 "softmax_op axis",
                 "log_softmax_op",
@@ -1462,6 +1554,15 @@ def batch_graph():
                     isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < 2**64
                 ):
                     return f"dropout_op accepted seed={v!r}"
+            if name == "one_hot_op":
+                if not isinstance(u, ad.Node):
+                    return f"one_hot_op accepted indices={u!r}"
+                if (
+                    isinstance(v, (bool, np.bool_))
+                    or not isinstance(v, numbers.Integral)
+                    or not 0 <= v <= 2**24
+                ):
+                    return f"one_hot_op accepted num_classes={v!r}"
             if name == "Executor training" and not isinstance(v, (bool, np.bool_)):
                 return f"Executor accepted training={v!r}"
             return None
@@ -1829,7 +1930,7 @@ def _expect_interop(fn, check, what):
 BATCHES = {
     "ops_elementwise": lambda: batch_ops(
         [n for n in OP_NAMES if n.startswith(("matrix_elementwise", "relu", "array_set"))]
-        + ["axpy", "copy", "reshape"]
+        + ["axpy", "copy", "reshape", "exp", "log", "eq"]
     ),
     "ops_layout": lambda: batch_ops(
         [
@@ -1837,6 +1938,7 @@ BATCHES = {
             "reduce_sum_axis_zero",
             "matrix_multiply",
             "transpose",
+            "one_hot",
             "softmax",
             "softmax_cross_entropy",
             "random_uniform",
@@ -1870,7 +1972,14 @@ BATCHES = {
         ]
     ),
     "ops_reduce_axis": lambda: batch_ops(
-        ["reduce_sum", "reduce_mean", "reduce_max", "broadcast_axis", "reduce_max_gradient"]
+        [
+            "reduce_sum",
+            "reduce_mean",
+            "reduce_max",
+            "broadcast_axis",
+            "reduce_max_gradient",
+            "argmax",
+        ]
     ),
     "ops_fused": lambda: batch_ops(
         [
@@ -1880,6 +1989,7 @@ BATCHES = {
             "sgd_update",
             "momentum_sgd_update",
             "adam_update_multi",
+            "adadelta_update_multi",
         ]
     ),
     "arrays": batch_arrays,

@@ -27,9 +27,12 @@ namespace gpumat::ops {
 // arr[...] = value.
 void array_set(GpuMatrix& arr, float value);
 
-// All shapes equal.
+// All shapes equal. divide: out = a / b, IEEE division (x / 0 = +-inf, 0 / 0 = NaN).
 void add(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
 void multiply(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+void divide(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+// out = 1 where a == b, else 0 (IEEE equality: NaN equals nothing, -0 equals +0). All shapes equal.
+void eq(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
 void add_const(const GpuMatrix& in, float value, GpuMatrix& out);
 void multiply_const(const GpuMatrix& in, float value, GpuMatrix& out);
 
@@ -38,6 +41,12 @@ void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y);
 
 // dst = src, same shape, same device.
 void copy(const GpuMatrix& src, GpuMatrix& dst);
+
+// out = exp(in) and out = log(in), one shape, may work in place. IEEE special values, as numpy:
+// exp overflows to inf (x > ~88.7) and underflows to 0 (x < ~-103.9); log(0) = -inf,
+// log(x < 0) = NaN, log(inf) = inf; NaN stays NaN.
+void exp(const GpuMatrix& in, GpuMatrix& out);
+void log(const GpuMatrix& in, GpuMatrix& out);
 
 // ---------------------------------------------------------------------------- activation
 
@@ -72,6 +81,11 @@ void transpose(const GpuMatrix& in, GpuMatrix& out);
 // dst = src with dst's shape: same number of elements, same device (the device side of reshape).
 void reshape(const GpuMatrix& src, GpuMatrix& dst);
 
+// indices (N,) holding class numbers as floats, out (N, C) with C <= 2^24: out[i, j] = 1 if
+// indices[i] == j, else 0. An index outside [0, C), a non-integer or NaN gives a row of zeros (the
+// device cannot raise: callers check the range first). out must not be indices.
+void one_hot(const GpuMatrix& indices, GpuMatrix& out);
+
 // ---------------------------------------------------------------------------- reduce
 // Reductions and broadcasts, each the other's gradient.
 
@@ -93,6 +107,12 @@ void reduce_mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
 void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
 void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
                          int64_t axis);
+
+// out (in's shape with `axis` removed, or kept with length 1) = the index along `axis` of each slice's
+// maximum, as a float holding the integer (PyTorch's argmax rule: the first maximum wins and a NaN
+// counts as the maximum, so the first NaN wins). The axis must be non-empty (when out is not) and at
+// most 2^24 long (float32 holds every index exactly); out must not be in.
+void argmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
 
 // out (in's shape with `axis` inserted or filled back to out.dim(axis)) = scale * in repeated along
 // axis: the gradient of reduce_sum (scale 1) and reduce_mean (scale 1/n).
@@ -240,6 +260,17 @@ void momentum_sgd_update(const std::vector<GpuMatrix*>& params, const std::vecto
 void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
                        const std::vector<GpuMatrix*>& m, const std::vector<GpuMatrix*>& v, float lr,
                        float beta1, float beta2, float eps, int64_t step);
+
+// Adadelta for every tensor i, in place (Zeiler, "ADADELTA: An Adaptive Learning Rate Method",
+// 2012, Algorithm 1, with PyTorch's lr factor; torch.optim.Adadelta without weight decay):
+//   square_avgs[i] = rho * square_avgs[i] + (1 - rho) * grads[i]^2
+//   d = sqrt(acc_deltas[i] + eps) / sqrt(square_avgs[i] + eps) * grads[i]
+//   acc_deltas[i] = rho * acc_deltas[i] + (1 - rho) * d^2;  params[i] -= lr * d
+// one launch per 32 tensors on CUDA. Lists as momentum_sgd_update (params, square_avgs and
+// acc_deltas written; both start at zero); lr finite and >= 0, 0 <= rho <= 1, eps finite and > 0.
+void adadelta_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
+                           const std::vector<GpuMatrix*>& square_avgs,
+                           const std::vector<GpuMatrix*>& acc_deltas, float lr, float rho, float eps);
 
 // ---------------------------------------------------------------------------- op counting
 

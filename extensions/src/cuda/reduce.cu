@@ -26,6 +26,8 @@
 // Reductions along one axis of an N-d array seen as (outer, n, inner), the axis in the middle (any
 // axis, no transposes):
 //   reduce_axis_kernel<Kind>:    out[o, i] = sum_j / mean_j / max_j in[o, j, i]  (Kind 0, 1, 2)
+//   argmax_kernel:               out[o, i] = the first j of max_j in[o, j, i] (a NaN is the max),
+//                                as a float (exact: the op refuses axes longer than 2^24)
 //   reduce_max_gradient_kernel:  dx[o, j, i] = dy[o, i] / t[o, i] where x[o, j, i] == y[o, i], else 0,
 //                                t = the number of tied maxima (ties share the gradient equally)
 // Tiling: one thread per (outer, inner) output looping over n; consecutive threads read
@@ -92,6 +94,14 @@ __global__ void reduce_axis_kernel(const float* in, float* out, int64_t outer, i
   for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
        col += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[col] = axis::reduce_slice(in, col, n, inner, Kind);
+}
+
+// in is (outer, n, inner), out is (outer, inner)
+__global__ void argmax_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[col] = static_cast<float>(axis::argmax_slice(in, col, n, inner));
 }
 
 // x, dx are (outer, n, inner); y, dy are (outer, inner)
@@ -173,6 +183,12 @@ void reduce_axis(int dev, const float* in, float* out, int64_t outer, int64_t n,
     launch<reduce_axis_kernel<1>>("reduce_mean", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
   else
     launch<reduce_axis_kernel<2>>("reduce_max", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
+}
+
+void argmax(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
+  cudaStream_t stream = activate(dev);
+  launch<argmax_kernel>("argmax", grid_for(outer * inner, kBlockSize), kBlockSize, 0, stream, in, out, outer,
+                        n, inner);
 }
 
 void reduce_max_gradient(int dev, const float* x, const float* y, const float* dy, float* dx, int64_t outer,

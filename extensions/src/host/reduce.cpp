@@ -6,10 +6,10 @@
 // chunks across threads; each chunk walks the rows in order (contiguous reads) and accumulates in
 // double, so the result does not depend on the thread count.
 // Along one axis of an array seen as (outer, n, inner): reduce_axis (kind 0 sum, 1 mean, 2 max)
-// into (outer, inner) and reduce_max_gradient (dy shared equally among the tied maxima of each
-// slice). Sums run in float in index order, as on CUDA. NOTE: a NaN makes its slice's max NaN (and
-// the NaN elements share that slice's gradient). The per-slice loops are ../axis.h's, shared with
-// the CUDA kernels.
+// into (outer, inner), argmax (the first maximum's index, a NaN counting as the maximum) and
+// reduce_max_gradient (dy shared equally among the tied maxima of each slice). Sums run in float in index
+// order, as on CUDA. NOTE: a NaN makes its slice's max NaN (and the NaN elements share that slice's
+// gradient). The per-slice loops are ../axis.h's, shared with the CUDA kernels.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -39,6 +39,13 @@ void reduce_axis(int, const float* in, float* out, int64_t outer, int64_t n, int
   const int64_t cols = outer * inner;
 #pragma omp parallel for if (cols * n >= kParallelMin)
   for (int64_t col = 0; col < cols; ++col) out[col] = axis::reduce_slice(in, col, n, inner, kind);
+}
+
+void argmax(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+#pragma omp parallel for if (cols * n >= kParallelMin)
+  for (int64_t col = 0; col < cols; ++col)
+    out[col] = static_cast<float>(axis::argmax_slice(in, col, n, inner));
 }
 
 void reduce_max_gradient(int, const float* x, const float* y, const float* dy, float* dx, int64_t outer,

@@ -1,5 +1,6 @@
 // The elementwise family's ops (gpumat/ops.h): array_set, add, multiply, add_const, multiply_const,
-// axpy, copy. Checks here and in checks.h; kernels in ../cuda/elementwise.cu, ../host/elementwise.cpp.
+// axpy, copy, exp, log, divide, eq. Checks here and in checks.h; kernels in ../cuda/elementwise.cu,
+// ../host/elementwise.cpp.
 #include "gpumat/ops.h"
 
 #include "checks.h"
@@ -24,6 +25,8 @@ void array_set(GpuMatrix& arr, float value) {
   }
 GPUMAT_BINARY_OP(add, "matrix_elementwise_add")
 GPUMAT_BINARY_OP(multiply, "matrix_elementwise_multiply")
+GPUMAT_BINARY_OP(divide, "matrix_elementwise_divide")
+GPUMAT_BINARY_OP(eq, "eq")
 #undef GPUMAT_BINARY_OP
 
 #define GPUMAT_CONST_OP(NAME, OPNAME)                                                         \
@@ -45,6 +48,17 @@ void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y) {
   if (y.size() > 0) be.axpy(y.device().index, alpha, x.data(), y.data(), y.size());
   finish(y);
 }
+
+#define GPUMAT_UNARY_OP(NAME)                                                          \
+  void NAME(const GpuMatrix& in, GpuMatrix& out) {                                     \
+    const Backend& be = same_device(#NAME, in, out);                                   \
+    same_shape(#NAME, in, out);                                                        \
+    if (out.size() > 0) be.NAME(in.device().index, in.data(), out.data(), out.size()); \
+    finish(out);                                                                       \
+  }
+GPUMAT_UNARY_OP(exp)
+GPUMAT_UNARY_OP(log)
+#undef GPUMAT_UNARY_OP
 
 void copy(const GpuMatrix& src, GpuMatrix& dst) {
   const Backend& be = same_device("copy", src, dst);

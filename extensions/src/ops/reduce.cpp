@@ -1,6 +1,6 @@
 // The reduce family's ops (gpumat/ops.h): reductions and broadcasts, each the other's gradient:
 // reduce_sum_axis_zero, broadcast_to, reduce_sum, reduce_mean, reduce_max, reduce_max_gradient,
-// broadcast_axis. Checks here and in checks.h; kernels in ../cuda/reduce.cu and ../host/reduce.cpp.
+// broadcast_axis, argmax. Checks here and in checks.h; kernels in ../cuda/reduce.cu and ../host/reduce.cpp.
 #include "gpumat/ops.h"
 
 #include <string>
@@ -60,6 +60,26 @@ void reduce_mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
 
 void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
   reduce_common("reduce_max", in, out, axis, 2);
+}
+
+// argmax writes indices as floats: exact up to 2^24 (float32's 24-bit significand).
+constexpr int64_t kMaxArgmaxAxis = int64_t{1} << 24;
+
+void argmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
+  const char* op = "argmax";
+  const Backend& be = same_device(op, in, out);
+  not_aliased(op, in, out);
+  int64_t a = 0;
+  AxisView v = axis_view(op, in, axis, &a);
+  reduced_shape(op, "the output", in, a, out);
+  if (v.n == 0 && out.size() > 0)
+    throw ShapeError(std::string(op) + ": cannot take the argmax of an empty axis " + std::to_string(a) +
+                     " of shape " + in.shape_str());
+  if (v.n > kMaxArgmaxAxis)
+    throw ShapeError(std::string(op) + ": axis " + std::to_string(a) + " of shape " + in.shape_str() +
+                     " is longer than 2^24 = 16777216: its indices would not be exact in float32");
+  if (out.size() > 0) be.argmax(in.device().index, in.data(), out.data(), v.outer, v.n, v.inner);
+  finish(out);
 }
 
 void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
