@@ -19,6 +19,7 @@ from pathlib import Path
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent.resolve()
 EXT_DIR = ROOT / "extensions"
@@ -108,7 +109,20 @@ extension = Extension(
     extra_compile_args=["-std=c++17", "-O2"],
 )
 
+
+class BuildPyFresh(build_py):
+    """Copies the Python sources into a clean build/lib/gpumat: setuptools only adds files there,
+    so a module deleted or moved in the source tree would otherwise still be installed from an
+    earlier build."""
+
+    def run(self):
+        stale = Path(self.build_lib) / "gpumat"
+        for path in sorted(stale.rglob("*.py")) if stale.exists() else []:
+            path.unlink()
+        super().run()
+
+
 setup(
     ext_modules=cythonize([extension], language_level=3),
-    cmdclass={"build_ext": BuildWithLibgpumat},
+    cmdclass={"build_ext": BuildWithLibgpumat, "build_py": BuildPyFresh},
 )

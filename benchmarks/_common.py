@@ -335,7 +335,7 @@ def fmt_num(x, digits: int = 3) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# the two result tables, from the JSON records (shared by the benchmarks and make_table.py)
+# the result tables, from the JSON records (shared by the benchmarks and make_table.py)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -447,4 +447,46 @@ MNIST_LEGEND = (
     "CUDA graphs; gpumat-python: fused ops called from Python; gpumat-unfused: no fusion, from "
     "Python. torch-compile: torch.compile of forward and loss (mode reduce-overhead on a GPU). "
     "x torch: eager torch epoch time / this row's (>1: this row faster).\n"
+)
+
+
+def distributed_table(runs: list[dict]) -> str:
+    """bench_distributed's table from its ``runs`` records (see DISTRIBUTED_LEGEND)."""
+    headers = [
+        "ranks",
+        "threads/rank",
+        "epoch s",
+        "allreduce s",
+        "allreduce share",
+        "valid acc",
+        "test acc",
+    ]
+    rows = []
+    for r in runs:
+        if "error" in r:
+            rows.append([r["ranks"], "-", "error", "", "", "", ""])
+            continue
+        threads = {p.get("omp_num_threads") for p in r.get("per_rank") or [{}]}
+        threads = "all" if threads == {None} else ",".join(sorted(str(t) for t in threads))
+        rows.append(
+            [
+                r["ranks"],
+                threads,
+                fmt_num(r["epoch_s"]),
+                fmt_num(r["allreduce_s"]),
+                f"{100 * r['allreduce_share']:.1f}%",
+                f"{r['final_valid_accuracy']:.4f}",
+                f"{r['test_accuracy']:.4f}",
+            ]
+        )
+    return format_table(headers, rows, "r" * 7)
+
+
+DISTRIBUTED_LEGEND = (
+    "threads/rank: OMP_NUM_THREADS of each rank (all: unset, every core). "
+    "epoch s: median seconds per training epoch after the first (validation excluded), rank 0. "
+    "allreduce s / share: seconds per epoch in the gradient allreduce (waiting for the slower rank "
+    "included, host staging copies excluded) and its fraction of the epoch. 1 rank: one plain "
+    "process without MPI. acc: after the last epoch, on the validation / test images (10,000 each; "
+    "1,000 in quick mode).\n"
 )

@@ -7,12 +7,12 @@ Usage::
     python3 benchmarks/bench_distributed.py --ranks 1,2,4 --epochs 5
     python3 benchmarks/bench_distributed.py --quick --out /tmp/  # CI smoke run
 
-For each rank count N it trains ``gpumat.models.mlp()`` (the seed's recipe: batch 1000 in order,
-SGD lr 1.0, the model's seed) with ``gpumat.train.fit``: N = 1 is one plain process (no MPI, the
-single-process reference), N > 1 is ``mpiexec -n N`` with ``fit(distributed=True)``: each rank
-takes 1000 / N images of each global batch and the gradients are averaged by one bucketed
-allreduce per step. The same global batches in the same order, so the N-rank run should reach the
-single-process accuracy.
+For each rank count N it trains ``gpumat.models.mlp()`` (its recipe, the dlsys course's: batch
+1000 in order, SGD lr 1.0, the model's seed) with ``gpumat.train.fit``: N = 1 is one plain
+process (no MPI, the single-process reference), N > 1 is ``mpiexec -n N`` with
+``fit(distributed=True)``: each rank takes 1000 / N images of each global batch and the gradients
+are averaged by one bucketed allreduce per step. The same global batches in the same order, so
+the N-rank run should reach the single-process accuracy.
 
 Measured per run (every rank's numbers are kept; the table shows rank 0's):
 
@@ -26,7 +26,7 @@ Measured per run (every rank's numbers are kept; the table shows rank 0's):
 
 Output: a table, and a JSON file plus markdown in ``benchmarks/results/`` (``"benchmark":
 "distributed"`` with the ledger's common header, see ``benchmarks/results/README.md``);
-``make_table.py`` lists only ``ops`` and ``mnist`` runs, so it passes over these files. Each rank
+``make_table.py`` builds the ledger's table of these runs from them. Each rank
 gets its share of the cores (``gpumat/__init__.py`` sets ``OMP_NUM_THREADS`` = cores / local ranks
 under an MPI launcher); the 1-process run uses all of them. No speed is asserted.
 """
@@ -44,8 +44,8 @@ import tempfile
 from pathlib import Path
 
 from _common import (
-    fmt_num,
-    format_table,
+    DISTRIBUTED_LEGEND,
+    distributed_table,
     header_markdown,
     resolve_out,
     run_header,
@@ -164,35 +164,6 @@ def run_one(n: int, args) -> dict:
     }
 
 
-def table(runs: list[dict]) -> str:
-    headers = ["ranks", "epoch s", "allreduce s", "allreduce share", "valid acc", "test acc"]
-    rows = []
-    for r in runs:
-        if "error" in r:
-            rows.append([r["ranks"], "error", "", "", "", ""])
-            continue
-        rows.append(
-            [
-                r["ranks"],
-                fmt_num(r["epoch_s"]),
-                fmt_num(r["allreduce_s"]),
-                f"{100 * r['allreduce_share']:.1f}%",
-                f"{r['final_valid_accuracy']:.4f}",
-                f"{r['test_accuracy']:.4f}",
-            ]
-        )
-    return format_table(headers, rows, "rrrrrr")
-
-
-LEGEND = (
-    "epoch s: median seconds per training epoch after the first (validation excluded), rank 0. "
-    "allreduce s / share: seconds per epoch in the gradient allreduce (waiting for the slower rank "
-    "included, host staging copies excluded) and its fraction of the epoch. 1 rank: one plain "
-    "process without MPI. acc: after the last epoch, on the validation / test images (10,000 each; "
-    "1,000 in quick mode).\n"
-)
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -249,9 +220,9 @@ def main(argv=None) -> int:
         "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
         "runs": runs,
     }
-    text = table(runs)
+    text = distributed_table(runs)
     print(text)
-    print(LEGEND)
+    print(DISTRIBUTED_LEGEND)
     title = "Data-parallel MNIST MLP (benchmarks/bench_distributed.py)"
     load = data["load_average_1min"]
     md = (
@@ -259,7 +230,7 @@ def main(argv=None) -> int:
         + f"- 1-minute load average: {load['before']:.2f} before, {load['after']:.2f} after\n\n"
         + text
         + "\n"
-        + LEGEND
+        + DISTRIBUTED_LEGEND
     )
     path, md_path = write_results(resolve_out(args.out, "distributed", header), data, md)
     print(f"wrote {path} and {md_path}")

@@ -11,7 +11,7 @@ For each model (``logreg``: 784-10; ``mlp``: 784-256-100-10 with ReLU; ``cnn``: 
 convolutions with ReLU and 2x2 max pools, then 1024-10; see ``gpumat.models``) and
 each backend (``cpu``: gpumat's host kernels; ``gpu``: CUDA device 0; ``numpy``: the reference
 executor, on request), gpumat trains with ``gpumat.train.fit`` (logreg and MLP: mini-batch SGD,
-batch 1000, ``lr = gpumat.train.DEFAULT_LR``, as the seed assignment does; the CNN: its own Adam at
+batch 1000, ``lr = gpumat.train.DEFAULT_LR``, as the dlsys course does; the CNN: its own Adam at
 1e-3 and batch 64, at a constant rate; samples in order), then PyTorch trains the same model, from
 the same initial values, in the same order, with the same loss (batch mean of the softmax
 cross-entropy) and the same optimizer (``torch.optim.SGD`` or ``Adam``, same hyper-parameters),

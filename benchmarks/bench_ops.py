@@ -6,11 +6,12 @@ Usage::
     python3 benchmarks/bench_ops.py --ctx gpu                 # full run on CUDA device 0
     python3 benchmarks/bench_ops.py --ctx cpu --quick --out /tmp/ops.json   # CI smoke run
 
-Cases come in three groups: ``seed`` (the seed assignment's test sizes, e.g. 500x700 @ 700x1000),
-``mnist`` (the shapes of one MNIST training step at batch 1000 of the 784-256-100-10 MLP and of
-logistic regression, the transposed gradient products included) and ``large`` (4096^3 matrix
-products, 64M-element elementwise ops, 8192x8192 transposes, 65536x1024 softmax). ``--quick``
-runs the mnist group and a shrunk large group (1M elements, 256^3) with few repeats.
+Cases come in three groups: ``seed`` (the dlsys course's test sizes, e.g. 500x700 @ 700x1000; the
+group keeps the name it has in the ledger's files), ``mnist`` (the shapes of one MNIST training
+step at batch 1000 of the 784-256-100-10 MLP and of logistic regression, the transposed gradient
+products included) and ``large`` (4096^3 matrix products, 64M-element elementwise ops, 8192x8192
+transposes, 65536x1024 softmax). ``--quick`` runs the mnist group and a shrunk large group (1M
+elements, 256^3) with few repeats.
 
 For each case, in the style of llm.c's ``dev/cuda`` benchmarks:
 
@@ -108,12 +109,20 @@ def _np_sce(logits, labels):
     return np.array([np.mean(-(labels * (logits - lse)).sum(axis=1))])
 
 
+def _adadelta_param64(g, param, sq, acc, p):
+    """The parameter after one Adadelta step (Zeiler 2012, Algorithm 1, PyTorch's lr factor)."""
+    sq = p["rho"] * sq + (1 - p["rho"]) * g * g
+    return param - p["lr"] * np.sqrt(acc + p["eps"]) / np.sqrt(sq + p["eps"]) * g
+
+
 @dataclasses.dataclass(frozen=True)
 class OpSpec:
     """One kernel. ``ours(ins, out, p)`` runs gpumat; ``ref64(ins, p)`` is the float64 result.
 
     ``inputs`` says how to draw each input: "signed" (magnitudes in [0.1, 1), random signs),
-    "logits" (signed, times 3), "onehot" (one 1 per row). ``inplace``: the output is input 1
+    "positive" (in [0.1, 1)), "coarse" (integers -2..2: many equal pairs), "labels" (class
+    numbers 0 .. params["classes"] - 1), "logits" (signed, times 3), "onehot" (one 1 per row).
+    ``inplace``: the output is input 1
     (axpy). ``work(in_shapes, out_shape, p)`` gives ("bytes", n) or ("flops", n).
     """
 
@@ -196,6 +205,54 @@ OPS = {
         inputs=("signed", "signed"),
         inplace=True,
     ),
+    "exp": OpSpec(
+        ours=lambda ins, out, p: ops.exp(ins[0], out),
+        ref64=lambda ins, p: np.exp(ins[0]),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+    ),
+    "log": OpSpec(
+        ours=lambda ins, out, p: ops.log(ins[0], out),
+        ref64=lambda ins, p: np.log(ins[0]),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+        inputs=("positive",),
+    ),
+    "divide": OpSpec(
+        ours=lambda ins, out, p: ops.matrix_elementwise_divide(ins[0], ins[1], out),
+        ref64=lambda ins, p: ins[0] / ins[1],
+        work=_bytes(2, 1),
+        tol=TOL_POINTWISE,
+        inputs=("signed", "signed"),
+    ),
+    "eq": OpSpec(
+        ours=lambda ins, out, p: ops.eq(ins[0], ins[1], out),
+        ref64=lambda ins, p: (ins[0] == ins[1]).astype(np.float64),
+        work=_bytes(2, 1),
+        tol=TOL_POINTWISE,
+        inputs=("coarse", "coarse"),
+    ),
+    "one_hot": OpSpec(
+        ours=lambda ins, out, p: ops.one_hot(ins[0], out),
+        ref64=lambda ins, p: (ins[0][:, None] == np.arange(p["classes"])[None, :]).astype(
+            np.float64
+        ),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+        inputs=("labels",),
+    ),
+    # One tensor's Adadelta step in place: inputs (grad, param, square_avg, acc_delta), the
+    # output is the param (input 1); reads 4 arrays and writes 3.
+    "adadelta": OpSpec(
+        ours=lambda ins, out, p: ops.adadelta_update_multi(
+            [ins[1]], [ins[0]], [ins[2]], [ins[3]], p["lr"], p["rho"], p["eps"]
+        ),
+        ref64=lambda ins, p: _adadelta_param64(*ins, p),
+        work=lambda ins, out, p: ("bytes", 4 * 7 * _n(ins[0])),
+        tol=TOL_POINTWISE,
+        inputs=("signed", "signed", "positive", "positive"),
+        inplace=True,
+    ),
     "transpose": OpSpec(
         ours=lambda ins, out, p: ops.transpose(ins[0], out),
         ref64=lambda ins, p: ins[0].T,
@@ -215,6 +272,12 @@ OPS = {
         ref64=lambda ins, p: ins[0].reshape(-1, _n(p["shape"])).sum(axis=0).reshape(p["shape"]),
         work=_bytes(1, 1),
         tol=TOL_SUM,
+    ),
+    "argmax": OpSpec(
+        ours=lambda ins, out, p: ops.argmax(ins[0], out, p["axis"]),
+        ref64=lambda ins, p: np.argmax(ins[0], axis=p["axis"]).astype(np.float64),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
     ),
     "matmul": OpSpec(
         ours=lambda ins, out, p: ops.matrix_multiply(ins[0], p["ta"], ins[1], p["tb"], out),
@@ -267,9 +330,16 @@ OP_FUNCTION = {
     "relu": "relu",
     "relu_gradient": "relu_gradient",
     "axpy": "axpy",
+    "exp": "exp",
+    "log": "log",
+    "divide": "matrix_elementwise_divide",
+    "eq": "eq",
+    "one_hot": "one_hot",
+    "adadelta": "adadelta_update_multi",
     "transpose": "transpose",
     "broadcast_to": "broadcast_to",
     "reduce_sum_axis_zero": "reduce_sum_axis_zero",
+    "argmax": "argmax",
     "matmul": "matrix_multiply",
     "softmax": "softmax",
     "softmax_cross_entropy": "softmax_cross_entropy",
@@ -341,6 +411,17 @@ def _sce(name, group, shape):
     )
 
 
+def _one_hot(name, group, rows, classes):
+    label = f"{rows} -> {rows}x{classes}"
+    params = {"shape": (rows, classes), "classes": classes}
+    return Case(name, group, "one_hot", [(rows,)], (rows, classes), params, label)
+
+
+def _adadelta(name, group, shape):
+    params = {"shape": shape, "lr": 1.0, "rho": 0.9, "eps": 1e-6}
+    return Case(name, group, "adadelta", [shape] * 4, shape, params, _shape_str(shape))
+
+
 def _random(name, group, op, shape):
     return Case(name, group, op, [], shape, {"shape": shape, "seed": 7}, _shape_str(shape))
 
@@ -350,7 +431,7 @@ def build_cases(quick: bool) -> list[Case]:
     regression 784-10; the backward products are dW = X.T @ dY (TN) and dX = dY @ W.T (NT)."""
     cases: list[Case] = []
     if not quick:
-        s = "seed"  # the seed assignment's test sizes
+        s = "seed"  # the dlsys course's test sizes (the ledger's group name)
         cases += [
             _set("array_set", s, (500, 200), 0.25),
             _special("broadcast_to", s, "broadcast_to", (200, 300), (130, 200, 300)),
@@ -386,6 +467,9 @@ def build_cases(quick: bool) -> list[Case]:
         _binary("relu_gradient", g, "relu_gradient", (b, 256)),
         _unary("softmax", g, "softmax", (b, 10)),
         _sce("softmax_cross_entropy", g, (b, 10)),
+        _special("argmax_predictions", g, "argmax", (b, 10), (b,), axis=1),
+        _one_hot("one_hot_labels", g, b, 10),
+        _adadelta("adadelta_W1", g, (784, 256)),
         Case(
             "sgd_axpy_W1",
             g,
@@ -411,9 +495,17 @@ def build_cases(quick: bool) -> list[Case]:
         _unary("relu", g, "relu", big),
         _binary("relu_gradient", g, "relu_gradient", big),
         Case("axpy", g, "axpy", [big, big], big, {"alpha": -0.01}, _shape_str(big)),
+        _adadelta("adadelta", g, big),
+        _unary("exp", g, "exp", big),
+        _unary("log", g, "log", big),
+        _binary("divide", g, "divide", big),
+        _binary("eq", g, "eq", big),
         _unary("transpose", g, "transpose", big),
         _special("broadcast_to", g, "broadcast_to", (cols,), big),
         _special("reduce_sum_axis_zero", g, "reduce_sum_axis_zero", big, (cols,)),
+        _special("argmax_rows", g, "argmax", big, (rows,), axis=1),
+        _special("argmax_columns", g, "argmax", big, (cols,), axis=0),
+        _one_hot("one_hot", g, rows, cols),
         _unary("softmax", g, "softmax", soft),
         _sce("softmax_cross_entropy", g, soft),
         _random("random_uniform", g, "random_uniform", big),
@@ -473,12 +565,23 @@ class NumpyLike:
             "relu": lambda ins, out, p: xp.maximum(ins[0], np.float32(0), out=out),
             "relu_gradient": lambda ins, out, p: xp.multiply(ins[1], ins[0] > 0, out=out),
             "axpy": self._axpy,
+            "adadelta": self._adadelta,
+            "exp": lambda ins, out, p: xp.exp(ins[0], out=out),
+            "log": lambda ins, out, p: xp.log(ins[0], out=out),
+            "divide": lambda ins, out, p: xp.divide(ins[0], ins[1], out=out),
+            "eq": lambda ins, out, p: xp.equal(ins[0], ins[1], out=out, casting="unsafe"),
+            "one_hot": lambda ins, out, p: xp.equal(
+                ins[0][:, None], xp.arange(p["classes"])[None, :], out=out, casting="unsafe"
+            ),
             "transpose": lambda ins, out, p: xp.copyto(out, ins[0].T),
             "broadcast_to": lambda ins, out, p: xp.copyto(
                 out, ins[0].reshape(_strip_leading_ones(ins[0].shape))
             ),
             "reduce_sum_axis_zero": lambda ins, out, p: xp.sum(
                 ins[0].reshape(-1, out.size), axis=0, out=out.reshape(-1)
+            ),
+            "argmax": lambda ins, out, p: out.__setitem__(
+                Ellipsis, xp.argmax(ins[0], axis=p["axis"])
             ),
             "matmul": lambda ins, out, p: xp.matmul(
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out
@@ -496,6 +599,16 @@ class NumpyLike:
 
     def _axpy(self, ins, out, p):
         ins[1] += np.float32(p["alpha"]) * ins[0]
+
+    def _adadelta(self, ins, out, p):
+        xp = self.xp
+        g, param, sq, acc = ins
+        sq *= np.float32(p["rho"])
+        sq += np.float32(1 - p["rho"]) * g * g
+        d = xp.sqrt(acc + np.float32(p["eps"])) / xp.sqrt(sq + np.float32(p["eps"])) * g
+        acc *= np.float32(p["rho"])
+        acc += np.float32(1 - p["rho"]) * d * d
+        param -= np.float32(p["lr"]) * d
 
     def _softmax(self, ins, out, p):
         xp = self.xp
@@ -557,6 +670,13 @@ class Torch:
                 ins[1], ins[0], 0.0
             ),
             "axpy": lambda ins, out, p: ins[1].add_(ins[0], alpha=p["alpha"]),
+            "adadelta": self._adadelta,
+            "exp": lambda ins, out, p: torch.exp(ins[0], out=out),
+            "log": lambda ins, out, p: torch.log(ins[0], out=out),
+            "divide": lambda ins, out, p: torch.div(ins[0], ins[1], out=out),
+            "eq": lambda ins, out, p: torch.eq(ins[0], ins[1], out=out),
+            # torch's one_hot takes int64 labels (the conversion is part of the timed call)
+            "one_hot": lambda ins, out, p: torch.nn.functional.one_hot(ins[0].long(), p["classes"]),
             "transpose": lambda ins, out, p: out.copy_(ins[0].T),
             "broadcast_to": lambda ins, out, p: out.copy_(
                 ins[0].reshape(_strip_leading_ones(tuple(ins[0].shape)))
@@ -564,6 +684,7 @@ class Torch:
             "reduce_sum_axis_zero": lambda ins, out, p: torch.sum(
                 ins[0].reshape(-1, out.numel()), dim=0, out=out.view(-1)
             ),
+            "argmax": lambda ins, out, p: torch.argmax(ins[0], dim=p["axis"]),
             "matmul": lambda ins, out, p: torch.matmul(
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out
             ),
@@ -575,6 +696,16 @@ class Torch:
             "random_normal": lambda ins, out, p: out.normal_(0.0, 1.0, generator=self._gen),
         }
         return table.get(name)
+
+    @staticmethod
+    def _adadelta(ins, out, p):
+        """torch.optim.Adadelta's single-tensor step (torch/optim/adadelta.py), on the tensors."""
+        g, param, sq, acc = ins
+        rho, eps = p["rho"], p["eps"]
+        sq.mul_(rho).addcmul_(g, g, value=1 - rho)
+        delta = acc.add(eps).sqrt_().div_(sq.add(eps).sqrt_()).mul_(g)
+        acc.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+        param.add_(delta, alpha=-p["lr"])
 
 
 def pick_reference(ctx_name: str, wanted: str):
@@ -603,12 +734,32 @@ def pick_reference(ctx_name: str, wanted: str):
 # --------------------------------------------------------------------------------------------------
 
 
-def draw_inputs(spec: OpSpec, shapes, rng) -> list[np.ndarray]:
-    """Fresh float32 inputs: magnitudes in [0.1, 1) with random signs (never zero), logits times
-    3, or one-hot rows. Drawn in float32, so 64M-element inputs take a fraction of a second."""
+# The range of each kind of input in the timed sets (uniform, drawn on the device; the timed
+# kernels' work does not depend on the values, so "coarse" and "labels" inputs need not be
+# integers there; every case has at least 10 classes).
+INPUT_RANGES = {
+    "signed": (-1.0, 1.0),
+    "positive": (0.1, 1.0),
+    "coarse": (-2.0, 2.0),
+    "labels": (0.0, 10.0),
+    "logits": (-3.0, 3.0),
+    "onehot": (0.0, 1.0),
+}
+
+
+def draw_inputs(spec: OpSpec, shapes, rng, params=None) -> list[np.ndarray]:
+    """Fresh float32 inputs: magnitudes in [0.1, 1) with random signs (never zero) or positive,
+    logits times 3, or one-hot rows. Drawn in float32, so 64M-element inputs take a fraction of a
+    second."""
     out = []
     for j, kind in enumerate(spec.inputs):
         shape = shapes[j]
+        if kind == "coarse":
+            out.append(rng.integers(-2, 3, size=shape).astype(np.float32))
+            continue
+        if kind == "labels":
+            out.append(rng.integers(0, params["classes"], size=shape).astype(np.float32))
+            continue
         if kind == "onehot":
             rows, cols = shape
             a = np.zeros(shape, np.float32)
@@ -617,7 +768,8 @@ def draw_inputs(spec: OpSpec, shapes, rng) -> list[np.ndarray]:
             a = rng.random(shape, dtype=np.float32)
             a *= np.float32(0.9)
             a += np.float32(0.1)
-            a[rng.random(shape, dtype=np.float32) < 0.5] *= np.float32(-1.0)
+            if kind != "positive":
+                a[rng.random(shape, dtype=np.float32) < 0.5] *= np.float32(-1.0)
             if kind == "logits":
                 a *= np.float32(3.0)
         out.append(a)
@@ -702,9 +854,7 @@ class Runner:
             for j, kind in enumerate(spec.inputs):
                 shape = case.in_shapes[j]
                 a = gpumat.empty(shape, self.ctx)
-                low, high = {"signed": (-1.0, 1.0), "logits": (-3.0, 3.0), "onehot": (0.0, 1.0)}[
-                    kind
-                ]
+                low, high = INPUT_RANGES[kind]
                 ops.random_uniform(a, low, high, seed=1000 * s + j + 1)
                 ins.append(a)
             out = ins[1] if spec.inplace else gpumat.empty(case.out_shape, self.ctx)
@@ -733,9 +883,7 @@ class Runner:
             ins = []
             for j, kind in enumerate(spec.inputs):
                 shape = case.in_shapes[j]
-                low, high = {"signed": (-1.0, 1.0), "logits": (-3.0, 3.0), "onehot": (0.0, 1.0)}[
-                    kind
-                ]
+                low, high = INPUT_RANGES[kind]
                 ins.append(lib.random(shape, low, high))
             out = ins[1] if spec.inplace else lib.empty(case.out_shape)
             sets.append((ins, out))
@@ -772,7 +920,7 @@ class Runner:
             "work": {kind: amount},
             "tol": spec.tol,
         }
-        ins_np = draw_inputs(spec, case.in_shapes, self.rng)
+        ins_np = draw_inputs(spec, case.in_shapes, self.rng, case.params)
         ref = None
         if spec.ref64 is not None:
             ref = np.asarray(

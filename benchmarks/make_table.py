@@ -1,40 +1,66 @@
 #!/usr/bin/env python3
-"""Build the README's performance tables from the ledger's JSON files.
+"""Build the documentation's performance tables from the ledger's JSON files.
 
 Usage::
 
-    python3 benchmarks/make_table.py                          # benchmarks/results/*.json
-    python3 benchmarks/make_table.py FILE_OR_DIR ... [--out perf.md] [--all] [--include-quick]
+    python3 benchmarks/make_table.py --write      # rewrite the generated blocks of the docs
+    python3 benchmarks/make_table.py --check      # exit 1 if a committed block is stale
+    python3 benchmarks/make_table.py [FILE_OR_DIR ...] [--out perf.md] [--all] [--include-quick]
 
-For each benchmark (``ops``, ``mnist``) and each device (backend and device name), the latest run
-is shown (``--all``: every run, newest first). Quick runs (``"quick": true``: CI smoke runs with
-small sizes) are left out unless ``--include-quick``, and are labelled when included. Every table
-names its source: date, git commit, device, driver and the command, and the JSON file it came from.
-Only numbers from those files appear; nothing is computed but formatting.
+The docs (README.md, benchmarks/README.md, docs/*.md) hold generated blocks between two marker
+comments, ``<!-- make_table: NAME ... -->`` and ``<!-- /make_table: NAME -->``; ``--write``
+replaces each block's text with what :data:`BLOCKS` builds from ``benchmarks/results/*.json``, and
+``--check`` (run by ``tests/project/test_docs.py``) fails when a committed block differs, so no
+table in the docs can go stale or be edited by hand. The blocks:
 
-``--groups`` chooses which bench_ops case groups appear (default ``mnist,large``; the ``seed``
-group is in the JSON files and the per-run markdown).
+- ``mnist-summary`` (README.md): the latest full-size MNIST training run, gpumat against
+  PyTorch on the same device (a run with a GPU before a host-only one), one device line.
+- ``ops``, ``mnist``, ``distributed`` (benchmarks/README.md): every kind of run's latest file, with
+  its full source line (date, commit, device, driver, command, file) and the column legend.
+- ``distributed-summary`` (docs/distributed.md): the latest data-parallel run, one device line.
+
+Without ``--write``/``--check`` it prints the ``ops``, ``mnist`` and ``distributed`` sections of
+the given files or folders (default ``benchmarks/results``) to stdout or ``--out``. A run's *kind*
+is its benchmark, backend, device name, quick flag, MLP widths (a host-overhead run) and the
+environment its notes record (e.g. ``OMP_NUM_THREADS=1``); the latest run of each kind is shown
+(``--all``: every run, newest first). Quick runs (``"quick": true``: CI smoke runs with small
+sizes) are left out unless ``--include-quick``, and are labelled when included. Only numbers from
+those files appear; nothing is computed but formatting and ratios of two numbers of one file.
+
+``--groups`` chooses which bench_ops case groups appear (default ``mnist,large``; the dlsys
+course's test sizes, group ``seed`` in the files, are in the JSON files and the per-run markdown).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from _common import (
+    DISTRIBUTED_LEGEND,
     MNIST_LEGEND,
     OPS_LEGEND,
     RESULTS_DIR,
     SCHEMA,
+    distributed_table,
     fmt_num,
+    format_table,
     mnist_table,
     ops_table,
 )
 
+REPO_ROOT = RESULTS_DIR.parent.parent
+DEFAULT_GROUPS = frozenset({"mnist", "large"})
+_ENV_NOTE = re.compile(r"environment: ([A-Z_][A-Z0-9_]*=[^\s,;()]+)")
+
 
 def load_runs(paths: list[Path]) -> list[tuple[Path, dict]]:
+    """(file, data) of every ledger JSON file among ``paths`` (files or folders)."""
     files: list[Path] = []
     for p in paths:
         files += sorted(p.glob("*.json")) if p.is_dir() else [p]
@@ -52,21 +78,33 @@ def load_runs(paths: list[Path]) -> list[tuple[Path, dict]]:
     return runs
 
 
+def environment(d: dict) -> tuple[str, ...]:
+    """The environment settings a run's notes record, e.g. ``("OMP_NUM_THREADS=1",)``."""
+    return tuple(sorted({m for n in d.get("notes") or [] for m in _ENV_NOTE.findall(str(n))}))
+
+
+def run_kind(d: dict) -> tuple:
+    """What makes two runs comparable: a later run of the same kind replaces an earlier one."""
+    hidden = (d.get("settings") or {}).get("mlp_hidden")  # a host-overhead run is its own kind
+    return (
+        d["benchmark"],
+        d["device"]["backend"],
+        d["device"]["name"],
+        bool(d.get("quick")),
+        tuple(hidden or ()),
+        environment(d),
+    )
+
+
 def select(runs, include_quick: bool, every: bool):
+    """The runs to show, newest first: the latest of each kind (``every``: all of them)."""
     runs = [r for r in runs if include_quick or not r[1].get("quick")]
-    runs.sort(key=lambda r: r[1]["date"], reverse=True)
+    runs = sorted(runs, key=lambda r: r[1]["date"], reverse=True)
     if every:
         return runs
     seen, out = set(), []
     for f, d in runs:
-        hidden = (d.get("settings") or {}).get("mlp_hidden")  # a host-overhead run is its own kind
-        key = (
-            d["benchmark"],
-            d["device"]["backend"],
-            d["device"]["name"],
-            bool(d.get("quick")),
-            tuple(hidden or ()),
-        )
+        key = run_kind(d)
         if key not in seen:
             seen.add(key)
             out.append((f, d))
@@ -74,13 +112,20 @@ def select(runs, include_quick: bool, every: bool):
 
 
 def _rel(path: Path) -> str:
+    """``path`` relative to the repository root when it is inside it, else as given."""
     try:
-        return str(path.resolve().relative_to(RESULTS_DIR.parent.parent))
+        return path.resolve().relative_to(REPO_ROOT.resolve()).as_posix()
     except ValueError:
         return str(path)
 
 
+def _link(path: Path, doc_dir: Path) -> str:
+    """A markdown link target for ``path`` from a doc in ``doc_dir``."""
+    return Path(os.path.relpath(path.resolve(), doc_dir.resolve())).as_posix()
+
+
 def source_line(path: Path, d: dict) -> str:
+    """The full provenance of a run: device, driver, date, commit, command and its file."""
     dev, git = d["device"], d["git"]
     commit = git.get("commit", "unknown")
     commit = commit[:10] if len(commit) == 40 else commit
@@ -94,7 +139,45 @@ def source_line(path: Path, d: dict) -> str:
     )
 
 
-def ops_section(path: Path, d: dict, groups: set[str]) -> str:
+def device_line(path: Path, d: dict, doc_dir: Path) -> str:
+    """The one line a user doc gives about where a table's numbers come from."""
+    dev = d["device"]
+    cores = dev.get("cores") or (d.get("host") or {}).get("cores")
+    name = f"{dev['name']}, {cores} cores" if dev["backend"] == "cpu" and cores else dev["name"]
+    if dev["backend"] != "cpu":
+        name += f" (driver {dev.get('driver', 'unknown')})"
+    env = "".join(f", `{e}`" for e in environment(d))
+    return (
+        f"Device: {dev['backend']}, {name}{env}; {d['date'][:10]}; `{d['command']}`; "
+        f"from [{path.name}]({_link(path, doc_dir)}).\n"
+    )
+
+
+def _count(n) -> str:
+    return f"{n:,}" if isinstance(n, int) else str(n)
+
+
+def _uniform(rows: list[dict], key: str):
+    values = {r.get(key) for r in rows if "epoch_s" in r}
+    return values.pop() if len(values) == 1 else None
+
+
+def mnist_settings(d: dict) -> str:
+    """The settings sentence of an MNIST run: images, batch, lr, epochs, MLP widths."""
+    s, rows = d.get("settings", {}), d.get("runs", [])
+    batch = s.get("batch_size") or _uniform(rows, "batch_size")
+    lr = s.get("lr") or _uniform(rows, "lr")
+    recipe = (
+        f"batch {batch}, lr {lr}"
+        if batch is not None and lr is not None
+        else "each model's recipe (batch size, optimizer, lr)"
+    )
+    hidden = f", MLP hidden widths {tuple(s['mlp_hidden'])}" if s.get("mlp_hidden") else ""
+    images = _count(s.get("num_train"))
+    return f"{images} training images, {recipe}, {s.get('epochs')} epochs{hidden}."
+
+
+def ops_section(path: Path, d: dict, groups) -> str:
     c = d.get("ceilings", {})
     parts = [f"copy {fmt_num(c.get('copy_gbps'))} GB/s ({c.get('copy_source', '?')})"]
     if c.get("sgemm_gflops"):
@@ -109,35 +192,232 @@ def ops_section(path: Path, d: dict, groups: set[str]) -> str:
 
 
 def mnist_section(path: Path, d: dict) -> str:
-    s = d.get("settings", {})
     notes = "".join(f"Note: {n}.\n" for n in d.get("notes", []))
+    table = mnist_table(d.get("runs", []))
+    return source_line(path, d) + f"\n{mnist_settings(d)}\n{notes}\n" + table
+
+
+def distributed_section(path: Path, d: dict) -> str:
+    s = d.get("settings", {})
+    load = d.get("load_average_1min") or {}
+    load_text = (
+        f" 1-minute load average {load['before']:.2f} before the runs, {load['after']:.2f} after."
+        if load.get("before") is not None and load.get("after") is not None
+        else ""
+    )
     return (
         source_line(path, d)
-        + f"\n{s.get('num_train')} training images, batch {s.get('batch_size')}, lr {s.get('lr')}, "
-        f"{s.get('epochs')} epochs"
-        + (f", MLP hidden widths {tuple(s['mlp_hidden'])}" if s.get("mlp_hidden") else "")
-        + f".\n{notes}\n"
-        + mnist_table(d.get("runs", []))
+        + f"\n{s.get('model')} on {s.get('ctx')}, {_count(s.get('num_train'))} training images, "
+        f"global batch {s.get('batch_size')}, lr {s.get('lr')}, {s.get('epochs')} epochs; "
+        f"{_mpi_name(s)}.{load_text}\n\n" + distributed_table(d.get("runs", []))
     )
 
 
-def build(runs, groups: set[str]) -> str:
-    ops_runs = [r for r in runs if r[1]["benchmark"] == "ops"]
-    mnist_runs = [r for r in runs if r[1]["benchmark"] == "mnist"]
+def _mpi_name(settings: dict) -> str:
+    mpi = settings.get("mpi")
+    return " ".join(str(mpi).split()) if mpi else "no MPI library recorded"
+
+
+def build(runs, groups) -> str:
+    """The ``ops``, ``mnist`` and ``distributed`` sections of ``runs``, with headings."""
     out = []
-    if ops_runs:
-        out.append("### Kernels (`benchmarks/bench_ops.py`)\n")
-        for f, d in ops_runs:
-            out.append(ops_section(f, d, groups))
-        out.append(OPS_LEGEND)
-    if mnist_runs:
-        out.append("### MNIST training (`benchmarks/bench_mnist.py`)\n")
-        for f, d in mnist_runs:
-            out.append(mnist_section(f, d))
-        out.append(MNIST_LEGEND)
+    for title, kind, body in (
+        ("Kernels (`benchmarks/bench_ops.py`)", "ops", lambda f, d: ops_section(f, d, groups)),
+        ("MNIST training (`benchmarks/bench_mnist.py`)", "mnist", mnist_section),
+        ("Data-parallel training (`benchmarks/bench_distributed.py`)", "distributed", None),
+    ):
+        text = _sections(runs, kind, body or distributed_section)
+        if text:
+            out.append(f"### {title}\n\n{text}")
     if not out:
         return "No benchmark results yet: see benchmarks/results/README.md for how to make some.\n"
     return "\n".join(out)
+
+
+_LEGENDS = {"ops": OPS_LEGEND, "mnist": MNIST_LEGEND, "distributed": DISTRIBUTED_LEGEND}
+
+
+def _sections(runs, kind: str, body: Callable[[Path, dict], str]) -> str:
+    chosen = [(f, d) for f, d in runs if d["benchmark"] == kind]
+    if not chosen:
+        return ""
+    return "\n".join(body(f, d) for f, d in chosen) + "\n" + _LEGENDS[kind]
+
+
+# --------------------------------------------------------------------------------------------------
+# the generated blocks of the docs
+# --------------------------------------------------------------------------------------------------
+
+_SUMMARY_FRAMEWORKS = ("gpumat", "torch", "torch-compile")
+
+
+def _full_size_mnist(d: dict) -> bool:
+    s = d.get("settings") or {}
+    return d["benchmark"] == "mnist" and not s.get("mlp_hidden") and not environment(d)
+
+
+def block_mnist_summary(runs, doc_dir: Path) -> str:
+    """README's results table: gpumat's defaults against PyTorch, from one full-size MNIST run."""
+    candidates = [(f, d) for f, d in runs if not d.get("quick") and d.get("complete") is not False]
+    candidates = [(f, d) for f, d in candidates if _full_size_mnist(d)]
+    if not candidates:
+        return "No MNIST training run in `benchmarks/results/` yet.\n"
+
+    def has_gpu(d):
+        return any(r.get("backend") == "gpu" for r in d.get("runs", []))
+
+    path, d = max(candidates, key=lambda r: (has_gpu(r[1]), r[1]["date"]))
+    rows = [r for r in d.get("runs", []) if r.get("framework") in _SUMMARY_FRAMEWORKS]
+    eager = {
+        (r["model"], r["backend"]): r.get("epoch_s") for r in rows if r["framework"] == "torch"
+    }
+    table = []
+    for r in rows:
+        if "epoch_s" not in r:
+            table.append([r["model"], r["backend"], r["framework"], "error", "-", "-", "-"])
+            continue
+        t = eager.get((r["model"], r["backend"]))
+        vs = f"{t / r['epoch_s']:.2f}x" if t and r["framework"] != "torch" else "-"
+        steps = r.get("steps_per_epoch")
+        acc = r.get("final_valid_accuracy")
+        table.append(
+            [
+                r["model"],
+                r["backend"],
+                r["framework"],
+                fmt_num(r["epoch_s"]),
+                "-" if acc is None else f"{acc:.4f}",
+                fmt_num(steps / r["epoch_s"]) if steps else "-",
+                vs,
+            ]
+        )
+    headers = ["model", "device", "framework", "epoch s", "valid acc", "steps/s", "x torch"]
+    return (
+        f"MNIST, {mnist_settings(d)}\n"
+        + device_line(path, d, doc_dir)
+        + "\n"
+        + format_table(headers, table, "lll" + "r" * 4)
+        + "\nepoch s: median seconds per training epoch after the first (validation excluded). "
+        "valid acc: validation accuracy after the last epoch. x torch: eager PyTorch's epoch "
+        "time over this row's (above 1: faster than eager PyTorch). gpumat: the executor's "
+        "defaults (fusion, compiled steps, CUDA graphs on a GPU); torch-compile: "
+        "`torch.compile` of the forward and loss.\n"
+    )
+
+
+def block_distributed_summary(runs, doc_dir: Path) -> str:
+    """docs/distributed.md's table: the latest data-parallel run, with one device line."""
+    chosen = [(f, d) for f, d in select(runs, False, False) if d["benchmark"] == "distributed"]
+    if not chosen:
+        return "No data-parallel run in `benchmarks/results/` yet.\n"
+    path, d = chosen[0]
+    s = d.get("settings", {})
+    return (
+        f"MNIST {s.get('model')}, global batch {s.get('batch_size')}, lr {s.get('lr')}, "
+        f"{s.get('epochs')} epochs; {_mpi_name(s)}.\n"
+        + device_line(path, d, doc_dir)
+        + "\n"
+        + distributed_table(d.get("runs", []))
+        + "\n"
+        + DISTRIBUTED_LEGEND
+    )
+
+
+def _block_sections(kind: str):
+    def block(runs, doc_dir: Path) -> str:
+        body = {
+            "ops": lambda f, d: ops_section(f, d, DEFAULT_GROUPS),
+            "mnist": mnist_section,
+            "distributed": distributed_section,
+        }[kind]
+        text = _sections(select(runs, False, False), kind, body)
+        return text or f"No `{kind}` run in `benchmarks/results/` yet.\n"
+
+    block.__doc__ = f"benchmarks/README.md's ``{kind}`` tables: the latest run of each kind."
+    return block
+
+
+BLOCKS: dict[str, Callable[[list, Path], str]] = {
+    "mnist-summary": block_mnist_summary,
+    "distributed-summary": block_distributed_summary,
+    "ops": _block_sections("ops"),
+    "mnist": _block_sections("mnist"),
+    "distributed": _block_sections("distributed"),
+}
+
+_BEGIN = re.compile(r"<!-- make_table: ([\w-]+)\b[^\n]*?-->\n")
+_END = "<!-- /make_table: {} -->"
+BEGIN_MARKER = (
+    "<!-- make_table: {} (generated from benchmarks/results by benchmarks/make_table.py --write;"
+    " do not edit) -->"
+)
+
+
+def doc_files(root: Path = REPO_ROOT) -> list[Path]:
+    """The markdown files that may hold generated blocks."""
+    return [root / "README.md", root / "benchmarks" / "README.md", *sorted(root.glob("docs/*.md"))]
+
+
+def render(text: str, doc_path: Path, runs) -> tuple[str, list[str]]:
+    """``text`` with every generated block rebuilt from ``runs``; also the blocks' names.
+
+    Raises:
+        ValueError: an unknown block name, or a begin marker without its end marker.
+    """
+    out, names, pos = [], [], 0
+    for m in _BEGIN.finditer(text):
+        if m.start() < pos:
+            raise ValueError(f"{doc_path}: make_table block {m.group(1)!r} is nested in another")
+        name = m.group(1)
+        if name not in BLOCKS:
+            raise ValueError(
+                f"{doc_path}: unknown make_table block {name!r} (known: {', '.join(BLOCKS)})"
+            )
+        end = text.find(_END.format(name), m.end())
+        if end < 0:
+            raise ValueError(f"{doc_path}: make_table block {name!r} has no {_END.format(name)}")
+        out += [text[pos : m.start()], BEGIN_MARKER.format(name), "\n"]
+        out.append(BLOCKS[name](runs, doc_path.parent))
+        pos = end
+        names.append(name)
+    out.append(text[pos:])
+    return "".join(out), names
+
+
+def stale_blocks(paths: list[Path], runs) -> list[str]:
+    """'file: block' for every generated block whose committed text differs from the ledger's."""
+    stale = []
+    for path in paths:
+        if not path.exists():
+            continue
+        text = path.read_text()
+        new, _ = render(text, path, runs)
+        if new == text:
+            continue
+        committed = dict(_split_blocks(text))
+        names = [name for name, body in _split_blocks(new) if committed.get(name) != body]
+        stale += [f"{_rel(path)}: {name}" for name in names or ["marker lines"]]
+    return stale
+
+
+def _split_blocks(text: str):
+    for m in _BEGIN.finditer(text):
+        end = text.find(_END.format(m.group(1)), m.end())
+        yield m.group(1), text[m.end() : end]
+
+
+def write_docs(paths: list[Path], runs) -> list[Path]:
+    """Rewrites the generated blocks of ``paths``; returns the files that changed."""
+    changed = []
+    for path in paths:
+        if not path.exists():
+            continue
+        text = path.read_text()
+        new, _ = render(text, path, runs)
+        if new != text:
+            path.write_text(new)
+            changed.append(path)
+    return changed
 
 
 def main(argv=None) -> int:
@@ -148,11 +428,26 @@ def main(argv=None) -> int:
     p.add_argument(
         "--out", type=Path, default=None, help="write the markdown here (default stdout)"
     )
-    p.add_argument("--all", action="store_true", help="every run, not only the latest per device")
+    p.add_argument("--all", action="store_true", help="every run, not only the latest per kind")
     p.add_argument("--include-quick", action="store_true", help="include quick (smoke) runs")
     p.add_argument("--groups", default="mnist,large", help="bench_ops groups to show")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the docs' generated blocks")
+    mode.add_argument("--check", action="store_true", help="exit 1 if a generated block is stale")
     args = p.parse_args(argv)
-    runs = select(load_runs(args.paths or [RESULTS_DIR]), args.include_quick, args.all)
+    loaded = load_runs(args.paths or [RESULTS_DIR])
+    if args.write or args.check:
+        if args.paths or args.out or args.all or args.include_quick:
+            p.error("--write and --check always read benchmarks/results and print nothing else")
+        if args.write:
+            for path in write_docs(doc_files(), loaded):
+                print(f"rewrote the generated tables of {_rel(path)}", file=sys.stderr)
+            return 0
+        stale = stale_blocks(doc_files(), loaded)
+        for s in stale:
+            print(f"stale: {s} (run python3 benchmarks/make_table.py --write)", file=sys.stderr)
+        return 1 if stale else 0
+    runs = select(loaded, args.include_quick, args.all)
     text = build(runs, {g.strip() for g in args.groups.split(",")})
     if args.out:
         args.out.write_text(text)

@@ -1,12 +1,12 @@
-"""Train the seed assignment's MNIST models with gpumat and report time and accuracy.
+"""Train the dlsys course's MNIST models with gpumat and report time and accuracy.
 
     python examples/mnist.py -m mlp -c cpu -e 10 -l --plot mnist.png
 
-Flags follow the seed's ``mnist_dlsys.py``: ``-m`` model (``logreg``, ``mlp``, ``cnn``, any model
+Flags follow the course's ``mnist_dlsys.py``: ``-m`` model (``logreg``, ``mlp``, ``cnn``, any model
 registered in ``gpumat.models.BUILDERS``, or ``all``), ``-c`` backend (``numpy``, ``cpu``,
 ``gpu``), ``-e`` epochs (10), ``-l`` print the loss each epoch. Each model trains with its
 recommended recipe (``Model.optimizer``, ``batch_size``, ``shuffle``, ``lr_schedule``): for logreg
-and mlp the seed's, batches of 1000 in order and SGD with lr 1.0 (the seed's 1e-3 with our
+and mlp the course's, batches of 1000 in order and SGD with lr 1.0 (the dlsys course's 1e-3 with our
 1/N-scaled loss gradient, see ``gpumat.train``); for cnn Adam with a step decay, batches of 64,
 shuffled. ``--lr`` forces plain SGD, ``--batch-size`` another batch size. ``--dropout P`` adds
 inverted dropout (mlp: after each hidden ReLU; cnn: before the dense layer), on only in training.

@@ -8,7 +8,7 @@ DTypeError -> TypeError, OutOfMemory -> MemoryError, CudaError -> gpumat.CudaErr
 Devices are passed as (kind, index) with kind 0 = host, 1 = CUDA, 2 = the emulated CUDA device.
 """
 
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libcpp.vector cimport vector
 
 import numpy as np
@@ -241,6 +241,31 @@ cdef class PyGpuMatrix:
         _require(self, "is_view", "self")
         return not self.mat.owns_data()
 
+    def shares_memory(self, PyGpuMatrix other not None):
+        """True when this array and ``other`` have elements in common: the same device and
+        intersecting element ranges (a reshape view of one array, or DLPack imports of overlapping
+        memory). Empty arrays share nothing. Raises ValueError for an object that holds no array."""
+        _require(self, "shares_memory", "self")
+        _require(other, "shares_memory", "other")
+        if self.mat.size() == 0 or other.mat.size() == 0:
+            return False
+        cdef Device da = self.mat.device()
+        cdef Device db = other.mat.device()
+        if da.kind != db.kind or da.index != db.index:
+            return False
+        cdef uintptr_t a0 = <uintptr_t>self.mat.data()
+        cdef uintptr_t b0 = <uintptr_t>other.mat.data()
+        return a0 < b0 + <uintptr_t>other.mat.nbytes() and b0 < a0 + <uintptr_t>self.mat.nbytes()
+
+    def _address_range(self):
+        """(first byte, one past the last byte) of the elements, as ints; (0, 0) when empty. For
+        the executor's check that a fed array is not one of its own buffers."""
+        _require(self, "_address_range", "self")
+        if self.mat.size() == 0:
+            return (0, 0)
+        cdef uintptr_t a0 = <uintptr_t>self.mat.data()
+        return (a0, a0 + <uintptr_t>self.mat.nbytes())
+
     @property
     def shape(self):
         """The shape, a tuple of ints."""
@@ -310,7 +335,7 @@ cdef class PyGpuMatrix:
         self._copy_from_numpy(src)
 
     def copyto(self, target):
-        """Copies this array into ``target`` and returns it (the seed's ``NDArray.copyto``).
+        """Copies this array into ``target`` and returns it (the dlsys course's ``NDArray.copyto``).
 
         ``target`` is a PyGpuMatrix of the same shape (on any device), or a gpumat.Context, in
         which case a new array is made there. Raises ValueError for a shape mismatch, TypeError
@@ -334,7 +359,7 @@ cdef class PyGpuMatrix:
 
         ``value`` is a numpy array (or array-like) of this array's shape, a PyGpuMatrix of this
         shape, or a real number (every element set to it). Only the whole-array slice is
-        supported (the seed's NDArray rule): any other key raises IndexError.
+        supported (the dlsys course's NDArray rule): any other key raises IndexError.
         """
         _require(self, "__setitem__", "self")
         whole = key is Ellipsis or (
@@ -402,9 +427,13 @@ cdef class PyGpuMatrix:
             A PyCapsule over a float32 row-major tensor with explicit strides.
 
         Raises:
+            TypeError: an argument of the wrong type: max_version or dl_device not a pair of
+                ints, stream not an int, copy not a bool or None.
+            ValueError: a malformed value (a pair without two entries, a negative version, a
+                number that is no DLPack device type, a negative device id, stream 0 or below
+                -1, any stream for a CPU array), or a PyGpuMatrix that holds no array.
             BufferError: a device that cannot be exported to, or copy=False where a copy is
-                needed. ValueError: an invalid stream, or a PyGpuMatrix that holds no array.
-            TypeError: a stream that is not an int.
+                needed.
         """
         return _dlpack_export(self, stream, max_version, dl_device, copy)
 
@@ -554,513 +583,26 @@ cdef class PyGpuMatrix:
 
 
 # ------------------------------------------------------------------------------------ ops
-# Thin: argument types are checked by Cython (TypeError), everything else in C++.
-
-def array_set_(PyGpuMatrix arr not None, float value):
-    _require(arr, "array_set", "arr")
-    with nogil:
-        array_set(arr.mat[0], value)
-
-
-def broadcast_to_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "broadcast_to", "a")
-    _require(out, "broadcast_to", "out")
-    with nogil:
-        broadcast_to(a.mat[0], out.mat[0])
-
-
-def reduce_sum_axis_zero_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "reduce_sum_axis_zero", "a")
-    _require(out, "reduce_sum_axis_zero", "out")
-    with nogil:
-        reduce_sum_axis_zero(a.mat[0], out.mat[0])
-
-
-def add_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
-    _require(a, "add", "a")
-    _require(b, "add", "b")
-    _require(out, "add", "out")
-    with nogil:
-        add(a.mat[0], b.mat[0], out.mat[0])
-
-
-def multiply_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
-    _require(a, "multiply", "a")
-    _require(b, "multiply", "b")
-    _require(out, "multiply", "out")
-    with nogil:
-        multiply(a.mat[0], b.mat[0], out.mat[0])
-
-
-def add_const_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
-    _require(a, "add_const", "a")
-    _require(out, "add_const", "out")
-    with nogil:
-        add_const(a.mat[0], value, out.mat[0])
-
-
-def multiply_const_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
-    _require(a, "multiply_const", "a")
-    _require(out, "multiply_const", "out")
-    with nogil:
-        multiply_const(a.mat[0], value, out.mat[0])
-
-
-def matmul_(PyGpuMatrix a not None, bint trans_a, PyGpuMatrix b not None, bint trans_b,
-            PyGpuMatrix c not None):
-    _require(a, "matmul", "a")
-    _require(b, "matmul", "b")
-    _require(c, "matmul", "c")
-    with nogil:
-        matmul(a.mat[0], trans_a, b.mat[0], trans_b, c.mat[0])
-
-
-def relu_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "relu", "a")
-    _require(out, "relu", "out")
-    with nogil:
-        relu(a.mat[0], out.mat[0])
-
-
-def relu_gradient_(PyGpuMatrix a not None, PyGpuMatrix grad not None, PyGpuMatrix out not None):
-    _require(a, "relu_gradient", "a")
-    _require(grad, "relu_gradient", "grad")
-    _require(out, "relu_gradient", "out")
-    with nogil:
-        relu_gradient(a.mat[0], grad.mat[0], out.mat[0])
-
-
-def softmax_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "softmax", "a")
-    _require(out, "softmax", "out")
-    with nogil:
-        softmax(a.mat[0], out.mat[0])
-
-
-def softmax_cross_entropy_(PyGpuMatrix logits not None, PyGpuMatrix labels not None,
-                           PyGpuMatrix out not None):
-    _require(logits, "softmax_cross_entropy", "logits")
-    _require(labels, "softmax_cross_entropy", "labels")
-    _require(out, "softmax_cross_entropy", "out")
-    with nogil:
-        softmax_cross_entropy(logits.mat[0], labels.mat[0], out.mat[0])
-
-
-def transpose_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "transpose", "a")
-    _require(out, "transpose", "out")
-    with nogil:
-        transpose(a.mat[0], out.mat[0])
-
-
-def random_uniform_(PyGpuMatrix out not None, float low, float high, uint64_t seed):
-    _require(out, "random_uniform", "out")
-    with nogil:
-        random_uniform(out.mat[0], low, high, seed)
-
-
-def random_normal_(PyGpuMatrix out not None, float mean, float stddev, uint64_t seed):
-    _require(out, "random_normal", "out")
-    with nogil:
-        random_normal(out.mat[0], mean, stddev, seed)
-
-
-def axpy_(float alpha, PyGpuMatrix x not None, PyGpuMatrix y not None):
-    _require(x, "axpy", "x")
-    _require(y, "axpy", "y")
-    with nogil:
-        axpy(alpha, x.mat[0], y.mat[0])
-
-
-def copy_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
-    _require(src, "copy", "src")
-    _require(dst, "copy", "dst")
-    with nogil:
-        copy(src.mat[0], dst.mat[0])
-
-
-def reshape_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
-    _require(src, "reshape", "src")
-    _require(dst, "reshape", "dst")
-    with nogil:
-        reshape(src.mat[0], dst.mat[0])
-
-
-# Convolution: strides and paddings arrive as (h, w) ints; conv1d's as one int each.
-
-def conv2d_(PyGpuMatrix x not None, PyGpuMatrix w not None, PyGpuMatrix y not None,
-            int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w):
-    _require(x, "conv2d", "x")
-    _require(w, "conv2d", "w")
-    _require(y, "conv2d", "y")
-    with nogil:
-        conv2d(x.mat[0], w.mat[0], y.mat[0], stride_h, stride_w, pad_h, pad_w)
-
-
-def conv2d_gradient_input_(PyGpuMatrix dy not None, PyGpuMatrix w not None,
-                           PyGpuMatrix dx not None, int64_t stride_h, int64_t stride_w,
-                           int64_t pad_h, int64_t pad_w):
-    _require(dy, "conv2d_gradient_input", "dy")
-    _require(w, "conv2d_gradient_input", "w")
-    _require(dx, "conv2d_gradient_input", "dx")
-    with nogil:
-        conv2d_gradient_input(dy.mat[0], w.mat[0], dx.mat[0], stride_h, stride_w, pad_h, pad_w)
-
-
-def conv2d_gradient_filter_(PyGpuMatrix x not None, PyGpuMatrix dy not None,
-                            PyGpuMatrix dw not None, int64_t stride_h, int64_t stride_w,
-                            int64_t pad_h, int64_t pad_w):
-    _require(x, "conv2d_gradient_filter", "x")
-    _require(dy, "conv2d_gradient_filter", "dy")
-    _require(dw, "conv2d_gradient_filter", "dw")
-    with nogil:
-        conv2d_gradient_filter(x.mat[0], dy.mat[0], dw.mat[0], stride_h, stride_w, pad_h, pad_w)
-
-
-def conv1d_(PyGpuMatrix x not None, PyGpuMatrix w not None, PyGpuMatrix y not None,
-            int64_t stride, int64_t pad):
-    _require(x, "conv1d", "x")
-    _require(w, "conv1d", "w")
-    _require(y, "conv1d", "y")
-    with nogil:
-        conv1d(x.mat[0], w.mat[0], y.mat[0], stride, pad)
-
-
-def conv1d_gradient_input_(PyGpuMatrix dy not None, PyGpuMatrix w not None,
-                           PyGpuMatrix dx not None, int64_t stride, int64_t pad):
-    _require(dy, "conv1d_gradient_input", "dy")
-    _require(w, "conv1d_gradient_input", "w")
-    _require(dx, "conv1d_gradient_input", "dx")
-    with nogil:
-        conv1d_gradient_input(dy.mat[0], w.mat[0], dx.mat[0], stride, pad)
-
-
-def conv1d_gradient_filter_(PyGpuMatrix x not None, PyGpuMatrix dy not None,
-                            PyGpuMatrix dw not None, int64_t stride, int64_t pad):
-    _require(x, "conv1d_gradient_filter", "x")
-    _require(dy, "conv1d_gradient_filter", "dy")
-    _require(dw, "conv1d_gradient_filter", "dw")
-    with nogil:
-        conv1d_gradient_filter(x.mat[0], dy.mat[0], dw.mat[0], stride, pad)
-
-
-def set_conv_workspace_limit_(int64_t nbytes):
-    return set_conv_workspace_limit(nbytes)
-
-
-def add_channel_bias_(PyGpuMatrix a not None, PyGpuMatrix bias not None,
-                      PyGpuMatrix out not None):
-    _require(a, "add_channel_bias", "a")
-    _require(bias, "add_channel_bias", "bias")
-    _require(out, "add_channel_bias", "out")
-    with nogil:
-        add_channel_bias(a.mat[0], bias.mat[0], out.mat[0])
-
-
-def reduce_sum_channels_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "reduce_sum_channels", "a")
-    _require(out, "reduce_sum_channels", "out")
-    with nogil:
-        reduce_sum_channels(a.mat[0], out.mat[0])
-
-
-# Pooling: kernel, stride and padding arrive as (h, w) ints.
-
-def max_pool2d_(PyGpuMatrix x not None, PyGpuMatrix y not None, int64_t kernel_h,
-                int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-                int64_t pad_w):
-    _require(x, "max_pool2d", "x")
-    _require(y, "max_pool2d", "y")
-    with nogil:
-        max_pool2d(x.mat[0], y.mat[0], kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)
-
-
-def max_pool2d_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None,
-                         PyGpuMatrix dx not None, int64_t kernel_h, int64_t kernel_w,
-                         int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w):
-    _require(x, "max_pool2d_gradient", "x")
-    _require(dy, "max_pool2d_gradient", "dy")
-    _require(dx, "max_pool2d_gradient", "dx")
-    with nogil:
-        max_pool2d_gradient(x.mat[0], dy.mat[0], dx.mat[0], kernel_h, kernel_w, stride_h,
-                            stride_w, pad_h, pad_w)
-
-
-def avg_pool2d_(PyGpuMatrix x not None, PyGpuMatrix y not None, int64_t kernel_h,
-                int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-                int64_t pad_w):
-    _require(x, "avg_pool2d", "x")
-    _require(y, "avg_pool2d", "y")
-    with nogil:
-        avg_pool2d(x.mat[0], y.mat[0], kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)
-
-
-def avg_pool2d_gradient_(PyGpuMatrix dy not None, PyGpuMatrix dx not None, int64_t kernel_h,
-                         int64_t kernel_w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
-                         int64_t pad_w):
-    _require(dy, "avg_pool2d_gradient", "dy")
-    _require(dx, "avg_pool2d_gradient", "dx")
-    with nogil:
-        avg_pool2d_gradient(dy.mat[0], dx.mat[0], kernel_h, kernel_w, stride_h, stride_w, pad_h,
-                            pad_w)
-
-
-# Regression losses and the optimizer.
-
-def mse_loss_(PyGpuMatrix pred not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
-    _require(pred, "mse_loss", "pred")
-    _require(target, "mse_loss", "target")
-    _require(out, "mse_loss", "out")
-    with nogil:
-        mse_loss(pred.mat[0], target.mat[0], out.mat[0])
-
-
-def mae_loss_(PyGpuMatrix pred not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
-    _require(pred, "mae_loss", "pred")
-    _require(target, "mae_loss", "target")
-    _require(out, "mae_loss", "out")
-    with nogil:
-        mae_loss(pred.mat[0], target.mat[0], out.mat[0])
-
-
-def mse_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
-                       PyGpuMatrix dloss not None, PyGpuMatrix out not None):
-    _require(pred, "mse_loss_gradient", "pred")
-    _require(target, "mse_loss_gradient", "target")
-    _require(dloss, "mse_loss_gradient", "dloss")
-    _require(out, "mse_loss_gradient", "out")
-    with nogil:
-        mse_loss_gradient(pred.mat[0], target.mat[0], dloss.mat[0], out.mat[0])
-
-
-def mae_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
-                       PyGpuMatrix dloss not None, PyGpuMatrix out not None):
-    _require(pred, "mae_loss_gradient", "pred")
-    _require(target, "mae_loss_gradient", "target")
-    _require(dloss, "mae_loss_gradient", "dloss")
-    _require(out, "mae_loss_gradient", "out")
-    with nogil:
-        mae_loss_gradient(pred.mat[0], target.mat[0], dloss.mat[0], out.mat[0])
-
-
-def adam_update_(PyGpuMatrix param not None, PyGpuMatrix grad not None, PyGpuMatrix m not None,
-                 PyGpuMatrix v not None, float lr, float beta1, float beta2, float eps,
-                 int64_t step):
-    _require(param, "adam_update", "param")
-    _require(grad, "adam_update", "grad")
-    _require(m, "adam_update", "m")
-    _require(v, "adam_update", "v")
-    with nogil:
-        adam_update(param.mat[0], grad.mat[0], m.mat[0], v.mat[0], lr, beta1, beta2, eps, step)
-
-
-# Fused ops (issue 16).
-
-def matmul_bias_(PyGpuMatrix a not None, bint trans_a, PyGpuMatrix b not None, bint trans_b,
-                 PyGpuMatrix bias not None, PyGpuMatrix c not None, bint relu):
-    _require(a, "matmul_bias", "a")
-    _require(b, "matmul_bias", "b")
-    _require(bias, "matmul_bias", "bias")
-    _require(c, "matmul_bias", "c")
-    with nogil:
-        matmul_bias(a.mat[0], trans_a, b.mat[0], trans_b, bias.mat[0], c.mat[0], relu)
-
-
-def relu_bias_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix dz not None,
-                        PyGpuMatrix dbias not None):
-    _require(y, "relu_bias_gradient", "y")
-    _require(dy, "relu_bias_gradient", "dy")
-    _require(dz, "relu_bias_gradient", "dz")
-    _require(dbias, "relu_bias_gradient", "dbias")
-    with nogil:
-        relu_bias_gradient(y.mat[0], dy.mat[0], dz.mat[0], dbias.mat[0])
-
-
-def softmax_cross_entropy_with_gradient_(PyGpuMatrix logits not None, PyGpuMatrix labels not None,
-                                         PyGpuMatrix loss not None, PyGpuMatrix grad not None):
-    cdef str op = "softmax_cross_entropy_with_gradient"
-    _require(logits, op, "logits")
-    _require(labels, op, "labels")
-    _require(loss, op, "loss")
-    _require(grad, op, "grad")
-    with nogil:
-        softmax_cross_entropy_with_gradient(logits.mat[0], labels.mat[0], loss.mat[0], grad.mat[0])
-
-
-cdef vector[GpuMatrix*] _array_list(list arrays, str op, str what) except *:
-    # The GpuMatrix pointers of a list of PyGpuMatrix; TypeError/ValueError naming the element.
-    cdef vector[GpuMatrix*] out
-    cdef PyGpuMatrix x
-    for i, obj in enumerate(arrays):
-        if not isinstance(obj, PyGpuMatrix):
-            raise TypeError(f"{op}: {what} {i} is a {type(obj).__name__}, expected PyGpuMatrix")
-        x = obj
-        _require(x, op, f"{what} {i}")
-        out.push_back(x.mat)
-    return out
-
-
-cdef vector[const GpuMatrix*] _const_array_list(list arrays, str op, str what) except *:
-    cdef vector[GpuMatrix*] mats = _array_list(arrays, op, what)
-    cdef vector[const GpuMatrix*] out
-    for m in mats:
-        out.push_back(m)
-    return out
-
-
-def sgd_update_(list params not None, list grads not None, float lr):
-    cdef vector[GpuMatrix*] p = _array_list(params, "sgd_update", "parameter")
-    cdef vector[const GpuMatrix*] g = _const_array_list(grads, "sgd_update", "gradient")
-    with nogil:
-        sgd_update(p, g, lr)
-
-
-def momentum_sgd_update_(list params not None, list grads not None, list velocities not None,
-                         float lr, float momentum):
-    cdef str op = "momentum_sgd_update"
-    cdef vector[GpuMatrix*] p = _array_list(params, op, "parameter")
-    cdef vector[const GpuMatrix*] g = _const_array_list(grads, op, "gradient")
-    cdef vector[GpuMatrix*] v = _array_list(velocities, op, "velocity")
-    with nogil:
-        momentum_sgd_update(p, g, v, lr, momentum)
-
-
-def adam_update_multi_(list params not None, list grads not None, list m not None,
-                       list v not None, float lr, float beta1, float beta2, float eps,
-                       int64_t step):
-    cdef str op = "adam_update_multi"
-    cdef vector[GpuMatrix*] p = _array_list(params, op, "parameter")
-    cdef vector[const GpuMatrix*] g = _const_array_list(grads, op, "gradient")
-    cdef vector[GpuMatrix*] pm = _array_list(m, op, "m")
-    cdef vector[GpuMatrix*] pv = _array_list(v, op, "v")
-    with nogil:
-        adam_update_multi(p, g, pm, pv, lr, beta1, beta2, eps, step)
-
+# Thin: argument types are checked by Cython (TypeError), everything else in C++. One .pxi per
+# kernel family, named as extensions/src/{ops,cuda,host}/<family>.* are.
+
+include "_core_ops/elementwise.pxi"
+include "_core_ops/activation.pxi"
+include "_core_ops/layout.pxi"
+include "_core_ops/reduce.pxi"
+include "_core_ops/matmul.pxi"
+include "_core_ops/softmax.pxi"
+include "_core_ops/loss.pxi"
+include "_core_ops/conv.pxi"
+include "_core_ops/pool.pxi"
+include "_core_ops/random.pxi"
+include "_core_ops/optim.pxi"
+
+
+# Op counting (extensions/src/ops/checks.cpp).
 
 def op_count_(int kind, int index):
     return op_count(make_device(kind, index))
-
-
-# Layers (issue 11): softmax along an axis, NLL, activations, dropout, axis reductions.
-
-def softmax_axis_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
-    _require(a, "softmax", "a")
-    _require(out, "softmax", "out")
-    with nogil:
-        softmax_axis(a.mat[0], out.mat[0], axis)
-
-
-def log_softmax_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
-    _require(a, "log_softmax", "a")
-    _require(out, "log_softmax", "out")
-    with nogil:
-        log_softmax(a.mat[0], out.mat[0], axis)
-
-
-def softmax_axis_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
-    _require(y, "softmax_gradient", "y")
-    _require(dy, "softmax_gradient", "dy")
-    _require(out, "softmax_gradient", "out")
-    with nogil:
-        softmax_axis_gradient(y.mat[0], dy.mat[0], out.mat[0], axis)
-
-
-def log_softmax_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
-    _require(y, "log_softmax_gradient", "y")
-    _require(dy, "log_softmax_gradient", "dy")
-    _require(out, "log_softmax_gradient", "out")
-    with nogil:
-        log_softmax_gradient(y.mat[0], dy.mat[0], out.mat[0], axis)
-
-
-def nll_loss_(PyGpuMatrix log_probs not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
-    _require(log_probs, "nll_loss", "log_probs")
-    _require(target, "nll_loss", "target")
-    _require(out, "nll_loss", "out")
-    with nogil:
-        nll_loss(log_probs.mat[0], target.mat[0], out.mat[0])
-
-
-def nll_loss_gradient_(PyGpuMatrix target not None, PyGpuMatrix dloss not None, PyGpuMatrix out not None):
-    _require(target, "nll_loss_gradient", "target")
-    _require(dloss, "nll_loss_gradient", "dloss")
-    _require(out, "nll_loss_gradient", "out")
-    with nogil:
-        nll_loss_gradient(target.mat[0], dloss.mat[0], out.mat[0])
-
-
-def tanh_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "tanh", "a")
-    _require(out, "tanh", "out")
-    with nogil:
-        tanh(a.mat[0], out.mat[0])
-
-
-def sigmoid_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "sigmoid", "a")
-    _require(out, "sigmoid", "out")
-    with nogil:
-        sigmoid(a.mat[0], out.mat[0])
-
-
-def tanh_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None):
-    _require(y, "tanh_gradient", "y")
-    _require(dy, "tanh_gradient", "dy")
-    _require(out, "tanh_gradient", "out")
-    with nogil:
-        tanh_gradient(y.mat[0], dy.mat[0], out.mat[0])
-
-
-def sigmoid_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None):
-    _require(y, "sigmoid_gradient", "y")
-    _require(dy, "sigmoid_gradient", "dy")
-    _require(out, "sigmoid_gradient", "out")
-    with nogil:
-        sigmoid_gradient(y.mat[0], dy.mat[0], out.mat[0])
-
-
-def dropout_(PyGpuMatrix a not None, PyGpuMatrix out not None, float p, uint64_t seed):
-    _require(a, "dropout", "a")
-    _require(out, "dropout", "out")
-    with nogil:
-        dropout(a.mat[0], out.mat[0], p, seed)
-
-
-def reduce_sum_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
-    _require(a, "reduce_sum", "a")
-    _require(out, "reduce_sum", "out")
-    with nogil:
-        reduce_sum(a.mat[0], out.mat[0], axis)
-
-
-def reduce_mean_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
-    _require(a, "reduce_mean", "a")
-    _require(out, "reduce_mean", "out")
-    with nogil:
-        reduce_mean(a.mat[0], out.mat[0], axis)
-
-
-def reduce_max_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
-    _require(a, "reduce_max", "a")
-    _require(out, "reduce_max", "out")
-    with nogil:
-        reduce_max(a.mat[0], out.mat[0], axis)
-
-
-def broadcast_axis_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis, float scale):
-    _require(a, "broadcast_axis", "a")
-    _require(out, "broadcast_axis", "out")
-    with nogil:
-        broadcast_axis(a.mat[0], out.mat[0], axis, scale)
-
-
-def reduce_max_gradient_(PyGpuMatrix x not None, PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
-    _require(x, "reduce_max_gradient", "x")
-    _require(y, "reduce_max_gradient", "y")
-    _require(dy, "reduce_max_gradient", "dy")
-    _require(out, "reduce_max_gradient", "out")
-    with nogil:
-        reduce_max_gradient(x.mat[0], y.mat[0], dy.mat[0], out.mat[0], axis)
 
 
 # ------------------------------------------------------------------------- DLPack and CUDA interop

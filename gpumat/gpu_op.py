@@ -1,4 +1,4 @@
-"""The seed assignment's ``gpu_op`` module: the same functions as :mod:`gpumat.ops`."""
+"""The dlsys course's ``gpu_op`` name for :mod:`gpumat.ops` (a face: it only re-exports)."""
 
-from .ops import *  # noqa: F403
-from .ops import __all__  # noqa: F401
+from gpumat.ops import *  # noqa: F403
+from gpumat.ops import __all__  # noqa: F401

@@ -1,4 +1,4 @@
-"""Model builders for MNIST: the seed assignment's logistic regression and 3-layer MLP.
+"""Model builders for MNIST: the dlsys course's logistic regression and 3-layer MLP.
 
 A builder returns a :class:`Model`: the graph (input and label placeholders, logits, loss, gradient
 nodes) plus the parameters' initial values, drawn once with numpy from a fixed seed so that every
@@ -7,13 +7,13 @@ backend (numpy, ``gpumat.cpu()``, ``gpumat.gpu(i)``) starts from the same number
 builders for other architectures (a CNN with 4-D inputs and parameters, for instance) only need to
 fill in the same fields and register themselves in :data:`BUILDERS`.
 
-Sources: the architectures and initialisations are the seed's ``mnist_dlsys.py`` (UW CSE599G1
-"dlsys" assignment 2): logistic regression 784 -> 10 with zero weights and biases; MLP
+Sources: the architectures and initialisations are the dlsys course's ``mnist_dlsys.py`` (UW
+CSE599G1 "dlsys" assignment 2): logistic regression 784 -> 10 with zero weights and biases; MLP
 784 -> 256 -> 100 -> 10 with ReLU after the two hidden layers and every weight and bias drawn from
 N(0, 0.1**2), drawn with ``np.random.RandomState(123)`` in the order W1, W2, W3, b1, b2, b3, as
-the seed does: the MLP starts from the seed's own initial values (rounded to float32), so with the
-equivalent learning rate (``gpumat.train``) it retraces the seed's run. The legacy ``RandomState``
-is used on purpose: its stream is frozen by numpy's compatibility policy (NEP 19).
+the course does: the MLP starts from the course's own initial values (rounded to float32), so with
+the equivalent learning rate (``gpumat.train``) it retraces the course's run. The legacy
+``RandomState`` is used on purpose: its stream is frozen by numpy's compatibility policy (NEP 19).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gpumat import autodiff as ad
-from gpumat import optim
+from gpumat import graph, optim
+from gpumat.arrays import array
 
 __all__ = ["BUILDERS", "Model", "cnn", "logreg", "mlp"]
 
@@ -32,7 +32,7 @@ __all__ = ["BUILDERS", "Model", "cnn", "logreg", "mlp"]
 NUM_PIXELS = 28 * 28
 NUM_CLASSES = 10
 
-# The seed's seed for the MLP's random initialisation.
+# The dlsys course's seed for the MLP's random initialisation.
 DEFAULT_SEED = 123
 
 
@@ -60,9 +60,9 @@ class Model:
             SGD with ``gpumat.train.DEFAULT_LR``. :func:`gpumat.train.fit` uses it unless given
             an ``lr`` or an ``optimizer`` of its own.
         batch_size: the recommended training batch size; ``None`` means
-            ``gpumat.train.DEFAULT_BATCH_SIZE`` (1000, the seed's).
+            ``gpumat.train.DEFAULT_BATCH_SIZE`` (1000, the dlsys course's).
         shuffle: whether training should visit the samples in a new random order each epoch
-            (``None``: in order, as the seed does).
+            (``None``: in order, as the dlsys course does).
         lr_schedule: ``epoch -> factor`` (epochs counted from 0) applied to the recommended
             optimizer's initial ``lr`` at the start of each epoch, e.g. a step decay; ``None``
             keeps the rate constant. Used only with the recommended optimizer.
@@ -72,15 +72,15 @@ class Model:
     """
 
     name: str
-    x: ad.Node
-    y_: ad.Node
-    logits: ad.Node
-    loss: ad.Node
-    params: dict[str, ad.Node]
+    x: graph.Node
+    y_: graph.Node
+    logits: graph.Node
+    loss: graph.Node
+    params: dict[str, graph.Node]
     initial_values: dict[str, np.ndarray]
     input_shape: tuple[int, ...] = (NUM_PIXELS,)
     num_classes: int = NUM_CLASSES
-    grads: list[ad.Node] = dataclasses.field(default_factory=list)
+    grads: list[graph.Node] = dataclasses.field(default_factory=list)
     optimizer: Callable[[list], object] | None = None
     batch_size: int | None = None
     shuffle: bool | None = None
@@ -97,7 +97,7 @@ class Model:
         }
         self.input_shape = tuple(int(d) for d in self.input_shape)
         if not self.grads:
-            self.grads = ad.gradients(self.loss, list(self.params.values()))
+            self.grads = graph.gradients(self.loss, list(self.params.values()))
 
     def init_params(self, ctx=None) -> dict:
         """Fresh copies of the initial parameter values.
@@ -115,9 +115,7 @@ class Model:
         """
         if ctx is None:
             return {k: v.copy() for k, v in self.initial_values.items()}
-        import gpumat
-
-        return {k: gpumat.array(v, ctx) for k, v in self.initial_values.items()}
+        return {k: array(v, ctx) for k, v in self.initial_values.items()}
 
     @property
     def num_parameters(self) -> int:
@@ -129,14 +127,14 @@ class Model:
         return f"Model({self.name!r}, params: {shapes}; {self.num_parameters} values)"
 
 
-def _dense(h: ad.Node, W: ad.Node, b: ad.Node) -> ad.Node:  # noqa: N803 (math names)
+def _dense(h: graph.Node, W: graph.Node, b: graph.Node) -> graph.Node:  # noqa: N803 (math names)
     """h @ W + b, the bias broadcast over the batch (explicit, as autodiff requires)."""
-    z = ad.matmul_op(h, W)
-    return z + ad.broadcastto_op(b, z)
+    z = graph.matmul_op(h, W)
+    return z + graph.broadcastto_op(b, z)
 
 
 def logreg(seed: int = DEFAULT_SEED) -> Model:
-    """Multinomial logistic regression, 784 -> 10 (the seed's ``logreg``).
+    """Multinomial logistic regression, 784 -> 10 (the dlsys course's ``logreg``).
 
     ``logits = x @ W1 + b1`` with W1 (784, 10) and b1 (10,), both initialised to zeros (the loss
     is convex, so zeros are fine and make training deterministic). 7,850 parameters.
@@ -145,11 +143,11 @@ def logreg(seed: int = DEFAULT_SEED) -> Model:
         seed: unused (zero init draws nothing); accepted so every builder takes ``seed``.
     """
     del seed
-    x = ad.Variable("x")
-    y_ = ad.Variable("y_")
-    W1, b1 = ad.Variable("W1"), ad.Variable("b1")  # noqa: N806
+    x = graph.Variable("x")
+    y_ = graph.Variable("y_")
+    W1, b1 = graph.Variable("W1"), graph.Variable("b1")  # noqa: N806
     logits = _dense(x, W1, b1)
-    loss = ad.softmaxcrossentropy_op(logits, y_)
+    loss = graph.softmaxcrossentropy_op(logits, y_)
     return Model(
         name="logreg",
         x=x,
@@ -172,14 +170,12 @@ def _check_dropout(builder: str, dropout) -> float:
     return float(dropout)
 
 
-def _maybe_dropout(h: ad.Node, p: float, seed: int, layer: int) -> ad.Node:
+def _maybe_dropout(h: graph.Node, p: float, seed: int, layer: int) -> graph.Node:
     """``dropout_op(h, p)`` with a seed derived from the model's seed and the layer index (so a
     model's masks are reproducible and two layers never share one), or h itself when p == 0."""
     if p == 0.0:
         return h
-    from gpumat import nn
-
-    return nn.dropout_op(h, p, seed=(int(seed) * 1000 + layer) % 2**64)
+    return graph.dropout_op(h, p, seed=(int(seed) * 1000 + layer) % 2**64)
 
 
 def mlp(
@@ -188,19 +184,19 @@ def mlp(
     std: float = 0.1,
     dropout: float = 0.0,
 ) -> Model:
-    """A 3-layer perceptron, 784 -> 256 -> ReLU -> 100 -> ReLU -> 10 (the seed's ``mlp``).
+    """A 3-layer perceptron, 784 -> 256 -> ReLU -> 100 -> ReLU -> 10 (the dlsys course's ``mlp``).
 
     Weights W1 (784, 256), W2 (256, 100), W3 (100, 10) and biases b1 (256,), b2 (100,), b3 (10,)
-    are drawn from N(0, std**2) with ``numpy.random.RandomState(seed)``, in that order (the seed's
-    generator and order: ``seed=123`` gives the seed assignment's initial values).
+    are drawn from N(0, std**2) with ``numpy.random.RandomState(seed)``, in that order (the course's
+    generator and order: ``seed=123`` gives the course's initial values).
     227,670 parameters with the default sizes.
 
     Args:
-        seed: the seed of the initialisation (default 123, the seed's).
+        seed: the seed of the initialisation (default 123, the dlsys course's).
         hidden: the two hidden layer widths.
-        std: the standard deviation of the initial weights and biases (default 0.1, the seed's).
-        dropout: p of an inverted ``gpumat.nn.dropout_op`` after each hidden ReLU (0: none, the
-            seed's model). Active in training only; :func:`gpumat.train.predict` and the
+        std: the standard deviation of the initial weights and biases (default 0.1, the course's).
+        dropout: p of an inverted ``gpumat.graph.dropout_op`` after each hidden ReLU (0: none, the
+            course's model). Active in training only; :func:`gpumat.train.predict` and the
             accuracy evaluations run with dropout off.
 
     Raises:
@@ -208,7 +204,7 @@ def mlp(
     """
     p_drop = _check_dropout("mlp", dropout)
     h1, h2 = (int(h) for h in hidden)
-    rng = np.random.RandomState(seed)  # the seed's generator (module docstring)
+    rng = np.random.RandomState(seed)  # the dlsys course's generator (module docstring)
     shapes = {
         "W1": (NUM_PIXELS, h1),
         "W2": (h1, h2),
@@ -219,13 +215,13 @@ def mlp(
     }
     drawn = {k: rng.normal(scale=std, size=s).astype(np.float32) for k, s in shapes.items()}
 
-    x = ad.Variable("x")
-    y_ = ad.Variable("y_")
-    p = {k: ad.Variable(k) for k in ("W1", "b1", "W2", "b2", "W3", "b3")}
-    a1 = _maybe_dropout(ad.relu_op(_dense(x, p["W1"], p["b1"])), p_drop, seed, 1)
-    a2 = _maybe_dropout(ad.relu_op(_dense(a1, p["W2"], p["b2"])), p_drop, seed, 2)
+    x = graph.Variable("x")
+    y_ = graph.Variable("y_")
+    p = {k: graph.Variable(k) for k in ("W1", "b1", "W2", "b2", "W3", "b3")}
+    a1 = _maybe_dropout(graph.relu_op(_dense(x, p["W1"], p["b1"])), p_drop, seed, 1)
+    a2 = _maybe_dropout(graph.relu_op(_dense(a1, p["W2"], p["b2"])), p_drop, seed, 2)
     logits = _dense(a2, p["W3"], p["b3"])
-    loss = ad.softmaxcrossentropy_op(logits, y_)
+    loss = graph.softmaxcrossentropy_op(logits, y_)
     return Model(
         name="mlp",
         x=x,
@@ -270,15 +266,13 @@ def cnn(
         seed: the seed of the initialisation.
         channels: (C1, C2), the feature maps of the two convolutions.
         kernel_size: k, the side of both convolutions' square filters (odd or even, >= 1).
-        dropout: p of an inverted ``gpumat.nn.dropout_op`` on the flattened features before the
+        dropout: p of an inverted ``gpumat.graph.dropout_op`` on the flattened features before the
             dense layer (0: none). Active in training only.
 
     Raises:
         ValueError: a kernel size or channel count that leaves no pixels or no features.
         TypeError, ValueError: ``dropout`` is not a number in [0, 1).
     """
-    from gpumat import nn
-
     p_drop = _check_dropout("cnn", dropout)
     c1, c2 = (int(c) for c in channels)
     k = int(kernel_size)
@@ -291,7 +285,7 @@ def cnn(
             "(need kernel_size >= 1, channels >= 1, and at least 2x2 pixels after the second conv)"
         )
     features = c2 * (s2 // 2) ** 2
-    rng = np.random.RandomState(seed)  # the seed's generator (module docstring)
+    rng = np.random.RandomState(seed)  # the dlsys course's generator (module docstring)
     drawn = {
         "W1": rng.normal(0.0, np.sqrt(2.0 / (k * k)), size=(c1, 1, k, k)),
         "W2": rng.normal(0.0, np.sqrt(2.0 / (c1 * k * k)), size=(c2, c1, k, k)),
@@ -301,15 +295,15 @@ def cnn(
         "b3": np.zeros((NUM_CLASSES,)),
     }
 
-    x = ad.Variable("x")
-    y_ = ad.Variable("y_")
-    p = {name: ad.Variable(name) for name in ("W1", "b1", "W2", "b2", "W3", "b3")}
-    h = ad.relu_op(nn.add_channel_bias_op(nn.conv2d_op(x, p["W1"]), p["b1"]))
-    h = nn.max_pool2d_op(h, 2)
-    h = ad.relu_op(nn.add_channel_bias_op(nn.conv2d_op(h, p["W2"]), p["b2"]))
-    h = nn.max_pool2d_op(h, 2)
-    logits = _dense(_maybe_dropout(nn.flatten_op(h), p_drop, seed, 1), p["W3"], p["b3"])
-    loss = ad.softmaxcrossentropy_op(logits, y_)
+    x = graph.Variable("x")
+    y_ = graph.Variable("y_")
+    p = {name: graph.Variable(name) for name in ("W1", "b1", "W2", "b2", "W3", "b3")}
+    h = graph.relu_op(graph.add_channel_bias_op(graph.conv2d_op(x, p["W1"]), p["b1"]))
+    h = graph.max_pool2d_op(h, 2)
+    h = graph.relu_op(graph.add_channel_bias_op(graph.conv2d_op(h, p["W2"]), p["b2"]))
+    h = graph.max_pool2d_op(h, 2)
+    logits = _dense(_maybe_dropout(graph.flatten_op(h), p_drop, seed, 1), p["W3"], p["b3"])
+    loss = graph.softmaxcrossentropy_op(logits, y_)
     return Model(
         name="cnn",
         x=x,

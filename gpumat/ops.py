@@ -1,23 +1,25 @@
-"""gpumat.ops (also ``gpumat.gpu_op``): one call per kernel, outputs passed in.
+"""gpumat.ops: one call per kernel, outputs passed in (also ``gpumat.gpu_op``, the dlsys course's
+name).
 
-The names and argument order are the seed assignment's ``gpu_op`` module's, so its scripts run with
-only the import changed. Every array is a float32 :class:`gpumat.PyGpuMatrix`; all arrays of one
-call must be on the same device (the op runs there: host loops/BLAS on ``cpu()``, CUDA kernels on
-``gpu(i)``, asynchronously until a result is copied back).
+The names and argument order are the dlsys course's ``gpu_op`` module's, so its scripts run with
+only the import changed; the kernels it does not have follow the same style. Every array is a
+float32 :class:`gpumat.PyGpuMatrix`; all arrays of one call must be on the same device (the op runs
+there: host loops/BLAS on ``cpu()``, CUDA kernels on ``gpu(i)`` and ``emu(i)``, asynchronously
+until a result is copied back). The functions come in kernel families, in the order of the
+sections below (elementwise, activations, layout, reductions, matrix product, softmax, losses,
+convolution, pooling, random numbers, optimizers), the same families as ``extensions/src/cuda``
+and ``extensions/src/host``. :mod:`gpumat.reference` has the same functions on numpy arrays, and
+the graph ops of :mod:`gpumat.graph` call one or the other.
 
 Errors, raised before any kernel runs:
     TypeError: an argument is not a PyGpuMatrix (or a number where one is expected).
     ValueError: shapes that do not fit the op (the message names the op and the shapes), arrays
         on different devices, or an output that is also an input of an op that cannot work in
         place (matmul, softmax, softmax_cross_entropy, transpose, broadcast_to,
-        reduce_sum_axis_zero, the convolutions and poolings and their gradients,
+        reduce_sum_axis_zero, argmax, one_hot, the convolutions and poolings and their gradients,
         reduce_sum_channels, the losses, adam_update). Elementwise ops and add_channel_bias
         may write in place. Impossible geometry (an empty convolution or pooling output, a
         channel mismatch, a wrong rank) is a ValueError too.
-
-Convolutions, pooling, regression losses and Adam (issue 6), and the layers of issue 11 (softmax
-and log-softmax along any axis, NLL loss, tanh, sigmoid, dropout, reductions along an axis)
-follow the same conventions; the graph ops built on them are in :mod:`gpumat.nn`.
     gpumat.CudaError: a CUDA call or launch failed. MemoryError: out of device memory.
 Set ``GPUMAT_SYNC=1`` to synchronize after each op, so an asynchronous fault names its op.
 """
@@ -25,12 +27,19 @@ Set ``GPUMAT_SYNC=1`` to synchronize after each op, so an asynchronous fault nam
 from __future__ import annotations
 
 import contextlib
-import numbers
 import threading
 
-import numpy as np
-
-from . import _core
+from gpumat import _core
+from gpumat._checks import (
+    array_lists,
+    as_flag,
+    as_int,
+    as_pair,
+    as_probability,
+    as_real,
+    as_seed,
+    pool_args,
+)
 
 _core_module = _core
 
@@ -80,9 +89,11 @@ def trace_calls():
 
 
 __all__ = [
+    "adadelta_update_multi",
     "adam_update",
     "adam_update_multi",
     "add_channel_bias",
+    "argmax",
     "array_set",
     "avg_pool2d",
     "avg_pool2d_gradient",
@@ -97,6 +108,9 @@ __all__ = [
     "conv2d_gradient_input",
     "copy",
     "dropout",
+    "eq",
+    "exp",
+    "log",
     "log_softmax",
     "log_softmax_gradient",
     "mae_loss",
@@ -104,6 +118,7 @@ __all__ = [
     "matmul_bias",
     "matrix_elementwise_add",
     "matrix_elementwise_add_by_const",
+    "matrix_elementwise_divide",
     "matrix_elementwise_multiply",
     "matrix_elementwise_multiply_by_const",
     "matrix_multiply",
@@ -114,6 +129,7 @@ __all__ = [
     "mse_loss_gradient",
     "nll_loss",
     "nll_loss_gradient",
+    "one_hot",
     "random_normal",
     "random_uniform",
     "reduce_max",
@@ -142,64 +158,14 @@ __all__ = [
 ]
 
 
-def _seed(seed) -> int:
-    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {seed!r}")
-    if not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-    return int(seed)
-
-
-def _int(value, what: str, op: str) -> int:
-    """int(value) for an integer that fits int64; TypeError for a non-integer, ValueError past int64
-    (the C++ ops then check the op's own range, e.g. conv strides up to 2^31 - 1)."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise TypeError(f"{op}: {what} must be an int, got {value!r}")
-    v = int(value)
-    if not -(2**63) <= v < 2**63:
-        raise ValueError(f"{op}: {what} {v} is out of range (it must fit in 64 bits)")
-    return v
-
-
-def _pair(value, what: str, op: str) -> tuple[int, int]:
-    """(h, w) from an int (used for both) or a pair of ints; TypeError otherwise."""
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise TypeError(f"{op}: {what} must be an int or a pair of ints, got {value!r}")
-        return _int(value[0], what, op), _int(value[1], what, op)
-    v = _int(value, what, op)
-    return v, v
-
-
-def _pool_args(op, kernel_size, stride, padding) -> tuple[int, ...]:
-    kh, kw = _pair(kernel_size, "kernel_size", op)
-    sh, sw = (kh, kw) if stride is None else _pair(stride, "stride", op)
-    ph, pw = _pair(padding, "padding", op)
-    return kh, kw, sh, sw, ph, pw
+# --------------------------------------------------------------------------------------------------
+# Elementwise: one element in, one out; every one of these may write in place.
+# --------------------------------------------------------------------------------------------------
 
 
 def array_set(arr, value: float) -> None:
     """Sets every element of ``arr`` (any shape) to ``value``."""
     _core.array_set_(arr, value)
-
-
-def broadcast_to(in_arr, out_arr) -> None:
-    """Repeats ``in_arr`` over the leading axes of ``out_arr``.
-
-    ``in_arr``'s shape, after dropping leading 1s, must end ``out_arr``'s shape:
-    (200, 300) -> (130, 200, 300), (1, 10) -> (7, 10), (10,) -> (7, 10).
-    """
-    _core.broadcast_to_(in_arr, out_arr)
-
-
-def reduce_sum_axis_zero(in_arr, out_arr) -> None:
-    """Sums ``in_arr`` over its leading axes into ``out_arr``.
-
-    ``out_arr``'s shape, after dropping leading 1s, must end ``in_arr``'s shape:
-    (500, 200, 100) -> (200, 100), (4, 5, 6) -> (6,), (8, 10) -> (1, 10). The inverse of
-    :func:`broadcast_to` for gradients.
-    """
-    _core.reduce_sum_axis_zero_(in_arr, out_arr)
 
 
 def matrix_elementwise_add(matA, matB, matC) -> None:
@@ -217,23 +183,68 @@ def matrix_elementwise_multiply(matA, matB, matC) -> None:
     _core.multiply_(matA, matB, matC)
 
 
+def matrix_elementwise_divide(matA, matB, matC) -> None:
+    """matC = matA / matB elementwise, all of one shape (matC may be matA or matB), float32.
+
+    IEEE division, correctly rounded on every device (nvcc's default ``-prec-div=true``): x / 0
+    is +-inf by the signs of x and the zero, 0 / 0 and inf / inf are NaN, NaN propagates (as
+    numpy's ``a / b`` and ``torch.div``). Raises ValueError for shapes that differ or arrays on
+    different devices.
+    """
+    _core.divide_(matA, matB, matC)
+
+
 def matrix_elementwise_multiply_by_const(in_mat, val: float, out_mat) -> None:
     """out_mat = in_mat * val, same shapes (may be in place)."""
     _core.multiply_const_(in_mat, val, out_mat)
 
 
-def matrix_multiply(matA, transA: bool, matB, transB: bool, matC) -> None:
-    """matC (M, N) = op(matA) @ op(matB), op(X) = X.T when its flag is true.
+def axpy(alpha: float, x, y) -> None:
+    """y += alpha * x in place (BLAS axpy), same shapes: the SGD parameter update."""
+    _core.axpy_(alpha, x, y)
 
-    matA is (M, K), or (K, M) when transA; matB is (K, N), or (N, K) when transB; all 2-D.
-    K = 0 gives zeros. Host: BLAS sgemm; CUDA: shared-memory tiled kernel (see matmul.cu).
-    FLOPs: 2·M·N·K. Raises TypeError for a flag that is not a bool (a truthy array or string
-    would otherwise choose a transpose silently).
+
+def copy(src, dst) -> None:
+    """dst = src, same shape and device (asynchronous on CUDA)."""
+    _core.copy_(src, dst)
+
+
+def eq(matA, matB, matC) -> None:
+    """matC = 1.0 where matA == matB, else 0.0, elementwise; all of one shape (matC may be matA
+    or matB), float32.
+
+    IEEE equality, as numpy's ``==`` and ``torch.eq``: NaN equals nothing (not even NaN),
+    -0.0 equals +0.0, inf equals inf. Accuracy (``eq(argmax(logits), labels)``) and masks
+    without a comparison on the host. Raises ValueError for shapes that differ or arrays on
+    different devices.
     """
-    for flag, value in (("transA", transA), ("transB", transB)):
-        if not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"matrix_multiply: {flag} must be a bool, got {value!r}")
-    _core.matmul_(matA, bool(transA), matB, bool(transB), matC)
+    _core.eq_(matA, matB, matC)
+
+
+def exp(in_arr, out_arr) -> None:
+    """out_arr = exp(in_arr) elementwise; any shape, both of one shape (may be in place), float32.
+
+    IEEE special values, as numpy: overflows to inf for x > ~88.72 and underflows to 0 for
+    x < ~-103.97 (through the float32 denormals); exp(-inf) = 0, NaN stays NaN. CUDA's expf is
+    within 2 ulp of the exact value, the host's C library within 1. Raises ValueError for shapes
+    that differ or arrays on different devices.
+    """
+    _core.exp_(in_arr, out_arr)
+
+
+def log(in_arr, out_arr) -> None:
+    """out_arr = log(in_arr), the natural logarithm, elementwise; one shape (may be in place).
+
+    IEEE special values, as numpy: log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays
+    NaN. Within 1 ulp on CUDA (logf) and on the host. Raises ValueError for shapes that differ or
+    arrays on different devices.
+    """
+    _core.log_(in_arr, out_arr)
+
+
+# --------------------------------------------------------------------------------------------------
+# Activations: nonlinearities, their gradients, dropout, and the fused ReLU + bias gradient.
+# --------------------------------------------------------------------------------------------------
 
 
 def relu(in_arr, out_arr) -> None:
@@ -249,6 +260,184 @@ def relu_gradient(in_arr, in_grad_arr, out_arr) -> None:
     _core.relu_gradient_(in_arr, in_grad_arr, out_arr)
 
 
+def relu_bias_gradient(y, dy, dz, dbias) -> None:
+    """The backward pass of ``relu(z + bias)`` in one kernel: dz = dy where y > 0, else 0
+    (:func:`relu_gradient`), and dbias = column sums of dz (:func:`reduce_sum_axis_zero`).
+
+    y (the ReLU's output, or its input z: y > 0 is the same mask), dy and dz are (rows, cols);
+    dbias is (cols,). dz may be dy; no other output may be an input. The column sums run in a
+    fixed order (deterministic). Raises ValueError for shapes that do not fit or aliased outputs.
+    """
+    _core.relu_bias_gradient_(y, dy, dz, dbias)
+
+
+def tanh(in_arr, out_arr) -> None:
+    """out_arr = tanh(in_arr) elementwise (may be in place)."""
+    _core.tanh_(in_arr, out_arr)
+
+
+def tanh_gradient(y, dy, out) -> None:
+    """out = dy * (1 - y**2), dL/dx of y = tanh(x) given the forward output y."""
+    _core.tanh_gradient_(y, dy, out)
+
+
+def sigmoid(in_arr, out_arr) -> None:
+    """out_arr = 1 / (1 + exp(-in_arr)) elementwise, computed through exp(-|x|) so that no
+    intermediate overflows for large |x| (may be in place)."""
+    _core.sigmoid_(in_arr, out_arr)
+
+
+def sigmoid_gradient(y, dy, out) -> None:
+    """out = dy * y * (1 - y), dL/dx of y = sigmoid(x) given the forward output y."""
+    _core.sigmoid_gradient_(y, dy, out)
+
+
+def dropout(in_arr, out_arr, p: float, seed: int) -> None:
+    """Inverted dropout: out_arr[i] = 0 where uniform01(seed, i) < p, else in_arr[i] / (1 - p).
+
+    uniform01 is the counter-based generator of :func:`random_uniform` (SplitMix64 of (seed, i),
+    24 bits), so every device and :func:`gpumat.reference.dropout` drop the same elements for a
+    seed. 0 <= p <= 1 (p = 1 drops everything). The gradient is dropout of dy with the same seed
+    and p. Elementwise (may be in place). TypeError / ValueError for a bad p or seed.
+    """
+    _core.dropout_(in_arr, out_arr, as_probability(p, "dropout"), as_seed(seed, "dropout"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Layout: the same values in another shape or order.
+# --------------------------------------------------------------------------------------------------
+
+
+def transpose(in_arr, out_arr) -> None:
+    """out_arr (C, R) = in_arr (R, C) transposed."""
+    _core.transpose_(in_arr, out_arr)
+
+
+def reshape(in_arr, out_arr) -> None:
+    """out_arr = in_arr with out_arr's shape (a copy): same number of elements, same device."""
+    _core.reshape_(in_arr, out_arr)
+
+
+def one_hot(indices, out_arr) -> None:
+    """out_arr (N, C) = the one-hot rows of ``indices`` (N,): out_arr[i, j] = 1.0 if
+    indices[i] == j, else 0.0 (``torch.nn.functional.one_hot``, with the classes C taken from
+    out_arr's shape and the result in float32).
+
+    ``indices`` holds class numbers as float32 integers. An index outside [0, C), a non-integer or
+    NaN gives a row of zeros: a kernel cannot raise, so check the range first where it matters
+    (PyTorch raises instead). -0.0 is class 0. out_arr must not be indices. Raises ValueError
+    for indices that are not 1-D, an out_arr that is not (N, C), C > 2**24 (float32 cannot name
+    every class) or aliasing.
+    """
+    _core.one_hot_(indices, out_arr)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reductions and broadcasts, each the other's gradient. An ``axis`` is an int in [-ndim, ndim)
+# (negative counts from the end); the kernels see the array as (outer, n, inner) around it, so any
+# axis works without a transpose.
+# --------------------------------------------------------------------------------------------------
+
+
+def reduce_sum_axis_zero(in_arr, out_arr) -> None:
+    """Sums ``in_arr`` over its leading axes into ``out_arr``.
+
+    ``out_arr``'s shape, after dropping leading 1s, must end ``in_arr``'s shape:
+    (500, 200, 100) -> (200, 100), (4, 5, 6) -> (6,), (8, 10) -> (1, 10). The inverse of
+    :func:`broadcast_to` for gradients.
+    """
+    _core.reduce_sum_axis_zero_(in_arr, out_arr)
+
+
+def broadcast_to(in_arr, out_arr) -> None:
+    """Repeats ``in_arr`` over the leading axes of ``out_arr``.
+
+    ``in_arr``'s shape, after dropping leading 1s, must end ``out_arr``'s shape:
+    (200, 300) -> (130, 200, 300), (1, 10) -> (7, 10), (10,) -> (7, 10).
+    """
+    _core.broadcast_to_(in_arr, out_arr)
+
+
+def reduce_sum(in_arr, out_arr, axis: int) -> None:
+    """out_arr = in_arr summed along ``axis``; out_arr has in_arr's shape with that axis removed
+    or kept as 1 (keepdims). Float32 sums in index order on both devices."""
+    _core.reduce_sum_(in_arr, out_arr, as_int(axis, "axis", "reduce_sum"))
+
+
+def reduce_mean(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the mean of in_arr along a non-empty ``axis`` (shapes as for reduce_sum)."""
+    _core.reduce_mean_(in_arr, out_arr, as_int(axis, "axis", "reduce_mean"))
+
+
+def reduce_max(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the max of in_arr along a non-empty ``axis`` (shapes as for reduce_sum). A NaN in
+    a slice makes its max NaN."""
+    _core.reduce_max_(in_arr, out_arr, as_int(axis, "axis", "reduce_max"))
+
+
+def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
+    """out (x's shape) = dL/dx of y = reduce_max(x, axis) given y and dy (y's shape): each slice's
+    dy is shared equally by its tied maxima (x == y), the other elements get 0 (TensorFlow's
+    reduce_max gradient; PyTorch's amax does the same)."""
+    _core.reduce_max_gradient_(x, y, dy, out, as_int(axis, "axis", "reduce_max_gradient"))
+
+
+def argmax(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the index along ``axis`` of each slice's maximum of in_arr, as float32 numbers
+    holding the integers (0 .. n-1); out_arr has in_arr's shape with that axis removed or kept
+    as 1 (keepdims), and must not be in_arr.
+
+    PyTorch's rule (``torch.argmax``, and numpy's): the first maximum wins ties, and a NaN counts
+    as the maximum, so a slice with a NaN gives its first NaN's index. ``axis`` is an int in
+    [-ndim, ndim). Raises ValueError for a bad axis, an output of the wrong shape or aliasing the
+    input, an empty axis (when out_arr is not empty), or an axis longer than 2**24 (float32 holds
+    every index up to 2**24 exactly); TypeError for a non-integer axis.
+    """
+    _core.argmax_(in_arr, out_arr, as_int(axis, "axis", "argmax"))
+
+
+def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:
+    """out_arr = scale * in_arr repeated along ``axis`` of out_arr; in_arr is out_arr's shape with
+    that axis removed or 1. The gradient of reduce_sum (scale 1) and reduce_mean (scale 1/n)."""
+    _core.broadcast_axis_(in_arr, out_arr, as_int(axis, "axis", "broadcast_axis"), scale)
+
+
+# --------------------------------------------------------------------------------------------------
+# Matrix product: dense layers.
+# --------------------------------------------------------------------------------------------------
+
+
+def matrix_multiply(matA, transA: bool, matB, transB: bool, matC) -> None:
+    """matC (M, N) = op(matA) @ op(matB), op(X) = X.T when its flag is true.
+
+    matA is (M, K), or (K, M) when transA; matB is (K, N), or (N, K) when transB; all 2-D.
+    K = 0 gives zeros. Host: BLAS sgemm; CUDA: shared-memory tiled kernel (see matmul.cu).
+    FLOPs: 2·M·N·K. Raises TypeError for a flag that is not a bool (a truthy array or string
+    would otherwise choose a transpose silently).
+    """
+    ta = as_flag(transA, "transA", "matrix_multiply")
+    tb = as_flag(transB, "transB", "matrix_multiply")
+    _core.matmul_(matA, ta, matB, tb, matC)
+
+
+def matmul_bias(matA, transA: bool, matB, transB: bool, bias, matC, relu: bool = False) -> None:
+    """matC (M, N) = op(matA) @ op(matB) + bias, then max(., 0) when ``relu``: a dense layer.
+
+    Shapes as :func:`matrix_multiply`; ``bias`` is (N,), added to every row. One kernel on CUDA
+    (the tiled matmul with a bias/ReLU epilogue), sgemm plus one fused pass on the host; equal to
+    matrix_multiply, broadcast_to, matrix_elementwise_add (and relu). matC must not be an input.
+    Raises TypeError for a flag that is not a bool, ValueError for shapes that do not fit.
+    """
+    ta = as_flag(transA, "transA", "matmul_bias")
+    tb = as_flag(transB, "transB", "matmul_bias")
+    _core.matmul_bias_(matA, ta, matB, tb, bias, matC, as_flag(relu, "relu", "matmul_bias"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Softmax: along the rows of a matrix or any axis.
+# --------------------------------------------------------------------------------------------------
+
+
 def softmax(in_arr, out_arr) -> None:
     """Row-wise softmax of a 2-D (N, C) array: exp(x - max_row) / sum(exp(x - max_row)).
 
@@ -257,57 +446,97 @@ def softmax(in_arr, out_arr) -> None:
     _core.softmax_(in_arr, out_arr)
 
 
+def softmax_axis(in_arr, out_arr, axis: int = -1) -> None:
+    """out_arr = softmax of in_arr (any rank >= 1) along ``axis``: exp(x - max) / sum exp(x - max)
+    (max-subtracted: no overflow). Same shapes, out_arr not in_arr. ValueError for a bad axis."""
+    _core.softmax_axis_(in_arr, out_arr, as_int(axis, "axis", "softmax"))
+
+
+def softmax_axis_gradient(y, dy, out, axis: int = -1) -> None:
+    """out = y * (dy - sum_axis(y * dy)): dL/dx of y = softmax(x) along ``axis`` given y and
+    dy = dL/dy (the Jacobian diag(y) - y y^T applied along the axis). All of one shape."""
+    _core.softmax_axis_gradient_(y, dy, out, as_int(axis, "axis", "softmax_gradient"))
+
+
+def log_softmax(in_arr, out_arr, axis: int = -1) -> None:
+    """out_arr = log_softmax of in_arr along ``axis``: x - max - log(sum exp(x - max)) (the
+    log-sum-exp trick; finite for any finite input). Same shapes, out_arr not in_arr."""
+    _core.log_softmax_(in_arr, out_arr, as_int(axis, "axis", "log_softmax"))
+
+
+def log_softmax_gradient(y, dy, out, axis: int = -1) -> None:
+    """out = dy - exp(y) * sum_axis(dy): dL/dx of y = log_softmax(x) along ``axis``."""
+    _core.log_softmax_gradient_(y, dy, out, as_int(axis, "axis", "log_softmax_gradient"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Losses: each a batch mean of shape (1,), and its gradient.
+# --------------------------------------------------------------------------------------------------
+
+
 def softmax_cross_entropy(in_arr_a, in_arr_b, out_arr) -> None:
     """out_arr (1,) = mean over rows of -sum_c y_[r, c] * log softmax(y)[r, c].
 
     ``in_arr_a`` holds the logits y, ``in_arr_b`` the labels y_ (one-hot or probabilities), both
     (N, C) with N >= 1. log softmax uses the log-sum-exp trick, so large logits are safe.
-    Unlike the seed skeleton, the value is the batch mean; see gpumat.autodiff for its gradient.
+    Unlike the dlsys course's skeleton, the value is the batch mean; see gpumat.graph.loss for
+    its gradient.
     """
     _core.softmax_cross_entropy_(in_arr_a, in_arr_b, out_arr)
 
 
-def transpose(in_arr, out_arr) -> None:
-    """out_arr (C, R) = in_arr (R, C) transposed."""
-    _core.transpose_(in_arr, out_arr)
+def softmax_cross_entropy_with_gradient(logits, labels, loss, grad) -> None:
+    """:func:`softmax_cross_entropy` and its gradient from one read of the logits.
 
-
-def random_uniform(out_arr, low: float = 0.0, high: float = 1.0, seed: int = 0) -> None:
-    """Fills out_arr with uniform samples in [low, high).
-
-    Element i depends only on (seed, i) (SplitMix64 counter hashing), so cpu and gpu give the
-    same values for the same seed. Raises ValueError if low > high, low or high is not finite, or
-    the seed is not in [0, 2**64).
+    logits, labels, grad: (N, C) with N, C >= 1; loss: (1,). Writes loss = mean over rows of
+    -sum_c labels log softmax(logits) and grad = (softmax(logits) - labels) / N, the gradient of
+    that mean (gpumat.graph.loss's convention). Two launches on CUDA (per-row work, then a
+    deterministic mean) instead of five. Raises ValueError for shapes that do not fit or outputs
+    that alias an input or each other.
     """
-    _core.random_uniform_(out_arr, low, high, _seed(seed))
+    _core.softmax_cross_entropy_with_gradient_(logits, labels, loss, grad)
 
 
-def random_normal(out_arr, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
-    """Fills out_arr with normal samples N(mean, std**2) (Box-Muller on counter-hashed uniforms).
-
-    Same seed, same values on every device (to float32 rounding of exp/log/cos). Raises
-    ValueError if std < 0, mean or std is not finite, or the seed is not in [0, 2**64).
-    """
-    _core.random_normal_(out_arr, mean, std, _seed(seed))
+def nll_loss(log_probs, target, out) -> None:
+    """out (1,) = -sum(target * log_probs) / N for (N, C) log_probs and one-hot (or probability)
+    rows ``target`` of the same shape, N >= 1: the batch-mean negative log-likelihood."""
+    _core.nll_loss_(log_probs, target, out)
 
 
-def axpy(alpha: float, x, y) -> None:
-    """y += alpha * x in place (BLAS axpy), same shapes: the SGD parameter update."""
-    _core.axpy_(alpha, x, y)
+def nll_loss_gradient(target, dloss, out) -> None:
+    """out (N, C) = -dloss[0] * target / N, the gradient of :func:`nll_loss` with respect to
+    log_probs times the loss's output gradient ``dloss`` (shape (1,))."""
+    _core.nll_loss_gradient_(target, dloss, out)
 
 
-def copy(src, dst) -> None:
-    """dst = src, same shape and device (asynchronous on CUDA)."""
-    _core.copy_(src, dst)
+def mse_loss(pred, target, out) -> None:
+    """out (1,) = mean((pred - target)**2) over all elements; pred and target of one shape, not
+    empty. Sums are in double on the host, in a fixed-order block reduction on CUDA."""
+    _core.mse_loss_(pred, target, out)
 
 
-def reshape(in_arr, out_arr) -> None:
-    """out_arr = in_arr with out_arr's shape (a copy): same number of elements, same device."""
-    _core.reshape_(in_arr, out_arr)
+def mse_loss_gradient(pred, target, dloss, out) -> None:
+    """out = dloss[0] * 2 * (pred - target) / n, the gradient of :func:`mse_loss` with respect to
+    pred times the loss's output gradient ``dloss`` (shape (1,)); out has pred's shape. The
+    gradient with respect to target is its negative. Elementwise, so out may be pred or target
+    (in place)."""
+    _core.mse_loss_gradient_(pred, target, dloss, out)
+
+
+def mae_loss(pred, target, out) -> None:
+    """out (1,) = mean(|pred - target|) over all elements; pred and target of one shape, not
+    empty."""
+    _core.mae_loss_(pred, target, out)
+
+
+def mae_loss_gradient(pred, target, dloss, out) -> None:
+    """out = dloss[0] * sign(pred - target) / n, the gradient of :func:`mae_loss` with respect to
+    pred. NOTE: sign(0) = 0, the subgradient PyTorch uses."""
+    _core.mae_loss_gradient_(pred, target, dloss, out)
 
 
 # --------------------------------------------------------------------------------------------------
-# Convolution
+# Convolution: im2col + matmul; the channel bias and its gradient.
 # --------------------------------------------------------------------------------------------------
 
 
@@ -332,8 +561,8 @@ def conv2d(x, w, out, stride=1, padding=0) -> None:
     device), an empty output (the padded input smaller than the filter) or an ``out`` of the wrong
     shape; TypeError for a non-integer stride or padding.
     """
-    sh, sw = _pair(stride, "stride", "conv2d")
-    ph, pw = _pair(padding, "padding", "conv2d")
+    sh, sw = as_pair(stride, "stride", "conv2d")
+    ph, pw = as_pair(padding, "padding", "conv2d")
     _core.conv2d_(x, w, out, sh, sw, ph, pw)
 
 
@@ -344,8 +573,8 @@ def conv2d_gradient_input(dy, w, out, stride=1, padding=0) -> None:
     output size). im2col's transpose: dcol = w^T @ dy, then col2im as a gather (each element sums
     the column entries that read it: no atomics, deterministic).
     """
-    sh, sw = _pair(stride, "stride", "conv2d_gradient_input")
-    ph, pw = _pair(padding, "padding", "conv2d_gradient_input")
+    sh, sw = as_pair(stride, "stride", "conv2d_gradient_input")
+    ph, pw = as_pair(padding, "padding", "conv2d_gradient_input")
     _core.conv2d_gradient_input_(dy, w, out, sh, sw, ph, pw)
 
 
@@ -354,22 +583,24 @@ def conv2d_gradient_filter(x, dy, out, stride=1, padding=0) -> None:
 
     dw = dy @ col(x)^T, accumulated over the batch chunks.
     """
-    sh, sw = _pair(stride, "stride", "conv2d_gradient_filter")
-    ph, pw = _pair(padding, "padding", "conv2d_gradient_filter")
+    sh, sw = as_pair(stride, "stride", "conv2d_gradient_filter")
+    ph, pw = as_pair(padding, "padding", "conv2d_gradient_filter")
     _core.conv2d_gradient_filter_(x, dy, out, sh, sw, ph, pw)
 
 
 def conv1d(x, w, out, stride: int = 1, padding: int = 0) -> None:
     """1-D convolution for sequences: x (N, C, W), w (F, C, K), out (N, F, OW),
     OW = (W + 2*padding - K) // stride + 1. It is :func:`conv2d` with H = KH = 1."""
-    _core.conv1d_(x, w, out, _int(stride, "stride", "conv1d"), _int(padding, "padding", "conv1d"))
+    _core.conv1d_(
+        x, w, out, as_int(stride, "stride", "conv1d"), as_int(padding, "padding", "conv1d")
+    )
 
 
 def conv1d_gradient_input(dy, w, out, stride: int = 1, padding: int = 0) -> None:
     """out (N, C, W) = dL/dx of :func:`conv1d` given dy (N, F, OW) and w (F, C, K)."""
     op = "conv1d_gradient_input"
     _core.conv1d_gradient_input_(
-        dy, w, out, _int(stride, "stride", op), _int(padding, "padding", op)
+        dy, w, out, as_int(stride, "stride", op), as_int(padding, "padding", op)
     )
 
 
@@ -377,7 +608,7 @@ def conv1d_gradient_filter(x, dy, out, stride: int = 1, padding: int = 0) -> Non
     """out (F, C, K) = dL/dw of :func:`conv1d` given x (N, C, W) and dy (N, F, OW)."""
     op = "conv1d_gradient_filter"
     _core.conv1d_gradient_filter_(
-        x, dy, out, _int(stride, "stride", op), _int(padding, "padding", op)
+        x, dy, out, as_int(stride, "stride", op), as_int(padding, "padding", op)
     )
 
 
@@ -391,7 +622,7 @@ def set_conv_workspace_limit(nbytes: int) -> int:
     step asks the allocator for nothing and can run as a CUDA graph. Raises ValueError for a
     negative value.
     """
-    return _core.set_conv_workspace_limit_(_int(nbytes, "nbytes", "set_conv_workspace_limit"))
+    return _core.set_conv_workspace_limit_(as_int(nbytes, "nbytes", "set_conv_workspace_limit"))
 
 
 def add_channel_bias(in_arr, bias, out_arr) -> None:
@@ -408,7 +639,7 @@ def reduce_sum_channels(in_arr, out_arr) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Pooling
+# Pooling: over the (H, W) planes of NCHW arrays.
 # --------------------------------------------------------------------------------------------------
 
 
@@ -420,7 +651,7 @@ def max_pool2d(x, out, kernel_size, stride=None, padding=0) -> None:
     wins (it acts as -inf); kernel size and stride are between 1 and 2^31 - 1 (else ValueError).
     NOTE: a NaN in a window makes its maximum NaN.
     """
-    _core.max_pool2d_(x, out, *_pool_args("max_pool2d", kernel_size, stride, padding))
+    _core.max_pool2d_(x, out, *pool_args("max_pool2d", kernel_size, stride, padding))
 
 
 def max_pool2d_gradient(x, dy, out, kernel_size, stride=None, padding=0) -> None:
@@ -431,7 +662,7 @@ def max_pool2d_gradient(x, dy, out, kernel_size, stride=None, padding=0) -> None
     is the argmax of several (overlapping) windows receives the sum of their dy.
     """
     _core.max_pool2d_gradient_(
-        x, dy, out, *_pool_args("max_pool2d_gradient", kernel_size, stride, padding)
+        x, dy, out, *pool_args("max_pool2d_gradient", kernel_size, stride, padding)
     )
 
 
@@ -441,128 +672,44 @@ def avg_pool2d(x, out, kernel_size, stride=None, padding=0) -> None:
     Padding counts as zeros and the divisor is always KH*KW (PyTorch's ``count_include_pad=True``).
     Arguments as for :func:`max_pool2d`.
     """
-    _core.avg_pool2d_(x, out, *_pool_args("avg_pool2d", kernel_size, stride, padding))
+    _core.avg_pool2d_(x, out, *pool_args("avg_pool2d", kernel_size, stride, padding))
 
 
 def avg_pool2d_gradient(dy, out, kernel_size, stride=None, padding=0) -> None:
     """out (N, C, H, W) = dL/dx of :func:`avg_pool2d` given dy (N, C, OH, OW); every element
     receives dy / (KH*KW) from each window that covers it."""
     _core.avg_pool2d_gradient_(
-        dy, out, *_pool_args("avg_pool2d_gradient", kernel_size, stride, padding)
+        dy, out, *pool_args("avg_pool2d_gradient", kernel_size, stride, padding)
     )
 
 
 # --------------------------------------------------------------------------------------------------
-# Regression losses
+# Random numbers, counter-based: element i depends only on (seed, i).
 # --------------------------------------------------------------------------------------------------
 
 
-def mse_loss(pred, target, out) -> None:
-    """out (1,) = mean((pred - target)**2) over all elements; pred and target of one shape, not
-    empty. Sums are in double on the host, in a fixed-order block reduction on CUDA."""
-    _core.mse_loss_(pred, target, out)
+def random_uniform(out_arr, low: float = 0.0, high: float = 1.0, seed: int = 0) -> None:
+    """Fills out_arr with uniform samples in [low, high).
 
-
-def mae_loss(pred, target, out) -> None:
-    """out (1,) = mean(|pred - target|) over all elements; pred and target of one shape, not
-    empty."""
-    _core.mae_loss_(pred, target, out)
-
-
-def mse_loss_gradient(pred, target, dloss, out) -> None:
-    """out = dloss[0] * 2 * (pred - target) / n, the gradient of :func:`mse_loss` with respect to
-    pred times the loss's output gradient ``dloss`` (shape (1,)); out has pred's shape. The
-    gradient with respect to target is its negative. Elementwise, so out may be pred or target
-    (in place)."""
-    _core.mse_loss_gradient_(pred, target, dloss, out)
-
-
-def mae_loss_gradient(pred, target, dloss, out) -> None:
-    """out = dloss[0] * sign(pred - target) / n, the gradient of :func:`mae_loss` with respect to
-    pred. NOTE: sign(0) = 0, the subgradient PyTorch uses."""
-    _core.mae_loss_gradient_(pred, target, dloss, out)
-
-
-# --------------------------------------------------------------------------------------------------
-# Optimizer
-# --------------------------------------------------------------------------------------------------
-
-
-def adam_update(param, grad, m, v, lr, beta1, beta2, eps, step: int) -> None:
-    """One in-place Adam step (Kingma & Ba, "Adam: A Method for Stochastic Optimization",
-    ICLR 2015, Algorithm 1), fused into one kernel::
-
-        m = beta1*m + (1 - beta1)*grad;  v = beta2*v + (1 - beta2)*grad**2
-        param -= lr * (m / (1 - beta1**step)) / (sqrt(v / (1 - beta2**step)) + eps)
-
-    param, grad, m, v: four different arrays of one shape (m and v start at zero). ``step`` is
-    t >= 1, counted from the first update. Raises ValueError for betas outside [0, 1), a negative
-    or non-finite lr or eps, or step < 1.
+    Element i depends only on (seed, i) (SplitMix64 counter hashing), so cpu and gpu give the
+    same values for the same seed. Raises ValueError if low > high, low or high is not finite, or
+    the seed is not in [0, 2**64).
     """
-    _core.adam_update_(param, grad, m, v, lr, beta1, beta2, eps, _int(step, "step", "adam_update"))
+    _core.random_uniform_(out_arr, low, high, as_seed(seed, "random_uniform"))
+
+
+def random_normal(out_arr, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
+    """Fills out_arr with normal samples N(mean, std**2) (Box-Muller on counter-hashed uniforms).
+
+    Same seed, same values on every device (to float32 rounding of exp/log/cos). Raises
+    ValueError if std < 0, mean or std is not finite, or the seed is not in [0, 2**64).
+    """
+    _core.random_normal_(out_arr, mean, std, as_seed(seed, "random_normal"))
 
 
 # --------------------------------------------------------------------------------------------------
-# Fused ops (issue 16): each equals a sequence of the ops above in fewer launches; the executor's
-# fusion pass (gpumat.fusion) rewrites graphs into them.
+# Optimizers: in-place parameter updates; the multi-tensor ones update a list of tensors per launch.
 # --------------------------------------------------------------------------------------------------
-
-
-def _flag(value, what: str, op: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{op}: {what} must be a bool, got {value!r}")
-    return bool(value)
-
-
-def matmul_bias(matA, transA: bool, matB, transB: bool, bias, matC, relu: bool = False) -> None:
-    """matC (M, N) = op(matA) @ op(matB) + bias, then max(., 0) when ``relu``: a dense layer.
-
-    Shapes as :func:`matrix_multiply`; ``bias`` is (N,), added to every row. One kernel on CUDA
-    (the tiled matmul with a bias/ReLU epilogue), sgemm plus one fused pass on the host; equal to
-    matrix_multiply, broadcast_to, matrix_elementwise_add (and relu). matC must not be an input.
-    Raises TypeError for a flag that is not a bool, ValueError for shapes that do not fit.
-    """
-    ta = _flag(transA, "transA", "matmul_bias")
-    tb = _flag(transB, "transB", "matmul_bias")
-    _core.matmul_bias_(matA, ta, matB, tb, bias, matC, _flag(relu, "relu", "matmul_bias"))
-
-
-def relu_bias_gradient(y, dy, dz, dbias) -> None:
-    """The backward pass of ``relu(z + bias)`` in one kernel: dz = dy where y > 0, else 0
-    (:func:`relu_gradient`), and dbias = column sums of dz (:func:`reduce_sum_axis_zero`).
-
-    y (the ReLU's output, or its input z: y > 0 is the same mask), dy and dz are (rows, cols);
-    dbias is (cols,). dz may be dy; no other output may be an input. The column sums run in a
-    fixed order (deterministic). Raises ValueError for shapes that do not fit or aliased outputs.
-    """
-    _core.relu_bias_gradient_(y, dy, dz, dbias)
-
-
-def softmax_cross_entropy_with_gradient(logits, labels, loss, grad) -> None:
-    """:func:`softmax_cross_entropy` and its gradient from one read of the logits.
-
-    logits, labels, grad: (N, C) with N, C >= 1; loss: (1,). Writes loss = mean over rows of
-    -sum_c labels log softmax(logits) and grad = (softmax(logits) - labels) / N, the gradient of
-    that mean (gpumat.autodiff's convention). Two launches on CUDA (per-row work, then a
-    deterministic mean) instead of five. Raises ValueError for shapes that do not fit or outputs
-    that alias an input or each other.
-    """
-    _core.softmax_cross_entropy_with_gradient_(logits, labels, loss, grad)
-
-
-def _array_lists(op: str, **lists) -> list[list]:
-    """The named lists (or tuples) of arrays as lists; TypeError naming the one that is not."""
-    bad = {k: type(v).__name__ for k, v in lists.items() if not isinstance(v, (list, tuple))}
-    if bad:
-        got = ", ".join(f"{k} is a {t}" for k, t in bad.items())
-        raise TypeError(f"{op}: {', '.join(lists)} must be lists of arrays; {got}")
-    return [list(v) for v in lists.values()]
-
-
-def _real(value, what: str, op: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{op}: {what} must be a number, got {value!r}")
-    return float(value)
 
 
 def sgd_update(params, grads, lr: float) -> None:
@@ -576,8 +723,8 @@ def sgd_update(params, grads, lr: float) -> None:
     Raises TypeError for a non-list or a non-array element, ValueError for a length, shape or
     device mismatch, an aliased parameter, or a bad lr. Source: Robbins & Monro (1951).
     """
-    params, grads = _array_lists("sgd_update", params=params, grads=grads)
-    _core.sgd_update_(params, grads, _real(lr, "lr", "sgd_update"))
+    params, grads = array_lists("sgd_update", params=params, grads=grads)
+    _core.sgd_update_(params, grads, as_real(lr, "lr", "sgd_update"))
 
 
 def momentum_sgd_update(params, grads, velocities, lr: float, momentum: float) -> None:
@@ -608,9 +755,25 @@ def momentum_sgd_update(params, grads, velocities, lr: float, momentum: float) -
             shared with another, lr negative or not finite, momentum outside [0, 1).
     """
     op = "momentum_sgd_update"
-    params, grads, velocities = _array_lists(op, params=params, grads=grads, velocities=velocities)
+    params, grads, velocities = array_lists(op, params=params, grads=grads, velocities=velocities)
     _core.momentum_sgd_update_(
-        params, grads, velocities, _real(lr, "lr", op), _real(momentum, "momentum", op)
+        params, grads, velocities, as_real(lr, "lr", op), as_real(momentum, "momentum", op)
+    )
+
+
+def adam_update(param, grad, m, v, lr, beta1, beta2, eps, step: int) -> None:
+    """One in-place Adam step (Kingma & Ba, "Adam: A Method for Stochastic Optimization",
+    ICLR 2015, Algorithm 1), fused into one kernel::
+
+        m = beta1*m + (1 - beta1)*grad;  v = beta2*v + (1 - beta2)*grad**2
+        param -= lr * (m / (1 - beta1**step)) / (sqrt(v / (1 - beta2**step)) + eps)
+
+    param, grad, m, v: four different arrays of one shape (m and v start at zero). ``step`` is
+    t >= 1, counted from the first update. Raises ValueError for betas outside [0, 1), a negative
+    or non-finite lr or eps, or step < 1.
+    """
+    _core.adam_update_(
+        param, grad, m, v, lr, beta1, beta2, eps, as_int(step, "step", "adam_update")
     )
 
 
@@ -641,126 +804,62 @@ def adam_update_multi(params, grads, m, v, lr, beta1, beta2, eps, step: int) -> 
             shared with another, or a scalar out of its range.
     """
     op = "adam_update_multi"
-    params, grads, m, v = _array_lists(op, params=params, grads=grads, m=m, v=v)
+    params, grads, m, v = array_lists(op, params=params, grads=grads, m=m, v=v)
     _core.adam_update_multi_(
         params,
         grads,
         m,
         v,
-        _real(lr, "lr", op),
-        _real(beta1, "beta1", op),
-        _real(beta2, "beta2", op),
-        _real(eps, "eps", op),
-        _int(step, "step", op),
+        as_real(lr, "lr", op),
+        as_real(beta1, "beta1", op),
+        as_real(beta2, "beta2", op),
+        as_real(eps, "eps", op),
+        as_int(step, "step", op),
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# Layers (issue 11). An ``axis`` is an int in [-ndim, ndim) (negative counts from the end); the
-# kernels see the array as (outer, n, inner) around it, so any axis works without a transpose.
-# --------------------------------------------------------------------------------------------------
+def adadelta_update_multi(params, grads, square_avgs, acc_deltas, lr, rho, eps) -> None:
+    """Multi-tensor Adadelta, in place, for every tensor i::
 
+        square_avgs[i] = rho * square_avgs[i] + (1 - rho) * grads[i]**2
+        d = sqrt(acc_deltas[i] + eps) / sqrt(square_avgs[i] + eps) * grads[i]
+        acc_deltas[i] = rho * acc_deltas[i] + (1 - rho) * d**2
+        params[i] -= lr * d
 
-def softmax_axis(in_arr, out_arr, axis: int = -1) -> None:
-    """out_arr = softmax of in_arr (any rank >= 1) along ``axis``: exp(x - max) / sum exp(x - max)
-    (max-subtracted: no overflow). Same shapes, out_arr not in_arr. ValueError for a bad axis."""
-    _core.softmax_axis_(in_arr, out_arr, _int(axis, "axis", "softmax"))
+    Zeiler, "ADADELTA: An Adaptive Learning Rate Method" (arXiv:1212.5701, 2012), Algorithm 1,
+    with PyTorch's learning-rate factor lr (1.0 gives Zeiler's update): the update of
+    ``torch.optim.Adadelta(lr, rho, eps)`` without weight decay, in its order of operations, so
+    float32 results agree with PyTorch's to rounding. One launch per 32 tensors on CUDA and one
+    call on the host; :data:`gpumat.launch_count` counts the call once.
 
+    Args:
+        params, grads, square_avgs, acc_deltas: lists (or tuples) of one length of float32
+            PyGpuMatrix, all on one device; grads[i], square_avgs[i] and acc_deltas[i] have
+            params[i]'s shape. square_avgs (E[g^2]) and acc_deltas (E[dx^2]) start at zero. No
+            parameter, square_avg or acc_delta may share memory with any other array (gradients
+            may share memory with each other).
+        lr: the learning-rate factor, a finite number >= 0 (PyTorch's default is 1.0).
+        rho: the decay of both running averages, in [0, 1] (PyTorch's default 0.9).
+        eps: added inside both square roots, finite and > 0 (PyTorch's default 1e-6; it also
+            sets the first steps' size, since acc_deltas start at zero). PyTorch accepts 0; here
+            0 is refused because the first step would divide 0 by 0 wherever a gradient is 0.
 
-def log_softmax(in_arr, out_arr, axis: int = -1) -> None:
-    """out_arr = log_softmax of in_arr along ``axis``: x - max - log(sum exp(x - max)) (the
-    log-sum-exp trick; finite for any finite input). Same shapes, out_arr not in_arr."""
-    _core.log_softmax_(in_arr, out_arr, _int(axis, "axis", "log_softmax"))
-
-
-def softmax_axis_gradient(y, dy, out, axis: int = -1) -> None:
-    """out = y * (dy - sum_axis(y * dy)): dL/dx of y = softmax(x) along ``axis`` given y and
-    dy = dL/dy (the Jacobian diag(y) - y y^T applied along the axis). All of one shape."""
-    _core.softmax_axis_gradient_(y, dy, out, _int(axis, "axis", "softmax_gradient"))
-
-
-def log_softmax_gradient(y, dy, out, axis: int = -1) -> None:
-    """out = dy - exp(y) * sum_axis(dy): dL/dx of y = log_softmax(x) along ``axis``."""
-    _core.log_softmax_gradient_(y, dy, out, _int(axis, "axis", "log_softmax_gradient"))
-
-
-def nll_loss(log_probs, target, out) -> None:
-    """out (1,) = -sum(target * log_probs) / N for (N, C) log_probs and one-hot (or probability)
-    rows ``target`` of the same shape, N >= 1: the batch-mean negative log-likelihood."""
-    _core.nll_loss_(log_probs, target, out)
-
-
-def nll_loss_gradient(target, dloss, out) -> None:
-    """out (N, C) = -dloss[0] * target / N, the gradient of :func:`nll_loss` with respect to
-    log_probs times the loss's output gradient ``dloss`` (shape (1,))."""
-    _core.nll_loss_gradient_(target, dloss, out)
-
-
-def tanh(in_arr, out_arr) -> None:
-    """out_arr = tanh(in_arr) elementwise (may be in place)."""
-    _core.tanh_(in_arr, out_arr)
-
-
-def sigmoid(in_arr, out_arr) -> None:
-    """out_arr = 1 / (1 + exp(-in_arr)) elementwise, computed through exp(-|x|) so that no
-    intermediate overflows for large |x| (may be in place)."""
-    _core.sigmoid_(in_arr, out_arr)
-
-
-def tanh_gradient(y, dy, out) -> None:
-    """out = dy * (1 - y**2), dL/dx of y = tanh(x) given the forward output y."""
-    _core.tanh_gradient_(y, dy, out)
-
-
-def sigmoid_gradient(y, dy, out) -> None:
-    """out = dy * y * (1 - y), dL/dx of y = sigmoid(x) given the forward output y."""
-    _core.sigmoid_gradient_(y, dy, out)
-
-
-def _probability(p, op: str) -> float:
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(f"{op}: p must be a real number, got {p!r}")
-    if not 0.0 <= float(p) <= 1.0:  # also rejects NaN
-        raise ValueError(f"{op}: p must be in [0, 1], got {p!r}")
-    return float(p)
-
-
-def dropout(in_arr, out_arr, p: float, seed: int) -> None:
-    """Inverted dropout: out_arr[i] = 0 where uniform01(seed, i) < p, else in_arr[i] / (1 - p).
-
-    uniform01 is the counter-based generator of :func:`random_uniform` (SplitMix64 of (seed, i),
-    24 bits), so every device and :func:`gpumat.nn.np_dropout_mask` drop the same elements for a
-    seed. 0 <= p <= 1 (p = 1 drops everything). The gradient is dropout of dy with the same seed
-    and p. Elementwise (may be in place). TypeError / ValueError for a bad p or seed.
+    Raises:
+        TypeError: a list is not a list or tuple, an element is not a PyGpuMatrix, or a scalar is
+            not a number.
+        ValueError: lists of different lengths, a shape or device mismatch, a written array
+            shared with another, or a scalar out of its range.
     """
-    _core.dropout_(in_arr, out_arr, _probability(p, "dropout"), _seed(seed))
-
-
-def reduce_sum(in_arr, out_arr, axis: int) -> None:
-    """out_arr = in_arr summed along ``axis``; out_arr has in_arr's shape with that axis removed
-    or kept as 1 (keepdims). Float32 sums in index order on both devices."""
-    _core.reduce_sum_(in_arr, out_arr, _int(axis, "axis", "reduce_sum"))
-
-
-def reduce_mean(in_arr, out_arr, axis: int) -> None:
-    """out_arr = the mean of in_arr along a non-empty ``axis`` (shapes as for reduce_sum)."""
-    _core.reduce_mean_(in_arr, out_arr, _int(axis, "axis", "reduce_mean"))
-
-
-def reduce_max(in_arr, out_arr, axis: int) -> None:
-    """out_arr = the max of in_arr along a non-empty ``axis`` (shapes as for reduce_sum). A NaN in
-    a slice makes its max NaN."""
-    _core.reduce_max_(in_arr, out_arr, _int(axis, "axis", "reduce_max"))
-
-
-def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:
-    """out_arr = scale * in_arr repeated along ``axis`` of out_arr; in_arr is out_arr's shape with
-    that axis removed or 1. The gradient of reduce_sum (scale 1) and reduce_mean (scale 1/n)."""
-    _core.broadcast_axis_(in_arr, out_arr, _int(axis, "axis", "broadcast_axis"), scale)
-
-
-def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
-    """out (x's shape) = dL/dx of y = reduce_max(x, axis) given y and dy (y's shape): each slice's
-    dy is shared equally by its tied maxima (x == y), the other elements get 0 (TensorFlow's
-    reduce_max gradient; PyTorch's amax does the same)."""
-    _core.reduce_max_gradient_(x, y, dy, out, _int(axis, "axis", "reduce_max_gradient"))
+    op = "adadelta_update_multi"
+    params, grads, square_avgs, acc_deltas = array_lists(
+        op, params=params, grads=grads, square_avgs=square_avgs, acc_deltas=acc_deltas
+    )
+    _core.adadelta_update_multi_(
+        params,
+        grads,
+        square_avgs,
+        acc_deltas,
+        as_real(lr, "lr", op),
+        as_real(rho, "rho", op),
+        as_real(eps, "eps", op),
+    )

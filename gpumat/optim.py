@@ -1,6 +1,6 @@
 """Optimizers that update parameters in place from gradient values.
 
-Parameters are the arrays fed to an :class:`~gpumat.executor.Executor` for the parameter
+Parameters are the arrays fed to an :class:`~gpumat.runtime.Executor` for the parameter
 variables; gradients are the values it returns for ``gradients(loss, params)``. On a device
 backend both are ``PyGpuMatrix`` arrays on the same device and the update runs there with no copy
 to or from the host: when every parameter is on one device a step is one multi-tensor call for all
@@ -15,20 +15,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-import gpumat
 from gpumat import ops
+from gpumat.arrays import empty, is_device_array
 
 __all__ = ["SGD", "Adam", "MomentumSGD"]
-
-
-def _is_device_array(value) -> bool:
-    return not isinstance(value, np.ndarray) and hasattr(value, "asnumpy") and hasattr(value, "ctx")
 
 
 def _check_params(name: str, params: Sequence) -> list:
     params = list(params)
     for i, p in enumerate(params):
-        if not (isinstance(p, np.ndarray) or _is_device_array(p)):
+        if not (isinstance(p, np.ndarray) or is_device_array(p)):
             raise TypeError(
                 f"{name}: parameter {i} is a {type(p).__name__}, "
                 "expected PyGpuMatrix or numpy array"
@@ -58,7 +54,7 @@ def _zeros_like(p):
     """A zero array with p's shape, on p's device (numpy for numpy parameters)."""
     if isinstance(p, np.ndarray):
         return np.zeros_like(p)
-    z = gpumat.empty(p.shape, p.ctx)
+    z = empty(p.shape, p.ctx)
     ops.array_set(z, 0.0)
     return z
 
@@ -87,7 +83,7 @@ def _check_grads(name: str, params: list, grads: Sequence) -> list:
                 raise ValueError(
                     f"{name}.step: gradient {i} has shape {g.shape}, its parameter {p.shape}"
                 )
-        elif not _is_device_array(g):
+        elif not is_device_array(g):
             raise TypeError(
                 f"{name}.step: parameter {i} is a PyGpuMatrix on {p.ctx} but its gradient is a "
                 f"{type(g).__name__}; run the executor on {p.ctx} so gradients stay on the device"
@@ -179,7 +175,7 @@ class _Optimizer:
             )
         for key, dst in own.items():
             src = given[key]
-            src = src.asnumpy() if _is_device_array(src) else np.asarray(src)
+            src = src.asnumpy() if is_device_array(src) else np.asarray(src)
             if tuple(src.shape) != tuple(dst.shape):
                 raise ValueError(
                     f"{name}.load_state_dict: tensor {key!r} has shape {tuple(src.shape)}, "
@@ -188,7 +184,7 @@ class _Optimizer:
         self._load_state_scalars(state)  # checks every value before setting any
         for key, dst in own.items():
             src = given[key]
-            src = src.asnumpy() if _is_device_array(src) else np.asarray(src)
+            src = src.asnumpy() if is_device_array(src) else np.asarray(src)
             if isinstance(dst, np.ndarray):
                 dst[...] = src
             else:
@@ -206,14 +202,14 @@ class SGD(_Optimizer):
             parameters' units per gradient unit). It may be changed between steps
             (``opt.lr = ...``).
             With ``softmaxcrossentropy_op``, whose gradient carries the 1/N of the batch mean,
-            ``lr = 1.0`` is the seed assignment's ``lr = 1e-3`` at batch size 1000
-            (see ``gpumat.autodiff``).
+            ``lr = 1.0`` is the dlsys course's ``lr = 1e-3`` at batch size 1000
+            (see :mod:`gpumat.graph.loss`).
 
     Raises:
         TypeError: a parameter is neither a numpy array nor a ``PyGpuMatrix``.
         ValueError: ``lr`` is negative or not finite.
 
-    Source: Robbins & Monro (1951); the update is the seed assignment's ``W -= lr * grad_W``.
+    Source: Robbins & Monro (1951); the update is the dlsys course's ``W -= lr * grad_W``.
     """
 
     def step(self, grads: Sequence) -> None:

@@ -1,6 +1,6 @@
 """Train and evaluate :class:`gpumat.models.Model` graphs on MNIST-style data.
 
-:func:`fit` is the seed assignment's training loop (``mnist_dlsys.py``) made into a library call:
+:func:`fit` is the dlsys course's training loop (``mnist_dlsys.py``) made into a library call:
 mini-batch SGD over the training set for a number of epochs, then accuracy on held-out data. Per
 epoch it records the mean training loss, the wall-clock time of the training steps in seconds, and
 the validation accuracy, in a :class:`History`; :func:`plot_history` draws the curves.
@@ -14,10 +14,10 @@ on the device and read back once per epoch; validation copies back only the logi
 evaluation batch, to take the argmax.
 
 Learning rate: the loss is the batch *mean* of the softmax cross-entropy and its gradient carries
-the 1/N (see ``gpumat.autodiff``, "Loss scaling and the equivalent learning rate"). The seed used
-``lr = 1e-3`` with a gradient lacking the 1/N at batch size N = 1000, so the same updates here use
-``lr = 1e-3 * 1000 = 1.0``: :data:`DEFAULT_LR`. Unlike the seed's, this learning rate keeps its
-meaning when the batch size changes.
+the 1/N (see :mod:`gpumat.graph.loss`). The dlsys course used ``lr = 1e-3`` with a gradient lacking
+the 1/N at batch size N = 1000, so the same updates here use ``lr = 1e-3 * 1000 = 1.0``:
+:data:`DEFAULT_LR`. Unlike the course's, this learning rate keeps its meaning when the batch size
+changes.
 """
 
 from __future__ import annotations
@@ -30,11 +30,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
+from gpumat import checkpoint, ops
+from gpumat import distributed as dist
+from gpumat.arrays import array, empty, is_device_array
 from gpumat.datasets import iterate_minibatches, one_hot, progress_bar_wanted
-from gpumat.executor import Executor
+from gpumat.device import Context, build_info, cpu, cuda_available, emu, gpu
 from gpumat.models import Model
 from gpumat.optim import SGD
+from gpumat.runtime import Executor
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -47,9 +52,9 @@ __all__ = [
     "predict",
 ]
 
-#: The seed's batch size.
+#: The dlsys course's batch size.
 DEFAULT_BATCH_SIZE = 1000
-#: The seed's lr = 1e-3 times its batch size 1000: the seed's updates with our 1/N-scaled gradient.
+#: The dlsys course's lr = 1e-3 times its batch size 1000: its updates with our 1/N-scaled gradient.
 DEFAULT_LR = 1e-3 * DEFAULT_BATCH_SIZE
 
 
@@ -71,9 +76,7 @@ def get_context(device=None):
             ``gpumat.cuda_available()`` is false (the message says whether gpumat was built
             without CUDA or no device is visible).
     """
-    import gpumat
-
-    if device is None or isinstance(device, gpumat.Context):
+    if device is None or isinstance(device, Context):
         return device
     if not isinstance(device, str):
         raise TypeError(f"device must be None, a name or a gpumat.Context, got {device!r}")
@@ -81,18 +84,21 @@ def get_context(device=None):
     if name == "numpy":
         return None
     if name == "cpu":
-        return gpumat.cpu()
+        return cpu()
     if name == "auto":
-        return gpumat.gpu(0) if gpumat.cuda_available() else gpumat.cpu()
+        return gpu(0) if cuda_available() else cpu()
     if name == "emu" or name.startswith("emu:"):
-        return gpumat.emu(int(name.partition(":")[2] or 0))
+        return emu(int(name.partition(":")[2] or 0))
     if name == "gpu" or name.startswith("gpu:"):
         index = int(name.partition(":")[2] or 0)
-        if not gpumat.cuda_available():
-            info = gpumat.build_info()
-            why = "no CUDA device is visible" if info["cuda"] else "gpumat was built without CUDA"
+        if not cuda_available():
+            why = (
+                "no CUDA device is visible"
+                if build_info()["cuda"]
+                else "gpumat was built without CUDA"
+            )
             raise RuntimeError(f"device {device!r} asked for, but {why}; use 'cpu' or 'numpy'")
-        return gpumat.gpu(index)
+        return gpu(index)
     raise ValueError(
         f"unknown device {device!r}: expected 'numpy', 'cpu', 'gpu', 'gpu:i', 'emu', 'emu:i' or "
         "'auto'"
@@ -131,7 +137,7 @@ class History:
             allreduces (waiting for slower ranks included; staging copies excluded), else empty.
             With ``distributed``, validation and test accuracy are measured on rank 0 only.
         schedule: how the training executor ran its steps, ``str`` of its
-            ``gpumat.executor.ScheduleReport`` (e.g. ``"cuda-graph: 14 op calls per run in a CUDA
+            ``gpumat.runtime.ScheduleReport`` (e.g. ``"cuda-graph: 14 op calls per run in a CUDA
             graph of 15 nodes (1 captures)"``); "" before training.
     """
 
@@ -330,10 +336,10 @@ def fit(
 ) -> History:
     """Train ``model`` on mini-batches (SGD by default); record loss, time and accuracy per epoch.
 
-    Each epoch visits the training images in order (``shuffle=False``, as the seed does) or in a
-    fresh random order, in ``num_train // batch_size`` batches of exactly ``batch_size`` (the
-    remainder is skipped, as in the seed, so the executor's memory plan never changes). A step
-    runs ``[loss, *grads]`` on the batch and applies ``optimizer.step(grads)``.
+    Each epoch visits the training images in order (``shuffle=False``, as the dlsys course does)
+    or in a fresh random order, in ``num_train // batch_size`` batches of exactly ``batch_size``
+    (the remainder is skipped, as in the course, so the executor's memory plan never changes). A
+    step runs ``[loss, *grads]`` on the batch and applies ``optimizer.step(grads)``.
 
     Args:
         model: a :class:`~gpumat.models.Model` (e.g. ``gpumat.models.mlp()``).
@@ -352,16 +358,16 @@ def fit(
             place, e.g. ``lambda ps: gpumat.optim.Adam(ps, lr=1e-3)``. Give ``lr`` or
             ``optimizer``, not both. With neither, the model's recommendation
             (``model.optimizer``, with its ``model.lr_schedule`` applied per epoch) is used, else
-            SGD with :data:`DEFAULT_LR` = 1.0, the seed's 1e-3 at batch size 1000 (module
+            SGD with :data:`DEFAULT_LR` = 1.0, the dlsys course's 1e-3 at batch size 1000 (module
             docstring).
         params: initial parameter values (name -> numpy array, or ``PyGpuMatrix`` on ``ctx``);
             default ``model.init_params(ctx)``. Device arrays given here are updated in place;
             numpy arrays are copied to the device first (on the numpy backend they are updated
             in place).
         shuffle: visit the training samples in a new random order each epoch; default the
-            model's recommendation (``model.shuffle``), else False (in order, as the seed).
+            model's recommendation (``model.shuffle``), else False (in order, as the course).
         seed: seed of the shuffling (``None``: fresh entropy).
-        print_loss: include the epoch's mean loss in the per-epoch line (the seed's ``-l``).
+        print_loss: include the epoch's mean loss in the per-epoch line (the dlsys course's ``-l``).
         verbose: print one line per epoch (time in seconds, validation accuracy, and the loss with
             ``print_loss``) to stdout.
         progress: show a tqdm progress bar over the training steps (on stderr), only when stdout
@@ -385,8 +391,8 @@ def fit(
             same data, batch size, backend and seed, N epochs then M resumed ones give bitwise the
             same parameters as N + M straight epochs on the cpu device and the numpy backend.
             Checkpoints are taken at epoch ends only.
-        fusion: run the executor's fusion pass (``gpumat.fusion``; default True): fused dense
-            layers, ReLU/bias gradients and loss. False trains the graph as built (same values
+        fusion: run the executor's fusion pass (``gpumat.runtime.fusion``; default True): fused
+            dense layers, ReLU/bias gradients and loss. False trains the graph as built (same values
             up to float32 rounding; the benchmark compares the two).
         compiled, cuda_graph: the executor's flags (``gpumat.Executor``; default True): steps
             compiled into one native call each, and on a CUDA or emulated device replayed as one
@@ -409,17 +415,137 @@ def fit(
         ValueError: with ``distributed``, ``batch_size`` not a multiple of the number of ranks.
         ImportError: ``distributed`` without mpi4py (``pip install ".[distributed]"``).
     """
-    from tqdm.auto import tqdm
-
     if lr is not None and optimizer is not None:
         raise ValueError("fit: give lr (plain SGD) or optimizer, not both")
     ctx = get_context(ctx)
-    if batch_size is None:
-        batch_size = model.batch_size or DEFAULT_BATCH_SIZE
-    if shuffle is None:
-        shuffle = bool(model.shuffle)
+    batch_size = _check_positive_int(
+        batch_size or model.batch_size or DEFAULT_BATCH_SIZE, "batch_size"
+    )
     epochs = _check_positive_int(epochs, "epochs")
-    batch_size = _check_positive_int(batch_size, "batch_size")
+    shuffle = bool(model.shuffle) if shuffle is None else shuffle
+    train_x, train_y, valid, test = _prepare_data(model, data, batch_size)
+    values = _param_list(
+        model, model.init_params(ctx) if params is None else _on_device(params, ctx)
+    )
+    opt, schedule, sgd_lr = _make_optimizer(model, values, lr, optimizer)
+    base_lr = opt.lr if schedule is not None else None  # before a resume restores a scheduled lr
+    par = _DataParallel()
+    if distributed:
+        par, seed = _setup_distributed(values, batch_size, shuffle, seed)
+        if par.rank != 0:
+            verbose = progress = False
+            valid = test = None
+
+    run = _Run(
+        model=model,
+        ctx=ctx,
+        opt=opt,
+        par=par,
+        executor=Executor(
+            [model.loss, *model.grads],
+            ctx=ctx,
+            fusion=fusion,
+            compiled=compiled,
+            cuda_graph=cuda_graph,
+        ),
+        predictor=_Predictor(model, ctx, eval_batch_size),
+        feed=dict(zip(model.params.values(), values, strict=True)),
+        rng=np.random.default_rng(seed) if shuffle else None,
+        history=History(
+            model=model.name,
+            backend=_backend_name(ctx),
+            batch_size=batch_size,
+            lr=sgd_lr,
+            optimizer=repr(opt),
+            num_train=len(train_x),
+            params=dict(zip(model.params, values, strict=True)),
+            world_size=par.world,
+        ),
+        n_batches=len(train_x) // batch_size,
+        loss_sum=None if ctx is None else empty((1,), ctx),
+    )
+
+    if checkpoint is not None and not hasattr(opt, "state_dict"):
+        raise TypeError(
+            f"fit: checkpoint= needs an optimizer with state_dict(); {type(opt).__name__} has none"
+        )
+    first_epoch = 0
+    if resume is not None:
+        first_epoch = _restore(
+            resume, model, values, opt, run.history, run.rng, batch_size=batch_size, shuffle=shuffle
+        )
+    # Dropout masks use seed + executor.step: a resumed run continues the masks' sequence.
+    run.executor.step = first_epoch * run.n_batches
+
+    last_epoch = first_epoch + epochs
+    bar = tqdm(
+        total=epochs * run.n_batches,
+        desc=f"{model.name} [{run.history.backend}]",
+        unit="batch",
+        disable=not progress_bar_wanted(progress),
+        leave=False,
+        file=sys.stderr,
+    )
+    try:
+        for epoch in range(first_epoch, last_epoch):
+            if schedule is not None:
+                opt.lr = base_lr * schedule(epoch)
+            batches = iterate_minibatches(
+                train_x, train_y, batch_size, shuffle=shuffle, rng=run.rng, drop_last=True
+            )
+            _train_epoch(run, batches, bar)
+            _validate(run, valid)
+            bar.set_postfix(loss=f"{run.history.loss[-1]:.4f}")
+            if verbose:
+                _print_epoch(run.history, epoch, last_epoch, print_loss)
+            # Data parallel: every rank holds the same state, and rank 0 alone writes it.
+            if checkpoint is not None and par.rank == 0:
+                _save_state(
+                    checkpoint,
+                    run.history,
+                    opt,
+                    run.rng,
+                    epoch + 1,
+                    (epoch + 1) * run.n_batches,
+                    shuffle,
+                )
+    finally:
+        bar.close()
+    return _finish(run, test)
+
+
+# ---- the steps of fit
+
+
+@dataclasses.dataclass
+class _DataParallel:
+    """How this process takes part in data-parallel training (one process: the defaults)."""
+
+    world: int = 1
+    rank: int = 0
+    averager: object = None  # a gpumat.distributed.GradientAverager
+    shard: slice = dataclasses.field(default_factory=lambda: slice(None))  # rows of each batch
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the steps of :func:`fit` share."""
+
+    model: Model
+    ctx: object
+    opt: object
+    par: _DataParallel
+    executor: Executor
+    predictor: _Predictor
+    feed: dict
+    rng: np.random.Generator | None
+    history: History
+    n_batches: int
+    loss_sum: object  # (1,) device array summing the epoch's losses, or None on numpy
+
+
+def _prepare_data(model: Model, data: Sequence, batch_size: int):
+    """(train images, one-hot train labels, valid pair or None, test pair or None), checked."""
     data = list(data)
     if len(data) not in (2, 3):
         raise ValueError(
@@ -428,174 +554,119 @@ def fit(
     train_x, train_y = _split(data[0], "train")
     valid = None if data[1] is None else _split(data[1], "valid")
     test = None if len(data) < 3 or data[2] is None else _split(data[2], "test")
-
     train_x = _reshape_images(model, train_x, "train")
     train_y = one_hot(train_y, model.num_classes)
-    n_train = len(train_x)
-    n_batches = n_train // batch_size
-    if n_batches == 0:
-        raise ValueError(f"fit: {n_train} training samples, fewer than batch_size={batch_size}")
-
-    if params is None:
-        params = model.init_params(ctx)
-    elif ctx is not None:
-        import gpumat
-
-        params = {
-            k: v if hasattr(v, "asnumpy") else gpumat.array(v, ctx) for k, v in params.items()
-        }
-    values = _param_list(model, params)
-    schedule = None
-    if optimizer is None and lr is None:
-        optimizer = model.optimizer
-        schedule = model.lr_schedule if optimizer is not None else None
-        if optimizer is None:
-            lr = DEFAULT_LR
-    opt = SGD(values, lr) if optimizer is None else optimizer(values)
-    base_lr = opt.lr if schedule is not None else None
-
-    # --- data parallelism (gpumat.distributed): shard, same start, same order, averaged grads ---
-    world, rank, averager, shard = 1, 0, None, slice(None)
-    if distributed:
-        from gpumat import distributed as dist
-
-        if not dist.is_initialized():
-            dist.init()
-        world, rank = dist.world_size(), dist.rank()
-        if batch_size % world:
-            raise ValueError(
-                f"fit: batch_size={batch_size} is not a multiple of the {world} ranks; each rank "
-                "takes an equal slice of every batch"
-            )
-        per_rank = batch_size // world
-        shard = slice(rank * per_rank, (rank + 1) * per_rank)
-        dist.broadcast_parameters(values)
-        if shuffle:
-            seed = dist.broadcast_seed(seed)
-        averager = dist.GradientAverager([tuple(v.shape) for v in values])
-        if rank != 0:
-            verbose = progress = False
-            valid = test = None
-    # ---------------------------------------------------------------------------------------------
-
-    executor = Executor(
-        [model.loss, *model.grads],
-        ctx=ctx,
-        fusion=fusion,
-        compiled=compiled,
-        cuda_graph=cuda_graph,
-    )
-    predictor = _Predictor(model, ctx, eval_batch_size)
-    feed = dict(zip(model.params.values(), values, strict=True))
-    rng = np.random.default_rng(seed) if shuffle else None
-    history = History(
-        model=model.name,
-        backend=_backend_name(ctx),
-        batch_size=batch_size,
-        lr=float(lr) if optimizer is None else None,
-        optimizer=repr(opt),
-        num_train=n_train,
-        params=dict(zip(model.params, values, strict=True)),
-        world_size=world,
-    )
-
-    # ---- checkpoints: restore a saved state (gpumat.checkpoint)
-    first_epoch = 0
-    if checkpoint is not None and not hasattr(opt, "state_dict"):
-        raise TypeError(
-            f"fit: checkpoint= needs an optimizer with state_dict(); {type(opt).__name__} has none"
+    if len(train_x) < batch_size:
+        raise ValueError(
+            f"fit: {len(train_x)} training samples, fewer than batch_size={batch_size}"
         )
-    if resume is not None:
-        first_epoch = _restore(
-            resume, model, values, opt, history, rng, batch_size=batch_size, shuffle=shuffle
+    return train_x, train_y, valid, test
+
+
+def _on_device(params: Mapping, ctx) -> Mapping:
+    """Device arrays stay as they are (updated in place); numpy arrays are copied to ``ctx``."""
+    if ctx is None:
+        return params
+    return {k: v if is_device_array(v) else array(v, ctx) for k, v in params.items()}
+
+
+def _make_optimizer(model: Model, values: list, lr, optimizer):
+    """(optimizer, per-epoch lr schedule or None, the lr of plain SGD or None): SGD at ``lr``, the
+    given factory, the model's recommendation (with its schedule), else SGD at
+    :data:`DEFAULT_LR`."""
+    if optimizer is not None:
+        return optimizer(values), None, None
+    if lr is None and model.optimizer is not None:
+        return model.optimizer(values), model.lr_schedule, None
+    lr = DEFAULT_LR if lr is None else lr
+    return SGD(values, lr), None, float(lr)
+
+
+def _setup_distributed(values: list, batch_size: int, shuffle: bool, seed):
+    """Join the MPI job: rank 0's parameters everywhere, one shuffling seed, a gradient averager.
+    Returns (the :class:`_DataParallel`, the shuffling seed)."""
+    if not dist.is_initialized():
+        dist.init()
+    world, rank = dist.world_size(), dist.rank()
+    if batch_size % world:
+        raise ValueError(
+            f"fit: batch_size={batch_size} is not a multiple of the {world} ranks; each rank "
+            "takes an equal slice of every batch"
         )
-    # Dropout masks use seed + executor.step: a resumed run continues the masks' sequence.
-    executor.step = first_epoch * n_batches
-    # ---- end checkpoints
+    per_rank = batch_size // world
+    dist.broadcast_parameters(values)
+    if shuffle:
+        seed = dist.broadcast_seed(seed)
+    averager = dist.GradientAverager([tuple(v.shape) for v in values])
+    shard = slice(rank * per_rank, (rank + 1) * per_rank)
+    return _DataParallel(world, rank, averager, shard), seed
 
-    loss_sum_dev = None
-    if ctx is not None:
-        import gpumat
-        from gpumat import ops
 
-        loss_sum_dev = gpumat.empty((1,), ctx)
+def _train_epoch(run: _Run, batches, bar) -> None:
+    """One pass over the batches: run the step, average gradients across ranks, update; record
+    the epoch's mean loss and time."""
+    model, par, feed, opt = run.model, run.par, run.feed, run.opt
+    start = time.perf_counter()
+    loss_sum = 0.0
+    if run.loss_sum is not None:
+        ops.array_set(run.loss_sum, 0.0)
+    if par.averager is not None:
+        par.averager.reset_timers()
+    for xb, yb in batches:
+        feed[model.x] = xb[par.shard]
+        feed[model.y_] = yb[par.shard]
+        loss_val, *grads = run.executor.run(feed)
+        if par.averager is not None:
+            grads = par.averager.average(grads)
+        opt.step(grads)
+        # The loss is summed where it lives: no device-to-host copy (or sync) per step.
+        if run.loss_sum is None:
+            loss_sum += float(loss_val[0])
+        else:
+            ops.axpy(1.0, loss_val, run.loss_sum)
+        bar.update(1)
+    if run.loss_sum is not None:
+        loss_sum = float(run.loss_sum.asnumpy()[0])  # waits for the epoch's kernels
+    elapsed = time.perf_counter() - start
+    if par.averager is not None:
+        run.history.allreduce_time_s.append(par.averager.allreduce_time_s)
+        # Each rank's loss is its shard's mean; equal shards make their mean the batch's.
+        loss_sum = float(dist.allreduce_mean(np.array([loss_sum]))[0])
+    run.history.loss.append(loss_sum / run.n_batches)
+    run.history.epoch_time_s.append(elapsed)
 
-    bar = tqdm(
-        total=epochs * n_batches,
-        desc=f"{model.name} [{history.backend}]",
-        unit="batch",
-        disable=not progress_bar_wanted(progress),
-        leave=False,
-        file=sys.stderr,
-    )
-    try:
-        last_epoch = first_epoch + epochs
-        for epoch in range(first_epoch, last_epoch):
-            if schedule is not None:
-                opt.lr = base_lr * schedule(epoch)
-            start = time.perf_counter()
-            loss_sum = 0.0
-            if loss_sum_dev is not None:
-                ops.array_set(loss_sum_dev, 0.0)
-            batches = iterate_minibatches(
-                train_x, train_y, batch_size, shuffle=shuffle, rng=rng, drop_last=True
-            )
-            if averager is not None:
-                averager.reset_timers()
-            for xb, yb in batches:
-                feed[model.x] = xb[shard]
-                feed[model.y_] = yb[shard]
-                loss_val, *grads = executor.run(feed)
-                if averager is not None:
-                    grads = averager.average(grads)
-                opt.step(grads)
-                # The loss is summed where it lives: no device-to-host copy (or sync) per step.
-                if loss_sum_dev is None:
-                    loss_sum += float(loss_val[0])
-                else:
-                    ops.axpy(1.0, loss_val, loss_sum_dev)
-                bar.update(1)
-            if loss_sum_dev is not None:
-                loss_sum = float(loss_sum_dev.asnumpy()[0])  # waits for the epoch's kernels
-            elapsed = time.perf_counter() - start
-            if averager is not None:
-                history.allreduce_time_s.append(averager.allreduce_time_s)
-                # Each rank's loss is its shard's mean; equal shards make their mean the batch's.
-                loss_sum = float(dist.allreduce_mean(np.array([loss_sum]))[0])
-            history.loss.append(loss_sum / n_batches)
-            history.epoch_time_s.append(elapsed)
 
-            if valid is not None:
-                t0 = time.perf_counter()
-                acc = float(np.mean(predictor.predict(history.params, valid[0]) == valid[1]))
-                history.valid_time_s.append(time.perf_counter() - t0)
-                history.valid_accuracy.append(acc)
-            else:
-                history.valid_time_s.append(0.0)
-            bar.set_postfix(loss=f"{history.loss[-1]:.4f}")
-            if verbose:
-                line = f"epoch {epoch + 1:>{len(str(last_epoch))}}/{last_epoch}"
-                if print_loss:
-                    line += f"  loss {history.loss[-1]:.4f}"
-                line += f"  time {elapsed:.3f} s"
-                if valid is not None:
-                    line += f"  valid acc {history.valid_accuracy[-1]:.4f}"
-                tqdm.write(line, file=sys.stdout)
-            # Data parallel: every rank holds the same state, and rank 0 alone writes it.
-            if checkpoint is not None and rank == 0:
-                _save_state(
-                    checkpoint, history, opt, rng, epoch + 1, (epoch + 1) * n_batches, shuffle
-                )
-    finally:
-        bar.close()
+def _validate(run: _Run, valid) -> None:
+    """Accuracy on the validation pair (if any) after an epoch, and the seconds it took."""
+    if valid is None:
+        run.history.valid_time_s.append(0.0)
+        return
+    t0 = time.perf_counter()
+    acc = float(np.mean(run.predictor.predict(run.history.params, valid[0]) == valid[1]))
+    run.history.valid_time_s.append(time.perf_counter() - t0)
+    run.history.valid_accuracy.append(acc)
 
-    if executor.schedule_report is not None:
-        history.schedule = str(executor.schedule_report)
+
+def _print_epoch(history: History, epoch: int, last_epoch: int, print_loss: bool) -> None:
+    line = f"epoch {epoch + 1:>{len(str(last_epoch))}}/{last_epoch}"
+    if print_loss:
+        line += f"  loss {history.loss[-1]:.4f}"
+    line += f"  time {history.epoch_time_s[-1]:.3f} s"
+    if history.valid_accuracy:
+        line += f"  valid acc {history.valid_accuracy[-1]:.4f}"
+    tqdm.write(line, file=sys.stdout)
+
+
+def _finish(run: _Run, test) -> History:
+    """The schedule, the final validation accuracy and the test accuracy into the history."""
+    history = run.history
+    if run.executor.schedule_report is not None:
+        history.schedule = str(run.executor.schedule_report)
     if history.valid_accuracy:
         history.final_valid_accuracy = history.valid_accuracy[-1]
     if test is not None:
         history.test_accuracy = float(
-            np.mean(predictor.predict(history.params, test[0]) == test[1])
+            np.mean(run.predictor.predict(history.params, test[0]) == test[1])
         )
     return history
 
@@ -604,8 +675,6 @@ def fit(
 
 
 def _save_state(path, history: History, opt, rng, epochs_done: int, steps: int, shuffle) -> None:
-    from gpumat import checkpoint
-
     progress = {
         "model": history.model,
         "epoch": epochs_done,
@@ -626,15 +695,17 @@ def _save_state(path, history: History, opt, rng, epochs_done: int, steps: int, 
 def _restore(path, model: Model, values: list, opt, history: History, rng, *, batch_size, shuffle):
     """Load a training checkpoint into the parameters, optimizer, history and generator.
 
-    Returns the number of epochs already done. Everything is checked before anything changes.
+    Returns the number of epochs already done. All or nothing: the metadata is checked by
+    load_training_state and here (the generator's state on a scratch generator of the same kind)
+    before the first change, and the optimizer, which checks its own state, goes first.
     """
-    from gpumat import checkpoint
-
     name = os.fspath(path)
     if not hasattr(opt, "load_state_dict"):
         raise TypeError(f"fit: resume= needs an optimizer with load_state_dict(); got {opt!r}")
     state = checkpoint.load_training_state(path, expected_params=model.initial_values)
     progress = state["progress"]
+    if "epoch" not in progress:
+        raise ValueError(f"fit: checkpoint {name!r} records no epoch in its progress")
     for key, want in (("model", model.name), ("batch_size", batch_size), ("shuffle", shuffle)):
         if progress.get(key) != want:
             raise ValueError(
@@ -646,6 +717,14 @@ def _restore(path, model: Model, values: list, opt, history: History, rng, *, ba
         raise ValueError(
             f"fit: checkpoint {name!r} holds a {opt_type} state, this run uses {type(opt).__name__}"
         )
+    if rng is not None and progress.get("rng_state") is not None:
+        try:
+            type(rng.bit_generator)().state = progress["rng_state"]
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ValueError(
+                f"fit: checkpoint {name!r} holds a generator state this run's "
+                f"{type(rng.bit_generator).__name__} cannot take: {exc}"
+            ) from None
     opt.load_state_dict(state["optimizer"])
     for k, dst in zip(model.params, values, strict=True):
         src = state["params"][k]

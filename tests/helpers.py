@@ -29,6 +29,24 @@ def new_rng(seed=None):
     return np.random.default_rng(seed), seed
 
 
+class Out:
+    """Stands for the output argument of a :mod:`gpumat.reference` kernel in :func:`reference`."""
+
+    def __init__(self, shape, dtype=np.float64):
+        self.shape, self.dtype = tuple(shape), dtype
+
+
+def reference(name, *args, **kwargs):
+    """Calls the numpy reference kernel ``gpumat.reference.<name>`` with fresh arrays where the
+    arguments are :class:`Out`, and returns them (one array, or a tuple in argument order)."""
+    outs = [np.empty(a.shape, a.dtype) if isinstance(a, Out) else None for a in args]
+    getattr(gpumat.reference, name)(
+        *[o if o is not None else a for a, o in zip(args, outs, strict=True)], **kwargs
+    )
+    filled = [o for o in outs if o is not None]
+    return filled[0] if len(filled) == 1 else tuple(filled)
+
+
 def rand(shape, rng=None, low=0.1, high=1.0):
     """float32 array with entries in [low, high) * random sign: never zero, never denormal."""
     if rng is None:

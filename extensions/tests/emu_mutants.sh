@@ -20,12 +20,12 @@ mutants=(
   'src/cuda/matmul.cu|s/tile += gridDim.y/tile += row_tiles/|matmul skips the row tiles past grid.y'
   'src/cuda/layout.cu|s/ty += gridDim.y/ty += row_tiles/|transpose skips the row tiles past grid.y'
   'src/cuda/reduce.cu|s/sum += partial\[j \* cols + c\];/sum = partial[j * cols + c];/|sum_partials keeps only the last chunk'
-  'src/cuda/elementwise.cu|s/threadIdx.x; i < n;/threadIdx.x; i <= n;/|the elementwise map writes one element past its output|memcheck:'
+  'src/cuda/activation.cu|0,/threadIdx.x; i < n;/s//threadIdx.x; i <= n;/|tanh and sigmoid write one element past their output|memcheck:'
   'src/cuda/reduce.cu|/__syncthreads();/d|reduce_sum_axis_zero sums its lanes without the barrier after they are written|racecheck:|initcheck:'
-  'src/cuda/softmax.cu|s/last = atomicAdd(ticket, 1u) == gridDim.x - 1;/last = (*ticket)++ == gridDim.x - 1;/|the cross-entropy blocks count themselves with a plain increment (lost updates on a GPU)|racecheck: plain writes'
+  'src/cuda/loss.cu|s/last = atomicAdd(ticket, 1u) == gridDim.x - 1;/last = (*ticket)++ == gridDim.x - 1;/|the cross-entropy blocks count themselves with a plain increment (lost updates on a GPU)|racecheck: plain writes'
   'src/cuda/runtime.cu|/cudaMemsetAsync(fresh->data(), 0/d|the last-block ticket is never zeroed|initcheck:'
   'src/cuda/matmul.cu|s/^        as\[kk\]\[row\] = v;/        if (gr < m \&\& gk < k) as[kk][row] = v;/|the matmul tile is not zero-filled past the matrix edge (stale shared memory)|initcheck:.*shared memory'
-  'src/cuda/elementwise.cu|s/i += static_cast<int64_t>(gridDim.x) \* blockDim.x)/i += blockDim.x)/|the elementwise map strides by a block, not by the grid (only GPUMAT_EMU_MAX_BLOCKS makes a thread stride)|racecheck: plain writes'
+  'src/cuda/activation.cu|0,/i += static_cast<int64_t>(gridDim.x) \* blockDim.x)/s//i += blockDim.x)/|tanh and sigmoid stride by a block, not by the grid (only GPUMAT_EMU_MAX_BLOCKS makes a thread stride)|racecheck: plain writes'
 )
 status=0
 for m in "${mutants[@]}"; do

@@ -177,8 +177,8 @@ void matmul_cases() {
   }
 }
 
-// The fused ops of issue 16, each emu vs host (their equality with the unfused sequences is tested
-// in Python against float64 references: tests/test_fusion.py).
+// The fused ops, each emu vs host (their equality with the unfused sequences is tested in Python
+// against float64 references: tests/runtime/test_fusion.py).
 void fused_cases() {
   namespace ops = gpumat::ops;
   const int64_t shapes[][3] = {{1, 1, 1}, {65, 63, 17}, {130, 70, 33}};
@@ -461,6 +461,7 @@ void size_cases() {
 // them at most 2 blocks, so with these sizes each thread strides up to 16 times. A wrong stride
 // skips elements (their NaN stays in the output) or writes some twice (racecheck: plain writes of
 // two blocks to one address).
+void frontend_kernel_cases();
 void grid_stride_cases() {
   ScopedEnv cap("GPUMAT_EMU_MAX_BLOCKS", "2");
   g_setting = " (GPUMAT_EMU_MAX_BLOCKS=2)";
@@ -469,7 +470,95 @@ void grid_stride_cases() {
   fused_cases();
   conv_pool_cases();
   layer_cases();
+  frontend_kernel_cases();
   g_setting.clear();
+}
+
+// ---------------------------------------------------------------------------- the front end's kernels
+// Kept in one block (the front end's ops: exp, log, divide, eq, argmax, one_hot, adadelta_update_multi).
+// Elementwise kernels at the
+// tails of a 256-thread block (n = 1, 31, 257) and over many blocks (4099, 300001); finite inputs
+// (check() compares by difference: the special values inf and NaN are tested in tests/kernels/).
+// argmax along the last, first and middle axes, a long row and a long column. one_hot of argmax's
+// indices (0..4) mapped to 2i - 3 (out of range below 0 and above 3 for 4 classes) and to i / 2
+// (non-integers): rows of zeros in both. Adadelta over 40 tensors (two launches of the 32-tensor
+// table), some empty and one past the 1024 blocks a tensor gets (the grid-stride loop's second lap),
+// three steps.
+
+void frontend_kernel_cases() {
+  namespace ops = gpumat::ops;
+  for (int64_t n : {1, 31, 257, 4099, 300001}) {
+    const std::string t = " n=" + std::to_string(n);
+    check("exp" + t, {{n}}, {{n}}, [](Arrays& a) { ops::exp(a[0], a[1]); }, 1e-6f, -80.0f, 80.0f);
+    check("log" + t, {{n}}, {{n}}, [](Arrays& a) { ops::log(a[0], a[1]); }, 1e-6f, 1e-6f, 100.0f);
+    check("divide" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::divide(a[0], a[1], a[2]); }, 0.0f);
+    // eq of relu(x) and relu(y): equal (0 == 0) where both are negative, a quarter of the elements
+    check(
+        "eq" + t, {{n}, {n}}, {{n}, {n}, {n}},
+        [](Arrays& a) {
+          ops::relu(a[0], a[2]);
+          ops::relu(a[1], a[3]);
+          ops::eq(a[2], a[3], a[4]);
+        },
+        0.0f);
+  }
+  struct AxisCase {
+    Shape shape;
+    int64_t axis;
+  };
+  for (const AxisCase& c : {AxisCase{{1, 1}, -1}, AxisCase{{7, 33}, 1}, AxisCase{{7, 33}, 0},
+                            AxisCase{{3, 5, 4}, 1}, AxisCase{{2, 3, 4, 5}, -2}, AxisCase{{1, 5000}, -1},
+                            AxisCase{{600, 3}, 0}, AxisCase{{70000, 2}, 1}}) {
+    const int64_t a = c.axis < 0 ? c.axis + static_cast<int64_t>(c.shape.size()) : c.axis;
+    std::string t = " (";
+    for (int64_t d : c.shape) t += std::to_string(d) + ",";
+    t += ") axis=" + std::to_string(c.axis);
+    Shape reduced = c.shape;
+    reduced.erase(reduced.begin() + a);
+    const int64_t ax = c.axis;
+    check("argmax" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::argmax(v[0], v[1], ax); }, 0.0f);
+  }
+  for (int64_t n : {1, 31, 257, 4099, 70001}) {
+    check(
+        "one_hot n=" + std::to_string(n), {{n, 5}}, {{n}, {n}, {n, 4}, {n}, {n, 4}},
+        [](Arrays& a) {
+          ops::argmax(a[0], a[1], 1);
+          ops::multiply_const(a[1], 2.0f, a[2]);
+          ops::add_const(a[2], -3.0f, a[2]);
+          ops::one_hot(a[2], a[3]);
+          ops::multiply_const(a[1], 0.5f, a[4]);
+          ops::one_hot(a[4], a[5]);
+        },
+        0.0f);
+  }
+  // inputs p, g, s, t per tensor (square_avg = s * s, acc_delta = t * t: averages of squares are
+  // >= 0); outputs the updated p, square_avg, acc_delta
+  std::vector<Shape> ins, outs;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t n = i == 7 ? 270001 : (i * 37) % 300;
+    for (int k = 0; k < 4; ++k) ins.push_back({n});
+    for (int k = 0; k < 3; ++k) outs.push_back({n});
+  }
+  check(
+      "adadelta_update_multi 40 tensors", ins, outs,
+      [](Arrays& a) {
+        std::vector<GpuMatrix*> params, square_avgs, acc_deltas;
+        std::vector<const GpuMatrix*> grads;
+        for (int i = 0; i < 40; ++i) {
+          GpuMatrix* out = &a[160 + 3 * i];
+          ops::copy(a[4 * i], out[0]);
+          ops::multiply(a[4 * i + 2], a[4 * i + 2], out[1]);
+          ops::multiply(a[4 * i + 3], a[4 * i + 3], out[2]);
+          params.push_back(&out[0]);
+          square_avgs.push_back(&out[1]);
+          acc_deltas.push_back(&out[2]);
+          grads.push_back(&a[4 * i + 1]);
+        }
+        ops::adadelta_update_multi(params, grads, square_avgs, acc_deltas, 1.0f, 0.9f, 1e-6f);
+        ops::adadelta_update_multi(params, grads, square_avgs, acc_deltas, 0.5f, 0.5f, 1e-3f);
+        ops::adadelta_update_multi(params, grads, square_avgs, acc_deltas, 0.7f, 0.0f, 1e-2f);
+      },
+      1e-5f);
 }
 
 // ---------------------------------------------------------------------------- the emulator's own checks
@@ -1071,6 +1160,7 @@ int main(int argc, char** argv) {
     graph_cases();
     layer_cases();
     size_cases();
+    frontend_kernel_cases();
     numerics_cases();
     grid_stride_cases();
   } catch (const std::exception& e) {  // a fault outside the cases' own checks

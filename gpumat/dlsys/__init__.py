@@ -2,7 +2,7 @@
 
 The course's scripts (``tests/test_gpu_op.py``, ``tests/mnist_dlsys.py`` of the CSE599G1
 assignment 2) run with only ``from dlsys import ...`` changed to ``from gpumat.dlsys import ...``.
-This namespace keeps the seed's conventions exactly:
+This namespace keeps the dlsys course's conventions exactly:
 
 - ``autodiff.softmaxcrossentropy_op``'s gradient is summed over the batch, ``softmax(y) - y_``
   (the loss value is still the batch mean), so the course's ``lr = 1e-3`` at batch 1000 trains as

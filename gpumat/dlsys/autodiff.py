@@ -1,7 +1,7 @@
-"""The seed's ``autodiff`` module: graph nodes, ops, ``gradients`` and ``Executor``.
+"""The dlsys course's ``autodiff`` module: graph nodes, ops, ``gradients`` and ``Executor``.
 
-Everything is :mod:`gpumat.autodiff`'s (the same ``Node`` class, ops, ``gradients`` and
-executor), except what the course skeleton defines differently:
+Everything is gpumat's (:mod:`gpumat.graph`: the same ``Node`` class, ops and ``gradients``;
+:class:`gpumat.runtime.Executor`), except what the course's skeleton defines differently:
 
 - ``softmaxcrossentropy_op(y, y_)``: the value is the batch mean of the cross-entropy, as in
   gpumat, but the gradient with respect to y is **summed** over the batch, ``softmax(y) - y_``
@@ -22,9 +22,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gpumat import autodiff as _ad
-from gpumat import ops as _ops
-from gpumat.autodiff import (  # noqa: F401 (re-exported: the seed's names)
+from gpumat import graph as _graph
+from gpumat import reference as _reference
+from gpumat.graph import (  # noqa: F401 (re-exported: the dlsys course's names)
     AddByConstOp,
     AddOp,
     BroadcastToOp,
@@ -60,7 +60,8 @@ from gpumat.autodiff import (  # noqa: F401 (re-exported: the seed's names)
     transpose_op,
     zeroslike_op,
 )
-from gpumat.executor import Executor as _GpumatExecutor
+from gpumat.graph.node import kernels_for as _kernels_for
+from gpumat.runtime import Executor as _GpumatExecutor
 
 __all__ = [
     "Executor",
@@ -100,12 +101,14 @@ def softmax_func(y: np.ndarray) -> np.ndarray:
     y = np.asarray(y)
     if y.ndim != 2:
         raise ValueError(f"softmax_func: y must be 2-D (rows, classes), got shape {y.shape}")
-    return _ad._softmax_np(y)
+    out = np.empty_like(y)
+    _reference.softmax(y, out)
+    return out
 
 
-class SoftmaxCrossEntropyOp(_ad.SoftmaxCrossEntropyOp):
+class SoftmaxCrossEntropyOp(_graph.SoftmaxCrossEntropyOp):
     """``softmaxcrossentropy_op(y, y_)``: the batch mean of -sum_c y_ log softmax(y), shape (1,),
-    whose gradient with respect to y is the seed's **summed** ``softmax(y) - y_`` (times the
+    whose gradient with respect to y is the course's **summed** ``softmax(y) - y_`` (times the
     output gradient), not the derivative of the mean."""
 
     def gradient(self, node, output_grad):
@@ -116,17 +119,15 @@ class SoftmaxCrossEntropyOp(_ad.SoftmaxCrossEntropyOp):
         return [grad, Undefined("softmaxcrossentropy_op: gradient with respect to the labels")]
 
 
-class SoftmaxCrossEntropyGradientOp(_ad.SoftmaxCrossEntropyGradientOp):
-    """``softmaxcrossentropy_gradient_op(y, y_)``: softmax(y) - y_ for (N, C) y and y_, the seed's
+class SoftmaxCrossEntropyGradientOp(_graph.SoftmaxCrossEntropyGradientOp):
+    """``softmaxcrossentropy_gradient_op(y, y_)``: softmax(y) - y_ for (N, C) y and y_, the course's
     gradient (summed over the batch, no 1/N)."""
 
     def compute(self, node, input_vals, output_val, ctx=None):
         y, y_ = input_vals
-        if ctx is None:
-            np.copyto(output_val, _ad._softmax_np(y) - y_)
-        else:
-            _ops.softmax(y, output_val)
-            _ops.axpy(-1.0, y_, output_val)
+        k = _kernels_for(ctx)
+        k.softmax(y, output_val)
+        k.axpy(-1.0, y_, output_val)
 
 
 softmaxcrossentropy_op = SoftmaxCrossEntropyOp()
@@ -137,7 +138,7 @@ def topo_sort_dfs(node: Node, visited: set, topo_order: list) -> None:
     """Appends ``node`` and its not-yet-visited ancestors to ``topo_order``, inputs first
     (post-order depth-first search), and adds them to ``visited``.
 
-    The seed's helper, iterative here (no recursion limit on deep graphs). Raises TypeError when
+    The course's helper, iterative here (no recursion limit on deep graphs). Raises TypeError when
     ``node`` is not a graph node.
     """
     if not isinstance(node, Node):
@@ -192,20 +193,20 @@ def broadcast_rule(shape_a: tuple, shape_b: tuple) -> tuple:
 
 
 class Executor(_GpumatExecutor):
-    """gpumat's executor with the seed's API: ``Executor(eval_node_list, ctx=None)``,
+    """gpumat's executor with the dlsys course's API: ``Executor(eval_node_list, ctx=None)``,
     ``run(feed_dict, convert_to_numpy_ret_vals=False)``, ``infer_shape(feed_shapes)``,
     ``memory_plan(feed_shapes)`` (a method here), ``node_to_shape_map``, ``node_to_arr_map``,
     ``topo_order``, ``feed_shapes``. ``ctx`` is None (numpy), ``ndarray.cpu(0)`` or
     ``ndarray.gpu(i)`` (or any ``gpumat.Context``). The plan's statistics are ``plan_stats``.
 
-    Raises as :class:`gpumat.executor.Executor` (TypeError for a ctx that is not a context).
+    Raises as :class:`gpumat.runtime.Executor` (TypeError for a ctx that is not a context).
     """
 
     def memory_plan(self, feed_shapes: Mapping) -> dict:
         """Plans and allocates an array for every node except the fed ones, for fed nodes of
         these shapes, and returns ``node_to_arr_map`` (node -> array). ``run`` calls it itself;
         calling it first only allocates early. Arrays of values whose lifetimes do not overlap
-        share storage (see gpumat.executor).
+        share storage (see gpumat.runtime.memory).
 
         Raises ValueError from shape inference (a missing feed, incompatible shapes), TypeError
         for a key that is not a node.
@@ -216,9 +217,10 @@ class Executor(_GpumatExecutor):
                 raise TypeError(f"memory_plan: keys must be graph nodes, got {type(node).__name__}")
             if node in self._graph_nodes:
                 feeds[node] = (_ShapeOnly(tuple(shape)), False)
-        self._prepare(feeds, np.float32)
+        st = self._state
+        self._prepare(st, feeds, np.float32)
         # The same key as a run with numpy feeds of these shapes, so that run keeps this plan.
-        self._plan_key = (
+        st.plan_key = (
             frozenset((n, tuple(v.shape), False) for n, (v, _) in feeds.items()),
             np.dtype(np.float32).str,
         )

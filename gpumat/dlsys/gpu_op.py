@@ -1,4 +1,4 @@
-"""The seed's ``gpu_op`` module: gpumat's kernels, one call each, outputs passed in.
+"""The dlsys course's ``gpu_op`` module: gpumat's kernels, one call each, outputs passed in.
 
 The same functions as :mod:`gpumat.ops` (``array_set``, ``broadcast_to``,
 ``reduce_sum_axis_zero``, ``matrix_elementwise_add[_by_const]``,

@@ -1,23 +1,24 @@
-"""The seed's ``ndarray`` module: contexts with integer device types, and gpumat's arrays.
+"""The dlsys course's ``ndarray`` module: contexts with integer device types, and gpumat's arrays.
 
-``cpu(i)`` and ``gpu(i)`` return :class:`DLContext` values whose ``device_type`` is the seed's
+``cpu(i)`` and ``gpu(i)`` return :class:`DLContext` values whose ``device_type`` is the course's
 1 (cpu) or 2 (gpu). They are ``gpumat.Context`` values too (a ``DLContext(0, 1)`` equals
 ``gpumat.cpu()``), so arrays and executors accept them everywhere. ``NDArray`` is
-:class:`gpumat.PyGpuMatrix`, which has the seed's ``shape``, ``asnumpy()``, ``copyto(target)``,
+:class:`gpumat.PyGpuMatrix`, which has the course's ``shape``, ``asnumpy()``, ``copyto(target)``,
 ``a[:] = numpy_array`` and ``ctx``.
 """
 
 import numpy as np
 
-import gpumat
-from gpumat import PyGpuMatrix as NDArray
-from gpumat.context import Context
+from gpumat import arrays as _arrays
+from gpumat._core import CudaError
+from gpumat._core import PyGpuMatrix as NDArray
+from gpumat.device import Context, build_info
 
 __all__ = ["DLContext", "NDArray", "array", "cpu", "empty", "gpu", "is_gpu_ctx"]
 
 
 class DLContext(Context):
-    """A device as the seed names it: ``DLContext(device_id, device_type)``.
+    """A device as the dlsys course names it: ``DLContext(device_id, device_type)``.
 
     ``device_type`` is 1 for the host (cpu) and 2 for a CUDA GPU; ``device_id`` is the device
     ordinal. Equal to, and hashing as, the ``gpumat.Context`` of the same device.
@@ -42,7 +43,7 @@ class DLContext(Context):
 
     @property
     def device_type(self) -> int:
-        """1 (cpu) or 2 (gpu), the seed's encoding."""
+        """1 (cpu) or 2 (gpu), the dlsys course's encoding."""
         return 2 if self._kind == "gpu" else 1
 
 
@@ -59,15 +60,15 @@ def gpu(dev_id: int = 0) -> DLContext:
             one of the visible GPUs (the message says which, and that ``cpu(0)`` works).
     """
     ctx = DLContext(dev_id, 2)  # checks the argument first
-    info = gpumat.build_info()
+    info = build_info()
     if not info["cuda"]:
-        raise gpumat.CudaError(
+        raise CudaError(
             f"ndarray.gpu({dev_id}): this gpumat was built without CUDA (no nvcc at build time); "
             "use ndarray.cpu(0), or rebuild on a machine with the CUDA toolkit"
         )
     count = info["cuda_device_count"]
     if not 0 <= int(dev_id) < count:
-        raise gpumat.CudaError(
+        raise CudaError(
             f"ndarray.gpu({dev_id}): {count} CUDA GPU(s) usable on this machine; "
             "use ndarray.cpu(0) to run on the host"
         )
@@ -84,7 +85,7 @@ def array(arr, ctx: Context | None = None) -> NDArray:
 
     Raises TypeError for non-numeric data or a bad ctx (see :func:`gpumat.array`).
     """
-    return gpumat.array(arr, cpu(0) if ctx is None else ctx)
+    return _arrays.array(arr, cpu(0) if ctx is None else ctx)
 
 
 def empty(shape, ctx: Context | None = None) -> NDArray:
@@ -92,4 +93,4 @@ def empty(shape, ctx: Context | None = None) -> NDArray:
 
     Raises ValueError/TypeError for a bad shape or ctx (see :func:`gpumat.empty`).
     """
-    return gpumat.empty(shape, cpu(0) if ctx is None else ctx)
+    return _arrays.empty(shape, cpu(0) if ctx is None else ctx)

@@ -155,7 +155,7 @@ def test_loss_gradient_is_summed_here_and_the_mean_in_gpumat_autodiff(backend):
     W = rng.uniform(-1, 1, (d, k))
     Y = np.eye(k)[rng.integers(0, k, n)]
     logits = X @ W
-    summed = X.T @ (ad.softmax_func(logits) - Y)  # the seed's dL/dW
+    summed = X.T @ (ad.softmax_func(logits) - Y)  # the dlsys course's dL/dW
     loss_ref = np.mean(-np.sum(Y * np.log(ad.softmax_func(logits)), axis=1))
     ctx = None if backend == "numpy" else ndarray.cpu(0)
     for module, expected in ((ad, summed), (gad, summed / n)):

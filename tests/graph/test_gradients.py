@@ -236,13 +236,13 @@ def test_softmaxcrossentropy_is_stable_for_large_logits():
 
 
 def logreg_loss(x, w, b, y_):
-    """The seed's logistic regression: softmax cross-entropy of x @ w + b."""
+    """The dlsys course's logistic regression: softmax cross-entropy of x @ w + b."""
     z = ad.matmul_op(x, w)
     return ad.softmaxcrossentropy_op(z + ad.broadcastto_op(b, z), y_)
 
 
 def mlp_loss(x, w1, b1, w2, b2, w3, b3, y_):
-    """The seed's 3-layer MLP (784-256-100-10 on MNIST): relu hidden layers, softmax loss."""
+    """The course's 3-layer MLP (784-256-100-10 on MNIST): relu hidden layers, softmax loss."""
     h = x
     for w, b, act in ((w1, b1, True), (w2, b2, True), (w3, b3, False)):
         z = ad.matmul_op(h, w)

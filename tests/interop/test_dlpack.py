@@ -8,8 +8,13 @@ a GPU or without torch/cupy.
 """
 
 import gc
+import json
+import os
+import signal
+import subprocess
 import sys
 
+import dlpack_helpers
 import numpy as np
 import pytest
 from conftest import GPU_SKIP_REASON, HAS_GPU
@@ -20,6 +25,7 @@ torch = pytest.importorskip("torch")
 import torch.utils.dlpack as torch_dlpack  # noqa: E402
 
 RNG = np.random.default_rng(20261123)
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def rand(shape):
@@ -275,6 +281,136 @@ def test_from_dlpack_bad_input():
     gpumat.from_dlpack(cap)
     with pytest.raises(ValueError, match="already consumed"):
         gpumat.from_dlpack(cap)
+
+
+# ------------------------------------------------------------------------------ bad arguments
+# Every case runs in one child process per test module (a crash there fails the cases it reached
+# instead of ending the run); the child prints each case's name before running it.
+
+_CASES_CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import dlpack_helpers as h
+import gpumat
+
+def outcome(fn):
+    try:
+        fn()
+    except Exception as exc:
+        return [type(exc).__name__, str(exc)]
+    return ["returned", ""]
+
+for case in json.loads(sys.argv[2]):
+    print("CASE", json.dumps(case), flush=True)
+    kind, name, variant = case
+    if kind == "export":
+        ctx = gpumat.cpu() if variant == "cpu" else gpumat.emu()
+        a = gpumat.array(np.arange(6, dtype=np.float32).reshape(2, 3), ctx)
+        result = outcome(lambda: a.__dlpack__(**h.EXPORT_ARGUMENTS[name][0]))
+    else:
+        result = outcome(lambda: h.import_malformed(name, variant))
+    print("RESULT", json.dumps([case, result]), flush=True)
+"""
+
+_CASES = [["export", n, d] for n in dlpack_helpers.EXPORT_ARGUMENTS for d in ("cpu", "emu")] + [
+    ["import", n, v] for n in dlpack_helpers.MALFORMED for v in (False, True)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_argument_outcomes():
+    """{(kind, name, versioned): [exception type name, message]}, or a crash description."""
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", _CASES_CHILD, str(TESTS_DIR), json.dumps(_CASES)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(TESTS_DIR),
+    )
+    outcomes = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            case, result = json.loads(line[len("RESULT ") :])
+            outcomes[tuple(case)] = result
+    crash = None
+    if proc.returncode != 0:
+        started = [ln for ln in proc.stdout.splitlines() if ln.startswith("CASE ")]
+        how = signal.Signals(-proc.returncode).name if proc.returncode < 0 else proc.returncode
+        crash = (
+            f"the child ended ({how}) in {started[-1] if started else 'setup'}:\n"
+            + (proc.stderr[-3000:])
+        )
+    return outcomes, crash
+
+
+def _outcome(outcomes_and_crash, case):
+    outcomes, crash = outcomes_and_crash
+    if tuple(case) not in outcomes:
+        pytest.fail(f"no result for {case}: {crash}", pytrace=False)
+    return outcomes[tuple(case)]
+
+
+@pytest.mark.parametrize("device", ["cpu", "emu"])
+@pytest.mark.parametrize("name", list(dlpack_helpers.EXPORT_ARGUMENTS))
+def test_dlpack_export_rejects_bad_arguments(bad_argument_outcomes, name, device):
+    """max_version, stream, dl_device and copy as the array API standard defines them; each bad
+    value is a TypeError (wrong type) or ValueError (wrong value), BufferError where the standard
+    asks for it (a device gpumat cannot export to). Before, max_version=() read past a tuple."""
+    got, message = _outcome(bad_argument_outcomes, ["export", name, device])
+    assert got == dlpack_helpers.EXPORT_ARGUMENTS[name][1], (got, message)
+    assert message.startswith("__dlpack__: "), message
+
+
+@pytest.mark.parametrize("versioned", [False, True], ids=["legacy", "versioned"])
+@pytest.mark.parametrize("name", list(dlpack_helpers.MALFORMED))
+def test_from_dlpack_rejects_malformed_capsules(bad_argument_outcomes, name, versioned):
+    """A capsule whose descriptor breaks the DLPack C API (ndim < 0, a NULL shape, a negative
+    dimension, a NULL or misaligned data pointer, ...) is refused before any pointer in it is
+    followed; before, ndim = -1 was imported as a 0-d array and a NULL shape was dereferenced."""
+    got, message = _outcome(bad_argument_outcomes, ["import", name, versioned])
+    _, want, fragment = dlpack_helpers.MALFORMED[name]
+    assert got == want, (got, message)
+    assert message.startswith("from_dlpack: ") and fragment in message, message
+
+
+def test_a_well_formed_crafted_capsule_imports():
+    """The positive control for the malformed cases: the same structs with valid fields import."""
+    x = rand((3, 4))
+    for versioned in (False, True):
+        crafted = dlpack_helpers.Crafted(x, versioned=versioned, null_strides=versioned)
+        a = gpumat.from_dlpack(crafted.capsule)
+        assert a.shape == (3, 4) and data_ptr(a) == crafted.values.ctypes.data
+        np.testing.assert_array_equal(a.asnumpy(), x)
+        del a
+
+
+def test_from_dlpack_checks_copy_and_what_producers_return():
+    x = rand((2, 2))
+    for bad in ("no", 0, 1, [True]):
+        with pytest.raises(TypeError, match="from_dlpack: copy must be True, False or None"):
+            gpumat.from_dlpack(x, copy=bad)
+    assert gpumat.from_dlpack(x, copy=np.bool_(False)).shape == (2, 2)
+
+    class Producer:
+        def __init__(self, device, capsule):
+            self.device, self.capsule = device, capsule
+
+        def __dlpack_device__(self):
+            return self.device
+
+        def __dlpack__(self, stream=None, max_version=None):
+            return self.capsule
+
+    with pytest.raises(TypeError, match=r"Producer.__dlpack__\(\) returned list, not a DLPack"):
+        gpumat.from_dlpack(Producer((1, 0), [1, 2]))
+    for device in ((1,), "cpu", (1, 0, 0), None):
+        with pytest.raises(TypeError, match=r"__dlpack_device__\(\) returned"):
+            gpumat.from_dlpack(Producer(device, x.__dlpack__()))
+    with pytest.raises(TypeError, match="device_type and device_id must be ints"):
+        gpumat.from_dlpack(Producer((1.5, 0), x.__dlpack__()))
+    with pytest.raises(ValueError, match="negative device id"):
+        gpumat.from_dlpack(Producer((2, -1), x.__dlpack__()))
 
 
 # ------------------------------------------------------------------------------ __array__, CAI

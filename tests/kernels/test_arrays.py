@@ -665,8 +665,8 @@ def test_zero_size_allocations_touch_no_memory(ctx, no_gc):
 
 
 def test_ops_in_steady_state_do_not_allocate(ctx, no_gc):
-    """A training-step-like loop: after the first iteration no device allocation happens (the seed's
-    rule that cudaMalloc calls do not grow with epochs)."""
+    """A training-step-like loop: after the first iteration no device allocation happens (the
+    dlsys course's rule that cudaMalloc calls do not grow with epochs)."""
     ops = gpumat.ops
     x = gpumat.array(rand((64, 784)), ctx)
     w = gpumat.array(rand((784, 100)), ctx)

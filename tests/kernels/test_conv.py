@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import EPS32, assert_close, nan_array, new_rng, rand
+from helpers import EPS32, Out, assert_close, nan_array, new_rng, rand, reference
 from nn_helpers import check_device_gradients, check_fd_gradients, numeric_grad, rand64
 
 import gpumat
@@ -82,21 +82,23 @@ def conv_grad_filter_ref(x, dy, w_shape, stride=1, pad=0):
     return (dy.transpose(1, 0, 2, 3).reshape(f, -1) @ col.T).reshape(w_shape)
 
 
-def test_references_agree_with_nn_numpy_backend():
-    # Two independent float64 implementations (im2col here, sliding windows + tensordot in nn).
+def test_references_agree_with_gpumat_reference():
+    # Two independent float64 implementations (im2col here, sliding windows + tensordot there).
     rng, _ = new_rng()
     x, w = rand64(rng, (2, 3, 9, 8)), rand64(rng, (4, 3, 3, 2))
     for stride, pad in [((1, 1), (0, 0)), ((2, 3), (1, 1))]:
         y = conv_ref(x, w, stride, pad)
-        np.testing.assert_allclose(nn.np_conv2d(x, w, stride, pad), y, rtol=1e-12)
+        np.testing.assert_allclose(
+            reference("conv2d", x, w, Out(y.shape), stride, pad), y, rtol=1e-12
+        )
         dy = rand64(rng, y.shape)
         np.testing.assert_allclose(
-            nn.np_conv2d_gradient_input(dy, w, x.shape, stride, pad),
+            reference("conv2d_gradient_input", dy, w, Out(x.shape), stride, pad),
             conv_grad_input_ref(dy, w, x.shape, stride, pad),
             rtol=1e-12,
         )
         np.testing.assert_allclose(
-            nn.np_conv2d_gradient_filter(x, dy, w.shape, stride, pad),
+            reference("conv2d_gradient_filter", x, dy, Out(w.shape), stride, pad),
             conv_grad_filter_ref(x, dy, w.shape, stride, pad),
             rtol=1e-12,
         )
@@ -186,7 +188,7 @@ def test_conv2d_and_gradients_match_im2col_reference(ctx, case, chunks, workspac
 
 
 def test_tvm_seed_case_matches_im2col_reference(ctx):
-    # The seed assignment's conv test: X (100, 3, 28, 28), F (10, 3, 5, 5) -> (100, 10, 24, 24).
+    # The dlsys course's conv test: X (100, 3, 28, 28), F (10, 3, 5, 5) -> (100, 10, 24, 24).
     rng, seed = new_rng()
     x, w = rand((100, 3, 28, 28), rng), rand((10, 3, 5, 5), rng)
     x64, w64 = x.astype(np.float64), w.astype(np.float64)

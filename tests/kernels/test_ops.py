@@ -8,21 +8,26 @@ shapes, types, devices, aliasing) have tests of their own at the end.
 
 import numpy as np
 import pytest
+from conftest import GPU_SKIP_REASON, HAS_GPU
 from helpers import (
     EPS32,
+    Out,
     assert_close,
     check_op,
     matmul_bound,
     nan_array,
     new_rng,
     rand,
+    reference,
     shape_id,
     sum_bound,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nn_helpers import check_device_gradients, check_fd_gradients, rand64
 
 import gpumat
+import gpumat.autodiff as ad
 import gpumat.ops as ops
 
 N = 1031  # a prime: no tile or vector width divides it
@@ -899,6 +904,10 @@ NAN_CASES = {
         2,
     ),
     "copy": (ops.copy, lambda x: x, 1),
+    "exp": (ops.exp, np.exp, 1),
+    "log": (ops.log, lambda x: np.log(np.where(x < 0, np.nan, x)), 1),  # NaN for x < 0 too
+    "divide": (ops.matrix_elementwise_divide, np.divide, 2),
+    "eq": (ops.eq, lambda a, b: (a == b).astype(np.float64), 2),  # NaN equals nothing: 0
     "transpose": (ops.transpose, lambda x: x.T, 1),
     "softmax": (ops.softmax, np_softmax, 1),
 }
@@ -1325,3 +1334,501 @@ def test_softmax_cross_entropy_output_is_an_input_raises(ctx):
     v = gpumat.array(rand((1,)), ctx)
     with pytest.raises(ValueError):
         ops.softmax_cross_entropy(v, v, v)
+
+
+# --------------------------------------------------------------------------------------------------
+# Overlapping views: two DLPack imports of overlapping slices of one buffer
+# --------------------------------------------------------------------------------------------------
+
+
+def _overlapping(n_rows: int, cols: int, shift: int):
+    """Two cpu arrays (n_rows, cols) over one numpy buffer, the second ``shift`` elements after the
+    first (imported through DLPack, so gpumat sees two arrays at different addresses), and that
+    buffer."""
+    buf = rand((n_rows * cols + shift,))
+    a = gpumat.from_dlpack(buf[: n_rows * cols].reshape(n_rows, cols))
+    b = gpumat.from_dlpack(buf[shift : shift + n_rows * cols].reshape(n_rows, cols))
+    return a, b, buf
+
+
+OVERLAP_REFUSED = {  # ops that cannot work in place: any shared memory is refused
+    "transpose": lambda a, b: ops.transpose(a, b),
+    "matrix_multiply": lambda a, b: ops.matrix_multiply(a, False, _like(a), False, b),
+    "softmax": lambda a, b: ops.softmax(a, b),
+    "softmax_axis": lambda a, b: ops.softmax_axis(a, b, 0),
+    "max_pool2d": lambda a, b: ops.max_pool2d(a.reshape(1, 1, 6, 6), b.reshape(1, 1, 6, 6), 1),
+    # elementwise ops may write in place, but not into a shifted view of their input
+    "matrix_elementwise_add": lambda a, b: ops.matrix_elementwise_add(a, a, b),
+    "matrix_elementwise_multiply_by_const": lambda a, b: ops.matrix_elementwise_multiply_by_const(
+        a, 2.0, b
+    ),
+    "relu": lambda a, b: ops.relu(a, b),
+    "axpy": lambda a, b: ops.axpy(2.0, a, b),
+    "copy": lambda a, b: ops.copy(a, b),
+    "tanh": lambda a, b: ops.tanh(a, b),
+}
+
+
+@pytest.mark.parametrize("name", list(OVERLAP_REFUSED))
+@pytest.mark.parametrize("shift", [1, 5, 35])
+def test_an_output_partially_overlapping_an_input_is_refused(name, shift):
+    a, b, buf = _overlapping(6, 6, shift)
+    before = buf.copy()
+    with pytest.raises(ValueError, match="overlap|shares memory"):
+        OVERLAP_REFUSED[name](a, b)
+    np.testing.assert_array_equal(buf, before)  # refused before anything ran
+
+
+def test_elementwise_ops_still_run_in_place_and_on_disjoint_views():
+    a, b, buf = _overlapping(6, 6, 36)  # b starts where a ends: disjoint
+    x = a.asnumpy().astype(np.float64)
+    ops.matrix_elementwise_add(a, a, b)
+    np.testing.assert_allclose(b.asnumpy(), 2 * x, rtol=1e-6)
+    ops.matrix_elementwise_add(a, a, a)  # exactly in place
+    np.testing.assert_allclose(a.asnumpy(), 2 * x, rtol=1e-6)
+
+
+# exp, log, matrix_elementwise_divide (the front end's elementwise kernels) and their graph ops
+# --------------------------------------------------------------------------------------------------
+
+# Every device rounds exp / log within 2 ulp (CUDA's expf, logf; the host's C library) and divides
+# exactly rounded: the tolerances are 4 and 1 ulp of float32, relative.
+ULP = EPS32  # 2**-23, the spacing of float32 numbers in [1, 2)
+
+
+def _positive(shape, rng, lo=-30.0, hi=30.0):
+    """float32 exp(u), u uniform in [lo, hi): positive numbers over 26 binades, never 1."""
+    return np.exp(rng.uniform(lo, hi, size=shape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_exp(ctx, shape):
+    # |x| in [0.1, 85): exp(x) spans 3e-37 .. 8e36, all normal float32 numbers
+    check_op(ctx, ops.exp, np.exp, [shape], shape, rtol=4 * ULP, atol=0, high=85.0, name="exp")
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_log(ctx, shape):
+    rng, _ = new_rng()
+    check_op(ctx, ops.log, np.log, [_positive(shape, rng)], shape, rtol=4 * ULP, atol=0, name="log")
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_elementwise_divide(ctx, shape):
+    check_op(ctx, ops.matrix_elementwise_divide, np.divide, [shape, shape], shape, rtol=ULP, atol=0)
+
+
+def _tied(shape, rng):
+    """Two float32 arrays equal at about half the positions (a random mask), else different."""
+    a = rand(shape, rng)
+    other = rand(shape, rng, low=1.0, high=2.0)  # |other| >= 1 > |a|: never equal to a
+    return a, np.where(rng.random(shape) < 0.5, a, other).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_eq(ctx, shape):
+    rng, _ = new_rng()
+    a, b = _tied(shape, rng)
+    got, expected, _ = check_op(
+        ctx, ops.eq, lambda x, y: (x == y).astype(np.float64), [a, b], shape, rtol=0, atol=0
+    )
+    assert 0 < expected.sum() < expected.size or expected.size < 8  # both outcomes occur
+
+
+def test_eq_special_values(ctx):
+    a = np.array([np.nan, np.nan, 1.0, -0.0, np.inf, -np.inf, np.inf, 3.0, 1e-45], np.float32)
+    b = np.array([np.nan, 1.0, np.nan, 0.0, np.inf, np.inf, 3.4e38, 3.0, 0.0], np.float32)
+    out = nan_array(a.shape, ctx)
+    ops.eq(gpumat.array(a, ctx), gpumat.array(b, ctx), out)
+    # NaN equals nothing, -0 == +0, inf == inf; the smallest denormal is not 0 (no flush to zero)
+    np.testing.assert_array_equal(out.asnumpy(), [0, 0, 0, 1, 1, 0, 0, 1, 0])
+    x = gpumat.array(a, ctx)
+    ops.eq(x, x, x)  # in place, one array for all three: 1 except where a is NaN
+    np.testing.assert_array_equal(x.asnumpy(), [0, 0, 1, 1, 1, 1, 1, 1, 1])
+
+
+def test_exp_overflows_to_inf_and_underflows_to_zero(ctx):
+    x = np.array(
+        [88.0, 88.8, 89.0, 1e30, np.inf, -88.0, -100.0, -103.0, -110.0, -1e30, -np.inf]
+        + [0.0, -0.0, 1.0, np.nan],
+        np.float32,
+    )
+    out = nan_array(x.shape, ctx)
+    ops.exp(gpumat.array(x, ctx), out)
+    got = out.asnumpy()
+    assert np.all(np.isinf(got[1:5]) & (got[1:5] > 0)), got  # float32's max is exp(88.72...)
+    assert np.all(got[8:11] == 0), got  # below e^-103.97 (half the smallest denormal)
+    assert got[11] == 1 and got[12] == 1 and np.isnan(got[14]), got
+    # the finite ones (denormals included: exp(-100) = 3.7e-44) to 2 ulp or 2 denormal steps
+    with np.errstate(over="ignore"):
+        expected = np.exp(x.astype(np.float64)).astype(np.float32).astype(np.float64)
+    finite = [0, 5, 6, 7, 13]
+    assert_close(got[finite], expected[finite], rtol=4 * ULP, atol=3e-45)
+    assert 0 < got[6] < 1.2e-38, "exp(-100) is a denormal, not flushed to zero"
+
+
+def test_log_special_values(ctx):
+    x = np.array([0.0, -0.0, -1.0, -1e-30, -np.inf, np.inf, np.nan, 1.0, 1e-45, 3.4e38], np.float32)
+    out = nan_array(x.shape, ctx)
+    ops.log(gpumat.array(x, ctx), out)
+    got = out.asnumpy()
+    assert got[0] == -np.inf and got[1] == -np.inf, got
+    assert np.all(np.isnan(got[2:5])) and np.isnan(got[6]), got
+    assert got[5] == np.inf and got[7] == 0.0, got
+    # the smallest denormal and the largest float: log(1.4e-45) = -103.28, log(3.4e38) = 88.72
+    assert_close(got[8:], np.log(x[8:].astype(np.float64)), rtol=4 * ULP, atol=0)
+
+
+def test_divide_ieee_special_values(ctx):
+    a = np.array(
+        [1.0, -1.0, 1.0, 0.0, np.inf, np.nan, 1.0, 1.0, 1e30, 1e-30, -0.0, 3.0], np.float32
+    )
+    b = np.array(
+        [0.0, 0.0, -0.0, 0.0, np.inf, 1.0, np.nan, np.inf, 1e-30, 1e30, 5.0, -np.inf], np.float32
+    )
+    out = nan_array(a.shape, ctx)
+    ops.matrix_elementwise_divide(gpumat.array(a, ctx), gpumat.array(b, ctx), out)
+    got = out.asnumpy()
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        expected = a / b  # float32 IEEE division, as the kernels
+    np.testing.assert_array_equal(got, expected)
+    assert list(got[:3]) == [np.inf, -np.inf, -np.inf]  # x / 0 takes the signs of x and the zero
+    assert np.isnan(got[3]) and np.isnan(got[4])  # 0 / 0, inf / inf
+    assert got[8] == np.inf and got[9] == 0  # overflow, underflow
+    assert np.signbit(got[10]) and np.signbit(got[11])  # -0 / 5 = -0, 3 / -inf = -0
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (513, 257)], ids=shape_id)
+def test_exp_log_divide_in_place(ctx, shape):
+    rng, _ = new_rng()
+    x, y = _positive(shape, rng, -3, 3), rand(shape, rng)
+    y[::2] = x[::2]  # equal rows, for eq
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    cases = [
+        (lambda a, b: ops.exp(b, b), np.exp(y64), "b"),
+        (lambda a, b: ops.log(a, a), np.log(x64), "a"),
+        (lambda a, b: ops.matrix_elementwise_divide(a, b, a), x64 / y64, "a"),
+        (lambda a, b: ops.matrix_elementwise_divide(a, b, b), x64 / y64, "b"),
+        (lambda a, b: ops.matrix_elementwise_divide(b, b, b), np.ones(shape), "b"),
+        (lambda a, b: ops.eq(a, b, a), (x64 == y64).astype(np.float64), "a"),
+        (lambda a, b: ops.eq(a, b, b), (x64 == y64).astype(np.float64), "b"),
+    ]
+    for i, (run, expected, which) in enumerate(cases):
+        a, b = gpumat.array(x, ctx), gpumat.array(y, ctx)
+        run(a, b)
+        assert_close(
+            (a if which == "a" else b).asnumpy(),
+            expected,
+            rtol=4 * ULP,
+            atol=0,
+            msg=f"in-place case {i}",
+        )
+
+
+FRONTEND_BAD_SHAPES = [  # (op name, call(ctx))
+    ("exp", lambda c: ops.exp(_arr(c, 3, 4), _arr(c, 4, 3))),
+    ("exp", lambda c: ops.exp(_arr(c, 3, 4), _arr(c, 12))),
+    ("log", lambda c: ops.log(_arr(c, 3, 4), _arr(c, 3, 5))),
+    (
+        "matrix_elementwise_divide",
+        lambda c: ops.matrix_elementwise_divide(_arr(c, 3, 4), _arr(c, 4, 3), _arr(c, 3, 4)),
+    ),
+    (
+        "matrix_elementwise_divide",
+        lambda c: ops.matrix_elementwise_divide(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 12)),
+    ),
+    ("eq", lambda c: ops.eq(_arr(c, 3, 4), _arr(c, 4, 3), _arr(c, 3, 4))),
+    ("eq", lambda c: ops.eq(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 1, 3, 4))),
+]
+
+
+@pytest.mark.parametrize(
+    "name,call",
+    FRONTEND_BAD_SHAPES,
+    ids=[f"{n}-{i}" for i, (n, _) in enumerate(FRONTEND_BAD_SHAPES)],
+)
+def test_frontend_kernels_wrong_shapes_name_the_op_and_shapes(ctx, name, call):
+    with pytest.raises(ValueError, match=name) as info:
+        call(ctx)
+    assert "(3, 4)" in str(info.value), str(info.value)
+
+
+FRONTEND_CALLS = {  # name -> call(*arrays) and the arrays' shapes
+    "exp": (ops.exp, [(3, 4), (3, 4)]),
+    "log": (ops.log, [(3, 4), (3, 4)]),
+    "matrix_elementwise_divide": (ops.matrix_elementwise_divide, [(3, 4), (3, 4), (3, 4)]),
+    "eq": (ops.eq, [(3, 4), (3, 4), (3, 4)]),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(FRONTEND_CALLS))
+def test_frontend_kernels_mixed_devices_raise(gpu_ctx, name):
+    fn, shapes = FRONTEND_CALLS[name]
+    for i in range(len(shapes)):
+        args = [
+            gpumat.array(rand(s), gpu_ctx if j == i else gpumat.cpu()) for j, s in enumerate(shapes)
+        ]
+        before = [a.asnumpy() for a in args]
+        with pytest.raises(ValueError, match=f"{name}: arrays are on different devices"):
+            fn(*args)
+        for a, b in zip(args, before, strict=True):
+            np.testing.assert_array_equal(a.asnumpy(), b)
+
+
+@pytest.mark.parametrize("name", list(FRONTEND_CALLS))
+def test_frontend_kernels_reject_non_arrays(ctx, name):
+    fn, shapes = FRONTEND_CALLS[name]
+    for i in range(len(shapes)):
+        for bad in (None, rand(shapes[i]), 3.0):
+            args = [gpumat.array(rand(s), ctx) for s in shapes]
+            args[i] = bad
+            with pytest.raises(TypeError):
+                fn(*args)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_GPU, reason=str(GPU_SKIP_REASON))
+def test_elementwise_kernels_past_one_cuda_grid():
+    """launch_map's grid is capped at 65,535 * 16 blocks of 256 threads (common.cuh grid_for):
+    268,431,360 elements. Past that the grid-stride loop takes a second lap, which only a GPU
+    has the memory and speed to reach (the emulator runs each thread as a fiber)."""
+    ctx = gpumat.gpu(0)
+    n = 65535 * 16 * 256 + 1031
+    rng, seed = new_rng()
+    x = rand((n,), rng, high=80.0)
+    y = rand((n,), rng)
+    for fn, ref, args in [
+        (ops.exp, np.exp, [x]),
+        (ops.matrix_elementwise_divide, np.divide, [x, y]),
+    ]:
+        out = nan_array((n,), ctx)
+        fn(*[gpumat.array(a, ctx) for a in args], out)
+        expected = ref(*[a.astype(np.float64) for a in args])
+        assert_close(out.asnumpy(), expected, rtol=4 * ULP, atol=0, msg=f"seed {seed}")
+    del expected
+    out = nan_array((n,), ctx)
+    ops.log(gpumat.array(np.abs(x), ctx), out)
+    assert_close(out.asnumpy(), np.log(np.abs(x).astype(np.float64)), rtol=4 * ULP, atol=1e-7)
+
+
+# The graph ops: gradients against float64 central differences on the numpy backend, and each
+# device against numpy's analytic values and gradients.
+ELEMENTWISE_GRAPHS = {
+    "exp": (lambda x: ad.exp_op(x), 1),
+    "log": (lambda x: ad.log_op(x), 1),
+    "div": (lambda a, b: ad.div_op(a, b), 2),
+    "log_exp_div": (lambda a, b: ad.log_op(ad.div_op(ad.exp_op(a), ad.exp_op(b))), 2),
+}
+
+
+def _graph_inputs(kind, shape, rng):
+    # log needs x > 0; exp of |x| < 3; the divisors stay away from 0 (|b| >= 0.5)
+    if kind == "log":
+        return [rng.uniform(0.2, 3.0, size=shape)]
+    if kind == "div":
+        return [rand64(rng, shape, 0.1, 2.0), rand64(rng, shape, 0.5, 2.0)]
+    return [rand64(rng, shape, 0.1, 3.0) for _ in range(ELEMENTWISE_GRAPHS[kind][1])]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 9), (9, 1), (6, 7), (2, 3, 4)], ids=shape_id)
+@pytest.mark.parametrize("kind", list(ELEMENTWISE_GRAPHS))
+def test_elementwise_graph_gradients_fd_float64(kind, shape):
+    rng, _ = new_rng()
+    check_fd_gradients(ELEMENTWISE_GRAPHS[kind][0], _graph_inputs(kind, shape, rng), rng)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (9, 1), (6, 7), (2, 3, 4), (300, 70)], ids=shape_id)
+@pytest.mark.parametrize("kind", list(ELEMENTWISE_GRAPHS))
+def test_elementwise_graph_ops_on_devices_match_numpy(ctx, kind, shape):
+    rng, _ = new_rng()
+    check_device_gradients(ctx, ELEMENTWISE_GRAPHS[kind][0], _graph_inputs(kind, shape, rng), rng)
+
+
+@pytest.mark.parametrize(
+    "build,shapes,match",
+    [
+        pytest.param(ad.div_op, [(3, 4), (4, 3)], r"div_op .*\(3, 4\) and \(4, 3\)", id="div"),
+        pytest.param(ad.div_op, [(3, 4), (12,)], r"div_op .*\(3, 4\) and \(12,\)", id="div_flat"),
+    ],
+)
+def test_elementwise_graph_shape_errors(build, shapes, match):
+    xs = [ad.Variable(f"in{i}") for i in range(len(shapes))]
+    node = build(*xs)
+    with pytest.raises(ValueError, match=match) as info:
+        node.op.infer_shape(node, shapes)
+    assert node.name in str(info.value)
+
+
+def test_eq_op_values_and_no_gradient(ctx):
+    """eq_op is piecewise constant: its gradient entries are None, so a loss that reaches a and b
+    only through it gives them zero gradients, and the other factor gets eq's value."""
+    a, b, c = ad.Variable("a"), ad.Variable("b"), ad.Variable("c")
+    e = ad.eq_op(a, b)
+    assert ad.eq_op.gradient(e, ad.oneslike_op(e)) == [None, None]
+    loss = ad.mul_op(e, c)
+    nodes = [loss, *ad.gradients(loss, [a, b, c])]
+    rng, _ = new_rng()
+    x, y = _tied((6, 7), rng)
+    z = rand((6, 7), rng)
+    want = (x == y).astype(np.float32)
+    for ex in (ad.Executor(nodes), ad.Executor(nodes, ctx=ctx)):
+        got = ex.run({a: x, b: y, c: z}, convert_to_numpy_ret_vals=True)
+        np.testing.assert_array_equal(got[0], want * z)
+        np.testing.assert_array_equal(got[1], np.zeros((6, 7)))
+        np.testing.assert_array_equal(got[2], np.zeros((6, 7)))
+        np.testing.assert_array_equal(got[3], want)
+
+
+def test_eq_op_shape_rule():
+    a, b = ad.Variable("a"), ad.Variable("b")
+    node = ad.eq_op(a, b)
+    assert node.op.infer_shape(node, [(3, 4), (3, 4)]) == (3, 4)
+    with pytest.raises(ValueError, match=r"eq_op at node 'Eq\(a,b\)'.*\(3, 4\) and \(4, 3\)"):
+        node.op.infer_shape(node, [(3, 4), (4, 3)])
+
+
+def test_elementwise_graph_ops_reject_non_nodes():
+    x = ad.Variable("x")
+    for call in (
+        lambda: ad.exp_op(3.0),
+        lambda: ad.log_op(np.ones(2)),
+        lambda: ad.div_op(x, 2),
+        lambda: ad.eq_op("x", x),
+    ):
+        with pytest.raises(TypeError, match="must be a graph Node"):
+            call()
+
+
+# --------------------------------------------------------------------------------------------------
+# one_hot (layout) and one_hot_op
+# --------------------------------------------------------------------------------------------------
+
+# (rows, classes): one row, one class, MNIST's 10 classes at an odd batch, many classes, and a
+# large case (10M outputs)
+ONE_HOT_CASES = [(1, 1), (1, 10), (7, 1), (1031, 10), (257, 1000), (3, 4099), (100_003, 100)]
+
+
+def _one_hot64(indices, classes):
+    return (indices.astype(np.float64)[:, None] == np.arange(classes)[None, :]).astype(np.float64)
+
+
+@pytest.mark.parametrize("rows,classes", ONE_HOT_CASES, ids=lambda v: str(v))
+def test_one_hot(ctx, rows, classes):
+    rng, seed = new_rng()
+    idx = rng.integers(0, classes, size=rows).astype(np.float32)
+    got, expected, _ = check_op(
+        ctx, ops.one_hot, lambda i: _one_hot64(i, classes), [idx], (rows, classes), rtol=0, atol=0
+    )
+    np.testing.assert_array_equal(got.sum(axis=1), np.ones(rows), err_msg=f"seed {seed}")
+
+
+def test_one_hot_out_of_range_or_non_integer_gives_zero_rows(ctx):
+    classes = 5
+    idx = np.array(
+        [0, 4, -1, 5, 2.5, np.nan, np.inf, -np.inf, -0.0, 3, 1e30, -1e-45, 4.0000005, 2**24],
+        np.float32,
+    )
+    out = nan_array((idx.size, classes), ctx)
+    ops.one_hot(gpumat.array(idx, ctx), out)
+    got = out.asnumpy()
+    hot = {0: 0, 1: 4, 8: 0, 9: 3}  # row -> its class; -0.0 is class 0
+    for r in range(idx.size):
+        want = np.zeros(classes)
+        if r in hot:
+            want[hot[r]] = 1
+        np.testing.assert_array_equal(got[r], want, err_msg=f"row {r}: index {idx[r]!r}")
+    np.testing.assert_array_equal(got, reference("one_hot", idx, Out(got.shape)))
+
+
+def test_one_hot_edge_shapes_and_largest_class(ctx):
+    for rows, classes in [(0, 3), (4, 0), (0, 0)]:
+        out = gpumat.empty((rows, classes), ctx)
+        ops.one_hot(gpumat.array(np.zeros(rows, np.float32), ctx), out)
+        assert out.shape == (rows, classes)
+    # the last class 2^24 - 1 and the largest class count (every index exact in float32)
+    c = 2**24
+    idx = np.array([c - 1, c], np.float32)
+    out = nan_array((2, c), ctx)
+    ops.one_hot(gpumat.array(idx, ctx), out)
+    got = out.asnumpy()
+    assert got[0, c - 1] == 1 and got[0].sum() == 1
+    assert got[1].sum() == 0  # 2^24 is out of range
+
+
+def test_one_hot_bad_arguments(ctx):
+    idx = gpumat.array(np.array([0, 1, 2], np.float32), ctx)
+    with pytest.raises(ValueError, match=r"one_hot: indices must be 1-D, got shape \(3, 1\)"):
+        ops.one_hot(gpumat.array(np.zeros((3, 1), np.float32), ctx), nan_array((3, 4), ctx))
+    with pytest.raises(ValueError, match=r"one_hot: the output must be 2-D, got shape \(12,\)"):
+        ops.one_hot(idx, nan_array((12,), ctx))
+    with pytest.raises(
+        ValueError, match=r"one_hot: the output has shape \(4, 3\) for indices \(3,\), expected"
+    ):
+        ops.one_hot(idx, nan_array((4, 3), ctx))
+    with pytest.raises(ValueError, match=r"one_hot: 16777217 classes .* exceed 2\^24"):
+        ops.one_hot(gpumat.array(np.zeros(1, np.float32), ctx), gpumat.empty((1, 2**24 + 1), ctx))
+    # out aliasing indices: a (3, 1) view of the same storage
+    before = idx.asnumpy()
+    with pytest.raises(ValueError, match="one_hot: the output must not be one of the inputs"):
+        ops.one_hot(idx, idx.reshape((3, 1)))
+    np.testing.assert_array_equal(idx.asnumpy(), before)
+    other = gpumat.cpu() if ctx.device_type != "cpu" else gpumat.emu()
+    with pytest.raises(ValueError, match="one_hot: arrays are on different devices"):
+        ops.one_hot(idx, gpumat.empty((3, 4), other))
+    for bad in (None, np.zeros(3, np.float32), [0.0, 1.0, 2.0]):
+        with pytest.raises(TypeError):
+            ops.one_hot(bad, nan_array((3, 4), ctx))
+        with pytest.raises(TypeError):
+            ops.one_hot(idx, bad)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_GPU, reason=str(GPU_SKIP_REASON))
+def test_one_hot_past_one_cuda_grid():
+    """rows * classes past grid_for's 65,535 * 16 * 256 = 268,431,360 threads: a second lap."""
+    ctx = gpumat.gpu(0)
+    rows, classes = 26_843_339, 10
+    rng, seed = new_rng()
+    idx = rng.integers(-1, classes + 1, size=rows).astype(np.float32)  # some out of range
+    out = nan_array((rows, classes), ctx)
+    ops.one_hot(gpumat.array(idx, ctx), out)
+    got = out.asnumpy()
+    np.testing.assert_array_equal(got, _one_hot64(idx, classes), err_msg=f"seed {seed}")
+
+
+def test_one_hot_op_values_and_no_gradient(ctx):
+    iv, wv = ad.Variable("i"), ad.Variable("w")
+    oh = ad.one_hot_op(iv, 6)
+    assert ad.one_hot_op.gradient(oh, ad.oneslike_op(oh)) == [None]
+    loss = ad.mul_op(oh, wv)
+    nodes = [oh, *ad.gradients(loss, [iv, wv])]
+    rng, _ = new_rng()
+    idx = rng.integers(-1, 7, size=9).astype(np.float32)  # some out of range: zero rows
+    w = rand((9, 6), rng)
+    want = _one_hot64(idx, 6)
+    for ex in (ad.Executor(nodes), ad.Executor(nodes, ctx=ctx)):
+        got = ex.run({iv: idx, wv: w}, convert_to_numpy_ret_vals=True)
+        np.testing.assert_array_equal(got[0], want)
+        np.testing.assert_array_equal(got[1], np.zeros(9))  # no gradient through one_hot
+        np.testing.assert_array_equal(got[2], want)
+
+
+def test_one_hot_op_shape_rules_and_arguments():
+    iv = ad.Variable("i")
+    node = ad.one_hot_op(iv, 10)
+    assert node.op.infer_shape(node, [(32,)]) == (32, 10)
+    assert node.op.infer_shape(node, [(0,)]) == (0, 10)
+    with pytest.raises(
+        ValueError, match=r"one_hot_op at node 'OneHot\(i,10\)': indices must be 1-D .*\(32, 1\)"
+    ):
+        node.op.infer_shape(node, [(32, 1)])
+    with pytest.raises(ValueError, match=r"one_hot_op: num_classes must be in \[0, 2\*\*24\]"):
+        ad.one_hot_op(iv, -1)
+    with pytest.raises(ValueError, match="one_hot_op: num_classes"):
+        ad.one_hot_op(iv, 2**24 + 1)
+    for bad in (10.0, True, "10", None):
+        with pytest.raises(TypeError, match="one_hot_op: num_classes must be an int"):
+            ad.one_hot_op(iv, bad)
+    with pytest.raises(TypeError, match="one_hot_op: argument 'indices' must be a graph Node"):
+        ad.one_hot_op(np.zeros(3), 10)

@@ -1,4 +1,5 @@
-"""What a newcomer meets first: the build line, README's links, progress bars, git status."""
+"""What a newcomer meets first: the build line, the docs' links, README's test commands, progress
+bars, git status."""
 
 import io
 import re
@@ -42,12 +43,66 @@ def test_python_m_gpumat_prints_the_build_line():
         assert "built WITHOUT CUDA" in lines[0]
 
 
-def test_readme_links_stay_inside_the_repository():
-    text = (ROOT / "README.md").read_text()
-    assert "../" not in text
-    for target in re.findall(r"\]\(([^)#]+)\)", text):
-        if "://" not in target:
-            assert (ROOT / target).exists(), target
+# Every markdown doc a reader follows links in: README, the guides, the benchmarks' notes.
+LINKED_DOCS = [
+    "README.md",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+    "benchmarks/README.md",
+    "benchmarks/results/README.md",
+    "benchmarks/sgemm/NOTES.md",
+]
+_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def heading_anchors(text: str) -> set[str]:
+    """GitHub's anchors of a markdown file's headings: lower case, punctuation dropped, spaces
+    to hyphens (fenced code is not searched for headings)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    anchors = set()
+    for title in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+@pytest.mark.parametrize("doc", LINKED_DOCS)
+def test_doc_links_resolve_inside_the_repository(doc):
+    path = ROOT / doc
+    problems = []
+    for target in _LINK.findall(path.read_text()):
+        if "://" in target or target.startswith("mailto:"):
+            if not target.startswith("https://"):
+                problems.append(f"{target}: only public https URLs may leave the repository")
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = (path.parent / file_part).resolve() if file_part else path
+        if file_part.startswith("/") or not dest.is_relative_to(ROOT):
+            problems.append(f"{target}: points outside the repository")
+        elif not dest.exists():
+            problems.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in heading_anchors(dest.read_text()):
+            problems.append(f"{target}: no heading #{anchor} in {dest.name}")
+    assert not problems, f"{doc}: " + "; ".join(problems)
+
+
+def test_link_check_sees_broken_links(tmp_path):
+    assert "data-parallel-training" in heading_anchors("## Data-parallel training\n")
+    assert "the-dlsys-course-gpumatdlsys" in heading_anchors("## The dlsys course: `gpumat.dlsys`")
+    assert _LINK.findall("[a](docs/x.md#y) ![img](z.png) [b](https://e.org)") == [
+        "docs/x.md#y",
+        "https://e.org",
+    ]
+
+
+def test_readme_test_commands_are_what_ci_runs():
+    """README's two set-up commands are exactly the ones .ci/run runs on a fresh clone."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Run the tests", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    assert block.splitlines() == ['pip install ".[test]"', "pytest"]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert 'python3 -m pip install ".[test]"' in ci
+    assert "pytest" in ci
 
 
 @pytest.mark.skipif(

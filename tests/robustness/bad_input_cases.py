@@ -15,6 +15,12 @@ A crash (a signal) cannot be caught in-process, so ``tests/test_bad_input.py`` r
 a child process (``python tests/bad_input_cases.py BATCH``) and fails when the child dies by a
 signal. The child prints one JSON line: ``{"batch": ..., "cases": N, "failures": [...]}``.
 
+Structural edge cases have batches of their own: ``zeros_<device>:<ops batch>`` runs an ops batch
+with every drawn dimension allowed to be 0 (so each axis of each argument is empty in some valid
+call), on the cpu or the emulated device, and ``windows_<device>`` walks every convolution and
+pooling op over a grid of kernel sizes, strides and paddings with each of N, C, H, W (and F) set to
+0 in turn.
+
 ``GPUMAT_BAD_INPUT_EXAMPLES`` sets the examples per function (default 50) and
 ``GPUMAT_BAD_INPUT_RANDOM=1`` uses fresh random draws instead of the fixed (derandomized) ones.
 """
@@ -34,8 +40,12 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gpumat
-import gpumat.autodiff as ad
+# tests/dlpack_helpers.py: hand-made DLPack capsules (this file runs as a script, from its folder)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import dlpack_helpers  # noqa: E402
+
+import gpumat  # noqa: E402
+import gpumat.autodiff as ad  # noqa: E402
 from gpumat import PyGpuMatrix, nn, ops
 from gpumat.dlsys import autodiff as dlsys_ad
 from gpumat.dlsys import ndarray as dlsys_nd
@@ -51,7 +61,9 @@ ALLOWED = (
 )
 EXAMPLES = int(os.environ.get("GPUMAT_BAD_INPUT_EXAMPLES", "50"))
 DERANDOMIZE = os.environ.get("GPUMAT_BAD_INPUT_RANDOM") != "1"
-CTX = gpumat.cpu()
+CTX = gpumat.cpu()  # the zeros_emu and windows_emu batches switch it to the emulated device
+# Set by the zeros_* batches before any case is drawn: dimensions may then be 0.
+ZERO_DIMS = False
 
 
 class Invalid(Exception):
@@ -213,6 +225,8 @@ def _same(*shapes):
 def _no_alias(out, *inputs):
     for x in inputs:
         if isinstance(out, Snap) and isinstance(x, Snap) and out.root == x.root:
+            if out.value.size == 0 or x.value.size == 0:
+                continue  # empty arrays share no element: nothing can be overwritten
             raise Invalid("output aliases an input")
 
 
@@ -232,6 +246,8 @@ def _graph(build, *values, out_shape=None):
 
 
 def _softmax(y):
+    if y.size == 0:  # no rows, or rows of no classes: nothing to write
+        return np.zeros(y.shape)
     z = y - y.max(axis=1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=1, keepdims=True)
@@ -241,11 +257,23 @@ def _softmax(y):
 # Functions under test: name -> (valid-call strategy builder, reference, output slots)
 # --------------------------------------------------------------------------------------------
 
-small = st.integers(1, 4)
+# A dimension: 1..4, or 0..4 in the zeros_* batches (deferred: those set ZERO_DIMS first).
+small = st.deferred(lambda: st.integers(0 if ZERO_DIMS else 1, 4))
 
 
 def _shape(draw, min_rank=1, max_rank=3):
-    return tuple(draw(st.lists(st.integers(1, 4), min_size=min_rank, max_size=max_rank)))
+    return tuple(draw(st.lists(small, min_size=min_rank, max_size=max_rank)))
+
+
+def _extent(draw, kernel: int) -> int:
+    """A spatial size for a window of ``kernel``: at least the kernel, or anything from 0 in the
+    zeros_* batches (an output that would be empty must then be refused)."""
+    return draw(st.integers(0, kernel + 3)) if ZERO_DIMS else kernel + draw(st.integers(0, 3))
+
+
+def _out_size(size: int, kernel: int, stride: int, pad: int) -> int:
+    span = size + 2 * pad - kernel
+    return span // stride + 1 if span >= 0 else 0
 
 
 def _valid_args(name, draw, arrays: Arrays):
@@ -262,6 +290,17 @@ def _valid_args(name, draw, arrays: Arrays):
     if name in ("matrix_elementwise_add", "matrix_elementwise_multiply"):
         s = _shape(draw)
         return [new(s), new(s), new(s)]
+    if name == "matrix_elementwise_divide":
+        s = _shape(draw)
+        return [new(s), new(s, 0.1, 1.0), new(s)]
+    if name in ("exp", "log"):
+        s = _shape(draw)
+        return [new(s, 0.01, 5.0), new(s)]
+    if name == "eq":
+        # Small integers, so that about a third of the pairs are equal.
+        s = _shape(draw)
+        ints = [arrays.rng.integers(-1, 2, size=s).astype(np.float32) for _ in range(2)]
+        return [arrays.of(ints[0]), arrays.of(ints[1]), new(s)]
     if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
         s = _shape(draw)
         return [new(s), draw(st.floats(-5, 5)), new(s)]
@@ -281,6 +320,11 @@ def _valid_args(name, draw, arrays: Arrays):
     if name == "transpose":
         r, c = draw(small), draw(small)
         return [new((r, c)), new((c, r))]
+    if name == "one_hot":
+        # Class numbers in range, out of range (-1, C) and halves (no class): zero rows there.
+        n, c = draw(small), draw(small)
+        idx = arrays.rng.integers(-2, 2 * c + 2, size=n).astype(np.float32) / 2
+        return [arrays.of(idx), new((n, c))]
     if name in ("random_uniform", "random_normal"):
         return [new(_shape(draw)), -1.0, 2.0, draw(st.integers(0, 2**64 - 1))]
     if name == "axpy":
@@ -293,8 +337,8 @@ def _valid_args(name, draw, arrays: Arrays):
         n, c, f = draw(small), draw(small), draw(small)
         kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
         stride, pad = draw(st.integers(1, 2)), draw(st.integers(0, 1))
-        h, w = kh + draw(st.integers(0, 3)), kw + draw(st.integers(0, 3))
-        oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+        h, w = _extent(draw, kh), _extent(draw, kw)
+        oh, ow = _out_size(h, kh, stride, pad), _out_size(w, kw, stride, pad)
         x, wt, y = (n, c, h, w), (f, c, kh, kw), (n, f, oh, ow)
         if name == "conv2d":
             return [new(x), new(wt), new(y), stride, pad]
@@ -304,8 +348,8 @@ def _valid_args(name, draw, arrays: Arrays):
     if name in ("conv1d", "conv1d_gradient_input", "conv1d_gradient_filter"):
         n, c, f, k = draw(small), draw(small), draw(small), draw(st.integers(1, 3))
         stride, pad = draw(st.integers(1, 2)), draw(st.integers(0, 1))
-        length = k + draw(st.integers(0, 3))
-        ol = (length + 2 * pad - k) // stride + 1
+        length = _extent(draw, k)
+        ol = _out_size(length, k, stride, pad)
         x, wt, y = (n, c, length), (f, c, k), (n, f, ol)
         if name == "conv1d":
             return [new(x), new(wt), new(y), stride, pad]
@@ -323,8 +367,8 @@ def _valid_args(name, draw, arrays: Arrays):
         k = draw(st.integers(1, 3))
         stride = draw(st.integers(1, 3))
         pad = draw(st.integers(0, (k - 1) // 2)) if k > 1 else 0
-        h, w = k + draw(st.integers(0, 3)), k + draw(st.integers(0, 3))
-        oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+        h, w = _extent(draw, k), _extent(draw, k)
+        oh, ow = _out_size(h, k, stride, pad), _out_size(w, k, stride, pad)
         x, y = (n, c, h, w), (n, c, oh, ow)
         if name in ("max_pool2d", "avg_pool2d"):
             return [new(x), new(y), k, stride, pad]
@@ -386,6 +430,12 @@ def _valid_args(name, draw, arrays: Arrays):
         s = _shape(draw)
         axis = _axis_of(draw, s)
         return [new(s), new(_reduced(s, axis, draw(st.booleans()))), axis]
+    if name == "argmax":
+        # Small integers, so that slices often hold tied maxima (the first one wins).
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        x = arrays.rng.integers(-2, 3, size=s).astype(np.float32)
+        return [arrays.of(x), new(_reduced(s, axis, draw(st.booleans()))), axis]
     if name == "broadcast_axis":
         s = _shape(draw)
         axis = _axis_of(draw, s)
@@ -397,7 +447,7 @@ def _valid_args(name, draw, arrays: Arrays):
         axis = _axis_of(draw, s)
         x = arrays.rng.integers(-2, 3, size=s).astype(np.float32)
         r = _reduced(s, axis, draw(st.booleans()))
-        y = x.max(axis=axis).reshape(r)
+        y = x.max(axis=axis, initial=-np.inf).reshape(r) if x.size else np.zeros(r)
         return [arrays.of(x), arrays.of(y), new(r), new(s), axis]
     raise KeyError(name)
 
@@ -427,6 +477,18 @@ def _reference(name, a):
         x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _same(x.shape, y.shape, out.shape)
         return {2: x + y if name.endswith("add") else x * y}
+    if name == "matrix_elementwise_divide":
+        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, y.shape, out.shape)
+        return {2: x / y}
+    if name == "eq":
+        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, y.shape, out.shape)
+        return {2: (x == y).astype(np.float64)}
+    if name in ("exp", "log"):
+        x, out = _arr(a[0]), _arr(a[1])
+        _same(x.shape, out.shape)
+        return {1: np.exp(x) if name == "exp" else np.log(x)}
     if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
         x, v, out = _arr(a[0]), _num(a[1]), _arr(a[2])
         _same(x.shape, out.shape)
@@ -462,6 +524,12 @@ def _reference(name, a):
         y, y_, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _no_alias(a[2], a[0], a[1])
         return {2: _graph(ad.softmaxcrossentropy_op, y, y_, out_shape=out.shape)}
+    if name == "one_hot":
+        idx, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        if idx.ndim != 1 or out.ndim != 2 or out.shape[0] != idx.shape[0]:
+            raise Invalid("shapes")
+        return {1: (idx[:, None] == np.arange(out.shape[1])[None, :]).astype(np.float64)}
     if name == "transpose":
         x, out = _arr(a[0]), _arr(a[1])
         _no_alias(a[1], a[0])
@@ -540,7 +608,7 @@ def _reference(name, a):
     if name == "adam_update":
         param, g, m, v = (_arr(x) for x in a[:4])
         roots = {x.root for x in a[:4]}
-        if len(roots) != 4:
+        if len(roots) != 4 and param.size > 0:  # empty arrays share no element
             raise Invalid("aliased")
         _same(param.shape, g.shape, m.shape, v.shape)
         lr, b1, b2, eps, step = _num(a[4]), _num(a[5]), _num(a[6]), _num(a[7]), _int(a[8])
@@ -596,7 +664,9 @@ def _reference(name, a):
         axis = _check_axis(a[2], x.shape)
         if x.size == 0:
             return {1: np.zeros(x.shape)}
-        return {1: (nn.np_softmax if name == "softmax_axis" else nn.np_log_softmax)(x, axis)}
+        ref = np.empty(x.shape)
+        getattr(gpumat.reference, name)(x, ref, axis)
+        return {1: ref}
     if name in ("softmax_axis_gradient", "log_softmax_gradient"):
         y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _no_alias(a[2], a[0], a[1])
@@ -623,7 +693,9 @@ def _reference(name, a):
     if name in ("tanh", "sigmoid"):
         x, out = _arr(a[0]), _arr(a[1])
         _same(x.shape, out.shape)
-        return {1: np.tanh(x) if name == "tanh" else nn.np_sigmoid(x)}
+        ref = np.empty(x.shape)
+        getattr(gpumat.reference, name)(x, ref)
+        return {1: ref}
     if name in ("tanh_gradient", "sigmoid_gradient"):
         y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _same(y.shape, dy.shape, out.shape)
@@ -637,7 +709,9 @@ def _reference(name, a):
         if not 0 <= seed < 2**64:
             raise Invalid("seed")
         # The kernel takes p as a float32: its mask and scale use p rounded so.
-        return {1: nn.np_dropout(x, float(np.float32(p)), seed)}
+        ref = np.empty(x.shape, x.dtype)
+        gpumat.reference.dropout(x, ref, float(np.float32(p)), seed)
+        return {1: ref}
     if name in ("reduce_sum", "reduce_mean", "reduce_max"):
         x, out = _arr(a[0]), _arr(a[1])
         _no_alias(a[1], a[0])
@@ -649,6 +723,16 @@ def _reference(name, a):
             raise Invalid("empty axis")
         f = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}[name]
         return {1: f(x, axis=axis).reshape(out.shape)}
+    if name == "argmax":
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        axis = _check_axis(a[2], x.shape)
+        _reduced_like(out.shape, x.shape, axis)
+        if out.size == 0:
+            return {1: np.zeros(out.shape)}
+        if x.shape[axis] == 0:
+            raise Invalid("empty axis")
+        return {1: np.argmax(x, axis=axis).reshape(out.shape).astype(np.float64)}
     if name == "broadcast_axis":
         g, out = _arr(a[0]), _arr(a[1])
         _no_alias(a[1], a[0])
@@ -871,6 +955,19 @@ _MULTI_TENSOR = {
             ("step", st.integers(1, 1000), BAD_INTS),
         ],
     },
+    "adadelta_update_multi": {
+        "lists": [
+            ("params", True, (-1, 1)),
+            ("grads", False, (-1, 1)),
+            ("square_avgs", True, (0, 1)),  # averages of squares are >= 0
+            ("acc_deltas", True, (0, 1)),
+        ],
+        "scalars": [
+            ("lr", st.floats(0, 2), None),
+            ("rho", st.floats(0, 1), None),
+            ("eps", st.floats(1e-8, 1e-1), None),
+        ],
+    },
 }
 
 
@@ -922,6 +1019,15 @@ def _multi_tensor_reference(name, old: list, scalars: list) -> list:
         lr, mu = scalars
         vs = [mu * v + g for g, v in zip(old[1], old[2], strict=True)]
         return [[p - lr * v for p, v in zip(old[0], vs, strict=True)], vs]
+    if name == "adadelta_update_multi":
+        lr, rho, eps = scalars
+        sqs = [rho * sq + (1 - rho) * g * g for g, sq in zip(old[1], old[2], strict=True)]
+        ds = [
+            np.sqrt(acc + eps) / np.sqrt(sq + eps) * g
+            for g, sq, acc in zip(old[1], sqs, old[3], strict=True)
+        ]
+        accs = [rho * acc + (1 - rho) * d * d for acc, d in zip(old[3], ds, strict=True)]
+        return [[p - lr * d for p, d in zip(old[0], ds, strict=True)], sqs, accs]
     lr, b1, b2, eps, t = scalars
     ms = [b1 * m + (1 - b1) * g for g, m in zip(old[1], old[2], strict=True)]
     vs = [b2 * v + (1 - b2) * g * g for g, v in zip(old[1], old[3], strict=True)]
@@ -943,6 +1049,12 @@ def _multi_tensor_scalar(name: str, what: str, value) -> float | int:
             raise Invalid("step out of range")
         return t
     x = _num(value)
+    if what == "rho":  # Adadelta's decay: [0, 1], both ends included
+        if not 0 <= x <= 1:
+            raise Invalid("rho out of range")
+        return x
+    if name == "adadelta_update_multi" and what == "eps" and not 0 < x < math.inf:
+        raise Invalid("eps must be > 0")
     top = 1.0 if what in ("momentum", "beta1", "beta2") else math.inf
     if not 0 <= x < top:
         raise Invalid(f"{what} out of range")
@@ -1373,6 +1485,12 @@ def batch_graph():
         "reduce_max_op": lambda u, v: nn.reduce_max_op(x, u, v),
         "broadcast_axis_op": lambda u, v: nn.broadcast_axis_op(u, x, v),
         "reduce_max_gradient_op": lambda u, v: nn.reduce_max_gradient_op(u, x, w, v),
+        "exp_op": lambda u, v: ad.exp_op(u),
+        "log_op": lambda u, v: ad.log_op(u),
+        "div_op": lambda u, v: ad.div_op(u, v),
+        "eq_op": lambda u, v: ad.eq_op(u, v),
+        "argmax_op": lambda u, v: ad.argmax_op(x, u, v),
+        "one_hot_op": lambda u, v: ad.one_hot_op(u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, ctx=v),
@@ -1397,7 +1515,15 @@ def batch_graph():
                 if not all(isinstance(n, ad.Node) for n in nodes_in) or not nodes_in:
                     return f"{name} accepted {u!r}, {v!r}"
                 return None
-            node_args = {"matmul_op": [u], "transpose_op": [u], "zeroslike_op": [u]}
+            node_args = {
+                "matmul_op": [u],
+                "transpose_op": [u],
+                "zeroslike_op": [u],
+                "exp_op": [u],
+                "log_op": [u],
+                "div_op": [u, v],
+                "eq_op": [u, v],
+            }
             for arg in node_args.get(name, []):
                 if not isinstance(arg, ad.Node):
                     return f"{name} accepted {type(arg).__name__}"
@@ -1405,7 +1531,7 @@ def batch_graph():
                 return f"matmul_op accepted trans_A={v!r}"
             # The layer ops' non-node parameters: an int axis, dropout's p in [0, 1] and seed
             # (None or an int in [0, 2**64)), a bool keepdims, a bool training mode.
-            reductions = ("reduce_sum_op", "reduce_mean_op", "reduce_max_op")
+            reductions = ("reduce_sum_op", "reduce_mean_op", "reduce_max_op", "argmax_op")
             axis_ops = reductions + (
                 "softmax_op axis",
                 "log_softmax_op",
@@ -1428,6 +1554,15 @@ def batch_graph():
                     isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < 2**64
                 ):
                     return f"dropout_op accepted seed={v!r}"
+            if name == "one_hot_op":
+                if not isinstance(u, ad.Node):
+                    return f"one_hot_op accepted indices={u!r}"
+                if (
+                    isinstance(v, (bool, np.bool_))
+                    or not isinstance(v, numbers.Integral)
+                    or not 0 <= v <= 2**24
+                ):
+                    return f"one_hot_op accepted num_classes={v!r}"
             if name == "Executor training" and not isinstance(v, (bool, np.bool_)):
                 return f"Executor accepted training={v!r}"
             return None
@@ -1559,10 +1694,243 @@ def batch_optim():
     device_functions()
 
 
+# --------------------------------------------------------------------------------------------
+# Interop: __dlpack__ / __dlpack_device__ / from_dlpack (the array API standard's arguments)
+# --------------------------------------------------------------------------------------------
+
+# DLPack's device types (dlpack.h v1.0); BufferError is the standard's error for a device or copy
+# the producer cannot provide.
+_DLPACK_DEVICE_TYPES = {1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+INTEROP_ALLOWED = (*ALLOWED, BufferError)
+
+
+def _spec_int(x) -> int:
+    """x as the standard's int (numpy integers and IntEnums count, bool does not)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (numbers.Integral, np.integer)):
+        raise Invalid("not an int")
+    return int(x)
+
+
+def _spec_pair(x) -> tuple[int, int]:
+    if not isinstance(x, (tuple, list)) or len(x) != 2:
+        raise Invalid("not a pair")
+    return _spec_int(x[0]), _spec_int(x[1])
+
+
+def _dlpack_reference(kwargs: dict, own: tuple[int, int]) -> dict:
+    """What __dlpack__ must do with ``kwargs`` on an array on DLPack device ``own``.
+
+    Returns {"versioned": bool, "copied": bool, "buffer_error": bool}; raises Invalid where the
+    standard makes the call an error (TypeError / ValueError) and gpumat must refuse it.
+    """
+    version = kwargs.get("max_version")
+    if version is not None:
+        major, minor = _spec_pair(version)
+        if major < 0 or minor < 0:
+            raise Invalid("negative version")
+    device = kwargs.get("dl_device")
+    target = own
+    if device is not None:
+        target = _spec_pair(device)
+        if target[0] not in _DLPACK_DEVICE_TYPES or not 0 <= target[1] < 2**31:
+            raise Invalid("not a DLPack device")
+    copy = kwargs.get("copy")
+    if copy is not None and not isinstance(copy, (bool, np.bool_)):
+        raise Invalid("copy not a bool")
+    stream = kwargs.get("stream")
+    if stream is not None:
+        _spec_int(stream)
+        if target[0] != 2:
+            raise Invalid("a stream for a device without streams")
+    if target != own and (copy is False or target != (1, 0)):
+        return {"buffer_error": True}
+    return {
+        "buffer_error": False,
+        "versioned": version is not None and _spec_int(version[0]) >= 1,
+        "copied": bool(copy) or target != own,
+    }
+
+
+MAX_VERSIONS = st.one_of(
+    st.none(),
+    st.tuples(st.integers(-2, 3), st.integers(-2, 3)),
+    st.lists(st.integers(-1, 2), max_size=4),
+    st.lists(st.integers(0, 2), max_size=3).map(tuple),
+    st.sampled_from([(np.int64(1), 0), (1, 0.0), (True, 0), (1, None), np.array([1, 0]), "10"]),
+    ANY_VALUES,
+)
+DL_DEVICES = st.one_of(
+    st.none(),
+    st.tuples(st.integers(-1, 17), st.integers(-2, 2)),
+    st.sampled_from([(1, 0), (2, 0), (1, 2**31), (1,), (1, 0, 0), (1.0, 0), "cpu", (True, 0)]),
+    ANY_VALUES,
+)
+STREAMS = st.one_of(
+    st.none(), st.integers(-3, 4), st.sampled_from([2**64, -(2**63), 1.0, "1", True]), ANY_VALUES
+)
+COPIES = st.one_of(st.none(), st.booleans(), st.sampled_from([np.bool_(True), 0, 1, "no"]))
+
+
+def _capsule_values(capsule, versioned: bool, shape) -> np.ndarray | str:
+    """The float64 values a consumer sees through ``capsule``, or why it is wrong."""
+    want = "dltensor_versioned" if versioned else '"dltensor"'
+    if want not in repr(capsule):
+        return f"{repr(capsule)} is not a {want} capsule"
+    out = gpumat.from_dlpack(capsule)
+    if out.shape != tuple(shape):
+        return f"shape {out.shape}, expected {tuple(shape)}"
+    return out.asnumpy().astype(np.float64)
+
+
+def batch_interop():
+    """PyGpuMatrix.__dlpack__ / __dlpack_device__ and gpumat.from_dlpack with bad arguments.
+
+    Each call runs on a random array (cpu or the emulated device; views, zero-size and 0-d arrays,
+    and an array that holds nothing) with arguments drawn from valid values, near misses and
+    arbitrary objects. It passes when gpumat raises one of INTEROP_ALLOWED (with a message) for
+    what the standard makes an error, and otherwise returns a capsule of the kind asked for whose
+    tensor has the array's values (and its own memory when a copy was asked for).
+    """
+
+    @_settings(factor=10)
+    @given(
+        data=st.data(),
+        where=st.sampled_from(["cpu", "emu"]),
+        kind=st.sampled_from(["plain", "view", "zero_size", "zero_d", "empty"]),
+        max_version=MAX_VERSIONS,
+        dl_device=DL_DEVICES,
+        stream=STREAMS,
+        copy=COPIES,
+        seed=st.integers(0, 2**32),
+    )
+    def dlpack_export(data, where, kind, max_version, dl_device, stream, copy, seed):
+        rng = np.random.default_rng(seed)
+        ctx = gpumat.cpu() if where == "cpu" else gpumat.emu()
+        shape = {"zero_size": (0, 3), "zero_d": ()}.get(kind, (data.draw(small), data.draw(small)))
+        values = rng.uniform(-1, 1, shape).astype(np.float32)
+        if kind == "empty":
+            a = _empty_matrix()
+        elif kind == "view":
+            a = gpumat.array(values, ctx).reshape((values.size,))
+        else:
+            a = gpumat.array(values, ctx)
+        kwargs = {
+            k: v
+            for k, v in dict(
+                max_version=max_version, dl_device=dl_device, stream=stream, copy=copy
+            ).items()
+            if v is not None or data.draw(st.booleans(), label=f"pass {k}=None")
+        }
+        what = f"__dlpack__({kind} on {where}, {kwargs!r})"
+        try:
+            expected = None if kind == "empty" else _dlpack_reference(kwargs, (1, 0))
+        except Invalid:
+            expected = None
+
+        def check(capsule):
+            if expected is None:
+                return f"{what} returned instead of raising"
+            if expected["buffer_error"]:
+                return f"{what} returned instead of raising BufferError"
+            got = _capsule_values(capsule, expected["versioned"], a.shape)
+            if isinstance(got, str):
+                return f"{what}: {got}"
+            if not np.array_equal(got, values.reshape(a.shape).astype(np.float64)):
+                return f"{what}: the capsule's values differ from the array's"
+            return None
+
+        def call():
+            return a.__dlpack__(**kwargs)
+
+        failure = _expect_interop(call, check, what)
+        if failure is None and expected is not None and not expected["buffer_error"]:
+            # a copy must be one: writing through it leaves the array alone (non-empty arrays)
+            if expected["copied"] and a.size:
+                ops.array_set(gpumat.from_dlpack(a.__dlpack__(**kwargs)), 7.0)
+                if np.array_equal(a.asnumpy(), np.full(a.shape, 7.0, np.float32)):
+                    failure = f"{what}: a copy shared the array's memory"
+        _record(failure)
+        if kind == "empty":
+            _record(_expect_interop(a.__dlpack_device__, lambda r: f"returned {r!r}", what))
+        else:
+            dev = a.__dlpack_device__()
+            _record(None if dev == (1, 0) else f"__dlpack_device__ on {where} gave {dev!r}")
+
+    dlpack_export()
+
+    @_settings(factor=4)
+    @given(
+        source=st.one_of(
+            st.sampled_from(["numpy", "read_only", "gpumat", "capsule", "used_capsule"]),
+            ANY_VALUES,
+        ),
+        copy=st.one_of(COPIES, ANY_VALUES),
+        seed=st.integers(0, 2**32),
+    )
+    def from_dlpack(source, copy, seed):
+        rng = np.random.default_rng(seed)
+        values = rng.uniform(-1, 1, (3, 2)).astype(np.float32)
+        x = source
+        if isinstance(source, str) and source in ("numpy", "read_only"):
+            x = values.copy()
+            x.flags.writeable = source == "numpy"
+        elif isinstance(source, str) and source == "gpumat":
+            x = gpumat.array(values)
+        elif isinstance(source, str) and source in ("capsule", "used_capsule"):
+            x = values.copy().__dlpack__()
+            if source == "used_capsule":
+                gpumat.from_dlpack(x)
+        accepted_source = isinstance(x, (np.ndarray, PyGpuMatrix)) or source == "capsule"
+        copy_ok = copy is None or isinstance(copy, (bool, np.bool_))
+        what = f"from_dlpack({type(x).__name__} {source!r}, copy={copy!r})"
+
+        def check(result):
+            if not (accepted_source and copy_ok):
+                return f"{what} returned instead of raising"
+            if source == "read_only" and copy is not None and not copy:
+                return f"{what} returned a writable view of a read-only array"
+            if not np.array_equal(result.asnumpy(), values):
+                return f"{what}: values differ"
+            return None
+
+        _record(_expect_interop(lambda: gpumat.from_dlpack(x, copy=copy), check, what))
+
+    from_dlpack()
+
+    @_settings(factor=4)
+    @given(
+        name=st.sampled_from(sorted(dlpack_helpers.MALFORMED)),
+        versioned=st.booleans(),
+    )
+    def malformed_capsules(name, versioned):
+        what = f"from_dlpack(malformed capsule {name}, versioned={versioned})"
+        _record(
+            _expect_interop(
+                lambda: dlpack_helpers.import_malformed(name, versioned),
+                lambda result: f"{what} returned an array of shape {result[0].shape}",
+                what,
+            )
+        )
+
+    malformed_capsules()
+
+
+def _expect_interop(fn, check, what):
+    """_expect_error_or with BufferError allowed (the standard's error for interop)."""
+    try:
+        with np.errstate(all="ignore"):
+            result = fn()
+    except INTEROP_ALLOWED as exc:
+        return None if len(str(exc)) >= 10 else f"{what}: {type(exc).__name__} says nothing"
+    except Exception as exc:  # noqa: BLE001
+        return f"{what}: unexpected {type(exc).__name__}: {exc}"
+    return check(result)
+
+
 BATCHES = {
     "ops_elementwise": lambda: batch_ops(
         [n for n in OP_NAMES if n.startswith(("matrix_elementwise", "relu", "array_set"))]
-        + ["axpy", "copy", "reshape"]
+        + ["axpy", "copy", "reshape", "exp", "log", "eq"]
     ),
     "ops_layout": lambda: batch_ops(
         [
@@ -1570,6 +1938,7 @@ BATCHES = {
             "reduce_sum_axis_zero",
             "matrix_multiply",
             "transpose",
+            "one_hot",
             "softmax",
             "softmax_cross_entropy",
             "random_uniform",
@@ -1603,7 +1972,14 @@ BATCHES = {
         ]
     ),
     "ops_reduce_axis": lambda: batch_ops(
-        ["reduce_sum", "reduce_mean", "reduce_max", "broadcast_axis", "reduce_max_gradient"]
+        [
+            "reduce_sum",
+            "reduce_mean",
+            "reduce_max",
+            "broadcast_axis",
+            "reduce_max_gradient",
+            "argmax",
+        ]
     ),
     "ops_fused": lambda: batch_ops(
         [
@@ -1613,11 +1989,13 @@ BATCHES = {
             "sgd_update",
             "momentum_sgd_update",
             "adam_update_multi",
+            "adadelta_update_multi",
         ]
     ),
     "arrays": batch_arrays,
     "graph": batch_graph,
     "optim": batch_optim,
+    "interop": batch_interop,
     # Not a batch of cases: the harness' own check that a crash is reported as a signal.
     "_crash": lambda: faulthandler._sigsegv(),
 }
@@ -1641,6 +2019,85 @@ def _batch_names(fn) -> list:
     finally:
         globals()["batch_ops"] = original
     return calls
+
+
+# The windowed ops and how to build a call of each from (x shape, window) -> args or None.
+WINDOW_GRID = [
+    (k, stride, pad) for k in (1, 2, 3) for stride in (1, 2, 3) for pad in range(0, k // 2 + 1)
+]
+BASE_NCHW = (2, 3, 4, 5)
+
+
+def _windowed_calls(name: str, dims: tuple, k: int, stride: int, pad: int, arrays: Arrays):
+    """A call of a conv or pool op with x of ``dims`` (N, C, H, W) and F = C + 1 filters, every
+    output shaped by the documented formula (0 where the window does not fit)."""
+    n, c, h, w = dims[:4]
+    f = dims[4] if len(dims) > 4 else c + 1
+    oh, ow = _out_size(h, k, stride, pad), _out_size(w, k, stride, pad)
+    new = arrays.new
+    if name.startswith("conv2d"):
+        x, wt, y = (n, c, h, w), (f, c, k, k), (n, f, oh, ow)
+        return {
+            "conv2d": [new(x), new(wt), new(y), stride, pad],
+            "conv2d_gradient_input": [new(y), new(wt), new(x), stride, pad],
+            "conv2d_gradient_filter": [new(x), new(y), new(wt), stride, pad],
+        }[name]
+    if name.startswith("conv1d"):
+        x, wt, y = (n, c, w), (f, c, k), (n, f, ow)
+        return {
+            "conv1d": [new(x), new(wt), new(y), stride, pad],
+            "conv1d_gradient_input": [new(y), new(wt), new(x), stride, pad],
+            "conv1d_gradient_filter": [new(x), new(y), new(wt), stride, pad],
+        }[name]
+    x, y = (n, c, h, w), (n, c, oh, ow)
+    return {
+        "max_pool2d": [new(x), new(y), k, stride, pad],
+        "avg_pool2d": [new(x), new(y), k, stride, pad],
+        "max_pool2d_gradient": [new(x), new(y), new(x), k, stride, pad],
+        "avg_pool2d_gradient": [new(y), new(x), k, stride, pad],
+    }[name]
+
+
+WINDOWED = [n for n in OP_NAMES if n.startswith(("conv1d", "conv2d")) or "pool" in n]
+
+
+def batch_windows():
+    """Every conv/pool op x every (kernel, stride, padding) of the grid x each of N, C, H, W, F
+    set to 0 in turn (and none): a clear error or the reference's values, never a crash."""
+    arrays = Arrays(np.random.default_rng(0))
+    for name in WINDOWED:
+        for k, stride, pad in WINDOW_GRID:
+            for zero in (None, 0, 1, 2, 3, 4):
+                dims = list(BASE_NCHW) + [BASE_NCHW[1] + 1]
+                if zero is not None:
+                    dims[zero] = 0
+                if name.startswith("conv1d") and zero == 2:
+                    continue  # conv1d has no H
+                args = _windowed_calls(name, tuple(dims), k, stride, pad, arrays)
+                _record(check_op_call(name, args, arrays))
+
+
+def _use_device(device: str) -> None:
+    global CTX
+    CTX = {"cpu": gpumat.cpu(), "emu": gpumat.emu(0)}[device]
+
+
+for _device in ("cpu", "emu"):
+    for _ops_batch in [b for b in list(BATCHES) if b.startswith("ops_")]:
+
+        def _zero_batch(device=_device, inner=BATCHES[_ops_batch]):
+            global ZERO_DIMS
+            ZERO_DIMS = True
+            _use_device(device)
+            inner()
+
+        BATCHES[f"zeros_{_device}:{_ops_batch}"] = _zero_batch
+
+    def _windows_batch(device=_device):
+        _use_device(device)
+        batch_windows()
+
+    BATCHES[f"windows_{_device}"] = _windows_batch
 
 
 def main(batch: str) -> int:

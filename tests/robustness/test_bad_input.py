@@ -2,7 +2,9 @@
 
 The cases live in ``bad_input_cases.py``: every gpumat.ops function, gpumat.array / empty,
 PyGpuMatrix's constructors and methods, the cuda-project methods, the dlsys contexts and helpers,
-graph op constructors, gradients, the Executor, the optimizers and gpumat's device functions.
+graph op constructors, gradients, the Executor, the optimizers, gpumat's device functions, and the
+DLPack entry points (``__dlpack__``'s max_version, stream, dl_device and copy;
+``__dlpack_device__``; ``from_dlpack`` with its copy argument and with malformed capsules).
 Each batch runs in a child process, so a segfault or abort fails its test here instead of ending
 the pytest run. The child reports how many cases it ran and which failed: a wrong exception type,
 a silent message, an argument changed by a call that raised, or an accepted call whose result
@@ -65,7 +67,7 @@ def test_every_ops_function_is_covered():
     # Not kernels: a process-wide setting and the executor's tracing context (no array input).
     covered = bad_input_cases.covered_ops() | {"set_conv_workspace_limit", "trace_calls"}
     assert set(gpumat.ops.__all__) <= covered, set(gpumat.ops.__all__) - covered
-    # gpumat.gpu_op is the same functions under the seed's module name.
+    # gpumat.gpu_op is the same functions under the dlsys course's module name.
     assert all(getattr(gpumat.gpu_op, n) is getattr(gpumat.ops, n) for n in gpumat.ops.__all__)
 
 
@@ -124,6 +126,8 @@ def test_pooling_reference_handles_an_empty_batch():
     import numpy as np
 
     x = np.zeros((0, 4, 3, 3))
-    assert gpumat.nn.np_max_pool2d(x, (2, 2), (1, 1), (0, 0)).shape == (0, 4, 2, 2)
+    out = np.full((0, 4, 2, 2), np.nan)
+    gpumat.reference.max_pool2d(x, out, (2, 2), (1, 1), (0, 0))
     dy = np.zeros((0, 4, 2, 2))
-    assert gpumat.nn.np_max_pool2d_gradient(x, dy, (2, 2), (1, 1), (0, 0)).shape == x.shape
+    dx = np.full(x.shape, np.nan)
+    gpumat.reference.max_pool2d_gradient(x, dy, dx, (2, 2), (1, 1), (0, 0))

@@ -1,5 +1,5 @@
-"""gpumat.executor: every backend against the float64 numpy reference, shape errors before any
-kernel, feeds, the memory plan, steady-state allocation, deep graphs.
+"""gpumat.runtime.Executor: every backend against the float64 numpy reference, shape errors before
+any kernel, feeds, the memory plan, steady-state allocation, deep graphs.
 
 The ``ctx`` fixture here overrides conftest's: it adds the numpy backend (``ctx=None``, run in
 float32 here, compared with the same graph in float64) to conftest's cpu and gpu (gpu skipped, with
@@ -14,7 +14,7 @@ from conftest import DEVICE_PARAMS
 from conftest import make_ctx as make_device_ctx
 
 import gpumat.autodiff as ad
-from gpumat.executor import Executor, MemoryPlan, plan_buffers, value_lifetimes
+from gpumat.runtime import Executor, MemoryPlan, plan_buffers, value_lifetimes
 
 BACKENDS = [pytest.param("numpy", id="numpy"), *DEVICE_PARAMS]
 
@@ -584,7 +584,7 @@ def test_plan_is_made_once_and_remade_when_a_feed_shape_changes(ctx):
 
 
 def test_training_steps_allocate_nothing_after_the_first(device_ctx):
-    """The seed's rule "cudaMalloc calls do not grow with epochs", measured by the allocator."""
+    """The course's rule "cudaMalloc calls do not grow with epochs", measured by the allocator."""
     import gpumat
     from gpumat.optim import SGD
 
@@ -614,3 +614,132 @@ def test_training_steps_allocate_nothing_after_the_first(device_ctx):
     if "num_alloc_requests" in before:  # not even a cached block was requested
         assert after["num_alloc_requests"] == before["num_alloc_requests"]
     assert all(np.isfinite(losses))
+
+
+# --------------------------------------------------------------------------------------------------
+# Threads: one executor run from several threads at once
+# --------------------------------------------------------------------------------------------------
+
+_THREADS_CHILD = r"""
+import sys, threading
+import numpy as np
+import gpumat
+from gpumat import graph as g
+from gpumat.runtime import Executor
+
+ctx = {"cpu": gpumat.cpu(), "emu": gpumat.emu(0), "gpu": gpumat.gpu(0)}[sys.argv[1]]
+x, W = g.Variable("x"), g.Variable("W")
+# A chain long enough that the plan reuses buffers (a shared buffer would be overwritten).
+y = g.relu_op(g.matmul_op(x, W)) * 2.0 + 1.0
+loss = g.reduce_sum_op(y * y, axis=1)
+ex = Executor([y, loss, *g.gradients(loss, [W])], ctx=ctx)
+errors, done = [], []
+
+def work(t):
+    rng = np.random.default_rng(t)
+    w = rng.normal(size=(16, 8)).astype(np.float32)
+    w_dev = gpumat.array(w, ctx)  # each thread feeds its own device parameter
+    for _ in range(15):
+        xn = rng.normal(size=(32, 16))
+        y_val, loss_val, gw = ex.run({x: xn, W: w_dev})
+        got = [y_val.asnumpy(), loss_val.asnumpy(), gw.asnumpy()]
+        x64, w64 = xn, w.astype(np.float64)
+        h = np.maximum(x64 @ w64, 0)
+        yy = 2 * h + 1
+        want = [yy, (yy * yy).sum(axis=1), x64.T @ (2 * yy * 2 * (x64 @ w64 > 0))]
+        rel = [float(np.max(np.abs(a - b) / (1 + np.abs(b)))) for a, b in zip(got, want)]
+        errors.append(max(rel))
+    done.append(t)
+
+threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert len(done) == 4, done
+print(max(errors))
+"""
+
+
+@pytest.mark.parametrize("device", [p.values[0] for p in DEVICE_PARAMS])
+def test_one_executor_run_from_four_threads_at_once(device):
+    """Each thread has its own plan, buffers and compiled step: every thread's values are right,
+    and nothing crashes (run in a child process, so a crash fails this test)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", _THREADS_CHILD, device],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float(proc.stdout.split()[-1]) < 1e-4, proc.stdout
+
+
+def test_threads_each_see_their_own_plan_and_schedule(device_ctx):
+    import threading
+
+    x = ad.Variable("x")
+    ex = Executor([ad.relu_op(x * 3.0)], ctx=device_ctx)
+    ex.run({x: np.ones((4, 5))})
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append((ex.memory_plan, ex.topo_order)))
+    worker.start()
+    worker.join()
+    assert seen == [(None, None)]  # the worker has not run yet: no plan of its own
+    assert ex.memory_plan is not None and ex.topo_order is not None
+
+
+def test_a_failed_training_run_gives_its_step_back():
+    class FailingOp(ad.Op):
+        name = "failing_op"
+
+        def __call__(self, node_x: ad.Node) -> ad.Node:
+            node = ad.Op.__call__(self)
+            node.inputs, node.name = [node_x], "Failing"
+            return node
+
+        def compute(self, node, input_vals, output_val, ctx=None):
+            if input_vals[0].sum() < 0:
+                raise RuntimeError("failing_op: negative input")
+            output_val[...] = input_vals[0]
+
+        def infer_shape(self, node, input_shapes):
+            return input_shapes[0]
+
+    x = ad.Variable("x")
+    ex = Executor([FailingOp()(x)], ctx=None)
+    ex.run({x: np.ones((2, 2))})
+    assert ex.step == 1
+    with pytest.raises(RuntimeError, match="negative input"):
+        ex.run({x: -np.ones((2, 2))})
+    assert ex.step == 1  # the dropout masks of later runs are those they would have been
+    ex.run({x: np.ones((2, 2))})
+    assert ex.step == 2
+
+
+@pytest.mark.parametrize("fusion", [True, False])
+def test_a_returned_array_fed_back_is_never_overwritten_mid_run(device_ctx, fusion):
+    """``h = ex.run({x: h})[0]``: the returned array is one of the executor's buffers, which the
+    plan reuses during the next run; it is copied in (a feed of its own), so every step is right
+    (it once read a buffer a later op had overwritten), and steady state allocates nothing."""
+    import gpumat
+
+    x, w, b = ad.Variable("x"), ad.Variable("W"), ad.Variable("b")
+    z = ad.matmul_op(x, w)
+    h = ad.tanh_op(ad.relu_op(z + ad.broadcastto_op(b, z)) * 0.5) + x
+    ex = Executor([h], ctx=device_ctx, fusion=fusion)
+    rng = np.random.default_rng()
+    wn, bn = rng.normal(size=(8, 8)), rng.normal(size=(8,))
+    wd, bd = gpumat.array(wn, device_ctx), gpumat.array(bn, device_ctx)
+    value = rng.normal(size=(5, 8))
+    ref = value.copy()
+    mallocs = []
+    for _ in range(6):
+        (value,) = ex.run({x: value, w: wd, b: bd})
+        ref = np.tanh(np.maximum(ref @ wn + bn, 0) * 0.5) + ref
+        np.testing.assert_allclose(value.asnumpy(), ref, rtol=1e-5, atol=1e-5)
+        mallocs.append(gpumat.memory_stats(device_ctx)["device_malloc_calls"])
+    assert mallocs[2:] == [mallocs[2]] * 4

@@ -10,9 +10,9 @@ from conftest import make_ctx as make_device_ctx
 
 import gpumat
 import gpumat.autodiff as ad
-from gpumat import fusion, models, ops
-from gpumat.executor import Executor
+from gpumat import graph, models, ops
 from gpumat.optim import SGD
+from gpumat.runtime import Executor, fusion
 
 RNG = np.random.default_rng(1616)
 
@@ -188,7 +188,7 @@ def test_rule_dense_relu():
     x, w, b, mm, z, y = dense_graph()
     feeds = dense_feeds(x, w, b)
     (new,), report = fusion.fuse_graph([y], feeds, shapes_for([y], feeds))
-    assert isinstance(new.op, fusion.MatMulBiasOp) and new.relu
+    assert isinstance(new.op, graph.MatMulBiasOp) and new.relu
     assert new.inputs == [x, w, b]
     assert report.rules["dense_relu"] == 1 and (report.ops_before, report.ops_after) == (4, 1)
 
@@ -197,7 +197,7 @@ def test_rule_dense():
     x, w, b, mm, z, _ = dense_graph(relu=False)
     feeds = dense_feeds(x, w, b)
     (new,), report = fusion.fuse_graph([z], feeds, shapes_for([z], feeds))
-    assert isinstance(new.op, fusion.MatMulBiasOp) and not new.relu
+    assert isinstance(new.op, graph.MatMulBiasOp) and not new.relu
     assert report.rules == {"dense_relu": 0, "dense": 1, "relu_bias_gradient": 0,
                             "softmax_cross_entropy": 0}  # fmt: skip
 
@@ -211,9 +211,9 @@ def test_rule_relu_bias_gradient():
     assert report.rules["relu_bias_gradient"] == 1 and report.rules["dense_relu"] == 1
     assert isinstance(new[1].op, fusion.FusedOutputOp)
     fused = new[1].inputs[0]
-    assert isinstance(fused.op, fusion.ReluBiasGradientOp) and fused.extra_outputs == [new[1]]
+    assert isinstance(fused.op, graph.ReluBiasGradientOp) and fused.extra_outputs == [new[1]]
     # the mask now reads the fused dense output (z is gone)
-    assert isinstance(fused.inputs[0].op, fusion.MatMulBiasOp)
+    assert isinstance(fused.inputs[0].op, graph.MatMulBiasOp)
 
 
 def test_rule_softmax_cross_entropy():
@@ -222,7 +222,7 @@ def test_rule_softmax_cross_entropy():
     (g,) = ad.gradients(loss, [y])
     feeds = {y: rand(4, 3), y_: np.eye(3, dtype=np.float32)[[0, 2, 1, 1]]}
     (nl, ng), report = fusion.fuse_graph([loss, g], feeds, shapes_for([loss, g], feeds))
-    assert isinstance(ng.op, fusion.SoftmaxCrossEntropyWithGradientOp)
+    assert isinstance(ng.op, graph.SoftmaxCrossEntropyWithGradientOp)
     assert isinstance(nl.op, fusion.FusedOutputOp) and nl.inputs == [ng]
     assert (report.ops_before, report.ops_after) == (2, 1)
     # the loss alone (no gradient) is left as it is
@@ -236,7 +236,7 @@ def test_rules_leave_patterns_whose_inner_values_are_needed():
     # z is evaluated too: relu stays, but z itself is still a dense layer
     new, report = fusion.fuse_graph([y, z], feeds, shapes_for([y, z], feeds))
     assert report.rules["dense_relu"] == 0 and report.rules["dense"] == 1
-    assert new[0].op is ad.relu_op and isinstance(new[0].inputs[0].op, fusion.MatMulBiasOp)
+    assert new[0].op is ad.relu_op and isinstance(new[0].inputs[0].op, graph.MatMulBiasOp)
     # the matmul is read elsewhere: nothing fuses
     other = ad.matmul_op(mm, mm, False, True)
     new, report = fusion.fuse_graph([y, other], feeds, shapes_for([y, other], feeds))

@@ -7,9 +7,12 @@ batch BATCH (plain SGD at LR) on random data that every rank (and the test) rege
 :data:`DATA_SEED`, then writes its parameters to ``OUT/rank{r}.npz``, with the mean over
 the ranks of per-rank random arrays, averaged in 64 KiB buckets (several allreduces).
 MODE ``ok`` trains normally;
-``hang``, ``die``, ``exit`` and ``raise`` make rank 1, at step FAIL_STEP, stop calling MPI (sleep),
-exit at once without finalising MPI (``os._exit(3)``), exit cleanly with status 0 (``sys.exit``:
-MPI is finalised), or raise an exception, to test that the other rank does not wait forever.
+``hang``, ``die``, ``exit0``, ``exit`` and ``raise`` make rank 1, at step FAIL_STEP, stop calling
+MPI (sleep), exit at once without finalising MPI (``os._exit(3)``, ``os._exit(0)``), exit cleanly
+with status 0 (``sys.exit``: MPI is finalised), or raise an exception, to test that the other rank
+does not wait forever. ``late_init`` makes rank 1 sleep before ``distributed.init`` (rank 0 waits
+in MPI_Init), ``local_rank`` makes rank 1 sleep while rank 0 asks for its local rank, and
+``hang_after`` makes rank 0 sleep after its last collective (where a final validation would run).
 """
 
 from __future__ import annotations
@@ -40,8 +43,14 @@ def main(argv: list[str]) -> int:
     import gpumat
     from gpumat import distributed, models, optim, train
 
+    if mode == "late_init" and os.environ.get("PMI_RANK") == "1":
+        time.sleep(600)
     distributed.init()
     rank = distributed.rank()
+    if mode == "local_rank":
+        if rank == 1:
+            time.sleep(600)
+        distributed.local_rank()
 
     class FailingSGD(optim.SGD):
         """SGD whose rank-1 copy fails at ``fail_step`` the way MODE says."""
@@ -55,6 +64,8 @@ def main(argv: list[str]) -> int:
                     time.sleep(600)
                 elif mode == "die":
                     os._exit(3)
+                elif mode == "exit0":
+                    os._exit(0)
                 elif mode == "exit":
                     sys.exit(0)
                 elif mode == "raise":
@@ -92,6 +103,8 @@ def main(argv: list[str]) -> int:
     extra["num_allreduce_calls"] = np.array(averager.num_allreduce_calls)
     np.savez(Path(out) / f"rank{rank}.npz", loss=np.array(history.loss), **params, **extra)
     distributed.barrier()
+    if mode == "hang_after" and rank == 0:
+        time.sleep(600)
     return 0
 
 

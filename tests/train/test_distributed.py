@@ -46,7 +46,7 @@ from conftest import DEVICE_PARAMS
 
 import gpumat
 from gpumat import datasets, models, optim, train
-from gpumat.executor import Executor
+from gpumat.runtime import Executor
 
 pytest.importorskip("mpi4py", reason="gpumat.distributed needs mpi4py: pip install '.[test]'")
 
@@ -212,27 +212,63 @@ def test_bound_catches_missing_allreduce():
     assert worst > 10.0
 
 
-@pytest.mark.parametrize("mode", ["hang", "exit", "raise", "die"])
+@pytest.mark.parametrize("mode", ["hang", "exit", "raise", "die", "exit0"])
 def test_failed_rank_ends_the_job(tmp_path, mode):
-    """Rank 1 fails at step 3; rank 0 must not wait forever in the allreduce.
+    """Rank 1 fails at step 3; rank 0 must not wait forever in the allreduce, and the job must end
+    with a non-zero status and a message.
 
-    hang (no more MPI calls) and exit (a clean sys.exit, MPI finalised) leave rank 0 waiting: its
-    deadline of GPUMAT_DISTRIBUTED_TIMEOUT seconds must fire, print what timed out and abort the
-    job. raise: the uncaught exception aborts the job at once (gpumat.distributed.init's
-    excepthook). die (os._exit without finalising MPI): the launcher ends the job (or the deadline,
-    with launchers that do not).
+    hang (no more MPI calls): rank 0's deadline of GPUMAT_DISTRIBUTED_TIMEOUT seconds must fire,
+    print what timed out and abort the job. exit (a clean sys.exit, MPI finalised): rank 1 waits in
+    the final barrier at exit while rank 0 waits in the allreduce; one of the two deadlines fires.
+    raise: the uncaught exception aborts the job at once (gpumat.distributed.init's excepthook).
+    die and exit0 (os._exit(3) and os._exit(0), MPI not finalised): init's os._exit wrapper aborts
+    the job, naming the rank and the status; before it, MPICH's launcher reported exit0 as a
+    success (status 0, no message) after killing rank 0.
     """
     proc, took = launch(tmp_path, "cpu", mode=mode, timeout_s=60)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert not (tmp_path / "rank0.npz").exists(), "rank 0 finished training without its peer"
     assert took < 60
-    if mode in ("hang", "exit"):
+    if mode == "hang":
         assert f"did not complete within {COLLECTIVE_TIMEOUT_S:g} s" in out, out
         assert "rank 0 of 2: allreduce of bucket 0" in out, out
+    elif mode == "exit":
+        assert f"did not complete within {COLLECTIVE_TIMEOUT_S:g} s" in out, out
+        assert (
+            "rank 0 of 2: allreduce of bucket 0" in out or "rank 1 of 2: the final barrier" in out
+        ), out
     elif mode == "raise":
         assert "injected failure on rank 1" in out, out
         assert "rank 1 raised RuntimeError; aborting all ranks" in out, out
+    else:
+        status = 3 if mode == "die" else 0
+        assert f"rank 1 of 2 called os._exit({status}) before the end of the run" in out, out
+
+
+@pytest.mark.parametrize(
+    "mode, message",
+    [
+        ("hang_after", "rank 1 of 2: the final barrier (every rank's end of the run, at exit)"),
+        ("late_init", "in _start_mpi_waiting_for_every_rank"),
+        ("local_rank", "rank 0 of 2: local_rank (gathering every rank's host name)"),
+    ],
+)
+def test_a_hang_outside_training_ends_the_job(tmp_path, mode, message):
+    """Deadlines beyond the training collectives: rank 0 hanging after the last collective (as in
+    a final validation) is caught by the others' final barrier at exit; a rank that never starts
+    MPI by faulthandler's deadline on MPI_Init; a rank that never joins local_rank() by its
+    deadline. Before,
+    each of these left the job running until the launcher was killed."""
+    proc, took = launch(tmp_path, "cpu", mode=mode, timeout_s=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert took < 60
+    assert message in out, out
+    if mode == "late_init":
+        assert f"Timeout (0:00:0{COLLECTIVE_TIMEOUT_S})!" in out, out
+    else:
+        assert f"did not complete within {COLLECTIVE_TIMEOUT_S:g} s" in out, out
 
 
 # --------------------------------------------------------------------------------------------------

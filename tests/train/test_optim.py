@@ -7,8 +7,8 @@ from conftest import DEVICE_PARAMS, make_ctx
 from nn_helpers import rand64 as rand
 
 import gpumat.autodiff as ad
-from gpumat.executor import Executor
 from gpumat.optim import SGD
+from gpumat.runtime import Executor
 
 
 @pytest.fixture(params=DEVICE_PARAMS)

@@ -114,14 +114,14 @@ def test_model_rejects_mismatched_params():
 
 
 # ------------------------------------------------------------------------------------------------
-# The learning rate is the seed's
+# The learning rate is the dlsys course's
 # ------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_one_step_equals_seed_update(backend, mnist):
-    """lr = 1.0 on our mean loss is the seed's lr = 1e-3 on its un-scaled gradient at N = 1000:
-    one SGD step of logreg from zeros, checked against the seed's update computed in float64."""
+    """lr = 1.0 on our mean loss is the course's lr = 1e-3 on its un-scaled gradient at N = 1000:
+    one SGD step of logreg from zeros, checked against the course's update computed in float64."""
     (tx, ty), _, _ = mnist
     x, y = tx[:1000].astype(np.float64), datasets.one_hot(ty[:1000]).astype(np.float64)
     h = train.fit(
@@ -200,7 +200,7 @@ def test_params_stay_on_device_and_are_updated_in_place(ctx, subset):
 
 
 def test_device_allocations_do_not_grow_with_epochs(ctx, subset):
-    """The seed's rule 'cudaMalloc calls do not grow with epochs', counted by the allocator."""
+    """The course's rule 'cudaMalloc calls do not grow with epochs', counted by the allocator."""
 
     def mallocs_for(epochs):
         # Arrays that earlier tests left to the garbage collector would otherwise return to the

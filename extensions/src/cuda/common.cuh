@@ -36,8 +36,9 @@ inline Device kernel_device(int dev) {
 // Throws CudaError "<what>: <cudaErrorName>: <message>" if err != cudaSuccess.
 void check(cudaError_t err, const char* what);
 
-// Makes `dev` current on this thread and returns its stream (one non-blocking stream per device,
-// created on first use).
+// Makes `dev` current on this thread and returns its stream: one non-blocking stream per device,
+// created on first use, or the thread's capture stream while this thread captures a CUDA graph on
+// `dev` (runtime.h's begin_capture).
 cudaStream_t activate(int dev);
 
 // Checks the launch just made (bad configuration, missing kernel image for this GPU).
@@ -130,6 +131,20 @@ __device__ T block_sum(T v) {
   if (threadIdx.x == 0)
     for (int w = 0; w < Threads / 32; ++w) total += warp_vals[w];
   return total;
+}
+
+// out is (n,); f(i) computes element i.
+template <typename F>
+__global__ void map_kernel(float* out, int64_t n, F f) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = f(i);
+}
+
+template <typename F>
+static void launch_map(const char* op, int dev, float* out, int64_t n, F f) {
+  cudaStream_t stream = activate(dev);
+  launch<map_kernel<F>>(op, grid_for(n, kBlockSize), kBlockSize, 0, stream, out, n, f);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -1,9 +1,11 @@
-// CUDA layout kernels: broadcast_to and 2-D transpose. Host reference: ../host/layout.cpp.
-//   broadcast_to: in (n_in,) -> out (n_out,), out[i] = in[i % n_in]; grid-stride, one thread per
-//                 output element.
-//   transpose:    in (rows, cols) -> out (cols, rows); 32x32 tiles staged through shared memory
-//                 (padded to 33 columns so the column reads hit 32 different banks) so that both the
-//                 global reads and the global writes are coalesced.
+// CUDA layout kernels: 2-D transpose and one_hot (reshape is a copy, elementwise.cu's). Host
+// reference: ../host/layout.cpp.
+//   transpose: in (rows, cols) -> out (cols, rows); 32x32 tiles staged through shared memory (padded
+//              to 33 columns so the column reads hit 32 different banks) so that both the global
+//              reads and the global writes are coalesced.
+//   one_hot:   indices (rows,) -> out (rows, classes), out[r, c] = indices[r] == c ? 1 : 0; one
+//              thread per output element (common.cuh's launch_map: grid-stride, coalesced writes;
+//              the threads of a row read the same index, served by one cache line).
 #include <algorithm>
 
 #include "common.cuh"
@@ -17,13 +19,6 @@ constexpr int kTileRows = 8;  // a 32x8 block moves a 32x32 tile in 4 steps
 }  // namespace
 
 // ---------------------------------------------------------------------------- kernels
-
-// in is (n_in,), out is (n_out,)
-__global__ void broadcast_to_kernel(const float* in, int64_t n_in, float* out, int64_t n_out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_out;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = in[i % n_in];
-}
 
 // in is (rows, cols), out is (cols, rows); grid.x covers the ceil(cols/32) column tiles, and the
 // ceil(rows/32) row tiles are blockIdx.y, blockIdx.y + gridDim.y, ... (grid.y is capped at the
@@ -53,10 +48,13 @@ __global__ void transpose_kernel(const float* in, float* out, int64_t rows, int6
 
 // ---------------------------------------------------------------------------- launchers
 
-void broadcast_to(int dev, const float* in, int64_t n_in, float* out, int64_t n_out) {
-  cudaStream_t stream = activate(dev);
-  launch<broadcast_to_kernel>("broadcast_to", grid_for(n_out, kBlockSize), kBlockSize, 0, stream, in, n_in,
-                              out, n_out);
+// NOTE: the index is compared as a float with the column number, exact because classes <= 2^24 (the
+// op checks): a NaN, a non-integer or an index outside [0, classes) matches no column.
+void one_hot(int dev, const float* indices, float* out, int64_t rows, int64_t classes) {
+  launch_map("one_hot", dev, out, rows * classes, [=] __device__(int64_t k) {
+    const int64_t r = k / classes;
+    return indices[r] == static_cast<float>(k - r * classes) ? 1.0f : 0.0f;
+  });
 }
 
 void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols) {

@@ -1,6 +1,6 @@
-"""The executor's fusion pass: rewrite an autodiff graph into gpumat's fused kernels (issue 16).
+"""The executor's fusion pass: rewrite a graph into gpumat's fused kernels.
 
-:func:`fuse_graph` takes the nodes an :class:`~gpumat.executor.Executor` evaluates and returns an
+:func:`fuse` takes the schedule an :class:`~gpumat.runtime.Executor` has sorted and returns an
 equivalent graph in which the patterns of :data:`RULES` are replaced by fused ops, each one kernel
 launch (or two) instead of several. The executor runs it on every plan (``Executor(...,
 fusion=True)``, the default) and reports the counts as ``Executor.fusion_report``.
@@ -27,8 +27,13 @@ A pattern is rewritten only when no value that disappears is fed, evaluated, or 
 outside the pattern, so the fused graph computes the same eval values (to float32 rounding: the
 bias sums run in another order). A fused op with two outputs writes its second output into the
 buffer of a :class:`FusedOutputOp` node, which the executor plans like any value but does not run.
+The fused ops themselves live with their kernel families (``matmul_bias_op`` in
+:mod:`gpumat.graph.matmul`, ``relu_bias_gradient_op`` in :mod:`gpumat.graph.activation`,
+``softmaxcrossentropy_with_gradient_op`` in :mod:`gpumat.graph.loss`).
 
-The user's nodes are never modified: rewritten nodes and their consumers are new nodes.
+The user's nodes are never modified: rewritten nodes and their consumers are new nodes, built
+inputs first, so the pass emits the fused graph's schedule as it builds it (no second sort) and
+carries every shape over (no second shape inference).
 This is pattern-based operator fusion as in TVM's FuseOps / XLA's fusion passes, on the graph
 level only (the fused kernels are hand-written, not generated).
 """
@@ -36,172 +41,39 @@ level only (the fused kernels are hand-written, not generated).
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
-from gpumat import ops
-from gpumat.autodiff import (
-    AddOp,
-    BroadcastToOp,
-    MatMulOp,
-    Node,
-    Op,
-    ReduceSumAxisZeroOp,
+from gpumat.graph.activation import (
     ReluGradientOp,
     ReluOp,
+    relu_bias_gradient_op,
+)
+from gpumat.graph.elementwise import AddOp
+from gpumat.graph.loss import (
     SoftmaxCrossEntropyGradientOp,
     SoftmaxCrossEntropyOp,
-    Undefined,
-    _node_ids,
-    _shape_str,
-    _short,
-    find_topo_sort,
+    softmaxcrossentropy_with_gradient_op,
 )
+from gpumat.graph.matmul import MatMulOp, matmul_bias_op
+from gpumat.graph.node import Node, Op, Undefined, short_name
+from gpumat.graph.reduce import BroadcastToOp, ReduceSumAxisZeroOp
+from gpumat.graph.reverse_mode import find_topo_sort
 
 __all__ = [
     "RULES",
+    "FusedGraph",
     "FusedOutputOp",
     "FusionReport",
-    "MatMulBiasOp",
-    "ReluBiasGradientOp",
-    "SoftmaxCrossEntropyWithGradientOp",
+    "fuse",
     "fuse_graph",
     "fused_output_op",
-    "matmul_bias_op",
-    "relu_bias_gradient_op",
-    "softmaxcrossentropy_with_gradient_op",
 ]
 
 
 # --------------------------------------------------------------------------------------------------
-# Fused ops
+# Multi-output values
 # --------------------------------------------------------------------------------------------------
-
-
-def _np_softmax(y: np.ndarray) -> np.ndarray:
-    z = y - y.max(axis=1, keepdims=True)  # NOTE: no overflow; softmax is shift-invariant
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-class MatMulBiasOp(Op):
-    """``matmul_bias_op(A, B, bias, trans_A, trans_B, relu)``: op(A) @ op(B) + bias, then max(., 0)
-    when ``relu``. Shapes as ``matmul_op``; bias is (N,); out (M, N). Made by the fusion pass
-    (its gradient is not defined: the pass runs after :func:`gpumat.autodiff.gradients`)."""
-
-    name = "matmul_bias_op"
-
-    def __call__(
-        self,
-        node_A: Node,
-        node_B: Node,
-        bias: Node,
-        trans_A: bool = False,
-        trans_B: bool = False,
-        relu: bool = False,
-    ) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B, bias]
-        new_node.matmul_attr_trans_A = bool(trans_A)
-        new_node.matmul_attr_trans_B = bool(trans_B)
-        new_node.relu = bool(relu)
-        kind = "DenseRelu" if relu else "Dense"
-        new_node.name = f"{kind}({_short(node_A)},{_short(node_B)},{_short(bias)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        a, b, bias = input_vals
-        ta, tb = node.matmul_attr_trans_A, node.matmul_attr_trans_B
-        if ctx is None:
-            np.matmul(a.T if ta else a, b.T if tb else b, out=output_val)
-            output_val += bias
-            if node.relu:
-                np.maximum(output_val, 0.0, out=output_val)
-        else:
-            ops.matmul_bias(a, ta, b, tb, bias, output_val, node.relu)
-
-    def gradient(self, node, output_grad):
-        reason = "matmul_bias_op: made by the fusion pass, after gradients"
-        return [Undefined(reason)] * 3
-
-    def infer_shape(self, node, input_shapes):
-        sa, sb, sbias = (tuple(s) for s in input_shapes)
-        m, n = MatMulOp.infer_shape(self, node, [sa, sb])
-        if sbias != (n,):
-            raise self._error(node, f"bias {_shape_str(sbias)} must be ({n},)")
-        return (m, n)
-
-
-class ReluBiasGradientOp(Op):
-    """``relu_bias_gradient_op(y, g)``: two outputs, dz = g where y > 0 else 0 (rows, cols), the
-    node's value, and dbias = column sums of dz (cols,), the value of its :class:`FusedOutputOp`
-    node (index 1). y is the ReLU's output or input (same mask)."""
-
-    name = "relu_bias_gradient_op"
-    num_outputs = 2
-
-    def __call__(self, node_A: Node, node_G: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_G]
-        new_node.extra_outputs = []
-        new_node.name = f"ReluBiasGradient({_short(node_A)},{_short(node_G)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        y, g = input_vals
-        dz, dbias = output_val
-        if ctx is None:
-            np.copyto(dz, np.where(y > 0, g, 0.0))
-            np.copyto(dbias, dz.sum(axis=0))
-        else:
-            ops.relu_bias_gradient(y, g, dz, dbias)
-
-    def gradient(self, node, output_grad):
-        reason = "relu_bias_gradient_op: made by the fusion pass, after gradients"
-        return [Undefined(reason)] * 2
-
-    def infer_shape(self, node, input_shapes):
-        sy, sg = (tuple(s) for s in input_shapes)
-        if len(sy) != 2:
-            raise self._error(node, f"y must be 2-D (rows, cols), got {_shape_str(sy)}")
-        return self._same_shapes(node, sy, sg)
-
-
-class SoftmaxCrossEntropyWithGradientOp(Op):
-    """``softmaxcrossentropy_with_gradient_op(y, y_)``: two outputs, the gradient (softmax(y) -
-    y_) / N (N, C), the node's value, and the mean loss (1,), the value of its
-    :class:`FusedOutputOp` node (index 1); see ``gpumat.autodiff.SoftmaxCrossEntropyOp``."""
-
-    name = "softmaxcrossentropy_with_gradient_op"
-    num_outputs = 2
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.extra_outputs = []
-        new_node.name = f"SoftmaxXEntropyWithGrad({_short(node_A)},{_short(node_B)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        y, y_ = input_vals
-        grad, loss = output_val
-        if ctx is None:
-            z = y - y.max(axis=1, keepdims=True)
-            log_softmax = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-            loss[...] = np.mean(-np.sum(y_ * log_softmax, axis=1))
-            np.copyto(grad, (np.exp(log_softmax) - y_) / y.shape[0])
-        else:
-            ops.softmax_cross_entropy_with_gradient(y, y_, loss, grad)
-
-    def gradient(self, node, output_grad):
-        reason = "softmaxcrossentropy_with_gradient_op: second derivatives of the loss"
-        return [Undefined(reason)] * 2
-
-    def infer_shape(self, node, input_shapes):
-        return SoftmaxCrossEntropyGradientOp.infer_shape(self, node, input_shapes)
 
 
 class FusedOutputOp(Op):
@@ -217,7 +89,7 @@ class FusedOutputOp(Op):
         new_node.inputs = [fused]
         new_node.output_index = int(index)
         new_node.fixed_shape = tuple(int(d) for d in shape)
-        new_node.name = f"Output{index}({_short(fused)})"
+        new_node.name = f"Output{index}({short_name(fused)})"
         fused.extra_outputs.append(new_node)
         return new_node
 
@@ -233,9 +105,6 @@ class FusedOutputOp(Op):
         return node.fixed_shape
 
 
-matmul_bias_op = MatMulBiasOp()
-relu_bias_gradient_op = ReluBiasGradientOp()
-softmaxcrossentropy_with_gradient_op = SoftmaxCrossEntropyWithGradientOp()
 fused_output_op = FusedOutputOp()
 
 
@@ -396,14 +265,108 @@ def _count_ops(order: Sequence[Node], fed: set) -> int:
     return sum(1 for n in order if n not in fed and not _is(n, FusedOutputOp))
 
 
+@dataclasses.dataclass(frozen=True)
+class FusedGraph:
+    """The result of :func:`fuse`.
+
+    Attributes:
+        eval_nodes: the new eval nodes, one per eval node, in order (an untouched node is itself).
+        order: the fused graph's schedule, a topological order of what ``eval_nodes`` need (fed
+            nodes are leaves), as the pass built it.
+        shapes: node -> shape for every node of ``order`` (carried over from the input shapes: a
+            fused node has the shape of the node it replaces).
+        report: a :class:`FusionReport`.
+    """
+
+    eval_nodes: list
+    order: list
+    shapes: dict
+    report: FusionReport
+
+
+def fuse(
+    order: Sequence[Node],
+    eval_nodes: Sequence[Node],
+    fed,
+    shapes: dict,
+    rules: Sequence[str] | None = None,
+) -> FusedGraph:
+    """Rewrites the graph scheduled as ``order`` with :data:`RULES`.
+
+    Args:
+        order: ``find_topo_sort(eval_nodes, stop_at=fed)``, the executor's schedule.
+        eval_nodes: the nodes to evaluate.
+        fed: the fed nodes (leaves: their inputs are not needed; a fed node is never rewritten).
+        shapes: node -> shape for every node of ``order``.
+        rules: names of the rules to apply (default: all, in :data:`RULES` order).
+
+    Returns:
+        A :class:`FusedGraph`. When no rule fires it holds the given order and shapes.
+
+    Raises:
+        KeyError: an unknown rule name.
+    """
+    fed = set(fed)
+    names = list(RULES) if rules is None else list(rules)
+    for name in names:
+        if name not in RULES:
+            raise KeyError(f"fuse_graph: unknown rule {name!r}; rules are {list(RULES)}")
+    rw = _Rewriter(order, eval_nodes, fed, shapes)
+    for name in names:
+        for node in order:
+            if RULES[name](rw, node):
+                rw.counts[name] += 1
+    n_ops = _count_ops(order, fed)
+    report = FusionReport(n_ops, n_ops, {name: rw.counts[name] for name in RULES})
+    if not rw.claimed:
+        return FusedGraph(list(eval_nodes), list(order), dict(shapes), report)
+
+    built: dict[Node, Node] = {}
+    new_shapes: dict[Node, tuple] = {}
+    new_order: list[Node] = []  # nodes in the order get() finishes them: inputs first
+
+    def get(node: Node) -> Node:
+        if node in built:
+            return built[node]
+        if node in fed:
+            new = node
+        elif node in rw.makers:
+            new = rw.makers[node](get)
+        else:
+            inputs = [get(rw.alias.get(i, i)) for i in node.inputs]
+            unchanged = all(a is b for a, b in zip(inputs, node.inputs, strict=True))
+            new = node if unchanged else node.with_inputs(inputs)
+        built[node] = new
+        new_shapes[new] = shapes[node]  # a replacement has the shape of the node it replaces
+        new_order.append(new)
+        return new
+
+    for node in order:  # inputs first: get() recurses only into nodes a rule builds on demand
+        if node not in rw.claimed or node in rw.makers:
+            get(node)
+    new_eval = [get(n) for n in eval_nodes]
+    # Keep what the new eval nodes need (a claimed pattern's leftovers are dropped).
+    needed: set[Node] = set()
+    stack = list(new_eval)
+    while stack:
+        node = stack.pop()
+        if node not in needed:
+            needed.add(node)
+            if node not in fed:
+                stack.extend(node.inputs)
+    new_order = [n for n in new_order if n in needed]
+    report = dataclasses.replace(report, ops_after=_count_ops(new_order, fed))
+    return FusedGraph(new_eval, new_order, {n: new_shapes[n] for n in new_order}, report)
+
+
 def fuse_graph(
     eval_nodes: Sequence[Node], fed, shapes: dict, rules: Sequence[str] | None = None
 ) -> tuple[list[Node], FusionReport]:
-    """Rewrites the graph of ``eval_nodes`` with :data:`RULES`.
+    """:func:`fuse` for a graph given by its eval nodes (it sorts the graph first).
 
     Args:
         eval_nodes: the nodes to evaluate.
-        fed: the fed nodes (leaves: their inputs are not needed; a fed node is never rewritten).
+        fed: the fed nodes (leaves).
         shapes: node -> shape for every node of ``find_topo_sort(eval_nodes, stop_at=fed)``
             (``Executor.infer_shape``'s result).
         rules: names of the rules to apply (default: all, in :data:`RULES` order).
@@ -415,46 +378,5 @@ def fuse_graph(
     Raises:
         KeyError: an unknown rule name.
     """
-    fed = set(fed)
-    names = list(RULES) if rules is None else list(rules)
-    for name in names:
-        if name not in RULES:
-            raise KeyError(f"fuse_graph: unknown rule {name!r}; rules are {list(RULES)}")
-    order = find_topo_sort(eval_nodes, stop_at=fed)
-    rw = _Rewriter(order, eval_nodes, fed, shapes)
-    for name in names:
-        for node in order:
-            if RULES[name](rw, node):
-                rw.counts[name] += 1
-
-    built: dict[Node, Node] = {}
-
-    def get(node: Node) -> Node:
-        if node in built:
-            return built[node]
-        if node in fed:
-            new = node
-        elif node in rw.makers:
-            new = rw.makers[node](get)
-        else:
-            inputs = [get(rw.alias.get(i, i)) for i in node.inputs]
-            if all(a is b for a, b in zip(inputs, node.inputs, strict=True)):
-                new = node
-            else:
-                new = copy.copy(node)
-                new.inputs = inputs
-                new.id = next(_node_ids)
-        built[node] = new
-        return new
-
-    for node in order:  # inputs first: get() recurses only into nodes a rule builds on demand
-        if node not in rw.claimed or node in rw.makers:
-            get(node)
-    new_eval = [get(n) for n in eval_nodes]
-    new_order = find_topo_sort(new_eval, stop_at=fed)
-    report = FusionReport(
-        ops_before=_count_ops(order, fed),
-        ops_after=_count_ops(new_order, fed),
-        rules={name: rw.counts[name] for name in RULES},
-    )
-    return new_eval, report
+    fused = fuse(find_topo_sort(eval_nodes, stop_at=fed), eval_nodes, fed, shapes, rules)
+    return fused.eval_nodes, fused.report

@@ -1,0 +1,176 @@
+"""Layout graph ops: the same values in another order or shape (``transpose_op``,
+``reshape_op``, ``flatten_op``), and class numbers as one-hot rows (``one_hot_op``). Kernels:
+:func:`gpumat.ops.transpose`, :func:`gpumat.ops.reshape` (a copy into the planned buffer of the
+new shape: the executor plans buffers by shape), :func:`gpumat.ops.one_hot`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+from gpumat._checks import as_int
+from gpumat.graph.node import Node, Op, kernels_for, shape_str, short_name
+
+__all__ = [
+    "FlattenOp",
+    "OneHotOp",
+    "ReshapeOp",
+    "TransposeOp",
+    "flatten_op",
+    "one_hot_op",
+    "reshape_op",
+    "transpose_op",
+]
+
+
+class TransposeOp(Op):
+    """Transpose of a 2-D array: (R, C) -> (C, R)."""
+
+    name = "transpose_op"
+
+    def __call__(self, node_A: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A]
+        new_node.name = f"Transpose({short_name(node_A)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).transpose(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        return [transpose_op(output_grad)]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        if len(s) != 2:
+            raise self._error(node, f"input must be 2-D, got {shape_str(s)}")
+        return (s[1], s[0])
+
+
+class ReshapeOp(Op):
+    """``reshape_op(x, shape)``: x's values in row-major order with a new shape of the same size;
+    one entry of ``shape`` may be -1 (inferred). ``reshape_op(x, like)`` with a node takes
+    ``like``'s shape (the gradient's form). On a device this is a copy into the planned buffer of
+    the new shape (the executor plans buffers by shape)."""
+
+    name = "reshape_op"
+    shape_only_inputs = (1,)  # like
+
+    def __call__(self, node_x: Node, shape) -> Node:
+        new_node = Op.__call__(self)
+        if isinstance(shape, Node):
+            new_node.inputs = [node_x, shape]
+            new_node.shape_attr = None
+            new_node.name = f"ReshapeLike({short_name(node_x)},{short_name(shape)})"
+            return new_node
+        if isinstance(shape, (numbers.Integral, np.integer)):
+            shape = (shape,)
+        if not isinstance(shape, Sequence) or not all(
+            isinstance(d, (numbers.Integral, np.integer)) and not isinstance(d, bool) for d in shape
+        ):
+            raise TypeError(
+                f"reshape_op: shape must be a sequence of ints or a node, got {shape!r}"
+            )
+        shape = tuple(int(d) for d in shape)
+        if sum(d == -1 for d in shape) > 1 or any(d < -1 for d in shape):
+            raise ValueError(f"reshape_op: at most one -1 and no other negative entry, got {shape}")
+        new_node.inputs = [node_x]
+        new_node.shape_attr = shape
+        new_node.name = f"Reshape({short_name(node_x)},{shape_str(shape)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).reshape(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        grads = [reshape_op(output_grad, node.inputs[0])]
+        if len(node.inputs) == 2:
+            grads.append(None)
+        return grads
+
+    def _target(self, node, x: tuple, input_shapes) -> tuple:
+        if node.shape_attr is None:
+            return tuple(input_shapes[1])
+        return node.shape_attr
+
+    def infer_shape(self, node, input_shapes):
+        x = tuple(input_shapes[0])
+        target = self._target(node, x, input_shapes)
+        size = int(np.prod(x, dtype=np.int64))
+        if -1 in target:
+            known = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+            if known == 0 or size % known != 0:
+                raise self._error(node, f"cannot reshape {shape_str(x)} to {shape_str(target)}")
+            target = tuple(size // known if d == -1 else d for d in target)
+        if int(np.prod(target, dtype=np.int64)) != size:
+            raise self._error(
+                node,
+                f"cannot reshape {shape_str(x)} ({size} elements) to {shape_str(target)} "
+                f"({int(np.prod(target, dtype=np.int64))} elements)",
+            )
+        return target
+
+
+class FlattenOp(ReshapeOp):
+    """``flatten_op(x)``: (N, d1, d2, ...) -> (N, d1*d2*...): conv features into a dense layer."""
+
+    name = "flatten_op"
+
+    def __call__(self, node_x: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_x]
+        new_node.shape_attr = None
+        new_node.name = f"Flatten({short_name(node_x)})"
+        return new_node
+
+    def _target(self, node, x, input_shapes):
+        if len(x) < 1:
+            raise self._error(node, "cannot flatten a 0-d array")
+        return (x[0], int(np.prod(x[1:], dtype=np.int64)))
+
+
+class OneHotOp(Op):
+    """``one_hot_op(indices, num_classes)``: indices (N,), class numbers held as floats, to
+    (N, num_classes) rows of 0.0 with 1.0 at column indices[i] (:func:`gpumat.ops.one_hot`: an
+    index outside [0, num_classes), a non-integer or NaN gives a row of zeros). Labels for
+    ``softmaxcrossentropy_op`` / ``nll_loss_op`` from class numbers. Piecewise constant, so it has
+    no gradient: ``None`` for indices (like ``zeroslike_op``).
+
+    ``num_classes``: an int in [0, 2**24] (TypeError / ValueError otherwise).
+    """
+
+    name = "one_hot_op"
+
+    def __call__(self, indices: Node, num_classes) -> Node:
+        new_node = Op.__call__(self)
+        c = as_int(num_classes, "num_classes", self.name)
+        if not 0 <= c <= 2**24:
+            raise ValueError(
+                f"{self.name}: num_classes must be in [0, 2**24] (float32 indices name classes "
+                f"up to 2**24), got {c}"
+            )
+        new_node.num_classes = c
+        new_node.inputs = [indices]
+        new_node.name = f"OneHot({short_name(indices)},{c})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).one_hot(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        if len(s) != 1:
+            raise self._error(node, f"indices must be 1-D (N,), got shape {shape_str(s)}")
+        return (s[0], node.num_classes)
+
+
+transpose_op = TransposeOp()
+reshape_op = ReshapeOp()
+flatten_op = FlattenOp()
+one_hot_op = OneHotOp()

@@ -1,0 +1,185 @@
+"""Pooling as graph ops over the (H, W) planes of x (N, C, H, W): ``max_pool2d_op``,
+``avg_pool2d_op`` and their gradient ops.
+
+``kernel_size``, ``stride`` (default: the kernel size) and ``padding`` are ints or (h, w) pairs,
+0 <= padding <= kernel_size // 2. Max pooling routes each window's gradient to its argmax, the
+first maximum in row-major window order (the device kernels recompute it from x rather than
+store indices); average pooling counts padding as zeros (PyTorch's ``count_include_pad=True``).
+Kernels: :func:`gpumat.ops.max_pool2d` and family.
+"""
+
+from __future__ import annotations
+
+from gpumat._checks import as_pair
+from gpumat.graph.conv import conv_output_size
+from gpumat.graph.node import Node, Op, Undefined, kernels_for, shape_str, short_name
+
+__all__ = [
+    "AvgPool2dGradientOp",
+    "AvgPool2dOp",
+    "MaxPool2dGradientOp",
+    "MaxPool2dOp",
+    "avg_pool2d_gradient_op",
+    "avg_pool2d_op",
+    "max_pool2d_gradient_op",
+    "max_pool2d_op",
+]
+
+
+class _PoolBase(Op):
+    """Nodes carry ``kernel``, ``stride`` and ``padding`` as (h, w) pairs."""
+
+    label = "Pool"
+    takes_max = False  # max pooling: a window must hold an element of x
+
+    def _attrs(self, node: Node, kernel_size, stride, padding) -> None:
+        node.kernel = as_pair(kernel_size, "kernel_size", self.name)
+        node.stride = node.kernel if stride is None else as_pair(stride, "stride", self.name)
+        node.padding = as_pair(padding, "padding", self.name)
+        k, s, p = node.kernel, node.stride, node.padding
+        if min(k) < 1 or min(s) < 1:
+            raise ValueError(f"{self.name}: kernel_size and stride must be >= 1, got {k} and {s}")
+        if min(p) < 0 or p[0] > k[0] // 2 or p[1] > k[1] // 2:
+            raise ValueError(
+                f"{self.name}: padding must be between 0 and half the kernel size, "
+                f"got {p} for kernel {k}"
+            )
+
+    def _attr_str(self, node: Node) -> str:
+        (kh, kw), (sh, sw), (ph, pw) = node.kernel, node.stride, node.padding
+        return f"k={kh}x{kw},s={sh}x{sw},p={ph}x{pw}"
+
+    def _args(self, node: Node) -> tuple:
+        return node.kernel, node.stride, node.padding
+
+    def _geometry(self, node: Node, x_shape, x_name="x") -> tuple:
+        xs = tuple(x_shape)
+        if len(xs) != 4:
+            raise self._error(node, f"{x_name} must be 4-D (N, C, H, W), got {shape_str(xs)}")
+        oh = conv_output_size(xs[2], node.kernel[0], node.stride[0], node.padding[0])
+        ow = conv_output_size(xs[3], node.kernel[1], node.stride[1], node.padding[1])
+        if oh < 1 or ow < 1:
+            raise self._error(
+                node,
+                f"the output would be empty: the padded input is smaller than the kernel "
+                f"({x_name} {shape_str(xs)}, {self._attr_str(node)})",
+            )
+        if self.takes_max and xs[0] * xs[1] > 0 and (xs[2] == 0 or xs[3] == 0):
+            raise self._error(
+                node,
+                f"{x_name} {shape_str(xs)} has an empty spatial dimension: every window would hold "
+                "only padding, whose maximum is undefined",
+            )
+        return (xs[0], xs[1], oh, ow)
+
+    def _new(self, inputs: list, label: str, kernel_size, stride, padding) -> Node:
+        new_node = Op.__call__(self)
+        self._attrs(new_node, kernel_size, stride, padding)
+        new_node.inputs = inputs
+        names = ",".join(short_name(i) for i in inputs)
+        new_node.name = f"{label}({names},{self._attr_str(new_node)})"
+        return new_node
+
+
+class MaxPool2dOp(_PoolBase):
+    """``max_pool2d_op(x, kernel_size, stride=None, padding=0)``: the max over each window of the
+    (H, W) planes of x (N, C, H, W) -> (N, C, OH, OW).
+
+    ``kernel_size``, ``stride`` (default: the kernel size) and ``padding`` are ints or (h, w)
+    pairs, 0 <= padding <= kernel_size // 2 (padding never wins). The gradient routes each window's
+    gradient to its argmax, the first maximum in row-major window order, so ties send it to exactly
+    one element; the device kernels recompute the argmax from x instead of storing indices.
+    """
+
+    name = "max_pool2d_op"
+    takes_max = True
+
+    def __call__(self, node_x: Node, kernel_size, stride=None, padding=0) -> Node:
+        return self._new([node_x], "MaxPool2d", kernel_size, stride, padding)
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).max_pool2d(input_vals[0], output_val, *self._args(node))
+
+    def gradient(self, node, output_grad):
+        return [max_pool2d_gradient_op(node.inputs[0], output_grad, *self._args(node))]
+
+    def infer_shape(self, node, input_shapes):
+        return self._geometry(node, input_shapes[0])
+
+
+class MaxPool2dGradientOp(_PoolBase):
+    """``max_pool2d_gradient_op(x, dy, kernel_size, stride, padding)``: dL/dx of
+    ``max_pool2d_op(x, ...)`` given dy = dL/dy (N, C, OH, OW)."""
+
+    name = "max_pool2d_gradient_op"
+    takes_max = True
+
+    def __call__(self, node_x: Node, node_dy: Node, kernel_size, stride=None, padding=0) -> Node:
+        return self._new([node_x, node_dy], "MaxPool2dGrad", kernel_size, stride, padding)
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        x, dy = input_vals
+        kernels_for(ctx).max_pool2d_gradient(x, dy, output_val, *self._args(node))
+
+    def gradient(self, node, output_grad):
+        # Piecewise constant in x (zero almost everywhere); linear in dy (a gather at the argmax,
+        # which has no kernel yet).
+        return [None, Undefined("max_pool2d_gradient_op: second derivatives of max pooling")]
+
+    def infer_shape(self, node, input_shapes):
+        x, dy = (tuple(s) for s in input_shapes)
+        expected = self._geometry(node, x)
+        if dy != expected:
+            raise self._error(node, f"dy has shape {shape_str(dy)}, expected {shape_str(expected)}")
+        return x
+
+
+class AvgPool2dOp(_PoolBase):
+    """``avg_pool2d_op(x, kernel_size, stride=None, padding=0)``: the mean over each window of the
+    (H, W) planes of x (N, C, H, W) -> (N, C, OH, OW); padding counts as zeros (the divisor is
+    always KH*KW, PyTorch's ``count_include_pad=True``). Arguments as for ``max_pool2d_op``."""
+
+    name = "avg_pool2d_op"
+
+    def __call__(self, node_x: Node, kernel_size, stride=None, padding=0) -> Node:
+        return self._new([node_x], "AvgPool2d", kernel_size, stride, padding)
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).avg_pool2d(input_vals[0], output_val, *self._args(node))
+
+    def gradient(self, node, output_grad):
+        return [avg_pool2d_gradient_op(output_grad, node.inputs[0], *self._args(node))]
+
+    def infer_shape(self, node, input_shapes):
+        return self._geometry(node, input_shapes[0])
+
+
+class AvgPool2dGradientOp(_PoolBase):
+    """``avg_pool2d_gradient_op(dy, x, kernel_size, stride, padding)``: dL/dx of
+    ``avg_pool2d_op(x, ...)`` given dy; only x's shape is used. Linear: its gradient is average
+    pooling again."""
+
+    name = "avg_pool2d_gradient_op"
+    shape_only_inputs = (1,)  # x
+
+    def __call__(self, node_dy: Node, node_x: Node, kernel_size, stride=None, padding=0) -> Node:
+        return self._new([node_dy, node_x], "AvgPool2dGrad", kernel_size, stride, padding)
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).avg_pool2d_gradient(input_vals[0], output_val, *self._args(node))
+
+    def gradient(self, node, output_grad):
+        return [avg_pool2d_op(output_grad, *self._args(node)), None]
+
+    def infer_shape(self, node, input_shapes):
+        dy, x = (tuple(s) for s in input_shapes)
+        expected = self._geometry(node, x)
+        if dy != expected:
+            raise self._error(node, f"dy has shape {shape_str(dy)}, expected {shape_str(expected)}")
+        return x
+
+
+max_pool2d_op = MaxPool2dOp()
+max_pool2d_gradient_op = MaxPool2dGradientOp()
+avg_pool2d_op = AvgPool2dOp()
+avg_pool2d_gradient_op = AvgPool2dGradientOp()

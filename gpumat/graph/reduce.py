@@ -1,0 +1,322 @@
+"""Reductions and broadcasts as graph ops, each the other's gradient.
+
+Over leading axes (the dlsys course's pair): ``reducesumaxiszero_op(a[, like])`` and
+``broadcastto_op(a, like)``. Along one axis of any rank: ``reduce_sum_op``, ``reduce_mean_op``,
+``reduce_max_op`` ``(x, axis, keepdims=False)``, their gradients ``broadcast_axis_op`` and
+``reduce_max_gradient_op``, and ``argmax_op(x, axis, keepdims=False)`` (no gradient). Kernels:
+:func:`gpumat.ops.reduce_sum_axis_zero`, :func:`gpumat.ops.broadcast_to`,
+:func:`gpumat.ops.reduce_sum` and the rest of the family; the axis kernels see their input as
+(outer, n, inner) around the axis, so any axis works without a transpose.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpumat.graph.layout import reshape_op
+from gpumat.graph.node import AxisOp, Node, Op, Undefined, kernels_for, shape_str, short_name
+
+__all__ = [
+    "ArgmaxOp",
+    "BroadcastAxisOp",
+    "BroadcastToOp",
+    "ReduceMaxGradientOp",
+    "ReduceMaxOp",
+    "ReduceMeanOp",
+    "ReduceSumAxisZeroOp",
+    "ReduceSumOp",
+    "argmax_op",
+    "broadcast_axis_op",
+    "broadcastto_op",
+    "reduce_max_gradient_op",
+    "reduce_max_op",
+    "reduce_mean_op",
+    "reduce_sum_op",
+    "reducesumaxiszero_op",
+]
+
+
+def _strip_leading_ones(shape: tuple) -> tuple:
+    i = 0
+    while i < len(shape) and shape[i] == 1:
+        i += 1
+    return tuple(shape[i:])
+
+
+def _is_suffix(suffix: tuple, of: tuple) -> bool:
+    return len(suffix) <= len(of) and tuple(of[len(of) - len(suffix) :]) == tuple(suffix)
+
+
+class ReduceSumAxisZeroOp(Op):
+    """Sum over leading axes.
+
+    ``reducesumaxiszero_op(a)`` sums over axis 0: (N, ...) -> (...), the dlsys course's op.
+    ``reducesumaxiszero_op(a, like)`` sums over as many leading axes as it takes to reach
+    ``like``'s shape, which must end a's shape once its own leading 1s are dropped:
+    (4, 5, 6) -> (6,), (8, 10) -> (1, 10). This is the gradient of ``broadcastto_op(like, a)``.
+    """
+
+    name = "reducesumaxiszero_op"
+    shape_only_inputs = (1,)  # like
+
+    def __call__(self, node_A: Node, like: Node | None = None) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A] if like is None else [node_A, like]
+        new_node.name = f"ReduceSumAxisZero({short_name(node_A)})"
+        if like is not None:
+            new_node.name = f"ReduceSumTo({short_name(node_A)},{short_name(like)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).reduce_sum_axis_zero(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        grads = [broadcastto_op(output_grad, node.inputs[0])]
+        if len(node.inputs) == 2:
+            grads.append(None)  # only like's shape is used
+        return grads
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        if len(node.inputs) == 1:
+            if len(s) == 0:
+                raise self._error(node, "cannot sum over axis 0 of a 0-d array")
+            return s[1:]
+        like = tuple(input_shapes[1])
+        if not _is_suffix(_strip_leading_ones(like), s):
+            raise self._error(
+                node,
+                f"cannot sum {shape_str(s)} down to {shape_str(like)} "
+                "(the target's shape, without leading 1s, must end the input's shape)",
+            )
+        return like
+
+
+class BroadcastToOp(Op):
+    """``broadcastto_op(a, b)``: a repeated over new leading axes to b's shape.
+
+    a's shape, without its leading 1s, must end b's shape: (200, 300) -> (130, 200, 300),
+    (10,) -> (7, 10), (1, 10) -> (7, 10). The gradient sums over the added axes.
+    """
+
+    name = "broadcastto_op"
+    shape_only_inputs = (1,)  # the target
+
+    def __call__(self, node_A: Node, node_B: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A, node_B]
+        new_node.name = f"BroadcastTo({short_name(node_A)},{short_name(node_B)}.shape)"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).broadcast_to(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        return [reducesumaxiszero_op(output_grad, node.inputs[0]), None]
+
+    def infer_shape(self, node, input_shapes):
+        a, b = (tuple(s) for s in input_shapes)
+        if not _is_suffix(_strip_leading_ones(a), b):
+            raise self._error(
+                node,
+                f"cannot broadcast {shape_str(a)} to {shape_str(b)} "
+                "(the input's shape, without leading 1s, must end the target's shape)",
+            )
+        return b
+
+
+class _ReduceOp(AxisOp):
+    """``reduce_<kind>_op(x, axis, keepdims=False)``: the sum, mean or max of x along ``axis``;
+    the output drops that axis, or keeps it with length 1 when ``keepdims``."""
+
+    kind = "sum"
+    kernel = "reduce_sum"
+
+    def __call__(self, node_x: Node, axis, keepdims=False) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        if not isinstance(keepdims, (bool, np.bool_)):
+            raise TypeError(f"{self.name}: keepdims must be a bool, got {keepdims!r}")
+        new_node.keepdims = bool(keepdims)
+        new_node.inputs = [node_x]
+        kd = ",keepdims" if keepdims else ""
+        new_node.name = f"Reduce{self.kind.title()}({short_name(node_x)},axis={new_node.axis}{kd})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        getattr(kernels_for(ctx), self.kernel)(input_vals[0], output_val, node.axis)
+
+    def gradient(self, node, output_grad):
+        x = node.inputs[0]
+        if self.kind == "max":
+            return [reduce_max_gradient_op(x, node, output_grad, node.axis)]
+        return [broadcast_axis_op(output_grad, x, node.axis, mean=self.kind == "mean")]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        a = self.check_axis(node, s, node.axis)
+        if self.kind != "sum" and s[a] == 0 and int(np.prod(s, dtype=np.int64)) == 0:
+            others = s[:a] + s[a + 1 :]
+            if int(np.prod(others, dtype=np.int64)) > 0:
+                raise self._error(
+                    node, f"cannot take the {self.kind} of an empty axis {a} of {shape_str(s)}"
+                )
+        return s[:a] + (1,) + s[a + 1 :] if node.keepdims else s[:a] + s[a + 1 :]
+
+
+class ReduceSumOp(_ReduceOp):
+    """``reduce_sum_op(x, axis, keepdims=False)``: the sum along ``axis``. Gradient: dy repeated
+    along the axis (``broadcast_axis_op``)."""
+
+    name = "reduce_sum_op"
+    kind = "sum"
+    kernel = "reduce_sum"
+
+
+class ReduceMeanOp(_ReduceOp):
+    """``reduce_mean_op(x, axis, keepdims=False)``: the mean along a non-empty ``axis``.
+    Gradient: dy / n repeated along the axis."""
+
+    name = "reduce_mean_op"
+    kind = "mean"
+    kernel = "reduce_mean"
+
+
+class ReduceMaxOp(_ReduceOp):
+    """``reduce_max_op(x, axis, keepdims=False)``: the max along a non-empty ``axis`` (NaN wins).
+
+    Gradient (``reduce_max_gradient_op``): each slice's dy is **split equally among its tied
+    maxima**, as TensorFlow's ``reduce_max`` and PyTorch's ``amax`` do (PyTorch's ``max(dim)``
+    instead routes it to one index). Splitting is the symmetric choice: it does not depend on the
+    order of the elements along the axis (so it commutes with permutations of that axis), it is
+    the average of the one-hot subgradients, and it keeps the gradient of max(x, x) = x equal to
+    1 in total. (``max_pool2d_op`` routes to the first maximum instead: its kernel recomputes one
+    argmax per window.)
+    """
+
+    name = "reduce_max_op"
+    kind = "max"
+    kernel = "reduce_max"
+
+
+class ArgmaxOp(AxisOp):
+    """``argmax_op(x, axis, keepdims=False)``: the index along ``axis`` of each slice's maximum,
+    as float32 numbers holding the integers (:func:`gpumat.ops.argmax`: the first maximum wins,
+    a NaN counts as the maximum, PyTorch's rule); the output drops the axis, or keeps it with
+    length 1 when ``keepdims``. Piecewise constant, so it has no gradient: ``None`` for its input
+    (like ``zeroslike_op``)."""
+
+    name = "argmax_op"
+
+    def __call__(self, node_x: Node, axis, keepdims=False) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        if not isinstance(keepdims, (bool, np.bool_)):
+            raise TypeError(f"{self.name}: keepdims must be a bool, got {keepdims!r}")
+        new_node.keepdims = bool(keepdims)
+        new_node.inputs = [node_x]
+        kd = ",keepdims" if keepdims else ""
+        new_node.name = f"Argmax({short_name(node_x)},axis={new_node.axis}{kd})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).argmax(input_vals[0], output_val, node.axis)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        a = self.check_axis(node, s, node.axis)
+        others = s[:a] + s[a + 1 :]
+        if s[a] == 0 and int(np.prod(others, dtype=np.int64)) > 0:
+            raise self._error(
+                node, f"cannot take the argmax of an empty axis {a} of {shape_str(s)}"
+            )
+        return s[:a] + (1,) + s[a + 1 :] if node.keepdims else others
+
+
+class BroadcastAxisOp(AxisOp):
+    """``broadcast_axis_op(g, like, axis, mean=False)``: g (like's shape reduced along ``axis``,
+    the axis dropped or kept as 1) repeated along ``axis`` to like's shape, times 1/n when
+    ``mean`` (n = like's length along the axis): the gradient of reduce_sum / reduce_mean. Only
+    ``like``'s shape is used. Linear in g: its gradient is reduce_sum / reduce_mean again."""
+
+    name = "broadcast_axis_op"
+    shape_only_inputs = (1,)
+
+    def __call__(self, node_g: Node, node_like: Node, axis, mean=False) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        new_node.mean = bool(mean)
+        new_node.inputs = [node_g, node_like]
+        new_node.name = (
+            f"BroadcastAxis({short_name(node_g)},{short_name(node_like)},axis={new_node.axis}"
+            f"{',mean' if mean else ''})"
+        )
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        a = node.axis % output_val.ndim
+        n = output_val.shape[a]
+        scale = 1.0 / n if node.mean and n > 0 else 1.0
+        kernels_for(ctx).broadcast_axis(input_vals[0], output_val, a, scale)
+
+    def gradient(self, node, output_grad):
+        g = node.inputs[0]
+        op = reduce_mean_op if node.mean else reduce_sum_op
+        return [reshape_op(op(output_grad, node.axis), g), None]
+
+    def infer_shape(self, node, input_shapes):
+        g, like = (tuple(s) for s in input_shapes)
+        a = self.check_axis(node, like, node.axis)
+        if g not in (like[:a] + like[a + 1 :], like[:a] + (1,) + like[a + 1 :]):
+            raise self._error(
+                node,
+                f"g has shape {shape_str(g)}, expected {shape_str(like)} reduced along axis {a}",
+            )
+        return like
+
+
+class ReduceMaxGradientOp(AxisOp):
+    """``reduce_max_gradient_op(x, y, dy, axis)``: dL/dx of y = reduce_max(x, axis) given y and
+    dy: dy / t at the t tied maxima of each slice, 0 elsewhere (see ``reduce_max_op``)."""
+
+    name = "reduce_max_gradient_op"
+
+    def __call__(self, node_x: Node, node_y: Node, node_dy: Node, axis) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        new_node.inputs = [node_x, node_y, node_dy]
+        args = f"{short_name(node_x)},{short_name(node_y)},{short_name(node_dy)}"
+        new_node.name = f"ReduceMaxGrad({args},axis={new_node.axis})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        x, y, dy = input_vals
+        kernels_for(ctx).reduce_max_gradient(x, y, dy, output_val, node.axis)
+
+    def gradient(self, node, output_grad):
+        # Piecewise constant in x and y; linear in dy (a gather at the maxima: no kernel yet).
+        return [None, None, Undefined("reduce_max_gradient_op: second derivatives of max")]
+
+    def infer_shape(self, node, input_shapes):
+        x, y, dy = (tuple(s) for s in input_shapes)
+        a = self.check_axis(node, x, node.axis)
+        if y != dy or y not in (x[:a] + x[a + 1 :], x[:a] + (1,) + x[a + 1 :]):
+            raise self._error(
+                node,
+                f"y {shape_str(y)} and dy {shape_str(dy)} must be x {shape_str(x)} reduced "
+                f"along axis {a}",
+            )
+        return x
+
+
+reducesumaxiszero_op = ReduceSumAxisZeroOp()
+broadcastto_op = BroadcastToOp()
+reduce_sum_op = ReduceSumOp()
+reduce_mean_op = ReduceMeanOp()
+reduce_max_op = ReduceMaxOp()
+broadcast_axis_op = BroadcastAxisOp()
+reduce_max_gradient_op = ReduceMaxGradientOp()
+argmax_op = ArgmaxOp()

@@ -1,0 +1,139 @@
+"""Softmax and log-softmax along any axis as graph ops, with their gradient ops.
+
+``softmax_op(y, axis=-1)`` and ``log_softmax_op(x, axis=-1)`` work on arrays of any rank >= 1;
+both are max-subtracted (no overflow). Gradients: ``softmax_gradient_op(s, g, axis)`` =
+s * (g - sum_axis(s * g)), the Jacobian diag(s) - s s^T applied along the axis (Goodfellow, Bengio
+& Courville, *Deep Learning*, 6.2.2.3), and ``log_softmax_gradient_op(y, g, axis)`` =
+g - exp(y) * sum_axis(g). Kernels: :func:`gpumat.ops.softmax` (rows of a matrix),
+:func:`gpumat.ops.softmax_axis`, :func:`gpumat.ops.log_softmax` and their gradients.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpumat.graph.node import AxisOp, Node, Op, Undefined, kernels_for, shape_str, short_name
+
+__all__ = [
+    "LogSoftmaxGradientOp",
+    "LogSoftmaxOp",
+    "SoftmaxGradientOp",
+    "SoftmaxOp",
+    "log_softmax_gradient_op",
+    "log_softmax_op",
+    "softmax_gradient_op",
+    "softmax_op",
+]
+
+
+class SoftmaxOp(Op):
+    """``softmax_op(y, axis=-1)``: exp(y) / sum exp(y) along ``axis`` of an array of any rank >= 1
+    (by default the last: the dlsys course's row-wise softmax of (rows, classes)), max-subtracted.
+
+    Gradient: ``softmax_gradient_op(s, g, axis)`` = s * (g - sum_axis(s * g)), one
+    kernel (the Jacobian diag(s) - s s^T applied along the axis). ValueError for an axis out of
+    range (a 0-d input has none).
+    """
+
+    name = "softmax_op"
+
+    def __call__(self, node_A: Node, axis=-1) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A]
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            raise TypeError(f"softmax_op: axis must be an int, got {axis!r}")
+        new_node.axis = int(axis)
+        suffix = "" if new_node.axis == -1 else f",axis={new_node.axis}"
+        new_node.name = f"Softmax({short_name(node_A)}{suffix})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        y = input_vals[0]
+        axis = getattr(node, "axis", -1)
+        k = kernels_for(ctx)
+        if y.ndim == 2 and axis in (-1, 1):
+            k.softmax(y, output_val)  # the row kernel
+        else:
+            k.softmax_axis(y, output_val, axis)
+
+    def gradient(self, node, output_grad):
+        return [softmax_gradient_op(node, output_grad, getattr(node, "axis", -1))]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        axis = getattr(node, "axis", -1)
+        if not -len(s) <= axis < len(s):
+            raise self._error(node, f"axis {axis} is out of range for shape {shape_str(s)}")
+        return s
+
+
+class SoftmaxGradientOp(AxisOp):
+    """``softmax_gradient_op(y, dy, axis)``: dL/dx = y * (dy - sum_axis(y * dy)) of
+    y = softmax(x) along ``axis``, given the forward output y and dy (one shape). The Jacobian of
+    softmax is diag(y) - y y^T (Goodfellow, Bengio & Courville, *Deep Learning*, 6.2.2.3)."""
+
+    name = "softmax_gradient_op"
+    log = False
+    kernel = "softmax_axis_gradient"
+
+    def __call__(self, node_y: Node, node_dy: Node, axis=-1) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        new_node.inputs = [node_y, node_dy]
+        label = "LogSoftmaxGrad" if self.log else "SoftmaxGrad"
+        new_node.name = f"{label}({short_name(node_y)},{short_name(node_dy)},axis={new_node.axis})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        y, dy = input_vals
+        getattr(kernels_for(ctx), self.kernel)(y, dy, output_val, node.axis)
+
+    def gradient(self, node, output_grad):
+        reason = f"{self.name}: second derivatives of softmax"
+        return [Undefined(reason), Undefined(reason)]
+
+    def infer_shape(self, node, input_shapes):
+        s = self._same_shapes(node, input_shapes[0], input_shapes[1])
+        self.check_axis(node, s, node.axis)
+        return s
+
+
+class LogSoftmaxGradientOp(SoftmaxGradientOp):
+    """``log_softmax_gradient_op(y, dy, axis)``: dL/dx = dy - exp(y) * sum_axis(dy) of
+    y = log_softmax(x) along ``axis`` (exp(y) is the softmax)."""
+
+    name = "log_softmax_gradient_op"
+    log = True
+    kernel = "log_softmax_gradient"
+
+
+class LogSoftmaxOp(AxisOp):
+    """``log_softmax_op(x, axis=-1)``: x - max - log(sum exp(x - max)) along ``axis`` of an
+    array of any rank >= 1 (the log-sum-exp trick: finite for finite inputs of any size, where
+    log(softmax(x)) underflows to -inf). Gradient: ``log_softmax_gradient_op``."""
+
+    name = "log_softmax_op"
+
+    def __call__(self, node_x: Node, axis=-1) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        new_node.inputs = [node_x]
+        new_node.name = f"LogSoftmax({short_name(node_x)},axis={new_node.axis})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).log_softmax(input_vals[0], output_val, node.axis)
+
+    def gradient(self, node, output_grad):
+        return [log_softmax_gradient_op(node, output_grad, node.axis)]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        self.check_axis(node, s, node.axis)
+        return s
+
+
+softmax_op = SoftmaxOp()
+softmax_gradient_op = SoftmaxGradientOp()
+log_softmax_op = LogSoftmaxOp()
+log_softmax_gradient_op = LogSoftmaxGradientOp()

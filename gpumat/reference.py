@@ -1,0 +1,681 @@
+"""gpumat.reference: the numpy twin of :mod:`gpumat.ops`, the reference every device is checked
+against.
+
+Same function names, same arguments in the same order, same meaning, outputs passed in; the arrays
+are numpy arrays instead of ``PyGpuMatrix``, and the arithmetic runs in their dtype (the
+executor's numpy backend runs float32, or float64 when a feed is float64: the finite-difference
+gradient checks use that). The graph ops of :mod:`gpumat.graph` call ``kernels_for(ctx)``, which is
+this module for ``ctx=None`` and :mod:`gpumat.ops` for a device, so an op's ``compute`` is written
+once. Every function here is the plain formula; where a device kernel has a documented choice
+(ties, NaN, the subgradient at 0, counter-based random numbers), this module makes the same one,
+so numpy, cpu, emu and gpu agree to float32 rounding (bit for bit for the random draws and
+dropout masks).
+
+Shapes are the caller's business here: the executor calls these after shape inference. Called
+directly with mismatched arrays, numpy's own ValueError is raised.
+
+Sources: im2col convolution as in gpumat.ops.conv2d (the windows via
+``numpy.lib.stride_tricks.sliding_window_view``); SplitMix64 (Steele, Lea & Flood, OOPSLA 2014) and
+Box-Muller as in ``extensions/src/random.h``; Adam as in Kingma & Ba (ICLR 2015), Algorithm 1;
+Adadelta as in Zeiler (2012), Algorithm 1, with PyTorch's lr factor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from gpumat._checks import as_int, as_pair, as_probability, as_seed, pool_args
+
+__all__ = [
+    "adadelta_update_multi",
+    "adam_update",
+    "adam_update_multi",
+    "add_channel_bias",
+    "argmax",
+    "array_set",
+    "avg_pool2d",
+    "avg_pool2d_gradient",
+    "axpy",
+    "broadcast_axis",
+    "broadcast_to",
+    "conv1d",
+    "conv1d_gradient_filter",
+    "conv1d_gradient_input",
+    "conv2d",
+    "conv2d_gradient_filter",
+    "conv2d_gradient_input",
+    "copy",
+    "dropout",
+    "eq",
+    "exp",
+    "log",
+    "log_softmax",
+    "log_softmax_gradient",
+    "mae_loss",
+    "mae_loss_gradient",
+    "matmul_bias",
+    "matrix_elementwise_add",
+    "matrix_elementwise_add_by_const",
+    "matrix_elementwise_divide",
+    "matrix_elementwise_multiply",
+    "matrix_elementwise_multiply_by_const",
+    "matrix_multiply",
+    "max_pool2d",
+    "max_pool2d_gradient",
+    "momentum_sgd_update",
+    "mse_loss",
+    "mse_loss_gradient",
+    "nll_loss",
+    "nll_loss_gradient",
+    "one_hot",
+    "random_normal",
+    "random_uniform",
+    "reduce_max",
+    "reduce_max_gradient",
+    "reduce_mean",
+    "reduce_sum",
+    "reduce_sum_axis_zero",
+    "reduce_sum_channels",
+    "relu",
+    "relu_bias_gradient",
+    "relu_gradient",
+    "reshape",
+    "sgd_update",
+    "sigmoid",
+    "sigmoid_gradient",
+    "softmax",
+    "softmax_axis",
+    "softmax_axis_gradient",
+    "softmax_cross_entropy",
+    "softmax_cross_entropy_with_gradient",
+    "tanh",
+    "tanh_gradient",
+    "transpose",
+    "uniform01",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Elementwise
+# --------------------------------------------------------------------------------------------------
+
+
+def array_set(arr, value: float) -> None:
+    """Sets every element of ``arr`` to ``value``."""
+    arr.fill(value)
+
+
+def matrix_elementwise_add(matA, matB, matC) -> None:  # noqa: N803 (the dlsys course's names)
+    """matC = matA + matB."""
+    np.add(matA, matB, out=matC)
+
+
+def matrix_elementwise_add_by_const(in_mat, val: float, out_mat) -> None:
+    """out_mat = in_mat + val."""
+    np.add(in_mat, val, out=out_mat)
+
+
+def matrix_elementwise_multiply(matA, matB, matC) -> None:  # noqa: N803
+    """matC = matA * matB."""
+    np.multiply(matA, matB, out=matC)
+
+
+def matrix_elementwise_divide(matA, matB, matC) -> None:  # noqa: N803
+    """matC = matA / matB (IEEE: x / 0 = +-inf, 0 / 0 = NaN, without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        np.divide(matA, matB, out=matC)
+
+
+def matrix_elementwise_multiply_by_const(in_mat, val: float, out_mat) -> None:
+    """out_mat = in_mat * val."""
+    np.multiply(in_mat, val, out=out_mat)
+
+
+def axpy(alpha: float, x, y) -> None:
+    """y += alpha * x in place."""
+    y += alpha * x
+
+
+def copy(src, dst) -> None:
+    """dst = src."""
+    np.copyto(dst, src)
+
+
+def eq(matA, matB, matC) -> None:  # noqa: N803
+    """matC = 1 where matA == matB, else 0 (NaN equals nothing)."""
+    matC[...] = matA == matB
+
+
+def exp(in_arr, out_arr) -> None:
+    """out_arr = exp(in_arr) (overflow to inf and underflow to 0 without warnings)."""
+    with np.errstate(over="ignore", under="ignore"):
+        np.exp(in_arr, out=out_arr)
+
+
+def log(in_arr, out_arr) -> None:
+    """out_arr = log(in_arr): log(0) = -inf, log(x < 0) = NaN (without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.log(in_arr, out=out_arr)
+
+
+# --------------------------------------------------------------------------------------------------
+# Activations
+# --------------------------------------------------------------------------------------------------
+
+
+def relu(in_arr, out_arr) -> None:
+    """out_arr = max(in_arr, 0) (NaN stays NaN)."""
+    np.maximum(in_arr, 0.0, out=out_arr)
+
+
+def relu_gradient(in_arr, in_grad_arr, out_arr) -> None:
+    """out_arr = in_grad_arr where in_arr > 0, else 0 (the subgradient at 0 is 0)."""
+    np.copyto(out_arr, np.where(in_arr > 0, in_grad_arr, 0.0))
+
+
+def relu_bias_gradient(y, dy, dz, dbias) -> None:
+    """dz = dy where y > 0, else 0 (rows, cols); dbias = the column sums of dz (cols,)."""
+    np.copyto(dz, np.where(y > 0, dy, 0.0))
+    np.copyto(dbias, dz.sum(axis=0))
+
+
+def tanh(in_arr, out_arr) -> None:
+    """out_arr = tanh(in_arr)."""
+    np.tanh(in_arr, out=out_arr)
+
+
+def tanh_gradient(y, dy, out) -> None:
+    """out = dy * (1 - y**2), given y = tanh(x)."""
+    out[...] = dy * (1 - y * y)
+
+
+def sigmoid(in_arr, out_arr) -> None:
+    """out_arr = 1 / (1 + exp(-in_arr)) through exp(-|x|): no overflow for large |x|."""
+    e = np.exp(-np.abs(in_arr))
+    out_arr[...] = np.where(in_arr >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def sigmoid_gradient(y, dy, out) -> None:
+    """out = dy * y * (1 - y), given y = sigmoid(x)."""
+    out[...] = dy * y * (1 - y)
+
+
+def dropout(in_arr, out_arr, p: float, seed: int) -> None:
+    """Inverted dropout with the devices' mask: out_arr[i] = 0 where uniform01(seed, i) < p
+    (compared in float32), else in_arr[i] / (1 - p); p = 1 drops everything."""
+    p = as_probability(p, "dropout")
+    drop = uniform01(as_seed(seed, "dropout"), in_arr.size).reshape(in_arr.shape) < np.float32(p)
+    if p >= 1.0:
+        out_arr.fill(0)
+        return
+    dtype = in_arr.dtype
+    # NOTE: the devices compute the scale in float32; a float64 run keeps full precision.
+    scale = (
+        np.float32(1.0) / (np.float32(1.0) - np.float32(p)) if dtype == np.float32 else 1 / (1 - p)
+    )
+    out_arr[...] = np.where(drop, dtype.type(0), in_arr * scale)
+
+
+# --------------------------------------------------------------------------------------------------
+# Layout
+# --------------------------------------------------------------------------------------------------
+
+
+def transpose(in_arr, out_arr) -> None:
+    """out_arr (C, R) = in_arr (R, C) transposed."""
+    np.copyto(out_arr, in_arr.T)
+
+
+def reshape(in_arr, out_arr) -> None:
+    """out_arr = in_arr's values in row-major order, with out_arr's shape."""
+    np.copyto(out_arr, in_arr.reshape(out_arr.shape))
+
+
+def one_hot(indices, out_arr) -> None:
+    """out_arr (N, C)[i, j] = 1 if indices[i] == j, else 0: a row of zeros for an index outside
+    [0, C), a non-integer or NaN (the devices' rule)."""
+    out_arr[...] = indices.reshape(-1, 1) == np.arange(out_arr.shape[1]).reshape(1, -1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reductions and broadcasts
+# --------------------------------------------------------------------------------------------------
+
+
+def _strip_leading_ones(shape: tuple) -> tuple:
+    i = 0
+    while i < len(shape) and shape[i] == 1:
+        i += 1
+    return tuple(shape[i:])
+
+
+def reduce_sum_axis_zero(in_arr, out_arr) -> None:
+    """Sums ``in_arr`` over its leading axes into ``out_arr``, whose shape without leading 1s ends
+    in_arr's: (4, 5, 6) -> (6,), (8, 10) -> (1, 10)."""
+    lead = in_arr.ndim - len(_strip_leading_ones(out_arr.shape))
+    np.copyto(out_arr, np.sum(in_arr, axis=tuple(range(lead))).reshape(out_arr.shape))
+
+
+def broadcast_to(in_arr, out_arr) -> None:
+    """Repeats ``in_arr`` (its shape without leading 1s ending out_arr's) over out_arr's leading
+    axes."""
+    np.copyto(out_arr, in_arr.reshape(_strip_leading_ones(in_arr.shape)))
+
+
+def _reduce(f, in_arr, out_arr, axis: int, op: str) -> None:
+    out_arr[...] = f(in_arr, axis=as_int(axis, "axis", op)).reshape(out_arr.shape)
+
+
+def reduce_sum(in_arr, out_arr, axis: int) -> None:
+    """out_arr = in_arr summed along ``axis`` (out_arr: that axis removed or kept as 1)."""
+    _reduce(np.sum, in_arr, out_arr, axis, "reduce_sum")
+
+
+def reduce_mean(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the mean of in_arr along ``axis``."""
+    _reduce(np.mean, in_arr, out_arr, axis, "reduce_mean")
+
+
+def reduce_max(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the max of in_arr along ``axis`` (NaN wins)."""
+    _reduce(np.max, in_arr, out_arr, axis, "reduce_max")
+
+
+def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
+    """out = dy / t at the t tied maxima (x == y, NaN ties NaN) of each slice along ``axis``, 0
+    elsewhere: the gradient of y = reduce_max(x, axis)."""
+    a = as_int(axis, "axis", "reduce_max_gradient") % x.ndim
+    yk = np.expand_dims(y.reshape(x.shape[:a] + x.shape[a + 1 :]), a)
+    dyk = np.expand_dims(dy.reshape(yk.shape[:a] + yk.shape[a + 1 :]), a)
+    tie = (x == yk) | (np.isnan(x) & np.isnan(yk))
+    out[...] = np.where(tie, dyk / np.maximum(tie.sum(axis=a, keepdims=True), 1), 0)
+
+
+def argmax(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the index along ``axis`` of each slice's first maximum (a NaN counts as the
+    maximum: numpy's and PyTorch's rule), as out_arr's dtype (out_arr: that axis removed or 1)."""
+    out_arr[...] = np.argmax(in_arr, axis=as_int(axis, "axis", "argmax")).reshape(out_arr.shape)
+
+
+def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:
+    """out_arr = scale * in_arr repeated along ``axis`` of out_arr (in_arr: out_arr's shape with
+    that axis removed or 1)."""
+    a = as_int(axis, "axis", "broadcast_axis") % out_arr.ndim
+    shape = out_arr.shape
+    out_arr[...] = np.expand_dims(in_arr.reshape(shape[:a] + shape[a + 1 :]), a) * scale
+
+
+# --------------------------------------------------------------------------------------------------
+# Matrix product
+# --------------------------------------------------------------------------------------------------
+
+
+def matrix_multiply(matA, transA: bool, matB, transB: bool, matC) -> None:  # noqa: N803
+    """matC (M, N) = op(matA) @ op(matB), op(X) = X.T when its flag is true."""
+    np.matmul(matA.T if transA else matA, matB.T if transB else matB, out=matC)
+
+
+def matmul_bias(matA, transA: bool, matB, transB: bool, bias, matC, relu: bool = False) -> None:  # noqa: N803
+    """matC (M, N) = op(matA) @ op(matB) + bias (N,), then max(., 0) when ``relu``."""
+    np.matmul(matA.T if transA else matA, matB.T if transB else matB, out=matC)
+    matC += bias
+    if relu:
+        np.maximum(matC, 0.0, out=matC)
+
+
+# --------------------------------------------------------------------------------------------------
+# Softmax
+# --------------------------------------------------------------------------------------------------
+
+
+def _log_softmax(x, axis: int):
+    # NOTE: the log-sum-exp of max-shifted values: no overflow, no log(0).
+    z = x - x.max(axis=axis, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+
+
+def _softmax(x, axis: int):
+    z = x - x.max(axis=axis, keepdims=True)  # NOTE: no overflow; softmax is shift-invariant
+    e = np.exp(z)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax(in_arr, out_arr) -> None:
+    """Row-wise softmax of a 2-D (N, C) array, max-subtracted."""
+    np.copyto(out_arr, _softmax(in_arr, 1))
+
+
+def softmax_axis(in_arr, out_arr, axis: int = -1) -> None:
+    """out_arr = softmax of in_arr along ``axis``, max-subtracted."""
+    np.copyto(out_arr, _softmax(in_arr, as_int(axis, "axis", "softmax")))
+
+
+def softmax_axis_gradient(y, dy, out, axis: int = -1) -> None:
+    """out = y * (dy - sum_axis(y * dy)), the gradient of y = softmax(x) along ``axis``."""
+    a = as_int(axis, "axis", "softmax_gradient")
+    out[...] = y * (dy - (y * dy).sum(axis=a, keepdims=True))
+
+
+def log_softmax(in_arr, out_arr, axis: int = -1) -> None:
+    """out_arr = x - max - log(sum exp(x - max)) along ``axis``."""
+    out_arr[...] = _log_softmax(in_arr, as_int(axis, "axis", "log_softmax"))
+
+
+def log_softmax_gradient(y, dy, out, axis: int = -1) -> None:
+    """out = dy - exp(y) * sum_axis(dy), the gradient of y = log_softmax(x) along ``axis``."""
+    a = as_int(axis, "axis", "log_softmax_gradient")
+    out[...] = dy - np.exp(y) * dy.sum(axis=a, keepdims=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Losses
+# --------------------------------------------------------------------------------------------------
+
+
+def softmax_cross_entropy(in_arr_a, in_arr_b, out_arr) -> None:
+    """out_arr (1,) = mean over rows of -sum_c y_[r, c] log softmax(y)[r, c] (y = in_arr_a, the
+    logits; y_ = in_arr_b, the labels; both (N, C))."""
+    out_arr[...] = np.mean(-np.sum(in_arr_b * _log_softmax(in_arr_a, 1), axis=1))
+
+
+def softmax_cross_entropy_with_gradient(logits, labels, loss, grad) -> None:
+    """loss (1,) = :func:`softmax_cross_entropy`; grad (N, C) = (softmax(logits) - labels) / N."""
+    log_sm = _log_softmax(logits, 1)
+    loss[...] = np.mean(-np.sum(labels * log_sm, axis=1))
+    np.copyto(grad, (np.exp(log_sm) - labels) / logits.shape[0])
+
+
+def nll_loss(log_probs, target, out) -> None:
+    """out (1,) = -sum(target * log_probs) / N for (N, C) log_probs and target rows."""
+    out[...] = -np.sum(target * log_probs) / log_probs.shape[0]
+
+
+def nll_loss_gradient(target, dloss, out) -> None:
+    """out (N, C) = -dloss[0] * target / N."""
+    out[...] = (-dloss[0] / target.shape[0]) * target
+
+
+def mse_loss(pred, target, out) -> None:
+    """out (1,) = mean((pred - target)**2) over all elements."""
+    d = pred - target
+    out[...] = np.mean(d * d)
+
+
+def mae_loss(pred, target, out) -> None:
+    """out (1,) = mean(|pred - target|) over all elements."""
+    out[...] = np.mean(np.abs(pred - target))
+
+
+def mse_loss_gradient(pred, target, dloss, out) -> None:
+    """out = dloss[0] * 2 * (pred - target) / n."""
+    out[...] = (dloss[0] * (2.0 / pred.size)) * (pred - target)
+
+
+def mae_loss_gradient(pred, target, dloss, out) -> None:
+    """out = dloss[0] * sign(pred - target) / n, sign(0) = 0."""
+    out[...] = (dloss[0] / pred.size) * np.sign(pred - target)
+
+
+# --------------------------------------------------------------------------------------------------
+# Convolution (cross-correlation, zero padding, NCHW)
+# --------------------------------------------------------------------------------------------------
+
+
+def _windows(xp, k: tuple, stride: tuple):
+    """(N, C, OH, OW, KH, KW) read-only view of the windows of the padded xp (N, C, Hp, Wp)."""
+    return sliding_window_view(xp, k, axis=(2, 3))[:, :, :: stride[0], :: stride[1]]
+
+
+def _pad(x, padding: tuple, value=0.0):
+    ph, pw = padding
+    if ph == 0 and pw == 0:
+        return x
+    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+
+
+def _conv2d(x, w, stride, padding):
+    win = _windows(_pad(x, padding), w.shape[2:], stride)
+    return np.tensordot(win, w, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)
+
+
+def _conv2d_gradient_input(dy, w, x_shape, stride, padding):
+    # Each filter tap (i, j) scatters w[:, :, i, j]^T dy onto the input positions it read.
+    n, c, h, wd = x_shape
+    (sh, sw), (ph, pw) = stride, padding
+    kh, kw = w.shape[2:]
+    oh, ow = dy.shape[2:]
+    dxp = np.zeros((n, c, h + 2 * ph, wd + 2 * pw), dtype=np.result_type(dy, w))
+    for i in range(kh):
+        for j in range(kw):
+            contrib = np.tensordot(dy, w[:, :, i, j], axes=([1], [0])).transpose(0, 3, 1, 2)
+            dxp[:, :, i : i + sh * oh : sh, j : j + sw * ow : sw] += contrib
+    return dxp[:, :, ph : ph + h, pw : pw + wd]
+
+
+def _conv2d_gradient_filter(x, dy, w_shape, stride, padding):
+    win = _windows(_pad(x, padding), tuple(w_shape[2:]), stride)
+    return np.tensordot(dy, win, axes=([0, 2, 3], [0, 2, 3]))
+
+
+def _conv_args(op: str, stride, padding):
+    return as_pair(stride, "stride", op), as_pair(padding, "padding", op)
+
+
+def _as4d(a):
+    # conv1d is conv2d with H = KH = 1: (N, C, W) -> (N, C, 1, W).
+    return a if a.ndim == 4 else a.reshape(a.shape[0], a.shape[1], 1, a.shape[2])
+
+
+def conv2d(x, w, out, stride=1, padding=0) -> None:
+    """out (N, F, OH, OW) = the cross-correlation of x (N, C, H, W) with w (F, C, KH, KW)."""
+    out[...] = _conv2d(x, w, *_conv_args("conv2d", stride, padding))
+
+
+def conv2d_gradient_input(dy, w, out, stride=1, padding=0) -> None:
+    """out (N, C, H, W) = dL/dx of :func:`conv2d` given dy and w."""
+    out[...] = _conv2d_gradient_input(
+        dy, w, out.shape, *_conv_args("conv2d_gradient_input", stride, padding)
+    )
+
+
+def conv2d_gradient_filter(x, dy, out, stride=1, padding=0) -> None:
+    """out (F, C, KH, KW) = dL/dw of :func:`conv2d` given x and dy."""
+    out[...] = _conv2d_gradient_filter(
+        x, dy, out.shape, *_conv_args("conv2d_gradient_filter", stride, padding)
+    )
+
+
+def _conv1d_args(op: str, stride, padding):
+    return (1, as_int(stride, "stride", op)), (0, as_int(padding, "padding", op))
+
+
+def conv1d(x, w, out, stride: int = 1, padding: int = 0) -> None:
+    """out (N, F, OW) = the 1-D cross-correlation of x (N, C, W) with w (F, C, K)."""
+    y = _conv2d(_as4d(x), _as4d(w), *_conv1d_args("conv1d", stride, padding))
+    out[...] = y.reshape(out.shape)
+
+
+def conv1d_gradient_input(dy, w, out, stride: int = 1, padding: int = 0) -> None:
+    """out (N, C, W) = dL/dx of :func:`conv1d` given dy (N, F, OW) and w (F, C, K)."""
+    args = _conv1d_args("conv1d_gradient_input", stride, padding)
+    out[...] = _conv2d_gradient_input(_as4d(dy), _as4d(w), _as4d(out).shape, *args).reshape(
+        out.shape
+    )
+
+
+def conv1d_gradient_filter(x, dy, out, stride: int = 1, padding: int = 0) -> None:
+    """out (F, C, K) = dL/dw of :func:`conv1d` given x (N, C, W) and dy (N, F, OW)."""
+    args = _conv1d_args("conv1d_gradient_filter", stride, padding)
+    out[...] = _conv2d_gradient_filter(_as4d(x), _as4d(dy), _as4d(out).shape, *args).reshape(
+        out.shape
+    )
+
+
+def add_channel_bias(in_arr, bias, out_arr) -> None:
+    """out_arr = in_arr + bias[c] along axis 1 of in_arr (N, C, ...)."""
+    np.add(in_arr, bias.reshape((1, bias.shape[0]) + (1,) * (in_arr.ndim - 2)), out=out_arr)
+
+
+def reduce_sum_channels(in_arr, out_arr) -> None:
+    """out_arr (C,) = in_arr (N, C, ...) summed over every axis but 1."""
+    out_arr[...] = np.sum(in_arr, axis=(0,) + tuple(range(2, in_arr.ndim)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Pooling
+# --------------------------------------------------------------------------------------------------
+
+
+def _pool_windows_flat(x, kernel, stride, padding, fill):
+    win = _windows(_pad(x, padding, fill), kernel, stride)
+    # NOTE: the window size is explicit, not -1: numpy cannot infer -1 for an empty batch.
+    return win.reshape(win.shape[:4] + (kernel[0] * kernel[1],))
+
+
+def _pool(op: str, kernel_size, stride, padding):
+    kh, kw, sh, sw, ph, pw = pool_args(op, kernel_size, stride, padding)
+    return (kh, kw), (sh, sw), (ph, pw)
+
+
+def max_pool2d(x, out, kernel_size, stride=None, padding=0) -> None:
+    """Max over each window of x (N, C, H, W); padding is -inf (never wins), NaN wins."""
+    kernel, stride, padding = _pool("max_pool2d", kernel_size, stride, padding)
+    if out.size and 0 in x.shape[2:]:
+        raise ValueError(f"max_pool2d: x {x.shape} has an empty spatial dimension")
+    flat = _pool_windows_flat(x, kernel, stride, padding, -np.inf)
+    idx = np.argmax(flat, axis=-1)[..., None]
+    out[...] = np.take_along_axis(flat, idx, axis=-1)[..., 0]
+
+
+def max_pool2d_gradient(x, dy, out, kernel_size, stride=None, padding=0) -> None:
+    """Each window's dy to its argmax, the first maximum in row-major window order (argmax's
+    rule, the kernels' too); overlapping windows add up."""
+    kernel, (sh, sw), (ph, pw) = _pool("max_pool2d_gradient", kernel_size, stride, padding)
+    kw = kernel[1]
+    n, c, h, w = x.shape
+    flat = _pool_windows_flat(x, kernel, (sh, sw), (ph, pw), -np.inf)
+    arg = np.argmax(flat, axis=-1)  # (N, C, OH, OW)
+    oh, ow = arg.shape[2:]
+    rows = np.arange(oh)[:, None] * sh + arg // kw
+    cols = np.arange(ow)[None, :] * sw + arg % kw
+    nn_, cc = np.meshgrid(np.arange(n), np.arange(c), indexing="ij")
+    dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=dy.dtype)
+    np.add.at(dxp, (nn_[:, :, None, None], cc[:, :, None, None], rows, cols), dy)
+    out[...] = dxp[:, :, ph : ph + h, pw : pw + w]
+
+
+def avg_pool2d(x, out, kernel_size, stride=None, padding=0) -> None:
+    """Mean over each window of x (N, C, H, W), padding counted as zeros (divisor KH*KW)."""
+    kernel, stride, padding = _pool("avg_pool2d", kernel_size, stride, padding)
+    out[...] = _pool_windows_flat(x, kernel, stride, padding, 0.0).mean(axis=-1)
+
+
+def avg_pool2d_gradient(dy, out, kernel_size, stride=None, padding=0) -> None:
+    """out (N, C, H, W): every element receives dy / (KH*KW) from each window covering it."""
+    (kh, kw), (sh, sw), (ph, pw) = _pool("avg_pool2d_gradient", kernel_size, stride, padding)
+    n, c, h, w = out.shape
+    oh, ow = dy.shape[2:]
+    dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=dy.dtype)
+    share = dy / (kh * kw)
+    for i in range(kh):
+        for j in range(kw):
+            dxp[:, :, i : i + sh * oh : sh, j : j + sw * ow : sw] += share
+    out[...] = dxp[:, :, ph : ph + h, pw : pw + w]
+
+
+# --------------------------------------------------------------------------------------------------
+# Random numbers: counter-based, bit for bit the devices' draws
+# --------------------------------------------------------------------------------------------------
+
+
+def _splitmix64(x):
+    # SplitMix64 (Steele, Lea & Flood, OOPSLA 2014), as extensions/src/random.h; uint64 wraps.
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def uniform01(seed: int, n: int, start: int = 0) -> np.ndarray:
+    """float32 (n,): uniform01(seed, i) of extensions/src/random.h for i in [start, start + n):
+    the top 24 bits of SplitMix64(seed ^ SplitMix64(i)), times 2^-24 (the devices' dropout and
+    random_uniform draws, bit for bit)."""
+    with np.errstate(over="ignore"):
+        counters = np.arange(start, start + n, dtype=np.uint64)
+        bits = _splitmix64(np.uint64(seed) ^ _splitmix64(counters))
+    return (bits >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+
+
+def random_uniform(out_arr, low: float = 0.0, high: float = 1.0, seed: int = 0) -> None:
+    """Fills out_arr with low + (high - low) * uniform01(seed, i), element i in row-major order."""
+    if not (np.isfinite(low) and np.isfinite(high)) or low > high:
+        raise ValueError(f"random_uniform: need finite low <= high, got {low!r}, {high!r}")
+    u = uniform01(as_seed(seed, "random_uniform"), out_arr.size)
+    lo, hi = np.float32(low), np.float32(high)
+    v = lo + (hi - lo) * u
+    # NOTE: rounding can land on `high`; the devices keep the interval half-open the same way.
+    out_arr[...] = np.where(v < hi, v, lo).reshape(out_arr.shape)
+
+
+def random_normal(out_arr, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
+    """Fills out_arr with mean + std * z_i, z_i = Box-Muller of uniform01(seed, 2i) and
+    uniform01(seed, 2i + 1) (the devices' formula; equal to float32 rounding of log and cos)."""
+    if not (np.isfinite(mean) and np.isfinite(std)) or std < 0:
+        raise ValueError(f"random_normal: need finite mean and std >= 0, got {mean!r}, {std!r}")
+    u = uniform01(as_seed(seed, "random_normal"), 2 * out_arr.size)
+    u1 = np.float32(1.0) - u[0::2]  # in (0, 1]: log(u1) is finite
+    u2 = u[1::2]
+    z = np.sqrt(np.float32(-2.0) * np.log(u1)) * np.cos(np.float32(6.283185307179586) * u2)
+    out_arr[...] = (np.float32(mean) + np.float32(std) * z).reshape(out_arr.shape)
+
+
+# --------------------------------------------------------------------------------------------------
+# Optimizers (in place, in the parameters' dtype)
+# --------------------------------------------------------------------------------------------------
+
+
+def sgd_update(params, grads, lr: float) -> None:
+    """params[i] -= lr * grads[i] for every i."""
+    for p, g in zip(params, grads, strict=True):
+        p -= lr * g
+
+
+def momentum_sgd_update(params, grads, velocities, lr: float, momentum: float) -> None:
+    """velocities[i] = momentum * velocities[i] + grads[i]; params[i] -= lr * velocities[i]."""
+    for p, g, v in zip(params, grads, velocities, strict=True):
+        v *= momentum
+        v += g
+        p -= lr * v
+
+
+def adam_update(param, grad, m, v, lr, beta1, beta2, eps, step: int) -> None:
+    """One Adam step in place (Kingma & Ba, ICLR 2015, Algorithm 1; eps added to the corrected
+    sqrt(v), as PyTorch does)."""
+    t = as_int(step, "step", "adam_update")
+    m *= beta1
+    m += (1.0 - beta1) * grad
+    v *= beta2
+    v += (1.0 - beta2) * grad * grad
+    m_hat = m / (1.0 - beta1**t)
+    v_hat = v / (1.0 - beta2**t)
+    param -= lr * m_hat / (np.sqrt(v_hat) + eps)
+
+
+def adam_update_multi(params, grads, m, v, lr, beta1, beta2, eps, step: int) -> None:
+    """:func:`adam_update` for every tensor i at one step."""
+    for p, g, mi, vi in zip(params, grads, m, v, strict=True):
+        adam_update(p, g, mi, vi, lr, beta1, beta2, eps, step)
+
+
+def adadelta_update_multi(params, grads, square_avgs, acc_deltas, lr, rho, eps) -> None:
+    """One Adadelta step in place for every tensor i (Zeiler 2012, Algorithm 1, with PyTorch's lr
+    factor): square_avg = rho sq + (1 - rho) g^2; d = sqrt(acc + eps) / sqrt(sq + eps) * g;
+    acc = rho acc + (1 - rho) d^2; param -= lr d."""
+    for p, g, sq, acc in zip(params, grads, square_avgs, acc_deltas, strict=True):
+        sq *= rho
+        sq += (1.0 - rho) * g * g
+        d = np.sqrt(acc + eps) / np.sqrt(sq + eps) * g
+        acc *= rho
+        acc += (1.0 - rho) * d * d
+        p -= lr * d
