@@ -249,8 +249,15 @@ std::map<const void*, StreamPtr> g_streams;  // user streams by handle
 std::vector<StreamPtr> g_legacy;             // per device
 std::set<const void*> g_events;
 
+// At most this many operations wait on a stream: a host that queues faster than the device runs
+// then blocks in the launch, as it does on a GPU, whose launch queue is bounded too (about a
+// thousand entries); an unbounded queue would let a spinning thread exhaust host memory.
+constexpr uint64_t kMaxPending = 1024;
+thread_local bool t_stream_worker = false;  // a worker never waits on a queue (its own may be full)
+
 // Operations run in ticket order, whether the worker runs them or a caller runs one inline.
 void worker_loop(StreamPtr s) {
+  t_stream_worker = true;
   std::unique_lock<std::mutex> lock(s->m);
   for (;;) {
     s->work_cv.wait(lock, [&] { return !s->queue.empty() || s->destroyed; });
@@ -384,7 +391,9 @@ uint64_t submit(const StreamPtr& s, Op op, cudaError_t* now) {
     return s->completed;
   }
   op = with_dependencies(*s, std::move(op));
-  std::lock_guard<std::mutex> lock(s->m);
+  std::unique_lock<std::mutex> lock(s->m);
+  if (!t_stream_worker)
+    s->done_cv.wait(lock, [&] { return s->enqueued - s->completed < kMaxPending || s->destroyed; });
   const uint64_t ticket = ++s->enqueued;
   s->queue.emplace_back(ticket, std::move(op));
   if (!s->worker) {
