@@ -3,8 +3,11 @@
 // one on a GPU): nothing it measures says anything about speed on a GPU.
 //
 // Execution model
-// - A launch runs synchronously on the calling thread's behalf (as with CUDA_LAUNCH_BLOCKING=1):
-//   blocks are spread over OpenMP worker threads; each block runs entirely on one worker.
+// - Launches and asynchronous copies are queued on their stream and run, in order, by that stream's
+//   worker thread, so the host returns before the work is done, as on a GPU (at most 1024 queued
+//   operations per stream: a launch past that waits). GPUMAT_EMU_LAUNCH_BLOCKING=1 runs each one
+//   before its call returns, so a kernel's fault is returned by its launch. A launch's blocks are
+//   spread over OpenMP threads; each block runs entirely on one of them.
 // - Each CUDA thread of a block is a fiber (a user-mode context with its own stack) on that worker.
 //   Fibers rather than one OS thread per CUDA thread, because: (1) a block of 1,024 threads would
 //   need 1,024 OS threads and a futex round trip per barrier, thousands of times slower; (2) only
@@ -23,9 +26,21 @@
 //   with the same mask, else the launch faults. A shuffle from a lane outside the mask returns a
 //   poison value (NaN for floats), as the hardware's value is undefined.
 // - __shared__ variables are per-worker thread_local storage: private to the running block, shared
-//   by its threads. Static shared memory keeps whatever the worker's previous block left in it;
-//   dynamic shared memory (extern __shared__, through dynamic_smem()) is filled with 0xFF bytes
-//   (float NaN) at the start of every block, so reading it before writing shows up.
+//   by its threads. Shared memory is undefined at every block start: dynamic shared memory (extern
+//   __shared__, through dynamic_smem()) is filled with 0xFF bytes (float NaN), and a static
+//   __shared__ word that no thread of the block has written reads as NaN (the checks' shadow
+//   poisons it on that read), never as the previous block's value.
+// - Checks (the hooks in checks.cpp; the kernels are compiled with gcc's -fsanitize=thread and
+//   -fsanitize=bounds,alignment instrumentation, whose calls the emulator itself defines): every
+//   load, store and atomic of a kernel is checked. memcheck: a global access outside the live bytes
+//   of an allocation (the caching allocator's rounding slack and cached blocks included), a shared
+//   access past an array or the dynamic shared memory, a misaligned access. racecheck: two threads
+//   of a block touching one shared word in one barrier interval, one of them writing (unless a
+//   __syncwarp orders them within a warp); plain (non-atomic) writes of two blocks of one launch
+//   to one global word. initcheck: a read of device or shared memory nothing has written. A
+//   violation ends the launch with a report naming the kernel, block, thread, address and
+//   allocation. GPUMAT_EMU_CHECKS selects them (a comma list of memcheck, racecheck, initcheck;
+//   default all).
 // - cp.async copies are delivered at cp_async_wait (the latest moment the hardware may deliver
 //   them), so a read of the destination before the wait sees old data. mma and other PTX have no
 //   emulation: kernels keep a portable fallback behind the GPUMAT_EMULATED macro.
@@ -37,11 +52,12 @@
 //   65,535 tiles with small arrays. Static shared memory (__shared__ arrays) is not checked here:
 //   the emulator sees only thread_local variables, not their total per kernel; on a GPU ptxas
 //   rejects a kernel whose static shared memory exceeds 48 KiB at build time (CI's nvcc build).
-// - Device memory is host memory owned by the emulator: allocations are filled with 0xFF (NaN) so
-//   uninitialised reads show, memcpy/memset ranges are checked against live allocations, and the
-//   device has a capacity (GPUMAT_EMU_MEMORY_BYTES, default 8 GiB) past which cudaMalloc fails with
-//   cudaErrorMemoryAllocation. With AddressSanitizer, out-of-range accesses in kernels fault and the
-//   report names the kernel, block and thread (see the death callback in emulator.cpp).
+// - Device memory is host memory owned by the emulator: allocations are filled with 0xFF (NaN),
+//   memcpy/memset ranges are checked against live allocations, and the device has a capacity
+//   (GPUMAT_EMU_MEMORY_BYTES, default 8 GiB) past which cudaMalloc fails with
+//   cudaErrorMemoryAllocation. The AddressSanitizer build (make emu-sanitize) cannot have the
+//   checks' instrumentation; there ASan reports an out-of-range access, naming the kernel, block
+//   and thread (the death callback in emulator.cpp).
 // - Faults found while a kernel runs (barrier divergence, bad warp masks, a deadlock, an exception)
 //   abandon the launch and are returned by the next cudaGetLastError() as cudaErrorLaunchFailure;
 //   cudaGetErrorString() then appends the details (kernel, block, thread, what). They are not
