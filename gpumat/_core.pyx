@@ -607,6 +607,7 @@ def op_count_(int kind, int index):
 
 # ------------------------------------------------------------------------- DLPack and CUDA interop
 include "_dlpack.pxi"
+include "_emu_selftest.pxi"
 
 
 # ---- compiled executor steps (gpumat/executor.py; extensions/include/gpumat/program.h)

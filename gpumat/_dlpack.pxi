@@ -43,10 +43,10 @@ def _dlpack_device_of(int kind, int index):
 
     The one place where gpumat devices map to DLPack devices: __dlpack_device__, __dlpack__,
     __array__ (zero-copy where this says kDLCPU) and __cuda_array_interface__ (only kDLCUDA) all
-    follow it. The emulated CUDA device (kind 2) exports as kDLCPU: its memory is host memory and
-    its kernels run synchronously, so a CPU consumer may read and write it in place (its
-    __cuda_array_interface__ does not exist: no CUDA library could use the pointer). Raises
-    BufferError for a kind with no mapping.
+    follow it. The emulated CUDA device (kind 2) exports as kDLCPU: its memory is host memory, so
+    a CPU consumer may read and write it in place once the export has synchronized the device
+    (its kernels are asynchronous, as on a GPU); its __cuda_array_interface__ does not exist: no
+    CUDA library could use the pointer. Raises BufferError for a kind with no mapping.
     """
     if kind == 0 or kind == 2:
         return (<int>kDLCPU, 0)
@@ -292,6 +292,10 @@ def _dlpack_export(PyGpuMatrix self, stream, max_version, dl_device, copy):
     if own[0] == <int>kDLCUDA and target == own and stream != -1:
         # NOTE: one host-side wait for gpumat's stream orders every queued write before any
         # work the consumer enqueues on its stream, whichever stream that is.
+        synchronize_(kind, index)
+    elif kind == 2 and not copied:
+        # The emulated device's memory is exported as CPU memory: a CPU consumer has no stream to
+        # wait on, so the queued kernels that write the array must finish first.
         synchronize_(kind, index)
     # DLPack >= 1.0 consumers get the versioned struct; older ones (or None) the legacy one.
     versioned = version is not None and version[0] >= 1

@@ -58,6 +58,7 @@ class Pool {
       GPUMAT_UNPOISON(ptr, nbytes);
       GPUMAT_POISON(static_cast<char*>(ptr) + nbytes, size - nbytes);
     }
+    mark_block(ptr, nbytes);
     if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
     return ptr;
   }
@@ -71,6 +72,7 @@ class Pool {
     in_use_.erase(it);
     stats_.bytes_in_use -= static_cast<int64_t>(size);
     if (!device_.is_cuda()) GPUMAT_POISON(ptr, size);
+    mark_block(ptr, 0);
     try {
       free_[size].push_back(ptr);
     } catch (...) {  // vector growth failed: give the block straight back instead
@@ -132,6 +134,13 @@ class Pool {
       msg += "; device free " + std::to_string(free_b) + " of " + std::to_string(total_b) + " bytes";
     }
     return msg;
+  }
+
+  // Tells the emulated device's memory checks which bytes of the block are in use (see runtime.h).
+  void mark_block(void* ptr, size_t nbytes) noexcept {
+    if (device_.is_host()) return;
+    const DeviceRuntime& rt = runtime_for(device_);
+    if (rt.mark_block != nullptr) rt.mark_block(device_.index, ptr, nbytes);
   }
 
   void* raw_allocate(size_t size) {

@@ -9,6 +9,9 @@
 //   test_emu --oob-shared    a kernel that writes past a __shared__ array (must be caught)
 #include <cuda_runtime.h>  // the emulator's (compiled with -DGPUMAT_EMULATED -Isrc/emu)
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,10 +19,12 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "gpumat/allocator.h"
+#include "gpumat/device.h"
 #include "gpumat/error.h"
 #include "gpumat/gpu_matrix.h"
 #include "gpumat/ops.h"
@@ -33,6 +38,14 @@ namespace {
 
 int g_failures = 0, g_cases = 0;
 std::mt19937_64 g_rng(20261123);
+std::string g_setting;  // appended to failure reports: the emulator setting the cases ran under
+
+// Sets an environment variable for one scope (the emulator reads these at every launch).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
 
 int64_t elements(const Shape& s) {
   int64_t n = 1;
@@ -67,18 +80,19 @@ void check(const std::string& name, const std::vector<Shape>& ins, const std::ve
       std::vector<float> nan(static_cast<size_t>(arrays.back().size()), NAN);
       arrays.back().copy_from_host(nan.data(), arrays.back().size());
     }
-    try {
+    try {  // a fault in a kernel is reported when the results are copied back (launches are queued)
       op(arrays);
+      for (size_t o = 0; o < outs.size(); ++o) {
+        GpuMatrix& m = arrays[ins.size() + o];
+        std::vector<float> v(static_cast<size_t>(m.size()));
+        m.copy_to_host(v.data(), m.size());
+        results[d].push_back(std::move(v));
+      }
     } catch (const std::exception& e) {
-      std::printf("FAIL %s on %s: %s\n", name.c_str(), devices[d].str().c_str(), e.what());
+      std::printf("FAIL %s%s on %s: %s\n", name.c_str(), g_setting.c_str(), devices[d].str().c_str(),
+                  e.what());
       ++g_failures;
       return;
-    }
-    for (size_t o = 0; o < outs.size(); ++o) {
-      GpuMatrix& m = arrays[ins.size() + o];
-      std::vector<float> v(static_cast<size_t>(m.size()));
-      m.copy_to_host(v.data(), m.size());
-      results[d].push_back(std::move(v));
     }
   }
   for (size_t o = 0; o < outs.size(); ++o) {
@@ -87,7 +101,8 @@ void check(const std::string& name, const std::vector<Shape>& ins, const std::ve
       const bool ok =
           (std::isnan(h[i]) && std::isnan(e[i])) || std::fabs(e[i] - h[i]) <= tol * (1 + std::fabs(h[i]));
       if (!ok) {
-        std::printf("FAIL %s: output %zu element %zu: emu %.9g, host %.9g\n", name.c_str(), o, i, e[i], h[i]);
+        std::printf("FAIL %s%s: output %zu element %zu: emu %.9g, host %.9g\n", name.c_str(),
+                    g_setting.c_str(), o, i, e[i], h[i]);
         ++g_failures;
         return;
       }
@@ -364,6 +379,20 @@ void layer_cases() {
   }
 }
 
+// Sums whose terms cancel: the CUDA reductions accumulate in float64 as the host does, so they
+// agree to the final rounding; a float accumulator would be off by ~rows * 2^-24 * 1e4.
+void numerics_cases() {
+  namespace ops = gpumat::ops;
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{4000, 3}, {2000, 40}}) {
+    check(
+        "reduce_sum_axis_zero with cancellation " + dims({r, c}), {{r, c}}, {{c}},
+        [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); }, 1e-7f, -1e4f, 1e4f);
+    check(
+        "reduce_sum_channels with cancellation " + dims({r, c, 3}), {{r, c, 3}}, {{c}},
+        [](Arrays& a) { ops::reduce_sum_channels(a[0], a[1]); }, 1e-7f, -1e4f, 1e4f);
+  }
+}
+
 // Shapes whose tiles outnumber grid.y (the loops over blockIdx.y + i * gridDim.y in transpose and
 // matmul) and reductions split into several chunks (the float64 partials and sum_partials). A GPU
 // loops only past 65,535 row tiles (2.1M rows for transpose, 4.2M for matmul); lowering the
@@ -426,6 +455,23 @@ void size_cases() {
     }
   }
   unsetenv("GPUMAT_EMU_MAX_GRID_Y");
+}
+
+// Every grid-stride loop taking several iterations: with GPUMAT_EMU_MAX_BLOCKS=2 the launchers give
+// them at most 2 blocks, so with these sizes each thread strides up to 16 times. A wrong stride
+// skips elements (their NaN stays in the output) or writes some twice (racecheck: plain writes of
+// two blocks to one address).
+void frontend_kernel_cases();
+void grid_stride_cases() {
+  ScopedEnv cap("GPUMAT_EMU_MAX_BLOCKS", "2");
+  g_setting = " (GPUMAT_EMU_MAX_BLOCKS=2)";
+  elementwise_cases();
+  layout_cases();
+  fused_cases();
+  conv_pool_cases();
+  layer_cases();
+  frontend_kernel_cases();
+  g_setting.clear();
 }
 
 // ---------------------------------------------------------------------------- the front end's kernels
@@ -517,7 +563,20 @@ void frontend_kernel_cases() {
 
 // ---------------------------------------------------------------------------- the emulator's own checks
 // Kernels that break CUDA's rules, or rely on its guarantees, launched straight through the emulator:
-// each must be reported (or behave) as a GPU would make it fail (or work).
+// each must be reported (or behave) as a GPU would make it fail (or work), or as compute-sanitizer's
+// memcheck, racecheck and initcheck would report it.
+
+cudaStream_t stream0() { return reinterpret_cast<cudaStream_t>(gpumat::cuda_stream(Device::emu(0))); }
+
+// Launches on emu:0's stream (gpumat's, so arrays' copies are ordered with it) and waits: the
+// launch's configuration error, else the fault found while the kernel ran (returned by the
+// synchronization, as on a GPU).
+template <typename... P, typename... A>
+cudaError_t run(void (*kernel)(P...), const char* name, dim3 grid, dim3 block, size_t smem, A... args) {
+  const cudaError_t e = gpumat::emulator::launch_kernel(kernel, name, grid, block, smem, stream0(), args...);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(stream0());
+}
+#define RUN(kernel, ...) run(kernel, #kernel, __VA_ARGS__)
 
 __global__ void divergent_barrier_kernel(float* out) {
   if (threadIdx.x < 16) return;  // these threads never reach the barrier
@@ -548,6 +607,15 @@ __global__ void neighbour_kernel(float* out) {
   slot[threadIdx.x] = static_cast<float>(threadIdx.x) + 1.0f;
   if (Sync) __syncthreads();
   out[threadIdx.x] = slot[(threadIdx.x + 1) % 256];
+}
+
+// Lane 0 of each warp writes, the warp synchronizes, every lane reads: ordered by __syncwarp().
+template <bool Sync>
+__global__ void warp_handoff_kernel(float* out) {
+  __shared__ float per_warp[8];
+  if (threadIdx.x % 32 == 0) per_warp[threadIdx.x / 32] = static_cast<float>(threadIdx.x);
+  if (Sync) __syncwarp();
+  out[threadIdx.x] = per_warp[threadIdx.x / 32];
 }
 
 __global__ void dynamic_smem_kernel(float* out) {
@@ -590,68 +658,375 @@ void expect_true(const char* what, bool ok) {
 }
 
 void emulator_cases() {
-  namespace emulator = gpumat::emulator;
   GpuMatrix arr({1024}, Device::emu(0));
   float* out = arr.data();
   std::vector<float> h(1024);
   auto fetch = [&] { arr.copy_to_host(h.data(), 1024); };
 
-  expect_error(
-      "barrier in divergent code",
-      emulator::launch_kernel(divergent_barrier_kernel, "divergent_barrier_kernel", 1, 32, 0, nullptr, out),
-      cudaErrorLaunchFailure, "16 have exited");
-  expect_error("shuffle naming an exited lane",
-               emulator::launch_kernel(shuffle_from_exited_lane_kernel, "shuffle_from_exited_lane_kernel", 1,
-                                       32, 0, nullptr, out),
+  expect_error("barrier in divergent code", RUN(divergent_barrier_kernel, 1, 32, 0, out),
+               cudaErrorLaunchFailure, "16 have exited");
+  expect_error("shuffle naming an exited lane", RUN(shuffle_from_exited_lane_kernel, 1, 32, 0, out),
                cudaErrorLaunchFailure, "lane 5");
-  expect_error("2048 threads per block",
-               emulator::launch_kernel(warp_sum_kernel, "warp_sum_kernel", 1, 2048, 0, nullptr, out),
-               cudaErrorInvalidConfiguration, "1024 threads");
-  expect_error(
-      "grid.y of 65536",
-      emulator::launch_kernel(warp_sum_kernel, "warp_sum_kernel", dim3(1, 65536), 64, 0, nullptr, out),
-      cudaErrorInvalidConfiguration, "65535");
-  expect_error(
-      "64 KiB of dynamic shared memory without opting in",
-      emulator::launch_kernel(dynamic_smem_kernel, "dynamic_smem_kernel", 1, 32, 64 * 1024, nullptr, out),
-      cudaErrorInvalidConfiguration, "dynamic shared memory");
+  expect_error("2048 threads per block", RUN(warp_sum_kernel, 1, 2048, 0, out), cudaErrorInvalidConfiguration,
+               "1024 threads");
+  expect_error("grid.y of 65536", RUN(warp_sum_kernel, dim3(1, 65536), 64, 0, out),
+               cudaErrorInvalidConfiguration, "65535");
+  expect_error("64 KiB of dynamic shared memory without opting in",
+               RUN(dynamic_smem_kernel, 1, 32, 64 * 1024, out), cudaErrorInvalidConfiguration,
+               "dynamic shared memory");
   expect_error(
       "opted in to 64 KiB",
       cudaFuncSetAttribute(dynamic_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024),
       cudaSuccess, "no error");
-  expect_error(
-      "64 KiB after opting in",
-      emulator::launch_kernel(dynamic_smem_kernel, "dynamic_smem_kernel", 1, 32, 64 * 1024, nullptr, out),
-      cudaSuccess, "no error");
+  expect_error("64 KiB after opting in", RUN(dynamic_smem_kernel, 1, 32, 64 * 1024, out), cudaSuccess,
+               "no error");
   fetch();
   expect_true("dynamic shared memory holds what the block wrote", h[0] == 2.0f && h[31] == 2.0f);
 
-  expect_error("warp sum",
-               emulator::launch_kernel(warp_sum_kernel, "warp_sum_kernel", 1, 64, 0, nullptr, out),
-               cudaSuccess, "no error");
+  expect_error("warp sum", RUN(warp_sum_kernel, 1, 64, 0, out), cudaSuccess, "no error");
   fetch();
   expect_true("xor-shuffle sums and the ballot of odd lanes", h[0] == 2016.0f);
 
-  emulator::launch_kernel(neighbour_kernel<true>, "neighbour_kernel<true>", 1, 256, 0, nullptr, out);
+  expect_error("neighbours with __syncthreads()", RUN(neighbour_kernel<true>, 1, 256, 0, out), cudaSuccess,
+               "no error");
   fetch();
   bool all_right = true;
   for (int t = 0; t < 256; ++t)
     all_right &= h[static_cast<size_t>(t)] == static_cast<float>((t + 1) % 256 + 1);
   expect_true("with __syncthreads() every thread reads its neighbour's value", all_right);
-  emulator::launch_kernel(neighbour_kernel<false>, "neighbour_kernel<false>", 1, 256, 0, nullptr, out);
+  {
+    // With the checks off, the schedule still shows the race: threads run in a random order between
+    // barriers, so about half read a slot not yet written (poisoned: NaN) instead of passing by luck.
+    ScopedEnv off("GPUMAT_EMU_CHECKS", "");
+    RUN(neighbour_kernel<false>, 1, 256, 0, out);
+    fetch();
+    int wrong = 0;
+    for (int t = 0; t < 256; ++t) wrong += h[static_cast<size_t>(t)] != static_cast<float>((t + 1) % 256 + 1);
+    expect_true("without __syncthreads() the race shows (stale reads)", wrong > 16);
+  }
+  expect_error("lane 0 hands a value to its warp with __syncwarp()",
+               RUN(warp_handoff_kernel<true>, 1, 256, 0, out), cudaSuccess, "no error");
   fetch();
-  int wrong = 0;
-  for (int t = 0; t < 256; ++t) wrong += h[static_cast<size_t>(t)] != static_cast<float>((t + 1) % 256 + 1);
-  // Threads run in a random order between barriers: without one, about half read a stale slot.
-  expect_true("without __syncthreads() the race shows (stale reads)", wrong > 16);
+  expect_true("every lane reads its lane 0's value", h[33] == 32.0f && h[255] == 224.0f);
 
   const float src_h[4] = {7.0f, 7.0f, 7.0f, 7.0f};
   GpuMatrix src({4}, Device::emu(0));
   src.copy_from_host(src_h, 4);
-  emulator::launch_kernel(cp_async_kernel, "cp_async_kernel", 1, 32, 0, nullptr,
-                          static_cast<const float*>(src.data()), out);
+  expect_error("cp.async", RUN(cp_async_kernel, 1, 32, 0, static_cast<const float*>(src.data()), out),
+               cudaSuccess, "no error");
   fetch();
   expect_true("cp.async lands at the wait, not before", h[0] == -1.0f && h[1] == 7.0f);
+}
+
+// ---------------------------------------------------------------------------- memcheck, racecheck, initcheck
+// One planted bug per check, each reported with the kernel, block, thread and address; and the
+// instrumentation's reach: an access of every kind one element past an array must reach memcheck.
+
+// What access_kind_kernel does with the element just past `buf` (n floats).
+enum AccessKind {
+  kLoad1,
+  kStore1,
+  kLoad2,
+  kStore2,
+  kLoad4,
+  kStore4,
+  kLoad8,
+  kStore8,
+  kLoadFloat4,
+  kStoreFloat4,
+  kLoadDouble2,
+  kStoreStruct,
+  kLoadStruct,
+  kAtomicAddFloat,
+  kAtomicAddInt,
+  kAtomicCas,
+  kAtomicExch,
+  kLdg,
+  kVolatileLoad,
+  kMemcpyTo,
+  kMemcpyFrom,
+  kMemset,
+  kMemmove,
+  kStdCopy,
+  kStdFill,
+  kAccessKinds
+};
+const char* const kAccessNames[] = {"1-byte load",
+                                    "1-byte store",
+                                    "2-byte load",
+                                    "2-byte store",
+                                    "float load",
+                                    "float store",
+                                    "double load",
+                                    "double store",
+                                    "float4 load",
+                                    "float4 store",
+                                    "double2 load",
+                                    "struct store (48 bytes)",
+                                    "struct load (48 bytes)",
+                                    "atomicAdd(float)",
+                                    "atomicAdd(int)",
+                                    "atomicCAS",
+                                    "atomicExch",
+                                    "__ldg",
+                                    "volatile load",
+                                    "memcpy to",
+                                    "memcpy from",
+                                    "memset",
+                                    "memmove",
+                                    "std::copy",
+                                    "std::fill"};
+struct Twelve {
+  float v[12];
+};
+
+__global__ void access_kind_kernel(int kind, float* buf, int n) {
+  if (threadIdx.x != 0) return;
+  char* past = reinterpret_cast<char*>(buf + n);  // the first byte past the array
+  float* sink = buf;                              // in bounds: keeps every load alive
+  switch (kind) {
+    case kLoad1:
+      sink[0] = *reinterpret_cast<const signed char*>(past);
+      break;
+    case kStore1:
+      *past = 1;
+      break;
+    case kLoad2:
+      sink[0] = *reinterpret_cast<const short*>(past);
+      break;
+    case kStore2:
+      *reinterpret_cast<short*>(past) = 1;
+      break;
+    case kLoad4:
+      sink[0] = *reinterpret_cast<const float*>(past);
+      break;
+    case kStore4:
+      *reinterpret_cast<float*>(past) = 1.0f;
+      break;
+    case kLoad8:
+      sink[0] = static_cast<float>(*reinterpret_cast<const double*>(past));
+      break;
+    case kStore8:
+      *reinterpret_cast<double*>(past) = 1.0;
+      break;
+    case kLoadFloat4:
+      sink[0] = reinterpret_cast<const float4*>(past)->w;
+      break;
+    case kStoreFloat4:
+      *reinterpret_cast<float4*>(past) = make_float4(1, 2, 3, 4);
+      break;
+    case kLoadDouble2:
+      sink[0] = static_cast<float>(reinterpret_cast<const double2*>(past)->y);
+      break;
+    case kStoreStruct:
+      *reinterpret_cast<Twelve*>(past - 44) = Twelve{};
+      break;  // its last float is past
+    case kLoadStruct:
+      *reinterpret_cast<Twelve*>(buf) = *reinterpret_cast<const Twelve*>(past - 44);
+      break;
+    case kAtomicAddFloat:
+      atomicAdd(reinterpret_cast<float*>(past), 1.0f);
+      break;
+    case kAtomicAddInt:
+      atomicAdd(reinterpret_cast<int*>(past), 1);
+      break;
+    case kAtomicCas:
+      atomicCAS(reinterpret_cast<int*>(past), 0, 1);
+      break;
+    case kAtomicExch:
+      atomicExch(reinterpret_cast<float*>(past), 1.0f);
+      break;
+    case kLdg:
+      sink[0] = __ldg(reinterpret_cast<const float*>(past));
+      break;
+    case kVolatileLoad:
+      sink[0] = *reinterpret_cast<const volatile float*>(past);
+      break;
+    case kMemcpyTo:
+      std::memcpy(past - 8, buf, 12);
+      break;  // 12 bytes: 4 past the end
+    case kMemcpyFrom:
+      std::memcpy(buf, past - 8, 12);
+      break;
+    case kMemset:
+      std::memset(past - 4, 0, 8);
+      break;
+    case kMemmove:
+      std::memmove(past - 4, buf, 8);
+      break;
+    case kStdCopy:
+      std::copy(buf, buf + 3, reinterpret_cast<float*>(past) - 2);
+      break;
+    case kStdFill:
+      std::fill(reinterpret_cast<float*>(past) - 1, reinterpret_cast<float*>(past) + 1, 0.0f);
+      break;
+  }
+}
+
+// Static shared memory indexed past its end (index from the host, so the compiler cannot see it).
+__global__ void shared_index_kernel(float* out, int i) {
+  __shared__ float tile[32];
+  tile[threadIdx.x] = 1.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = tile[i];
+}
+
+__global__ void dynamic_smem_past_end_kernel(float* out, int floats) {
+  float* s = static_cast<float*>(gpumat::emulator::dynamic_smem());
+  s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = s[floats];  // one float past the launch's dynamic shared memory
+}
+
+__global__ void misaligned_float4_kernel(const float* in, float* out) {
+  if (threadIdx.x != 0) return;
+  const float4 v = *reinterpret_cast<const float4*>(in + 1);  // 4 bytes past 16-byte alignment
+  out[0] = v.x + v.y + v.z + v.w;
+}
+
+// Racecheck in shared memory: two threads write one __shared__ scalar (a load-free flag) with no
+// barrier between: the instrumentation sees scalar __shared__ variables too.
+__global__ void shared_scalar_race_kernel(float* out) {
+  __shared__ int flag;
+  if (threadIdx.x < 2) flag = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = static_cast<float>(flag);
+}
+
+// A counter every block increments: with a plain read-modify-write (Atomic false), updates are lost
+// on a GPU; racecheck reports the plain writes of two blocks to one address.
+template <bool Atomic>
+__global__ void block_counter_kernel(unsigned* counter) {
+  if (threadIdx.x != 0) return;
+  if (Atomic)
+    atomicAdd(counter, 1u);
+  else
+    *counter = *counter + 1u;
+}
+
+// Reads an array nothing has written (initcheck), or a __shared__ slot this block did not write.
+__global__ void read_kernel(const float* in, float* out) { out[threadIdx.x] = in[threadIdx.x]; }
+
+__global__ void stale_shared_kernel(float* out) {
+  __shared__ float tile[64];
+  // Block 0 fills the whole tile, later blocks only half: the rest is what block 0 left, on the CPU.
+  const int filled = blockIdx.x == 0 ? 64 : 32;
+  if (static_cast<int>(threadIdx.x) < filled) tile[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[blockIdx.x * 64 + threadIdx.x] = tile[threadIdx.x];
+}
+
+void check_cases() {
+  const int n = 64;
+  GpuMatrix arr({n}, Device::emu(0));
+  float* buf = arr.data();
+  std::vector<float> zeros(n, 0.0f), h(n);
+  arr.copy_from_host(zeros.data(), n);
+  for (int kind = 0; kind < kAccessKinds; ++kind) {
+    const std::string what = std::string("memcheck sees a ") + kAccessNames[kind] + " past the end";
+    expect_error(what.c_str(), RUN(access_kind_kernel, 1, 32, 0, kind, buf, n), cudaErrorLaunchFailure,
+                 "bytes past the end of the 256-byte allocation");
+  }
+  expect_error("memcheck names kernel, block, thread and address",
+               RUN(access_kind_kernel, dim3(1), dim3(32), 0, static_cast<int>(kStore4), buf, n),
+               cudaErrorLaunchFailure,
+               "kernel access_kind_kernel, block (0, 0, 0), thread (0, 0, 0): memcheck: invalid __global__ "
+               "write of 4 bytes at 0x");
+  expect_error("static __shared__ array index past its end", RUN(shared_index_kernel, 1, 32, 0, buf, 32),
+               cudaErrorLaunchFailure, "index 32 out of bounds for type 'float [32]'");
+  expect_error("in-bounds static __shared__ index", RUN(shared_index_kernel, 1, 32, 0, buf, 31), cudaSuccess,
+               "no error");
+  expect_error("dynamic shared memory past its end", RUN(dynamic_smem_past_end_kernel, 1, 32, 128, buf, 32),
+               cudaErrorLaunchFailure, "outside the block's 128 bytes of dynamic shared memory");
+  expect_error("misaligned float4 load",
+               RUN(misaligned_float4_kernel, 1, 32, 0, static_cast<const float*>(buf), buf),
+               cudaErrorLaunchFailure, "misaligned");
+
+  expect_error("racecheck: two threads write a __shared__ scalar",
+               RUN(shared_scalar_race_kernel, 1, 64, 0, buf), cudaErrorLaunchFailure,
+               "write-after-write hazard on static shared memory");
+  expect_error("racecheck: a read of a neighbour's __shared__ slot without __syncthreads()",
+               RUN(neighbour_kernel<false>, 1, 256, 0, buf), cudaErrorLaunchFailure, "shared memory");
+  expect_error("racecheck: a warp hand-off without __syncwarp()",
+               RUN(warp_handoff_kernel<false>, 1, 256, 0, buf), cudaErrorLaunchFailure, "shared memory");
+  GpuMatrix counter({1}, Device::emu(0));
+  cudaMemsetAsync(counter.data(), 0, 4, stream0());
+  auto* c = reinterpret_cast<unsigned*>(counter.data());
+  expect_error("racecheck: blocks increment a counter with plain writes",
+               RUN(block_counter_kernel<false>, 8, 32, 0, c), cudaErrorLaunchFailure,
+               "plain writes to the same global memory");
+  cudaMemsetAsync(counter.data(), 0, 4, stream0());
+  expect_error("atomicAdd from every block", RUN(block_counter_kernel<true>, 8, 32, 0, c), cudaSuccess,
+               "no error");
+  unsigned count = 0;
+  counter.copy_to_host(reinterpret_cast<float*>(&count), 1);
+  expect_true("atomicAdd from 8 blocks counts 8", count == 8);
+
+  GpuMatrix fresh({32}, Device::emu(0));
+  expect_error("initcheck: a kernel reads memory nothing wrote",
+               RUN(read_kernel, 1, 32, 0, static_cast<const float*>(fresh.data()), buf),
+               cudaErrorLaunchFailure, "initcheck: read of 4 bytes of uninitialised device memory");
+  GpuMatrix out128({128}, Device::emu(0));
+  expect_error("initcheck: a stale __shared__ slot", RUN(stale_shared_kernel, 2, 64, 0, out128.data()),
+               cudaErrorLaunchFailure, "that no thread of this block has written");
+  {
+    ScopedEnv off("GPUMAT_EMU_CHECKS", "memcheck,racecheck");
+    GpuMatrix out2({128}, Device::emu(0));
+    expect_error("stale __shared__ slot with initcheck off", RUN(stale_shared_kernel, 2, 64, 0, out2.data()),
+                 cudaSuccess, "no error");
+    std::vector<float> o(128);
+    out2.copy_to_host(o.data(), 128);
+    expect_true("static __shared__ memory is poisoned (NaN) in every block, not the last block's values",
+                o[63] == 1.0f && std::isnan(o[64 + 63]) && o[64 + 31] == 1.0f);
+  }
+}
+
+// ---------------------------------------------------------------------------- asynchronous streams
+
+std::atomic<int> g_gate{0};
+void wait_at_gate(void*) {
+  while (g_gate.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+__global__ void fill_kernel(float* out, float value) { out[threadIdx.x] = value; }
+
+// Launches return before the kernel runs: a host read without synchronizing sees the memory as it
+// was (the stream is held back by a host function waiting at a gate, so this is not a timing bet).
+void stream_cases() {
+  const char* blocking = std::getenv("GPUMAT_EMU_LAUNCH_BLOCKING");
+  if (blocking != nullptr && std::strcmp(blocking, "0") != 0) return;  // a gate would block the queueing call
+  GpuMatrix arr({32}, Device::emu(0));
+  std::vector<float> ones(32, 1.0f), h(32);
+  arr.copy_from_host(ones.data(), 32);
+  gpumat::synchronize(Device::emu(0));  // the copy has landed
+  cudaStream_t s = stream0();
+  g_gate = 0;
+  expect_error("host function queued", cudaLaunchHostFunc(s, wait_at_gate, nullptr), cudaSuccess, "no error");
+  expect_error("launch queued behind it",
+               gpumat::emulator::launch_kernel(fill_kernel, "fill_kernel", 1, 32, 0, s, arr.data(), 5.0f),
+               cudaSuccess, "no error");
+  const float before = arr.data()[7];  // emulated device memory is host memory: read it unsynchronized
+  expect_true("the stream is busy", cudaStreamQuery(s) == cudaErrorNotReady);
+  g_gate = 1;
+  expect_error("synchronize", cudaStreamSynchronize(s), cudaSuccess, "no error");
+  arr.copy_to_host(h.data(), 32);
+  expect_true("an unsynchronized read sees the memory before the kernel, a synchronized one after",
+              before == 1.0f && h[7] == 5.0f);
+
+  // A fault in a queued kernel is returned by the next synchronization, with its report.
+  expect_error("a faulting kernel is queued",
+               gpumat::emulator::launch_kernel(access_kind_kernel, "access_kind_kernel", 1, 32, 0, s,
+                                               int{kStore4}, arr.data(), 32),
+               cudaSuccess, "no error");
+  expect_error("its fault comes with the synchronization", cudaStreamSynchronize(s), cudaErrorLaunchFailure,
+               "memcheck");
+  {
+    ScopedEnv blocking("GPUMAT_EMU_LAUNCH_BLOCKING", "1");
+    expect_error("GPUMAT_EMU_LAUNCH_BLOCKING=1: the launch returns the fault",
+                 gpumat::emulator::launch_kernel(access_kind_kernel, "access_kind_kernel", 1, 32, 0, s,
+                                                 int{kStore4}, arr.data(), 32),
+                 cudaErrorLaunchFailure, "memcheck");
+  }
+  expect_error("nothing left to report", cudaStreamSynchronize(s), cudaSuccess, "no error");
 }
 
 // ---------------------------------------------------------------------------- CUDA graphs
@@ -661,7 +1036,6 @@ __global__ void increment_kernel(float* out) { out[threadIdx.x] += 1.0f; }
 // Stream capture records instead of running, a graph replays the record, and capture-unsafe calls
 // (cudaStreamCaptureModeGlobal) fail and invalidate the capture, as on a GPU.
 void graph_cases() {
-  namespace emulator = gpumat::emulator;
   GpuMatrix arr({32}, Device::emu(0));
   float* out = arr.data();
   std::vector<float> h(32);
@@ -669,7 +1043,12 @@ void graph_cases() {
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   auto begin = [&] { return cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal); };
   auto increment = [&](unsigned threads) {
-    return emulator::launch_kernel(increment_kernel, "increment_kernel", 1, threads, 0, s, out);
+    return gpumat::emulator::launch_kernel(increment_kernel, "increment_kernel", 1, threads, 0, s, out);
+  };
+  // Reads arr after the work queued on s (gpumat's copies run on another stream).
+  auto fetch = [&] {
+    cudaStreamSynchronize(s);
+    arr.copy_to_host(h.data(), 32);
   };
   cudaGraph_t graph = nullptr;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -679,7 +1058,8 @@ void graph_cases() {
   expect_error("end without a capture", cudaStreamEndCapture(s, &graph), cudaErrorIllegalState,
                "not capturing");
 
-  cudaMemset(out, 0, 32 * sizeof(float));
+  gpumat::synchronize(Device::emu(0));  // arr's allocation is in gpumat's stream order
+  cudaMemsetAsync(out, 0, 32 * sizeof(float), s);
   expect_error("begin capture", begin(), cudaSuccess, "no error");
   expect_error("a second begin", begin(), cudaErrorIllegalState, "already capturing");
   cudaStreamIsCapturing(s, &status);
@@ -687,7 +1067,7 @@ void graph_cases() {
   expect_error("captured launch 1", increment(32), cudaSuccess, "no error");
   expect_error("captured launch 2", increment(32), cudaSuccess, "no error");
   expect_error("end capture", cudaStreamEndCapture(s, &graph), cudaSuccess, "no error");
-  arr.copy_to_host(h.data(), 32);
+  fetch();
   expect_true("captured launches did not run", h[0] == 0.0f && h[31] == 0.0f);
   size_t nodes = 0;
   cudaGraphGetNodes(graph, nullptr, &nodes);
@@ -695,7 +1075,7 @@ void graph_cases() {
   cudaGraphExec_t exec = nullptr;
   expect_error("instantiate", cudaGraphInstantiate(&exec, graph, 0), cudaSuccess, "no error");
   for (int i = 0; i < 3; ++i) cudaGraphLaunch(exec, s);
-  arr.copy_to_host(h.data(), 32);
+  fetch();
   expect_true("three graph launches made six increments", h[0] == 6.0f && h[31] == 6.0f);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -731,14 +1111,15 @@ void graph_cases() {
                "1024 threads");
   cudaStreamIsCapturing(s, &status);
   expect_true("the stream is no longer capturing", status == cudaStreamCaptureStatusNone);
-  arr.copy_to_host(h.data(), 32);
+  fetch();
   expect_true("nothing ran during the failed captures", h[0] == 6.0f);
   cudaStreamDestroy(s);
 }
 
 // ---------------------------------------------------------------------------- sanitizer demos
-// Deliberately wrong kernels: under `make emu-sanitize` each must end the process with a report that
-// names it. They are launched straight through the emulator (they are not part of libgpumat).
+// Deliberately wrong kernels: under `make emu-sanitize` (AddressSanitizer, no emulator checks) each
+// must end the process with a report that names it. They are launched straight through the emulator
+// (they are not part of libgpumat).
 
 __global__ void oob_global_kernel(float* out, int n) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
@@ -756,11 +1137,9 @@ int run_demo(const std::string& which) {
   GpuMatrix arr({32}, Device::emu(0));
   cudaError_t err;
   if (which == "--oob-global")
-    err = gpumat::emulator::launch_kernel(oob_global_kernel, "oob_global_kernel", dim3(1), dim3(32), 0,
-                                          nullptr, arr.data(), 32);
+    err = RUN(oob_global_kernel, dim3(1), dim3(32), 0, arr.data(), 32);
   else
-    err = gpumat::emulator::launch_kernel(oob_shared_kernel, "oob_shared_kernel", dim3(1), dim3(32), 0,
-                                          nullptr, arr.data());
+    err = RUN(oob_shared_kernel, dim3(1), dim3(32), 0, arr.data());
   std::printf("the bad kernel ran to the end (%s): the sanitizer did not catch it\n", cudaGetErrorName(err));
   return 3;
 }
@@ -769,16 +1148,25 @@ int run_demo(const std::string& which) {
 
 int main(int argc, char** argv) {
   if (argc > 1) return run_demo(argv[1]);
-  elementwise_cases();
-  layout_cases();
-  matmul_cases();
-  fused_cases();
-  conv_pool_cases();
-  emulator_cases();
-  graph_cases();
-  layer_cases();
-  size_cases();
-  frontend_kernel_cases();
+  try {
+    elementwise_cases();
+    layout_cases();
+    matmul_cases();
+    fused_cases();
+    conv_pool_cases();
+    emulator_cases();
+    if (gpumat::emulator::checks_compiled()) check_cases();
+    stream_cases();
+    graph_cases();
+    layer_cases();
+    size_cases();
+    frontend_kernel_cases();
+    numerics_cases();
+    grid_stride_cases();
+  } catch (const std::exception& e) {  // a fault outside the cases' own checks
+    std::printf("FAIL (uncaught): %s\n", e.what());
+    ++g_failures;
+  }
   std::printf("%d cases on emu:0 against the host: %d failed\n", g_cases, g_failures);
   return g_failures ? 1 : 0;
 }

@@ -85,11 +85,22 @@ float* workspace(int dev, int slot, int64_t floats);
 // use it, and queue its kernel, while holding workspace_lock(), as for workspace().
 unsigned* block_ticket(int dev);
 
+// The most blocks a launcher gives a grid-stride loop: `cap` on a GPU; on the emulated device at
+// most GPUMAT_EMU_MAX_BLOCKS when it is set, so that tests make every thread take several
+// iterations (and reach the stride arithmetic) with small arrays.
+inline int64_t stride_blocks(int64_t cap) {
+#ifdef GPUMAT_EMULATED
+  const int64_t test_cap = emulator::max_blocks();
+  if (test_cap > 0 && test_cap < cap) return test_cap;
+#endif
+  return cap;
+}
+
 // Grid for a 1-D grid-stride loop over n elements: enough blocks to fill the GPU, never more
 // than the hardware allows (the kernels loop over the rest).
 inline unsigned int grid_for(int64_t n, int block) {
   int64_t blocks = ceil_div(n, block);
-  const int64_t kMaxBlocks = 65535LL * 16;  // plenty to fill any GPU; the loop covers the rest
+  const int64_t kMaxBlocks = stride_blocks(65535LL * 16);  // plenty to fill any GPU; the loop covers the rest
   return static_cast<unsigned int>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
 }
 

@@ -129,7 +129,7 @@ __global__ void cross_entropy_rows_kernel(const float* logits, const float* labe
 template <bool Abs>
 static void launch_loss(const char* op, int dev, const float* pred, const float* target, float* loss,
                         int64_t n) {
-  const int64_t blocks = std::min<int64_t>(ceil_div(n, kLossThreads), kLossMaxBlocks);
+  const int64_t blocks = std::min<int64_t>(ceil_div(n, kLossThreads), stride_blocks(kLossMaxBlocks));
   // The partial sums live in the device's workspace (see common.cuh).
   cudaStream_t stream = activate(dev);
   auto lock = workspace_lock();
@@ -163,7 +163,7 @@ void mae_loss_gradient(int dev, const float* pred, const float* target, const fl
 
 void nll_loss(int dev, const float* log_probs, const float* target, float* loss, int64_t rows, int64_t cols) {
   const int64_t n = rows * cols;
-  const int64_t blocks = std::min<int64_t>(ceil_div(n, kLossThreads), kLossMaxBlocks);
+  const int64_t blocks = std::min<int64_t>(ceil_div(n, kLossThreads), stride_blocks(kLossMaxBlocks));
   cudaStream_t stream = activate(dev);
   auto lock = workspace_lock();
   float* partial = workspace(dev, 0, blocks);

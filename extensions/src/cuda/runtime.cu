@@ -234,6 +234,15 @@ void graph_destroy(void* exec) noexcept {
     cudaGetLastError();
 }
 
+#ifdef GPUMAT_EMULATED
+void mark_block(int dev, void* ptr, size_t nbytes) noexcept {
+  try {
+    emulator::mark_allocation(activate(dev), ptr, nbytes);
+  } catch (...) {  // no stream: the checks keep the block's previous extent
+  }
+}
+#endif
+
 }  // namespace
 
 namespace {
@@ -311,6 +320,9 @@ const DeviceRuntime& runtime() {
     t.abort_capture = abort_capture;
     t.graph_launch = graph_launch;
     t.graph_destroy = graph_destroy;
+#ifdef GPUMAT_EMULATED
+    t.mark_block = mark_block;
+#endif
     t.workspace_generation = workspace_generation;
     return t;
   }();

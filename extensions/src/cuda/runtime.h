@@ -42,6 +42,10 @@ struct DeviceRuntime {
   // happen under the workspaces' lock, so no reallocation can slip in between.
   bool (*graph_launch)(int dev, void* exec, uint64_t workspaces);
   void (*graph_destroy)(void* exec) noexcept;
+  // The caching allocator's view of a block for the emulated device's memory checks (null on a
+  // GPU): `nbytes` of the cudaMalloc'd block at ptr handed out (0: returned to the cache), in the
+  // order of the device's stream.
+  void (*mark_block)(int dev, void* ptr, size_t nbytes) noexcept;
   // Counts the reallocations of the device's workspaces (common.cuh's workspace()).
   uint64_t (*workspace_generation)(int dev) noexcept;
 };

@@ -54,7 +54,7 @@ __device__ void row_stats(const float* x, int64_t cols, float* max_out, float* l
 }
 
 static unsigned row_grid(int64_t rows) {
-  const int64_t kMaxBlocks = 65535LL * 8;
+  const int64_t kMaxBlocks = stride_blocks(65535LL * 8);
   return static_cast<unsigned>(rows < kMaxBlocks ? rows : kMaxBlocks);
 }
 

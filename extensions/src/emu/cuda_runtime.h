@@ -5,6 +5,25 @@
 // executes; emulator.cpp implements it). Only what gpumat's kernels and the SGEMM ladder use is here.
 #pragma once
 
+#include <cstddef>
+
+// Every memcpy, memmove and memset in the emulated translation units (written so, or std:: ones, or
+// the __builtin_ forms that libstdc++'s algorithms use) calls the emulator's checked versions: the
+// compiler's instrumentation sees loads and stores, not these calls, and would expand small ones
+// inline (the Makefile also passes -fno-builtin-memcpy/-memmove/-memset). Declared before any system
+// header, so that their declarations take these assembler names.
+// Only with the instrumentation (-fsanitize=thread); the emulator's own sources (GPUMAT_EMU_ENGINE)
+// keep the C library's.
+#if defined(__SANITIZE_THREAD__) && !defined(GPUMAT_EMU_ENGINE)
+extern "C" void* memcpy(void* __restrict dst, const void* __restrict src, size_t n) noexcept
+    __asm__("gpumat_emu_memcpy");
+extern "C" void* memmove(void* dst, const void* src, size_t n) noexcept __asm__("gpumat_emu_memmove");
+extern "C" void* memset(void* dst, int value, size_t n) noexcept __asm__("gpumat_emu_memset");
+#define __builtin_memcpy memcpy
+#define __builtin_memmove memmove
+#define __builtin_memset memset
+#endif
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -81,12 +100,79 @@ inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return {x, y, z}; 
 inline double2 make_double2(double x, double y) { return {x, y}; }
 
 // ---------------------------------------------------------------------------- built-in variables
-// Set by the emulator before it resumes a thread. __thread (not thread_local) so that reads compile
-// to a plain TLS load, with no wrapper call.
-extern __thread uint3 threadIdx;
-extern __thread uint3 blockIdx;
-extern __thread uint3 blockDim;
-extern __thread uint3 gridDim;
+// Every emulated thread runs on a fiber stack: one aligned slot of kSlotBytes in an address range the
+// emulator reserves, a guard page at its bottom. A table of slot headers beside the range says whose
+// stack each slot is. A kernel finds its header from its stack pointer: no thread-local storage
+// lookup, and the reads are asm, so the memory checks do not see them.
+namespace gpumat::emulator {
+struct BlockGeometry {
+  uint3 block_idx, block_dim, grid_dim;
+};
+struct alignas(64) SlotHeader {
+  uint3 thread_idx;               // of the thread that owns the stack
+  const BlockGeometry* geometry;  // of the block running on the worker that owns the slot
+  void* fiber;                    // the engine's state of that thread
+  void* worker;                   // the engine's state of the worker
+  void* checks;                   // the memory checks' view of the worker's running thread
+};
+#if defined(__SANITIZE_ADDRESS__)
+constexpr unsigned kSlotShift = 21;  // ASan's redzones make frames larger
+#else
+constexpr unsigned kSlotShift = 18;
+#endif
+constexpr uintptr_t kSlotBytes = uintptr_t{1} << kSlotShift;
+// The slots' range and their headers (set before the first launch).
+struct SlotMap {
+  uintptr_t lo, size;
+  SlotHeader* headers;
+};
+}  // namespace gpumat::emulator
+extern "C" gpumat::emulator::SlotMap gpumat_emu_slots;
+
+namespace gpumat::emulator {
+// A load the instrumentation does not see (x86-64 and AArch64; elsewhere the checks ignore the
+// slot headers themselves).
+template <typename T>
+inline T quiet_load(const T* p) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "quiet_load of 4 or 8 bytes");
+  T v;
+#if defined(__x86_64__)
+  asm("mov (%1), %0" : "=r"(v) : "r"(p));
+#elif defined(__aarch64__)
+  if constexpr (sizeof(T) == 4)
+    asm("ldr %w0, [%1]" : "=r"(v) : "r"(p));
+  else
+    asm("ldr %0, [%1]" : "=r"(v) : "r"(p));
+#else
+  v = *p;
+#endif
+  return v;
+}
+inline uint3 quiet_uint3(const uint3* p) {
+  return uint3{quiet_load(&p->x), quiet_load(&p->y), quiet_load(&p->z)};
+}
+inline uintptr_t stack_pointer() {
+  uintptr_t sp;
+#if defined(__x86_64__)
+  asm("movq %%rsp, %0" : "=r"(sp));
+#elif defined(__aarch64__)
+  asm("mov %0, sp" : "=r"(sp));
+#else
+  sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+#endif
+  return sp;
+}
+// The header of the slot the caller runs on (kernels only: host code is not on a slot).
+inline SlotHeader* current_slot() {
+  return quiet_load(&gpumat_emu_slots.headers) +
+         ((stack_pointer() - quiet_load(&gpumat_emu_slots.lo)) >> kSlotShift);
+}
+inline const BlockGeometry* current_geometry() { return quiet_load(&current_slot()->geometry); }
+}  // namespace gpumat::emulator
+#define threadIdx (::gpumat::emulator::quiet_uint3(&::gpumat::emulator::current_slot()->thread_idx))
+#define blockIdx (::gpumat::emulator::quiet_uint3(&::gpumat::emulator::current_geometry()->block_idx))
+#define blockDim (::gpumat::emulator::quiet_uint3(&::gpumat::emulator::current_geometry()->block_dim))
+#define gridDim (::gpumat::emulator::quiet_uint3(&::gpumat::emulator::current_geometry()->grid_dim))
 constexpr int warpSize = 32;
 
 // ---------------------------------------------------------------------------- synchronisation
@@ -114,16 +200,19 @@ inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 namespace gpumat::emulator {
 template <typename T>
 inline uint64_t to_bits(T v) {
-  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "warp shuffle of an unsupported type");
-  uint64_t bits = 0;
-  std::memcpy(&bits, &v, sizeof(T));
-  return bits;
+  static_assert(std::is_trivially_copyable_v<T> && (sizeof(T) == 4 || sizeof(T) == 8),
+                "warp shuffle of an unsupported type");
+  if constexpr (sizeof(T) == 4)
+    return __builtin_bit_cast(uint32_t, v);
+  else
+    return __builtin_bit_cast(uint64_t, v);
 }
 template <typename T>
 inline T from_bits(uint64_t bits) {
-  T v;
-  std::memcpy(&v, &bits, sizeof(T));
-  return v;
+  if constexpr (sizeof(T) == 4)
+    return __builtin_bit_cast(T, static_cast<uint32_t>(bits));
+  else
+    return __builtin_bit_cast(T, bits);
 }
 // Lane that `lane` reads in a shuffle within segments of `width` lanes, or -1 (keeps its own value).
 template <typename T>
@@ -181,11 +270,8 @@ inline T gpumat_emu_atomic_update(T* address, T (*f)(T, T), T val) {
   Bits* p = reinterpret_cast<Bits*>(address);
   Bits old_bits = __atomic_load_n(p, __ATOMIC_RELAXED);
   for (;;) {
-    T old_v;
-    std::memcpy(&old_v, &old_bits, sizeof(T));
-    T new_v = f(old_v, val);
-    Bits new_bits;
-    std::memcpy(&new_bits, &new_v, sizeof(T));
+    const T old_v = __builtin_bit_cast(T, old_bits);
+    const Bits new_bits = __builtin_bit_cast(Bits, f(old_v, val));
     if (__atomic_compare_exchange_n(p, &old_bits, new_bits, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
       return old_v;
   }
@@ -399,6 +485,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
+// Runs fn(user_data) on the emulator's thread for the stream, in the stream's order.
+using cudaHostFn_t = void (*)(void* user_data);
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data);
 cudaError_t cudaEventCreate(cudaEvent_t* event);
 constexpr unsigned cudaEventDefault = 0, cudaEventDisableTiming = 2;
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
@@ -426,7 +515,8 @@ namespace gpumat::emulator {
 
 // kernel<<<grid, block, smem, stream>>>(args...) on the emulator. The arguments are converted to
 // the kernel's parameter types once, as the CUDA runtime does at launch; each thread then gets its
-// own copies. Returns the launch's error (also kept for cudaGetLastError()).
+// own copies. Returns the launch's configuration error (also kept for cudaGetLastError()); a fault
+// while the kernel runs is returned by the next call that synchronizes with the stream.
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), const char* name, dim3 grid, dim3 block, size_t smem,
                           cudaStream_t stream, Args&&... args) {
@@ -434,21 +524,16 @@ cudaError_t launch_kernel(void (*kernel)(Params...), const char* name, dim3 grid
   struct Call {
     void (*kernel)(Params...);
     Tuple params;
-  } call{kernel, Tuple(std::forward<Args>(args)...)};
+  };
+  // Kept by the emulator until the launch has run (it is queued), or as long as a graph holds it.
+  auto call = std::make_shared<Call>(Call{kernel, Tuple(std::forward<Args>(args)...)});
   ThreadBody body = [](void* c) {
     Call* call = static_cast<Call*>(c);
     std::apply(call->kernel, call->params);
   };
-  const void* id = reinterpret_cast<const void*>(kernel);
-  const Dim g{grid.x, grid.y, grid.z}, b{block.x, block.y, block.z};
-  if (capturing(stream)) {
-    // Recorded with a copy of its arguments, as a GPU keeps a captured launch's parameters.
-    auto held = std::make_shared<Call>(std::move(call));
-    return static_cast<cudaError_t>(capture_launch(id, name, g, b, smem, stream, [=]() {
-      return launch(id, name, g, b, smem, stream, body, held.get());
-    }));
-  }
-  return static_cast<cudaError_t>(launch(id, name, g, b, smem, stream, body, &call));
+  return static_cast<cudaError_t>(launch(reinterpret_cast<const void*>(kernel), name,
+                                         Dim{grid.x, grid.y, grid.z}, Dim{block.x, block.y, block.z}, smem,
+                                         stream, body, std::move(call), sizeof(Call)));
 }
 
 // "ns::kernel<args>" out of a signature "... [with auto Kernel = ns::kernel<args>]".

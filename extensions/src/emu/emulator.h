@@ -3,8 +3,11 @@
 // one on a GPU): nothing it measures says anything about speed on a GPU.
 //
 // Execution model
-// - A launch runs synchronously on the calling thread's behalf (as with CUDA_LAUNCH_BLOCKING=1):
-//   blocks are spread over OpenMP worker threads; each block runs entirely on one worker.
+// - Launches and asynchronous copies are queued on their stream and run, in order, by that stream's
+//   worker thread, so the host returns before the work is done, as on a GPU (at most 1024 queued
+//   operations per stream: a launch past that waits). GPUMAT_EMU_LAUNCH_BLOCKING=1 runs each one
+//   before its call returns, so a kernel's fault is returned by its launch. A launch's blocks are
+//   spread over OpenMP threads; each block runs entirely on one of them.
 // - Each CUDA thread of a block is a fiber (a user-mode context with its own stack) on that worker.
 //   Fibers rather than one OS thread per CUDA thread, because: (1) a block of 1,024 threads would
 //   need 1,024 OS threads and a futex round trip per barrier, thousands of times slower; (2) only
@@ -23,9 +26,21 @@
 //   with the same mask, else the launch faults. A shuffle from a lane outside the mask returns a
 //   poison value (NaN for floats), as the hardware's value is undefined.
 // - __shared__ variables are per-worker thread_local storage: private to the running block, shared
-//   by its threads. Static shared memory keeps whatever the worker's previous block left in it;
-//   dynamic shared memory (extern __shared__, through dynamic_smem()) is filled with 0xFF bytes
-//   (float NaN) at the start of every block, so reading it before writing shows up.
+//   by its threads. Shared memory is undefined at every block start: dynamic shared memory (extern
+//   __shared__, through dynamic_smem()) is filled with 0xFF bytes (float NaN), and a static
+//   __shared__ word that no thread of the block has written reads as NaN (the checks' shadow
+//   poisons it on that read), never as the previous block's value.
+// - Checks (the hooks in checks.cpp; the kernels are compiled with gcc's -fsanitize=thread and
+//   -fsanitize=bounds,alignment instrumentation, whose calls the emulator itself defines): every
+//   load, store and atomic of a kernel is checked. memcheck: a global access outside the live bytes
+//   of an allocation (the caching allocator's rounding slack and cached blocks included), a shared
+//   access past an array or the dynamic shared memory, a misaligned access. racecheck: two threads
+//   of a block touching one shared word in one barrier interval, one of them writing (unless a
+//   __syncwarp orders them within a warp); plain (non-atomic) writes of two blocks of one launch
+//   to one global word. initcheck: a read of device or shared memory nothing has written. A
+//   violation ends the launch with a report naming the kernel, block, thread, address and
+//   allocation. GPUMAT_EMU_CHECKS selects them (a comma list of memcheck, racecheck, initcheck;
+//   default all).
 // - cp.async copies are delivered at cp_async_wait (the latest moment the hardware may deliver
 //   them), so a read of the destination before the wait sees old data. mma and other PTX have no
 //   emulation: kernels keep a portable fallback behind the GPUMAT_EMULATED macro.
@@ -37,11 +52,12 @@
 //   65,535 tiles with small arrays. Static shared memory (__shared__ arrays) is not checked here:
 //   the emulator sees only thread_local variables, not their total per kernel; on a GPU ptxas
 //   rejects a kernel whose static shared memory exceeds 48 KiB at build time (CI's nvcc build).
-// - Device memory is host memory owned by the emulator: allocations are filled with 0xFF (NaN) so
-//   uninitialised reads show, memcpy/memset ranges are checked against live allocations, and the
-//   device has a capacity (GPUMAT_EMU_MEMORY_BYTES, default 8 GiB) past which cudaMalloc fails with
-//   cudaErrorMemoryAllocation. With AddressSanitizer, out-of-range accesses in kernels fault and the
-//   report names the kernel, block and thread (see the death callback in emulator.cpp).
+// - Device memory is host memory owned by the emulator: allocations are filled with 0xFF (NaN),
+//   memcpy/memset ranges are checked against live allocations, and the device has a capacity
+//   (GPUMAT_EMU_MEMORY_BYTES, default 8 GiB) past which cudaMalloc fails with
+//   cudaErrorMemoryAllocation. The AddressSanitizer build (make emu-sanitize) cannot have the
+//   checks' instrumentation; there ASan reports an out-of-range access, naming the kernel, block
+//   and thread (the death callback in emulator.cpp).
 // - Faults found while a kernel runs (barrier divergence, bad warp masks, a deadlock, an exception)
 //   abandon the launch and are returned by the next cudaGetLastError() as cudaErrorLaunchFailure;
 //   cudaGetErrorString() then appends the details (kernel, block, thread, what). They are not
@@ -50,7 +66,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <memory>
 
 namespace gpumat::emulator {
 
@@ -59,22 +75,29 @@ struct Dim {
   unsigned x = 1, y = 1, z = 1;
 };
 
-// One emulated CUDA thread's work: `run(ctx)` executes the kernel body for the thread whose indices
-// are current (threadIdx, blockIdx, ...).
-using ThreadBody = void (*)(void* ctx);
+// One emulated CUDA thread's work: `run(args)` executes the kernel body for the thread whose
+// indices are current (threadIdx, blockIdx, ...).
+using ThreadBody = void (*)(void* args);
 
-// Runs a kernel launch over the whole grid and returns cudaSuccess or the error code (an int: the
-// shim's cudaError_t). `kernel` identifies the kernel for cudaFuncSetAttribute; `name` is used in
-// fault reports.
+// Queues a kernel launch on `stream` (records it while the stream is captured) and returns
+// cudaSuccess or the configuration error (an int: the shim's cudaError_t). `args` is the launch's
+// argument block (args_bytes long), kept until the launch has run. `kernel` identifies the kernel
+// for cudaFuncSetAttribute; `name` is used in fault reports.
 int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem, void* stream,
-           ThreadBody body, void* ctx);
+           ThreadBody body, std::shared_ptr<void> args, size_t args_bytes);
 
-// Stream capture (cudaStreamBeginCapture): true while `stream` records its work. capture_launch
-// checks a launch's configuration as launch() does (an error invalidates the capture) and records
-// `replay`, which makes the launch when the graph runs.
-bool capturing(void* stream);
-int capture_launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem,
-                   void* stream, std::function<int()> replay);
+// gpumat's caching allocator tells the checks which bytes of a device block are in use, in the
+// order of `stream`'s work: `live_bytes` of the block at `ptr` (from cudaMalloc) handed out to a
+// new user (which also poisons the block and marks it uninitialised), or 0: returned to the cache.
+void mark_allocation(void* stream, void* ptr, size_t live_bytes);
+
+// True when instrumented kernels are loaded, so memcheck, racecheck and initcheck run (false in the
+// AddressSanitizer build of `make emu-sanitize`, which cannot have the instrumentation).
+bool checks_compiled();
+
+// GPUMAT_EMU_MAX_BLOCKS, or 0 when unset: the most blocks a launcher gives a grid-stride loop, so
+// that tests make every thread take several iterations with small arrays (read at every call).
+int64_t max_blocks();
 
 // Barrier of the running block. sync_block_count returns how many threads passed pred != 0.
 void sync_block();

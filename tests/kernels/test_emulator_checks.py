@@ -1,0 +1,216 @@
+"""The emulated device's memory checks, its asynchronous streams and its grid-stride test cap.
+
+Every emulated kernel is instrumented (extensions/src/emu/checks.cpp): memcheck (accesses outside a
+live allocation, past a ``__shared__`` array or the dynamic shared memory, misaligned), racecheck
+(shared-memory hazards in one barrier interval, plain writes of two blocks to one global address),
+initcheck (reads of memory nothing has written), as compute-sanitizer's tools on a GPU; a violation
+ends the launch and becomes a ``gpumat.CudaError`` that names the kernel, block, thread, address and
+allocation. Each check is shown catching a planted bug (the deliberately wrong kernels of
+``extensions/src/emu/selftest.cu``, run through the private ``gpumat._core._emu_selftest``) and
+passing its correct twin; the rest of ``pytest -m gpu`` is the clean run of every real kernel.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import gpumat
+from gpumat import _core, ops
+
+pytestmark = pytest.mark.gpu  # CUDA kernel code, run on the emulated device
+
+
+def selftest(name):
+    return _core._emu_selftest(name, 0)
+
+
+def expect_fault(name, *fragments):
+    """Runs self-test ``name``, expects a CudaError whose message holds every fragment."""
+    with pytest.raises(gpumat.CudaError) as info:
+        selftest(name)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    return message
+
+
+# ---------------------------------------------------------------------------- memcheck
+
+
+def test_memcheck_write_one_past_the_end_names_kernel_block_thread_address_allocation():
+    message = expect_fault(
+        "write_past_end",
+        "memcheck: invalid __global__ write of 4 bytes at 0x",
+        "kernel gpumat::emu::{anonymous}::write_past_end_kernel",
+        "block (0, 0, 0), thread (10, 0, 0)",
+        "4 bytes past the end of the 40-byte allocation",
+    )
+    assert "rounding slack" in message  # the caching allocator's block holds 512 bytes
+
+
+def test_memcheck_correct_twin_writes_every_element():
+    assert selftest("write") == [1.0] * 10
+
+
+def test_memcheck_static_shared_index_past_the_end():
+    expect_fault(
+        "shared_index_past_end",
+        "memcheck: invalid array access: index 32 out of bounds for type 'float [32]'",
+        "shared_index_kernel",
+    )
+    assert selftest("shared_index") == [31.0]
+
+
+def test_memcheck_misaligned_vector_load():
+    expect_fault(
+        "misaligned_float4", "memcheck: misaligned address 0x", "float4", "16-byte alignment"
+    )
+
+
+def test_memcheck_host_pointer():
+    expect_fault(
+        "host_pointer",
+        "memcheck: invalid __global__ write of 4 bytes",
+        "not inside any device allocation",
+        "host_pointer_kernel",
+    )
+
+
+# ---------------------------------------------------------------------------- racecheck
+
+
+def test_racecheck_shared_memory_without_a_barrier():
+    expect_fault(
+        "shared_race", "racecheck:", "hazard on static shared memory", "neighbour_sum_kernel"
+    )
+
+
+def test_racecheck_correct_twin_with_the_barrier():
+    assert selftest("shared_sync") == [float((t + 1) % 128 + 1) for t in range(128)]
+
+
+def test_racecheck_plain_counter_increments_of_several_blocks():
+    expect_fault(
+        "block_counter_plain",
+        "racecheck: plain writes to the same global memory",
+        "by block (",
+        "and by this thread, of another block, in one launch",
+    )
+
+
+def test_racecheck_atomic_counter_counts_every_block():
+    assert selftest("block_counter_atomic") == [8.0]
+
+
+# ---------------------------------------------------------------------------- initcheck
+
+
+def test_initcheck_read_of_memory_nothing_wrote():
+    expect_fault(
+        "uninitialised_read",
+        "initcheck: read of 4 bytes of uninitialised device memory",
+        "of the 128-byte allocation",
+        "copy_kernel",
+    )
+
+
+def test_initcheck_static_shared_memory_left_by_another_block():
+    expect_fault(
+        "stale_shared",
+        "initcheck:",
+        "static shared memory",
+        "that no thread of this block has written",
+        "block (1, 0, 0)",
+    )
+
+
+def test_static_shared_memory_is_poisoned_in_every_block(monkeypatch):
+    # With initcheck off, the slots block 1 does not write read as NaN (poison), not as the 1.0
+    # that block 0 left in the worker's copy of the array.
+    monkeypatch.setenv("GPUMAT_EMU_CHECKS", "memcheck,racecheck")
+    out = np.array(selftest("stale_shared"), dtype=np.float32)
+    assert np.all(out[:64] == 1.0)
+    assert np.all(out[64:96] == 1.0)
+    assert np.all(np.isnan(out[96:]))
+
+
+def test_checks_can_be_turned_off_for_debugging(monkeypatch):
+    # The write past the end lands in the allocation's rounding slack, unreported.
+    monkeypatch.setenv("GPUMAT_EMU_CHECKS", "")
+    assert selftest("write_past_end") == [1.0] * 10
+
+
+# ---------------------------------------------------------------------------- streams
+
+
+def test_launches_are_asynchronous():
+    # The stream is held; a read of the device memory without synchronizing sees it before the
+    # queued fill, a synchronized one after.
+    before, after = selftest("unsynchronized_read")
+    assert (before, after) == (1.0, 5.0)
+
+
+def test_launch_blocking_mode_runs_each_launch_before_returning(monkeypatch):
+    monkeypatch.setenv("GPUMAT_EMU_LAUNCH_BLOCKING", "1")
+    assert selftest("unsynchronized_read") == [5.0, 5.0]
+    with pytest.raises(gpumat.CudaError, match="memcheck"):
+        selftest("write_past_end")
+
+
+def test_a_queued_fault_is_reported_by_the_next_synchronization():
+    ctx = gpumat.emu(0)
+    a = gpumat.array(np.ones(8, dtype=np.float32), ctx)
+    with pytest.raises(gpumat.CudaError, match="write_past_end_kernel"):
+        selftest("write_past_end")
+    # Reported once: the device goes on working.
+    ops.array_set(a, 3.0)
+    np.testing.assert_array_equal(a.asnumpy(), np.full(8, 3.0, dtype=np.float32))
+
+
+def test_dlpack_export_waits_for_queued_kernels():
+    # The emulated device exports its memory as CPU memory (DLPack kDLCPU, zero-copy): the export
+    # must wait for the kernels queued before it, as a CPU consumer has no stream to wait on.
+    ctx = gpumat.emu(0)
+    a = gpumat.array(np.zeros(1000, dtype=np.float32), ctx)
+    a.asnumpy()
+    selftest("hold:300")  # the fill below stays queued for 300 ms
+    ops.array_set(a, 7.0)
+    view = np.from_dlpack(a)
+    np.testing.assert_array_equal(view, np.full(1000, 7.0, dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------- grid-stride loops
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3])
+def test_grid_stride_loops_iterate_under_the_block_cap(monkeypatch, cap):
+    # GPUMAT_EMU_MAX_BLOCKS caps the blocks launchers give grid-stride loops: with 4,099 elements
+    # and 256 threads a block, each thread takes up to 17 iterations. A wrong stride would leave
+    # NaN (poisoned outputs) or write an element from two blocks (racecheck).
+    monkeypatch.setenv("GPUMAT_EMU_MAX_BLOCKS", str(cap))
+    rng = np.random.default_rng(cap)
+    x = rng.standard_normal((4099,)).astype(np.float32)
+    y = rng.standard_normal((4099,)).astype(np.float32)
+    ctx = gpumat.emu(0)
+    out = gpumat.array(np.full(4099, np.nan, dtype=np.float32), ctx)
+    ops.matrix_elementwise_add(gpumat.array(x, ctx), gpumat.array(y, ctx), out)
+    np.testing.assert_allclose(out.asnumpy(), x.astype(np.float64) + y, rtol=1e-6)
+    logits = rng.standard_normal((700, 10)).astype(np.float32)
+    probs = gpumat.array(np.full((700, 10), np.nan, dtype=np.float32), ctx)
+    ops.softmax(gpumat.array(logits, ctx), probs)
+    ref = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(probs.asnumpy(), ref / ref.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_loss_partial_sums_cover_every_element_under_the_block_cap(monkeypatch):
+    # The loss kernels' partial sums: one block per partial, capped: every element is still summed.
+    monkeypatch.setenv("GPUMAT_EMU_MAX_BLOCKS", "2")
+    rng = np.random.default_rng(7)
+    p = rng.standard_normal(5000).astype(np.float32)
+    t = rng.standard_normal(5000).astype(np.float32)
+    ctx = gpumat.emu(0)
+    out = gpumat.array(np.full(1, np.nan, dtype=np.float32), ctx)
+    ops.mse_loss(gpumat.array(p, ctx), gpumat.array(t, ctx), out)
+    ref = float(np.mean((p.astype(np.float64) - t) ** 2))
+    assert math.isclose(float(out.asnumpy()[0]), ref, rel_tol=1e-5)
