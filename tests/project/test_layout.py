@@ -39,7 +39,10 @@ LAYERS = [
     {"gpumat.ops", "gpumat.reference", "gpumat.dlpack", "gpumat.checkpoint"},
     {"gpumat.graph"},  # and gpumat.graph.*
     {"gpumat.runtime"},  # and gpumat.runtime.*
-    {"gpumat.optim", "gpumat.distributed", "gpumat.datasets"},
+    {"gpumat.autograd"},
+    {"gpumat.tensor"},
+    {"gpumat.nn", "gpumat.optim", "gpumat.data", "gpumat.serialization", "gpumat.compiler"},
+    {"gpumat.distributed", "gpumat.datasets"},
     {"gpumat.models"},
     {"gpumat.train"},
 ]
