@@ -114,7 +114,9 @@ class OpSpec:
     """One kernel. ``ours(ins, out, p)`` runs gpumat; ``ref64(ins, p)`` is the float64 result.
 
     ``inputs`` says how to draw each input: "signed" (magnitudes in [0.1, 1), random signs),
-    "logits" (signed, times 3), "onehot" (one 1 per row). ``inplace``: the output is input 1
+    "positive" (in [0.1, 1)), "coarse" (integers -2..2: many equal pairs), "logits" (signed,
+    times 3), "onehot" (one 1 per row).
+    ``inplace``: the output is input 1
     (axpy). ``work(in_shapes, out_shape, p)`` gives ("bytes", n) or ("flops", n).
     """
 
@@ -197,6 +199,33 @@ OPS = {
         inputs=("signed", "signed"),
         inplace=True,
     ),
+    "exp": OpSpec(
+        ours=lambda ins, out, p: ops.exp(ins[0], out),
+        ref64=lambda ins, p: np.exp(ins[0]),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+    ),
+    "log": OpSpec(
+        ours=lambda ins, out, p: ops.log(ins[0], out),
+        ref64=lambda ins, p: np.log(ins[0]),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+        inputs=("positive",),
+    ),
+    "divide": OpSpec(
+        ours=lambda ins, out, p: ops.matrix_elementwise_divide(ins[0], ins[1], out),
+        ref64=lambda ins, p: ins[0] / ins[1],
+        work=_bytes(2, 1),
+        tol=TOL_POINTWISE,
+        inputs=("signed", "signed"),
+    ),
+    "eq": OpSpec(
+        ours=lambda ins, out, p: ops.eq(ins[0], ins[1], out),
+        ref64=lambda ins, p: (ins[0] == ins[1]).astype(np.float64),
+        work=_bytes(2, 1),
+        tol=TOL_POINTWISE,
+        inputs=("coarse", "coarse"),
+    ),
     "transpose": OpSpec(
         ours=lambda ins, out, p: ops.transpose(ins[0], out),
         ref64=lambda ins, p: ins[0].T,
@@ -216,6 +245,12 @@ OPS = {
         ref64=lambda ins, p: ins[0].reshape(-1, _n(p["shape"])).sum(axis=0).reshape(p["shape"]),
         work=_bytes(1, 1),
         tol=TOL_SUM,
+    ),
+    "argmax": OpSpec(
+        ours=lambda ins, out, p: ops.argmax(ins[0], out, p["axis"]),
+        ref64=lambda ins, p: np.argmax(ins[0], axis=p["axis"]).astype(np.float64),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
     ),
     "matmul": OpSpec(
         ours=lambda ins, out, p: ops.matrix_multiply(ins[0], p["ta"], ins[1], p["tb"], out),
@@ -268,9 +303,14 @@ OP_FUNCTION = {
     "relu": "relu",
     "relu_gradient": "relu_gradient",
     "axpy": "axpy",
+    "exp": "exp",
+    "log": "log",
+    "divide": "matrix_elementwise_divide",
+    "eq": "eq",
     "transpose": "transpose",
     "broadcast_to": "broadcast_to",
     "reduce_sum_axis_zero": "reduce_sum_axis_zero",
+    "argmax": "argmax",
     "matmul": "matrix_multiply",
     "softmax": "softmax",
     "softmax_cross_entropy": "softmax_cross_entropy",
@@ -387,6 +427,7 @@ def build_cases(quick: bool) -> list[Case]:
         _binary("relu_gradient", g, "relu_gradient", (b, 256)),
         _unary("softmax", g, "softmax", (b, 10)),
         _sce("softmax_cross_entropy", g, (b, 10)),
+        _special("argmax_predictions", g, "argmax", (b, 10), (b,), axis=1),
         Case(
             "sgd_axpy_W1",
             g,
@@ -412,9 +453,15 @@ def build_cases(quick: bool) -> list[Case]:
         _unary("relu", g, "relu", big),
         _binary("relu_gradient", g, "relu_gradient", big),
         Case("axpy", g, "axpy", [big, big], big, {"alpha": -0.01}, _shape_str(big)),
+        _unary("exp", g, "exp", big),
+        _unary("log", g, "log", big),
+        _binary("divide", g, "divide", big),
+        _binary("eq", g, "eq", big),
         _unary("transpose", g, "transpose", big),
         _special("broadcast_to", g, "broadcast_to", (cols,), big),
         _special("reduce_sum_axis_zero", g, "reduce_sum_axis_zero", big, (cols,)),
+        _special("argmax_rows", g, "argmax", big, (rows,), axis=1),
+        _special("argmax_columns", g, "argmax", big, (cols,), axis=0),
         _unary("softmax", g, "softmax", soft),
         _sce("softmax_cross_entropy", g, soft),
         _random("random_uniform", g, "random_uniform", big),
@@ -474,12 +521,19 @@ class NumpyLike:
             "relu": lambda ins, out, p: xp.maximum(ins[0], np.float32(0), out=out),
             "relu_gradient": lambda ins, out, p: xp.multiply(ins[1], ins[0] > 0, out=out),
             "axpy": self._axpy,
+            "exp": lambda ins, out, p: xp.exp(ins[0], out=out),
+            "log": lambda ins, out, p: xp.log(ins[0], out=out),
+            "divide": lambda ins, out, p: xp.divide(ins[0], ins[1], out=out),
+            "eq": lambda ins, out, p: xp.equal(ins[0], ins[1], out=out, casting="unsafe"),
             "transpose": lambda ins, out, p: xp.copyto(out, ins[0].T),
             "broadcast_to": lambda ins, out, p: xp.copyto(
                 out, ins[0].reshape(_strip_leading_ones(ins[0].shape))
             ),
             "reduce_sum_axis_zero": lambda ins, out, p: xp.sum(
                 ins[0].reshape(-1, out.size), axis=0, out=out.reshape(-1)
+            ),
+            "argmax": lambda ins, out, p: out.__setitem__(
+                Ellipsis, xp.argmax(ins[0], axis=p["axis"])
             ),
             "matmul": lambda ins, out, p: xp.matmul(
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out
@@ -558,6 +612,10 @@ class Torch:
                 ins[1], ins[0], 0.0
             ),
             "axpy": lambda ins, out, p: ins[1].add_(ins[0], alpha=p["alpha"]),
+            "exp": lambda ins, out, p: torch.exp(ins[0], out=out),
+            "log": lambda ins, out, p: torch.log(ins[0], out=out),
+            "divide": lambda ins, out, p: torch.div(ins[0], ins[1], out=out),
+            "eq": lambda ins, out, p: torch.eq(ins[0], ins[1], out=out),
             "transpose": lambda ins, out, p: out.copy_(ins[0].T),
             "broadcast_to": lambda ins, out, p: out.copy_(
                 ins[0].reshape(_strip_leading_ones(tuple(ins[0].shape)))
@@ -565,6 +623,7 @@ class Torch:
             "reduce_sum_axis_zero": lambda ins, out, p: torch.sum(
                 ins[0].reshape(-1, out.numel()), dim=0, out=out.view(-1)
             ),
+            "argmax": lambda ins, out, p: torch.argmax(ins[0], dim=p["axis"]),
             "matmul": lambda ins, out, p: torch.matmul(
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out
             ),
@@ -604,12 +663,27 @@ def pick_reference(ctx_name: str, wanted: str):
 # --------------------------------------------------------------------------------------------------
 
 
+# The range of each kind of input in the timed sets (uniform, drawn on the device; the timed
+# kernels' work does not depend on the values, so "coarse" inputs need not be integers there).
+INPUT_RANGES = {
+    "signed": (-1.0, 1.0),
+    "positive": (0.1, 1.0),
+    "coarse": (-2.0, 2.0),
+    "logits": (-3.0, 3.0),
+    "onehot": (0.0, 1.0),
+}
+
+
 def draw_inputs(spec: OpSpec, shapes, rng) -> list[np.ndarray]:
-    """Fresh float32 inputs: magnitudes in [0.1, 1) with random signs (never zero), logits times
-    3, or one-hot rows. Drawn in float32, so 64M-element inputs take a fraction of a second."""
+    """Fresh float32 inputs: magnitudes in [0.1, 1) with random signs (never zero) or positive,
+    logits times 3, or one-hot rows. Drawn in float32, so 64M-element inputs take a fraction of a
+    second."""
     out = []
     for j, kind in enumerate(spec.inputs):
         shape = shapes[j]
+        if kind == "coarse":
+            out.append(rng.integers(-2, 3, size=shape).astype(np.float32))
+            continue
         if kind == "onehot":
             rows, cols = shape
             a = np.zeros(shape, np.float32)
@@ -618,7 +692,8 @@ def draw_inputs(spec: OpSpec, shapes, rng) -> list[np.ndarray]:
             a = rng.random(shape, dtype=np.float32)
             a *= np.float32(0.9)
             a += np.float32(0.1)
-            a[rng.random(shape, dtype=np.float32) < 0.5] *= np.float32(-1.0)
+            if kind != "positive":
+                a[rng.random(shape, dtype=np.float32) < 0.5] *= np.float32(-1.0)
             if kind == "logits":
                 a *= np.float32(3.0)
         out.append(a)
@@ -703,9 +778,7 @@ class Runner:
             for j, kind in enumerate(spec.inputs):
                 shape = case.in_shapes[j]
                 a = gpumat.empty(shape, self.ctx)
-                low, high = {"signed": (-1.0, 1.0), "logits": (-3.0, 3.0), "onehot": (0.0, 1.0)}[
-                    kind
-                ]
+                low, high = INPUT_RANGES[kind]
                 ops.random_uniform(a, low, high, seed=1000 * s + j + 1)
                 ins.append(a)
             out = ins[1] if spec.inplace else gpumat.empty(case.out_shape, self.ctx)
@@ -734,9 +807,7 @@ class Runner:
             ins = []
             for j, kind in enumerate(spec.inputs):
                 shape = case.in_shapes[j]
-                low, high = {"signed": (-1.0, 1.0), "logits": (-3.0, 3.0), "onehot": (0.0, 1.0)}[
-                    kind
-                ]
+                low, high = INPUT_RANGES[kind]
                 ins.append(lib.random(shape, low, high))
             out = ins[1] if spec.inplace else lib.empty(case.out_shape)
             sets.append((ins, out))

@@ -67,25 +67,68 @@ cdef extern from "gpumat/gpu_matrix.h" namespace "gpumat":
         void copy_from(const GpuMatrix&) except +gpumat_raise_py_error nogil
 
 
+# One kernel call per op, grouped by family as ops.h and gpumat/_core_ops/<family>.pxi are.
 cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
+    # elementwise
     void array_set(GpuMatrix&, float) except +gpumat_raise_py_error nogil
-    void broadcast_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void reduce_sum_axis_zero(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void add(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void multiply(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void divide(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void eq(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void add_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
     void multiply_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void matmul(const GpuMatrix&, bool, const GpuMatrix&, bool, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void relu(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void relu_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void softmax(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void softmax_cross_entropy(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void transpose(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void random_uniform(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
-    void random_normal(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
     void axpy(float, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void copy(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void exp "gpumat::ops::exp"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void log "gpumat::ops::log"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    # activation
+    void relu(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void relu_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void tanh "gpumat::ops::tanh"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void sigmoid(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void tanh_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void sigmoid_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void dropout(const GpuMatrix&, GpuMatrix&, float, uint64_t) except +gpumat_raise_py_error nogil
+    void relu_bias_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                            GpuMatrix&) except +gpumat_raise_py_error nogil
+    # layout
+    void transpose(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void reshape(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    # reduce
+    void reduce_sum_axis_zero(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void broadcast_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void reduce_sum(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void reduce_mean(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void reduce_max(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void reduce_max_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                             int64_t) except +gpumat_raise_py_error nogil
+    void broadcast_axis(const GpuMatrix&, GpuMatrix&, int64_t, float) except +gpumat_raise_py_error nogil
+    void argmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    # matmul
+    void matmul(const GpuMatrix&, bool, const GpuMatrix&, bool, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void matmul_bias(const GpuMatrix&, bool, const GpuMatrix&, bool, const GpuMatrix&, GpuMatrix&,
+                     bool) except +gpumat_raise_py_error nogil
+    # softmax
+    void softmax(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void softmax_axis(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void log_softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void softmax_axis_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                               int64_t) except +gpumat_raise_py_error nogil
+    void log_softmax_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                              int64_t) except +gpumat_raise_py_error nogil
+    # loss
+    void softmax_cross_entropy(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void softmax_cross_entropy_with_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                                             GpuMatrix&) except +gpumat_raise_py_error nogil
+    void nll_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void nll_loss_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void mse_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void mae_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void mse_loss_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+                           GpuMatrix&) except +gpumat_raise_py_error nogil
+    void mae_loss_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+                           GpuMatrix&) except +gpumat_raise_py_error nogil
+    # conv
     void conv2d(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t,
                 int64_t) except +gpumat_raise_py_error nogil
     void conv2d_gradient_input(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t, int64_t,
@@ -101,6 +144,7 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     int64_t set_conv_workspace_limit(int64_t) except +gpumat_raise_py_error
     void add_channel_bias(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void reduce_sum_channels(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    # pool
     void max_pool2d(const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t, int64_t, int64_t,
                     int64_t) except +gpumat_raise_py_error nogil
     void max_pool2d_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t,
@@ -109,20 +153,12 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
                     int64_t) except +gpumat_raise_py_error nogil
     void avg_pool2d_gradient(const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t, int64_t, int64_t,
                              int64_t) except +gpumat_raise_py_error nogil
-    void mse_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void mae_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void mse_loss_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
-                           GpuMatrix&) except +gpumat_raise_py_error nogil
-    void mae_loss_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
-                           GpuMatrix&) except +gpumat_raise_py_error nogil
+    # random
+    void random_uniform(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
+    void random_normal(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
+    # optim
     void adam_update(GpuMatrix&, const GpuMatrix&, GpuMatrix&, GpuMatrix&, float, float, float, float,
                      int64_t) except +gpumat_raise_py_error nogil
-    void matmul_bias(const GpuMatrix&, bool, const GpuMatrix&, bool, const GpuMatrix&, GpuMatrix&,
-                     bool) except +gpumat_raise_py_error nogil
-    void relu_bias_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
-                            GpuMatrix&) except +gpumat_raise_py_error nogil
-    void softmax_cross_entropy_with_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
-                                             GpuMatrix&) except +gpumat_raise_py_error nogil
     void sgd_update(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
                     float) except +gpumat_raise_py_error nogil
     void momentum_sgd_update(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
@@ -130,26 +166,8 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void adam_update_multi(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
                            const vector[GpuMatrix*]&, const vector[GpuMatrix*]&, float, float, float,
                            float, int64_t) except +gpumat_raise_py_error nogil
+    # op counting
     int64_t op_count(const Device&) except +gpumat_raise_py_error
-    void softmax_axis(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
-    void log_softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
-    void softmax_axis_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
-                               int64_t) except +gpumat_raise_py_error nogil
-    void log_softmax_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
-                              int64_t) except +gpumat_raise_py_error nogil
-    void nll_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void nll_loss_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void tanh "gpumat::ops::tanh"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void sigmoid(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void tanh_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void sigmoid_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void dropout(const GpuMatrix&, GpuMatrix&, float, uint64_t) except +gpumat_raise_py_error nogil
-    void reduce_sum(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
-    void reduce_mean(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
-    void reduce_max(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
-    void broadcast_axis(const GpuMatrix&, GpuMatrix&, int64_t, float) except +gpumat_raise_py_error nogil
-    void reduce_max_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
-                             int64_t) except +gpumat_raise_py_error nogil
 
 
 cdef class PyGpuMatrix:

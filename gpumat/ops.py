@@ -16,7 +16,7 @@ Errors, raised before any kernel runs:
     ValueError: shapes that do not fit the op (the message names the op and the shapes), arrays
         on different devices, or an output that is also an input of an op that cannot work in
         place (matmul, softmax, softmax_cross_entropy, transpose, broadcast_to,
-        reduce_sum_axis_zero, the convolutions and poolings and their gradients,
+        reduce_sum_axis_zero, argmax, the convolutions and poolings and their gradients,
         reduce_sum_channels, the losses, adam_update). Elementwise ops and add_channel_bias
         may write in place. Impossible geometry (an empty convolution or pooling output, a
         channel mismatch, a wrong rank) is a ValueError too.
@@ -92,6 +92,7 @@ __all__ = [
     "adam_update",
     "adam_update_multi",
     "add_channel_bias",
+    "argmax",
     "array_set",
     "avg_pool2d",
     "avg_pool2d_gradient",
@@ -106,6 +107,9 @@ __all__ = [
     "conv2d_gradient_input",
     "copy",
     "dropout",
+    "eq",
+    "exp",
+    "log",
     "log_softmax",
     "log_softmax_gradient",
     "mae_loss",
@@ -113,6 +117,7 @@ __all__ = [
     "matmul_bias",
     "matrix_elementwise_add",
     "matrix_elementwise_add_by_const",
+    "matrix_elementwise_divide",
     "matrix_elementwise_multiply",
     "matrix_elementwise_multiply_by_const",
     "matrix_multiply",
@@ -176,6 +181,17 @@ def matrix_elementwise_multiply(matA, matB, matC) -> None:
     _core.multiply_(matA, matB, matC)
 
 
+def matrix_elementwise_divide(matA, matB, matC) -> None:
+    """matC = matA / matB elementwise, all of one shape (matC may be matA or matB), float32.
+
+    IEEE division, correctly rounded on every device (nvcc's default ``-prec-div=true``): x / 0
+    is +-inf by the signs of x and the zero, 0 / 0 and inf / inf are NaN, NaN propagates (as
+    numpy's ``a / b`` and ``torch.div``). Raises ValueError for shapes that differ or arrays on
+    different devices.
+    """
+    _core.divide_(matA, matB, matC)
+
+
 def matrix_elementwise_multiply_by_const(in_mat, val: float, out_mat) -> None:
     """out_mat = in_mat * val, same shapes (may be in place)."""
     _core.multiply_const_(in_mat, val, out_mat)
@@ -189,6 +205,39 @@ def axpy(alpha: float, x, y) -> None:
 def copy(src, dst) -> None:
     """dst = src, same shape and device (asynchronous on CUDA)."""
     _core.copy_(src, dst)
+
+
+def eq(matA, matB, matC) -> None:
+    """matC = 1.0 where matA == matB, else 0.0, elementwise; all of one shape (matC may be matA
+    or matB), float32.
+
+    IEEE equality, as numpy's ``==`` and ``torch.eq``: NaN equals nothing (not even NaN),
+    -0.0 equals +0.0, inf equals inf. Accuracy (``eq(argmax(logits), labels)``) and masks
+    without a comparison on the host. Raises ValueError for shapes that differ or arrays on
+    different devices.
+    """
+    _core.eq_(matA, matB, matC)
+
+
+def exp(in_arr, out_arr) -> None:
+    """out_arr = exp(in_arr) elementwise; any shape, both of one shape (may be in place), float32.
+
+    IEEE special values, as numpy: overflows to inf for x > ~88.72 and underflows to 0 for
+    x < ~-103.97 (through the float32 denormals); exp(-inf) = 0, NaN stays NaN. CUDA's expf is
+    within 2 ulp of the exact value, the host's C library within 1. Raises ValueError for shapes
+    that differ or arrays on different devices.
+    """
+    _core.exp_(in_arr, out_arr)
+
+
+def log(in_arr, out_arr) -> None:
+    """out_arr = log(in_arr), the natural logarithm, elementwise; one shape (may be in place).
+
+    IEEE special values, as numpy: log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays
+    NaN. Within 1 ulp on CUDA (logf) and on the host. Raises ValueError for shapes that differ or
+    arrays on different devices.
+    """
+    _core.log_(in_arr, out_arr)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -315,6 +364,20 @@ def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
     dy is shared equally by its tied maxima (x == y), the other elements get 0 (TensorFlow's
     reduce_max gradient; PyTorch's amax does the same)."""
     _core.reduce_max_gradient_(x, y, dy, out, as_int(axis, "axis", "reduce_max_gradient"))
+
+
+def argmax(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the index along ``axis`` of each slice's maximum of in_arr, as float32 numbers
+    holding the integers (0 .. n-1); out_arr has in_arr's shape with that axis removed or kept
+    as 1 (keepdims), and must not be in_arr.
+
+    PyTorch's rule (``torch.argmax``, and numpy's): the first maximum wins ties, and a NaN counts
+    as the maximum, so a slice with a NaN gives its first NaN's index. ``axis`` is an int in
+    [-ndim, ndim). Raises ValueError for a bad axis, an output of the wrong shape or aliasing the
+    input, an empty axis (when out_arr is not empty), or an axis longer than 2**24 (float32 holds
+    every index up to 2**24 exactly); TypeError for a non-integer axis.
+    """
+    _core.argmax_(in_arr, out_arr, as_int(axis, "axis", "argmax"))
 
 
 def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "adam_update",
     "adam_update_multi",
     "add_channel_bias",
+    "argmax",
     "array_set",
     "avg_pool2d",
     "avg_pool2d_gradient",
@@ -44,6 +45,9 @@ __all__ = [
     "conv2d_gradient_input",
     "copy",
     "dropout",
+    "eq",
+    "exp",
+    "log",
     "log_softmax",
     "log_softmax_gradient",
     "mae_loss",
@@ -51,6 +55,7 @@ __all__ = [
     "matmul_bias",
     "matrix_elementwise_add",
     "matrix_elementwise_add_by_const",
+    "matrix_elementwise_divide",
     "matrix_elementwise_multiply",
     "matrix_elementwise_multiply_by_const",
     "matrix_multiply",
@@ -113,6 +118,12 @@ def matrix_elementwise_multiply(matA, matB, matC) -> None:  # noqa: N803
     np.multiply(matA, matB, out=matC)
 
 
+def matrix_elementwise_divide(matA, matB, matC) -> None:  # noqa: N803
+    """matC = matA / matB (IEEE: x / 0 = +-inf, 0 / 0 = NaN, without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        np.divide(matA, matB, out=matC)
+
+
 def matrix_elementwise_multiply_by_const(in_mat, val: float, out_mat) -> None:
     """out_mat = in_mat * val."""
     np.multiply(in_mat, val, out=out_mat)
@@ -126,6 +137,23 @@ def axpy(alpha: float, x, y) -> None:
 def copy(src, dst) -> None:
     """dst = src."""
     np.copyto(dst, src)
+
+
+def eq(matA, matB, matC) -> None:  # noqa: N803
+    """matC = 1 where matA == matB, else 0 (NaN equals nothing)."""
+    matC[...] = matA == matB
+
+
+def exp(in_arr, out_arr) -> None:
+    """out_arr = exp(in_arr) (overflow to inf and underflow to 0 without warnings)."""
+    with np.errstate(over="ignore", under="ignore"):
+        np.exp(in_arr, out=out_arr)
+
+
+def log(in_arr, out_arr) -> None:
+    """out_arr = log(in_arr): log(0) = -inf, log(x < 0) = NaN (without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.log(in_arr, out=out_arr)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -253,6 +281,12 @@ def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
     dyk = np.expand_dims(dy.reshape(yk.shape[:a] + yk.shape[a + 1 :]), a)
     tie = (x == yk) | (np.isnan(x) & np.isnan(yk))
     out[...] = np.where(tie, dyk / np.maximum(tie.sum(axis=a, keepdims=True), 1), 0)
+
+
+def argmax(in_arr, out_arr, axis: int) -> None:
+    """out_arr = the index along ``axis`` of each slice's first maximum (a NaN counts as the
+    maximum: numpy's and PyTorch's rule), as out_arr's dtype (out_arr: that axis removed or 1)."""
+    out_arr[...] = np.argmax(in_arr, axis=as_int(axis, "axis", "argmax")).reshape(out_arr.shape)
 
 
 def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:

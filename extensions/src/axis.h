@@ -1,8 +1,9 @@
-// Index arithmetic and per-slice loops of the reductions along one axis, shared by the host and
-// CUDA kernels (host/reduce_axis.cpp, cuda/reduce_axis.cu), so both devices compute them from one
-// definition, in the same order. The array is seen as (outer, n, inner), the axis in the middle;
-// output column col = o * inner + i names the slice in[o, :, i].
-// NOTE: a NaN in a slice makes its max NaN, and the NaN elements share that slice's gradient.
+// Index arithmetic and per-slice loops of the reductions along one axis (argmax's too) and of
+// broadcast_axis, shared by the host and CUDA kernels (host/reduce.cpp, cuda/reduce.cu), so both
+// devices compute them from one definition, in the same order. The array is seen as (outer, n,
+// inner), the axis in the middle; output column col = o * inner + i names the slice in[o, :, i].
+// NOTE: a NaN in a slice makes its max NaN, and the NaN elements share that slice's gradient; the
+// slice's argmax is then its first NaN.
 #pragma once
 
 #include <cmath>
@@ -37,6 +38,22 @@ GPUMAT_HD float reduce_slice(const float* in, int64_t col, int64_t n, int64_t in
       acc += v;
   }
   return kind == 1 ? acc / static_cast<float>(n) : acc;
+}
+
+// The index j of slice col's first maximum (n >= 1): ties go to the lowest j, and a NaN counts as
+// the maximum, so the first NaN wins (PyTorch's and numpy's argmax rule). The scan stops there.
+GPUMAT_HD int64_t argmax_slice(const float* in, int64_t col, int64_t n, int64_t inner) {
+  const int64_t base = slice_base(col, n, inner);
+  float best = in[base];
+  int64_t arg = 0;
+  for (int64_t j = 1; j < n && best == best; ++j) {
+    const float v = in[base + j * inner];
+    if (v > best || v != v) {
+      best = v;
+      arg = j;
+    }
+  }
+  return arg;
 }
 
 // dx of slice col for a max reduction: dy[col] shared equally among the elements equal to y[col].

@@ -1,9 +1,11 @@
-// Device queries and checks; error helpers shared by every source.
+// Device queries and checks, the runtime and kernel table of each device; error helpers shared by
+// every source.
 #include "gpumat/device.h"
 
 #include <sstream>
 #include <string>
 
+#include "backend.h"
 #include "cuda/runtime.h"
 #include "gpumat/error.h"
 
@@ -54,6 +56,17 @@ const DeviceRuntime& runtime_for(const Device& device) {
   if (device.kind == DeviceKind::Cuda) return cuda::runtime();
 #endif
   throw CudaError("no CUDA runtime for device " + device.str());
+}
+
+const Backend& backend_for(const Device& device) {
+  if (device.kind == DeviceKind::Host) return host_backend();
+  check_device(device);  // throws for a build without CUDA or a missing device
+  if (device.kind == DeviceKind::Emu) return emu::backend();
+#ifdef GPUMAT_WITH_CUDA
+  return cuda::backend();
+#else
+  throw CudaError("unreachable: CUDA device in a build without CUDA");
+#endif
 }
 
 void check_device(const Device& device) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 
 #include "cuda/runtime.h"
@@ -25,108 +26,141 @@ struct OpEntry {
   OpFn fn;
 };
 
-inline float F(S s, int i) { return static_cast<float>(s[i].f); }
-inline bool B(S s, int i) { return s[i].f != 0.0; }
-inline int64_t I(S s, int i) { return static_cast<int64_t>(s[i].u); }
+// How a step passes the arguments of an ops.h function: each GpuMatrix parameter is the next of the
+// step's arrays, every other parameter the next of its scalars, each list in the function's
+// argument order (the order gpumat._core's wrappers take them in, which the executor's trace
+// records). Floats and flags come from Scalar::f, integers (axes, strides, steps, seeds) exactly
+// from Scalar::u.
+template <typename T>
+constexpr bool kIsArray = std::is_same_v<std::decay_t<T>, GpuMatrix>;
 
-// Every op of ops.h that a graph node can call, by its ops.h name, with its arguments split into
-// arrays and scalars, each list in the function's argument order (the order gpumat._core's
-// wrappers take them in, which the executor's trace records).
+template <typename T>
+T step_arg(A a, S s, int array, int scalar) {
+  if constexpr (kIsArray<T>) {
+    return *a[array];
+  } else if constexpr (std::is_same_v<T, float>) {
+    return static_cast<float>(s[scalar].f);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return s[scalar].f != 0.0;
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    return static_cast<int64_t>(s[scalar].u);
+  } else {
+    static_assert(std::is_same_v<T, uint64_t>, "a step passes arrays, floats, bools, int64 and uint64");
+    return s[scalar].u;
+  }
+}
+
+template <typename Fn>
+struct StepOf;
+
+template <typename... P>
+struct StepOf<void (*)(P...)> {
+  static constexpr bool kArray[] = {false, kIsArray<P>...};  // the leading false: no empty array
+  // The number of array (or scalar) parameters before parameter k.
+  static constexpr int arrays_before(size_t k) {
+    int n = 0;
+    for (size_t i = 0; i < k; ++i) n += kArray[i + 1] ? 1 : 0;
+    return n;
+  }
+  template <size_t K>
+  static constexpr int kArraysBefore = arrays_before(K);
+  template <void (*F)(P...), size_t... K>
+  static void call(A a, S s, std::index_sequence<K...>) {
+    F(step_arg<P>(a, s, kArraysBefore<K>, static_cast<int>(K) - kArraysBefore<K>)...);
+  }
+  template <void (*F)(P...)>
+  static void run(A a, S s) {
+    call<F>(a, s, std::index_sequence_for<P...>{});
+  }
+  template <void (*F)(P...)>
+  static OpEntry entry() {
+    constexpr int arrays = arrays_before(sizeof...(P));
+    return {arrays, static_cast<int>(sizeof...(P)) - arrays, &run<F>};
+  }
+};
+
+// An op_table() entry: ops::NAME by its ops.h name, its arrays and scalars counted from its signature.
+#define GPUMAT_STEP(NAME) {#NAME, StepOf<decltype(&ops::NAME)>::entry<&ops::NAME>()}
+
+// Every op of ops.h that a graph node can call (all but the multi-tensor optimizer steps, whose
+// tensor lists a step cannot hold), grouped by family as ops.h is.
 const std::map<std::string, OpEntry>& op_table() {
   static const std::map<std::string, OpEntry> table = {
-      {"array_set", {1, 1, [](A a, S s) { ops::array_set(*a[0], F(s, 0)); }}},
-      {"broadcast_to", {2, 0, [](A a, S) { ops::broadcast_to(*a[0], *a[1]); }}},
-      {"reduce_sum_axis_zero", {2, 0, [](A a, S) { ops::reduce_sum_axis_zero(*a[0], *a[1]); }}},
-      {"add", {3, 0, [](A a, S) { ops::add(*a[0], *a[1], *a[2]); }}},
-      {"multiply", {3, 0, [](A a, S) { ops::multiply(*a[0], *a[1], *a[2]); }}},
-      {"add_const", {2, 1, [](A a, S s) { ops::add_const(*a[0], F(s, 0), *a[1]); }}},
-      {"multiply_const", {2, 1, [](A a, S s) { ops::multiply_const(*a[0], F(s, 0), *a[1]); }}},
-      {"matmul", {3, 2, [](A a, S s) { ops::matmul(*a[0], B(s, 0), *a[1], B(s, 1), *a[2]); }}},
-      {"relu", {2, 0, [](A a, S) { ops::relu(*a[0], *a[1]); }}},
-      {"relu_gradient", {3, 0, [](A a, S) { ops::relu_gradient(*a[0], *a[1], *a[2]); }}},
-      {"softmax", {2, 0, [](A a, S) { ops::softmax(*a[0], *a[1]); }}},
-      {"softmax_cross_entropy", {3, 0, [](A a, S) { ops::softmax_cross_entropy(*a[0], *a[1], *a[2]); }}},
-      {"transpose", {2, 0, [](A a, S) { ops::transpose(*a[0], *a[1]); }}},
-      {"random_uniform", {1, 3, [](A a, S s) { ops::random_uniform(*a[0], F(s, 0), F(s, 1), s[2].u); }}},
-      {"random_normal", {1, 3, [](A a, S s) { ops::random_normal(*a[0], F(s, 0), F(s, 1), s[2].u); }}},
-      {"axpy", {2, 1, [](A a, S s) { ops::axpy(F(s, 0), *a[0], *a[1]); }}},
-      {"copy", {2, 0, [](A a, S) { ops::copy(*a[0], *a[1]); }}},
-      {"reshape", {2, 0, [](A a, S) { ops::reshape(*a[0], *a[1]); }}},
-      {"conv2d",
-       {3, 4, [](A a, S s) { ops::conv2d(*a[0], *a[1], *a[2], I(s, 0), I(s, 1), I(s, 2), I(s, 3)); }}},
-      {"conv2d_gradient_input",
-       {3, 4,
-        [](A a, S s) {
-          ops::conv2d_gradient_input(*a[0], *a[1], *a[2], I(s, 0), I(s, 1), I(s, 2), I(s, 3));
-        }}},
-      {"conv2d_gradient_filter",
-       {3, 4,
-        [](A a, S s) {
-          ops::conv2d_gradient_filter(*a[0], *a[1], *a[2], I(s, 0), I(s, 1), I(s, 2), I(s, 3));
-        }}},
-      {"conv1d", {3, 2, [](A a, S s) { ops::conv1d(*a[0], *a[1], *a[2], I(s, 0), I(s, 1)); }}},
-      {"conv1d_gradient_input",
-       {3, 2, [](A a, S s) { ops::conv1d_gradient_input(*a[0], *a[1], *a[2], I(s, 0), I(s, 1)); }}},
-      {"conv1d_gradient_filter",
-       {3, 2, [](A a, S s) { ops::conv1d_gradient_filter(*a[0], *a[1], *a[2], I(s, 0), I(s, 1)); }}},
-      {"add_channel_bias", {3, 0, [](A a, S) { ops::add_channel_bias(*a[0], *a[1], *a[2]); }}},
-      {"reduce_sum_channels", {2, 0, [](A a, S) { ops::reduce_sum_channels(*a[0], *a[1]); }}},
-      {"max_pool2d",
-       {2, 6,
-        [](A a, S s) {
-          ops::max_pool2d(*a[0], *a[1], I(s, 0), I(s, 1), I(s, 2), I(s, 3), I(s, 4), I(s, 5));
-        }}},
-      {"max_pool2d_gradient",
-       {3, 6,
-        [](A a, S s) {
-          ops::max_pool2d_gradient(*a[0], *a[1], *a[2], I(s, 0), I(s, 1), I(s, 2), I(s, 3), I(s, 4), I(s, 5));
-        }}},
-      {"avg_pool2d",
-       {2, 6,
-        [](A a, S s) {
-          ops::avg_pool2d(*a[0], *a[1], I(s, 0), I(s, 1), I(s, 2), I(s, 3), I(s, 4), I(s, 5));
-        }}},
-      {"avg_pool2d_gradient",
-       {2, 6,
-        [](A a, S s) {
-          ops::avg_pool2d_gradient(*a[0], *a[1], I(s, 0), I(s, 1), I(s, 2), I(s, 3), I(s, 4), I(s, 5));
-        }}},
-      {"mse_loss", {3, 0, [](A a, S) { ops::mse_loss(*a[0], *a[1], *a[2]); }}},
-      {"mae_loss", {3, 0, [](A a, S) { ops::mae_loss(*a[0], *a[1], *a[2]); }}},
-      {"mse_loss_gradient", {4, 0, [](A a, S) { ops::mse_loss_gradient(*a[0], *a[1], *a[2], *a[3]); }}},
-      {"mae_loss_gradient", {4, 0, [](A a, S) { ops::mae_loss_gradient(*a[0], *a[1], *a[2], *a[3]); }}},
-      {"adam_update",
-       {4, 5,
-        [](A a, S s) {
-          ops::adam_update(*a[0], *a[1], *a[2], *a[3], F(s, 0), F(s, 1), F(s, 2), F(s, 3), I(s, 4));
-        }}},
-      {"softmax_axis", {2, 1, [](A a, S s) { ops::softmax_axis(*a[0], *a[1], I(s, 0)); }}},
-      {"log_softmax", {2, 1, [](A a, S s) { ops::log_softmax(*a[0], *a[1], I(s, 0)); }}},
-      {"softmax_axis_gradient",
-       {3, 1, [](A a, S s) { ops::softmax_axis_gradient(*a[0], *a[1], *a[2], I(s, 0)); }}},
-      {"log_softmax_gradient",
-       {3, 1, [](A a, S s) { ops::log_softmax_gradient(*a[0], *a[1], *a[2], I(s, 0)); }}},
-      {"nll_loss", {3, 0, [](A a, S) { ops::nll_loss(*a[0], *a[1], *a[2]); }}},
-      {"nll_loss_gradient", {3, 0, [](A a, S) { ops::nll_loss_gradient(*a[0], *a[1], *a[2]); }}},
-      {"tanh", {2, 0, [](A a, S) { ops::tanh(*a[0], *a[1]); }}},
-      {"sigmoid", {2, 0, [](A a, S) { ops::sigmoid(*a[0], *a[1]); }}},
-      {"tanh_gradient", {3, 0, [](A a, S) { ops::tanh_gradient(*a[0], *a[1], *a[2]); }}},
-      {"sigmoid_gradient", {3, 0, [](A a, S) { ops::sigmoid_gradient(*a[0], *a[1], *a[2]); }}},
-      {"dropout", {2, 2, [](A a, S s) { ops::dropout(*a[0], *a[1], F(s, 0), s[1].u); }}},
-      {"reduce_sum", {2, 1, [](A a, S s) { ops::reduce_sum(*a[0], *a[1], I(s, 0)); }}},
-      {"reduce_mean", {2, 1, [](A a, S s) { ops::reduce_mean(*a[0], *a[1], I(s, 0)); }}},
-      {"reduce_max", {2, 1, [](A a, S s) { ops::reduce_max(*a[0], *a[1], I(s, 0)); }}},
-      {"broadcast_axis", {2, 2, [](A a, S s) { ops::broadcast_axis(*a[0], *a[1], I(s, 0), F(s, 1)); }}},
-      {"reduce_max_gradient",
-       {4, 1, [](A a, S s) { ops::reduce_max_gradient(*a[0], *a[1], *a[2], *a[3], I(s, 0)); }}},
-      {"matmul_bias",
-       {4, 3, [](A a, S s) { ops::matmul_bias(*a[0], B(s, 0), *a[1], B(s, 1), *a[2], *a[3], B(s, 2)); }}},
-      {"relu_bias_gradient", {4, 0, [](A a, S) { ops::relu_bias_gradient(*a[0], *a[1], *a[2], *a[3]); }}},
-      {"softmax_cross_entropy_with_gradient",
-       {4, 0, [](A a, S) { ops::softmax_cross_entropy_with_gradient(*a[0], *a[1], *a[2], *a[3]); }}},
+      // elementwise
+      GPUMAT_STEP(array_set),
+      GPUMAT_STEP(add),
+      GPUMAT_STEP(multiply),
+      GPUMAT_STEP(divide),
+      GPUMAT_STEP(eq),
+      GPUMAT_STEP(add_const),
+      GPUMAT_STEP(multiply_const),
+      GPUMAT_STEP(axpy),
+      GPUMAT_STEP(copy),
+      GPUMAT_STEP(exp),
+      GPUMAT_STEP(log),
+      // activation
+      GPUMAT_STEP(relu),
+      GPUMAT_STEP(relu_gradient),
+      GPUMAT_STEP(tanh),
+      GPUMAT_STEP(sigmoid),
+      GPUMAT_STEP(tanh_gradient),
+      GPUMAT_STEP(sigmoid_gradient),
+      GPUMAT_STEP(dropout),
+      GPUMAT_STEP(relu_bias_gradient),
+      // layout
+      GPUMAT_STEP(transpose),
+      GPUMAT_STEP(reshape),
+      // reduce
+      GPUMAT_STEP(reduce_sum_axis_zero),
+      GPUMAT_STEP(broadcast_to),
+      GPUMAT_STEP(reduce_sum),
+      GPUMAT_STEP(reduce_mean),
+      GPUMAT_STEP(reduce_max),
+      GPUMAT_STEP(reduce_max_gradient),
+      GPUMAT_STEP(broadcast_axis),
+      GPUMAT_STEP(argmax),
+      // matmul
+      GPUMAT_STEP(matmul),
+      GPUMAT_STEP(matmul_bias),
+      // softmax
+      GPUMAT_STEP(softmax),
+      GPUMAT_STEP(softmax_axis),
+      GPUMAT_STEP(log_softmax),
+      GPUMAT_STEP(softmax_axis_gradient),
+      GPUMAT_STEP(log_softmax_gradient),
+      // loss
+      GPUMAT_STEP(softmax_cross_entropy),
+      GPUMAT_STEP(softmax_cross_entropy_with_gradient),
+      GPUMAT_STEP(nll_loss),
+      GPUMAT_STEP(nll_loss_gradient),
+      GPUMAT_STEP(mse_loss),
+      GPUMAT_STEP(mae_loss),
+      GPUMAT_STEP(mse_loss_gradient),
+      GPUMAT_STEP(mae_loss_gradient),
+      // conv
+      GPUMAT_STEP(conv2d),
+      GPUMAT_STEP(conv2d_gradient_input),
+      GPUMAT_STEP(conv2d_gradient_filter),
+      GPUMAT_STEP(conv1d),
+      GPUMAT_STEP(conv1d_gradient_input),
+      GPUMAT_STEP(conv1d_gradient_filter),
+      GPUMAT_STEP(add_channel_bias),
+      GPUMAT_STEP(reduce_sum_channels),
+      // pool
+      GPUMAT_STEP(max_pool2d),
+      GPUMAT_STEP(max_pool2d_gradient),
+      GPUMAT_STEP(avg_pool2d),
+      GPUMAT_STEP(avg_pool2d_gradient),
+      // random
+      GPUMAT_STEP(random_uniform),
+      GPUMAT_STEP(random_normal),
+      // optim
+      GPUMAT_STEP(adam_update),
   };
   return table;
 }
+
+#undef GPUMAT_STEP
 
 }  // namespace
 

@@ -32,7 +32,7 @@ GPUMAT_HD void covering_outputs(Index i, Index k, Index stride, Index pad, Index
 // Index (ih * W + iw) in `plane` (H, W) of the argmax of pooling window (oh, ow): the first maximum
 // in row-major window order (ties: the first wins, so a gradient reaches exactly one element); a
 // NaN beats numbers and the first NaN beats later ones, so NaN propagates as in PyTorch. The window
-// holds at least one element (ops.cpp guarantees pad <= kernel / 2).
+// holds at least one element (ops/pool.cpp guarantees pad <= kernel / 2).
 GPUMAT_HD int64_t pool_argmax(const float* plane, const PoolShape& s, int64_t oh, int64_t ow) {
   int64_t h_lo, h_hi, w_lo, w_hi;
   input_span(oh, s.kh, s.stride_h, s.pad_h, s.h, &h_lo, &h_hi);

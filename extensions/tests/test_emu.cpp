@@ -162,8 +162,8 @@ void matmul_cases() {
   }
 }
 
-// The fused ops of issue 16, each emu vs host (their equality with the unfused sequences is tested
-// in Python against float64 references: tests/test_fusion.py).
+// The fused ops, each emu vs host (their equality with the unfused sequences is tested in Python
+// against float64 references: tests/runtime/test_fusion.py).
 void fused_cases() {
   namespace ops = gpumat::ops;
   const int64_t shapes[][3] = {{1, 1, 1}, {65, 63, 17}, {130, 70, 33}};
@@ -426,6 +426,47 @@ void size_cases() {
     }
   }
   unsetenv("GPUMAT_EMU_MAX_GRID_Y");
+}
+
+// ---------------------------------------------------------------------------- the front end's kernels
+// Kept in one block (the front end's ops: exp, log, divide, eq, argmax). Elementwise kernels at the
+// tails of a 256-thread block (n = 1, 31, 257) and over many blocks (4099, 300001); finite inputs
+// (check() compares by difference: the special values inf and NaN are tested in tests/kernels/).
+// argmax along the last, first and middle axes, a long row and a long column.
+
+void frontend_kernel_cases() {
+  namespace ops = gpumat::ops;
+  for (int64_t n : {1, 31, 257, 4099, 300001}) {
+    const std::string t = " n=" + std::to_string(n);
+    check("exp" + t, {{n}}, {{n}}, [](Arrays& a) { ops::exp(a[0], a[1]); }, 1e-6f, -80.0f, 80.0f);
+    check("log" + t, {{n}}, {{n}}, [](Arrays& a) { ops::log(a[0], a[1]); }, 1e-6f, 1e-6f, 100.0f);
+    check("divide" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::divide(a[0], a[1], a[2]); }, 0.0f);
+    // eq of relu(x) and relu(y): equal (0 == 0) where both are negative, a quarter of the elements
+    check(
+        "eq" + t, {{n}, {n}}, {{n}, {n}, {n}},
+        [](Arrays& a) {
+          ops::relu(a[0], a[2]);
+          ops::relu(a[1], a[3]);
+          ops::eq(a[2], a[3], a[4]);
+        },
+        0.0f);
+  }
+  struct AxisCase {
+    Shape shape;
+    int64_t axis;
+  };
+  for (const AxisCase& c : {AxisCase{{1, 1}, -1}, AxisCase{{7, 33}, 1}, AxisCase{{7, 33}, 0},
+                            AxisCase{{3, 5, 4}, 1}, AxisCase{{2, 3, 4, 5}, -2}, AxisCase{{1, 5000}, -1},
+                            AxisCase{{600, 3}, 0}, AxisCase{{70000, 2}, 1}}) {
+    const int64_t a = c.axis < 0 ? c.axis + static_cast<int64_t>(c.shape.size()) : c.axis;
+    std::string t = " (";
+    for (int64_t d : c.shape) t += std::to_string(d) + ",";
+    t += ") axis=" + std::to_string(c.axis);
+    Shape reduced = c.shape;
+    reduced.erase(reduced.begin() + a);
+    const int64_t ax = c.axis;
+    check("argmax" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::argmax(v[0], v[1], ax); }, 0.0f);
+  }
 }
 
 // ---------------------------------------------------------------------------- the emulator's own checks
@@ -691,6 +732,7 @@ int main(int argc, char** argv) {
   graph_cases();
   layer_cases();
   size_cases();
+  frontend_kernel_cases();
   std::printf("%d cases on emu:0 against the host: %d failed\n", g_cases, g_failures);
   return g_failures ? 1 : 0;
 }

@@ -1,9 +1,10 @@
-"""Elementwise graph ops: ``+``, ``*`` with nodes or constants, and arrays of zeros or ones.
+"""Elementwise graph ops: ``+``, ``*``, ``/`` with nodes or constants, ``exp``, ``log``, equality
+tests, and arrays of zeros or ones.
 
-``add_op(a, b)`` and ``mul_op(a, b)`` need equal shapes (broadcasting is explicit: add a bias with
-``z + broadcastto_op(b, z)``); ``add_byconst_op`` / ``mul_byconst_op`` take a real constant. This
-module also defines the node operators (``x + y``, ``2 * x``, ``x - y``, ``-x``) on
-:class:`gpumat.graph.Node`, beside the ops they build. Kernels:
+``add_op(a, b)``, ``mul_op(a, b)``, ``div_op(a, b)`` and ``eq_op(a, b)`` need equal shapes
+(broadcasting is explicit: add a bias with ``z + broadcastto_op(b, z)``); ``add_byconst_op`` /
+``mul_byconst_op`` take a real constant. This module also defines the node operators (``x + y``,
+``2 * x``, ``x - y``, ``-x``) on :class:`gpumat.graph.Node`, beside the ops they build. Kernels:
 :func:`gpumat.ops.matrix_elementwise_add` and the rest of the elementwise family.
 """
 
@@ -14,12 +15,20 @@ from gpumat.graph.node import Node, Op, as_const, kernels_for, short_name
 __all__ = [
     "AddByConstOp",
     "AddOp",
+    "DivOp",
+    "EqOp",
+    "ExpOp",
+    "LogOp",
     "MulByConstOp",
     "MulOp",
     "OnesLikeOp",
     "ZerosLikeOp",
     "add_byconst_op",
     "add_op",
+    "div_op",
+    "eq_op",
+    "exp_op",
+    "log_op",
     "mul_byconst_op",
     "mul_op",
     "oneslike_op",
@@ -116,6 +125,98 @@ class MulByConstOp(Op):
         return tuple(input_shapes[0])
 
 
+class DivOp(Op):
+    """``div_op(a, b)``: ``a / b`` elementwise (IEEE: x / 0 = +-inf, 0 / 0 = NaN); a and b have
+    equal shapes. Gradients: ``g / b`` for a and ``-g * a / b**2`` for b, computed as
+    ``-(g * y) / b`` from the output y = a / b (no b**2, which over- or underflows in float32 for
+    |b| past 1.8e19 or below 1e-19 where the gradient itself is finite)."""
+
+    name = "div_op"
+
+    def __call__(self, node_A: Node, node_B: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A, node_B]
+        new_node.name = f"({short_name(node_A)}/{short_name(node_B)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).matrix_elementwise_divide(input_vals[0], input_vals[1], output_val)
+
+    def gradient(self, node, output_grad):
+        b = node.inputs[1]
+        return [div_op(output_grad, b), mul_byconst_op(div_op(mul_op(output_grad, node), b), -1.0)]
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+
+
+class EqOp(Op):
+    """``eq_op(a, b)``: 1.0 where a == b, else 0.0, elementwise (IEEE equality: NaN equals
+    nothing); a and b have equal shapes. Piecewise constant, so it has no gradient: ``None`` for
+    both inputs (like ``zeroslike_op``); a loss that reaches a node only through it gets zeros."""
+
+    name = "eq_op"
+
+    def __call__(self, node_A: Node, node_B: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_A, node_B]
+        new_node.name = f"Eq({short_name(node_A)},{short_name(node_B)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).eq(input_vals[0], input_vals[1], output_val)
+
+    def gradient(self, node, output_grad):
+        return [None, None]
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+
+
+class ExpOp(Op):
+    """``exp_op(x)``: exp elementwise, any shape (overflows to inf past ~88.7, as numpy).
+    Gradient: ``y * g`` from the output y = exp(x) (no second exp)."""
+
+    name = "exp_op"
+
+    def __call__(self, node_x: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_x]
+        new_node.name = f"Exp({short_name(node_x)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).exp(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        return [mul_op(node, output_grad)]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+class LogOp(Op):
+    """``log_op(x)``: the natural logarithm elementwise, any shape (log(0) = -inf, log(x < 0) =
+    NaN, as numpy). Gradient: ``g / x``."""
+
+    name = "log_op"
+
+    def __call__(self, node_x: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_x]
+        new_node.name = f"Log({short_name(node_x)})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).log(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        return [div_op(output_grad, node.inputs[0])]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
 class ZerosLikeOp(Op):
     """An array of zeros with the input's shape; depends only on that shape."""
 
@@ -164,6 +265,10 @@ add_op = AddOp()
 add_byconst_op = AddByConstOp()
 mul_op = MulOp()
 mul_byconst_op = MulByConstOp()
+div_op = DivOp()
+eq_op = EqOp()
+exp_op = ExpOp()
+log_op = LogOp()
 zeroslike_op = ZerosLikeOp()
 oneslike_op = OnesLikeOp()
 

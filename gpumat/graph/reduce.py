@@ -3,10 +3,10 @@
 Over leading axes (the dlsys course's pair): ``reducesumaxiszero_op(a[, like])`` and
 ``broadcastto_op(a, like)``. Along one axis of any rank: ``reduce_sum_op``, ``reduce_mean_op``,
 ``reduce_max_op`` ``(x, axis, keepdims=False)``, their gradients ``broadcast_axis_op`` and
-``reduce_max_gradient_op``. Kernels: :func:`gpumat.ops.reduce_sum_axis_zero`,
-:func:`gpumat.ops.broadcast_to`, :func:`gpumat.ops.reduce_sum` and the rest of the family; the
-axis kernels see their input as (outer, n, inner) around the axis, so any axis works without a
-transpose.
+``reduce_max_gradient_op``, and ``argmax_op(x, axis, keepdims=False)`` (no gradient). Kernels:
+:func:`gpumat.ops.reduce_sum_axis_zero`, :func:`gpumat.ops.broadcast_to`,
+:func:`gpumat.ops.reduce_sum` and the rest of the family; the axis kernels see their input as
+(outer, n, inner) around the axis, so any axis works without a transpose.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from gpumat.graph.layout import reshape_op
 from gpumat.graph.node import AxisOp, Node, Op, Undefined, kernels_for, shape_str, short_name
 
 __all__ = [
+    "ArgmaxOp",
     "BroadcastAxisOp",
     "BroadcastToOp",
     "ReduceMaxGradientOp",
@@ -24,6 +25,7 @@ __all__ = [
     "ReduceMeanOp",
     "ReduceSumAxisZeroOp",
     "ReduceSumOp",
+    "argmax_op",
     "broadcast_axis_op",
     "broadcastto_op",
     "reduce_max_gradient_op",
@@ -197,6 +199,43 @@ class ReduceMaxOp(_ReduceOp):
     kernel = "reduce_max"
 
 
+class ArgmaxOp(AxisOp):
+    """``argmax_op(x, axis, keepdims=False)``: the index along ``axis`` of each slice's maximum,
+    as float32 numbers holding the integers (:func:`gpumat.ops.argmax`: the first maximum wins,
+    a NaN counts as the maximum, PyTorch's rule); the output drops the axis, or keeps it with
+    length 1 when ``keepdims``. Piecewise constant, so it has no gradient: ``None`` for its input
+    (like ``zeroslike_op``)."""
+
+    name = "argmax_op"
+
+    def __call__(self, node_x: Node, axis, keepdims=False) -> Node:
+        new_node = Op.__call__(self)
+        self._set_axis(new_node, axis)
+        if not isinstance(keepdims, (bool, np.bool_)):
+            raise TypeError(f"{self.name}: keepdims must be a bool, got {keepdims!r}")
+        new_node.keepdims = bool(keepdims)
+        new_node.inputs = [node_x]
+        kd = ",keepdims" if keepdims else ""
+        new_node.name = f"Argmax({short_name(node_x)},axis={new_node.axis}{kd})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).argmax(input_vals[0], output_val, node.axis)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        a = self.check_axis(node, s, node.axis)
+        others = s[:a] + s[a + 1 :]
+        if s[a] == 0 and int(np.prod(others, dtype=np.int64)) > 0:
+            raise self._error(
+                node, f"cannot take the argmax of an empty axis {a} of {shape_str(s)}"
+            )
+        return s[:a] + (1,) + s[a + 1 :] if node.keepdims else others
+
+
 class BroadcastAxisOp(AxisOp):
     """``broadcast_axis_op(g, like, axis, mean=False)``: g (like's shape reduced along ``axis``,
     the axis dropped or kept as 1) repeated along ``axis`` to like's shape, times 1/n when
@@ -280,3 +319,4 @@ reduce_mean_op = ReduceMeanOp()
 reduce_max_op = ReduceMaxOp()
 broadcast_axis_op = BroadcastAxisOp()
 reduce_max_gradient_op = ReduceMaxGradientOp()
+argmax_op = ArgmaxOp()

@@ -10,6 +10,7 @@ fresh every training step, and off in evaluation.
 
 import numpy as np
 import pytest
+from conftest import GPU_SKIP_REASON, HAS_GPU
 from helpers import Out, nan_array, new_rng, rand, reference, shape_id
 from nn_helpers import check_device_gradients, check_fd_gradients, rand64
 
@@ -400,3 +401,183 @@ def test_bad_kernel_arguments(ctx):
         ops.tanh(
             a, gpumat.empty((2, 3), gpumat.cpu() if ctx.device_type != "cpu" else gpumat.emu())
         )
+
+
+# ------------------------------------------------------------------------------------- argmax
+
+# (shape, axis): the reduction cases above, every axis of a 3-D array (negative ones too), a long
+# row and a long column, and one large case
+ARGMAX_CASES = [
+    *AXIS_CASES,
+    ((1, 1), 0),
+    ((3, 4, 5), 0),
+    ((3, 4, 5), 2),
+    ((3, 4, 5), -1),
+    ((3, 4, 5), -3),
+    ((1, 5000), 1),
+    ((5000, 1), 0),
+    ((2000, 3000), 1),
+    ((2000, 3000), 0),
+]
+ARGMAX_IDS = [f"{shape_id(s)}-axis{a}" for s, a in ARGMAX_CASES]
+
+
+def _argmax_ref(x, axis, keepdims):
+    """numpy's argmax (first maximum; the first NaN when there is one) as float64."""
+    return np.argmax(x, axis=axis, keepdims=keepdims).astype(np.float64)
+
+
+def _coarse(shape, rng, nan_frac=0.0):
+    """float32 small integers (-3..3): most slices hold tied maxima; some NaNs if asked."""
+    x = rng.integers(-3, 4, size=shape).astype(np.float32)
+    if nan_frac:
+        x[rng.random(shape) < nan_frac] = np.nan
+    return x
+
+
+@pytest.mark.parametrize(("shape", "axis"), ARGMAX_CASES, ids=ARGMAX_IDS)
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("data", ["random", "ties", "nan"])
+def test_argmax_kernel(ctx, shape, axis, keepdims, data):
+    rng, seed = new_rng()
+    if data == "random":
+        x = rand(shape, rng)
+    else:
+        x = _coarse(shape, rng, nan_frac=0.1 if data == "nan" else 0.0)
+    expected = _argmax_ref(x, axis, keepdims)
+    out = nan_array(expected.shape, ctx)
+    a = gpumat.array(x, ctx)
+    ops.argmax(a, out, axis)
+    np.testing.assert_array_equal(out.asnumpy(), expected, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(a.asnumpy(), x)  # the input is untouched
+
+
+def test_argmax_ties_and_nan_rules(ctx):
+    x = np.array(
+        [
+            [1.0, 3.0, 3.0, 2.0],  # tie: the first maximum
+            [5.0, 5.0, 5.0, 5.0],  # all tied: 0
+            [-np.inf, -np.inf, -np.inf, -np.inf],  # all -inf: 0
+            [0.0, np.nan, 7.0, np.nan],  # NaN counts as the maximum: the first NaN
+            [np.nan, 9.0, np.nan, 1.0],  # a NaN first
+            [-1.0, -0.0, 0.0, -2.0],  # -0 and +0 tie: the first
+            [1e-45, 0.0, -1e-45, 1e-45],  # denormals are numbers, not zeros
+            [3.0, np.inf, np.nan, np.inf],  # NaN beats inf
+        ],
+        np.float32,
+    )
+    out = nan_array((8,), ctx)
+    ops.argmax(gpumat.array(x, ctx), out, 1)
+    np.testing.assert_array_equal(out.asnumpy(), [1, 0, 0, 1, 0, 1, 0, 2])
+    out = nan_array((1, 4), ctx)
+    ops.argmax(gpumat.array(x, ctx), out, 0)  # down the columns: each one's first NaN
+    np.testing.assert_array_equal(out.asnumpy(), [[4, 3, 4, 3]])
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -2, -3])
+def test_argmax_matches_torch_on_every_axis_of_3d(ctx, axis):
+    torch = pytest.importorskip("torch")
+    rng, seed = new_rng()
+    x = _coarse((6, 7, 8), rng, nan_frac=0.02)
+    out = nan_array(np.delete(np.array(x.shape), axis % 3), ctx)
+    ops.argmax(gpumat.array(x, ctx), out, axis)
+    want = torch.argmax(torch.from_numpy(x), dim=axis).numpy()
+    np.testing.assert_array_equal(out.asnumpy(), want.astype(np.float32), err_msg=f"seed {seed}")
+
+
+def test_argmax_bad_arguments(ctx):
+    a = gpumat.array(rand((3, 4)), ctx)
+    with pytest.raises(ValueError, match=r"argmax: axis 2 is out of range for shape \(3, 4\)"):
+        ops.argmax(a, nan_array((3,), ctx), 2)
+    with pytest.raises(ValueError, match=r"argmax: axis -3 is out of range"):
+        ops.argmax(a, nan_array((3,), ctx), -3)
+    with pytest.raises(TypeError, match="argmax: axis must be an int"):
+        ops.argmax(a, nan_array((3,), ctx), 1.0)
+    with pytest.raises(
+        ValueError, match=r"argmax: the output has shape \(4,\), expected \(3,\) or \(3, 1\)"
+    ):
+        ops.argmax(a, nan_array((4,), ctx), 1)
+    with pytest.raises(ValueError, match=r"argmax: the output has shape \(1, 3\)"):
+        ops.argmax(a, nan_array((1, 3), ctx), 1)
+    with pytest.raises(ValueError, match="argmax: cannot take the argmax of an empty axis 0"):
+        ops.argmax(gpumat.empty((0, 3), ctx), nan_array((3,), ctx), 0)
+    ops.argmax(gpumat.empty((3, 0), ctx), gpumat.empty((0,), ctx), 0)  # nothing to compute
+    # out aliasing in: (3, 1) along axis 1 keeps the shape
+    col = gpumat.array(rand((3, 1)), ctx)
+    before = col.asnumpy()
+    with pytest.raises(ValueError, match="argmax: the output must not be one of the inputs"):
+        ops.argmax(col, col, 1)
+    np.testing.assert_array_equal(col.asnumpy(), before)
+    other = gpumat.cpu() if ctx.device_type != "cpu" else gpumat.emu()
+    with pytest.raises(ValueError, match="argmax: arrays are on different devices"):
+        ops.argmax(a, gpumat.empty((3,), other), 1)
+    with pytest.raises(TypeError):
+        ops.argmax(a.asnumpy(), nan_array((3,), ctx), 1)
+
+
+def test_argmax_refuses_axes_past_float32_integers(ctx):
+    """Indices are float32: exact up to 2^24. A longer axis is refused, not rounded."""
+    n = 2**24 + 1
+    with pytest.raises(
+        ValueError, match=r"argmax: axis 0 of shape \(16777217,\) is longer than 2\^24"
+    ):
+        ops.argmax(gpumat.empty((n,), ctx), gpumat.empty((), ctx), 0)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_GPU, reason=str(GPU_SKIP_REASON))
+def test_argmax_past_one_cuda_grid():
+    """One thread per output: past grid_for's 65,535 * 16 blocks of 256 threads (268,431,360
+    outputs) the grid-stride loop takes a second lap."""
+    ctx = gpumat.gpu(0)
+    inner = 65535 * 16 * 256 + 1031
+    rng, seed = new_rng()
+    x = _coarse((2, inner), rng)
+    out = nan_array((inner,), ctx)
+    ops.argmax(gpumat.array(x, ctx), out, 0)
+    np.testing.assert_array_equal(out.asnumpy(), _argmax_ref(x, 0, False), err_msg=f"seed {seed}")
+
+
+# argmax_op: values on numpy and every device, no gradient, shape rules.
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis"), SMALL_AXIS_CASES, ids=[f"{shape_id(s)}-axis{a}" for s, a in SMALL_AXIS_CASES]
+)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_argmax_op_values_and_no_gradient(ctx, shape, axis, keepdims):
+    rng, _ = new_rng()
+    x = _coarse(shape, rng, nan_frac=0.05)
+    xv = ad.Variable("x")
+    am = ad.argmax_op(xv, axis, keepdims=keepdims)
+    assert ad.argmax_op.gradient(am, ad.oneslike_op(am)) == [None]
+    (g,) = ad.gradients(am, [xv])  # argmax is piecewise constant: zeros, like zeroslike_op
+    want = _argmax_ref(x, axis, keepdims)
+    for ex in (Executor([am, g]), Executor([am, g], ctx=ctx)):
+        got = ex.run({xv: x}, convert_to_numpy_ret_vals=True)
+        np.testing.assert_array_equal(got[0], want)
+        np.testing.assert_array_equal(got[1], np.zeros(shape))
+
+
+def test_argmax_op_shape_rules():
+    xv = ad.Variable("x")
+    cases = [((3, 4, 5), 1, False, (3, 5)), ((3, 4, 5), -1, True, (3, 4, 1)), ((7,), 0, False, ())]
+    for shape, axis, keepdims, want in cases:
+        node = ad.argmax_op(xv, axis, keepdims=keepdims)
+        assert node.op.infer_shape(node, [shape]) == want
+    node = ad.argmax_op(xv, 2)
+    with pytest.raises(
+        ValueError,
+        match=r"argmax_op at node 'Argmax\(x,axis=2\)': axis 2 is out of range for shape \(3, 4\)",
+    ):
+        node.op.infer_shape(node, [(3, 4)])
+    node = ad.argmax_op(xv, 0)
+    with pytest.raises(ValueError, match=r"argmax_op .*empty axis 0 of \(0, 3\)"):
+        node.op.infer_shape(node, [(0, 3)])
+    assert node.op.infer_shape(node, [(0, 0)]) == (0,)  # nothing to compute
+    with pytest.raises(TypeError, match="argmax_op: keepdims must be a bool"):
+        ad.argmax_op(xv, 0, keepdims=1)
+    with pytest.raises(TypeError, match="argmax_op: axis must be an int"):
+        ad.argmax_op(xv, 0.0)
+    with pytest.raises(TypeError, match="argmax_op: argument 'node_x' must be a graph Node"):
+        ad.argmax_op(np.ones(3), 0)

@@ -8,6 +8,7 @@ shapes, types, devices, aliasing) have tests of their own at the end.
 
 import numpy as np
 import pytest
+from conftest import GPU_SKIP_REASON, HAS_GPU
 from helpers import (
     EPS32,
     assert_close,
@@ -21,8 +22,10 @@ from helpers import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nn_helpers import check_device_gradients, check_fd_gradients, rand64
 
 import gpumat
+import gpumat.autodiff as ad
 import gpumat.ops as ops
 
 N = 1031  # a prime: no tile or vector width divides it
@@ -899,6 +902,10 @@ NAN_CASES = {
         2,
     ),
     "copy": (ops.copy, lambda x: x, 1),
+    "exp": (ops.exp, np.exp, 1),
+    "log": (ops.log, lambda x: np.log(np.where(x < 0, np.nan, x)), 1),  # NaN for x < 0 too
+    "divide": (ops.matrix_elementwise_divide, np.divide, 2),
+    "eq": (ops.eq, lambda a, b: (a == b).astype(np.float64), 2),  # NaN equals nothing: 0
     "transpose": (ops.transpose, lambda x: x.T, 1),
     "softmax": (ops.softmax, np_softmax, 1),
 }
@@ -1325,3 +1332,316 @@ def test_softmax_cross_entropy_output_is_an_input_raises(ctx):
     v = gpumat.array(rand((1,)), ctx)
     with pytest.raises(ValueError):
         ops.softmax_cross_entropy(v, v, v)
+
+
+# --------------------------------------------------------------------------------------------------
+# exp, log, matrix_elementwise_divide (the front end's elementwise kernels) and their graph ops
+# --------------------------------------------------------------------------------------------------
+
+# Every device rounds exp / log within 2 ulp (CUDA's expf, logf; the host's C library) and divides
+# exactly rounded: the tolerances are 4 and 1 ulp of float32, relative.
+ULP = EPS32  # 2**-23, the spacing of float32 numbers in [1, 2)
+
+
+def _positive(shape, rng, lo=-30.0, hi=30.0):
+    """float32 exp(u), u uniform in [lo, hi): positive numbers over 26 binades, never 1."""
+    return np.exp(rng.uniform(lo, hi, size=shape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_exp(ctx, shape):
+    # |x| in [0.1, 85): exp(x) spans 3e-37 .. 8e36, all normal float32 numbers
+    check_op(ctx, ops.exp, np.exp, [shape], shape, rtol=4 * ULP, atol=0, high=85.0, name="exp")
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_log(ctx, shape):
+    rng, _ = new_rng()
+    check_op(ctx, ops.log, np.log, [_positive(shape, rng)], shape, rtol=4 * ULP, atol=0, name="log")
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_elementwise_divide(ctx, shape):
+    check_op(ctx, ops.matrix_elementwise_divide, np.divide, [shape, shape], shape, rtol=ULP, atol=0)
+
+
+def _tied(shape, rng):
+    """Two float32 arrays equal at about half the positions (a random mask), else different."""
+    a = rand(shape, rng)
+    other = rand(shape, rng, low=1.0, high=2.0)  # |other| >= 1 > |a|: never equal to a
+    return a, np.where(rng.random(shape) < 0.5, a, other).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", [*ELEMENTWISE_SHAPES, LARGE], ids=shape_id)
+def test_eq(ctx, shape):
+    rng, _ = new_rng()
+    a, b = _tied(shape, rng)
+    got, expected, _ = check_op(
+        ctx, ops.eq, lambda x, y: (x == y).astype(np.float64), [a, b], shape, rtol=0, atol=0
+    )
+    assert 0 < expected.sum() < expected.size or expected.size < 8  # both outcomes occur
+
+
+def test_eq_special_values(ctx):
+    a = np.array([np.nan, np.nan, 1.0, -0.0, np.inf, -np.inf, np.inf, 3.0, 1e-45], np.float32)
+    b = np.array([np.nan, 1.0, np.nan, 0.0, np.inf, np.inf, 3.4e38, 3.0, 0.0], np.float32)
+    out = nan_array(a.shape, ctx)
+    ops.eq(gpumat.array(a, ctx), gpumat.array(b, ctx), out)
+    # NaN equals nothing, -0 == +0, inf == inf; the smallest denormal is not 0 (no flush to zero)
+    np.testing.assert_array_equal(out.asnumpy(), [0, 0, 0, 1, 1, 0, 0, 1, 0])
+    x = gpumat.array(a, ctx)
+    ops.eq(x, x, x)  # in place, one array for all three: 1 except where a is NaN
+    np.testing.assert_array_equal(x.asnumpy(), [0, 0, 1, 1, 1, 1, 1, 1, 1])
+
+
+def test_exp_overflows_to_inf_and_underflows_to_zero(ctx):
+    x = np.array(
+        [88.0, 88.8, 89.0, 1e30, np.inf, -88.0, -100.0, -103.0, -110.0, -1e30, -np.inf]
+        + [0.0, -0.0, 1.0, np.nan],
+        np.float32,
+    )
+    out = nan_array(x.shape, ctx)
+    ops.exp(gpumat.array(x, ctx), out)
+    got = out.asnumpy()
+    assert np.all(np.isinf(got[1:5]) & (got[1:5] > 0)), got  # float32's max is exp(88.72...)
+    assert np.all(got[8:11] == 0), got  # below e^-103.97 (half the smallest denormal)
+    assert got[11] == 1 and got[12] == 1 and np.isnan(got[14]), got
+    # the finite ones (denormals included: exp(-100) = 3.7e-44) to 2 ulp or 2 denormal steps
+    with np.errstate(over="ignore"):
+        expected = np.exp(x.astype(np.float64)).astype(np.float32).astype(np.float64)
+    finite = [0, 5, 6, 7, 13]
+    assert_close(got[finite], expected[finite], rtol=4 * ULP, atol=3e-45)
+    assert 0 < got[6] < 1.2e-38, "exp(-100) is a denormal, not flushed to zero"
+
+
+def test_log_special_values(ctx):
+    x = np.array([0.0, -0.0, -1.0, -1e-30, -np.inf, np.inf, np.nan, 1.0, 1e-45, 3.4e38], np.float32)
+    out = nan_array(x.shape, ctx)
+    ops.log(gpumat.array(x, ctx), out)
+    got = out.asnumpy()
+    assert got[0] == -np.inf and got[1] == -np.inf, got
+    assert np.all(np.isnan(got[2:5])) and np.isnan(got[6]), got
+    assert got[5] == np.inf and got[7] == 0.0, got
+    # the smallest denormal and the largest float: log(1.4e-45) = -103.28, log(3.4e38) = 88.72
+    assert_close(got[8:], np.log(x[8:].astype(np.float64)), rtol=4 * ULP, atol=0)
+
+
+def test_divide_ieee_special_values(ctx):
+    a = np.array(
+        [1.0, -1.0, 1.0, 0.0, np.inf, np.nan, 1.0, 1.0, 1e30, 1e-30, -0.0, 3.0], np.float32
+    )
+    b = np.array(
+        [0.0, 0.0, -0.0, 0.0, np.inf, 1.0, np.nan, np.inf, 1e-30, 1e30, 5.0, -np.inf], np.float32
+    )
+    out = nan_array(a.shape, ctx)
+    ops.matrix_elementwise_divide(gpumat.array(a, ctx), gpumat.array(b, ctx), out)
+    got = out.asnumpy()
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        expected = a / b  # float32 IEEE division, as the kernels
+    np.testing.assert_array_equal(got, expected)
+    assert list(got[:3]) == [np.inf, -np.inf, -np.inf]  # x / 0 takes the signs of x and the zero
+    assert np.isnan(got[3]) and np.isnan(got[4])  # 0 / 0, inf / inf
+    assert got[8] == np.inf and got[9] == 0  # overflow, underflow
+    assert np.signbit(got[10]) and np.signbit(got[11])  # -0 / 5 = -0, 3 / -inf = -0
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (513, 257)], ids=shape_id)
+def test_exp_log_divide_in_place(ctx, shape):
+    rng, _ = new_rng()
+    x, y = _positive(shape, rng, -3, 3), rand(shape, rng)
+    y[::2] = x[::2]  # equal rows, for eq
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    cases = [
+        (lambda a, b: ops.exp(b, b), np.exp(y64), "b"),
+        (lambda a, b: ops.log(a, a), np.log(x64), "a"),
+        (lambda a, b: ops.matrix_elementwise_divide(a, b, a), x64 / y64, "a"),
+        (lambda a, b: ops.matrix_elementwise_divide(a, b, b), x64 / y64, "b"),
+        (lambda a, b: ops.matrix_elementwise_divide(b, b, b), np.ones(shape), "b"),
+        (lambda a, b: ops.eq(a, b, a), (x64 == y64).astype(np.float64), "a"),
+        (lambda a, b: ops.eq(a, b, b), (x64 == y64).astype(np.float64), "b"),
+    ]
+    for i, (run, expected, which) in enumerate(cases):
+        a, b = gpumat.array(x, ctx), gpumat.array(y, ctx)
+        run(a, b)
+        assert_close(
+            (a if which == "a" else b).asnumpy(),
+            expected,
+            rtol=4 * ULP,
+            atol=0,
+            msg=f"in-place case {i}",
+        )
+
+
+FRONTEND_BAD_SHAPES = [  # (op name, call(ctx))
+    ("exp", lambda c: ops.exp(_arr(c, 3, 4), _arr(c, 4, 3))),
+    ("exp", lambda c: ops.exp(_arr(c, 3, 4), _arr(c, 12))),
+    ("log", lambda c: ops.log(_arr(c, 3, 4), _arr(c, 3, 5))),
+    (
+        "matrix_elementwise_divide",
+        lambda c: ops.matrix_elementwise_divide(_arr(c, 3, 4), _arr(c, 4, 3), _arr(c, 3, 4)),
+    ),
+    (
+        "matrix_elementwise_divide",
+        lambda c: ops.matrix_elementwise_divide(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 12)),
+    ),
+    ("eq", lambda c: ops.eq(_arr(c, 3, 4), _arr(c, 4, 3), _arr(c, 3, 4))),
+    ("eq", lambda c: ops.eq(_arr(c, 3, 4), _arr(c, 3, 4), _arr(c, 1, 3, 4))),
+]
+
+
+@pytest.mark.parametrize(
+    "name,call",
+    FRONTEND_BAD_SHAPES,
+    ids=[f"{n}-{i}" for i, (n, _) in enumerate(FRONTEND_BAD_SHAPES)],
+)
+def test_frontend_kernels_wrong_shapes_name_the_op_and_shapes(ctx, name, call):
+    with pytest.raises(ValueError, match=name) as info:
+        call(ctx)
+    assert "(3, 4)" in str(info.value), str(info.value)
+
+
+FRONTEND_CALLS = {  # name -> call(*arrays) and the arrays' shapes
+    "exp": (ops.exp, [(3, 4), (3, 4)]),
+    "log": (ops.log, [(3, 4), (3, 4)]),
+    "matrix_elementwise_divide": (ops.matrix_elementwise_divide, [(3, 4), (3, 4), (3, 4)]),
+    "eq": (ops.eq, [(3, 4), (3, 4), (3, 4)]),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(FRONTEND_CALLS))
+def test_frontend_kernels_mixed_devices_raise(gpu_ctx, name):
+    fn, shapes = FRONTEND_CALLS[name]
+    for i in range(len(shapes)):
+        args = [
+            gpumat.array(rand(s), gpu_ctx if j == i else gpumat.cpu()) for j, s in enumerate(shapes)
+        ]
+        before = [a.asnumpy() for a in args]
+        with pytest.raises(ValueError, match=f"{name}: arrays are on different devices"):
+            fn(*args)
+        for a, b in zip(args, before, strict=True):
+            np.testing.assert_array_equal(a.asnumpy(), b)
+
+
+@pytest.mark.parametrize("name", list(FRONTEND_CALLS))
+def test_frontend_kernels_reject_non_arrays(ctx, name):
+    fn, shapes = FRONTEND_CALLS[name]
+    for i in range(len(shapes)):
+        for bad in (None, rand(shapes[i]), 3.0):
+            args = [gpumat.array(rand(s), ctx) for s in shapes]
+            args[i] = bad
+            with pytest.raises(TypeError):
+                fn(*args)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_GPU, reason=str(GPU_SKIP_REASON))
+def test_elementwise_kernels_past_one_cuda_grid():
+    """launch_map's grid is capped at 65,535 * 16 blocks of 256 threads (common.cuh grid_for):
+    268,431,360 elements. Past that the grid-stride loop takes a second lap, which only a GPU
+    has the memory and speed to reach (the emulator runs each thread as a fiber)."""
+    ctx = gpumat.gpu(0)
+    n = 65535 * 16 * 256 + 1031
+    rng, seed = new_rng()
+    x = rand((n,), rng, high=80.0)
+    y = rand((n,), rng)
+    for fn, ref, args in [
+        (ops.exp, np.exp, [x]),
+        (ops.matrix_elementwise_divide, np.divide, [x, y]),
+    ]:
+        out = nan_array((n,), ctx)
+        fn(*[gpumat.array(a, ctx) for a in args], out)
+        expected = ref(*[a.astype(np.float64) for a in args])
+        assert_close(out.asnumpy(), expected, rtol=4 * ULP, atol=0, msg=f"seed {seed}")
+    del expected
+    out = nan_array((n,), ctx)
+    ops.log(gpumat.array(np.abs(x), ctx), out)
+    assert_close(out.asnumpy(), np.log(np.abs(x).astype(np.float64)), rtol=4 * ULP, atol=1e-7)
+
+
+# The graph ops: gradients against float64 central differences on the numpy backend, and each
+# device against numpy's analytic values and gradients.
+ELEMENTWISE_GRAPHS = {
+    "exp": (lambda x: ad.exp_op(x), 1),
+    "log": (lambda x: ad.log_op(x), 1),
+    "div": (lambda a, b: ad.div_op(a, b), 2),
+    "log_exp_div": (lambda a, b: ad.log_op(ad.div_op(ad.exp_op(a), ad.exp_op(b))), 2),
+}
+
+
+def _graph_inputs(kind, shape, rng):
+    # log needs x > 0; exp of |x| < 3; the divisors stay away from 0 (|b| >= 0.5)
+    if kind == "log":
+        return [rng.uniform(0.2, 3.0, size=shape)]
+    if kind == "div":
+        return [rand64(rng, shape, 0.1, 2.0), rand64(rng, shape, 0.5, 2.0)]
+    return [rand64(rng, shape, 0.1, 3.0) for _ in range(ELEMENTWISE_GRAPHS[kind][1])]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 9), (9, 1), (6, 7), (2, 3, 4)], ids=shape_id)
+@pytest.mark.parametrize("kind", list(ELEMENTWISE_GRAPHS))
+def test_elementwise_graph_gradients_fd_float64(kind, shape):
+    rng, _ = new_rng()
+    check_fd_gradients(ELEMENTWISE_GRAPHS[kind][0], _graph_inputs(kind, shape, rng), rng)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (9, 1), (6, 7), (2, 3, 4), (300, 70)], ids=shape_id)
+@pytest.mark.parametrize("kind", list(ELEMENTWISE_GRAPHS))
+def test_elementwise_graph_ops_on_devices_match_numpy(ctx, kind, shape):
+    rng, _ = new_rng()
+    check_device_gradients(ctx, ELEMENTWISE_GRAPHS[kind][0], _graph_inputs(kind, shape, rng), rng)
+
+
+@pytest.mark.parametrize(
+    "build,shapes,match",
+    [
+        pytest.param(ad.div_op, [(3, 4), (4, 3)], r"div_op .*\(3, 4\) and \(4, 3\)", id="div"),
+        pytest.param(ad.div_op, [(3, 4), (12,)], r"div_op .*\(3, 4\) and \(12,\)", id="div_flat"),
+    ],
+)
+def test_elementwise_graph_shape_errors(build, shapes, match):
+    xs = [ad.Variable(f"in{i}") for i in range(len(shapes))]
+    node = build(*xs)
+    with pytest.raises(ValueError, match=match) as info:
+        node.op.infer_shape(node, shapes)
+    assert node.name in str(info.value)
+
+
+def test_eq_op_values_and_no_gradient(ctx):
+    """eq_op is piecewise constant: its gradient entries are None, so a loss that reaches a and b
+    only through it gives them zero gradients, and the other factor gets eq's value."""
+    a, b, c = ad.Variable("a"), ad.Variable("b"), ad.Variable("c")
+    e = ad.eq_op(a, b)
+    assert ad.eq_op.gradient(e, ad.oneslike_op(e)) == [None, None]
+    loss = ad.mul_op(e, c)
+    nodes = [loss, *ad.gradients(loss, [a, b, c])]
+    rng, _ = new_rng()
+    x, y = _tied((6, 7), rng)
+    z = rand((6, 7), rng)
+    want = (x == y).astype(np.float32)
+    for ex in (ad.Executor(nodes), ad.Executor(nodes, ctx=ctx)):
+        got = ex.run({a: x, b: y, c: z}, convert_to_numpy_ret_vals=True)
+        np.testing.assert_array_equal(got[0], want * z)
+        np.testing.assert_array_equal(got[1], np.zeros((6, 7)))
+        np.testing.assert_array_equal(got[2], np.zeros((6, 7)))
+        np.testing.assert_array_equal(got[3], want)
+
+
+def test_eq_op_shape_rule():
+    a, b = ad.Variable("a"), ad.Variable("b")
+    node = ad.eq_op(a, b)
+    assert node.op.infer_shape(node, [(3, 4), (3, 4)]) == (3, 4)
+    with pytest.raises(ValueError, match=r"eq_op at node 'Eq\(a,b\)'.*\(3, 4\) and \(4, 3\)"):
+        node.op.infer_shape(node, [(3, 4), (4, 3)])
+
+
+def test_elementwise_graph_ops_reject_non_nodes():
+    x = ad.Variable("x")
+    for call in (
+        lambda: ad.exp_op(3.0),
+        lambda: ad.log_op(np.ones(2)),
+        lambda: ad.div_op(x, 2),
+        lambda: ad.eq_op("x", x),
+    ):
+        with pytest.raises(TypeError, match="must be a graph Node"):
+            call()

@@ -266,6 +266,17 @@ def _valid_args(name, draw, arrays: Arrays):
     if name in ("matrix_elementwise_add", "matrix_elementwise_multiply"):
         s = _shape(draw)
         return [new(s), new(s), new(s)]
+    if name == "matrix_elementwise_divide":
+        s = _shape(draw)
+        return [new(s), new(s, 0.1, 1.0), new(s)]
+    if name in ("exp", "log"):
+        s = _shape(draw)
+        return [new(s, 0.01, 5.0), new(s)]
+    if name == "eq":
+        # Small integers, so that about a third of the pairs are equal.
+        s = _shape(draw)
+        ints = [arrays.rng.integers(-1, 2, size=s).astype(np.float32) for _ in range(2)]
+        return [arrays.of(ints[0]), arrays.of(ints[1]), new(s)]
     if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
         s = _shape(draw)
         return [new(s), draw(st.floats(-5, 5)), new(s)]
@@ -390,6 +401,12 @@ def _valid_args(name, draw, arrays: Arrays):
         s = _shape(draw)
         axis = _axis_of(draw, s)
         return [new(s), new(_reduced(s, axis, draw(st.booleans()))), axis]
+    if name == "argmax":
+        # Small integers, so that slices often hold tied maxima (the first one wins).
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        x = arrays.rng.integers(-2, 3, size=s).astype(np.float32)
+        return [arrays.of(x), new(_reduced(s, axis, draw(st.booleans()))), axis]
     if name == "broadcast_axis":
         s = _shape(draw)
         axis = _axis_of(draw, s)
@@ -431,6 +448,18 @@ def _reference(name, a):
         x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _same(x.shape, y.shape, out.shape)
         return {2: x + y if name.endswith("add") else x * y}
+    if name == "matrix_elementwise_divide":
+        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, y.shape, out.shape)
+        return {2: x / y}
+    if name == "eq":
+        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+        _same(x.shape, y.shape, out.shape)
+        return {2: (x == y).astype(np.float64)}
+    if name in ("exp", "log"):
+        x, out = _arr(a[0]), _arr(a[1])
+        _same(x.shape, out.shape)
+        return {1: np.exp(x) if name == "exp" else np.log(x)}
     if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
         x, v, out = _arr(a[0]), _num(a[1]), _arr(a[2])
         _same(x.shape, out.shape)
@@ -659,6 +688,16 @@ def _reference(name, a):
             raise Invalid("empty axis")
         f = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}[name]
         return {1: f(x, axis=axis).reshape(out.shape)}
+    if name == "argmax":
+        x, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        axis = _check_axis(a[2], x.shape)
+        _reduced_like(out.shape, x.shape, axis)
+        if out.size == 0:
+            return {1: np.zeros(out.shape)}
+        if x.shape[axis] == 0:
+            raise Invalid("empty axis")
+        return {1: np.argmax(x, axis=axis).reshape(out.shape).astype(np.float64)}
     if name == "broadcast_axis":
         g, out = _arr(a[0]), _arr(a[1])
         _no_alias(a[1], a[0])
@@ -1383,6 +1422,11 @@ def batch_graph():
         "reduce_max_op": lambda u, v: nn.reduce_max_op(x, u, v),
         "broadcast_axis_op": lambda u, v: nn.broadcast_axis_op(u, x, v),
         "reduce_max_gradient_op": lambda u, v: nn.reduce_max_gradient_op(u, x, w, v),
+        "exp_op": lambda u, v: ad.exp_op(u),
+        "log_op": lambda u, v: ad.log_op(u),
+        "div_op": lambda u, v: ad.div_op(u, v),
+        "eq_op": lambda u, v: ad.eq_op(u, v),
+        "argmax_op": lambda u, v: ad.argmax_op(x, u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, ctx=v),
@@ -1407,7 +1451,15 @@ def batch_graph():
                 if not all(isinstance(n, ad.Node) for n in nodes_in) or not nodes_in:
                     return f"{name} accepted {u!r}, {v!r}"
                 return None
-            node_args = {"matmul_op": [u], "transpose_op": [u], "zeroslike_op": [u]}
+            node_args = {
+                "matmul_op": [u],
+                "transpose_op": [u],
+                "zeroslike_op": [u],
+                "exp_op": [u],
+                "log_op": [u],
+                "div_op": [u, v],
+                "eq_op": [u, v],
+            }
             for arg in node_args.get(name, []):
                 if not isinstance(arg, ad.Node):
                     return f"{name} accepted {type(arg).__name__}"
@@ -1415,7 +1467,7 @@ def batch_graph():
                 return f"matmul_op accepted trans_A={v!r}"
             # The layer ops' non-node parameters: an int axis, dropout's p in [0, 1] and seed
             # (None or an int in [0, 2**64)), a bool keepdims, a bool training mode.
-            reductions = ("reduce_sum_op", "reduce_mean_op", "reduce_max_op")
+            reductions = ("reduce_sum_op", "reduce_mean_op", "reduce_max_op", "argmax_op")
             axis_ops = reductions + (
                 "softmax_op axis",
                 "log_softmax_op",
@@ -1805,7 +1857,7 @@ def _expect_interop(fn, check, what):
 BATCHES = {
     "ops_elementwise": lambda: batch_ops(
         [n for n in OP_NAMES if n.startswith(("matrix_elementwise", "relu", "array_set"))]
-        + ["axpy", "copy", "reshape"]
+        + ["axpy", "copy", "reshape", "exp", "log", "eq"]
     ),
     "ops_layout": lambda: batch_ops(
         [
@@ -1846,7 +1898,14 @@ BATCHES = {
         ]
     ),
     "ops_reduce_axis": lambda: batch_ops(
-        ["reduce_sum", "reduce_mean", "reduce_max", "broadcast_axis", "reduce_max_gradient"]
+        [
+            "reduce_sum",
+            "reduce_mean",
+            "reduce_max",
+            "broadcast_axis",
+            "reduce_max_gradient",
+            "argmax",
+        ]
     ),
     "ops_fused": lambda: batch_ops(
         [

@@ -1,5 +1,5 @@
-// GpuMatrix: an N-d, row-major, contiguous float32 array on one device ("matrix" is the seed
-// assignment's name; any rank is supported, conv needs 4-D). It owns its buffer through the
+// GpuMatrix: an N-d, row-major, contiguous float32 array on one device ("matrix" is the
+// cuda-project interface's name; any rank is supported, conv needs 4-D). It owns its buffer through the
 // caching allocator (RAII: freed in the destructor), and is movable, not copyable.
 //
 // Zero-size arrays (a dimension of 0) are valid and own no memory; rank 0 is a scalar of size 1.

@@ -1,10 +1,18 @@
-// gpumat::ops — one function per kernel, outputs passed in (the seed assignment's style, which lets
+// gpumat::ops — one function per kernel, outputs passed in (the dlsys course's style, which lets
 // the executor own memory). Every function checks devices, shapes and aliasing here in host C++ and
 // throws ShapeError naming the op and the shapes, so no misuse can reach a kernel with bad sizes;
 // it then dispatches to the device's Backend (src/backend.h).
 //
 // All arrays are float32, row-major, contiguous. Elementwise ops allow `out` to be an input
-// (in place); the others throw ShapeError when `out` is one of their inputs.
+// (in place); the others throw ShapeError when `out` is one of their inputs. Axis arguments may be
+// negative (counted from the end, as in numpy); an axis outside [-ndim, ndim) is a ShapeError. An
+// array is seen as (outer, n, inner) around its axis (length n), so any axis works without a
+// transpose.
+//
+// Grouped by kernel family, as the sources are: src/ops/<family>.cpp (checks and dispatch),
+// src/cuda/<family>.cu and src/host/<family>.cpp (kernels). The fused ops (matmul_bias,
+// relu_bias_gradient, softmax_cross_entropy_with_gradient, the multi-tensor optimizer steps) each
+// equal a sequence of the others in one kernel launch (or two, where noted) instead of several.
 #pragma once
 
 #include <cstdint>
@@ -14,45 +22,19 @@
 
 namespace gpumat::ops {
 
+// ---------------------------------------------------------------------------- elementwise
+
 // arr[...] = value.
 void array_set(GpuMatrix& arr, float value);
 
-// out = in repeated over leading axes. in's shape, after dropping leading 1s, must be a suffix of
-// out's shape: (200,300)->(130,200,300), (1,10)->(7,10), (10,)->(7,10).
-void broadcast_to(const GpuMatrix& in, GpuMatrix& out);
-
-// Sums over leading axes. out's shape must be a suffix of in's shape (leading 1s in out are
-// allowed): (500,200,100)->(200,100), (4,5,6)->(6,), (8,10)->(1,10).
-void reduce_sum_axis_zero(const GpuMatrix& in, GpuMatrix& out);
-
-// Elementwise, all shapes equal.
+// All shapes equal. divide: out = a / b, IEEE division (x / 0 = +-inf, 0 / 0 = NaN).
 void add(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
 void multiply(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+void divide(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+// out = 1 where a == b, else 0 (IEEE equality: NaN equals nothing, -0 equals +0). All shapes equal.
+void eq(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
 void add_const(const GpuMatrix& in, float value, GpuMatrix& out);
 void multiply_const(const GpuMatrix& in, float value, GpuMatrix& out);
-
-// c (M,N) = op(a) @ op(b), op(x) = x^T when the flag is set; a is (M,K) or (K,M) when trans_a,
-// b is (K,N) or (N,K) when trans_b. K = 0 gives zeros.
-void matmul(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, GpuMatrix& c);
-
-// out = max(in, 0); relu_gradient: out = grad where in > 0, else 0 (the subgradient at 0 is 0).
-void relu(const GpuMatrix& in, GpuMatrix& out);
-void relu_gradient(const GpuMatrix& in, const GpuMatrix& grad, GpuMatrix& out);
-
-// Row-wise softmax of a 2-D (rows, cols) array, max-subtracted for stability.
-void softmax(const GpuMatrix& in, GpuMatrix& out);
-
-// out (1,) = mean over rows of -sum_c labels[r,c] * log_softmax(logits)[r,c]; logits and labels
-// are (rows, cols) with rows >= 1. log_softmax uses the log-sum-exp trick.
-void softmax_cross_entropy(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& out);
-
-// 2-D transpose: in (rows, cols) -> out (cols, rows).
-void transpose(const GpuMatrix& in, GpuMatrix& out);
-
-// Counter-based random fills: element i depends only on (seed, i), so host and CUDA give the same
-// values for the same seed. uniform in [low, high); normal through Box-Muller.
-void random_uniform(GpuMatrix& out, float low, float high, uint64_t seed);
-void random_normal(GpuMatrix& out, float mean, float stddev, uint64_t seed);
 
 // y += alpha * x (in place), same shapes.
 void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y);
@@ -60,10 +42,135 @@ void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y);
 // dst = src, same shape, same device.
 void copy(const GpuMatrix& src, GpuMatrix& dst);
 
+// out = exp(in) and out = log(in), one shape, may work in place. IEEE special values, as numpy:
+// exp overflows to inf (x > ~88.7) and underflows to 0 (x < ~-103.9); log(0) = -inf,
+// log(x < 0) = NaN, log(inf) = inf; NaN stays NaN.
+void exp(const GpuMatrix& in, GpuMatrix& out);
+void log(const GpuMatrix& in, GpuMatrix& out);
+
+// ---------------------------------------------------------------------------- activation
+
+// out = max(in, 0); relu_gradient: out = grad where in > 0, else 0 (the subgradient at 0 is 0).
+void relu(const GpuMatrix& in, GpuMatrix& out);
+void relu_gradient(const GpuMatrix& in, const GpuMatrix& grad, GpuMatrix& out);
+
+// All shapes equal, may work in place. sigmoid = 1 / (1 + exp(-x)) through exp(-|x|)
+// (no overflow for large |x|). The gradients take the forward output y: tanh_gradient = dy (1 - y^2),
+// sigmoid_gradient = dy y (1 - y).
+void tanh(const GpuMatrix& in, GpuMatrix& out);
+void sigmoid(const GpuMatrix& in, GpuMatrix& out);
+void tanh_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
+void sigmoid_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
+
+// Inverted dropout: out[i] = 0 if uniform01(seed, i) < p, else in[i] / (1 - p), 0 <= p <= 1 (p = 1
+// drops everything). The mask depends only on (seed, i) (src/random.h), so every device and the
+// numpy reference drop the same elements; the gradient is dropout of dy with the same seed.
+// Elementwise: may work in place.
+void dropout(const GpuMatrix& in, GpuMatrix& out, float p, uint64_t seed);
+
+// dz = dy * (y > 0) (relu_gradient with y the forward output or the pre-activation) and dbias =
+// column sums of dz (reduce_sum_axis_zero), in one launch. y, dy, dz are (rows, cols), dbias is
+// (cols,); dz may be dy; dbias must not be any of the others.
+void relu_bias_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dz, GpuMatrix& dbias);
+
+// ---------------------------------------------------------------------------- layout
+
+// 2-D transpose: in (rows, cols) -> out (cols, rows).
+void transpose(const GpuMatrix& in, GpuMatrix& out);
+
 // dst = src with dst's shape: same number of elements, same device (the device side of reshape).
 void reshape(const GpuMatrix& src, GpuMatrix& dst);
 
-// ---- Convolution (src/*/conv.*): im2col + our matmul, over chunks of the batch.
+// ---------------------------------------------------------------------------- reduce
+// Reductions and broadcasts, each the other's gradient.
+
+// Sums over leading axes. out's shape must be a suffix of in's shape (leading 1s in out are
+// allowed): (500,200,100)->(200,100), (4,5,6)->(6,), (8,10)->(1,10).
+void reduce_sum_axis_zero(const GpuMatrix& in, GpuMatrix& out);
+
+// out = in repeated over leading axes. in's shape, after dropping leading 1s, must be a suffix of
+// out's shape: (200,300)->(130,200,300), (1,10)->(7,10), (10,)->(7,10).
+void broadcast_to(const GpuMatrix& in, GpuMatrix& out);
+
+// Reductions along `axis`: out has in's shape with that axis removed, or kept with length 1
+// (keepdims; the two layouts are identical in memory). reduce_mean and reduce_max need the axis
+// to be non-empty. reduce_max: NaN wins. reduce_max_gradient: dx[..., j, ...] = dy / t where
+// x == y (the max), t the number of tied maxima in that slice, else 0 (ties share equally, as
+// TensorFlow's reduce_max and PyTorch's amax do).
+void reduce_sum(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void reduce_mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
+                         int64_t axis);
+
+// out (in's shape with `axis` removed, or kept with length 1) = the index along `axis` of each slice's
+// maximum, as a float holding the integer (PyTorch's argmax rule: the first maximum wins and a NaN
+// counts as the maximum, so the first NaN wins). The axis must be non-empty (when out is not) and at
+// most 2^24 long (float32 holds every index exactly); out must not be in.
+void argmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+
+// out (in's shape with `axis` inserted or filled back to out.dim(axis)) = scale * in repeated along
+// axis: the gradient of reduce_sum (scale 1) and reduce_mean (scale 1/n).
+void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale);
+
+// ---------------------------------------------------------------------------- matmul
+
+// c (M,N) = op(a) @ op(b), op(x) = x^T when the flag is set; a is (M,K) or (K,M) when trans_a,
+// b is (K,N) or (N,K) when trans_b. K = 0 gives zeros.
+void matmul(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, GpuMatrix& c);
+
+// c (m, n) = op(a) @ op(b) + bias, then max(., 0) when relu: matmul, broadcast_to, add (and relu)
+// in one launch. Shapes as matmul; bias is (n,). c must not be a, b or bias.
+void matmul_bias(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, const GpuMatrix& bias,
+                 GpuMatrix& c, bool relu);
+
+// ---------------------------------------------------------------------------- softmax
+
+// Row-wise softmax of a 2-D (rows, cols) array, max-subtracted for stability.
+void softmax(const GpuMatrix& in, GpuMatrix& out);
+
+// Softmax / log-softmax along `axis` of an N-d array (rank >= 1), max-subtracted (the log-sum-exp
+// trick): log_softmax = x - max - log sum exp(x - max). in and out have one shape and differ.
+// softmax_axis_gradient: dx = y * (dy - sum_axis y*dy) from y = softmax(x); log_softmax_gradient:
+// dx = dy - exp(y) * sum_axis dy from y = log_softmax(x). An axis of length 0 leaves out empty.
+void softmax_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void log_softmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void softmax_axis_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
+void log_softmax_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
+
+// ---------------------------------------------------------------------------- loss
+
+// out (1,) = mean over rows of -sum_c labels[r,c] * log_softmax(logits)[r,c]; logits and labels
+// are (rows, cols) with rows >= 1. log_softmax uses the log-sum-exp trick.
+void softmax_cross_entropy(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& out);
+
+// loss (1,) = softmax_cross_entropy(logits, labels) and grad (rows, cols) = (softmax(logits) -
+// labels) / rows, the gradient of that mean loss: one launch on CUDA (the last block to finish
+// takes the mean), instead of five. logits and labels are (rows, cols) with rows, cols >= 1; the outputs are
+// distinct from the inputs and from each other.
+void softmax_cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& loss,
+                                         GpuMatrix& grad);
+
+// Negative log-likelihood with one-hot (or any probability-row) targets: log_probs and target are
+// (rows, cols), rows >= 1; out (1,) = -sum target * log_probs / rows. nll_loss_gradient: out_grad
+// (rows, cols) = -dloss[0] / rows * target, the gradient with respect to log_probs.
+void nll_loss(const GpuMatrix& log_probs, const GpuMatrix& target, GpuMatrix& out);
+void nll_loss_gradient(const GpuMatrix& target, const GpuMatrix& dloss, GpuMatrix& out_grad);
+
+// Regression losses: pred and target of one shape with >= 1 element, out (1,).
+// mse_loss = mean (pred - target)^2; mae_loss = mean |pred - target|. The gradients with respect
+// to pred, times the loss's output gradient dloss (1,): 2 (pred - target) / n * dloss and
+// sign(pred - target) / n * dloss (sign(0) = 0, the subgradient PyTorch uses); out_grad has pred's shape.
+void mse_loss(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out);
+void mae_loss(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out);
+void mse_loss_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,
+                       GpuMatrix& out_grad);
+void mae_loss_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,
+                       GpuMatrix& out_grad);
+
+// ---------------------------------------------------------------------------- conv
+
+// im2col + our matmul, over chunks of the batch.
 // Cross-correlation as in every DL framework (the filter is not flipped), zero padding:
 //   y[n, f, oh, ow] = sum_{c,i,j} x[n, c, oh*stride_h - pad_h + i, ow*stride_w - pad_w + j] w[f, c, i, j]
 // with x (N, C, H, W), w (F, C, KH, KW), y (N, F, OH, OW), OH = (H + 2*pad_h - KH) / stride_h + 1
@@ -94,7 +201,9 @@ void add_channel_bias(const GpuMatrix& in, const GpuMatrix& bias, GpuMatrix& out
 // out (C,) = sum of in (N, C, ...) over every axis but axis 1: the gradient of add_channel_bias.
 void reduce_sum_channels(const GpuMatrix& in, GpuMatrix& out);
 
-// ---- Pooling (src/*/pool.*) over the (H, W) planes of x (N, C, H, W) -> y (N, C, OH, OW),
+// ---------------------------------------------------------------------------- pool
+
+// Pooling over the (H, W) planes of x (N, C, H, W) -> y (N, C, OH, OW),
 // OH = (H + 2*pad_h - KH) / stride_h + 1 (floor). Kernel and strides in [1, 2^31 - 1],
 // 0 <= pad <= kernel / 2 (so every window holds an element of x), output size >= 1.
 // max_pool2d: padding never wins (it is -inf); ties go to the first maximum in row-major window
@@ -111,91 +220,22 @@ void avg_pool2d(const GpuMatrix& x, GpuMatrix& y, int64_t kernel_h, int64_t kern
 void avg_pool2d_gradient(const GpuMatrix& dy, GpuMatrix& dx, int64_t kernel_h, int64_t kernel_w,
                          int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w);
 
-// ---- Regression losses (src/*/loss.*): pred and target of one shape with >= 1 element, out (1,).
-// mse_loss = mean (pred - target)^2; mae_loss = mean |pred - target|. The gradients with respect
-// to pred, times the loss's output gradient dloss (1,): 2 (pred - target) / n * dloss and
-// sign(pred - target) / n * dloss (sign(0) = 0, the subgradient PyTorch uses); out_grad has pred's shape.
-void mse_loss(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out);
-void mae_loss(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out);
-void mse_loss_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,
-                       GpuMatrix& out_grad);
-void mae_loss_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,
-                       GpuMatrix& out_grad);
+// ---------------------------------------------------------------------------- random
 
-// ---- Optimizer (src/*/optim.*): one Adam step in place (Kingma & Ba, "Adam: A Method for
+// Counter-based random fills: element i depends only on (seed, i), so host and CUDA give the same
+// values for the same seed. uniform in [low, high); normal through Box-Muller.
+void random_uniform(GpuMatrix& out, float low, float high, uint64_t seed);
+void random_normal(GpuMatrix& out, float mean, float stddev, uint64_t seed);
+
+// ---------------------------------------------------------------------------- optim
+
+// One Adam step in place (Kingma & Ba, "Adam: A Method for
 // Stochastic Optimization", ICLR 2015, Algorithm 1), for step t >= 1:
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //   param -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
 // param, grad, m, v have one shape and are four different arrays; 0 <= beta < 1, lr >= 0, eps >= 0.
 void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatrix& v, float lr, float beta1,
                  float beta2, float eps, int64_t step);
-
-// ---- Layers (issue 11). Axis arguments may be negative (counted from the end, as in numpy); an
-// axis outside [-ndim, ndim) is a ShapeError. The array is seen as (outer, n, inner) with the
-// axis (length n) in the middle, so any axis works without a transpose.
-
-// Softmax / log-softmax along `axis` of an N-d array (rank >= 1), max-subtracted (the log-sum-exp
-// trick): log_softmax = x - max - log sum exp(x - max). in and out have one shape and differ.
-// softmax_axis_gradient: dx = y * (dy - sum_axis y*dy) from y = softmax(x); log_softmax_gradient:
-// dx = dy - exp(y) * sum_axis dy from y = log_softmax(x). An axis of length 0 leaves out empty.
-void softmax_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
-void log_softmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
-void softmax_axis_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
-void log_softmax_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
-
-// Negative log-likelihood with one-hot (or any probability-row) targets: log_probs and target are
-// (rows, cols), rows >= 1; out (1,) = -sum target * log_probs / rows. nll_loss_gradient: out_grad
-// (rows, cols) = -dloss[0] / rows * target, the gradient with respect to log_probs.
-void nll_loss(const GpuMatrix& log_probs, const GpuMatrix& target, GpuMatrix& out);
-void nll_loss_gradient(const GpuMatrix& target, const GpuMatrix& dloss, GpuMatrix& out_grad);
-
-// Elementwise, all shapes equal, may work in place. sigmoid = 1 / (1 + exp(-x)) through exp(-|x|)
-// (no overflow for large |x|). The gradients take the forward output y: tanh_gradient = dy (1 - y^2),
-// sigmoid_gradient = dy y (1 - y).
-void tanh(const GpuMatrix& in, GpuMatrix& out);
-void sigmoid(const GpuMatrix& in, GpuMatrix& out);
-void tanh_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
-void sigmoid_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
-
-// Inverted dropout: out[i] = 0 if uniform01(seed, i) < p, else in[i] / (1 - p), 0 <= p <= 1 (p = 1
-// drops everything). The mask depends only on (seed, i) (src/random.h), so every device and the
-// numpy reference drop the same elements; the gradient is dropout of dy with the same seed.
-// Elementwise: may work in place.
-void dropout(const GpuMatrix& in, GpuMatrix& out, float p, uint64_t seed);
-
-// Reductions along `axis`: out has in's shape with that axis removed, or kept with length 1
-// (keepdims; the two layouts are identical in memory). reduce_mean and reduce_max need the axis
-// to be non-empty. reduce_max: NaN wins. broadcast_axis: out (in's shape with `axis` inserted or
-// filled back to out.dim(axis)) = scale * in repeated along axis (the gradient of reduce_sum,
-// scale 1, and reduce_mean, scale 1/n). reduce_max_gradient: dx[..., j, ...] = dy / t where
-// x == y (the max), t the number of tied maxima in that slice, else 0 (ties share equally, as
-// TensorFlow's reduce_max and PyTorch's amax do).
-void reduce_sum(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
-void reduce_mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
-void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
-void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale);
-void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
-                         int64_t axis);
-
-// ---- fused ops (issue 16); each equals a sequence of the ops above (one kernel launch, or two where
-// noted, instead of several).
-
-// c (m, n) = op(a) @ op(b) + bias, then max(., 0) when relu: matmul, broadcast_to, add (and relu)
-// in one launch. Shapes as matmul; bias is (n,). c must not be a, b or bias.
-void matmul_bias(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, const GpuMatrix& bias,
-                 GpuMatrix& c, bool relu);
-
-// dz = dy * (y > 0) (relu_gradient with y the forward output or the pre-activation) and dbias =
-// column sums of dz (reduce_sum_axis_zero), in one launch. y, dy, dz are (rows, cols), dbias is
-// (cols,); dz may be dy; dbias must not be any of the others.
-void relu_bias_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dz, GpuMatrix& dbias);
-
-// loss (1,) = softmax_cross_entropy(logits, labels) and grad (rows, cols) = (softmax(logits) -
-// labels) / rows, the gradient of that mean loss: two launches on CUDA (rows, then the mean),
-// instead of five. logits and labels are (rows, cols) with rows, cols >= 1; the outputs are
-// distinct from the inputs and from each other.
-void softmax_cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& loss,
-                                         GpuMatrix& grad);
 
 // params[i] -= lr * grads[i] for every i (SGD, Robbins & Monro 1951), one launch per 32 tensors on
 // CUDA. All arrays on one device; params[i] and grads[i] have one shape; no parameter appears twice
@@ -215,6 +255,8 @@ void momentum_sgd_update(const std::vector<GpuMatrix*>& params, const std::vecto
 void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
                        const std::vector<GpuMatrix*>& m, const std::vector<GpuMatrix*>& v, float lr,
                        float beta1, float beta2, float eps, int64_t step);
+
+// ---------------------------------------------------------------------------- op counting
 
 // Calls of the ops above that reached `device` (passed their checks) since the process started:
 // each is one kernel launch on CUDA, except the few that launch two or three (conv, the losses'

@@ -1,5 +1,7 @@
-// CUDA activation family; every array is (n,) and `out` may alias an input.
-// Host reference: ../host/activation.cpp.
+// CUDA activation family. Host reference: ../host/activation.cpp.
+// Pointwise, every array (n,), `out` may alias an input:
+//   relu:             out = x < 0 ? 0 : x             (NaN passes through)
+//   relu_gradient:    out = x > 0 ? dy : 0            (the subgradient at 0 is 0; a NaN x gives NaN)
 //   tanh:             out = tanh(x)
 //   sigmoid:          out = 1 / (1 + exp(-x))
 //   tanh_gradient:    out = dy * (1 - y^2)        (y = tanh(x), the forward output)
@@ -7,7 +9,10 @@
 //   dropout:          out = u_i < p ? 0 : x * scale, u_i = uniform01(seed, i), scale = 1/(1-p)
 // NOTE: sigmoid evaluates exp of a non-positive number only (exp(-|x|)), so it never overflows.
 // dropout's mask comes from ../random.h's counter-based uniform01, so it equals the host's (and
-// the numpy reference's) mask for the same seed. Grid-stride, one thread per element.
+// the numpy reference's) mask for the same seed. Grid-stride, one thread per element (relu and
+// relu_gradient through common.cuh's launch_map).
+// relu_bias_gradient: y, dy, dz (rows, cols), dbias (cols,): dz = dy * (y > 0) and dbias = the
+// column sums of dz, in one kernel (a 32-column block per tile, partial sums in shared memory).
 #include "../random.h"
 #include "common.cuh"
 #include "kernels.cuh"
@@ -49,6 +54,22 @@ __global__ void dropout_kernel(const float* in, float* out, int64_t n, float p, 
 
 // ---------------------------------------------------------------------------- launchers
 
+// NOTE: a comparison, not fmaxf, so NaN passes through as on the host.
+void relu(int dev, const float* in, float* out, int64_t n) {
+  launch_map("relu", dev, out, n, [=] __device__(int64_t i) {
+    float x = in[i];
+    return x < 0.0f ? 0.0f : x;
+  });
+}
+
+// NOTE: the subgradient at exactly 0 is 0; a NaN input gives NaN.
+void relu_gradient(int dev, const float* in, const float* grad, float* out, int64_t n) {
+  launch_map("relu_gradient", dev, out, n, [=] __device__(int64_t i) {
+    float x = in[i];
+    return x > 0.0f ? grad[i] : (x != x ? x : 0.0f);
+  });
+}
+
 void tanh(int dev, const float* in, float* out, int64_t n) {
   cudaStream_t stream = activate(dev);
   launch<activation_kernel<0>>("tanh", grid_for(n, kBlockSize), kBlockSize, 0, stream, in, out, n);
@@ -77,7 +98,7 @@ void dropout(int dev, const float* in, float* out, int64_t n, float p, float sca
                          seed);
 }
 
-// ---------------------------------------------------------------------------- relu_bias_gradient (issue 16)
+// ---------------------------------------------------------------------------- relu_bias_gradient
 
 namespace {
 constexpr int kRbgCols = 32;       // columns per block (one warp wide: coalesced rows)

@@ -121,4 +121,18 @@ __device__ T block_sum(T v) {
   return total;
 }
 
+// out is (n,); f(i) computes element i.
+template <typename F>
+__global__ void map_kernel(float* out, int64_t n, F f) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = f(i);
+}
+
+template <typename F>
+static void launch_map(const char* op, int dev, float* out, int64_t n, F f) {
+  cudaStream_t stream = activate(dev);
+  launch<map_kernel<F>>(op, grid_for(n, kBlockSize), kBlockSize, 0, stream, out, n, f);
+}
+
 }  // namespace gpumat::GPUMAT_CUDA_NS

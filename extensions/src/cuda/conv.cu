@@ -139,7 +139,7 @@ namespace {
 
 // Whether every index the kernels form fits in int32: the array offsets, and the window
 // arithmetic (oh * stride - pad + i stays within [-pad, h + pad)), so the strides and paddings that
-// ops.cpp admits (up to 2^31 - 1) take the 64-bit path unless the padded input is small.
+// ops/conv.cpp admits (up to 2^31 - 1) take the 64-bit path unless the padded input is small.
 bool fits_int32(const ConvShape& s) {
   const int64_t col = s.c * s.kh * s.kw * s.chunk * s.oh * s.ow, x = s.chunk * s.c * s.h * s.w;
   const int64_t span_h = s.h + 2 * s.pad_h + s.kh + s.stride_h,

@@ -1,30 +1,22 @@
-// CUDA elementwise kernels: array_set, add, multiply, add_const, multiply_const, relu,
-// relu_gradient, axpy, copy. Every array is (n,); `out` may alias an input.
-// Host reference: ../host/elementwise.cpp.
-// Tiling: one templated grid-stride kernel applies a functor per element; kBlockSize threads per
-// block, grid from grid_for() (the loop covers any n, so no launch is ever too large).
+// CUDA elementwise kernels: array_set, add, multiply, add_const, multiply_const, axpy, copy, and
+//   divide: out = a / b     (IEEE division: x / 0 = +-inf, 0 / 0 = NaN; nvcc's default -prec-div=true
+//                            rounds it correctly, as the host does)
+//   eq:     out = a == b ? 1 : 0  (IEEE equality: NaN == NaN is false, -0 == +0 is true)
+//   exp:    out = exp(x)    (IEEE: overflows to inf past ~88.7, underflows to 0 below ~-103.9)
+//   log:    out = log(x)    (log(0) = -inf, log(x < 0) = NaN, as numpy)
+// Every array is (n,); `out` may alias an input. Host reference: ../host/elementwise.cpp.
+// NOTE: expf and logf (within 2 and 1 ulp), not the __expf / __logf intrinsics, whose error grows
+// with |x| (__expf: 2 + floor(1.173 |x|) ulp; CUDA C++ Programming Guide, Mathematical Functions):
+// the ops are memory-bound, so the accurate forms cost nothing measurable.
+// Tiling: common.cuh's launch_map, one templated grid-stride kernel that applies a functor per
+// element; kBlockSize threads per block, grid from grid_for() (the loop covers any n, so no launch
+// is ever too large). copy is a device-to-device cudaMemcpyAsync.
 #include "common.cuh"
 #include "kernels.cuh"
 
 namespace gpumat::GPUMAT_CUDA_NS {
 
-// ---------------------------------------------------------------------------- kernels
-
-// out is (n,); f(i) computes element i.
-template <typename F>
-__global__ void map_kernel(float* out, int64_t n, F f) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = f(i);
-}
-
 // ---------------------------------------------------------------------------- launchers
-
-template <typename F>
-static void launch_map(const char* op, int dev, float* out, int64_t n, F f) {
-  cudaStream_t stream = activate(dev);
-  launch<map_kernel<F>>(op, grid_for(n, kBlockSize), kBlockSize, 0, stream, out, n, f);
-}
 
 void array_set(int dev, float* out, int64_t n, float value) {
   launch_map("array_set", dev, out, n, [=] __device__(int64_t) { return value; });
@@ -38,6 +30,14 @@ void multiply(int dev, const float* a, const float* b, float* out, int64_t n) {
   launch_map("matrix_elementwise_multiply", dev, out, n, [=] __device__(int64_t i) { return a[i] * b[i]; });
 }
 
+void divide(int dev, const float* a, const float* b, float* out, int64_t n) {
+  launch_map("matrix_elementwise_divide", dev, out, n, [=] __device__(int64_t i) { return a[i] / b[i]; });
+}
+
+void eq(int dev, const float* a, const float* b, float* out, int64_t n) {
+  launch_map("eq", dev, out, n, [=] __device__(int64_t i) { return a[i] == b[i] ? 1.0f : 0.0f; });
+}
+
 void add_const(int dev, const float* in, float value, float* out, int64_t n) {
   launch_map("matrix_elementwise_add_by_const", dev, out, n,
              [=] __device__(int64_t i) { return in[i] + value; });
@@ -48,24 +48,16 @@ void multiply_const(int dev, const float* in, float value, float* out, int64_t n
              [=] __device__(int64_t i) { return in[i] * value; });
 }
 
-// NOTE: a comparison, not fmaxf, so NaN passes through as on the host.
-void relu(int dev, const float* in, float* out, int64_t n) {
-  launch_map("relu", dev, out, n, [=] __device__(int64_t i) {
-    float x = in[i];
-    return x < 0.0f ? 0.0f : x;
-  });
-}
-
-// NOTE: the subgradient at exactly 0 is 0; a NaN input gives NaN.
-void relu_gradient(int dev, const float* in, const float* grad, float* out, int64_t n) {
-  launch_map("relu_gradient", dev, out, n, [=] __device__(int64_t i) {
-    float x = in[i];
-    return x > 0.0f ? grad[i] : (x != x ? x : 0.0f);
-  });
-}
-
 void axpy(int dev, float alpha, const float* x, float* y, int64_t n) {
   launch_map("axpy", dev, y, n, [=] __device__(int64_t i) { return y[i] + alpha * x[i]; });
+}
+
+void exp(int dev, const float* in, float* out, int64_t n) {
+  launch_map("exp", dev, out, n, [=] __device__(int64_t i) { return expf(in[i]); });
+}
+
+void log(int dev, const float* in, float* out, int64_t n) {
+  launch_map("log", dev, out, n, [=] __device__(int64_t i) { return logf(in[i]); });
 }
 
 void copy(int dev, const float* src, float* dst, int64_t n) {

@@ -1,9 +1,8 @@
-// CUDA layout kernels: broadcast_to and 2-D transpose. Host reference: ../host/layout.cpp.
-//   broadcast_to: in (n_in,) -> out (n_out,), out[i] = in[i % n_in]; grid-stride, one thread per
-//                 output element.
-//   transpose:    in (rows, cols) -> out (cols, rows); 32x32 tiles staged through shared memory
-//                 (padded to 33 columns so the column reads hit 32 different banks) so that both the
-//                 global reads and the global writes are coalesced.
+// CUDA layout kernels: 2-D transpose (reshape is a copy, elementwise.cu's). Host reference:
+// ../host/layout.cpp.
+//   transpose: in (rows, cols) -> out (cols, rows); 32x32 tiles staged through shared memory (padded
+//              to 33 columns so the column reads hit 32 different banks) so that both the global
+//              reads and the global writes are coalesced.
 #include <algorithm>
 
 #include "common.cuh"
@@ -17,13 +16,6 @@ constexpr int kTileRows = 8;  // a 32x8 block moves a 32x32 tile in 4 steps
 }  // namespace
 
 // ---------------------------------------------------------------------------- kernels
-
-// in is (n_in,), out is (n_out,)
-__global__ void broadcast_to_kernel(const float* in, int64_t n_in, float* out, int64_t n_out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_out;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = in[i % n_in];
-}
 
 // in is (rows, cols), out is (cols, rows); grid.x covers the ceil(cols/32) column tiles, and the
 // ceil(rows/32) row tiles are blockIdx.y, blockIdx.y + gridDim.y, ... (grid.y is capped at the
@@ -52,12 +44,6 @@ __global__ void transpose_kernel(const float* in, float* out, int64_t rows, int6
 }
 
 // ---------------------------------------------------------------------------- launchers
-
-void broadcast_to(int dev, const float* in, int64_t n_in, float* out, int64_t n_out) {
-  cudaStream_t stream = activate(dev);
-  launch<broadcast_to_kernel>("broadcast_to", grid_for(n_out, kBlockSize), kBlockSize, 0, stream, in, n_in,
-                              out, n_out);
-}
 
 void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols) {
   const GridLimits lim = grid_limits(dev);

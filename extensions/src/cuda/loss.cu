@@ -1,5 +1,5 @@
-// CUDA regression losses; pred, target, out_grad are (n,), loss and dloss (1,).
-// Host reference: ../host/loss.cpp.
+// CUDA loss family. Host reference: ../host/loss.cpp.
+// Regression losses and nll_loss: pred, target, out_grad are (n,), loss and dloss (1,).
 //   loss_partial_kernel<Abs>: partial[b] = sum over block b's grid-stride share of (p - t)^2 or |p - t|
 //   loss_mean_kernel:         loss[0] = sum_b partial[b] / n (one block, fixed order)
 //   mse/mae gradient:         out_grad[i] = dloss[0] * 2/n * (p - t)  or  dloss[0] / n * sign(p - t)
@@ -7,10 +7,17 @@
 //             kernel); nll_loss_gradient: out_grad[i] = -dloss[0] / rows * target[i]
 // The grid of the partial sums depends only on n, and every sum runs in a fixed order, so results
 // are deterministic. NOTE: NaN propagates into the loss and the gradient; sign(0) = 0.
+// softmax_cross_entropy of logits and labels (rows, cols), one block per row with softmax.cuh's row
+// statistics:
+//   cross_entropy_rows_kernel: loss[r] = -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r)),
+//                             then out[0] = mean_r loss[r], taken by the last block to finish (it
+//                             sums in a fixed order, so the result is deterministic): one launch
+//                             for the loss (and, fused, its gradient (softmax(x) - y) / rows)
 #include <algorithm>
 
 #include "common.cuh"
 #include "kernels.cuh"
+#include "softmax.cuh"
 
 namespace gpumat::GPUMAT_CUDA_NS {
 
@@ -77,6 +84,46 @@ __global__ void loss_gradient_kernel(const float* __restrict__ pred, const float
   }
 }
 
+// logits, labels are (rows, cols); loss is (rows,), scratch; out is (1,): the mean loss. With
+// WithGradient, also grad (rows, cols) = (softmax(x) - y) * inv_rows from the same row statistics
+// (the loss and its gradient from one read of the logits); grad is unused otherwise.
+// The mean: each block counts itself done on `ticket` (zero before the launch) after a fence that
+// publishes its rows' losses; the last one sums them all, in row order, and resets the ticket
+// ("last block" reduction, as in the CUDA samples' threadFenceReduction).
+template <bool WithGradient>
+__global__ void cross_entropy_rows_kernel(const float* logits, const float* labels, float* loss, float* grad,
+                                          int64_t rows, int64_t cols, float inv_rows, unsigned* ticket,
+                                          float* out) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* x = logits + r * cols;
+    const float* y = labels + r * cols;
+    float mx, log_sum;
+    row_stats(x, cols, &mx, &log_sum);
+    float acc = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
+      const float z = x[c] - mx - log_sum;
+      acc -= y[c] * z;
+      if (WithGradient) grad[r * cols + c] = (expf(z) - y[c]) * inv_rows;
+    }
+    acc = block_reduce<false>(acc);
+    if (threadIdx.x == 0) loss[r] = acc;
+  }
+  __shared__ bool last;
+  __threadfence();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const volatile float* done = loss;  // written by other blocks: read past the cache
+  float sum = 0.0f;
+  for (int64_t r = threadIdx.x; r < rows; r += kRowBlock) sum += done[r];
+  sum = block_reduce<false>(sum);
+  if (threadIdx.x == 0) {
+    out[0] = sum / static_cast<float>(rows);
+    *ticket = 0u;
+  }
+}
+
 // ---------------------------------------------------------------------------- launchers
 
 template <bool Abs>
@@ -131,6 +178,29 @@ void nll_loss_gradient(int dev, const float* target, const float* dloss, float* 
   cudaStream_t stream = activate(dev);
   launch<nll_gradient_kernel>("nll_loss_gradient", grid_for(n, kBlockSize), kBlockSize, 0, stream, target,
                               dloss, 1.0f / static_cast<float>(rows), out_grad, n);
+}
+
+void softmax_cross_entropy(int dev, const float* logits, const float* labels, float* out, int64_t rows,
+                           int64_t cols) {
+  // Per-row losses go to the device's workspace (see common.cuh).
+  cudaStream_t stream = activate(dev);
+  auto lock = workspace_lock();
+  float* loss = workspace(dev, 0, rows);
+  launch<cross_entropy_rows_kernel<false>>("softmax_cross_entropy", row_grid(rows), kRowBlock, 0, stream,
+                                           logits, labels, loss, nullptr, rows, cols, 0.0f, block_ticket(dev),
+                                           out);
+}
+
+// One launch writes the gradient, the per-row losses and their mean (the unfused graph takes five).
+void softmax_cross_entropy_with_gradient(int dev, const float* logits, const float* labels, float* out,
+                                         float* grad, int64_t rows, int64_t cols) {
+  cudaStream_t stream = activate(dev);
+  auto lock = workspace_lock();
+  float* loss = workspace(dev, 0, rows);
+  const float inv_rows = static_cast<float>(1.0 / static_cast<double>(rows));
+  launch<cross_entropy_rows_kernel<true>>("softmax_cross_entropy_with_gradient", row_grid(rows), kRowBlock, 0,
+                                          stream, logits, labels, loss, grad, rows, cols, inv_rows,
+                                          block_ticket(dev), out);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -6,12 +6,12 @@
 // 16x64 slice of op(b) in shared memory; the global loads are ordered along whichever axis is
 // contiguous for that transpose case, so they coalesce in all four cases. Out-of-range elements
 // load as 0 and out-of-range outputs are not stored, so any m, n, k works.
-// Sizes: m, n, k up to 2^31 - 1 (ops.cpp's limit, BLAS's too). Global indices and the k loop run
+// Sizes: m, n, k up to 2^31 - 1 (ops/matmul.cpp's limit, BLAS's too). Global indices and the k loop run
 // in 64 bits (k0 + 16 wraps a 32-bit counter for k near 2^31); the offsets inside a tile stay 32-bit.
 // grid.x covers the ceil(n/64) column tiles (at most 2^25, under grid.x's limit); grid.y is capped at
 // the device's limit (65,535) and each block loops over row tiles blockIdx.y + i * gridDim.y, so m
 // is not bounded by 65,535 * 64 rows.
-// Epilogue (issue 16): matmul_bias runs the same kernel with Epi = kBias or kBiasRelu, which adds
+// Epilogue: matmul_bias runs the same kernel with Epi = kBias or kBiasRelu, which adds
 // bias[col] (and takes max(., 0)) to the accumulator before the store, so a dense layer
 // relu(x @ W + b) is one launch instead of three.
 #include <algorithm>
@@ -109,7 +109,7 @@ void launch_tiled(const char* op, int dev, const float* a, bool trans_a, const f
                   const float* bias, float* c, int64_t m, int64_t n, int64_t k) {
   const GridLimits lim = grid_limits(dev);
   const int64_t col_tiles = ceil_div(n, kBN), row_tiles = ceil_div(m, kBM);
-  if (col_tiles > lim.x)  // unreachable while ops.cpp caps n at 2^31 - 1; kept for the cast below
+  if (col_tiles > lim.x)  // unreachable while ops/matmul.cpp caps n at 2^31 - 1; kept for the cast below
     throw ShapeError(std::string(op) + ": " + std::to_string(n) +
                      " output columns exceed the CUDA grid limit of " + std::to_string(lim.x * kBN));
   cudaStream_t stream = activate(dev);

@@ -39,8 +39,7 @@ void adam_update(int dev, float* param, const float* grad, float* m, float* v, i
                              n, lr, beta1, beta2, eps, bc1, bc2);
 }
 
-// ---------------------------------------------------------------------------- multi-tensor updates (issue
-// 16)
+// ---------------------------------------------------------------------------- multi-tensor updates
 
 // Up to kTableTensors tensors' pointers and sizes travel as one kernel parameter (by value: at most
 // 40 B per tensor, 1280 B for Adam's table, well under the 4 KiB parameter limit), so no table has

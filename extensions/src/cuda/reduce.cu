@@ -1,7 +1,12 @@
-// CUDA reduction: reduce_sum_axis_zero, in (rows, cols) -> out (cols,) column sums; and
-// sum_partials, the second pass that reduce_sum_channels (conv.cu) shares. Host reference:
+// CUDA reduce family: reductions and broadcasts, each the other's gradient. Host reference:
 // ../host/reduce.cpp.
+//   broadcast_to:   in (n_in,) -> out (n_out,), out[i] = in[i % n_in]
+//   broadcast_axis: in (outer, inner) -> out (outer, n, inner), out[o, j, i] = scale * in[o, i],
+//                   the index arithmetic ../axis.h's (shared with the host)
+// Both grid-stride, one thread per output element.
 //
+// reduce_sum_axis_zero, in (rows, cols) -> out (cols,) column sums; and sum_partials, the second
+// pass that reduce_sum_channels (conv.cu) shares.
 // Two levels, deterministic (no atomics):
 //   1. reduce_sum_axis_zero_kernel: grid (column tiles, row chunks). A block of 256 threads covers
 //      `tw` columns (tw = 32, or cols when narrower) x 256/tw row lanes of one chunk of rows; each
@@ -17,8 +22,21 @@
 // GPU holds, and CUDA and host agree to that rounding. Why float64 rather than a float tree: the
 // sum is memory-bound (one add per 4 bytes read), so even a GPU with 1/64-rate FP64 adds
 // (consumer parts: > 1e12 adds/s against < 3e11 floats/s of bandwidth) is not slowed by it.
+//
+// Reductions along one axis of an N-d array seen as (outer, n, inner), the axis in the middle (any
+// axis, no transposes):
+//   reduce_axis_kernel<Kind>:    out[o, i] = sum_j / mean_j / max_j in[o, j, i]  (Kind 0, 1, 2)
+//   argmax_kernel:               out[o, i] = the first j of max_j in[o, j, i] (a NaN is the max),
+//                                as a float (exact: the op refuses axes longer than 2^24)
+//   reduce_max_gradient_kernel:  dx[o, j, i] = dy[o, i] / t[o, i] where x[o, j, i] == y[o, i], else 0,
+//                                t = the number of tied maxima (ties share the gradient equally)
+// Tiling: one thread per (outer, inner) output looping over n; consecutive threads read
+// consecutive inner elements (coalesced when inner > 1). Each output is summed in a fixed order,
+// so results are deterministic. NOTE: a NaN in a slice makes its max NaN (and the NaN elements
+// share that slice's gradient). The per-slice loops are ../axis.h's, shared with the host.
 #include <algorithm>
 
+#include "../axis.h"
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -69,6 +87,48 @@ __global__ void sum_partials_kernel(const double* __restrict__ partial, int64_t 
   }
 }
 
+// in is (outer, n, inner), out is (outer, inner)
+template <int Kind>
+__global__ void reduce_axis_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[col] = axis::reduce_slice(in, col, n, inner, Kind);
+}
+
+// in is (outer, n, inner), out is (outer, inner)
+__global__ void argmax_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[col] = static_cast<float>(axis::argmax_slice(in, col, n, inner));
+}
+
+// x, dx are (outer, n, inner); y, dy are (outer, inner)
+__global__ void reduce_max_gradient_kernel(const float* x, const float* y, const float* dy, float* dx,
+                                           int64_t outer, int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    axis::max_gradient_slice(x, y, dy, dx, col, n, inner);
+}
+
+// in is (n_in,), out is (n_out,)
+__global__ void broadcast_to_kernel(const float* in, int64_t n_in, float* out, int64_t n_out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_out;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = in[i % n_in];
+}
+
+// in is (outer, inner), out is (outer, n, inner)
+__global__ void broadcast_axis_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                                      float scale) {
+  const int64_t total = outer * n * inner;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[k] = scale * in[axis::broadcast_source(k, n, inner)];
+}
+
 // ---------------------------------------------------------------------------- launchers
 
 int64_t reduce_chunks(int64_t blocks_per_chunk, int64_t elements, int64_t max_chunks) {
@@ -112,6 +172,43 @@ void reduce_sum_axis_zero(int dev, const float* in, int64_t rows, int64_t cols, 
   launch<reduce_sum_axis_zero_kernel>(op, grid, kThreads, 0, stream, in, rows, cols, tw, chunk_rows, out,
                                       partial);
   sum_partials(dev, partial, chunks, cols, out, op);
+}
+
+void reduce_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, int kind) {
+  cudaStream_t stream = activate(dev);
+  const unsigned grid = grid_for(outer * inner, kBlockSize);
+  if (kind == 0)
+    launch<reduce_axis_kernel<0>>("reduce_sum", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
+  else if (kind == 1)
+    launch<reduce_axis_kernel<1>>("reduce_mean", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
+  else
+    launch<reduce_axis_kernel<2>>("reduce_max", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
+}
+
+void argmax(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
+  cudaStream_t stream = activate(dev);
+  launch<argmax_kernel>("argmax", grid_for(outer * inner, kBlockSize), kBlockSize, 0, stream, in, out, outer,
+                        n, inner);
+}
+
+void reduce_max_gradient(int dev, const float* x, const float* y, const float* dy, float* dx, int64_t outer,
+                         int64_t n, int64_t inner) {
+  cudaStream_t stream = activate(dev);
+  launch<reduce_max_gradient_kernel>("reduce_max_gradient", grid_for(outer * inner, kBlockSize), kBlockSize,
+                                     0, stream, x, y, dy, dx, outer, n, inner);
+}
+
+void broadcast_to(int dev, const float* in, int64_t n_in, float* out, int64_t n_out) {
+  cudaStream_t stream = activate(dev);
+  launch<broadcast_to_kernel>("broadcast_to", grid_for(n_out, kBlockSize), kBlockSize, 0, stream, in, n_in,
+                              out, n_out);
+}
+
+void broadcast_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                    float scale) {
+  cudaStream_t stream = activate(dev);
+  launch<broadcast_axis_kernel>("broadcast_axis", grid_for(outer * n * inner, kBlockSize), kBlockSize, 0,
+                                stream, in, out, outer, n, inner, scale);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

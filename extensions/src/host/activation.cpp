@@ -1,8 +1,10 @@
-// Host activation family (the reference for ../cuda/activation.cu); every array is (n,) and `out`
-// may alias an input:
+// Host activation family (the reference for ../cuda/activation.cu). Pointwise, every array (n,),
+// `out` may alias an input:
+//   relu, relu_gradient (out = dy where x > 0, else 0; NaN passes through both),
 //   tanh, sigmoid (through exp(-|x|), so it never overflows), tanh_gradient = dy * (1 - y^2),
 //   sigmoid_gradient = dy * y * (1 - y) with y the forward output, and
 //   dropout: out = u_i < p ? 0 : x * scale, u_i = uniform01(seed, i) (../random.h), scale = 1/(1-p).
+// relu_bias_gradient: dz = dy * (y > 0) and dbias = the column sums of dz, (rows, cols) -> (cols,).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +24,22 @@ inline float stable_sigmoid(float x) {
   return e / (1.0f + e);
 }
 }  // namespace
+
+// NOTE: written as a comparison so that NaN passes through (max(NaN, 0) would hide it).
+void relu(int, const float* in, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] < 0.0f ? 0.0f : in[i];
+}
+
+// NOTE: the subgradient at exactly 0 is taken as 0; a NaN input gives NaN.
+void relu_gradient(int, const float* in, const float* grad, float* out, int64_t n) {
+  // Both operands are loaded unconditionally so the loop vectorises into selects.
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = in[i], g = grad[i];
+    out[i] = x > 0.0f ? g : (x != x ? x : 0.0f);
+  }
+}
 
 void tanh(int, const float* in, float* out, int64_t n) {
 #pragma omp parallel for if (n >= kParallelMin)
@@ -55,8 +73,8 @@ void dropout(int, const float* in, float* out, int64_t n, float p, float scale, 
     out[i] = rng::uniform01(seed, static_cast<uint64_t>(i)) < p ? 0.0f : in[i] * scale;
 }
 
-// dz = dy * (y > 0), dbias = column sums of dz: the backward pass of relu(z + bias) (issue 16: the
-// ReLU gradient and the bias gradient of a dense layer in one pass). y is the forward output or
+// dz = dy * (y > 0), dbias = column sums of dz: the backward pass of relu(z + bias) (the ReLU
+// gradient and the bias gradient of a dense layer in one pass). y is the forward output or
 // the pre-activation (y > 0 is the same mask). dz may alias dy.
 //
 // The rows are cut into chunks fixed by (rows, cols) alone. Each task (a chunk of rows times a

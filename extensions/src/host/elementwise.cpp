@@ -1,5 +1,10 @@
-// Host elementwise kernels: array_set, add, multiply, add_const, multiply_const, relu,
-// relu_gradient, axpy, copy. All arrays are (n,); `out` may alias an input.
+// Host elementwise kernels (the reference for ../cuda/elementwise.cu): array_set, add, multiply,
+// divide, eq, add_const, multiply_const, axpy, copy, exp, log. All arrays are (n,); `out` may alias an
+// input. divide is IEEE division (x / 0 = +-inf, 0 / 0 = NaN); eq is 1 where a == b, else 0
+// (IEEE equality: NaN equals nothing).
+// exp and log are the C library's float functions (IEEE special values: exp overflows to inf and
+// underflows to 0, log(0) = -inf, log(x < 0) = NaN).
+#include <cmath>
 #include <cstring>
 
 #include "kernels.h"
@@ -22,6 +27,16 @@ void multiply(int, const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
 }
 
+void divide(int, const float* a, const float* b, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b[i];
+}
+
+void eq(int, const float* a, const float* b, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] == b[i] ? 1.0f : 0.0f;
+}
+
 void add_const(int, const float* in, float value, float* out, int64_t n) {
 #pragma omp parallel for if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = in[i] + value;
@@ -32,25 +47,19 @@ void multiply_const(int, const float* in, float value, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = in[i] * value;
 }
 
-// NOTE: written as a comparison so that NaN passes through (max(NaN, 0) would hide it).
-void relu(int, const float* in, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = in[i] < 0.0f ? 0.0f : in[i];
-}
-
-// NOTE: the subgradient at exactly 0 is taken as 0; a NaN input gives NaN.
-void relu_gradient(int, const float* in, const float* grad, float* out, int64_t n) {
-  // Both operands are loaded unconditionally so the loop vectorises into selects.
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = in[i], g = grad[i];
-    out[i] = x > 0.0f ? g : (x != x ? x : 0.0f);
-  }
-}
-
 void axpy(int, float alpha, const float* x, float* y, int64_t n) {
 #pragma omp parallel for if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void exp(int, const float* in, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = std::exp(in[i]);
+}
+
+void log(int, const float* in, float* out, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = std::log(in[i]);
 }
 
 void copy(int, const float* src, float* dst, int64_t n) {

@@ -1,19 +1,10 @@
-// Host layout kernels: broadcast_to (repeat over leading axes) and 2-D transpose.
+// Host layout kernels (the reference for ../cuda/layout.cu): 2-D transpose, blocked.
 #include <algorithm>
-#include <cstring>
 
 #include "kernels.h"
 #include "parallel.h"
 
 namespace gpumat::host {
-
-// in is (n_in,), out is (n_out / n_in, n_in): every row of out is a copy of in.
-void broadcast_to(int, const float* in, int64_t n_in, float* out, int64_t n_out) {
-  int64_t reps = n_out / n_in;
-#pragma omp parallel for if (n_out >= kParallelMin)
-  for (int64_t r = 0; r < reps; ++r)
-    std::memcpy(out + r * n_in, in, static_cast<size_t>(n_in) * sizeof(float));
-}
 
 // in is (rows, cols), out is (cols, rows). Blocked so both sides stay in cache.
 void transpose(int, const float* in, float* out, int64_t rows, int64_t cols) {

@@ -1,4 +1,5 @@
-// Host regression losses (the reference for ../cuda/loss.cu); pred, target, out_grad are (n,):
+// Host loss family (the reference for ../cuda/loss.cu). Regression losses and nll_loss; pred,
+// target, out_grad are (n,):
 //   mse_loss:          loss[0] = sum (pred - target)^2 / n
 //   mae_loss:          loss[0] = sum |pred - target| / n
 //   mse_loss_gradient: out_grad = (dloss[0] * 2/n) * (pred - target)
@@ -6,12 +7,15 @@
 //   nll_loss:          loss[0] = -sum target * log_probs / rows; nll_loss_gradient: -dloss[0]/rows * target
 // Sums run in double over fixed chunks (chunk partials added in order), so the result does not
 // depend on the thread count. NOTE: NaN propagates: a NaN difference gives a NaN loss and gradient.
+// softmax_cross_entropy: out[0] = mean_r -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r)),
+// with softmax.h's row statistics; softmax_cross_entropy_with_gradient adds its gradient.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels.h"
 #include "parallel.h"
+#include "softmax.h"
 
 namespace gpumat::host {
 
@@ -82,6 +86,51 @@ void nll_loss_gradient(int, const float* target, const float* dloss, float* out_
   const float g = -dloss[0] * (1.0f / static_cast<float>(rows));
 #pragma omp parallel for if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out_grad[i] = g * target[i];
+}
+
+void softmax_cross_entropy(int, const float* logits, const float* labels, float* out, int64_t rows,
+                           int64_t cols) {
+  double total = 0.0;
+#pragma omp parallel for reduction(+ : total) if (rows * cols >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * cols;
+    const float* y = labels + r * cols;
+    float mx;
+    double sum;
+    row_stats(x, cols, &mx, &sum);
+    double log_sum = std::log(sum);
+    double loss = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      loss -= static_cast<double>(y[c]) * (static_cast<double>(x[c]) - mx - log_sum);
+    total += loss;
+  }
+  out[0] = static_cast<float>(total / static_cast<double>(rows));
+}
+
+// loss (1,) = mean_r -sum_c y log softmax(x); grad (rows, cols) = (softmax(x) - y) / rows (the loss
+// and its gradient, of the mean loss, in one pass over the logits).
+void softmax_cross_entropy_with_gradient(int, const float* logits, const float* labels, float* loss,
+                                         float* grad, int64_t rows, int64_t cols) {
+  double total = 0.0;
+  const double inv_rows = 1.0 / static_cast<double>(rows);
+#pragma omp parallel for reduction(+ : total) if (rows * cols >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * cols;
+    const float* y = labels + r * cols;
+    float* g = grad + r * cols;
+    float mx;
+    double sum;
+    row_stats(x, cols, &mx, &sum);
+    const double log_sum = std::log(sum);
+    double row_loss = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double z = static_cast<double>(x[c]) - mx - log_sum;
+      row_loss -= static_cast<double>(y[c]) * z;
+      g[c] = static_cast<float>((std::exp(z) - static_cast<double>(y[c])) * inv_rows);
+    }
+    total += row_loss;
+  }
+  loss[0] = static_cast<float>(total * inv_rows);
 }
 
 }  // namespace gpumat::host

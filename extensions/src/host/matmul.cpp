@@ -1,6 +1,6 @@
 // Host matmul through BLAS sgemm (OpenBLAS from the scipy-openblas32 wheel, whose symbols carry the
 // scipy_ prefix). Row-major: a stored (m, k) or (k, m) when trans_a; b (k, n) or (n, k); c (m, n).
-// ops.cpp guarantees every dimension fits a 32-bit blasint.
+// ops/matmul.cpp guarantees every dimension fits a 32-bit blasint.
 #include <cblas.h>
 
 #include <algorithm>
@@ -19,7 +19,7 @@ void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, flo
                     b, ldb, 0.0f, c, static_cast<blasint>(n));
 }
 
-// c (m, n) = op(a) @ op(b) + bias (n,), then max(., 0) when relu (issue 16's dense epilogue):
+// c (m, n) = op(a) @ op(b) + bias (n,), then max(., 0) when relu (a dense layer's epilogue):
 // sgemm, then one OpenMP pass over c (the unfused graph makes three: broadcast, add, relu).
 void matmul_bias(int dev, const float* a, bool trans_a, const float* b, bool trans_b, const float* bias,
                  float* c, int64_t m, int64_t n, int64_t k, bool relu) {

@@ -25,7 +25,7 @@ void adam_update(int, float* param, const float* grad, float* m, float* v, int64
   }
 }
 
-// Multi-tensor SGD (issue 16): params[t][i] -= lr * grads[t][i] for every tensor t of `count`, in
+// Multi-tensor SGD: params[t][i] -= lr * grads[t][i] for every tensor t of `count`, in
 // one call (one launch on CUDA instead of one axpy per parameter).
 void sgd_update_multi(int, float* const* params, const float* const* grads, const int64_t* sizes, int count,
                       float lr) {
@@ -38,7 +38,7 @@ void sgd_update_multi(int, float* const* params, const float* const* grads, cons
   }
 }
 
-// Multi-tensor momentum SGD (issue 16), PyTorch's SGD(momentum) form (see
+// Multi-tensor momentum SGD, PyTorch's SGD(momentum) form (see
 // gpumat.optim.MomentumSGD): v = momentum * v + g; param -= lr * v, for every tensor of `count`.
 void momentum_sgd_update_multi(int, float* const* params, const float* const* grads, float* const* velocities,
                                const int64_t* sizes, int count, float lr, float momentum) {
@@ -56,7 +56,7 @@ void momentum_sgd_update_multi(int, float* const* params, const float* const* gr
   }
 }
 
-// Multi-tensor Adam (issue 16): adam_update above for every tensor of `count`, in one call.
+// Multi-tensor Adam: adam_update above for every tensor of `count`, in one call.
 void adam_update_multi(int dev, float* const* params, const float* const* grads, float* const* m,
                        float* const* v, const int64_t* sizes, int count, float lr, float beta1, float beta2,
                        float eps, float bc1, float bc2) {

@@ -1,0 +1,67 @@
+// The elementwise family's ops (gpumat/ops.h): array_set, add, multiply, add_const, multiply_const,
+// axpy, copy, exp, log, divide, eq. Checks here and in checks.h; kernels in ../cuda/elementwise.cu,
+// ../host/elementwise.cpp.
+#include "gpumat/ops.h"
+
+#include "checks.h"
+
+namespace gpumat::ops {
+
+void array_set(GpuMatrix& arr, float value) {
+  const Backend& be = same_device("array_set", arr);
+  if (arr.size() > 0) be.array_set(arr.device().index, arr.data(), arr.size(), value);
+  finish(arr);
+}
+
+#define GPUMAT_BINARY_OP(NAME, OPNAME)                                                         \
+  void NAME(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out) {                          \
+    const Backend& be = same_device(OPNAME, a, b, out);                                        \
+    same_shape(OPNAME, a, b);                                                                  \
+    same_shape(OPNAME, a, out);                                                                \
+    if (out.size() > 0) be.NAME(a.device().index, a.data(), b.data(), out.data(), out.size()); \
+    finish(out);                                                                               \
+  }
+GPUMAT_BINARY_OP(add, "matrix_elementwise_add")
+GPUMAT_BINARY_OP(multiply, "matrix_elementwise_multiply")
+GPUMAT_BINARY_OP(divide, "matrix_elementwise_divide")
+GPUMAT_BINARY_OP(eq, "eq")
+#undef GPUMAT_BINARY_OP
+
+#define GPUMAT_CONST_OP(NAME, OPNAME)                                                         \
+  void NAME(const GpuMatrix& in, float value, GpuMatrix& out) {                               \
+    const Backend& be = same_device(OPNAME, in, out);                                         \
+    same_shape(OPNAME, in, out);                                                              \
+    if (out.size() > 0) be.NAME(in.device().index, in.data(), value, out.data(), out.size()); \
+    finish(out);                                                                              \
+  }
+GPUMAT_CONST_OP(add_const, "matrix_elementwise_add_by_const")
+GPUMAT_CONST_OP(multiply_const, "matrix_elementwise_multiply_by_const")
+#undef GPUMAT_CONST_OP
+
+void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y) {
+  const Backend& be = same_device("axpy", x, y);
+  same_shape("axpy", x, y);
+  if (y.size() > 0) be.axpy(y.device().index, alpha, x.data(), y.data(), y.size());
+  finish(y);
+}
+
+#define GPUMAT_UNARY_OP(NAME)                                                          \
+  void NAME(const GpuMatrix& in, GpuMatrix& out) {                                     \
+    const Backend& be = same_device(#NAME, in, out);                                   \
+    same_shape(#NAME, in, out);                                                        \
+    if (out.size() > 0) be.NAME(in.device().index, in.data(), out.data(), out.size()); \
+    finish(out);                                                                       \
+  }
+GPUMAT_UNARY_OP(exp)
+GPUMAT_UNARY_OP(log)
+#undef GPUMAT_UNARY_OP
+
+void copy(const GpuMatrix& src, GpuMatrix& dst) {
+  const Backend& be = same_device("copy", src, dst);
+  same_shape("copy", src, dst);
+  if (dst.size() > 0 && src.data() != dst.data())
+    be.copy(dst.device().index, src.data(), dst.data(), dst.size());
+  finish(dst);
+}
+
+}  // namespace gpumat::ops

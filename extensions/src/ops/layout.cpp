@@ -1,0 +1,35 @@
+// The layout family's ops (gpumat/ops.h): transpose, reshape (a copy into the new shape). Checks
+// here and in checks.h; kernels in ../cuda/layout.cu and ../host/layout.cpp (reshape's is the
+// elementwise copy).
+#include "gpumat/ops.h"
+
+#include <string>
+
+#include "checks.h"
+
+namespace gpumat::ops {
+
+void transpose(const GpuMatrix& in, GpuMatrix& out) {
+  const char* op = "transpose";
+  const Backend& be = same_device(op, in, out);
+  require_ndim(op, "the input", in, 2);
+  require_ndim(op, "the output", out, 2);
+  not_aliased(op, in, out);
+  if (out.dim(0) != in.dim(1) || out.dim(1) != in.dim(0))
+    throw ShapeError(std::string(op) + ": output shape " + out.shape_str() + " is not the transpose of " +
+                     in.shape_str());
+  if (out.size() > 0) be.transpose(in.device().index, in.data(), out.data(), in.dim(0), in.dim(1));
+  finish(out);
+}
+
+void reshape(const GpuMatrix& src, GpuMatrix& dst) {
+  const Backend& be = same_device("reshape", src, dst);
+  if (src.size() != dst.size())
+    throw ShapeError("reshape: cannot reshape " + src.shape_str() + " (" + std::to_string(src.size()) +
+                     " elements) to " + dst.shape_str() + " (" + std::to_string(dst.size()) + " elements)");
+  if (dst.size() > 0 && src.data() != dst.data())
+    be.copy(dst.device().index, src.data(), dst.data(), dst.size());
+  finish(dst);
+}
+
+}  // namespace gpumat::ops

@@ -1,0 +1,109 @@
+// The optim family's ops (gpumat/ops.h): adam_update, sgd_update, momentum_sgd_update,
+// adam_update_multi. Checks here and in checks.h; kernels in ../cuda/optim.cu and ../host/optim.cpp.
+#include "gpumat/ops.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checks.h"
+
+namespace gpumat::ops {
+
+namespace {
+
+// Adam's hyper-parameter checks (adam_update, adam_update_multi); returns the bias corrections
+// 1 - beta1^step and 1 - beta2^step. NOTE: computed in double: beta^t underflows gracefully to 0
+// for large t.
+std::pair<float, float> adam_bias_corrections(const char* op, float lr, float beta1, float beta2, float eps,
+                                              int64_t step) {
+  if (!(beta1 >= 0.0f && beta1 < 1.0f) || !(beta2 >= 0.0f && beta2 < 1.0f))
+    throw ShapeError(std::string(op) + ": beta1 and beta2 must be in [0, 1), got " + std::to_string(beta1) +
+                     " and " + std::to_string(beta2));
+  if (!(lr >= 0.0f) || !std::isfinite(lr) || !(eps >= 0.0f) || !std::isfinite(eps))
+    throw ShapeError(std::string(op) + ": lr and eps must be finite and >= 0, got " + std::to_string(lr) +
+                     " and " + std::to_string(eps));
+  if (step < 1) throw ShapeError(std::string(op) + ": step must be >= 1, got " + std::to_string(step));
+  return {static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step))),
+          static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step)))};
+}
+
+void check_lr(const char* op, float lr) {
+  if (!(lr >= 0.0f) || !std::isfinite(lr))
+    throw ShapeError(std::string(op) + ": lr must be finite and >= 0, got " + std::to_string(lr));
+}
+
+}  // namespace
+
+void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatrix& v, float lr, float beta1,
+                 float beta2, float eps, int64_t step) {
+  const char* op = "adam_update";
+  const Backend& be = same_device(op, param, grad, m, v);
+  same_shape(op, param, grad);
+  same_shape(op, param, m);
+  same_shape(op, param, v);
+  if (param.size() > 0) {
+    const float* ptrs[4] = {param.data(), grad.data(), m.data(), v.data()};
+    for (int i = 0; i < 4; ++i)
+      for (int j = i + 1; j < 4; ++j)
+        if (ptrs[i] == ptrs[j])
+          throw ShapeError(std::string(op) + ": param, grad, m and v must be four different arrays (shape " +
+                           param.shape_str() + ")");
+  }
+  const auto [bc1, bc2] = adam_bias_corrections(op, lr, beta1, beta2, eps, step);
+  if (param.size() > 0)
+    be.adam_update(param.device().index, param.data(), grad.data(), m.data(), v.data(), param.size(), lr,
+                   beta1, beta2, eps, bc1, bc2);
+  finish(param);
+}
+
+void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads, float lr) {
+  const char* op = "sgd_update";
+  check_lr(op, lr);
+  const std::vector<int64_t> n = check_tensor_lists(op, {tensor_list("parameter", "parameters", params, true),
+                                                         tensor_list("gradient", "gradients", grads, false)});
+  if (n.empty()) return;
+  const std::vector<float*> p = data_of(params), g = data_of(grads);
+  backend_for(params[0]->device())
+      .sgd_update_multi(params[0]->device().index, p.data(), g.data(), n.data(), static_cast<int>(n.size()),
+                        lr);
+  finish(*params[0]);
+}
+
+void momentum_sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
+                         const std::vector<GpuMatrix*>& velocities, float lr, float momentum) {
+  const char* op = "momentum_sgd_update";
+  check_lr(op, lr);
+  if (!(momentum >= 0.0f && momentum < 1.0f))
+    throw ShapeError(std::string(op) + ": momentum must be in [0, 1), got " + std::to_string(momentum));
+  const std::vector<int64_t> n =
+      check_tensor_lists(op, {tensor_list("parameter", "parameters", params, true),
+                              tensor_list("gradient", "gradients", grads, false),
+                              tensor_list("velocity", "velocities", velocities, true)});
+  if (n.empty()) return;
+  const std::vector<float*> p = data_of(params), g = data_of(grads), v = data_of(velocities);
+  backend_for(params[0]->device())
+      .momentum_sgd_update_multi(params[0]->device().index, p.data(), g.data(), v.data(), n.data(),
+                                 static_cast<int>(n.size()), lr, momentum);
+  finish(*params[0]);
+}
+
+void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
+                       const std::vector<GpuMatrix*>& m, const std::vector<GpuMatrix*>& v, float lr,
+                       float beta1, float beta2, float eps, int64_t step) {
+  const char* op = "adam_update_multi";
+  const auto [bc1, bc2] = adam_bias_corrections(op, lr, beta1, beta2, eps, step);
+  const std::vector<int64_t> n =
+      check_tensor_lists(op, {tensor_list("parameter", "parameters", params, true),
+                              tensor_list("gradient", "gradients", grads, false),
+                              tensor_list("m", "m arrays", m, true), tensor_list("v", "v arrays", v, true)});
+  if (n.empty()) return;
+  const std::vector<float*> p = data_of(params), g = data_of(grads), pm = data_of(m), pv = data_of(v);
+  backend_for(params[0]->device())
+      .adam_update_multi(params[0]->device().index, p.data(), g.data(), pm.data(), pv.data(), n.data(),
+                         static_cast<int>(n.size()), lr, beta1, beta2, eps, bc1, bc2);
+  finish(*params[0]);
+}
+
+}  // namespace gpumat::ops
