@@ -43,7 +43,7 @@ import numbers
 
 import numpy as np
 
-from gpumat import graph, ops
+from gpumat import ops
 from gpumat._checks import as_int, as_seed
 from gpumat._core import PyGpuMatrix
 from gpumat.arrays import array, empty
@@ -62,6 +62,10 @@ from gpumat.graph.conv import add_channel_bias_op
 from gpumat.graph.elementwise import (
     add_byconst_op,
     add_op,
+    div_op,
+    eq_op,
+    exp_op,
+    log_op,
     mul_byconst_op,
     mul_op,
     oneslike_op,
@@ -71,6 +75,7 @@ from gpumat.graph.layout import reshape_op, transpose_op
 from gpumat.graph.matmul import matmul_op
 from gpumat.graph.node import Node, Op, PlaceholderOp, Variable, kernels_for, shape_str
 from gpumat.graph.reduce import (
+    argmax_op,
     broadcast_axis_op,
     broadcastto_op,
     reduce_max_op,
@@ -840,7 +845,7 @@ class Tensor:
         if isinstance(other, Tensor):
             return other.__sub__(self)
         _require_float("sub", self)
-        return apply_op("sub", lambda n: add_byconst_op(mul_byconst_op(n, -1.0), other), [self])
+        return apply_op("sub", lambda n: add_byconst_op(n, other), [-self])
 
     def __mul__(self, other):
         other = self._operand(other, "mul")
@@ -858,7 +863,7 @@ class Tensor:
         if other is NotImplemented:
             return other
         if isinstance(other, Tensor):
-            return _binary("div", self, other, _div_op())
+            return _binary("div", self, other, div_op)
         _require_float("div", self)
         # x / c as x * (1/c): within one rounding of the quotient; 1/0 is inf with 0's sign, so
         # x / 0 is +-inf and 0 / 0 NaN, as IEEE division gives.
@@ -872,7 +877,7 @@ class Tensor:
         if isinstance(other, Tensor):
             return other.__truediv__(self)
         _require_float("div", self)
-        return _binary("div", full((), other, device=self._ctx), self, _div_op())
+        return _binary("div", full((), other, device=self._ctx), self, div_op)
 
     def div(self, other) -> Tensor:
         """``self / other``."""
@@ -955,19 +960,19 @@ class Tensor:
     def eq(self, other) -> Tensor:
         """A bool tensor: True where ``self == other`` (a tensor, broadcast as for ``+``, or a
         number). NaN equals nothing. Not differentiable."""
-        other = self._operand(other, "eq")
-        if other is NotImplemented:
+        value = self._operand(other, "eq")
+        if value is NotImplemented:
             raise TypeError(f"eq: cannot compare a tensor with a {type(other).__name__}")
+        other = value
         if not isinstance(other, Tensor):
             other = full((), other, device=self._ctx)
-        return _binary("eq", self, other, _eq_op(), out_dtype=bool_, differentiable=False)
+        return _binary("eq", self, other, eq_op, out_dtype=bool_, differentiable=False)
 
     def ne(self, other) -> Tensor:
         """A bool tensor: True where ``self != other`` (``1 - eq``)."""
         e = self.eq(other)
-        return apply_op(
-            "ne", lambda n: add_byconst_op(mul_byconst_op(n, -1.0), 1.0), [e], bool_, (0, 1), False
-        )
+        negated = apply_op("ne", lambda n: mul_byconst_op(n, -1.0), [e], bool_, (-1, 0), False)
+        return apply_op("ne", lambda n: add_byconst_op(n, 1.0), [negated], bool_, (0, 1), False)
 
     # ---------------------------------------------------------------- elementwise functions
 
@@ -989,12 +994,12 @@ class Tensor:
     def exp(self) -> Tensor:
         """exp elementwise."""
         _require_float("exp", self)
-        return apply_op("exp", _graph_op("exp_op"), [self])
+        return apply_op("exp", exp_op, [self])
 
     def log(self) -> Tensor:
         """The natural log elementwise (log 0 = -inf, log of a negative number NaN)."""
         _require_float("log", self)
-        return apply_op("log", _graph_op("log_op"), [self])
+        return apply_op("log", log_op, [self])
 
     def softmax(self, dim: int) -> Tensor:
         """exp(x) / sum exp(x) along ``dim`` (max-subtracted: no overflow)."""
@@ -1082,7 +1087,6 @@ class Tensor:
         along ``dim``. The first maximum wins; NaN counts as the maximum (PyTorch's rules)."""
         if not isinstance(keepdim, (bool, np.bool_)):
             raise TypeError(f"argmax: keepdim must be a bool, got {keepdim!r}")
-        argmax_op = _graph_op("argmax_op")
         if dim is None:
             flat = self.reshape(-1)
             n = flat._shape[0]
@@ -1306,19 +1310,6 @@ def _scalar_for(dt, value, op: str):
     if dt is bool_:
         return int(bool(value))
     return int(value)
-
-
-def _graph_op(name: str):
-    """The graph op ``name`` of :mod:`gpumat.graph` (looked up when used)."""
-    return getattr(graph, name)
-
-
-def _div_op():
-    return _graph_op("div_op")
-
-
-def _eq_op():
-    return _graph_op("eq_op")
 
 
 def _require_float(op: str, *tensors) -> None:

@@ -10,7 +10,8 @@ Class targets (``nll_loss``, ``cross_entropy``) are int64 class indices of shape
 PyTorch, checked against the C classes without reading the device (the tensor knows its range):
 an index outside [0, C) is an IndexError ("Target 12 is out of bounds"). Float targets of shape
 (N, C) are accepted too: one-hot rows or class probabilities (the loss is then
--sum(target * log p) / N).
+-sum(target * log p) / N); targets that require a gradient take the composite form (log_softmax,
+products and sums), which has gradients for both arguments.
 """
 
 from __future__ import annotations
@@ -333,6 +334,9 @@ def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor: 
     n = input.shape[0]
     if reduction == "none":
         return -(input * rows).sum(1)
+    if rows.requires_grad:  # nll_loss_op has no gradient for its target: the composite has
+        per_row = -(input * rows).sum(1)
+        return per_row.mean() if reduction == "mean" else per_row.sum()
     mean = apply_op("nll_loss", nll_loss_op, [input, rows])
     return _reduce(mean, n, reduction)
 
@@ -348,8 +352,12 @@ def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean") -> Ten
     _float(input, "cross_entropy")
     reduction = _reduction(reduction, "cross_entropy")
     rows = _class_rows(input, target, "cross_entropy")
-    if reduction == "none":
-        return -(input.log_softmax(1) * rows).sum(1)
+    if reduction == "none" or rows.requires_grad:
+        # softmaxcrossentropy_op has no gradient for its labels: the composite form has.
+        per_row = -(input.log_softmax(1) * rows).sum(1)
+        if reduction == "none":
+            return per_row
+        return per_row.mean() if reduction == "mean" else per_row.sum()
     mean = apply_op("cross_entropy", softmaxcrossentropy_op, [input, rows])
     return _reduce(mean, input.shape[0], reduction)
 
