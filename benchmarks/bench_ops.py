@@ -114,8 +114,8 @@ class OpSpec:
     """One kernel. ``ours(ins, out, p)`` runs gpumat; ``ref64(ins, p)`` is the float64 result.
 
     ``inputs`` says how to draw each input: "signed" (magnitudes in [0.1, 1), random signs),
-    "positive" (in [0.1, 1)), "coarse" (integers -2..2: many equal pairs), "logits" (signed,
-    times 3), "onehot" (one 1 per row).
+    "positive" (in [0.1, 1)), "coarse" (integers -2..2: many equal pairs), "labels" (class
+    numbers 0 .. params["classes"] - 1), "logits" (signed, times 3), "onehot" (one 1 per row).
     ``inplace``: the output is input 1
     (axpy). ``work(in_shapes, out_shape, p)`` gives ("bytes", n) or ("flops", n).
     """
@@ -226,6 +226,15 @@ OPS = {
         tol=TOL_POINTWISE,
         inputs=("coarse", "coarse"),
     ),
+    "one_hot": OpSpec(
+        ours=lambda ins, out, p: ops.one_hot(ins[0], out),
+        ref64=lambda ins, p: (ins[0][:, None] == np.arange(p["classes"])[None, :]).astype(
+            np.float64
+        ),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+        inputs=("labels",),
+    ),
     "transpose": OpSpec(
         ours=lambda ins, out, p: ops.transpose(ins[0], out),
         ref64=lambda ins, p: ins[0].T,
@@ -307,6 +316,7 @@ OP_FUNCTION = {
     "log": "log",
     "divide": "matrix_elementwise_divide",
     "eq": "eq",
+    "one_hot": "one_hot",
     "transpose": "transpose",
     "broadcast_to": "broadcast_to",
     "reduce_sum_axis_zero": "reduce_sum_axis_zero",
@@ -382,6 +392,12 @@ def _sce(name, group, shape):
     )
 
 
+def _one_hot(name, group, rows, classes):
+    label = f"{rows} -> {rows}x{classes}"
+    params = {"shape": (rows, classes), "classes": classes}
+    return Case(name, group, "one_hot", [(rows,)], (rows, classes), params, label)
+
+
 def _random(name, group, op, shape):
     return Case(name, group, op, [], shape, {"shape": shape, "seed": 7}, _shape_str(shape))
 
@@ -428,6 +444,7 @@ def build_cases(quick: bool) -> list[Case]:
         _unary("softmax", g, "softmax", (b, 10)),
         _sce("softmax_cross_entropy", g, (b, 10)),
         _special("argmax_predictions", g, "argmax", (b, 10), (b,), axis=1),
+        _one_hot("one_hot_labels", g, b, 10),
         Case(
             "sgd_axpy_W1",
             g,
@@ -462,6 +479,7 @@ def build_cases(quick: bool) -> list[Case]:
         _special("reduce_sum_axis_zero", g, "reduce_sum_axis_zero", big, (cols,)),
         _special("argmax_rows", g, "argmax", big, (rows,), axis=1),
         _special("argmax_columns", g, "argmax", big, (cols,), axis=0),
+        _one_hot("one_hot", g, rows, cols),
         _unary("softmax", g, "softmax", soft),
         _sce("softmax_cross_entropy", g, soft),
         _random("random_uniform", g, "random_uniform", big),
@@ -525,6 +543,9 @@ class NumpyLike:
             "log": lambda ins, out, p: xp.log(ins[0], out=out),
             "divide": lambda ins, out, p: xp.divide(ins[0], ins[1], out=out),
             "eq": lambda ins, out, p: xp.equal(ins[0], ins[1], out=out, casting="unsafe"),
+            "one_hot": lambda ins, out, p: xp.equal(
+                ins[0][:, None], xp.arange(p["classes"])[None, :], out=out, casting="unsafe"
+            ),
             "transpose": lambda ins, out, p: xp.copyto(out, ins[0].T),
             "broadcast_to": lambda ins, out, p: xp.copyto(
                 out, ins[0].reshape(_strip_leading_ones(ins[0].shape))
@@ -616,6 +637,8 @@ class Torch:
             "log": lambda ins, out, p: torch.log(ins[0], out=out),
             "divide": lambda ins, out, p: torch.div(ins[0], ins[1], out=out),
             "eq": lambda ins, out, p: torch.eq(ins[0], ins[1], out=out),
+            # torch's one_hot takes int64 labels (the conversion is part of the timed call)
+            "one_hot": lambda ins, out, p: torch.nn.functional.one_hot(ins[0].long(), p["classes"]),
             "transpose": lambda ins, out, p: out.copy_(ins[0].T),
             "broadcast_to": lambda ins, out, p: out.copy_(
                 ins[0].reshape(_strip_leading_ones(tuple(ins[0].shape)))
@@ -664,17 +687,19 @@ def pick_reference(ctx_name: str, wanted: str):
 
 
 # The range of each kind of input in the timed sets (uniform, drawn on the device; the timed
-# kernels' work does not depend on the values, so "coarse" inputs need not be integers there).
+# kernels' work does not depend on the values, so "coarse" and "labels" inputs need not be
+# integers there; every case has at least 10 classes).
 INPUT_RANGES = {
     "signed": (-1.0, 1.0),
     "positive": (0.1, 1.0),
     "coarse": (-2.0, 2.0),
+    "labels": (0.0, 10.0),
     "logits": (-3.0, 3.0),
     "onehot": (0.0, 1.0),
 }
 
 
-def draw_inputs(spec: OpSpec, shapes, rng) -> list[np.ndarray]:
+def draw_inputs(spec: OpSpec, shapes, rng, params=None) -> list[np.ndarray]:
     """Fresh float32 inputs: magnitudes in [0.1, 1) with random signs (never zero) or positive,
     logits times 3, or one-hot rows. Drawn in float32, so 64M-element inputs take a fraction of a
     second."""
@@ -683,6 +708,9 @@ def draw_inputs(spec: OpSpec, shapes, rng) -> list[np.ndarray]:
         shape = shapes[j]
         if kind == "coarse":
             out.append(rng.integers(-2, 3, size=shape).astype(np.float32))
+            continue
+        if kind == "labels":
+            out.append(rng.integers(0, params["classes"], size=shape).astype(np.float32))
             continue
         if kind == "onehot":
             rows, cols = shape
@@ -844,7 +872,7 @@ class Runner:
             "work": {kind: amount},
             "tol": spec.tol,
         }
-        ins_np = draw_inputs(spec, case.in_shapes, self.rng)
+        ins_np = draw_inputs(spec, case.in_shapes, self.rng, case.params)
         ref = None
         if spec.ref64 is not None:
             ref = np.asarray(

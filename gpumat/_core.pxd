@@ -94,6 +94,7 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     # layout
     void transpose(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void reshape(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void one_hot(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     # reduce
     void reduce_sum_axis_zero(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void broadcast_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil

@@ -16,7 +16,7 @@ Errors, raised before any kernel runs:
     ValueError: shapes that do not fit the op (the message names the op and the shapes), arrays
         on different devices, or an output that is also an input of an op that cannot work in
         place (matmul, softmax, softmax_cross_entropy, transpose, broadcast_to,
-        reduce_sum_axis_zero, argmax, the convolutions and poolings and their gradients,
+        reduce_sum_axis_zero, argmax, one_hot, the convolutions and poolings and their gradients,
         reduce_sum_channels, the losses, adam_update). Elementwise ops and add_channel_bias
         may write in place. Impossible geometry (an empty convolution or pooling output, a
         channel mismatch, a wrong rank) is a ValueError too.
@@ -128,6 +128,7 @@ __all__ = [
     "mse_loss_gradient",
     "nll_loss",
     "nll_loss_gradient",
+    "one_hot",
     "random_normal",
     "random_uniform",
     "reduce_max",
@@ -314,6 +315,20 @@ def transpose(in_arr, out_arr) -> None:
 def reshape(in_arr, out_arr) -> None:
     """out_arr = in_arr with out_arr's shape (a copy): same number of elements, same device."""
     _core.reshape_(in_arr, out_arr)
+
+
+def one_hot(indices, out_arr) -> None:
+    """out_arr (N, C) = the one-hot rows of ``indices`` (N,): out_arr[i, j] = 1.0 if
+    indices[i] == j, else 0.0 (``torch.nn.functional.one_hot``, with the classes C taken from
+    out_arr's shape and the result in float32).
+
+    ``indices`` holds class numbers as float32 integers. An index outside [0, C), a non-integer or
+    NaN gives a row of zeros: a kernel cannot raise, so check the range first where it matters
+    (PyTorch raises instead). -0.0 is class 0. out_arr must not be indices. Raises ValueError
+    for indices that are not 1-D, an out_arr that is not (N, C), C > 2**24 (float32 cannot name
+    every class) or aliasing.
+    """
+    _core.one_hot_(indices, out_arr)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ __all__ = [
     "mse_loss_gradient",
     "nll_loss",
     "nll_loss_gradient",
+    "one_hot",
     "random_normal",
     "random_uniform",
     "reduce_max",
@@ -227,6 +228,12 @@ def transpose(in_arr, out_arr) -> None:
 def reshape(in_arr, out_arr) -> None:
     """out_arr = in_arr's values in row-major order, with out_arr's shape."""
     np.copyto(out_arr, in_arr.reshape(out_arr.shape))
+
+
+def one_hot(indices, out_arr) -> None:
+    """out_arr (N, C)[i, j] = 1 if indices[i] == j, else 0: a row of zeros for an index outside
+    [0, C), a non-integer or NaN (the devices' rule)."""
+    out_arr[...] = indices.reshape(-1, 1) == np.arange(out_arr.shape[1]).reshape(1, -1)
 
 
 # --------------------------------------------------------------------------------------------------

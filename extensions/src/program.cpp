@@ -110,6 +110,7 @@ const std::map<std::string, OpEntry>& op_table() {
       // layout
       GPUMAT_STEP(transpose),
       GPUMAT_STEP(reshape),
+      GPUMAT_STEP(one_hot),
       // reduce
       GPUMAT_STEP(reduce_sum_axis_zero),
       GPUMAT_STEP(broadcast_to),

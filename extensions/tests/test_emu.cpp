@@ -429,10 +429,12 @@ void size_cases() {
 }
 
 // ---------------------------------------------------------------------------- the front end's kernels
-// Kept in one block (the front end's ops: exp, log, divide, eq, argmax). Elementwise kernels at the
+// Kept in one block (the front end's ops: exp, log, divide, eq, argmax, one_hot). Elementwise kernels at the
 // tails of a 256-thread block (n = 1, 31, 257) and over many blocks (4099, 300001); finite inputs
 // (check() compares by difference: the special values inf and NaN are tested in tests/kernels/).
-// argmax along the last, first and middle axes, a long row and a long column.
+// argmax along the last, first and middle axes, a long row and a long column. one_hot of argmax's
+// indices (0..4) mapped to 2i - 3 (out of range below 0 and above 3 for 4 classes) and to i / 2
+// (non-integers): rows of zeros in both.
 
 void frontend_kernel_cases() {
   namespace ops = gpumat::ops;
@@ -466,6 +468,19 @@ void frontend_kernel_cases() {
     reduced.erase(reduced.begin() + a);
     const int64_t ax = c.axis;
     check("argmax" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::argmax(v[0], v[1], ax); }, 0.0f);
+  }
+  for (int64_t n : {1, 31, 257, 4099, 70001}) {
+    check(
+        "one_hot n=" + std::to_string(n), {{n, 5}}, {{n}, {n}, {n, 4}, {n}, {n, 4}},
+        [](Arrays& a) {
+          ops::argmax(a[0], a[1], 1);
+          ops::multiply_const(a[1], 2.0f, a[2]);
+          ops::add_const(a[2], -3.0f, a[2]);
+          ops::one_hot(a[2], a[3]);
+          ops::multiply_const(a[1], 0.5f, a[4]);
+          ops::one_hot(a[4], a[5]);
+        },
+        0.0f);
   }
 }
 

@@ -14,3 +14,10 @@ def reshape_(PyGpuMatrix src not None, PyGpuMatrix dst not None):
     _require(dst, "reshape", "dst")
     with nogil:
         reshape(src.mat[0], dst.mat[0])
+
+
+def one_hot_(PyGpuMatrix indices not None, PyGpuMatrix out not None):
+    _require(indices, "one_hot", "indices")
+    _require(out, "one_hot", "out")
+    with nogil:
+        one_hot(indices.mat[0], out.mat[0])

@@ -1,6 +1,7 @@
 """Layout graph ops: the same values in another order or shape (``transpose_op``,
-``reshape_op``, ``flatten_op``). Kernels: :func:`gpumat.ops.transpose`, :func:`gpumat.ops.reshape`
-(a copy into the planned buffer of the new shape: the executor plans buffers by shape).
+``reshape_op``, ``flatten_op``), and class numbers as one-hot rows (``one_hot_op``). Kernels:
+:func:`gpumat.ops.transpose`, :func:`gpumat.ops.reshape` (a copy into the planned buffer of the
+new shape: the executor plans buffers by shape), :func:`gpumat.ops.one_hot`.
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpumat._checks import as_int
 from gpumat.graph.node import Node, Op, kernels_for, shape_str, short_name
 
 __all__ = [
     "FlattenOp",
+    "OneHotOp",
     "ReshapeOp",
     "TransposeOp",
     "flatten_op",
+    "one_hot_op",
     "reshape_op",
     "transpose_op",
 ]
@@ -128,6 +132,45 @@ class FlattenOp(ReshapeOp):
         return (x[0], int(np.prod(x[1:], dtype=np.int64)))
 
 
+class OneHotOp(Op):
+    """``one_hot_op(indices, num_classes)``: indices (N,), class numbers held as floats, to
+    (N, num_classes) rows of 0.0 with 1.0 at column indices[i] (:func:`gpumat.ops.one_hot`: an
+    index outside [0, num_classes), a non-integer or NaN gives a row of zeros). Labels for
+    ``softmaxcrossentropy_op`` / ``nll_loss_op`` from class numbers. Piecewise constant, so it has
+    no gradient: ``None`` for indices (like ``zeroslike_op``).
+
+    ``num_classes``: an int in [0, 2**24] (TypeError / ValueError otherwise).
+    """
+
+    name = "one_hot_op"
+
+    def __call__(self, indices: Node, num_classes) -> Node:
+        new_node = Op.__call__(self)
+        c = as_int(num_classes, "num_classes", self.name)
+        if not 0 <= c <= 2**24:
+            raise ValueError(
+                f"{self.name}: num_classes must be in [0, 2**24] (float32 indices name classes "
+                f"up to 2**24), got {c}"
+            )
+        new_node.num_classes = c
+        new_node.inputs = [indices]
+        new_node.name = f"OneHot({short_name(indices)},{c})"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).one_hot(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        if len(s) != 1:
+            raise self._error(node, f"indices must be 1-D (N,), got shape {shape_str(s)}")
+        return (s[0], node.num_classes)
+
+
 transpose_op = TransposeOp()
 reshape_op = ReshapeOp()
 flatten_op = FlattenOp()
+one_hot_op = OneHotOp()

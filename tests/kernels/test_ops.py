@@ -11,12 +11,14 @@ import pytest
 from conftest import GPU_SKIP_REASON, HAS_GPU
 from helpers import (
     EPS32,
+    Out,
     assert_close,
     check_op,
     matmul_bound,
     nan_array,
     new_rng,
     rand,
+    reference,
     shape_id,
     sum_bound,
 )
@@ -1645,3 +1647,137 @@ def test_elementwise_graph_ops_reject_non_nodes():
     ):
         with pytest.raises(TypeError, match="must be a graph Node"):
             call()
+
+
+# --------------------------------------------------------------------------------------------------
+# one_hot (layout) and one_hot_op
+# --------------------------------------------------------------------------------------------------
+
+# (rows, classes): one row, one class, MNIST's 10 classes at an odd batch, many classes, and a
+# large case (10M outputs)
+ONE_HOT_CASES = [(1, 1), (1, 10), (7, 1), (1031, 10), (257, 1000), (3, 4099), (100_003, 100)]
+
+
+def _one_hot64(indices, classes):
+    return (indices.astype(np.float64)[:, None] == np.arange(classes)[None, :]).astype(np.float64)
+
+
+@pytest.mark.parametrize("rows,classes", ONE_HOT_CASES, ids=lambda v: str(v))
+def test_one_hot(ctx, rows, classes):
+    rng, seed = new_rng()
+    idx = rng.integers(0, classes, size=rows).astype(np.float32)
+    got, expected, _ = check_op(
+        ctx, ops.one_hot, lambda i: _one_hot64(i, classes), [idx], (rows, classes), rtol=0, atol=0
+    )
+    np.testing.assert_array_equal(got.sum(axis=1), np.ones(rows), err_msg=f"seed {seed}")
+
+
+def test_one_hot_out_of_range_or_non_integer_gives_zero_rows(ctx):
+    classes = 5
+    idx = np.array(
+        [0, 4, -1, 5, 2.5, np.nan, np.inf, -np.inf, -0.0, 3, 1e30, -1e-45, 4.0000005, 2**24],
+        np.float32,
+    )
+    out = nan_array((idx.size, classes), ctx)
+    ops.one_hot(gpumat.array(idx, ctx), out)
+    got = out.asnumpy()
+    hot = {0: 0, 1: 4, 8: 0, 9: 3}  # row -> its class; -0.0 is class 0
+    for r in range(idx.size):
+        want = np.zeros(classes)
+        if r in hot:
+            want[hot[r]] = 1
+        np.testing.assert_array_equal(got[r], want, err_msg=f"row {r}: index {idx[r]!r}")
+    np.testing.assert_array_equal(got, reference("one_hot", idx, Out(got.shape)))
+
+
+def test_one_hot_edge_shapes_and_largest_class(ctx):
+    for rows, classes in [(0, 3), (4, 0), (0, 0)]:
+        out = gpumat.empty((rows, classes), ctx)
+        ops.one_hot(gpumat.array(np.zeros(rows, np.float32), ctx), out)
+        assert out.shape == (rows, classes)
+    # the last class 2^24 - 1 and the largest class count (every index exact in float32)
+    c = 2**24
+    idx = np.array([c - 1, c], np.float32)
+    out = nan_array((2, c), ctx)
+    ops.one_hot(gpumat.array(idx, ctx), out)
+    got = out.asnumpy()
+    assert got[0, c - 1] == 1 and got[0].sum() == 1
+    assert got[1].sum() == 0  # 2^24 is out of range
+
+
+def test_one_hot_bad_arguments(ctx):
+    idx = gpumat.array(np.array([0, 1, 2], np.float32), ctx)
+    with pytest.raises(ValueError, match=r"one_hot: indices must be 1-D, got shape \(3, 1\)"):
+        ops.one_hot(gpumat.array(np.zeros((3, 1), np.float32), ctx), nan_array((3, 4), ctx))
+    with pytest.raises(ValueError, match=r"one_hot: the output must be 2-D, got shape \(12,\)"):
+        ops.one_hot(idx, nan_array((12,), ctx))
+    with pytest.raises(
+        ValueError, match=r"one_hot: the output has shape \(4, 3\) for indices \(3,\), expected"
+    ):
+        ops.one_hot(idx, nan_array((4, 3), ctx))
+    with pytest.raises(ValueError, match=r"one_hot: 16777217 classes .* exceed 2\^24"):
+        ops.one_hot(gpumat.array(np.zeros(1, np.float32), ctx), gpumat.empty((1, 2**24 + 1), ctx))
+    # out aliasing indices: a (3, 1) view of the same storage
+    before = idx.asnumpy()
+    with pytest.raises(ValueError, match="one_hot: the output must not be one of the inputs"):
+        ops.one_hot(idx, idx.reshape((3, 1)))
+    np.testing.assert_array_equal(idx.asnumpy(), before)
+    other = gpumat.cpu() if ctx.device_type != "cpu" else gpumat.emu()
+    with pytest.raises(ValueError, match="one_hot: arrays are on different devices"):
+        ops.one_hot(idx, gpumat.empty((3, 4), other))
+    for bad in (None, np.zeros(3, np.float32), [0.0, 1.0, 2.0]):
+        with pytest.raises(TypeError):
+            ops.one_hot(bad, nan_array((3, 4), ctx))
+        with pytest.raises(TypeError):
+            ops.one_hot(idx, bad)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_GPU, reason=str(GPU_SKIP_REASON))
+def test_one_hot_past_one_cuda_grid():
+    """rows * classes past grid_for's 65,535 * 16 * 256 = 268,431,360 threads: a second lap."""
+    ctx = gpumat.gpu(0)
+    rows, classes = 26_843_339, 10
+    rng, seed = new_rng()
+    idx = rng.integers(-1, classes + 1, size=rows).astype(np.float32)  # some out of range
+    out = nan_array((rows, classes), ctx)
+    ops.one_hot(gpumat.array(idx, ctx), out)
+    got = out.asnumpy()
+    np.testing.assert_array_equal(got, _one_hot64(idx, classes), err_msg=f"seed {seed}")
+
+
+def test_one_hot_op_values_and_no_gradient(ctx):
+    iv, wv = ad.Variable("i"), ad.Variable("w")
+    oh = ad.one_hot_op(iv, 6)
+    assert ad.one_hot_op.gradient(oh, ad.oneslike_op(oh)) == [None]
+    loss = ad.mul_op(oh, wv)
+    nodes = [oh, *ad.gradients(loss, [iv, wv])]
+    rng, _ = new_rng()
+    idx = rng.integers(-1, 7, size=9).astype(np.float32)  # some out of range: zero rows
+    w = rand((9, 6), rng)
+    want = _one_hot64(idx, 6)
+    for ex in (ad.Executor(nodes), ad.Executor(nodes, ctx=ctx)):
+        got = ex.run({iv: idx, wv: w}, convert_to_numpy_ret_vals=True)
+        np.testing.assert_array_equal(got[0], want)
+        np.testing.assert_array_equal(got[1], np.zeros(9))  # no gradient through one_hot
+        np.testing.assert_array_equal(got[2], want)
+
+
+def test_one_hot_op_shape_rules_and_arguments():
+    iv = ad.Variable("i")
+    node = ad.one_hot_op(iv, 10)
+    assert node.op.infer_shape(node, [(32,)]) == (32, 10)
+    assert node.op.infer_shape(node, [(0,)]) == (0, 10)
+    with pytest.raises(
+        ValueError, match=r"one_hot_op at node 'OneHot\(i,10\)': indices must be 1-D .*\(32, 1\)"
+    ):
+        node.op.infer_shape(node, [(32, 1)])
+    with pytest.raises(ValueError, match=r"one_hot_op: num_classes must be in \[0, 2\*\*24\]"):
+        ad.one_hot_op(iv, -1)
+    with pytest.raises(ValueError, match="one_hot_op: num_classes"):
+        ad.one_hot_op(iv, 2**24 + 1)
+    for bad in (10.0, True, "10", None):
+        with pytest.raises(TypeError, match="one_hot_op: num_classes must be an int"):
+            ad.one_hot_op(iv, bad)
+    with pytest.raises(TypeError, match="one_hot_op: argument 'indices' must be a graph Node"):
+        ad.one_hot_op(np.zeros(3), 10)

@@ -296,6 +296,11 @@ def _valid_args(name, draw, arrays: Arrays):
     if name == "transpose":
         r, c = draw(small), draw(small)
         return [new((r, c)), new((c, r))]
+    if name == "one_hot":
+        # Class numbers in range, out of range (-1, C) and halves (no class): zero rows there.
+        n, c = draw(small), draw(small)
+        idx = arrays.rng.integers(-2, 2 * c + 2, size=n).astype(np.float32) / 2
+        return [arrays.of(idx), new((n, c))]
     if name in ("random_uniform", "random_normal"):
         return [new(_shape(draw)), -1.0, 2.0, draw(st.integers(0, 2**64 - 1))]
     if name == "axpy":
@@ -495,6 +500,12 @@ def _reference(name, a):
         y, y_, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
         _no_alias(a[2], a[0], a[1])
         return {2: _graph(ad.softmaxcrossentropy_op, y, y_, out_shape=out.shape)}
+    if name == "one_hot":
+        idx, out = _arr(a[0]), _arr(a[1])
+        _no_alias(a[1], a[0])
+        if idx.ndim != 1 or out.ndim != 2 or out.shape[0] != idx.shape[0]:
+            raise Invalid("shapes")
+        return {1: (idx[:, None] == np.arange(out.shape[1])[None, :]).astype(np.float64)}
     if name == "transpose":
         x, out = _arr(a[0]), _arr(a[1])
         _no_alias(a[1], a[0])
@@ -1427,6 +1438,7 @@ def batch_graph():
         "div_op": lambda u, v: ad.div_op(u, v),
         "eq_op": lambda u, v: ad.eq_op(u, v),
         "argmax_op": lambda u, v: ad.argmax_op(x, u, v),
+        "one_hot_op": lambda u, v: ad.one_hot_op(u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, ctx=v),
@@ -1490,6 +1502,15 @@ def batch_graph():
                     isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < 2**64
                 ):
                     return f"dropout_op accepted seed={v!r}"
+            if name == "one_hot_op":
+                if not isinstance(u, ad.Node):
+                    return f"one_hot_op accepted indices={u!r}"
+                if (
+                    isinstance(v, (bool, np.bool_))
+                    or not isinstance(v, numbers.Integral)
+                    or not 0 <= v <= 2**24
+                ):
+                    return f"one_hot_op accepted num_classes={v!r}"
             if name == "Executor training" and not isinstance(v, (bool, np.bool_)):
                 return f"Executor accepted training={v!r}"
             return None
@@ -1865,6 +1886,7 @@ BATCHES = {
             "reduce_sum_axis_zero",
             "matrix_multiply",
             "transpose",
+            "one_hot",
             "softmax",
             "softmax_cross_entropy",
             "random_uniform",

@@ -314,6 +314,7 @@ FRONTEND_GRAPHS = {
     "exp_log_div": lambda a, b: ad.log_op(ad.div_op(ad.exp_op(a), ad.exp_op(b))),
     "eq": lambda a, b: ad.mul_op(ad.eq_op(a, ad.mul_byconst_op(a, 1.0)), b),
     "argmax": lambda a, b: ad.add_op(ad.argmax_op(a, 1), ad.reduce_sum_op(b, 1)),
+    "one_hot": lambda a, b: ad.mul_op(ad.one_hot_op(ad.argmax_op(a, 1), 5), b),
 }
 
 

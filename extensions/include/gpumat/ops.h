@@ -81,6 +81,11 @@ void transpose(const GpuMatrix& in, GpuMatrix& out);
 // dst = src with dst's shape: same number of elements, same device (the device side of reshape).
 void reshape(const GpuMatrix& src, GpuMatrix& dst);
 
+// indices (N,) holding class numbers as floats, out (N, C) with C <= 2^24: out[i, j] = 1 if
+// indices[i] == j, else 0. An index outside [0, C), a non-integer or NaN gives a row of zeros (the
+// device cannot raise: callers check the range first). out must not be indices.
+void one_hot(const GpuMatrix& indices, GpuMatrix& out);
+
 // ---------------------------------------------------------------------------- reduce
 // Reductions and broadcasts, each the other's gradient.
 

@@ -1,8 +1,11 @@
-// CUDA layout kernels: 2-D transpose (reshape is a copy, elementwise.cu's). Host reference:
-// ../host/layout.cpp.
+// CUDA layout kernels: 2-D transpose and one_hot (reshape is a copy, elementwise.cu's). Host
+// reference: ../host/layout.cpp.
 //   transpose: in (rows, cols) -> out (cols, rows); 32x32 tiles staged through shared memory (padded
 //              to 33 columns so the column reads hit 32 different banks) so that both the global
 //              reads and the global writes are coalesced.
+//   one_hot:   indices (rows,) -> out (rows, classes), out[r, c] = indices[r] == c ? 1 : 0; one
+//              thread per output element (common.cuh's launch_map: grid-stride, coalesced writes;
+//              the threads of a row read the same index, served by one cache line).
 #include <algorithm>
 
 #include "common.cuh"
@@ -44,6 +47,15 @@ __global__ void transpose_kernel(const float* in, float* out, int64_t rows, int6
 }
 
 // ---------------------------------------------------------------------------- launchers
+
+// NOTE: the index is compared as a float with the column number, exact because classes <= 2^24 (the
+// op checks): a NaN, a non-integer or an index outside [0, classes) matches no column.
+void one_hot(int dev, const float* indices, float* out, int64_t rows, int64_t classes) {
+  launch_map("one_hot", dev, out, rows * classes, [=] __device__(int64_t k) {
+    const int64_t r = k / classes;
+    return indices[r] == static_cast<float>(k - r * classes) ? 1.0f : 0.0f;
+  });
+}
 
 void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols) {
   const GridLimits lim = grid_limits(dev);

@@ -1,5 +1,8 @@
-// Host layout kernels (the reference for ../cuda/layout.cu): 2-D transpose, blocked.
+// Host layout kernels (the reference for ../cuda/layout.cu): 2-D transpose, blocked, and one_hot
+// (out[r, c] = indices[r] == c ? 1 : 0; a NaN, a non-integer or an index outside [0, classes)
+// gives a row of zeros, as the CUDA kernel's float comparison does).
 #include <algorithm>
+#include <cmath>
 
 #include "kernels.h"
 #include "parallel.h"
@@ -16,6 +19,19 @@ void transpose(int, const float* in, float* out, int64_t rows, int64_t cols) {
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c) out[c * rows + r] = in[r * cols + c];
     }
+  }
+}
+
+// indices is (rows,), out is (rows, classes).
+void one_hot(int, const float* indices, float* out, int64_t rows, int64_t classes) {
+#pragma omp parallel for if (rows * classes >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = out + r * classes;
+    std::fill(row, row + classes, 0.0f);
+    const float v = indices[r];
+    // false for NaN; -0.0 passes as class 0, as -0.0 == 0.0f does on CUDA
+    if (v >= 0.0f && v < static_cast<float>(classes) && v == std::floor(v))
+      row[static_cast<int64_t>(v)] = 1.0f;
   }
 }
 

@@ -1,6 +1,6 @@
-// The layout family's ops (gpumat/ops.h): transpose, reshape (a copy into the new shape). Checks
-// here and in checks.h; kernels in ../cuda/layout.cu and ../host/layout.cpp (reshape's is the
-// elementwise copy).
+// The layout family's ops (gpumat/ops.h): transpose, reshape (a copy into the new shape), one_hot.
+// Checks here and in checks.h; kernels in ../cuda/layout.cu and ../host/layout.cpp (reshape's is
+// the elementwise copy).
 #include "gpumat/ops.h"
 
 #include <string>
@@ -19,6 +19,26 @@ void transpose(const GpuMatrix& in, GpuMatrix& out) {
     throw ShapeError(std::string(op) + ": output shape " + out.shape_str() + " is not the transpose of " +
                      in.shape_str());
   if (out.size() > 0) be.transpose(in.device().index, in.data(), out.data(), in.dim(0), in.dim(1));
+  finish(out);
+}
+
+// Class indices are float32 integers: exact up to 2^24.
+constexpr int64_t kMaxOneHotClasses = int64_t{1} << 24;
+
+void one_hot(const GpuMatrix& indices, GpuMatrix& out) {
+  const char* op = "one_hot";
+  const Backend& be = same_device(op, indices, out);
+  require_ndim(op, "indices", indices, 1);
+  require_ndim(op, "the output", out, 2);
+  if (out.dim(0) != indices.dim(0))
+    throw ShapeError(std::string(op) + ": the output has shape " + out.shape_str() + " for indices " +
+                     indices.shape_str() + ", expected (" + std::to_string(indices.dim(0)) +
+                     ", num_classes)");
+  not_aliased(op, indices, out);
+  if (out.dim(1) > kMaxOneHotClasses)
+    throw ShapeError(std::string(op) + ": " + std::to_string(out.dim(1)) + " classes (output " +
+                     out.shape_str() + ") exceed 2^24 = 16777216: float32 indices cannot name them all");
+  if (out.size() > 0) be.one_hot(out.device().index, indices.data(), out.data(), out.dim(0), out.dim(1));
   finish(out);
 }
 
