@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numbers
 
-from gpumat import graph
 from gpumat._checks import as_pair, as_probability
 from gpumat.graph.activation import dropout_op
 from gpumat.graph.conv import add_channel_bias_op, conv2d_op
 from gpumat.graph.elementwise import mul_byconst_op
+from gpumat.graph.layout import one_hot_op
 from gpumat.graph.loss import mae_loss_op, mse_loss_op, nll_loss_op, softmaxcrossentropy_op
 from gpumat.graph.matmul import matmul_op
 from gpumat.graph.node import shape_str
@@ -283,7 +283,7 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
         raise ValueError(f"one_hot: num_classes must be >= 1 or -1, got {num_classes}")
     _check_classes(tensor, c, "one_hot")
     flat = tensor.reshape(-1)
-    rows = apply_op("one_hot", lambda t: graph.one_hot_op(t, c), [flat], int64, (0, 1), False)
+    rows = apply_op("one_hot", lambda t: one_hot_op(t, c), [flat], int64, (0, 1), False)
     return rows.reshape(*tensor.shape, c)
 
 
@@ -301,7 +301,7 @@ def _class_rows(input: Tensor, target: Tensor, op: str) -> Tensor:  # noqa: A002
                 f"{shape_str(input.shape)}, got {shape_str(target.shape)}"
             )
         _check_classes(target, c, op)
-        return apply_op(op, lambda t: graph.one_hot_op(t, c), [target], float32, None, False)
+        return apply_op(op, lambda t: one_hot_op(t, c), [target], float32, None, False)
     if target.dtype is bool_:
         raise TypeError(f"{op}: target must be int64 class indices or float32 rows, got bool")
     if target.shape != input.shape:
