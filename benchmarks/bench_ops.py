@@ -109,6 +109,12 @@ def _np_sce(logits, labels):
     return np.array([np.mean(-(labels * (logits - lse)).sum(axis=1))])
 
 
+def _adadelta_param64(g, param, sq, acc, p):
+    """The parameter after one Adadelta step (Zeiler 2012, Algorithm 1, PyTorch's lr factor)."""
+    sq = p["rho"] * sq + (1 - p["rho"]) * g * g
+    return param - p["lr"] * np.sqrt(acc + p["eps"]) / np.sqrt(sq + p["eps"]) * g
+
+
 @dataclasses.dataclass(frozen=True)
 class OpSpec:
     """One kernel. ``ours(ins, out, p)`` runs gpumat; ``ref64(ins, p)`` is the float64 result.
@@ -235,6 +241,18 @@ OPS = {
         tol=TOL_POINTWISE,
         inputs=("labels",),
     ),
+    # One tensor's Adadelta step in place: inputs (grad, param, square_avg, acc_delta), the
+    # output is the param (input 1); reads 4 arrays and writes 3.
+    "adadelta": OpSpec(
+        ours=lambda ins, out, p: ops.adadelta_update_multi(
+            [ins[1]], [ins[0]], [ins[2]], [ins[3]], p["lr"], p["rho"], p["eps"]
+        ),
+        ref64=lambda ins, p: _adadelta_param64(*ins, p),
+        work=lambda ins, out, p: ("bytes", 4 * 7 * _n(ins[0])),
+        tol=TOL_POINTWISE,
+        inputs=("signed", "signed", "positive", "positive"),
+        inplace=True,
+    ),
     "transpose": OpSpec(
         ours=lambda ins, out, p: ops.transpose(ins[0], out),
         ref64=lambda ins, p: ins[0].T,
@@ -317,6 +335,7 @@ OP_FUNCTION = {
     "divide": "matrix_elementwise_divide",
     "eq": "eq",
     "one_hot": "one_hot",
+    "adadelta": "adadelta_update_multi",
     "transpose": "transpose",
     "broadcast_to": "broadcast_to",
     "reduce_sum_axis_zero": "reduce_sum_axis_zero",
@@ -398,6 +417,11 @@ def _one_hot(name, group, rows, classes):
     return Case(name, group, "one_hot", [(rows,)], (rows, classes), params, label)
 
 
+def _adadelta(name, group, shape):
+    params = {"shape": shape, "lr": 1.0, "rho": 0.9, "eps": 1e-6}
+    return Case(name, group, "adadelta", [shape] * 4, shape, params, _shape_str(shape))
+
+
 def _random(name, group, op, shape):
     return Case(name, group, op, [], shape, {"shape": shape, "seed": 7}, _shape_str(shape))
 
@@ -445,6 +469,7 @@ def build_cases(quick: bool) -> list[Case]:
         _sce("softmax_cross_entropy", g, (b, 10)),
         _special("argmax_predictions", g, "argmax", (b, 10), (b,), axis=1),
         _one_hot("one_hot_labels", g, b, 10),
+        _adadelta("adadelta_W1", g, (784, 256)),
         Case(
             "sgd_axpy_W1",
             g,
@@ -470,6 +495,7 @@ def build_cases(quick: bool) -> list[Case]:
         _unary("relu", g, "relu", big),
         _binary("relu_gradient", g, "relu_gradient", big),
         Case("axpy", g, "axpy", [big, big], big, {"alpha": -0.01}, _shape_str(big)),
+        _adadelta("adadelta", g, big),
         _unary("exp", g, "exp", big),
         _unary("log", g, "log", big),
         _binary("divide", g, "divide", big),
@@ -539,6 +565,7 @@ class NumpyLike:
             "relu": lambda ins, out, p: xp.maximum(ins[0], np.float32(0), out=out),
             "relu_gradient": lambda ins, out, p: xp.multiply(ins[1], ins[0] > 0, out=out),
             "axpy": self._axpy,
+            "adadelta": self._adadelta,
             "exp": lambda ins, out, p: xp.exp(ins[0], out=out),
             "log": lambda ins, out, p: xp.log(ins[0], out=out),
             "divide": lambda ins, out, p: xp.divide(ins[0], ins[1], out=out),
@@ -572,6 +599,16 @@ class NumpyLike:
 
     def _axpy(self, ins, out, p):
         ins[1] += np.float32(p["alpha"]) * ins[0]
+
+    def _adadelta(self, ins, out, p):
+        xp = self.xp
+        g, param, sq, acc = ins
+        sq *= np.float32(p["rho"])
+        sq += np.float32(1 - p["rho"]) * g * g
+        d = xp.sqrt(acc + np.float32(p["eps"])) / xp.sqrt(sq + np.float32(p["eps"])) * g
+        acc *= np.float32(p["rho"])
+        acc += np.float32(1 - p["rho"]) * d * d
+        param -= np.float32(p["lr"]) * d
 
     def _softmax(self, ins, out, p):
         xp = self.xp
@@ -633,6 +670,7 @@ class Torch:
                 ins[1], ins[0], 0.0
             ),
             "axpy": lambda ins, out, p: ins[1].add_(ins[0], alpha=p["alpha"]),
+            "adadelta": self._adadelta,
             "exp": lambda ins, out, p: torch.exp(ins[0], out=out),
             "log": lambda ins, out, p: torch.log(ins[0], out=out),
             "divide": lambda ins, out, p: torch.div(ins[0], ins[1], out=out),
@@ -658,6 +696,16 @@ class Torch:
             "random_normal": lambda ins, out, p: out.normal_(0.0, 1.0, generator=self._gen),
         }
         return table.get(name)
+
+    @staticmethod
+    def _adadelta(ins, out, p):
+        """torch.optim.Adadelta's single-tensor step (torch/optim/adadelta.py), on the tensors."""
+        g, param, sq, acc = ins
+        rho, eps = p["rho"], p["eps"]
+        sq.mul_(rho).addcmul_(g, g, value=1 - rho)
+        delta = acc.add(eps).sqrt_().div_(sq.add(eps).sqrt_()).mul_(g)
+        acc.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+        param.add_(delta, alpha=-p["lr"])
 
 
 def pick_reference(ctx_name: str, wanted: str):

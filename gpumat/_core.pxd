@@ -167,6 +167,9 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void adam_update_multi(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
                            const vector[GpuMatrix*]&, const vector[GpuMatrix*]&, float, float, float,
                            float, int64_t) except +gpumat_raise_py_error nogil
+    void adadelta_update_multi(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
+                               const vector[GpuMatrix*]&, const vector[GpuMatrix*]&, float, float,
+                               float) except +gpumat_raise_py_error nogil
     # op counting
     int64_t op_count(const Device&) except +gpumat_raise_py_error
 

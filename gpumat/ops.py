@@ -89,6 +89,7 @@ def trace_calls():
 
 
 __all__ = [
+    "adadelta_update_multi",
     "adam_update",
     "adam_update_multi",
     "add_channel_bias",
@@ -814,4 +815,51 @@ def adam_update_multi(params, grads, m, v, lr, beta1, beta2, eps, step: int) -> 
         as_real(beta2, "beta2", op),
         as_real(eps, "eps", op),
         as_int(step, "step", op),
+    )
+
+
+def adadelta_update_multi(params, grads, square_avgs, acc_deltas, lr, rho, eps) -> None:
+    """Multi-tensor Adadelta, in place, for every tensor i::
+
+        square_avgs[i] = rho * square_avgs[i] + (1 - rho) * grads[i]**2
+        d = sqrt(acc_deltas[i] + eps) / sqrt(square_avgs[i] + eps) * grads[i]
+        acc_deltas[i] = rho * acc_deltas[i] + (1 - rho) * d**2
+        params[i] -= lr * d
+
+    Zeiler, "ADADELTA: An Adaptive Learning Rate Method" (arXiv:1212.5701, 2012), Algorithm 1,
+    with PyTorch's learning-rate factor lr (1.0 gives Zeiler's update): the update of
+    ``torch.optim.Adadelta(lr, rho, eps)`` without weight decay, in its order of operations, so
+    float32 results agree with PyTorch's to rounding. One launch per 32 tensors on CUDA and one
+    call on the host; :data:`gpumat.launch_count` counts the call once.
+
+    Args:
+        params, grads, square_avgs, acc_deltas: lists (or tuples) of one length of float32
+            PyGpuMatrix, all on one device; grads[i], square_avgs[i] and acc_deltas[i] have
+            params[i]'s shape. square_avgs (E[g^2]) and acc_deltas (E[dx^2]) start at zero. No
+            parameter, square_avg or acc_delta may share memory with any other array (gradients
+            may share memory with each other).
+        lr: the learning-rate factor, a finite number >= 0 (PyTorch's default is 1.0).
+        rho: the decay of both running averages, in [0, 1] (PyTorch's default 0.9).
+        eps: added inside both square roots, finite and > 0 (PyTorch's default 1e-6; it also
+            sets the first steps' size, since acc_deltas start at zero). PyTorch accepts 0; here
+            0 is refused because the first step would divide 0 by 0 wherever a gradient is 0.
+
+    Raises:
+        TypeError: a list is not a list or tuple, an element is not a PyGpuMatrix, or a scalar is
+            not a number.
+        ValueError: lists of different lengths, a shape or device mismatch, a written array
+            shared with another, or a scalar out of its range.
+    """
+    op = "adadelta_update_multi"
+    params, grads, square_avgs, acc_deltas = array_lists(
+        op, params=params, grads=grads, square_avgs=square_avgs, acc_deltas=acc_deltas
+    )
+    _core.adadelta_update_multi_(
+        params,
+        grads,
+        square_avgs,
+        acc_deltas,
+        as_real(lr, "lr", op),
+        as_real(rho, "rho", op),
+        as_real(eps, "eps", op),
     )

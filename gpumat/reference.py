@@ -16,7 +16,8 @@ directly with mismatched arrays, numpy's own ValueError is raised.
 
 Sources: im2col convolution as in gpumat.ops.conv2d (the windows via
 ``numpy.lib.stride_tricks.sliding_window_view``); SplitMix64 (Steele, Lea & Flood, OOPSLA 2014) and
-Box-Muller as in ``extensions/src/random.h``; Adam as in Kingma & Ba (ICLR 2015), Algorithm 1.
+Box-Muller as in ``extensions/src/random.h``; Adam as in Kingma & Ba (ICLR 2015), Algorithm 1;
+Adadelta as in Zeiler (2012), Algorithm 1, with PyTorch's lr factor.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from gpumat._checks import as_int, as_pair, as_probability, as_seed, pool_args
 
 __all__ = [
+    "adadelta_update_multi",
     "adam_update",
     "adam_update_multi",
     "add_channel_bias",
@@ -662,3 +664,16 @@ def adam_update_multi(params, grads, m, v, lr, beta1, beta2, eps, step: int) -> 
     """:func:`adam_update` for every tensor i at one step."""
     for p, g, mi, vi in zip(params, grads, m, v, strict=True):
         adam_update(p, g, mi, vi, lr, beta1, beta2, eps, step)
+
+
+def adadelta_update_multi(params, grads, square_avgs, acc_deltas, lr, rho, eps) -> None:
+    """One Adadelta step in place for every tensor i (Zeiler 2012, Algorithm 1, with PyTorch's lr
+    factor): square_avg = rho sq + (1 - rho) g^2; d = sqrt(acc + eps) / sqrt(sq + eps) * g;
+    acc = rho acc + (1 - rho) d^2; param -= lr d."""
+    for p, g, sq, acc in zip(params, grads, square_avgs, acc_deltas, strict=True):
+        sq *= rho
+        sq += (1.0 - rho) * g * g
+        d = np.sqrt(acc + eps) / np.sqrt(sq + eps) * g
+        acc *= rho
+        acc += (1.0 - rho) * d * d
+        p -= lr * d

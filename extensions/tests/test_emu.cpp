@@ -429,12 +429,15 @@ void size_cases() {
 }
 
 // ---------------------------------------------------------------------------- the front end's kernels
-// Kept in one block (the front end's ops: exp, log, divide, eq, argmax, one_hot). Elementwise kernels at the
+// Kept in one block (the front end's ops: exp, log, divide, eq, argmax, one_hot, adadelta_update_multi).
+// Elementwise kernels at the
 // tails of a 256-thread block (n = 1, 31, 257) and over many blocks (4099, 300001); finite inputs
 // (check() compares by difference: the special values inf and NaN are tested in tests/kernels/).
 // argmax along the last, first and middle axes, a long row and a long column. one_hot of argmax's
 // indices (0..4) mapped to 2i - 3 (out of range below 0 and above 3 for 4 classes) and to i / 2
-// (non-integers): rows of zeros in both.
+// (non-integers): rows of zeros in both. Adadelta over 40 tensors (two launches of the 32-tensor
+// table), some empty and one past the 1024 blocks a tensor gets (the grid-stride loop's second lap),
+// three steps.
 
 void frontend_kernel_cases() {
   namespace ops = gpumat::ops;
@@ -482,6 +485,34 @@ void frontend_kernel_cases() {
         },
         0.0f);
   }
+  // inputs p, g, s, t per tensor (square_avg = s * s, acc_delta = t * t: averages of squares are
+  // >= 0); outputs the updated p, square_avg, acc_delta
+  std::vector<Shape> ins, outs;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t n = i == 7 ? 270001 : (i * 37) % 300;
+    for (int k = 0; k < 4; ++k) ins.push_back({n});
+    for (int k = 0; k < 3; ++k) outs.push_back({n});
+  }
+  check(
+      "adadelta_update_multi 40 tensors", ins, outs,
+      [](Arrays& a) {
+        std::vector<GpuMatrix*> params, square_avgs, acc_deltas;
+        std::vector<const GpuMatrix*> grads;
+        for (int i = 0; i < 40; ++i) {
+          GpuMatrix* out = &a[160 + 3 * i];
+          ops::copy(a[4 * i], out[0]);
+          ops::multiply(a[4 * i + 2], a[4 * i + 2], out[1]);
+          ops::multiply(a[4 * i + 3], a[4 * i + 3], out[2]);
+          params.push_back(&out[0]);
+          square_avgs.push_back(&out[1]);
+          acc_deltas.push_back(&out[2]);
+          grads.push_back(&a[4 * i + 1]);
+        }
+        ops::adadelta_update_multi(params, grads, square_avgs, acc_deltas, 1.0f, 0.9f, 1e-6f);
+        ops::adadelta_update_multi(params, grads, square_avgs, acc_deltas, 0.5f, 0.5f, 1e-3f);
+        ops::adadelta_update_multi(params, grads, square_avgs, acc_deltas, 0.7f, 0.0f, 1e-2f);
+      },
+      1e-5f);
 }
 
 // ---------------------------------------------------------------------------- the emulator's own checks

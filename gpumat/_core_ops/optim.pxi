@@ -62,3 +62,14 @@ def adam_update_multi_(list params not None, list grads not None, list m not Non
     cdef vector[GpuMatrix*] pv = _array_list(v, op, "v")
     with nogil:
         adam_update_multi(p, g, pm, pv, lr, beta1, beta2, eps, step)
+
+
+def adadelta_update_multi_(list params not None, list grads not None, list square_avgs not None,
+                           list acc_deltas not None, float lr, float rho, float eps):
+    cdef str op = "adadelta_update_multi"
+    cdef vector[GpuMatrix*] p = _array_list(params, op, "parameter")
+    cdef vector[const GpuMatrix*] g = _const_array_list(grads, op, "gradient")
+    cdef vector[GpuMatrix*] sq = _array_list(square_avgs, op, "square_avg")
+    cdef vector[GpuMatrix*] acc = _array_list(acc_deltas, op, "acc_delta")
+    with nogil:
+        adadelta_update_multi(p, g, sq, acc, lr, rho, eps)

@@ -1,6 +1,7 @@
-"""The multi-tensor optimizer ops (ops.momentum_sgd_update, ops.adam_update_multi) and
-the optimizers built on them, against float64 numpy references over several steps on every device;
-and the host relu_bias_gradient's row chunks (boundaries, thread-count independence)."""
+"""The multi-tensor optimizer ops (ops.momentum_sgd_update, ops.adam_update_multi,
+ops.adadelta_update_multi) and the optimizers built on them, against float64 numpy references over
+several steps on every device (Adadelta against torch.optim.Adadelta too); and the host
+relu_bias_gradient's row chunks (boundaries, thread-count independence)."""
 
 import os
 import subprocess
@@ -182,6 +183,180 @@ def test_gradients_may_share_memory(ctx):
     ops.momentum_sgd_update([p, q], [g_d, g_d], [v, w], 0.5, 0.9)
     close(p.asnumpy(), p0 - 0.5 * g, 1e-6)
     close(q.asnumpy(), q0 - 0.5 * g, 1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# ops.adadelta_update_multi
+# ------------------------------------------------------------------------------------------------
+
+# Hyperparameters at which each of lr, rho and eps moves the result far past the tolerance
+# (test_adadelta_hyperparameters_each_matter checks it): eps is large enough to matter next to the
+# running averages, and the first steps' size is sqrt(eps) / sqrt(sq + eps) by design.
+ADADELTA = {"lr": 0.7, "rho": 0.8, "eps": 1e-3}
+ADADELTA_TOL = 1e-5  # float32 steps against float64: a few ulps of the result, times the steps
+
+
+def adadelta64(p, g, sq, acc, lr, rho, eps):
+    """Zeiler (2012), Algorithm 1, with PyTorch's lr factor, in float64."""
+    sq = rho * sq + (1 - rho) * g * g
+    d = np.sqrt(acc + eps) / np.sqrt(sq + eps) * g
+    acc = rho * acc + (1 - rho) * d * d
+    return p - lr * d, sq, acc
+
+
+def _adadelta_run(shapes, grads_per_step, start, ctx, lr, rho, eps):
+    """Runs the steps on ctx (and in float64); returns (device arrays, float64 arrays)."""
+    p64 = [x.astype(np.float64) for x in start]
+    sq64 = [np.zeros(s) for s in shapes]
+    acc64 = [np.zeros(s) for s in shapes]
+    p_d = [dev(x, ctx) for x in start]
+    sq_d = [dev(np.zeros(s), ctx) for s in shapes]
+    acc_d = [dev(np.zeros(s), ctx) for s in shapes]
+    for grads in grads_per_step:
+        before = gpumat.launch_count(ctx)
+        ops.adadelta_update_multi(p_d, [dev(g, ctx) for g in grads], sq_d, acc_d, lr, rho, eps)
+        assert gpumat.launch_count(ctx) - before == 1
+        new = [adadelta64(*x, lr, rho, eps) for x in zip(p64, grads, sq64, acc64, strict=True)]
+        p64, sq64, acc64 = (list(x) for x in zip(*new, strict=True))
+    return (p_d, sq_d, acc_d), (p64, sq64, acc64)
+
+
+@pytest.mark.parametrize("count", [1, 5, 40])
+def test_adadelta_update_multi_matches_float64(ctx, count):
+    shapes = shapes_for(count)
+    start = [rand(*s) for s in shapes]
+    steps = [[rand(*s) for s in shapes] for _ in range(5)]
+    got, ref = _adadelta_run(shapes, steps, start, ctx, **ADADELTA)
+    for got_list, ref_list in zip(got, ref, strict=True):
+        for x, r in zip(got_list, ref_list, strict=True):
+            close(x.asnumpy(), r, ADADELTA_TOL)
+
+
+def test_adadelta_large_tensor_runs_the_grid_stride_loop(ctx):
+    """CUDA gives each tensor at most 1024 blocks of 256 threads (262,144 elements): a tensor of
+    300,001 takes the grid-stride loop's second lap, next to a small one in the same launch."""
+    shapes = [(300_001,), (5,), (600, 501)]
+    start = [rand(*s) for s in shapes]
+    steps = [[rand(*s) for s in shapes] for _ in range(2)]
+    got, ref = _adadelta_run(shapes, steps, start, ctx, **ADADELTA)
+    for got_list, ref_list in zip(got, ref, strict=True):
+        for x, r in zip(got_list, ref_list, strict=True):
+            close(x.asnumpy(), r, ADADELTA_TOL)
+
+
+@pytest.mark.parametrize(
+    "hyper",
+    [ADADELTA, {"lr": 1.0, "rho": 0.9, "eps": 1e-6}, {"lr": 0.05, "rho": 0.3, "eps": 0.1}],
+    ids=["test-values", "pytorch-defaults", "small-rho"],
+)
+def test_adadelta_matches_torch_optim_adadelta(ctx, hyper):
+    torch = pytest.importorskip("torch")
+    shapes = shapes_for(7)
+    start = [rand(*s) for s in shapes]
+    steps = [[rand(*s) for s in shapes] for _ in range(6)]
+    steps[2][0][...] = 0.0  # a zero gradient: no move, the averages decay
+    t_params = [torch.tensor(x, requires_grad=True) for x in start]
+    t_opt = torch.optim.Adadelta(t_params, **hyper)
+    p_d = [dev(x, ctx) for x in start]
+    sq_d = [dev(np.zeros(s), ctx) for s in shapes]
+    acc_d = [dev(np.zeros(s), ctx) for s in shapes]
+    for grads in steps:
+        for tp, g in zip(t_params, grads, strict=True):
+            tp.grad = torch.from_numpy(g.copy())
+        t_opt.step()
+        ops.adadelta_update_multi(
+            p_d, [dev(g, ctx) for g in grads], sq_d, acc_d, hyper["lr"], hyper["rho"], hyper["eps"]
+        )
+    for i, tp in enumerate(t_params):
+        state = t_opt.state[tp]
+        close(p_d[i].asnumpy(), tp.detach().numpy(), ADADELTA_TOL)
+        close(sq_d[i].asnumpy(), state["square_avg"].numpy(), ADADELTA_TOL)
+        close(acc_d[i].asnumpy(), state["acc_delta"].numpy(), ADADELTA_TOL)
+
+
+def test_adadelta_hyperparameters_each_matter():
+    """At ADADELTA's values, a 10% change of any one of lr, rho, eps moves the float64 result by
+    over 100 times the tolerance the devices are held to: the tests above would see a kernel that
+    ignored or misused any of them."""
+    shapes = shapes_for(5)
+    start = [rand(*s) for s in shapes]
+    steps = [[rand(*s) for s in shapes] for _ in range(5)]
+
+    def final(lr, rho, eps):
+        p = [x.astype(np.float64) for x in start]
+        sq, acc = [np.zeros(s) for s in shapes], [np.zeros(s) for s in shapes]
+        for grads in steps:
+            new = [adadelta64(*x, lr, rho, eps) for x in zip(p, grads, sq, acc, strict=True)]
+            p, sq, acc = (list(x) for x in zip(*new, strict=True))
+        return np.concatenate([x.ravel() for x in p])
+
+    base = final(**ADADELTA)
+    for name in ADADELTA:
+        changed = final(**{**ADADELTA, name: ADADELTA[name] * 1.1})
+        assert np.max(np.abs(changed - base)) > 100 * ADADELTA_TOL * max(1, np.abs(base).max()), (
+            name
+        )
+
+
+def test_adadelta_update_multi_rejects_bad_input(ctx, gpu_ctx):
+    other = gpu_ctx if ctx != gpu_ctx else gpumat.cpu()
+    p, q, g, gq = dev(rand(3, 4), ctx), dev(rand(5), ctx), dev(rand(3, 4), ctx), dev(rand(5), ctx)
+    s, sq5, a, a5 = (dev(np.zeros(n), ctx) for n in ((3, 4), (5,), (3, 4), (5,)))
+    values = [x.asnumpy() for x in (p, q, s, sq5, a, a5)]
+    ok = ([p, q], [g, gq], [s, sq5], [a, a5])
+    bad_lists = [
+        (ValueError, "got 1 gradients for 2 parameters", ([p, q], [g], [s, sq5], [a, a5])),
+        (ValueError, "got 1 square_avgs for 2 parameters", ([p, q], [g, gq], [s], [a, a5])),
+        (ValueError, "got 3 acc_deltas for 2 parameters", ([p, q], [g, gq], [s, sq5], [a, a5, a])),
+        (ValueError, "acc_delta 1 has shape", ([p, q], [g, gq], [s, sq5], [a, a])),
+        (ValueError, "gradient 0 has shape", ([p], [dev(rand(4, 3), ctx)], [s], [a])),
+        (ValueError, "different devices", ([p], [dev(rand(3, 4), other)], [s], [a])),
+        (ValueError, "different devices", ([p], [g], [s], [dev(np.zeros((3, 4)), other)])),
+        (ValueError, "shares memory", ([p, q], [g, gq], [s, sq5], [s, a5])),  # acc is sq
+        (ValueError, "shares memory", ([p, q], [g, gq], [p, sq5], [a, a5])),  # sq is a parameter
+        (ValueError, "shares memory", ([p, q], [g, gq], [g, sq5], [a, a5])),  # sq is a gradient
+        (  # a parameter twice
+            ValueError,
+            "shares memory",
+            ([p, p], [g, g], [s, dev(np.zeros((3, 4)), ctx)], [a, dev(np.zeros((3, 4)), ctx)]),
+        ),
+        (ValueError, "shares memory", ([p], [g], [s], [p.reshape((12,)).reshape((3, 4))])),
+        (TypeError, "acc_delta 0 is a ndarray", ([p], [g], [s], [a.asnumpy()])),
+        (TypeError, "gradient 1 is a NoneType", ([p, q], [g, None], [s, sq5], [a, a5])),
+        (TypeError, "must be lists", ([p], [g], s, [a])),
+        (TypeError, "must be lists", (p, [g], [s], [a])),
+    ]
+    for exc, match, lists in bad_lists:
+        with pytest.raises(exc, match=f"adadelta_update_multi.*{match}"):
+            ops.adadelta_update_multi(*lists, 0.5, 0.9, 1e-6)
+    nan, inf = float("nan"), float("inf")
+    for lr, rho, eps, what in [
+        (-0.1, 0.9, 1e-6, "lr"),
+        (nan, 0.9, 1e-6, "lr"),
+        (inf, 0.9, 1e-6, "lr"),
+        (1e300, 0.9, 1e-6, "lr"),  # infinite once float32
+        (0.5, -0.01, 1e-6, "rho"),
+        (0.5, 1.01, 1e-6, "rho"),
+        (0.5, nan, 1e-6, "rho"),
+        (0.5, 0.9, 0.0, "eps"),
+        (0.5, 0.9, -1e-6, "eps"),
+        (0.5, 0.9, nan, "eps"),
+        (0.5, 0.9, inf, "eps"),
+    ]:
+        with pytest.raises(ValueError, match=f"adadelta_update_multi: {what} must be"):
+            ops.adadelta_update_multi(*ok, lr, rho, eps)
+    for scalars in [("0.5", 0.9, 1e-6), (0.5, None, 1e-6), (0.5, 0.9, True), (0.5, 0.9, [1e-6])]:
+        with pytest.raises(TypeError, match="adadelta_update_multi"):
+            ops.adadelta_update_multi(*ok, *scalars)
+    # nothing was written by any rejected call
+    for x, before in zip((p, q, s, sq5, a, a5), values, strict=True):
+        np.testing.assert_array_equal(x.asnumpy(), before)
+    # the edges of the ranges are accepted: lr 0 (no move), rho 0 and 1, a tiny eps
+    for lr, rho, eps in [(0.0, 0.9, 1e-6), (0.5, 0.0, 1e-6), (0.5, 1.0, 1e-30)]:
+        ops.adadelta_update_multi(*ok, lr, rho, eps)
+    before = gpumat.launch_count(ctx)
+    ops.adadelta_update_multi([], [], [], [], 0.5, 0.9, 1e-6)  # no tensors: no launch
+    assert gpumat.launch_count(ctx) == before
 
 
 # ------------------------------------------------------------------------------------------------

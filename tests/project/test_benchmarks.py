@@ -85,6 +85,7 @@ def _tiny_cases():
         b._binary("divide", "t", "divide", (5, 7)),
         b._binary("eq", "t", "eq", (5, 7)),
         b._one_hot("one_hot", "t", 5, 10),
+        b._adadelta("adadelta", "t", (5, 7)),
         C("transpose", "t", "transpose", [(5, 7)], (7, 5), {"shape": (7, 5)}, "5x7"),
         b._special("broadcast_to", "t", "broadcast_to", (7,), (5, 7)),
         b._special("reduce_sum_axis_zero", "t", "reduce_sum_axis_zero", (5, 7), (7,)),

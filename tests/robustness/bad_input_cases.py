@@ -931,6 +931,19 @@ _MULTI_TENSOR = {
             ("step", st.integers(1, 1000), BAD_INTS),
         ],
     },
+    "adadelta_update_multi": {
+        "lists": [
+            ("params", True, (-1, 1)),
+            ("grads", False, (-1, 1)),
+            ("square_avgs", True, (0, 1)),  # averages of squares are >= 0
+            ("acc_deltas", True, (0, 1)),
+        ],
+        "scalars": [
+            ("lr", st.floats(0, 2), None),
+            ("rho", st.floats(0, 1), None),
+            ("eps", st.floats(1e-8, 1e-1), None),
+        ],
+    },
 }
 
 
@@ -982,6 +995,15 @@ def _multi_tensor_reference(name, old: list, scalars: list) -> list:
         lr, mu = scalars
         vs = [mu * v + g for g, v in zip(old[1], old[2], strict=True)]
         return [[p - lr * v for p, v in zip(old[0], vs, strict=True)], vs]
+    if name == "adadelta_update_multi":
+        lr, rho, eps = scalars
+        sqs = [rho * sq + (1 - rho) * g * g for g, sq in zip(old[1], old[2], strict=True)]
+        ds = [
+            np.sqrt(acc + eps) / np.sqrt(sq + eps) * g
+            for g, sq, acc in zip(old[1], sqs, old[3], strict=True)
+        ]
+        accs = [rho * acc + (1 - rho) * d * d for acc, d in zip(old[3], ds, strict=True)]
+        return [[p - lr * d for p, d in zip(old[0], ds, strict=True)], sqs, accs]
     lr, b1, b2, eps, t = scalars
     ms = [b1 * m + (1 - b1) * g for g, m in zip(old[1], old[2], strict=True)]
     vs = [b2 * v + (1 - b2) * g * g for g, v in zip(old[1], old[3], strict=True)]
@@ -1003,6 +1025,12 @@ def _multi_tensor_scalar(name: str, what: str, value) -> float | int:
             raise Invalid("step out of range")
         return t
     x = _num(value)
+    if what == "rho":  # Adadelta's decay: [0, 1], both ends included
+        if not 0 <= x <= 1:
+            raise Invalid("rho out of range")
+        return x
+    if name == "adadelta_update_multi" and what == "eps" and not 0 < x < math.inf:
+        raise Invalid("eps must be > 0")
     top = 1.0 if what in ("momentum", "beta1", "beta2") else math.inf
     if not 0 <= x < top:
         raise Invalid(f"{what} out of range")
@@ -1937,6 +1965,7 @@ BATCHES = {
             "sgd_update",
             "momentum_sgd_update",
             "adam_update_multi",
+            "adadelta_update_multi",
         ]
     ),
     "arrays": batch_arrays,

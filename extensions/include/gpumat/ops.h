@@ -261,6 +261,17 @@ void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<
                        const std::vector<GpuMatrix*>& m, const std::vector<GpuMatrix*>& v, float lr,
                        float beta1, float beta2, float eps, int64_t step);
 
+// Adadelta for every tensor i, in place (Zeiler, "ADADELTA: An Adaptive Learning Rate Method",
+// 2012, Algorithm 1, with PyTorch's lr factor; torch.optim.Adadelta without weight decay):
+//   square_avgs[i] = rho * square_avgs[i] + (1 - rho) * grads[i]^2
+//   d = sqrt(acc_deltas[i] + eps) / sqrt(square_avgs[i] + eps) * grads[i]
+//   acc_deltas[i] = rho * acc_deltas[i] + (1 - rho) * d^2;  params[i] -= lr * d
+// one launch per 32 tensors on CUDA. Lists as momentum_sgd_update (params, square_avgs and
+// acc_deltas written; both start at zero); lr finite and >= 0, 0 <= rho <= 1, eps finite and > 0.
+void adadelta_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
+                           const std::vector<GpuMatrix*>& square_avgs,
+                           const std::vector<GpuMatrix*>& acc_deltas, float lr, float rho, float eps);
+
 // ---------------------------------------------------------------------------- op counting
 
 // Calls of the ops above that reached `device` (passed their checks) since the process started:

@@ -8,6 +8,11 @@
 // Grid-stride, one thread per element.
 //   sgd_update_multi / momentum_sgd_update_multi / adam_update_multi: the same updates for a list of
 //   tensors, one launch per 32 tensors (see the tables below).
+//   adadelta_update_multi: Adadelta (Zeiler, "ADADELTA: An Adaptive Learning Rate Method", 2012,
+//   Algorithm 1) with PyTorch's lr factor, for a list of tensors, one launch per 32:
+//     sq = rho sq + (1 - rho) g^2;  d = sqrt(acc + eps) / sqrt(sq + eps) * g
+//     acc = rho acc + (1 - rho) d^2;  param -= lr d
+//   (torch.optim.Adadelta's order of operations, so float32 results agree to rounding.)
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -64,6 +69,13 @@ struct AdamTable {
   float* v[kTableTensors];
   int64_t size[kTableTensors];
 };
+struct AdadeltaTable {
+  float* param[kTableTensors];
+  const float* grad[kTableTensors];
+  float* square_avg[kTableTensors];
+  float* acc_delta[kTableTensors];
+  int64_t size[kTableTensors];
+};
 
 __global__ void sgd_update_multi_kernel(SgdTable table, float lr) {
   const int t = blockIdx.y;
@@ -107,6 +119,26 @@ __global__ void adam_update_multi_kernel(AdamTable table, float lr, float beta1,
     m[i] = mi;
     v[i] = vi;
     p[i] -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+  }
+}
+
+// The Adadelta step (see the header) for the table's tensor blockIdx.y. Each element is read and
+// written by one thread: param, square_avg and acc_delta once each.
+__global__ void adadelta_update_multi_kernel(AdadeltaTable table, float lr, float rho, float eps) {
+  const int t = blockIdx.y;
+  float* __restrict__ p = table.param[t];
+  const float* __restrict__ g = table.grad[t];
+  float* __restrict__ sq = table.square_avg[t];
+  float* __restrict__ acc = table.acc_delta[t];
+  const int64_t n = table.size[t];
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = g[i];
+    const float s = rho * sq[i] + (1.0f - rho) * gi * gi;
+    const float d = sqrtf(acc[i] + eps) / sqrtf(s + eps) * gi;
+    sq[i] = s;
+    acc[i] = rho * acc[i] + (1.0f - rho) * d * d;
+    p[i] -= lr * d;
   }
 }
 
@@ -177,6 +209,24 @@ void adam_update_multi(int dev, float* const* params, const float* const* grads,
       [&](const AdamTable& table, dim3 grid) {
         launch<adam_update_multi_kernel>("adam_update_multi", grid, kBlockSize, 0, stream, table, lr, beta1,
                                          beta2, eps, bc1, bc2);
+      });
+}
+
+void adadelta_update_multi(int dev, float* const* params, const float* const* grads,
+                           float* const* square_avgs, float* const* acc_deltas, const int64_t* sizes,
+                           int count, float lr, float rho, float eps) {
+  cudaStream_t stream = activate(dev);
+  for_each_table<AdadeltaTable>(
+      count, sizes,
+      [&](AdadeltaTable& table, int j, int t) {
+        table.param[j] = params[t];
+        table.grad[j] = grads[t];
+        table.square_avg[j] = square_avgs[t];
+        table.acc_delta[j] = acc_deltas[t];
+      },
+      [&](const AdadeltaTable& table, dim3 grid) {
+        launch<adadelta_update_multi_kernel>("adadelta_update_multi", grid, kBlockSize, 0, stream, table, lr,
+                                             rho, eps);
       });
 }
 

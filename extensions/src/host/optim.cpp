@@ -5,6 +5,9 @@
 //     param -= lr * (m / bc1) / (sqrt(v / bc2) + eps)
 //   sgd_update_multi, momentum_sgd_update_multi, adam_update_multi: the same updates for a list of
 //   tensors in one call (one launch per 32 tensors on CUDA).
+//   adadelta_update_multi: Adadelta (Zeiler 2012, Algorithm 1, with PyTorch's lr factor), in the
+//   CUDA kernel's order: sq = rho sq + (1 - rho) g^2; d = sqrt(acc + eps) / sqrt(sq + eps) * g;
+//   acc = rho acc + (1 - rho) d^2; param -= lr d.
 #include <cmath>
 
 #include "kernels.h"
@@ -62,6 +65,28 @@ void adam_update_multi(int dev, float* const* params, const float* const* grads,
                        float eps, float bc1, float bc2) {
   for (int t = 0; t < count; ++t)
     adam_update(dev, params[t], grads[t], m[t], v[t], sizes[t], lr, beta1, beta2, eps, bc1, bc2);
+}
+
+// Multi-tensor Adadelta: every tensor of `count`, in one call.
+void adadelta_update_multi(int, float* const* params, const float* const* grads, float* const* square_avgs,
+                           float* const* acc_deltas, const int64_t* sizes, int count, float lr, float rho,
+                           float eps) {
+  for (int t = 0; t < count; ++t) {
+    float* p = params[t];
+    const float* g = grads[t];
+    float* sq = square_avgs[t];
+    float* acc = acc_deltas[t];
+    const int64_t n = sizes[t];
+#pragma omp parallel for if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = g[i];
+      const float s = rho * sq[i] + (1.0f - rho) * gi * gi;
+      const float d = std::sqrt(acc[i] + eps) / std::sqrt(s + eps) * gi;
+      sq[i] = s;
+      acc[i] = rho * acc[i] + (1.0f - rho) * d * d;
+      p[i] -= lr * d;
+    }
+  }
 }
 
 }  // namespace gpumat::host

@@ -1,5 +1,6 @@
 // The optim family's ops (gpumat/ops.h): adam_update, sgd_update, momentum_sgd_update,
-// adam_update_multi. Checks here and in checks.h; kernels in ../cuda/optim.cu and ../host/optim.cpp.
+// adam_update_multi, adadelta_update_multi. Checks here and in checks.h; kernels in ../cuda/optim.cu and
+// ../host/optim.cpp.
 #include "gpumat/ops.h"
 
 #include <cmath>
@@ -103,6 +104,31 @@ void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<
   backend_for(params[0]->device())
       .adam_update_multi(params[0]->device().index, p.data(), g.data(), pm.data(), pv.data(), n.data(),
                          static_cast<int>(n.size()), lr, beta1, beta2, eps, bc1, bc2);
+  finish(*params[0]);
+}
+
+void adadelta_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
+                           const std::vector<GpuMatrix*>& square_avgs,
+                           const std::vector<GpuMatrix*>& acc_deltas, float lr, float rho, float eps) {
+  const char* op = "adadelta_update_multi";
+  check_lr(op, lr);
+  if (!(rho >= 0.0f && rho <= 1.0f))
+    throw ShapeError(std::string(op) + ": rho must be in [0, 1], got " + std::to_string(rho));
+  // NOTE: eps > 0, not PyTorch's eps >= 0: with eps = 0 the first step divides 0 by 0 wherever a
+  // gradient is 0 (sqrt(acc + eps) / sqrt(sq + eps) with acc = sq = 0) and NaN spreads.
+  if (!(eps > 0.0f) || !std::isfinite(eps))
+    throw ShapeError(std::string(op) + ": eps must be finite and > 0, got " + std::to_string(eps));
+  const std::vector<int64_t> n =
+      check_tensor_lists(op, {tensor_list("parameter", "parameters", params, true),
+                              tensor_list("gradient", "gradients", grads, false),
+                              tensor_list("square_avg", "square_avgs", square_avgs, true),
+                              tensor_list("acc_delta", "acc_deltas", acc_deltas, true)});
+  if (n.empty()) return;
+  const std::vector<float*> p = data_of(params), g = data_of(grads), sq = data_of(square_avgs),
+                            acc = data_of(acc_deltas);
+  backend_for(params[0]->device())
+      .adadelta_update_multi(params[0]->device().index, p.data(), g.data(), sq.data(), acc.data(), n.data(),
+                             static_cast<int>(n.size()), lr, rho, eps);
   finish(*params[0]);
 }
 
