@@ -466,6 +466,11 @@ class Tensor:
         self._grad = value
 
     @property
+    def _version(self) -> int:
+        """How many in-place changes the storage has seen (PyTorch's ``_version``)."""
+        return self._vc.value
+
+    @property
     def data(self) -> Tensor:
         """A detached tensor sharing this one's storage; assigning a tensor replaces the storage
         (shape, dtype and device follow it), as PyTorch's ``.data``."""
