@@ -328,8 +328,10 @@ class Tensor:
     ``sub_``, ``mul_``, ``copy_``, ``uniform_``, ``normal_``.
     """
 
-    # numpy scalars and arrays on the left of an operator defer to Tensor's reflected methods.
+    # numpy scalars and arrays on the left of an operator defer to Tensor's reflected methods
+    # (numpy's override protocol), and numpy ufuncs do not take tensors as arrays.
     __array_priority__ = 1000
+    __array_ufunc__ = None
 
     def __init__(self, data, dtype=None, device=None, requires_grad: bool = False) -> None:
         made = tensor(data, dtype=dtype, device=device)
