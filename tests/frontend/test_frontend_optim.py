@@ -85,7 +85,8 @@ def test_state_dict_resumes_bit_for_bit(ctx, name):
 
     def step(model, opt, x, y):
         opt.zero_grad()
-        F.cross_entropy(model(gpumat.tensor(x, device=ctx)), gpumat.tensor(y, device=ctx)).backward()
+        out = model(gpumat.tensor(x, device=ctx))
+        F.cross_entropy(out, gpumat.tensor(y, device=ctx)).backward()
         opt.step()
 
     for x, y in batches[:3]:
