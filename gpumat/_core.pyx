@@ -8,7 +8,7 @@ DTypeError -> TypeError, OutOfMemory -> MemoryError, CudaError -> gpumat.CudaErr
 Devices are passed as (kind, index) with kind 0 = host, 1 = CUDA, 2 = the emulated CUDA device.
 """
 
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libcpp.vector cimport vector
 
 import numpy as np
@@ -241,6 +241,31 @@ cdef class PyGpuMatrix:
         _require(self, "is_view", "self")
         return not self.mat.owns_data()
 
+    def shares_memory(self, PyGpuMatrix other not None):
+        """True when this array and ``other`` have elements in common: the same device and
+        intersecting element ranges (a reshape view of one array, or DLPack imports of overlapping
+        memory). Empty arrays share nothing. Raises ValueError for an object that holds no array."""
+        _require(self, "shares_memory", "self")
+        _require(other, "shares_memory", "other")
+        if self.mat.size() == 0 or other.mat.size() == 0:
+            return False
+        cdef Device da = self.mat.device()
+        cdef Device db = other.mat.device()
+        if da.kind != db.kind or da.index != db.index:
+            return False
+        cdef uintptr_t a0 = <uintptr_t>self.mat.data()
+        cdef uintptr_t b0 = <uintptr_t>other.mat.data()
+        return a0 < b0 + <uintptr_t>other.mat.nbytes() and b0 < a0 + <uintptr_t>self.mat.nbytes()
+
+    def _address_range(self):
+        """(first byte, one past the last byte) of the elements, as ints; (0, 0) when empty. For
+        the executor's check that a fed array is not one of its own buffers."""
+        _require(self, "_address_range", "self")
+        if self.mat.size() == 0:
+            return (0, 0)
+        cdef uintptr_t a0 = <uintptr_t>self.mat.data()
+        return (a0, a0 + <uintptr_t>self.mat.nbytes())
+
     @property
     def shape(self):
         """The shape, a tuple of ints."""
@@ -402,9 +427,13 @@ cdef class PyGpuMatrix:
             A PyCapsule over a float32 row-major tensor with explicit strides.
 
         Raises:
+            TypeError: an argument of the wrong type: max_version or dl_device not a pair of
+                ints, stream not an int, copy not a bool or None.
+            ValueError: a malformed value (a pair without two entries, a negative version, a
+                number that is no DLPack device type, a negative device id, stream 0 or below
+                -1, any stream for a CPU array), or a PyGpuMatrix that holds no array.
             BufferError: a device that cannot be exported to, or copy=False where a copy is
-                needed. ValueError: an invalid stream, or a PyGpuMatrix that holds no array.
-            TypeError: a stream that is not an int.
+                needed.
         """
         return _dlpack_export(self, stream, max_version, dl_device, copy)
 

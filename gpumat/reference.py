@@ -541,6 +541,8 @@ def _pool(op: str, kernel_size, stride, padding):
 def max_pool2d(x, out, kernel_size, stride=None, padding=0) -> None:
     """Max over each window of x (N, C, H, W); padding is -inf (never wins), NaN wins."""
     kernel, stride, padding = _pool("max_pool2d", kernel_size, stride, padding)
+    if out.size and 0 in x.shape[2:]:
+        raise ValueError(f"max_pool2d: x {x.shape} has an empty spatial dimension")
     flat = _pool_windows_flat(x, kernel, stride, padding, -np.inf)
     idx = np.argmax(flat, axis=-1)[..., None]
     out[...] = np.take_along_axis(flat, idx, axis=-1)[..., 0]

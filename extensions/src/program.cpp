@@ -298,6 +298,10 @@ void Program::run(uint64_t step) {
 
   std::vector<float*> bound;
   for (const Input& in : inputs_) bound.push_back(in.data);
+  const DeviceRuntime& rt = runtime_for(device_);
+  // A workspace reallocated since the capture: the graph would write into the freed block. The
+  // workspaces only grow, so capturing again (not a move of the inputs) settles it.
+  if (graph_ != nullptr && rt.workspace_generation(device_.index) != captured_workspaces_) drop_graph();
   if (graph_ != nullptr && bound != captured_inputs_) {
     drop_graph();
     if (captures_ > kMaxRecaptures) {
@@ -311,10 +315,10 @@ void Program::run(uint64_t step) {
       warmed_ = true;
       return run_eager(step);
     }
-    const DeviceRuntime& rt = runtime_for(device_);
     // Captured calls run nothing yet (and count when the graph launches): take their counts back.
     const int64_t ops_before = ops::op_count(device_);
     auto uncount = [&] { ops::count_ops(device_, ops_before - ops::op_count(device_)); };
+    const uint64_t workspaces = rt.workspace_generation(device_.index);
     rt.begin_capture(device_.index);
     size_t nodes = 0;
     try {
@@ -334,9 +338,14 @@ void Program::run(uint64_t step) {
     uncount();
     graph_nodes_ = static_cast<int64_t>(nodes);
     captured_inputs_ = bound;
+    captured_workspaces_ = workspaces;
     ++captures_;
   }
-  runtime_for(device_).graph_launch(device_.index, graph_);
+  if (!rt.graph_launch(device_.index, graph_, captured_workspaces_)) {
+    // Another thread reallocated a workspace since the check above: capture again next run.
+    drop_graph();
+    return run_eager(step);
+  }
   ops::count_ops(device_, static_cast<int64_t>(steps_.size()));
   ++graph_launches_;
   last_was_graph_ = true;

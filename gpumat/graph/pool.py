@@ -30,6 +30,7 @@ class _PoolBase(Op):
     """Nodes carry ``kernel``, ``stride`` and ``padding`` as (h, w) pairs."""
 
     label = "Pool"
+    takes_max = False  # max pooling: a window must hold an element of x
 
     def _attrs(self, node: Node, kernel_size, stride, padding) -> None:
         node.kernel = as_pair(kernel_size, "kernel_size", self.name)
@@ -63,6 +64,12 @@ class _PoolBase(Op):
                 f"the output would be empty: the padded input is smaller than the kernel "
                 f"({x_name} {shape_str(xs)}, {self._attr_str(node)})",
             )
+        if self.takes_max and xs[0] * xs[1] > 0 and (xs[2] == 0 or xs[3] == 0):
+            raise self._error(
+                node,
+                f"{x_name} {shape_str(xs)} has an empty spatial dimension: every window would hold "
+                "only padding, whose maximum is undefined",
+            )
         return (xs[0], xs[1], oh, ow)
 
     def _new(self, inputs: list, label: str, kernel_size, stride, padding) -> Node:
@@ -85,6 +92,7 @@ class MaxPool2dOp(_PoolBase):
     """
 
     name = "max_pool2d_op"
+    takes_max = True
 
     def __call__(self, node_x: Node, kernel_size, stride=None, padding=0) -> Node:
         return self._new([node_x], "MaxPool2d", kernel_size, stride, padding)
@@ -104,6 +112,7 @@ class MaxPool2dGradientOp(_PoolBase):
     ``max_pool2d_op(x, ...)`` given dy = dL/dy (N, C, OH, OW)."""
 
     name = "max_pool2d_gradient_op"
+    takes_max = True
 
     def __call__(self, node_x: Node, node_dy: Node, kernel_size, stride=None, padding=0) -> Node:
         return self._new([node_x, node_dy], "MaxPool2dGrad", kernel_size, stride, padding)

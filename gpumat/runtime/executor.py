@@ -21,6 +21,7 @@ Backends (``ctx``):
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import threading
 from collections.abc import Mapping, Sequence
@@ -72,6 +73,10 @@ class _ThreadState:
         self.program_training = None
         self.compile_reason = ""
         self.segments: list = []  # while tracing: (node, its kernel calls)
+        # Sorted (start, end) byte ranges of ``buffers`` on a device: a fed array inside one of
+        # them (a value this executor returned) is copied in, never used in place.
+        self.buffer_starts: list[int] = []
+        self.buffer_ends: list[int] = []
         self.topo_order: list[Node] | None = None
         self.node_to_shape_map: dict[Node, tuple] | None = None
 
@@ -278,8 +283,12 @@ class Executor:
     # Feeds, plan, run
     # ------------------------------------------------------------------------------------------
 
-    def _normalise_feeds(self, feed_dict: Mapping) -> dict:
-        """fed node -> (value, external) for the nodes of this graph; checks devices."""
+    def _normalise_feeds(self, st: _ThreadState, feed_dict: Mapping) -> dict:
+        """fed node -> (value, external) for the nodes of this graph; checks devices. A device
+        array is used in place (external) unless it lies in one of this thread's planned buffers
+        (a value an earlier run returned, fed back: ``h = ex.run({x: h})[0]``): the plan may
+        overwrite that buffer before the feed's last reader runs, so such a feed is copied into a
+        buffer of its own, like a numpy feed."""
         feeds = {}
         for node, value in feed_dict.items():
             if not isinstance(node, Node):
@@ -297,7 +306,7 @@ class Executor:
                         f"feed for {node.name!r} is on {value.ctx}, but this executor runs on "
                         f"{self.ctx}; devices are never mixed implicitly: copy it explicitly"
                     )
-                feeds[node] = (value, True)
+                feeds[node] = (value, not self._in_own_buffers(st, value))
             else:
                 arr = np.asarray(value)
                 if arr.dtype.kind not in "biuf":
@@ -306,6 +315,14 @@ class Executor:
                     )
                 feeds[node] = (arr, False)
         return feeds
+
+    @staticmethod
+    def _in_own_buffers(st: _ThreadState, value) -> bool:
+        if not st.buffer_starts:
+            return False
+        start, end = value._address_range()
+        k = bisect.bisect_right(st.buffer_starts, start) - 1
+        return end > start and k >= 0 and start < st.buffer_ends[k]
 
     def _prepare(self, st: _ThreadState, feeds: dict, dtype) -> None:
         """Make the plan for these feeds and allocate its buffers (the first run, or a changed
@@ -334,6 +351,10 @@ class Executor:
                 return buffers[b]._view(plan.shapes[node])
 
         st.buffers = buffers
+        if self.ctx is not None:
+            ranges = sorted(b._address_range() for b in buffers if b.size)
+            st.buffer_starts = [r[0] for r in ranges]
+            st.buffer_ends = [r[1] for r in ranges]
         st.template = [
             value_buffer(n, plan.assignment[i]) if i in plan.assignment else None
             for i, n in enumerate(plan.order)
@@ -359,7 +380,9 @@ class Executor:
             One value per eval node, in order. On a device backend these are ``PyGpuMatrix``
             buffers that belong to the executor: the calling thread's next ``run`` overwrites
             them (copy what you keep, or pass ``convert_to_numpy_ret_vals=True``); a fed device
-            array is returned as itself. The numpy backend always returns fresh numpy arrays.
+            array is returned as itself. Feeding a returned array back (``h = ex.run({x: h})[0]``)
+            is safe: it is copied in, since the plan may reuse its buffer during the run. The
+            numpy backend always returns fresh numpy arrays.
 
         Threads: several threads may run one executor at once. Each thread has its own plan,
         buffers and compiled step (made on its first run), so no run overwrites another thread's
@@ -371,7 +394,7 @@ class Executor:
             TypeError: a feed key is not a node, or a feed is not numeric.
         """
         st = self._state
-        feeds = self._normalise_feeds(feed_dict)
+        feeds = self._normalise_feeds(st, feed_dict)
         if self.ctx is None:
             dtype = (
                 np.float64

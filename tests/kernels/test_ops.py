@@ -1337,6 +1337,57 @@ def test_softmax_cross_entropy_output_is_an_input_raises(ctx):
 
 
 # --------------------------------------------------------------------------------------------------
+# Overlapping views: two DLPack imports of overlapping slices of one buffer
+# --------------------------------------------------------------------------------------------------
+
+
+def _overlapping(n_rows: int, cols: int, shift: int):
+    """Two cpu arrays (n_rows, cols) over one numpy buffer, the second ``shift`` elements after the
+    first (imported through DLPack, so gpumat sees two arrays at different addresses), and that
+    buffer."""
+    buf = rand((n_rows * cols + shift,))
+    a = gpumat.from_dlpack(buf[: n_rows * cols].reshape(n_rows, cols))
+    b = gpumat.from_dlpack(buf[shift : shift + n_rows * cols].reshape(n_rows, cols))
+    return a, b, buf
+
+
+OVERLAP_REFUSED = {  # ops that cannot work in place: any shared memory is refused
+    "transpose": lambda a, b: ops.transpose(a, b),
+    "matrix_multiply": lambda a, b: ops.matrix_multiply(a, False, _like(a), False, b),
+    "softmax": lambda a, b: ops.softmax(a, b),
+    "softmax_axis": lambda a, b: ops.softmax_axis(a, b, 0),
+    "max_pool2d": lambda a, b: ops.max_pool2d(a.reshape(1, 1, 6, 6), b.reshape(1, 1, 6, 6), 1),
+    # elementwise ops may write in place, but not into a shifted view of their input
+    "matrix_elementwise_add": lambda a, b: ops.matrix_elementwise_add(a, a, b),
+    "matrix_elementwise_multiply_by_const": lambda a, b: ops.matrix_elementwise_multiply_by_const(
+        a, 2.0, b
+    ),
+    "relu": lambda a, b: ops.relu(a, b),
+    "axpy": lambda a, b: ops.axpy(2.0, a, b),
+    "copy": lambda a, b: ops.copy(a, b),
+    "tanh": lambda a, b: ops.tanh(a, b),
+}
+
+
+@pytest.mark.parametrize("name", list(OVERLAP_REFUSED))
+@pytest.mark.parametrize("shift", [1, 5, 35])
+def test_an_output_partially_overlapping_an_input_is_refused(name, shift):
+    a, b, buf = _overlapping(6, 6, shift)
+    before = buf.copy()
+    with pytest.raises(ValueError, match="overlap|shares memory"):
+        OVERLAP_REFUSED[name](a, b)
+    np.testing.assert_array_equal(buf, before)  # refused before anything ran
+
+
+def test_elementwise_ops_still_run_in_place_and_on_disjoint_views():
+    a, b, buf = _overlapping(6, 6, 36)  # b starts where a ends: disjoint
+    x = a.asnumpy().astype(np.float64)
+    ops.matrix_elementwise_add(a, a, b)
+    np.testing.assert_allclose(b.asnumpy(), 2 * x, rtol=1e-6)
+    ops.matrix_elementwise_add(a, a, a)  # exactly in place
+    np.testing.assert_allclose(a.asnumpy(), 2 * x, rtol=1e-6)
+
+
 # exp, log, matrix_elementwise_divide (the front end's elementwise kernels) and their graph ops
 # --------------------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from nn_helpers import check_device_gradients, check_fd_gradients, numeric_grad,
 import gpumat
 import gpumat.autodiff as ad
 from gpumat import nn, ops
+from gpumat.runtime import Executor
 
 # --------------------------------------------------------------------------------------------------
 # float64 reference: an explicit loop over windows
@@ -353,3 +354,24 @@ def test_pool_op_arguments_are_checked_when_building():
         nn.max_pool2d_op(x, 2.5)
     node = nn.max_pool2d_op(x, (2, 3))
     assert node.stride == (2, 3) and node.padding == (0, 0)
+
+
+@pytest.mark.parametrize("x_shape", [(1, 1, 0, 0), (2, 2, 1, 0), (2, 3, 0, 5)])
+def test_max_pooling_an_empty_plane_with_padding_is_refused(ctx, x_shape):
+    """With H or W = 0 and padding, every window holds only padding: its max is undefined. The
+    kernels once indexed the empty plane (a crash); every level now refuses it with ValueError."""
+    n, c, h, w = x_shape
+    k, stride, pad = 2, 2, 1
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    x = gpumat.array(np.zeros(x_shape, np.float32), ctx)
+    y = nan_array((n, c, oh, ow), ctx)
+    with pytest.raises(ValueError, match="empty spatial dimension"):
+        ops.max_pool2d(x, y, k, stride, pad)
+    with pytest.raises(ValueError, match="empty spatial dimension"):
+        ops.max_pool2d_gradient(x, y, gpumat.empty(x_shape, ctx), k, stride, pad)
+    node = nn.max_pool2d_op(ad.Variable("x"), k, stride, pad)
+    with pytest.raises(ValueError, match="empty spatial dimension"):
+        Executor([node], ctx=None).run({node.inputs[0]: np.zeros(x_shape)})
+    # Average pooling is defined there (padding counts as zeros): a plane of zeros.
+    ops.avg_pool2d(x, y, k, stride, pad)
+    np.testing.assert_array_equal(y.asnumpy(), np.zeros((n, c, oh, ow), np.float32))

@@ -207,3 +207,20 @@ def test_reference_has_the_kernel_api():
         want = list(inspect.signature(getattr(ops, name)).parameters)
         got = list(inspect.signature(getattr(reference, name)).parameters)
         assert got == want, f"reference.{name}{got} differs from ops.{name}{want}"
+
+
+def test_import_gpumat_gives_every_layer():
+    """``import gpumat`` alone makes the layers usable as attributes, as the Executor's docstring
+    example uses them (``gpumat.optim.SGD`` once failed: nothing had imported gpumat.optim)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gpumat\n"
+        "names = ('ops', 'reference', 'graph', 'runtime', 'optim', 'autodiff', 'nn', 'gpu_op')\n"
+        "for name in names:\n"
+        "    assert hasattr(gpumat, name), name\n"
+        "assert gpumat.optim.SGD and gpumat.runtime.Executor is gpumat.Executor\n"
+    )
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -16,6 +16,12 @@ A crash (a signal) cannot be caught in-process, so ``tests/test_bad_input.py`` r
 a child process (``python tests/bad_input_cases.py BATCH``) and fails when the child dies by a
 signal. The child prints one JSON line: ``{"batch": ..., "cases": N, "failures": [...]}``.
 
+Structural edge cases have batches of their own: ``zeros_<device>:<ops batch>`` runs an ops batch
+with every drawn dimension allowed to be 0 (so each axis of each argument is empty in some valid
+call), on the cpu or the emulated device, and ``windows_<device>`` walks every convolution and
+pooling op over a grid of kernel sizes, strides and paddings with each of N, C, H, W (and F) set to
+0 in turn.
+
 ``GPUMAT_BAD_INPUT_EXAMPLES`` sets the examples per function (default 50) and
 ``GPUMAT_BAD_INPUT_RANDOM=1`` uses fresh random draws instead of the fixed (derandomized) ones.
 """
@@ -56,7 +62,9 @@ ALLOWED = (
 )
 EXAMPLES = int(os.environ.get("GPUMAT_BAD_INPUT_EXAMPLES", "50"))
 DERANDOMIZE = os.environ.get("GPUMAT_BAD_INPUT_RANDOM") != "1"
-CTX = gpumat.cpu()
+CTX = gpumat.cpu()  # the zeros_emu and windows_emu batches switch it to the emulated device
+# Set by the zeros_* batches before any case is drawn: dimensions may then be 0.
+ZERO_DIMS = False
 
 
 class Invalid(Exception):
@@ -218,6 +226,8 @@ def _same(*shapes):
 def _no_alias(out, *inputs):
     for x in inputs:
         if isinstance(out, Snap) and isinstance(x, Snap) and out.root == x.root:
+            if out.value.size == 0 or x.value.size == 0:
+                continue  # empty arrays share no element: nothing can be overwritten
             raise Invalid("output aliases an input")
 
 
@@ -237,6 +247,8 @@ def _graph(build, *values, out_shape=None):
 
 
 def _softmax(y):
+    if y.size == 0:  # no rows, or rows of no classes: nothing to write
+        return np.zeros(y.shape)
     z = y - y.max(axis=1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=1, keepdims=True)
@@ -246,11 +258,23 @@ def _softmax(y):
 # Functions under test: name -> (valid-call strategy builder, reference, output slots)
 # --------------------------------------------------------------------------------------------
 
-small = st.integers(1, 4)
+# A dimension: 1..4, or 0..4 in the zeros_* batches (deferred: those set ZERO_DIMS first).
+small = st.deferred(lambda: st.integers(0 if ZERO_DIMS else 1, 4))
 
 
 def _shape(draw, min_rank=1, max_rank=3):
-    return tuple(draw(st.lists(st.integers(1, 4), min_size=min_rank, max_size=max_rank)))
+    return tuple(draw(st.lists(small, min_size=min_rank, max_size=max_rank)))
+
+
+def _extent(draw, kernel: int) -> int:
+    """A spatial size for a window of ``kernel``: at least the kernel, or anything from 0 in the
+    zeros_* batches (an output that would be empty must then be refused)."""
+    return draw(st.integers(0, kernel + 3)) if ZERO_DIMS else kernel + draw(st.integers(0, 3))
+
+
+def _out_size(size: int, kernel: int, stride: int, pad: int) -> int:
+    span = size + 2 * pad - kernel
+    return span // stride + 1 if span >= 0 else 0
 
 
 def _valid_args(name, draw, arrays: Arrays):
@@ -314,8 +338,8 @@ def _valid_args(name, draw, arrays: Arrays):
         n, c, f = draw(small), draw(small), draw(small)
         kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
         stride, pad = draw(st.integers(1, 2)), draw(st.integers(0, 1))
-        h, w = kh + draw(st.integers(0, 3)), kw + draw(st.integers(0, 3))
-        oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+        h, w = _extent(draw, kh), _extent(draw, kw)
+        oh, ow = _out_size(h, kh, stride, pad), _out_size(w, kw, stride, pad)
         x, wt, y = (n, c, h, w), (f, c, kh, kw), (n, f, oh, ow)
         if name == "conv2d":
             return [new(x), new(wt), new(y), stride, pad]
@@ -325,8 +349,8 @@ def _valid_args(name, draw, arrays: Arrays):
     if name in ("conv1d", "conv1d_gradient_input", "conv1d_gradient_filter"):
         n, c, f, k = draw(small), draw(small), draw(small), draw(st.integers(1, 3))
         stride, pad = draw(st.integers(1, 2)), draw(st.integers(0, 1))
-        length = k + draw(st.integers(0, 3))
-        ol = (length + 2 * pad - k) // stride + 1
+        length = _extent(draw, k)
+        ol = _out_size(length, k, stride, pad)
         x, wt, y = (n, c, length), (f, c, k), (n, f, ol)
         if name == "conv1d":
             return [new(x), new(wt), new(y), stride, pad]
@@ -344,8 +368,8 @@ def _valid_args(name, draw, arrays: Arrays):
         k = draw(st.integers(1, 3))
         stride = draw(st.integers(1, 3))
         pad = draw(st.integers(0, (k - 1) // 2)) if k > 1 else 0
-        h, w = k + draw(st.integers(0, 3)), k + draw(st.integers(0, 3))
-        oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+        h, w = _extent(draw, k), _extent(draw, k)
+        oh, ow = _out_size(h, k, stride, pad), _out_size(w, k, stride, pad)
         x, y = (n, c, h, w), (n, c, oh, ow)
         if name in ("max_pool2d", "avg_pool2d"):
             return [new(x), new(y), k, stride, pad]
@@ -424,7 +448,7 @@ def _valid_args(name, draw, arrays: Arrays):
         axis = _axis_of(draw, s)
         x = arrays.rng.integers(-2, 3, size=s).astype(np.float32)
         r = _reduced(s, axis, draw(st.booleans()))
-        y = x.max(axis=axis).reshape(r)
+        y = x.max(axis=axis, initial=-np.inf).reshape(r) if x.size else np.zeros(r)
         return [arrays.of(x), arrays.of(y), new(r), new(s), axis]
     raise KeyError(name)
 
@@ -585,7 +609,7 @@ def _reference(name, a):
     if name == "adam_update":
         param, g, m, v = (_arr(x) for x in a[:4])
         roots = {x.root for x in a[:4]}
-        if len(roots) != 4:
+        if len(roots) != 4 and param.size > 0:  # empty arrays share no element
             raise Invalid("aliased")
         _same(param.shape, g.shape, m.shape, v.shape)
         lr, b1, b2, eps, step = _num(a[4]), _num(a[5]), _num(a[6]), _num(a[7]), _int(a[8])
@@ -2430,6 +2454,85 @@ def _batch_names(fn) -> list:
     finally:
         globals()["batch_ops"] = original
     return calls
+
+
+# The windowed ops and how to build a call of each from (x shape, window) -> args or None.
+WINDOW_GRID = [
+    (k, stride, pad) for k in (1, 2, 3) for stride in (1, 2, 3) for pad in range(0, k // 2 + 1)
+]
+BASE_NCHW = (2, 3, 4, 5)
+
+
+def _windowed_calls(name: str, dims: tuple, k: int, stride: int, pad: int, arrays: Arrays):
+    """A call of a conv or pool op with x of ``dims`` (N, C, H, W) and F = C + 1 filters, every
+    output shaped by the documented formula (0 where the window does not fit)."""
+    n, c, h, w = dims[:4]
+    f = dims[4] if len(dims) > 4 else c + 1
+    oh, ow = _out_size(h, k, stride, pad), _out_size(w, k, stride, pad)
+    new = arrays.new
+    if name.startswith("conv2d"):
+        x, wt, y = (n, c, h, w), (f, c, k, k), (n, f, oh, ow)
+        return {
+            "conv2d": [new(x), new(wt), new(y), stride, pad],
+            "conv2d_gradient_input": [new(y), new(wt), new(x), stride, pad],
+            "conv2d_gradient_filter": [new(x), new(y), new(wt), stride, pad],
+        }[name]
+    if name.startswith("conv1d"):
+        x, wt, y = (n, c, w), (f, c, k), (n, f, ow)
+        return {
+            "conv1d": [new(x), new(wt), new(y), stride, pad],
+            "conv1d_gradient_input": [new(y), new(wt), new(x), stride, pad],
+            "conv1d_gradient_filter": [new(x), new(y), new(wt), stride, pad],
+        }[name]
+    x, y = (n, c, h, w), (n, c, oh, ow)
+    return {
+        "max_pool2d": [new(x), new(y), k, stride, pad],
+        "avg_pool2d": [new(x), new(y), k, stride, pad],
+        "max_pool2d_gradient": [new(x), new(y), new(x), k, stride, pad],
+        "avg_pool2d_gradient": [new(y), new(x), k, stride, pad],
+    }[name]
+
+
+WINDOWED = [n for n in OP_NAMES if n.startswith(("conv1d", "conv2d")) or "pool" in n]
+
+
+def batch_windows():
+    """Every conv/pool op x every (kernel, stride, padding) of the grid x each of N, C, H, W, F
+    set to 0 in turn (and none): a clear error or the reference's values, never a crash."""
+    arrays = Arrays(np.random.default_rng(0))
+    for name in WINDOWED:
+        for k, stride, pad in WINDOW_GRID:
+            for zero in (None, 0, 1, 2, 3, 4):
+                dims = list(BASE_NCHW) + [BASE_NCHW[1] + 1]
+                if zero is not None:
+                    dims[zero] = 0
+                if name.startswith("conv1d") and zero == 2:
+                    continue  # conv1d has no H
+                args = _windowed_calls(name, tuple(dims), k, stride, pad, arrays)
+                _record(check_op_call(name, args, arrays))
+
+
+def _use_device(device: str) -> None:
+    global CTX
+    CTX = {"cpu": gpumat.cpu(), "emu": gpumat.emu(0)}[device]
+
+
+for _device in ("cpu", "emu"):
+    for _ops_batch in [b for b in list(BATCHES) if b.startswith("ops_")]:
+
+        def _zero_batch(device=_device, inner=BATCHES[_ops_batch]):
+            global ZERO_DIMS
+            ZERO_DIMS = True
+            _use_device(device)
+            inner()
+
+        BATCHES[f"zeros_{_device}:{_ops_batch}"] = _zero_batch
+
+    def _windows_batch(device=_device):
+        _use_device(device)
+        batch_windows()
+
+    BATCHES[f"windows_{_device}"] = _windows_batch
 
 
 def main(batch: str) -> int:

@@ -308,6 +308,92 @@ def test_a_trace_on_another_thread_delays_compilation(ctx):
     assert ex.schedule_report.mode == "compiled"
 
 
+# --------------------------------------------------------------------------------------------------
+# A captured graph and what happens around it: workspaces that move, other threads' kernels
+# --------------------------------------------------------------------------------------------------
+
+
+_WORKSPACE_CHILD = r"""
+import sys
+import numpy as np
+import gpumat
+from gpumat import autodiff as ad, ops
+from gpumat.runtime import Executor
+
+ctx = {"emu": gpumat.emu(0), "gpu": gpumat.gpu(0)}[sys.argv[1]]
+rng = np.random.default_rng()
+x, w = ad.Variable("x"), ad.Variable("w")
+ex = Executor([ad.relu_op(ad.conv2d_op(x, w, 1, 1))], ctx=ctx)
+xn, wn = rng.normal(size=(2, 1, 8, 8)), rng.normal(size=(3, 1, 3, 3))
+wd = gpumat.array(wn, ctx)
+for _ in range(3):
+    (before,) = ex.run({x: xn, w: wd}, convert_to_numpy_ret_vals=True)
+assert ex.schedule_report.mode == "cuda-graph" and ex.schedule_report.captures == 1
+# A larger convolution grows the workspace; the freed blocks go back to the device.
+big = [gpumat.array(rng.normal(size=s), ctx) for s in [(4, 8, 32, 32), (8, 8, 3, 3)]]
+ops.conv2d(big[0], big[1], gpumat.empty((4, 8, 32, 32), ctx), 1, 1)
+gpumat.empty_cache(ctx)
+# New arrays of the old workspace's sizes take the freed memory.
+sizes = [n for n in (648, 1296, 2592) for _ in range(4)]
+bystanders = [gpumat.array(np.full(n, 7.0), ctx) for n in sizes]
+(after,) = ex.run({x: xn, w: wd}, convert_to_numpy_ret_vals=True)
+np.testing.assert_array_equal(after, before)
+assert all(np.all(b.asnumpy() == 7.0) for b in bystanders)
+assert ex.schedule_report.mode == "cuda-graph" and ex.schedule_report.captures == 2
+"""
+
+
+def test_a_graph_is_recaptured_when_a_workspace_moves(gpu_ctx):
+    """A captured convolution step holds the device's im2col workspace address; a larger
+    convolution elsewhere reallocates that workspace and frees the old block. The next run must
+    capture again, never replay into the freed block (which the allocator hands to new arrays).
+    In a fresh process, so that the workspace is sure to grow (and a crash fails this test)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", _WORKSPACE_CHILD, gpu_ctx.device_type],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_another_threads_kernels_are_never_captured(gpu_ctx):
+    """While one thread captures a step into a CUDA graph, another thread keeps launching kernels
+    on the same device: they run (and only once), and the graphs hold only their own steps."""
+    import threading
+
+    counter = gpumat.array(np.zeros(64), gpu_ctx)
+    stop = threading.Event()
+    increments = []
+
+    def other_thread():
+        n = 0
+        while not stop.is_set():
+            ops.matrix_elementwise_add_by_const(counter, 1.0, counter)
+            n += 1
+        increments.append(n)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    rng = np.random.default_rng()
+    try:
+        for _ in range(12):  # each executor captures once (on its second run)
+            x = ad.Variable("x")
+            ex = Executor([ad.relu_op(x * 2.0) + 1.0], ctx=gpu_ctx)
+            xn = rng.normal(size=(16, 16))
+            for _ in range(4):
+                (out,) = ex.run({x: xn}, convert_to_numpy_ret_vals=True)
+                np.testing.assert_allclose(out, np.maximum(2 * xn, 0) + 1, rtol=1e-6)
+            assert ex.schedule_report.mode == "cuda-graph" and ex.schedule_report.graph_nodes == 3
+    finally:
+        stop.set()
+        worker.join()
+    np.testing.assert_array_equal(counter.asnumpy(), np.full(64, float(increments[0])))
+
+
 # The front end's ops (exp, log, div) replayed by compiled steps and CUDA graphs: each graph's
 # compiled and graph runs equal its Python runs bit for bit, with fresh feeds every run.
 FRONTEND_GRAPHS = {

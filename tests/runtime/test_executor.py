@@ -718,3 +718,28 @@ def test_a_failed_training_run_gives_its_step_back():
     assert ex.step == 1  # the dropout masks of later runs are those they would have been
     ex.run({x: np.ones((2, 2))})
     assert ex.step == 2
+
+
+@pytest.mark.parametrize("fusion", [True, False])
+def test_a_returned_array_fed_back_is_never_overwritten_mid_run(device_ctx, fusion):
+    """``h = ex.run({x: h})[0]``: the returned array is one of the executor's buffers, which the
+    plan reuses during the next run; it is copied in (a feed of its own), so every step is right
+    (it once read a buffer a later op had overwritten), and steady state allocates nothing."""
+    import gpumat
+
+    x, w, b = ad.Variable("x"), ad.Variable("W"), ad.Variable("b")
+    z = ad.matmul_op(x, w)
+    h = ad.tanh_op(ad.relu_op(z + ad.broadcastto_op(b, z)) * 0.5) + x
+    ex = Executor([h], ctx=device_ctx, fusion=fusion)
+    rng = np.random.default_rng()
+    wn, bn = rng.normal(size=(8, 8)), rng.normal(size=(8,))
+    wd, bd = gpumat.array(wn, device_ctx), gpumat.array(bn, device_ctx)
+    value = rng.normal(size=(5, 8))
+    ref = value.copy()
+    mallocs = []
+    for _ in range(6):
+        (value,) = ex.run({x: value, w: wd, b: bd})
+        ref = np.tanh(np.maximum(ref @ wn + bn, 0) * 0.5) + ref
+        np.testing.assert_allclose(value.asnumpy(), ref, rtol=1e-5, atol=1e-5)
+        mallocs.append(gpumat.memory_stats(device_ctx)["device_malloc_calls"])
+    assert mallocs[2:] == [mallocs[2]] * 4

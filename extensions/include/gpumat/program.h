@@ -1,4 +1,4 @@
-// Program: one planned step of the executor (gpumat/executor.py) compiled into a single native
+// Program: one planned step of the executor (gpumat/runtime/) compiled into a single native
 // call. The executor traces its schedule once (which gpumat::ops call each node makes, on which
 // planned arrays, with which scalars) and hands that list here; run() then makes the same calls in
 // order with no Python between them.
@@ -10,7 +10,11 @@
 // pointer and scalar, so the program falls back to eager calls, and says why in graph_status(),
 // when a step's scalars change per run (dropout's seed), when an op asks the allocator for memory
 // or synchronizes during capture, or when capture fails; when the bound input arrays move, it
-// captures again (at most kMaxRecaptures times, then eager).
+// captures again (at most kMaxRecaptures times, then eager). A graph also holds the per-device
+// workspaces' addresses: when another op grows (reallocates) a workspace, the graph is dropped and
+// captured again before its next launch, so it never writes into a freed block. Capture runs on
+// the calling thread's own stream (runtime.h's begin_capture), so other threads' work on the
+// device is never recorded into the graph.
 #pragma once
 
 #include <cstddef>
@@ -106,6 +110,7 @@ class Program {
   bool last_was_graph_ = false;
   void* graph_ = nullptr;
   std::vector<float*> captured_inputs_;
+  uint64_t captured_workspaces_ = 0;  // the workspace generation the graph was captured at
   std::string graph_status_;
   int64_t graph_nodes_ = 0, captures_ = 0, graph_launches_ = 0;
 };

@@ -36,8 +36,9 @@ inline Device kernel_device(int dev) {
 // Throws CudaError "<what>: <cudaErrorName>: <message>" if err != cudaSuccess.
 void check(cudaError_t err, const char* what);
 
-// Makes `dev` current on this thread and returns its stream (one non-blocking stream per device,
-// created on first use).
+// Makes `dev` current on this thread and returns its stream: one non-blocking stream per device,
+// created on first use, or the thread's capture stream while this thread captures a CUDA graph on
+// `dev` (runtime.h's begin_capture).
 cudaStream_t activate(int dev);
 
 // Checks the launch just made (bad configuration, missing kernel image for this GPU).

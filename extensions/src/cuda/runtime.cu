@@ -28,8 +28,24 @@ int device_count() noexcept;
 void synchronize(int dev);
 }  // namespace
 
+namespace {
+// This thread's capture, if any: its launches on t_capture_dev go to t_capture_stream. Each thread
+// keeps one capture stream per device, destroyed when the thread ends.
+thread_local int t_capture_dev = -1;
+thread_local cudaStream_t t_capture_stream = nullptr;
+struct CaptureStreams {
+  std::map<int, cudaStream_t> by_device;
+  ~CaptureStreams() {
+    for (auto& [dev, s] : by_device)
+      if (cudaStreamDestroy(s) != cudaSuccess) cudaGetLastError();  // at exit the driver may be gone
+  }
+};
+thread_local CaptureStreams t_capture_streams;
+}  // namespace
+
 cudaStream_t activate(int dev) {
   check(cudaSetDevice(dev), "cudaSetDevice");
+  if (dev == t_capture_dev) return t_capture_stream;
   std::lock_guard<std::mutex> lock(g_stream_mutex);
   if (g_streams.empty()) g_streams.assign(static_cast<size_t>(device_count()), nullptr);
   if (dev < 0 || dev >= static_cast<int>(g_streams.size()))
@@ -172,12 +188,22 @@ void synchronize(int dev) { check(cudaStreamSynchronize(activate(dev)), "synchro
 uintptr_t stream_handle(int dev) { return reinterpret_cast<uintptr_t>(activate(dev)); }
 
 void begin_capture(int dev) {
-  check(cudaStreamBeginCapture(activate(dev), cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  activate(dev);  // checks the device
+  if (t_capture_dev >= 0) throw CudaError("cudaStreamBeginCapture: this thread is already capturing");
+  cudaStream_t& s = t_capture_streams.by_device[dev];
+  if (s == nullptr) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  // ThreadLocal: calls that may synchronize fail on this thread only; other threads go on.
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  t_capture_dev = dev;
+  t_capture_stream = s;
 }
 
 void* end_capture(int dev, size_t* nodes) {
   cudaGraph_t graph = nullptr;
-  check(cudaStreamEndCapture(activate(dev), &graph), "cudaStreamEndCapture");
+  cudaStream_t s = activate(dev);
+  t_capture_dev = -1;
+  t_capture_stream = nullptr;
+  check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
   cudaGraphExec_t exec = nullptr;
   cudaError_t err = cudaGraphGetNodes(graph, nullptr, nodes);
   if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
@@ -187,11 +213,13 @@ void* end_capture(int dev, size_t* nodes) {
 }
 
 void abort_capture(int dev) noexcept {
-  cudaStream_t s = nullptr;
+  if (dev != t_capture_dev) return;  // this thread captures nothing on `dev`
+  cudaStream_t s = t_capture_stream;
+  t_capture_dev = -1;
+  t_capture_stream = nullptr;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  try {
-    s = activate(dev);
-  } catch (...) {
+  if (cudaSetDevice(dev) != cudaSuccess) {
+    cudaGetLastError();
     return;
   }
   if (cudaStreamIsCapturing(s, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
@@ -199,10 +227,6 @@ void abort_capture(int dev) noexcept {
     if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
   }
   cudaGetLastError();  // the capture's error is reported by whoever aborted it
-}
-
-void graph_launch(int dev, void* exec) {
-  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), activate(dev)), "cudaGraphLaunch");
 }
 
 void graph_destroy(void* exec) noexcept {
@@ -216,6 +240,24 @@ namespace {
 std::mutex g_workspace_mutex;
 // Never destroyed: arrays may be freed during interpreter shutdown, after static destructors.
 auto* g_workspaces = new std::map<std::pair<int, int>, GpuMatrix*>();
+auto* g_workspace_generation = new std::map<int, uint64_t>();  // per device, under the mutex
+
+uint64_t generation_locked(int dev) {
+  auto it = g_workspace_generation->find(dev);
+  return it == g_workspace_generation->end() ? 0 : it->second;
+}
+
+uint64_t workspace_generation(int dev) noexcept {
+  std::lock_guard<std::mutex> lock(g_workspace_mutex);
+  return generation_locked(dev);
+}
+
+bool graph_launch(int dev, void* exec, uint64_t workspaces) {
+  std::lock_guard<std::mutex> lock(g_workspace_mutex);
+  if (generation_locked(dev) != workspaces) return false;
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), activate(dev)), "cudaGraphLaunch");
+  return true;
+}
 }  // namespace
 
 std::unique_lock<std::mutex> workspace_lock() { return std::unique_lock<std::mutex>(g_workspace_mutex); }
@@ -228,6 +270,7 @@ float* workspace(int dev, int slot, int64_t floats) {
     delete ws;
     ws = nullptr;
     ws = new GpuMatrix({floats}, kernel_device(dev));
+    ++(*g_workspace_generation)[dev];  // graphs captured with the old block are stale now
   }
   return ws->data();
 }
@@ -268,6 +311,7 @@ const DeviceRuntime& runtime() {
     t.abort_capture = abort_capture;
     t.graph_launch = graph_launch;
     t.graph_destroy = graph_destroy;
+    t.workspace_generation = workspace_generation;
     return t;
   }();
   return table;

@@ -26,15 +26,24 @@ struct DeviceRuntime {
   void (*copy_peer)(int dst_dev, void* dst, int src_dev, const void* src, size_t nbytes);
   void (*synchronize)(int dev);
   uintptr_t (*stream_handle)(int dev);  // the device's stream (cudaStream_t) as an integer
-  // CUDA graphs (Program, program.h). begin_capture starts capturing the device's stream in
-  // cudaStreamCaptureModeGlobal; end_capture ends it and instantiates the graph: an executable
-  // handle, with the graph's node count in *nodes (throws CudaError, the capture ended, if it was
-  // invalidated); abort_capture ends a capture in progress and drops it (no-op when none runs).
+  // CUDA graphs (Program, program.h). begin_capture starts capturing, on a stream of the calling
+  // thread's own (cudaStreamCaptureModeThreadLocal): until end_capture or abort_capture, this
+  // thread's work on `dev` goes to that stream and is recorded, while other threads' work keeps
+  // running on the device's stream, never recorded into this graph. end_capture ends it and
+  // instantiates the graph: an executable handle, with the graph's node count in *nodes (throws
+  // CudaError, the capture ended, if it was invalidated); abort_capture ends a capture in progress
+  // on this thread and drops it (no-op when none runs).
   void (*begin_capture)(int dev);
   void* (*end_capture)(int dev, size_t* nodes);
   void (*abort_capture)(int dev) noexcept;
-  void (*graph_launch)(int dev, void* exec);  // queued on the device's stream
+  // Queues the graph on the device's stream, unless a workspace was reallocated since the graph
+  // was captured at `workspaces` (a workspace_generation() value): then it returns false and
+  // launches nothing, as the graph holds a pointer to the freed block. The check and the launch
+  // happen under the workspaces' lock, so no reallocation can slip in between.
+  bool (*graph_launch)(int dev, void* exec, uint64_t workspaces);
   void (*graph_destroy)(void* exec) noexcept;
+  // Counts the reallocations of the device's workspaces (common.cuh's workspace()).
+  uint64_t (*workspace_generation)(int dev) noexcept;
 };
 
 #ifdef GPUMAT_WITH_CUDA

@@ -304,10 +304,11 @@ using cudaEvent_t = CUevent_st*;
 constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
 
 // CUDA graphs by stream capture: work issued to a capturing stream is recorded, not run, and
-// replayed in issue order by cudaGraphLaunch. As on a GPU in cudaStreamCaptureModeGlobal, calls
-// that could synchronize (cudaMalloc, cudaFree, cudaMemcpy, cudaMemset, cudaDeviceSynchronize,
-// cudaStreamSynchronize, cudaEventSynchronize) fail with cudaErrorStreamCaptureUnsupported while
-// any capture runs and invalidate it; cudaStreamEndCapture then fails with
+// replayed in issue order by cudaGraphLaunch. As on a GPU, calls that could synchronize
+// (cudaMalloc, cudaFree, cudaMemcpy, cudaMemset, cudaDeviceSynchronize, cudaStreamSynchronize,
+// cudaEventSynchronize) fail with cudaErrorStreamCaptureUnsupported and invalidate the capture:
+// on any thread while a cudaStreamCaptureModeGlobal capture runs, on the capturing thread only
+// for cudaStreamCaptureModeThreadLocal, never for Relaxed; cudaStreamEndCapture then fails with
 // cudaErrorStreamCaptureInvalidated. Graph nodes are kept in one chain (a captured stream is in
 // order), so cudaGraphGetNodes only counts them.
 struct CUgraph_st;

@@ -18,6 +18,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -630,7 +631,10 @@ std::string config_error(const void* kernel, const char* name, Dim grid, Dim blo
 using GraphNodes = std::vector<std::function<int()>>;
 struct Capture {
   GraphNodes nodes;
-  bool global = false;      // cudaStreamCaptureModeGlobal (unsafe calls fail on every thread)
+  // Where "potentially unsafe" calls fail: on every thread (cudaStreamCaptureModeGlobal), on the
+  // capturing thread only (ThreadLocal), or nowhere (Relaxed).
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::thread::id owner;    // the thread that began the capture
   std::string invalidated;  // why the capture was invalidated; empty while it is valid
 };
 std::mutex g_capture_mutex;
@@ -654,13 +658,17 @@ void invalidate(void* stream, const std::string& why) {
   if (it != g_captures.end() && it->second.invalidated.empty()) it->second.invalidated = why;
 }
 
-// A call that may synchronize (cudaStreamCaptureModeGlobal's "potentially unsafe API calls"):
-// while a global-mode capture runs it fails and invalidates that capture, as on a GPU.
+// A call that may synchronize (the CUDA runtime's "potentially unsafe API calls"): while a
+// global-mode capture runs, or a thread-local one on this thread, it fails and invalidates that
+// capture, as on a GPU.
 cudaError_t unsafe_during_capture(const char* what) {
   std::lock_guard<std::mutex> lock(g_capture_mutex);
   bool any = false;
   for (auto& [stream, c] : g_captures) {
-    if (!c.global) continue;
+    const bool applies =
+        c.mode == cudaStreamCaptureModeGlobal ||
+        (c.mode == cudaStreamCaptureModeThreadLocal && c.owner == std::this_thread::get_id());
+    if (!applies) continue;
     any = true;
     if (c.invalidated.empty()) c.invalidated = what;
   }
@@ -1265,7 +1273,9 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
   std::lock_guard<std::mutex> lock(emu::g_capture_mutex);
   if (emu::g_captures.count(stream))
     return fail(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream is already capturing");
-  emu::g_captures[stream].global = mode == cudaStreamCaptureModeGlobal;
+  emu::Capture& c = emu::g_captures[stream];
+  c.mode = mode;
+  c.owner = std::this_thread::get_id();
   return cudaSuccess;
 }
 

@@ -12,6 +12,7 @@ namespace gpumat::ops {
 void relu(const GpuMatrix& in, GpuMatrix& out) {
   const Backend& be = same_device("relu", in, out);
   same_shape("relu", in, out);
+  in_place_or_disjoint("relu", in, out);
   if (out.size() > 0) be.relu(in.device().index, in.data(), out.data(), out.size());
   finish(out);
 }
@@ -21,6 +22,8 @@ void relu_gradient(const GpuMatrix& in, const GpuMatrix& grad, GpuMatrix& out) {
   const Backend& be = same_device(op, in, grad, out);
   same_shape(op, in, grad);
   same_shape(op, in, out);
+  in_place_or_disjoint(op, in, out);
+  in_place_or_disjoint(op, grad, out);
   if (out.size() > 0) be.relu_gradient(in.device().index, in.data(), grad.data(), out.data(), out.size());
   finish(out);
 }
@@ -29,6 +32,7 @@ void relu_gradient(const GpuMatrix& in, const GpuMatrix& grad, GpuMatrix& out) {
   void NAME(const GpuMatrix& in, GpuMatrix& out) {                                                         \
     const Backend& be = same_device(#NAME, in, out);                                                       \
     same_shape(#NAME, in, out);                                                                            \
+    in_place_or_disjoint(#NAME, in, out);                                                                  \
     if (out.size() > 0) be.NAME(in.device().index, in.data(), out.data(), out.size());                     \
     finish(out);                                                                                           \
   }                                                                                                        \
@@ -37,6 +41,8 @@ void relu_gradient(const GpuMatrix& in, const GpuMatrix& grad, GpuMatrix& out) {
     const Backend& be = same_device(op, y, dy, out);                                                       \
     same_shape(op, y, dy);                                                                                 \
     same_shape(op, y, out);                                                                                \
+    in_place_or_disjoint(op, y, out);                                                                      \
+    in_place_or_disjoint(op, dy, out);                                                                     \
     if (out.size() > 0) be.NAME##_gradient(y.device().index, y.data(), dy.data(), out.data(), out.size()); \
     finish(out);                                                                                           \
   }
@@ -48,6 +54,7 @@ void dropout(const GpuMatrix& in, GpuMatrix& out, float p, uint64_t seed) {
   const char* op = "dropout";
   const Backend& be = same_device(op, in, out);
   same_shape(op, in, out);
+  in_place_or_disjoint(op, in, out);
   if (!(p >= 0.0f && p <= 1.0f))
     throw ShapeError(std::string(op) + ": p must be in [0, 1], got " + std::to_string(p));
   // NOTE: p = 1 drops every element, so the scale is never used (1/0 would give 0 * inf = NaN).

@@ -41,10 +41,29 @@ void same_shape(const char* op, const GpuMatrix& a, const GpuMatrix& b) {
     throw ShapeError(std::string(op) + ": shapes differ: " + a.shape_str() + " and " + b.shape_str());
 }
 
+bool overlaps(const GpuMatrix& a, const GpuMatrix& b) {
+  if (a.size() == 0 || b.size() == 0 || a.device() != b.device()) return false;
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a.data()), b0 = reinterpret_cast<std::uintptr_t>(b.data());
+  const auto a1 = a0 + static_cast<std::uintptr_t>(a.size()) * sizeof(float);
+  const auto b1 = b0 + static_cast<std::uintptr_t>(b.size()) * sizeof(float);
+  return a0 < b1 && b0 < a1;
+}
+
 void not_aliased(const char* op, const GpuMatrix& in, const GpuMatrix& out) {
-  if (in.size() > 0 && in.data() == out.data())
+  if (!overlaps(in, out)) return;
+  if (in.data() == out.data())
     throw ShapeError(std::string(op) + ": the output must not be one of the inputs (shape " +
                      out.shape_str() + "); this op cannot work in place");
+  throw ShapeError(std::string(op) + ": the output " + out.shape_str() + " shares memory with an input " +
+                   in.shape_str() + " (overlapping views); this op cannot work in place");
+}
+
+void in_place_or_disjoint(const char* op, const GpuMatrix& in, const GpuMatrix& out) {
+  if (overlaps(in, out) && (in.data() != out.data() || in.size() != out.size()))
+    throw ShapeError(std::string(op) + ": the output " + out.shape_str() + " partially overlaps an input " +
+                     in.shape_str() +
+                     " (views of one buffer at different offsets); write in place into the input "
+                     "itself or into separate memory");
 }
 
 void require_ndim(const char* op, const char* what, const GpuMatrix& m, int64_t ndim) {

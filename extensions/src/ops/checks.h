@@ -32,8 +32,16 @@ const Backend& same_device(const char* op, const GpuMatrix& first, const Arrays&
 // a and b have one shape.
 void same_shape(const char* op, const GpuMatrix& a, const GpuMatrix& b);
 
-// `out` is not `in` (for ops that cannot work in place).
+// Whether a and b share memory: their element ranges intersect (an empty array shares none). Two
+// arrays can overlap without being equal: views from DLPack imports of overlapping slices.
+bool overlaps(const GpuMatrix& a, const GpuMatrix& b);
+
+// `out` shares no memory with `in` (ops that cannot work in place: any overlap is refused).
 void not_aliased(const char* op, const GpuMatrix& in, const GpuMatrix& out);
+
+// `out` is exactly `in` (in place) or shares no memory with it: elementwise ops may work in place,
+// but an output shifted against its input would read elements another thread already wrote.
+void in_place_or_disjoint(const char* op, const GpuMatrix& in, const GpuMatrix& out);
 
 // m has `ndim` dimensions; `what` names it in the message ("the input").
 void require_ndim(const char* op, const char* what, const GpuMatrix& m, int64_t ndim);

@@ -188,6 +188,7 @@ void add_channel_bias(const GpuMatrix& in, const GpuMatrix& bias, GpuMatrix& out
     throw ShapeError(std::string(op) + ": bias has shape " + bias.shape_str() + ", expected (" +
                      std::to_string(in.dim(1)) + ",) for input " + in.shape_str());
   not_aliased(op, bias, out);
+  in_place_or_disjoint(op, in, out);
   if (out.size() == 0) return finish(out);
   const int64_t outer = in.dim(0), channels = in.dim(1), inner = in.size() / (outer * channels);
   be.add_channel_bias(in.device().index, in.data(), bias.data(), out.data(), outer, channels, inner);

@@ -18,6 +18,8 @@ void array_set(GpuMatrix& arr, float value) {
     const Backend& be = same_device(OPNAME, a, b, out);                                        \
     same_shape(OPNAME, a, b);                                                                  \
     same_shape(OPNAME, a, out);                                                                \
+    in_place_or_disjoint(OPNAME, a, out);                                                      \
+    in_place_or_disjoint(OPNAME, b, out);                                                      \
     if (out.size() > 0) be.NAME(a.device().index, a.data(), b.data(), out.data(), out.size()); \
     finish(out);                                                                               \
   }
@@ -31,6 +33,7 @@ GPUMAT_BINARY_OP(eq, "eq")
   void NAME(const GpuMatrix& in, float value, GpuMatrix& out) {                               \
     const Backend& be = same_device(OPNAME, in, out);                                         \
     same_shape(OPNAME, in, out);                                                              \
+    in_place_or_disjoint(OPNAME, in, out);                                                    \
     if (out.size() > 0) be.NAME(in.device().index, in.data(), value, out.data(), out.size()); \
     finish(out);                                                                              \
   }
@@ -41,6 +44,7 @@ GPUMAT_CONST_OP(multiply_const, "matrix_elementwise_multiply_by_const")
 void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y) {
   const Backend& be = same_device("axpy", x, y);
   same_shape("axpy", x, y);
+  in_place_or_disjoint("axpy", x, y);
   if (y.size() > 0) be.axpy(y.device().index, alpha, x.data(), y.data(), y.size());
   finish(y);
 }
@@ -59,6 +63,7 @@ GPUMAT_UNARY_OP(log)
 void copy(const GpuMatrix& src, GpuMatrix& dst) {
   const Backend& be = same_device("copy", src, dst);
   same_shape("copy", src, dst);
+  in_place_or_disjoint("copy", src, dst);
   if (dst.size() > 0 && src.data() != dst.data())
     be.copy(dst.device().index, src.data(), dst.data(), dst.size());
   finish(dst);

@@ -80,6 +80,7 @@ void nll_loss_gradient(const GpuMatrix& target, const GpuMatrix& dloss, GpuMatri
   same_shape(op, target, out_grad);
   check_scalar(op, "the loss gradient dloss", dloss);
   not_aliased(op, dloss, out_grad);  // every element reads dloss[0]
+  in_place_or_disjoint(op, target, out_grad);
   if (target.dim(0) == 0 || target.dim(1) == 0)
     throw ShapeError(std::string(op) + ": needs at least one row and one class, got " + target.shape_str());
   be.nll_loss_gradient(out_grad.device().index, target.data(), dloss.data(), out_grad.data(), target.dim(0),
@@ -105,6 +106,8 @@ void nll_loss_gradient(const GpuMatrix& target, const GpuMatrix& dloss, GpuMatri
     check_scalar(op, "the loss gradient dloss", dloss);                                                    \
     same_shape(op, pred, out_grad);                                                                        \
     not_aliased(op, dloss, out_grad); /* every element reads dloss[0] */                                   \
+    in_place_or_disjoint(op, pred, out_grad);                                                              \
+    in_place_or_disjoint(op, target, out_grad);                                                            \
     be.NAME##_gradient(out_grad.device().index, pred.data(), target.data(), dloss.data(), out_grad.data(), \
                        pred.size());                                                                       \
     finish(out_grad);                                                                                      \

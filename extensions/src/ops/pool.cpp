@@ -54,6 +54,17 @@ PoolShape pool_shape(const char* op, const GpuMatrix& in_like, const char* in_na
   return s;
 }
 
+// Max pooling: with H or W = 0 every window holds only padding, whose maximum is undefined (the
+// kernels would index an empty plane). Otherwise a window always holds an element of x, since the
+// padding is at most half the kernel.
+void require_a_real_element(const char* op, const GpuMatrix& x, const GpuMatrix& windows,
+                            const PoolShape& s) {
+  if (windows.size() > 0 && (s.h == 0 || s.w == 0))
+    throw ShapeError(std::string(op) + ": x " + x.shape_str() +
+                     " has an empty spatial dimension: every window would hold only padding, whose "
+                     "maximum is undefined");
+}
+
 }  // namespace
 
 void max_pool2d(const GpuMatrix& x, GpuMatrix& y, int64_t kernel_h, int64_t kernel_w, int64_t stride_h,
@@ -62,6 +73,7 @@ void max_pool2d(const GpuMatrix& x, GpuMatrix& y, int64_t kernel_h, int64_t kern
   const Backend& be = same_device(op, x, y);
   PoolShape s = pool_shape(op, x, "x", y, "y", kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);
   not_aliased(op, x, y);
+  require_a_real_element(op, x, y, s);
   if (y.size() > 0) be.max_pool2d(y.device().index, x.data(), y.data(), s);
   finish(y);
 }
@@ -74,6 +86,7 @@ void max_pool2d_gradient(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dx,
   same_shape(op, x, dx);
   not_aliased(op, x, dx);
   not_aliased(op, dy, dx);
+  require_a_real_element(op, x, dy, s);
   if (dx.size() > 0) be.max_pool2d_gradient(dx.device().index, x.data(), dy.data(), dx.data(), s);
   finish(dx);
 }
