@@ -494,6 +494,8 @@ DISTRIBUTED_LEGEND = (
 
 def frontend_table(rows: list[dict]) -> str:
     """bench_frontend's table from its ``runs`` records (see FRONTEND_LEGEND for the columns)."""
+    program_rows = [r for r in rows if "train_s" in r]
+    rows = [r for r in rows if "train_s" not in r]
     torch_s = {r["case"]: r.get("step_s") for r in rows if r["framework"] == "torch"}
     out = []
     for r in rows:
@@ -515,7 +517,23 @@ def frontend_table(rows: list[dict]) -> str:
         )
     headers = ["case", "batch", "framework", "step ms", "steps/s", "x torch", "mallocs/step",
                "schedule"]  # fmt: skip
-    return format_table(headers, out, "lrl" + "r" * 4 + "l")
+    text = format_table(headers, out, "lrl" + "r" * 4 + "l") if rows else ""
+    if program_rows:
+        torch_train = next((r["train_s"] for r in program_rows if r["framework"] == "torch"), None)
+        table = [
+            [
+                r["command"],
+                fmt_num(r["train_s"]),
+                f"{r['test_accuracy']:.4f}",
+                f"{torch_train / r['train_s']:.2f}x"
+                if torch_train and r["framework"] != "torch"
+                else "-",
+            ]
+            for r in program_rows
+        ]
+        headers = ["program (one epoch)", "train s", "test acc", "x torch"]
+        text += ("\n" if text else "") + format_table(headers, table, "lrrr")
+    return text
 
 
 FRONTEND_LEGEND = (
@@ -526,5 +544,9 @@ FRONTEND_LEGEND = (
     "per step; cuda-graph: one CUDA graph launch). gpumat-eager: gpumat.Tensor ops, each kernel "
     "run at once, backward through the recorded graph; gpumat-compiled: gpumat.compile of the "
     "same step (fusion, memory plan, one native call, then the optimizer's multi-tensor update); "
-    "torch-compile: torch.compile of the forward and loss, eager backward and update.\n"
+    "torch-compile: torch.compile of the forward and loss, eager backward and update. "
+    "program: examples/mnist_net.py (gpumat) and examples/mnist_net_torch.py (its PyTorch twin), "
+    "one epoch on the 50,000 training images in the benchmark's process; train s: the epoch's "
+    "training seconds (test excluded); test acc: on the 10,000 test images after it; x torch: "
+    "the twin's train s over the row's.\n"
 )

@@ -21,7 +21,13 @@ Three cases, each a full training step (``zero_grad``, forward, loss, ``backward
   PyTorch (the goal: 5x its steps/s) and ``torch.compile`` of the forward and loss (the goal:
   faster), with gpumat eager for reference.
 
-Before timing, each case checks that gpumat's and PyTorch's losses agree on the first batch in
+- ``mnist-net``: the whole program ``examples/mnist_net.py --epochs 1`` (eager, and with
+  ``--compile``) beside its PyTorch twin ``examples/mnist_net_torch.py --epochs 1``, run in this
+  process on the same 50,000 training images: seconds of training (one epoch, batches of 64,
+  Adadelta, dropout) and the test accuracy after it (the goal: at least 0.98, as the twin).
+  ``--quick`` runs them with ``--dry-run`` (one batch, then the test set).
+
+Before timing, each step case checks that gpumat's and PyTorch's losses agree on the first batch in
 eval mode (dropout off) from the same weights, and the compiled step's against the eager one.
 
 Measured per row: ``step ms`` (the median over ``--repeat`` samples of ``--steps`` consecutive
@@ -30,6 +36,8 @@ steps each, after warm-up steps; the device is synchronized around each sample),
 ``mallocs/step`` (gpumat: ``device_malloc_calls`` of its allocator during the timed steps, per
 step: the compiled step's rule is 0), ``schedule`` (the compiled step's
 ``schedule_report``: ``compiled`` one native call per step, ``cuda-graph`` one CUDA graph launch).
+For ``mnist-net``: ``train s`` (the epoch's training seconds as the program prints them, test
+evaluation excluded), ``test acc`` and ``x torch`` (the twin's training seconds over the row's).
 The 1-minute load average before and after the run is recorded (a shared machine's other work
 slows every row alike, but adds noise). Output: a table, a JSON file and its markdown in
 ``benchmarks/results/`` (``--out`` elsewhere); no speed is asserted.
@@ -46,6 +54,7 @@ import time
 import numpy as np
 from _common import (
     FRONTEND_LEGEND,
+    REPO_ROOT,
     device_info,
     frontend_table,
     header_markdown,
@@ -262,11 +271,46 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
     return rows
 
 
+def run_mnist_net(torch, args) -> list[dict]:
+    """``examples/mnist_net.py --epochs 1`` (eager and ``--compile``) and its PyTorch twin, each
+    one run of the program's ``main`` in this process; a row per run."""
+    sys.path.insert(0, str(REPO_ROOT / "examples"))
+    import mnist_net  # an example program, on the path just set
+
+    programs = [
+        ("gpumat-eager", mnist_net.main, ["--epochs", "1"]),
+        ("gpumat-compiled", mnist_net.main, ["--epochs", "1", "--compile"]),
+    ]
+    if torch is not None:
+        import mnist_net_torch  # needs torch
+
+        programs.append(("torch", mnist_net_torch.main, ["--epochs", "1"]))
+    rows = []
+    for framework, program, argv in programs:
+        argv = argv + (["--dry-run"] if args.quick else [])
+        script = "mnist_net_torch.py" if framework == "torch" else "mnist_net.py"
+        start = time.perf_counter()
+        epoch = program(argv)["epochs"][0]
+        rows.append(
+            {
+                "case": "mnist-net",
+                "batch": 64,
+                "framework": framework,
+                "command": " ".join(["python", f"examples/{script}", *argv]),
+                "train_s": epoch["train_s"],
+                "test_accuracy": epoch["accuracy"],
+                "test_loss": epoch["test_loss"],
+                "wall_s": time.perf_counter() - start,
+            }
+        )
+    return rows
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ctx", default="cpu", choices=["cpu", "gpu"], help="device (default cpu)")
-    p.add_argument("--cases", default="mlp,cnn,tiny-mlp", help="comma-separated cases")
+    p.add_argument("--cases", default="mlp,cnn,tiny-mlp,mnist-net", help="comma-separated cases")
     p.add_argument("--repeat", type=int, default=5, help="timed samples per row (5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-torch-compile", dest="torch_compile", action="store_false",
@@ -288,14 +332,24 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()[0]
     cases = QUICK_CASES if args.quick else CASES
     rows = []
-    for name in [c.strip() for c in args.cases.split(",") if c.strip()]:
-        rows += run_case(name, cases[name], ctx, torch, args)
+    names = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = sorted(set(names) - {*cases, "mnist-net"})
+    if unknown:
+        p.error(f"unknown cases {unknown}; known: {', '.join([*cases, 'mnist-net'])}")
+    for name in names:
+        if name == "mnist-net":
+            if args.ctx != "cpu":
+                notes.append("mnist-net runs on cpu only: skipped")
+                continue
+            rows += run_mnist_net(torch, args)
+        else:
+            rows += run_case(name, cases[name], ctx, torch, args)
         print(frontend_table([r for r in rows if r["case"] == name]), flush=True)
     load_after = os.getloadavg()[0]
     data = {
         **header,
         "software": software_info(),
-        "settings": {"cases": {k: list(map(str, v)) for k, v in cases.items()},
+        "settings": {"cases": {k: list(map(str, v)) for k, v in cases.items()}, "run": names,
                      "repeat": args.repeat, "steps": args.steps, "seed": args.seed},
         "load_average_1min": {"before": load_before, "after": load_after},
         "device": device_info(args.ctx),
