@@ -94,6 +94,7 @@ class CNN(nn.Module):
 
 
 def mlp(widths):
+    """gpumat's MLP: Linear layers of ``widths`` with ReLU between them."""
     layers = []
     for i in range(len(widths) - 1):
         layers.append(nn.Linear(widths[i], widths[i + 1]))
@@ -103,6 +104,7 @@ def mlp(widths):
 
 
 def torch_twin(torch, name, widths):
+    """The same network in PyTorch: the MLP of ``widths``, or the CNN for ``name == "cnn"``."""
     tnn, tf = torch.nn, torch.nn.functional
     if name != "cnn":
         layers = []
@@ -145,6 +147,7 @@ QUICK_CASES = {
 
 
 def optimizer(lib, kind, params):
+    """``lib.optim``'s SGD at lr 0.1 or Adadelta at lr 1.0 (``lib``: gpumat or torch)."""
     if kind == "sgd":
         return lib.optim.SGD(params, lr=0.1)
     return lib.optim.Adadelta(params, lr=1.0)
@@ -181,6 +184,8 @@ def time_steps(step, batches, sync, steps: int, repeat: int, warmup: int, probe=
 
 
 def run_case(name, spec, ctx, torch, args) -> list[dict]:
+    """One step case: gpumat eager and compiled, then PyTorch eager (and torch.compile for the
+    tiny MLP), from the same weights on the same batches; a row per framework."""
     batch, sample_shape, widths, opt_kind, loss_name = spec
     rng = np.random.default_rng(args.seed)
     data = [
@@ -307,6 +312,7 @@ def run_mnist_net(torch, args) -> list[dict]:
 
 
 def main(argv=None) -> int:
+    """Parse the options, run the cases, print the table, write the ledger files."""
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ctx", default="cpu", choices=["cpu", "gpu"], help="device (default cpu)")
