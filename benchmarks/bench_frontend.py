@@ -31,10 +31,11 @@ Before timing, each step case checks that gpumat's and PyTorch's losses agree on
 eval mode (dropout off) from the same weights, and the compiled step's against the eager one.
 
 Measured per row: ``step ms`` (the median over ``--repeat`` samples of ``--steps`` consecutive
-steps each, after warm-up steps; the device is synchronized around each sample), ``steps/s``,
-``x torch`` (eager PyTorch's step time over the row's: above 1, faster than eager PyTorch),
-``mallocs/step`` (gpumat: ``device_malloc_calls`` of its allocator during the timed steps, per
-step: the compiled step's rule is 0), ``schedule`` (the compiled step's
+steps each, after warm-up steps; the device is synchronized around each sample; the samples of a
+case's frameworks are interleaved, so that other work on a shared machine slows them alike),
+``steps/s``, ``x torch`` (eager PyTorch's step time over the row's: above 1, faster than eager
+PyTorch), ``mallocs/step`` (gpumat: ``device_malloc_calls`` of its allocator during the timed
+steps, per step: the compiled step's rule is 0), ``schedule`` (the compiled step's
 ``schedule_report``: ``compiled`` one native call per step, ``cuda-graph`` one CUDA graph launch).
 For ``mnist-net``: ``train s`` (the epoch's training seconds as the program prints them, test
 evaluation excluded), ``test acc`` and ``x torch`` (the twin's training seconds over the row's).
@@ -158,34 +159,43 @@ def optimizer(lib, kind, params):
 # --------------------------------------------------------------------------------------------------
 
 
-def time_steps(step, batches, sync, steps: int, repeat: int, warmup: int, probe=None) -> dict:
-    """Median seconds per step over ``repeat`` samples of ``steps`` steps, after ``warmup``
-    steps; ``probe()`` (allocator counters) is read around the timed samples."""
-    k = 0
-    for _ in range(warmup):
-        step(*batches[k % len(batches)])
-        k += 1
-    sync()
-    before = probe() if probe else None
-    samples = []
+def time_interleaved(variants: list[dict], steps: int, repeat: int, warmup: int) -> None:
+    """Times every variant (``step``, ``batches``, ``sync``, optional ``probe``) and adds its
+    ``step_s`` (median seconds per step over ``repeat`` samples of ``steps`` steps), ``step_s_min``,
+    ``step_s_max`` and, with a probe (allocator counters), ``mallocs_per_step`` to its ``row``.
+
+    The samples are interleaved (sample r of every variant, then sample r + 1): on a shared
+    machine a burst of other work then slows every variant alike instead of one of them.
+    """
+    for v in variants:
+        v["k"], v["samples"] = 0, []
+        for _ in range(warmup):
+            v["step"](*v["batches"][v["k"] % len(v["batches"])])
+            v["k"] += 1
+        v["sync"]()
+        v["before"] = v["probe"]() if v.get("probe") else None
     for _ in range(repeat):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step(*batches[k % len(batches)])
-            k += 1
-        sync()
-        samples.append((time.perf_counter() - t0) / steps)
-    out = {"step_s": statistics.median(samples), "step_s_min": min(samples),
-           "step_s_max": max(samples), "steps": steps, "repeat": repeat}  # fmt: skip
-    if probe:
-        out["mallocs_per_step"] = (probe() - before) / (steps * repeat)
-    return out
+        for v in variants:
+            v["sync"]()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                v["step"](*v["batches"][v["k"] % len(v["batches"])])
+                v["k"] += 1
+            v["sync"]()
+            v["samples"].append((time.perf_counter() - t0) / steps)
+    for v in variants:
+        s = v["samples"]
+        v["row"].update(
+            step_s=statistics.median(s), step_s_min=min(s), step_s_max=max(s), steps=steps,
+            repeat=repeat,
+        )  # fmt: skip
+        if v.get("probe"):
+            v["row"]["mallocs_per_step"] = (v["probe"]() - v["before"]) / (steps * repeat)
 
 
 def run_case(name, spec, ctx, torch, args) -> list[dict]:
-    """One step case: gpumat eager and compiled, then PyTorch eager (and torch.compile for the
-    tiny MLP), from the same weights on the same batches; a row per framework."""
+    """One step case: gpumat eager and compiled, PyTorch eager (and torch.compile for the tiny
+    MLP), from the same weights on the same batches, timed interleaved; a row per framework."""
     batch, sample_shape, widths, opt_kind, loss_name = spec
     rng = np.random.default_rng(args.seed)
     data = [
@@ -215,7 +225,7 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
         return step
 
     reference = build()
-    rows = []
+    variants = []
     check = {}
     with gpumat.no_grad():
         reference.eval()
@@ -228,49 +238,52 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
         if variant == "gpumat-compiled":
             step = gpumat.compile(step)
         row = {"case": name, "batch": batch, "framework": variant}
-        first = step(*batches[0]).item()
-        row.update(time_steps(step, batches, sync, steps, repeat, warmup, probe))
-        row["first_loss"] = first
+        row["first_loss"] = step(*batches[0]).item()
         if variant == "gpumat-compiled":
             row["schedule"] = step.schedule_report.mode
             row["schedule_report"] = str(step.schedule_report)
             row["fusion_report"] = str(step.fusion_report)
-        rows.append(row)
+        timed = {"row": row, "step": step, "batches": batches, "sync": sync, "probe": probe}
+        variants.append(timed)
     if name != "cnn":  # no dropout: the first steps' losses match between eager and compiled
-        a, b = rows[0]["first_loss"], rows[1]["first_loss"]
+        a, b = (v["row"]["first_loss"] for v in variants)
         assert abs(a - b) <= 1e-5 * max(1.0, abs(a)), f"{name}: compiled {b} vs eager {a}"
-    if torch is None:
-        return rows
-    tdev = "cuda" if ctx.device_type == "gpu" else "cpu"
-    tbatches = [(torch.tensor(x, device=tdev), torch.tensor(y, device=tdev)) for x, y in data]
-    tsync = (lambda: torch.cuda.synchronize()) if tdev == "cuda" else (lambda: None)
-    tloss = getattr(torch.nn.functional, loss_name)
-    state = {k: torch.tensor(v.numpy()) for k, v in reference.state_dict().items()}
-    tmodel = torch_twin(torch, name, widths).to(tdev)
-    tmodel.load_state_dict(state)
-    tmodel.eval()
-    with torch.no_grad():
-        check["torch"] = float(tloss(tmodel(tbatches[0][0]), tbatches[0][1]))
-    tmodel.train()
-    assert abs(check["torch"] - check["gpumat"]) <= 1e-4 * max(1.0, abs(check["torch"])), check
-    variants = ["torch"] + (["torch-compile"] if name == "tiny-mlp" and args.torch_compile else [])
-    for variant in variants:
-        tm = torch_twin(torch, name, widths).to(tdev)
-        tm.load_state_dict(state)
-        opt = optimizer(torch, opt_kind, tm.parameters())
-        forward = (lambda x, y, tm=tm: tloss(tm(x), y)) if variant == "torch" else torch.compile(
-            lambda x, y, tm=tm: tloss(tm(x), y))  # fmt: skip
+    if torch is not None:
+        tdev = "cuda" if ctx.device_type == "gpu" else "cpu"
+        tbatches = [(torch.tensor(x, device=tdev), torch.tensor(y, device=tdev)) for x, y in data]
+        tsync = (lambda: torch.cuda.synchronize()) if tdev == "cuda" else (lambda: None)
+        tloss = getattr(torch.nn.functional, loss_name)
+        state = {k: torch.tensor(v.numpy()) for k, v in reference.state_dict().items()}
+        tmodel = torch_twin(torch, name, widths).to(tdev)
+        tmodel.load_state_dict(state)
+        tmodel.eval()
+        with torch.no_grad():
+            check["torch"] = float(tloss(tmodel(tbatches[0][0]), tbatches[0][1]))
+        tmodel.train()
+        assert abs(check["torch"] - check["gpumat"]) <= 1e-4 * max(1.0, abs(check["torch"])), check
+        compiled = name == "tiny-mlp" and args.torch_compile
+        for variant in ["torch"] + (["torch-compile"] if compiled else []):
+            tm = torch_twin(torch, name, widths).to(tdev)
+            tm.load_state_dict(state)
+            opt = optimizer(torch, opt_kind, tm.parameters())
 
-        def tstep(x, y, opt=opt, forward=forward):
-            opt.zero_grad()
-            loss = forward(x, y)
-            loss.backward()
-            opt.step()
-            return loss
+            def forward(x, y, tm=tm):
+                return tloss(tm(x), y)
 
-        row = {"case": name, "batch": batch, "framework": variant}
-        row.update(time_steps(tstep, tbatches, tsync, steps, repeat, warmup))
-        rows.append(row)
+            if variant == "torch-compile":
+                forward = torch.compile(forward)
+
+            def tstep(x, y, opt=opt, forward=forward):
+                opt.zero_grad()
+                loss = forward(x, y)
+                loss.backward()
+                opt.step()
+                return loss
+
+            row = {"case": name, "batch": batch, "framework": variant}
+            variants.append({"row": row, "step": tstep, "batches": tbatches, "sync": tsync})
+    time_interleaved(variants, steps, repeat, warmup)
+    rows = [v["row"] for v in variants]
     for r in rows:
         r["check_loss"] = check
     return rows
