@@ -345,7 +345,8 @@ def main(argv=None) -> int:
     if torch is None:
         notes.append("PyTorch is not installed: the torch rows are skipped")
     else:
-        notes.append(f"PyTorch {torch.__version__} with {torch.get_num_threads()} threads")
+        n = torch.get_num_threads()
+        notes.append(f"PyTorch {torch.__version__} with {n} thread{'s' if n != 1 else ''}")
     if os.environ.get("OMP_NUM_THREADS"):
         notes.append(f"environment: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
     load_before = os.getloadavg()[0]
