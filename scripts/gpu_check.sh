@@ -28,6 +28,8 @@
 #   bench_ops    benchmarks/bench_ops.py --ctx gpu
 #   bench_mnist  benchmarks/bench_mnist.py --ctx gpu --models logreg,mlp,cnn --epochs 3 (every gpumat
 #                variant, PyTorch eager and torch.compile reduce-overhead; cpu rows need no GPU)
+#   bench_frontend  benchmarks/bench_frontend.py --ctx gpu --cases mlp,cnn,tiny-mlp (front-end
+#                training steps, eager and compiled, against PyTorch eager and torch.compile)
 #
 # Every step runs to the end or to its time limit; its exit status is recorded and the next step
 # runs (steps that need a working build are skipped, with the reason, when the build failed).
@@ -321,6 +323,9 @@ skip_without_build bench_ops ||
 skip_without_build bench_mnist ||
   run_step bench_mnist 240 "$PY" "$REPO/benchmarks/bench_mnist.py" --ctx gpu --models logreg,mlp,cnn \
     --epochs 3 --out "$OUTDIR/results/"
+skip_without_build bench_frontend ||
+  run_step bench_frontend 150 "$PY" "$REPO/benchmarks/bench_frontend.py" --ctx gpu \
+    --cases mlp,cnn,tiny-mlp --out "$OUTDIR/results/"
 
 # -- summary --------------------------------------------------------------------------------------
 TOTAL=$(($(date +%s) - START))

@@ -1,9 +1,10 @@
 """The benchmark scripts' own logic, in-process and cheap: no timing is asserted anywhere.
 
-The scripts' quick modes (``bench_ops.py --quick``, ``bench_mnist.py --quick``) run in ``.ci/run``
-(about half a minute on a small CI machine); here only their parts are checked: the case lists
-cover gpumat.ops, validation rejects unwritten outputs and TF32-sized errors, every op's case runs
-end to end at a tiny size on the host, and make_table.py builds the ledger's table from JSON.
+The scripts' quick modes (``bench_ops.py --quick``, ``bench_mnist.py --quick``, ...) run in
+``.ci/run`` (about half a minute on a small CI machine); here only their parts are checked: the
+case lists cover gpumat.ops, validation rejects unwritten outputs and TF32-sized errors, every op's
+case runs end to end at a tiny size on the host, make_table.py builds the ledger's table from
+JSON, and bench_frontend interleaves its frameworks' samples and tabulates its rows.
 """
 
 import json
@@ -228,3 +229,49 @@ def test_time_calls_rotates_over_the_sets():
     t = _common.time_calls(seen.append, 3, lambda: None, repeat=2, warmup=1, target_ms=0.01)
     assert set(seen) == {0, 1, 2}
     assert t["n_sets"] == 3 and t["repeat"] == 2 and t["ms"] >= 0
+
+
+def test_frontend_table_ratios_and_programs():
+    rows = [
+        {"case": "mlp", "batch": 1000, "framework": "gpumat-eager", "step_s": 0.008},
+        {"case": "mlp", "batch": 1000, "framework": "gpumat-compiled", "step_s": 0.005,
+         "mallocs_per_step": 0.0, "schedule": "compiled"},
+        {"case": "mlp", "batch": 1000, "framework": "torch", "step_s": 0.010},
+        {"case": "mnist-net", "batch": 64, "framework": "gpumat-eager", "train_s": 50.0,
+         "test_accuracy": 0.9824, "command": "python examples/mnist_net.py --epochs 1"},
+        {"case": "mnist-net", "batch": 64, "framework": "torch", "train_s": 80.0,
+         "test_accuracy": 0.982, "command": "python examples/mnist_net_torch.py --epochs 1"},
+    ]  # fmt: skip
+    text = _common.frontend_table(rows)
+    lines = text.splitlines()
+    eager = next(ln for ln in lines if "gpumat-eager" in ln)
+    compiled = next(ln for ln in lines if "gpumat-compiled" in ln)
+    assert "8.00" in eager and "1.25x" in eager  # torch's 10 ms over 8 ms
+    assert "2.00x" in compiled and "| compiled" in compiled and " 0 | " in compiled
+    program = next(ln for ln in lines if "mnist_net.py --epochs 1 " in ln)
+    assert "50.0" in program and "0.9824" in program and "1.60x" in program
+    twin = next(ln for ln in lines if "mnist_net_torch.py" in ln)
+    assert twin.rstrip(" |").endswith("-")
+
+
+def test_bench_frontend_interleaves_the_frameworks():
+    import bench_frontend
+
+    calls = []
+
+    def variant(name):
+        return {
+            "row": {"framework": name},
+            "step": lambda x: calls.append((name, x)),
+            "batches": [(0,), (1,)],
+            "sync": lambda: None,
+        }
+
+    variants = [variant("a"), variant("b")]
+    bench_frontend.time_interleaved(variants, steps=2, repeat=3, warmup=1)
+    timed = [name for name, _ in calls[2:]]  # after one warm-up step each
+    assert timed == ["a", "a", "b", "b"] * 3, "sample r of every framework before sample r + 1"
+    assert [x for name, x in calls if name == "a"] == [0, 1, 0, 1, 0, 1, 0]
+    for v in variants:
+        assert v["row"]["repeat"] == 3 and v["row"]["steps"] == 2
+        assert 0 <= v["row"]["step_s_min"] <= v["row"]["step_s"] <= v["row"]["step_s_max"]
