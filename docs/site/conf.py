@@ -28,14 +28,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-# The installed gpumat is documented, never the source tree's (it has no compiled _core): `python -m`
-# puts the working directory, the repository root, first on sys.path.
+# The installed gpumat is documented, never the source tree's (it has no compiled _core):
+# `python -m` puts the working directory, the repository root, first on sys.path.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
 sys.path.insert(0, str(HERE))
 try:
     import gpumat  # noqa: F401
 except ImportError as exc:
-    raise RuntimeError(f"the site documents the installed gpumat: pip install '.[docs]' ({exc})")
+    raise RuntimeError(
+        f"the site documents the installed gpumat: pip install '.[docs]' ({exc})"
+    ) from exc
 
 # The notebooks' settings for the site: small enough that the whole build takes a few minutes on
 # two cores, on the cpu device (explicit settings in the environment win).

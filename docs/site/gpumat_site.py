@@ -267,9 +267,9 @@ def index_page(modules: list[str]) -> str:
     lines = [
         "# API reference",
         "",
-        "Every public module of gpumat, generated from the docstrings when the site is built. The",
-        "guides in prose are [The Python API](../../api.md) and the pages beside it; how the layers",
-        "fit together: [the architecture](../../ARCHITECTURE.md).",
+        "Every public module of gpumat, generated from the docstrings when the site is built.",
+        "The guides in prose are [The Python API](../../api.md) and the pages beside it; how the",
+        "layers fit together: [the architecture](../../ARCHITECTURE.md).",
         "",
     ]
     order = [t for t, _ in SECTIONS] + ["More modules"]
