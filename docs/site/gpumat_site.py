@@ -352,12 +352,10 @@ def resolve_by_object(app, env, node, contnode):
     home = obj.__name__ if inspect.ismodule(obj) else catalogue.home.get(id(obj))
     if inspect.isclass(getattr(obj, "__self__", None)) or home is None:
         return None
-    domain = env.get_domain("py")
-    return (
-        domain.resolve_any_xref(env, node["refdoc"], app.builder, home, node, contnode)[0][1]
-        if (domain.resolve_any_xref(env, node["refdoc"], app.builder, home, node, contnode))
-        else None
+    found = env.get_domain("py").resolve_any_xref(
+        env, node["refdoc"], app.builder, home, node, contnode
     )
+    return found[0][1] if found else None
 
 
 def _lookup(dotted: str):
