@@ -46,6 +46,7 @@ for _var, _value in {
     "GPUMAT_NOTEBOOK_EPOCHS": "3",
     "GPUMAT_NOTEBOOK_TRAIN_SIZE": "20000",
     "GPUMAT_NOTEBOOK_QUICK": "1",
+    "GPUMAT_NOTEBOOK_PLOT": str(ROOT / "build" / "mnist_mlp.png"),  # not into examples/
 }.items():
     os.environ.setdefault(_var, _value)
 # The emulator's thread schedule: a fixed seed, so the rendered pages are reproducible.
