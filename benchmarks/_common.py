@@ -1,6 +1,6 @@
 """Shared pieces of the benchmarks: run metadata, the timer, and the results ledger's files.
 
-Used by ``bench_ops.py`` and ``bench_mnist.py`` (run as scripts, so this folder is on sys.path) and
+Used by the ``bench_*.py`` scripts (run as scripts, so this folder is on sys.path) and
 by ``make_table.py``. See ``benchmarks/results/README.md`` for the ledger format.
 
 Timing (``time_calls``): device work is asynchronous, and gpumat runs its kernels on its own
@@ -489,4 +489,64 @@ DISTRIBUTED_LEGEND = (
     "included, host staging copies excluded) and its fraction of the epoch. 1 rank: one plain "
     "process without MPI. acc: after the last epoch, on the validation / test images (10,000 each; "
     "1,000 in quick mode).\n"
+)
+
+
+def frontend_table(rows: list[dict]) -> str:
+    """bench_frontend's table from its ``runs`` records (see FRONTEND_LEGEND for the columns)."""
+    program_rows = [r for r in rows if "train_s" in r]
+    rows = [r for r in rows if "train_s" not in r]
+    torch_s = {r["case"]: r.get("step_s") for r in rows if r["framework"] == "torch"}
+    out = []
+    for r in rows:
+        t = torch_s.get(r["case"])
+        step = r.get("step_s")
+        vs = f"{t / step:.2f}x" if t and step and r["framework"] != "torch" else "-"
+        mallocs = r.get("mallocs_per_step")
+        out.append(
+            [
+                r["case"],
+                r["batch"],
+                r["framework"],
+                fmt_num(None if step is None else step * 1e3),
+                fmt_num(None if not step else 1 / step),
+                vs,
+                "-" if mallocs is None else fmt_num(mallocs),
+                r.get("schedule", "-"),
+            ]
+        )
+    headers = ["case", "batch", "framework", "step ms", "steps/s", "x torch", "mallocs/step",
+               "schedule"]  # fmt: skip
+    text = format_table(headers, out, "lrl" + "r" * 4 + "l") if rows else ""
+    if program_rows:
+        torch_train = next((r["train_s"] for r in program_rows if r["framework"] == "torch"), None)
+        table = [
+            [
+                r["command"],
+                fmt_num(r["train_s"]),
+                f"{r['test_accuracy']:.4f}",
+                f"{torch_train / r['train_s']:.2f}x"
+                if torch_train and r["framework"] != "torch"
+                else "-",
+            ]
+            for r in program_rows
+        ]
+        headers = ["program (one epoch)", "train s", "test acc", "x torch"]
+        text += ("\n" if text else "") + format_table(headers, table, "lrrr")
+    return text
+
+
+FRONTEND_LEGEND = (
+    "step ms: median milliseconds per training step (zero_grad, forward, loss, backward, "
+    "optimizer step). steps/s: its inverse. x torch: eager PyTorch's step time / this row's "
+    "(>1: this row faster). mallocs/step: device allocations of gpumat's allocator per timed "
+    "step (device_malloc_calls). schedule: how the compiled step runs (compiled: one native call "
+    "per step; cuda-graph: one CUDA graph launch). gpumat-eager: gpumat.Tensor ops, each kernel "
+    "run at once, backward through the recorded graph; gpumat-compiled: gpumat.compile of the "
+    "same step (fusion, memory plan, one native call, then the optimizer's multi-tensor update); "
+    "torch-compile: torch.compile of the forward and loss, eager backward and update. "
+    "program: examples/mnist_net.py (gpumat) and examples/mnist_net_torch.py (its PyTorch twin), "
+    "one epoch on the 50,000 training images in the benchmark's process; train s: the epoch's "
+    "training seconds (test excluded); test acc: on the 10,000 test images after it; x torch: "
+    "the twin's train s over the row's.\n"
 )

@@ -15,15 +15,16 @@ table in the docs can go stale or be edited by hand. The blocks:
 
 - ``mnist-summary`` (README.md): the latest full-size MNIST training run, gpumat against
   PyTorch on the same device (a run with a GPU before a host-only one), one device line.
-- ``ops``, ``mnist``, ``distributed`` (benchmarks/README.md): every kind of run's latest file, with
-  its full source line (date, commit, device, driver, command, file) and the column legend.
+- ``ops``, ``mnist``, ``frontend``, ``distributed`` (benchmarks/README.md): every kind of run's
+  latest file, with its full source line (date, commit, device, driver, command, file) and the
+  column legend.
 - ``distributed-summary`` (docs/distributed.md): the latest data-parallel run, one device line.
 
-Without ``--write``/``--check`` it prints the ``ops``, ``mnist`` and ``distributed`` sections of
-the given files or folders (default ``benchmarks/results``) to stdout or ``--out``. A run's *kind*
-is its benchmark, backend, device name, quick flag, MLP widths (a host-overhead run) and the
-environment its notes record (e.g. ``OMP_NUM_THREADS=1``); the latest run of each kind is shown
-(``--all``: every run, newest first). Quick runs (``"quick": true``: CI smoke runs with small
+Without ``--write``/``--check`` it prints the ``ops``, ``mnist``, ``frontend`` and ``distributed``
+sections of the given files or folders (default ``benchmarks/results``) to stdout or ``--out``. A
+run's *kind* is its benchmark, backend, device name, quick flag, MLP widths (a host-overhead run)
+and the environment its notes record (e.g. ``OMP_NUM_THREADS=1``); the latest run of each kind is
+shown (``--all``: every run, newest first). Quick runs (``"quick": true``: CI smoke runs with small
 sizes) are left out unless ``--include-quick``, and are labelled when included. Only numbers from
 those files appear; nothing is computed but formatting and ratios of two numbers of one file.
 
@@ -43,6 +44,7 @@ from pathlib import Path
 
 from _common import (
     DISTRIBUTED_LEGEND,
+    FRONTEND_LEGEND,
     MNIST_LEGEND,
     OPS_LEGEND,
     RESULTS_DIR,
@@ -50,6 +52,7 @@ from _common import (
     distributed_table,
     fmt_num,
     format_table,
+    frontend_table,
     mnist_table,
     ops_table,
 )
@@ -213,17 +216,33 @@ def distributed_section(path: Path, d: dict) -> str:
     )
 
 
+def frontend_section(path: Path, d: dict) -> str:
+    load = d.get("load_average_1min") or {}
+    load_text = (
+        f" 1-minute load average {load['before']:.2f} before the run, {load['after']:.2f} after."
+        if load.get("before") is not None and load.get("after") is not None
+        else ""
+    )
+    notes = "".join(f"Note: {n}.\n" for n in d.get("notes", []))
+    return (
+        source_line(path, d)
+        + f"\n{load_text.strip()}\n{notes}\n"
+        + frontend_table(d.get("runs", []))
+    )
+
+
 def _mpi_name(settings: dict) -> str:
     mpi = settings.get("mpi")
     return " ".join(str(mpi).split()) if mpi else "no MPI library recorded"
 
 
 def build(runs, groups) -> str:
-    """The ``ops``, ``mnist`` and ``distributed`` sections of ``runs``, with headings."""
+    """The ``ops``, ``mnist``, ``frontend`` and ``distributed`` sections of ``runs``, headed."""
     out = []
     for title, kind, body in (
         ("Kernels (`benchmarks/bench_ops.py`)", "ops", lambda f, d: ops_section(f, d, groups)),
         ("MNIST training (`benchmarks/bench_mnist.py`)", "mnist", mnist_section),
+        ("Front-end training steps (`benchmarks/bench_frontend.py`)", "frontend", frontend_section),
         ("Data-parallel training (`benchmarks/bench_distributed.py`)", "distributed", None),
     ):
         text = _sections(runs, kind, body or distributed_section)
@@ -234,7 +253,12 @@ def build(runs, groups) -> str:
     return "\n".join(out)
 
 
-_LEGENDS = {"ops": OPS_LEGEND, "mnist": MNIST_LEGEND, "distributed": DISTRIBUTED_LEGEND}
+_LEGENDS = {
+    "ops": OPS_LEGEND,
+    "mnist": MNIST_LEGEND,
+    "frontend": FRONTEND_LEGEND,
+    "distributed": DISTRIBUTED_LEGEND,
+}
 
 
 def _sections(runs, kind: str, body: Callable[[Path, dict], str]) -> str:
@@ -328,6 +352,7 @@ def _block_sections(kind: str):
         body = {
             "ops": lambda f, d: ops_section(f, d, DEFAULT_GROUPS),
             "mnist": mnist_section,
+            "frontend": frontend_section,
             "distributed": distributed_section,
         }[kind]
         text = _sections(select(runs, False, False), kind, body)
@@ -342,6 +367,7 @@ BLOCKS: dict[str, Callable[[list, Path], str]] = {
     "distributed-summary": block_distributed_summary,
     "ops": _block_sections("ops"),
     "mnist": _block_sections("mnist"),
+    "frontend": _block_sections("frontend"),
     "distributed": _block_sections("distributed"),
 }
 

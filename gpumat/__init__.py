@@ -3,7 +3,8 @@
 Layers, bottom up (see docs/ARCHITECTURE.md): libgpumat (C++/CUDA kernels) -> gpumat._core (Cython,
 PyGpuMatrix) -> gpumat.ops (one call per kernel; gpumat.reference, its numpy twin) -> gpumat.graph
 (nodes, ops by kernel family, gradients) -> gpumat.runtime (the executor: fusion, memory plan,
-compiled steps) -> gpumat.optim, gpumat.train, gpumat.models, gpumat.datasets.
+compiled steps) -> gpumat.autograd, gpumat.Tensor (eager autograd) -> gpumat.nn, gpumat.optim,
+gpumat.data, gpumat.datasets, gpumat.compile -> gpumat.train, gpumat.models.
 
 This module is the package's face: it only re-exports. Modules inside gpumat never import it.
 
@@ -42,10 +43,22 @@ if "OMP_NUM_THREADS" not in _os.environ and _threads_per_local_rank() is not Non
     _os.environ["OMP_NUM_THREADS"] = str(_threads_per_local_rank())
 # --------------------------------------------------------------------------------------------------
 
-from gpumat import autodiff, gpu_op, graph, nn, ops, optim, reference, runtime  # noqa: E402
+from gpumat import (  # noqa: E402
+    autodiff,
+    data,
+    datasets,
+    gpu_op,
+    graph,
+    nn,
+    ops,
+    optim,
+    reference,
+    runtime,
+)
 from gpumat._core import CudaError, PyGpuMatrix  # noqa: E402
 from gpumat.arrays import array, empty  # noqa: E402
-from gpumat.checkpoint import load, save  # noqa: E402
+from gpumat.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
+from gpumat.compiler import compile  # noqa: E402, A004
 from gpumat.device import (  # noqa: E402
     Context,
     __version__,
@@ -63,6 +76,27 @@ from gpumat.device import (  # noqa: E402
 )
 from gpumat.dlpack import from_dlpack  # noqa: E402
 from gpumat.runtime import Executor  # noqa: E402
+from gpumat.serialization import load, save  # noqa: E402
+from gpumat.tensor import (  # noqa: E402
+    Tensor,
+    arange,
+    dtype,
+    flatten,
+    float32,
+    from_numpy,
+    full,
+    int64,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from gpumat.tensor import bool_ as bool  # noqa: E402, A004
+from gpumat.tensor import int64 as long  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -70,28 +104,53 @@ __all__ = [
     "CudaError",
     "Executor",
     "PyGpuMatrix",
+    "Tensor",
+    "arange",
     "array",
     "autodiff",
+    "bool",
     "build_info",
+    "compile",
     "cpu",
     "cuda_available",
+    "data",
+    "datasets",
+    "dtype",
     "empty",
     "empty_cache",
     "emu",
+    "enable_grad",
+    "flatten",
+    "float32",
     "from_dlpack",
+    "from_numpy",
+    "full",
     "gpu",
     "gpu_op",
     "graph",
+    "int64",
     "is_gpu_ctx",
+    "is_grad_enabled",
     "launch_count",
     "load",
+    "long",
+    "manual_seed",
     "memory_stats",
     "nn",
+    "no_grad",
+    "ones",
+    "ones_like",
     "ops",
     "optim",
+    "rand",
+    "randn",
     "reference",
     "reset_peak_memory_stats",
     "runtime",
     "save",
+    "set_grad_enabled",
     "synchronize",
+    "tensor",
+    "zeros",
+    "zeros_like",
 ]

@@ -457,8 +457,8 @@ def save_training_state(path, *, params: Mapping, optimizer, progress: Mapping) 
         params: parameter name -> array (``PyGpuMatrix`` or float32 numpy), stored as
             ``params/<name>``.
         optimizer: an object with ``state_dict()`` (``gpumat.optim.SGD``, ``MomentumSGD``,
-            ``Adam``); its tensors are stored as ``optimizer/<key>``, its other entries in the
-            metadata.
+            ``Adam``, ``Adadelta``); its tensors are stored as ``optimizer/<key>``, its other
+            entries in the metadata.
         progress: JSON-serialisable training progress (epoch, step, history, generator state),
             stored in the metadata.
 
@@ -498,8 +498,8 @@ def load_training_state(path, expected_params: Mapping | None = None) -> dict:
     ``rng_state`` None or a state numpy's named bit generator accepts, ``history`` a map of lists
     (at most ``epoch`` long) of real numbers; the optimizer's ``type`` a str and its other entries
     real numbers or lists of them, with the ranges of :mod:`gpumat.optim` for its classes (``lr``
-    and ``eps`` finite and >= 0, ``momentum`` and ``betas`` in [0, 1), ``t`` an int in
-    [0, 2**53]).
+    and ``eps`` finite and >= 0, ``momentum`` and ``betas`` in [0, 1), Adadelta's ``rho`` in
+    [0, 1], ``t`` an int in [0, 2**53]).
 
     Raises:
         FileNotFoundError: no such file.
@@ -533,15 +533,19 @@ def load_training_state(path, expected_params: Mapping | None = None) -> dict:
     return {"params": params, "optimizer": opt_state, "progress": progress}
 
 
-# The scalar entries of gpumat.optim's state_dicts and the rule each must follow.
+# The scalar entries of gpumat.optim's state_dicts and the rule each must follow; SGD has
+# "momentum" only when it is not 0 (its older files have "lr" alone).
 _OPTIMIZER_SCALARS = {
     "SGD": {"lr": "rate"},
     "MomentumSGD": {"lr": "rate", "momentum": "beta"},
     "Adam": {"lr": "rate", "betas": "betas", "eps": "rate", "t": "count"},
+    "Adadelta": {"lr": "rate", "rho": "unit", "eps": "rate"},
 }
+_OPTIONAL_SCALARS = {"SGD": {"momentum": "beta"}}
 _RULES = {
     "rate": "a finite number >= 0",
     "beta": "a number in [0, 1)",
+    "unit": "a number in [0, 1]",
     "betas": "two numbers in [0, 1)",
     "count": "an int in [0, 2**53]",
 }
@@ -558,6 +562,8 @@ def _follows(rule: str, value) -> bool:
         return value >= 0
     if rule == "beta":
         return 0 <= value < 1
+    if rule == "unit":
+        return 0 <= value <= 1
     return _is_count(value) and value <= _MAX_COUNT
 
 
@@ -633,10 +639,14 @@ def _check_training(path: str, training) -> tuple[dict, dict]:
             raise bad(f"optimizer.{key}", value, "a finite number or a list of them")
     rules = _OPTIMIZER_SCALARS.get(opt_type)
     if rules is not None:
-        if set(opt_state) != {"type", *rules}:
-            raise bad("optimizer keys", sorted(opt_state), f"{sorted({'type', *rules})}")
-        for key, rule in rules.items():
-            if not _follows(rule, opt_state[key]):
+        optional = _OPTIONAL_SCALARS.get(opt_type, {})
+        if not {"type", *rules} <= set(opt_state) <= {"type", *rules, *optional}:
+            want = sorted({"type", *rules})
+            if optional:
+                want = f"{want} and optionally {sorted(optional)}"
+            raise bad("optimizer keys", sorted(opt_state), f"{want}")
+        for key, rule in {**rules, **optional}.items():
+            if key in opt_state and not _follows(rule, opt_state[key]):
                 raise bad(f"optimizer.{key}", opt_state[key], _RULES[rule])
     return progress, dict(opt_state)
 

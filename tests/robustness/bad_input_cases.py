@@ -6,8 +6,9 @@ zero-size or 0-d array, a view or the same array in two places, numpy data or a 
 device array belongs, None, strings, bools, NaN, infinities, huge and negative numbers. A case
 passes when the call
 
-- raises one of :data:`ALLOWED` with a message that says something (and leaves every array
-  argument as it was), or
+- raises one of :data:`ALLOWED` (for the front end :data:`FRONTEND_ALLOWED`, which adds
+  PyTorch's RuntimeError for autograd misuse and FileNotFoundError for a missing checkpoint) with
+  a message that says something (and leaves every array and tensor argument as it was), or
 - returns, and every output equals a float64 numpy reference computed from the arguments as they
   were before the call; a call that gpumat accepts but the reference rejects fails.
 
@@ -1927,6 +1928,439 @@ def _expect_interop(fn, check, what):
     return check(result)
 
 
+# --------------------------------------------------------------------------------------------
+# The front end: gpumat.Tensor, gpumat.nn, gpumat.optim over parameters, gpumat.data,
+# gpumat.save / load, gpumat.compile
+# --------------------------------------------------------------------------------------------
+
+# Autograd misuse is PyTorch's RuntimeError (backward twice, a changed saved value, an in-place
+# op on a leaf that requires a gradient); a missing checkpoint file is FileNotFoundError.
+FRONTEND_ALLOWED = (*ALLOWED, RuntimeError, FileNotFoundError)
+
+BAD_TENSOR_ARGS = [
+    "tensor_int",
+    "tensor_bool",
+    "tensor_wrong_shape",
+    "tensor_0d",
+    "tensor_empty",
+    "tensor_other_device",
+    "numpy",
+    "list",
+    "none",
+    "str",
+    "nan",
+    "module",
+]
+
+
+def _bad_tensor(kind: str, like):
+    from gpumat import nn as gnn
+
+    shape = like.shape
+    if kind == "tensor_int":
+        return gpumat.tensor(np.ones(shape, dtype=np.int64))
+    if kind == "tensor_bool":
+        return gpumat.tensor(np.ones(shape, dtype=bool))
+    if kind == "tensor_wrong_shape":
+        return gpumat.ones(*(tuple(d + 1 for d in shape) or (2,)))
+    if kind == "tensor_0d":
+        return gpumat.tensor(1.5)
+    if kind == "tensor_empty":
+        return gpumat.zeros(0, *shape[1:])
+    if kind == "tensor_other_device":
+        return gpumat.ones(*shape, device="emu")
+    if kind == "numpy":
+        return np.ones(shape, dtype=np.float32)
+    if kind == "list":
+        return np.ones(shape).tolist()
+    if kind == "none":
+        return None
+    if kind == "str":
+        return "tensor"
+    if kind == "nan":
+        return float("nan")
+    return gnn.Linear(2, 2)
+
+
+def _t_snap(values):
+    return [
+        (v, v.numpy() if not v.requires_grad else v.detach().numpy(), v._version)
+        for v in values
+        if isinstance(v, gpumat.Tensor) and v._data is not None
+    ]
+
+
+def _expect_frontend(fn, check, what, watch=()):
+    """Runs fn(); an allowed exception with a message passes when the watched tensors kept their
+    values; a result passes when check(result) returns None."""
+    before = _t_snap(watch)
+    try:
+        with np.errstate(all="ignore"):
+            result = fn()
+    except FRONTEND_ALLOWED as exc:
+        if len(str(exc)) < 10:
+            return f"{what}: {type(exc).__name__} says nothing: {exc!r}"
+        for t, values, version in before:
+            if t._version != version or not np.array_equal(
+                t.detach().numpy(), values, equal_nan=True
+            ):
+                return f"{what}: raised {type(exc).__name__} but changed a tensor"
+        return None
+    except Exception as exc:  # noqa: BLE001 (the point: any other exception is a failure)
+        return f"{what}: unexpected {type(exc).__name__}: {exc}"
+    return None if check is None else check(result)
+
+
+def _values_close(got, expected) -> str | None:
+    expected = np.asarray(expected, dtype=np.float64)
+    got = np.asarray(got, dtype=np.float64)
+    return None if _close(got, expected) else f"got {got!r}, expected {expected!r}"
+
+
+def _operand_kind(value):
+    """Whether a tensor op takes ``value`` as its other operand (a tensor, array or number)."""
+    if isinstance(value, gpumat.Tensor):
+        return "tensor"
+    if isinstance(value, (numbers.Real, np.ndarray, list, tuple)):
+        return "value"
+    return None
+
+
+def batch_frontend():
+    """The front end's entry points with bad arguments: every call raises a clear exception or
+    agrees with numpy."""
+    import gpumat.nn.functional as fn_
+    from gpumat import nn as gnn
+    from gpumat.data import DataLoader
+
+    dtypes = [None, gpumat.float32, gpumat.int64, gpumat.bool, "float32", "long", float, int,
+              bool, np.float64, np.int8, "complex", 3, object()]  # fmt: skip
+    devices = [None, "cpu", gpumat.cpu(), "emu", "emu:0", "emu:7", "cuda", "cuda:x", "tpu", 3,
+               "cpu:1", gpumat.emu(0)]  # fmt: skip
+
+    @_settings(factor=2)
+    @given(
+        data=st.one_of(ANY_VALUES, st.lists(st.floats(-1e30, 1e30), max_size=4),
+                       st.lists(st.lists(st.integers(-(2**30), 2**30), min_size=2, max_size=2),
+                                max_size=3)),
+        dtype=st.sampled_from(dtypes),
+        device=st.sampled_from(devices),
+        requires_grad=st.sampled_from([False, True, "yes", None, 1]),
+    )  # fmt: skip
+    def creation(data, dtype, device, requires_grad):
+        def check(t):
+            ref = np.asarray(data)
+            if ref.dtype.kind not in "biuf":
+                return f"tensor accepted {ref.dtype} data"
+            dt = t.dtype
+            if dt is gpumat.float32:
+                want = ref.astype(np.float32)
+            elif dt is gpumat.int64:
+                if np.abs(ref.astype(np.float64)).max(initial=0) > 2**24:
+                    return "tensor accepted int64 data beyond 2**24"
+                want = np.trunc(ref.astype(np.float64))
+            else:
+                want = ref.astype(np.float64) != 0
+            return _values_close(t.detach().numpy().astype(np.float64), want)
+
+        _record(
+            _expect_frontend(
+                lambda: gpumat.tensor(
+                    data, dtype=dtype, device=device, requires_grad=requires_grad
+                ),
+                check,
+                "tensor",
+            )  # fmt: skip
+        )
+        for maker in (gpumat.zeros, gpumat.ones, gpumat.rand, gpumat.randn):
+            _record(
+                _expect_frontend(
+                    lambda maker=maker: maker(data, dtype=dtype, device=device),
+                    None,
+                    maker.__name__,
+                )
+            )
+        _record(_expect_frontend(lambda: gpumat.arange(data, device=device), None, "arange"))
+        _record(_expect_frontend(lambda: gpumat.manual_seed(data), None, "manual_seed"))
+
+    creation()
+
+    @_settings(factor=2)
+    @given(
+        other=st.one_of(ANY_VALUES, st.sampled_from(BAD_TENSOR_ARGS + ["ok", "row", "col"])),
+        op=st.sampled_from(["+", "-", "*", "/", "@", "==", "**", "r-", "r/"]),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def binary(other, op, seed):
+        rng = np.random.default_rng(seed)
+        xn = rng.uniform(0.5, 1.5, size=(2, 3)).astype(np.float32)
+        x = gpumat.tensor(xn)
+        if isinstance(other, str) and other in BAD_TENSOR_ARGS + ["ok", "row", "col"]:
+            shapes = {"ok": (2, 3), "row": (3,), "col": (2, 1)}
+            if other in shapes:
+                other = gpumat.tensor(rng.uniform(0.5, 1.5, size=shapes[other]).astype(np.float32))
+            else:
+                other = _bad_tensor(other, x)
+        fns = {
+            "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+            "/": lambda a, b: a / b, "@": lambda a, b: a @ b, "==": lambda a, b: a == b,
+            "**": lambda a, b: a**b, "r-": lambda a, b: b - a, "r/": lambda a, b: b / a,
+        }  # fmt: skip
+
+        def check(result):
+            if op == "==" and result is False and _operand_kind(other) is None:
+                return None  # Python's identity fallback for objects a tensor does not compare
+            if not isinstance(result, gpumat.Tensor):
+                return f"x {op} {other!r} returned a {type(result).__name__}"
+            on = other.detach().numpy() if isinstance(other, gpumat.Tensor) else other
+            try:
+                on = np.asarray(on)
+                if on.dtype.kind not in "biuf":
+                    return f"x {op} accepted a {on.dtype} operand"
+                with np.errstate(all="ignore"):
+                    want = fns[op](xn.astype(np.float64), on.astype(np.float64))
+            except (TypeError, ValueError) as exc:
+                return f"x {op} {other!r} accepted what numpy rejects ({exc})"
+            return _values_close(result.numpy(), want)
+
+        _record(_expect_frontend(lambda: fns[op](x, other), check, f"Tensor {op}", [x]))
+
+    binary()
+
+    methods = ["reshape", "view", "sum", "mean", "max", "argmax", "softmax", "log_softmax",
+               "flatten", "squeeze", "unsqueeze", "transpose", "to", "backward", "fill_", "add_",
+               "mul_", "copy_", "requires_grad_", "eq", "item", "pow", "t"]  # fmt: skip
+
+    @_settings(factor=3)
+    @given(
+        method=st.sampled_from(methods),
+        a=st.one_of(ANY_VALUES, st.integers(-3, 3), st.sampled_from(BAD_TENSOR_ARGS)),
+        b=st.one_of(ANY_VALUES, st.integers(-3, 3)),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def tensor_methods(method, a, b, seed):
+        rng = np.random.default_rng(seed)
+        xn = rng.uniform(-1, 1, size=(2, 3, 4)).astype(np.float32)
+        x = gpumat.tensor(xn)
+        if isinstance(a, str) and a in BAD_TENSOR_ARGS:
+            a = _bad_tensor(a, x)
+        if method in (
+            "reshape",
+            "view",
+            "softmax",
+            "log_softmax",
+            "squeeze",
+            "unsqueeze",
+            "to",
+            "fill_",
+            "add_",
+            "mul_",
+            "copy_",
+            "requires_grad_",
+            "eq",
+            "pow",
+        ):
+            call = lambda: getattr(x, method)(a)  # noqa: E731
+        elif method in ("sum", "mean", "max", "argmax"):
+            call = lambda: getattr(x, method)(a, b)  # noqa: E731
+        elif method in ("flatten", "transpose"):
+            call = lambda: getattr(x, method)(a, b)  # noqa: E731
+        elif method == "backward":
+            y = (gpumat.tensor(xn, requires_grad=True) * 2.0).sum(0)
+            call = lambda: y.backward(a)  # noqa: E731
+        else:
+            call = lambda: getattr(x, method)()  # noqa: E731
+
+        def check(result):
+            x64 = xn.astype(np.float64)
+            try:
+                if method in ("reshape", "view"):
+                    return _values_close(result.numpy(), x64.reshape(a))
+                if method in ("sum", "mean"):
+                    axis = tuple(a) if isinstance(a, list) else a
+                    return _values_close(
+                        result.numpy(), getattr(np, method)(x64, axis=axis, keepdims=bool(b))
+                    )
+                if method == "softmax":
+                    e = np.exp(x64 - x64.max(axis=a, keepdims=True))
+                    return _values_close(result.numpy(), e / e.sum(axis=a, keepdims=True))
+            except (TypeError, ValueError, np.exceptions.AxisError) as exc:
+                return f"{method}({a!r}, {b!r}) accepted what numpy rejects ({exc})"
+            return None
+
+        # A call that raises leaves x as it was (in-place methods included).
+        _record(_expect_frontend(call, check, f"Tensor.{method}", [x]))
+
+    tensor_methods()
+
+    @_settings(factor=3)
+    @given(
+        which=st.sampled_from(["linear", "conv2d", "max_pool2d", "avg_pool2d", "dropout",
+                               "nll_loss", "cross_entropy", "mse_loss", "l1_loss", "one_hot",
+                               "softmax"]),
+        slot=st.integers(0, 3),
+        bad=st.one_of(ANY_VALUES, st.integers(-3, 40), st.sampled_from(BAD_TENSOR_ARGS)),
+        seed=st.integers(0, 2**32 - 1),
+    )  # fmt: skip
+    def functional(which, slot, bad, seed):
+        rng = np.random.default_rng(seed)
+        x4 = gpumat.tensor(rng.uniform(-1, 1, size=(2, 3, 6, 6)).astype(np.float32))
+        x2 = gpumat.tensor(rng.uniform(-1, 1, size=(4, 5)).astype(np.float32))
+        valid = {
+            "linear": [x2, gpumat.ones(3, 5), gpumat.ones(3)],
+            "conv2d": [x4, gpumat.ones(2, 3, 3, 3), gpumat.ones(2), 1],
+            "max_pool2d": [x4, 2, None, 0],
+            "avg_pool2d": [x4, 3, 1, 1],
+            "dropout": [x2, 0.5, True],
+            "nll_loss": [x2, gpumat.tensor([0, 4, 2, 1]), "mean"],
+            "cross_entropy": [x2, gpumat.tensor([0, 4, 2, 1]), "sum"],
+            "mse_loss": [x2, gpumat.zeros(4, 5), "none"],
+            "l1_loss": [x2, gpumat.zeros(4, 5), "mean"],
+            "one_hot": [gpumat.tensor([0, 2, 1]), 3],
+            "softmax": [x2, 1],
+        }[which]
+        args = list(valid)
+        if slot < len(args):
+            if isinstance(bad, str) and bad in BAD_TENSOR_ARGS:
+                like = args[slot] if isinstance(args[slot], gpumat.Tensor) else x2
+                bad = _bad_tensor(bad, like)
+            args[slot] = bad
+        tensors = [a for a in args if isinstance(a, gpumat.Tensor)]
+        _record(_expect_frontend(lambda: getattr(fn_, which)(*args), None, f"F.{which}", tensors))
+
+    functional()
+
+    @_settings(factor=2)
+    @given(
+        which=st.sampled_from(["Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "Dropout",
+                               "Flatten", "Softmax", "LogSoftmax", "CrossEntropyLoss"]),
+        a=st.one_of(st.sampled_from(BAD_INTS), st.integers(-2, 5)),
+        b=st.one_of(st.sampled_from(BAD_INTS), st.integers(-2, 5)),
+        c=st.one_of(st.sampled_from(BAD_INTS + ["same", "valid", "full"]), st.integers(-2, 3)),
+    )  # fmt: skip
+    def modules(which, a, b, c):
+        cls = getattr(gnn, which)
+        args = {
+            "Linear": (a, b),
+            "Conv2d": (a, b, c),
+            "MaxPool2d": (a, b, c),
+            "AvgPool2d": (a, b, c),
+            "Dropout": (a,),
+            "Flatten": (a, b),
+            "Softmax": (a,),
+            "LogSoftmax": (a,),
+            "CrossEntropyLoss": (a,),
+        }[which]
+        built = {}
+
+        def build():
+            built["m"] = cls(*args)
+            return built["m"]
+
+        _record(_expect_frontend(build, None, which))
+        if "m" in built:
+            x = (
+                gpumat.ones(2, 3, 6, 6)
+                if which in ("Conv2d", "MaxPool2d", "AvgPool2d")
+                else (gpumat.ones(4, a if type(a) is int and 0 < a < 50 else 3))
+            )
+            inputs = (x, gpumat.tensor([0, 1, 0, 1])) if which == "CrossEntropyLoss" else (x,)
+            _record(_expect_frontend(lambda: built["m"](*inputs), None, f"{which}()", [x]))
+
+    modules()
+
+    @_settings(factor=2)
+    @given(
+        kind=st.sampled_from(["SGD", "Adam", "Adadelta"]),
+        lr=st.one_of(ANY_VALUES, st.floats(0.0, 1.0)),
+        extra=st.one_of(ANY_VALUES, st.floats(0.0, 1.0)),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def optimizers(kind, lr, extra, seed):
+        from gpumat import optim
+
+        rng = np.random.default_rng(seed)
+        p = gnn.Parameter(gpumat.tensor(rng.uniform(-1, 1, size=(2, 3)).astype(np.float32)))
+        key = {"SGD": "momentum", "Adam": "eps", "Adadelta": "rho"}[kind]
+        built = {}
+
+        def build():
+            built["opt"] = getattr(optim, kind)([p], lr=lr, **{key: extra})
+            return built["opt"]
+
+        _record(_expect_frontend(build, None, kind))
+        if "opt" not in built:
+            return
+        (p * p).sum().backward()
+        p0 = p.detach().numpy().astype(np.float64)
+
+        def check(_):
+            if kind == "SGD":
+                rate = float(np.float32(float(lr)))
+                return _values_close(p.detach().numpy(), p0 - rate * 2 * p0)
+            return None
+
+        _record(_expect_frontend(lambda: built["opt"].step(), check, f"{kind}.step", [p]))
+
+    optimizers()
+
+    @_settings()
+    @given(
+        dataset=st.one_of(ANY_VALUES, st.just("ok")),
+        batch_size=st.one_of(st.sampled_from(BAD_INTS), st.integers(-1, 4)),
+        shuffle=st.sampled_from([False, True, 1, None, "yes"]),
+        drop_last=st.sampled_from([False, True, 0, None]),
+    )
+    def loaders(dataset, batch_size, shuffle, drop_last):
+        from gpumat.data import TensorDataset
+
+        if isinstance(dataset, str) and dataset == "ok":
+            dataset = TensorDataset(np.arange(5, dtype=np.float32), np.arange(5))
+
+        def make():
+            loader = DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
+                                drop_last=drop_last)  # fmt: skip
+            return [b for b in loader]
+
+        _record(_expect_frontend(make, None, "DataLoader"))
+
+    loaders()
+
+    @_settings()
+    @given(obj=st.one_of(ANY_VALUES, st.just("state_dict")), f=ANY_VALUES)
+    def checkpoints(obj, f):
+        import tempfile
+
+        if isinstance(obj, str) and obj == "state_dict":
+            obj = gnn.Linear(2, 2).state_dict()
+        with tempfile.TemporaryDirectory() as tmp:
+            target = os.path.join(tmp, "x.safetensors")
+            # Only the temporary folder is written: a bad path stays a non-path value.
+            path = target if isinstance(f, str) else f
+            _record(_expect_frontend(lambda: gpumat.save(obj, path), None, "save"))
+            _record(_expect_frontend(lambda: gpumat.load(path, map_location=f), None, "load"))
+
+    checkpoints()
+
+    @_settings()
+    @given(arg=st.one_of(ANY_VALUES, st.sampled_from(BAD_TENSOR_ARGS)))
+    def autograd_and_compile(arg):
+        if isinstance(arg, str) and arg in BAD_TENSOR_ARGS:
+            arg = _bad_tensor(arg, gpumat.ones(2, 3))
+        w = gnn.Parameter(gpumat.ones(2, 3))
+        y = (w * w).sum()
+        y.backward()
+        _record(_expect_frontend(lambda: y.backward(), None, "second backward", [w]))
+        _record(_expect_frontend(lambda: (w * 2.0).backward(arg), None, "backward(gradient)"))
+        _record(_expect_frontend(lambda: gpumat.compile(arg), None, "compile"))
+        step = gpumat.compile(lambda t: t * w)
+        _record(_expect_frontend(lambda: step(arg), None, "compiled step", [w]))
+        _record(_expect_frontend(lambda: gnn.Linear(3, 2).load_state_dict(arg), None,
+                                 "load_state_dict"))  # fmt: skip
+
+    autograd_and_compile()
+
+
 BATCHES = {
     "ops_elementwise": lambda: batch_ops(
         [n for n in OP_NAMES if n.startswith(("matrix_elementwise", "relu", "array_set"))]
@@ -1996,6 +2430,7 @@ BATCHES = {
     "graph": batch_graph,
     "optim": batch_optim,
     "interop": batch_interop,
+    "frontend": batch_frontend,
     # Not a batch of cases: the harness' own check that a crash is reported as a signal.
     "_crash": lambda: faulthandler._sigsegv(),
 }

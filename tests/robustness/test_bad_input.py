@@ -2,8 +2,10 @@
 
 The cases live in ``bad_input_cases.py``: every gpumat.ops function, gpumat.array / empty,
 PyGpuMatrix's constructors and methods, the cuda-project methods, the dlsys contexts and helpers,
-graph op constructors, gradients, the Executor, the optimizers, gpumat's device functions, and the
-DLPack entry points (``__dlpack__``'s max_version, stream, dl_device and copy;
+graph op constructors, gradients, the Executor, the optimizers, gpumat's device functions, the
+front end (tensor creation, Tensor operators and methods, gpumat.nn.functional, the layers, the
+optimizers over parameters, DataLoader, save / load, backward and compile), and the DLPack entry
+points (``__dlpack__``'s max_version, stream, dl_device and copy;
 ``__dlpack_device__``; ``from_dlpack`` with its copy argument and with malformed capsules).
 Each batch runs in a child process, so a segfault or abort fails its test here instead of ending
 the pytest run. The child reports how many cases it ran and which failed: a wrong exception type,

@@ -1,0 +1,388 @@
+#!/usr/bin/env python3
+"""Benchmark the front end: training steps written with gpumat.nn against the same steps in
+PyTorch, on the same device, in one run.
+
+Usage::
+
+    python3 benchmarks/bench_frontend.py                   # cpu
+    python3 benchmarks/bench_frontend.py --ctx gpu          # CUDA device 0 (PyTorch on cuda)
+    python3 benchmarks/bench_frontend.py --quick --out /tmp/  # CI smoke run (small sizes)
+
+Three cases, each a full training step (``zero_grad``, forward, loss, ``backward``, optimizer
+``step``) on fixed random batches, from the same initial weights in both libraries:
+
+- ``mlp`` (batch 1000): 784-256-100-10 with ReLU, cross-entropy, SGD at lr 0.1; eager gpumat
+  against eager PyTorch (the goal: at most 1.3x PyTorch's step time), and gpumat compiled.
+- ``cnn`` (batch 1000): the PyTorch MNIST example's network (two 3x3 convolutions of 32 and 64
+  channels, 2x2 max pooling, dropout 0.25, 9216-128, dropout 0.5, 128-10, log-softmax, NLL) with
+  Adadelta at lr 1.0; eager gpumat against eager PyTorch, and gpumat compiled.
+- ``tiny-mlp`` (batch 16): 784-16-16-10, SGD: a step's arithmetic is small (0.84 MFLOP), so
+  steps/s measure what a step costs the host; gpumat compiled (``gpumat.compile``) against eager
+  PyTorch (the goal: 5x its steps/s) and ``torch.compile`` of the forward and loss (the goal:
+  faster), with gpumat eager for reference.
+
+- ``mnist-net``: the whole program ``examples/mnist_net.py --epochs 1`` (eager, and with
+  ``--compile``) beside its PyTorch twin ``examples/mnist_net_torch.py --epochs 1``, run in this
+  process on the same 50,000 training images: seconds of training (one epoch, batches of 64,
+  Adadelta, dropout) and the test accuracy after it (the goal: at least 0.98, as the twin).
+  ``--quick`` runs them with ``--dry-run`` (one batch, then the test set).
+
+Before timing, each step case checks that gpumat's and PyTorch's losses agree on the first batch in
+eval mode (dropout off) from the same weights, and the compiled step's against the eager one.
+
+Measured per row: ``step ms`` (the median over ``--repeat`` samples of ``--steps`` consecutive
+steps each, after warm-up steps; the device is synchronized around each sample; the samples of a
+case's frameworks are interleaved, so that other work on a shared machine slows them alike),
+``steps/s``, ``x torch`` (eager PyTorch's step time over the row's: above 1, faster than eager
+PyTorch), ``mallocs/step`` (gpumat: ``device_malloc_calls`` of its allocator during the timed
+steps, per step: the compiled step's rule is 0), ``schedule`` (the compiled step's
+``schedule_report``: ``compiled`` one native call per step, ``cuda-graph`` one CUDA graph launch).
+For ``mnist-net``: ``train s`` (the epoch's training seconds as the program prints them, test
+evaluation excluded), ``test acc`` and ``x torch`` (the twin's training seconds over the row's).
+The 1-minute load average before and after the run is recorded (a shared machine's other work
+slows every row alike, but adds noise). Output: a table, a JSON file and its markdown in
+``benchmarks/results/`` (``--out`` elsewhere); no speed is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+from _common import (
+    FRONTEND_LEGEND,
+    REPO_ROOT,
+    device_info,
+    frontend_table,
+    header_markdown,
+    optional_import,
+    resolve_out,
+    run_header,
+    software_info,
+    write_results,
+)
+
+import gpumat
+import gpumat.nn as nn
+import gpumat.nn.functional as F  # noqa: N812 (PyTorch's convention)
+
+# --------------------------------------------------------------------------------------------------
+# the models, in both libraries
+# --------------------------------------------------------------------------------------------------
+
+
+class CNN(nn.Module):
+    """The PyTorch MNIST example's network (examples/mnist_net.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv2(F.relu(self.conv1(x))))
+        x = self.dropout1(F.max_pool2d(x, 2))
+        x = self.dropout2(F.relu(self.fc1(gpumat.flatten(x, 1))))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def mlp(widths):
+    """gpumat's MLP: Linear layers of ``widths`` with ReLU between them."""
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(nn.Linear(widths[i], widths[i + 1]))
+        if i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def torch_twin(torch, name, widths):
+    """The same network in PyTorch: the MLP of ``widths``, or the CNN for ``name == "cnn"``."""
+    tnn, tf = torch.nn, torch.nn.functional
+    if name != "cnn":
+        layers = []
+        for i in range(len(widths) - 1):
+            layers.append(tnn.Linear(widths[i], widths[i + 1]))
+            if i < len(widths) - 2:
+                layers.append(tnn.ReLU())
+        return tnn.Sequential(*layers)
+
+    class TorchCNN(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = tnn.Conv2d(1, 32, 3, 1)
+            self.conv2 = tnn.Conv2d(32, 64, 3, 1)
+            self.dropout1 = tnn.Dropout(0.25)
+            self.dropout2 = tnn.Dropout(0.5)
+            self.fc1 = tnn.Linear(9216, 128)
+            self.fc2 = tnn.Linear(128, 10)
+
+        def forward(self, x):
+            x = tf.relu(self.conv2(tf.relu(self.conv1(x))))
+            x = self.dropout1(tf.max_pool2d(x, 2))
+            x = self.dropout2(tf.relu(self.fc1(torch.flatten(x, 1))))
+            return tf.log_softmax(self.fc2(x), dim=1)
+
+    return TorchCNN()
+
+
+CASES = {
+    # name: (batch, input shape of one sample, MLP widths, optimizer, loss)
+    "mlp": (1000, (784,), (784, 256, 100, 10), "sgd", "cross_entropy"),
+    "cnn": (1000, (1, 28, 28), None, "adadelta", "nll_loss"),
+    "tiny-mlp": (16, (784,), (784, 16, 16, 10), "sgd", "cross_entropy"),
+}
+QUICK_CASES = {
+    "mlp": (100, (784,), (784, 256, 100, 10), "sgd", "cross_entropy"),
+    "cnn": (16, (1, 28, 28), None, "adadelta", "nll_loss"),
+    "tiny-mlp": (16, (784,), (784, 16, 16, 10), "sgd", "cross_entropy"),
+}
+
+
+def optimizer(lib, kind, params):
+    """``lib.optim``'s SGD at lr 0.1 or Adadelta at lr 1.0 (``lib``: gpumat or torch)."""
+    if kind == "sgd":
+        return lib.optim.SGD(params, lr=0.1)
+    return lib.optim.Adadelta(params, lr=1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# timing
+# --------------------------------------------------------------------------------------------------
+
+
+def time_interleaved(variants: list[dict], steps: int, repeat: int, warmup: int) -> None:
+    """Times every variant (``step``, ``batches``, ``sync``, optional ``probe``) and adds its
+    ``step_s`` (median seconds per step over ``repeat`` samples of ``steps`` steps), ``step_s_min``,
+    ``step_s_max`` and, with a probe (allocator counters), ``mallocs_per_step`` to its ``row``.
+
+    The samples are interleaved (sample r of every variant, then sample r + 1): on a shared
+    machine a burst of other work then slows every variant alike instead of one of them.
+    """
+    for v in variants:
+        v["k"], v["samples"] = 0, []
+        for _ in range(warmup):
+            v["step"](*v["batches"][v["k"] % len(v["batches"])])
+            v["k"] += 1
+        v["sync"]()
+        v["before"] = v["probe"]() if v.get("probe") else None
+    for _ in range(repeat):
+        for v in variants:
+            v["sync"]()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                v["step"](*v["batches"][v["k"] % len(v["batches"])])
+                v["k"] += 1
+            v["sync"]()
+            v["samples"].append((time.perf_counter() - t0) / steps)
+    for v in variants:
+        s = v["samples"]
+        v["row"].update(
+            step_s=statistics.median(s), step_s_min=min(s), step_s_max=max(s), steps=steps,
+            repeat=repeat,
+        )  # fmt: skip
+        if v.get("probe"):
+            v["row"]["mallocs_per_step"] = (v["probe"]() - v["before"]) / (steps * repeat)
+
+
+def run_case(name, spec, ctx, torch, args) -> list[dict]:
+    """One step case: gpumat eager and compiled, PyTorch eager (and torch.compile for the tiny
+    MLP), from the same weights on the same batches, timed interleaved; a row per framework."""
+    batch, sample_shape, widths, opt_kind, loss_name = spec
+    rng = np.random.default_rng(args.seed)
+    data = [
+        (rng.random((batch, *sample_shape), dtype=np.float32), rng.integers(0, 10, size=batch))
+        for _ in range(4)
+    ]
+    gpumat.manual_seed(args.seed)
+    build = (lambda: CNN()) if name == "cnn" else (lambda: mlp(widths))
+    sync = lambda: gpumat.synchronize(ctx)  # noqa: E731
+    probe = lambda: gpumat.memory_stats(ctx)["device_malloc_calls"]  # noqa: E731
+    loss_fn = getattr(F, loss_name)
+    batches = [(gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx)) for x, y in data]
+    steps, repeat, warmup = args.steps[name], args.repeat, 2
+    if args.quick:
+        steps, repeat = max(1, steps // 10), 2
+
+    def gpumat_step_for(model):
+        opt = optimizer(gpumat, opt_kind, model.parameters())
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    reference = build()
+    variants = []
+    check = {}
+    with gpumat.no_grad():
+        reference.eval()
+        check["gpumat"] = loss_fn(reference.to(ctx)(batches[0][0]), batches[0][1]).item()
+        reference.train()
+    for variant in ("gpumat-eager", "gpumat-compiled"):
+        model = build().to(ctx)
+        model.load_state_dict(reference.state_dict())
+        step = gpumat_step_for(model)
+        if variant == "gpumat-compiled":
+            step = gpumat.compile(step)
+        row = {"case": name, "batch": batch, "framework": variant}
+        row["first_loss"] = step(*batches[0]).item()
+        if variant == "gpumat-compiled":
+            row["schedule"] = step.schedule_report.mode
+            row["schedule_report"] = str(step.schedule_report)
+            row["fusion_report"] = str(step.fusion_report)
+        timed = {"row": row, "step": step, "batches": batches, "sync": sync, "probe": probe}
+        variants.append(timed)
+    if name != "cnn":  # no dropout: the first steps' losses match between eager and compiled
+        a, b = (v["row"]["first_loss"] for v in variants)
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(a)), f"{name}: compiled {b} vs eager {a}"
+    if torch is not None:
+        tdev = "cuda" if ctx.device_type == "gpu" else "cpu"
+        tbatches = [(torch.tensor(x, device=tdev), torch.tensor(y, device=tdev)) for x, y in data]
+        tsync = (lambda: torch.cuda.synchronize()) if tdev == "cuda" else (lambda: None)
+        tloss = getattr(torch.nn.functional, loss_name)
+        state = {k: torch.tensor(v.numpy()) for k, v in reference.state_dict().items()}
+        tmodel = torch_twin(torch, name, widths).to(tdev)
+        tmodel.load_state_dict(state)
+        tmodel.eval()
+        with torch.no_grad():
+            check["torch"] = float(tloss(tmodel(tbatches[0][0]), tbatches[0][1]))
+        tmodel.train()
+        assert abs(check["torch"] - check["gpumat"]) <= 1e-4 * max(1.0, abs(check["torch"])), check
+        compiled = name == "tiny-mlp" and args.torch_compile
+        for variant in ["torch"] + (["torch-compile"] if compiled else []):
+            tm = torch_twin(torch, name, widths).to(tdev)
+            tm.load_state_dict(state)
+            opt = optimizer(torch, opt_kind, tm.parameters())
+
+            def forward(x, y, tm=tm):
+                return tloss(tm(x), y)
+
+            if variant == "torch-compile":
+                forward = torch.compile(forward)
+
+            def tstep(x, y, opt=opt, forward=forward):
+                opt.zero_grad()
+                loss = forward(x, y)
+                loss.backward()
+                opt.step()
+                return loss
+
+            row = {"case": name, "batch": batch, "framework": variant}
+            variants.append({"row": row, "step": tstep, "batches": tbatches, "sync": tsync})
+    time_interleaved(variants, steps, repeat, warmup)
+    rows = [v["row"] for v in variants]
+    for r in rows:
+        r["check_loss"] = check
+    return rows
+
+
+def run_mnist_net(torch, args) -> list[dict]:
+    """``examples/mnist_net.py --epochs 1`` (eager and ``--compile``) and its PyTorch twin, each
+    one run of the program's ``main`` in this process; a row per run."""
+    sys.path.insert(0, str(REPO_ROOT / "examples"))
+    import mnist_net  # an example program, on the path just set
+
+    programs = [
+        ("gpumat-eager", mnist_net.main, ["--epochs", "1"]),
+        ("gpumat-compiled", mnist_net.main, ["--epochs", "1", "--compile"]),
+    ]
+    if torch is not None:
+        import mnist_net_torch  # needs torch
+
+        programs.append(("torch", mnist_net_torch.main, ["--epochs", "1"]))
+    rows = []
+    for framework, program, argv in programs:
+        argv = argv + (["--dry-run"] if args.quick else [])
+        script = "mnist_net_torch.py" if framework == "torch" else "mnist_net.py"
+        start = time.perf_counter()
+        epoch = program(argv)["epochs"][0]
+        rows.append(
+            {
+                "case": "mnist-net",
+                "batch": 64,
+                "framework": framework,
+                "command": " ".join(["python", f"examples/{script}", *argv]),
+                "train_s": epoch["train_s"],
+                "test_accuracy": epoch["accuracy"],
+                "test_loss": epoch["test_loss"],
+                "wall_s": time.perf_counter() - start,
+            }
+        )
+    return rows
+
+
+def main(argv=None) -> int:
+    """Parse the options, run the cases, print the table, write the ledger files."""
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ctx", default="cpu", choices=["cpu", "gpu"], help="device (default cpu)")
+    p.add_argument("--cases", default="mlp,cnn,tiny-mlp,mnist-net", help="comma-separated cases")
+    p.add_argument("--repeat", type=int, default=5, help="timed samples per row (5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-torch-compile", dest="torch_compile", action="store_false",
+                   help="skip the torch.compile row")  # fmt: skip
+    p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    p.add_argument("--out", default=None, help="JSON path or folder (default benchmarks/results)")
+    args = p.parse_args(argv)
+    args.steps = {"mlp": 10, "cnn": 1, "tiny-mlp": 300}
+    ctx = gpumat.gpu(0) if args.ctx == "gpu" else gpumat.cpu()
+    torch = optional_import("torch")
+    header = run_header("frontend", args.ctx, args.quick, ["benchmarks/bench_frontend.py", *argv])
+    notes = []
+    if torch is None:
+        notes.append("PyTorch is not installed: the torch rows are skipped")
+    else:
+        notes.append(f"PyTorch {torch.__version__} with {torch.get_num_threads()} threads")
+    if os.environ.get("OMP_NUM_THREADS"):
+        notes.append(f"environment: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+    load_before = os.getloadavg()[0]
+    cases = QUICK_CASES if args.quick else CASES
+    rows = []
+    names = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = sorted(set(names) - {*cases, "mnist-net"})
+    if unknown:
+        p.error(f"unknown cases {unknown}; known: {', '.join([*cases, 'mnist-net'])}")
+    for name in names:
+        if name == "mnist-net":
+            if args.ctx != "cpu":
+                notes.append("mnist-net runs on cpu only: skipped")
+                continue
+            rows += run_mnist_net(torch, args)
+        else:
+            rows += run_case(name, cases[name], ctx, torch, args)
+        print(frontend_table([r for r in rows if r["case"] == name]), flush=True)
+    load_after = os.getloadavg()[0]
+    data = {
+        **header,
+        "software": software_info(),
+        "settings": {"cases": {k: list(map(str, v)) for k, v in cases.items()}, "run": names,
+                     "repeat": args.repeat, "steps": args.steps, "seed": args.seed},
+        "load_average_1min": {"before": load_before, "after": load_after},
+        "device": device_info(args.ctx),
+        "notes": notes,
+        "runs": rows,
+        "complete": True,
+    }  # fmt: skip
+    table = frontend_table(rows)
+    md = header_markdown(header, "Front-end training steps") + "\n" + table + "\n" + FRONTEND_LEGEND
+    path, _ = write_results(resolve_out(args.out, "frontend", header), data, md)
+    print(table + "\n" + FRONTEND_LEGEND + f"\nload average {load_before:.2f} -> {load_after:.2f}")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""``gpumat.compile``: a training step traced once into one graph and replayed by the executor.
+
+``step = gpumat.compile(fn)``; ``step(x, y)`` calls ``fn(x, y)`` the first time with each input
+signature as a trace (:class:`gpumat.tensor.Trace`): the tensor ops build graph nodes over
+placeholders (one per tensor argument, one per parameter or other tensor the step reads),
+``loss.backward()`` adds :func:`gpumat.graph.gradients`, and ``optimizer.step()`` records which
+gradients update which parameters. The graph goes to one :class:`gpumat.runtime.Executor`
+(fusion, a memory plan, the step compiled into one native call, one CUDA graph launch on a CUDA
+or emulated device), and every call, the first included, runs it and then the optimizer's
+multi-tensor update (one native call). Parameters are fed in place (no copies); tensor
+arguments are copied into the step's own buffers on CUDA and emulated devices, so a CUDA graph's
+addresses never change.
+
+A call whose signature differs (tensor shapes, dtypes, devices, ``requires_grad``; other
+arguments by value, objects by identity; grad mode) traces again and keeps both. A trace also
+records the train/eval mode of every module it called, and the ``requires_grad`` of every tensor
+it read; a call that finds one changed traces again.
+
+What a compiled step returns: its tensors as new tensors (copies of the step's buffers), and
+the parameters' ``.grad`` set to the step's gradient buffers (overwritten by the next call, as
+the next eager step would replace them). Returned tensors never require a gradient: a compiled
+function is a whole step (forward, backward, update), or runs under ``no_grad``.
+
+Equal to eager execution: with ``fusion=False`` a compiled step runs the very kernels, in the
+same order and on the same values, that the eager step runs (the same ops; gradients summed in
+the same order; the optimizer's same multi-tensor kernel), so its results are equal bit for bit.
+With fusion (the default) the fused dense and loss kernels add the bias and reduce in another
+order: the results agree to float32 rounding. Dropout draws its masks from the executor's step
+counter (``seed + step``), so a compiled step with dropout in training mode does not draw the
+eager step's masks: both are fresh each step, with the same distribution.
+
+What cannot be traced is an error at the first call, never a silently wrong replay: reading a
+value (``item()``, ``numpy()``, ``if loss > 0``), in-place ops, random tensors made inside the
+step, a step that adds to ``.grad`` computed outside it, reading a parameter after
+``optimizer.step()``, or returning Python numbers (they would be constants of the first call).
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+
+from gpumat import ops
+from gpumat.arrays import empty
+from gpumat.autograd import is_grad_enabled, set_trace
+from gpumat.device import Context
+from gpumat.runtime import Executor
+from gpumat.tensor import Tensor, Trace, float32
+
+__all__ = ["CompiledFunction", "compile"]
+
+
+def _signature(value, tensors: list, objects: list):
+    """A hashable key of an argument structure; collects its tensors (in order) and the objects
+    keyed by identity (kept alive, so their ids are not reused)."""
+    if isinstance(value, Tensor):
+        value._concrete("gpumat.compile")
+        tensors.append(value)
+        return ("T", value.shape, value.dtype.name, value.device, value.requires_grad)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_signature(v, tensors, objects) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _signature(v, tensors, objects)) for k, v in value.items()))
+    if value is None or isinstance(value, (bool, numbers.Number, str, bytes, Context)):
+        return ("=", type(value).__name__, value)
+    objects.append(value)
+    return ("id", id(value))
+
+
+def _replace(value, fn):
+    """``value`` with every tensor replaced by ``fn(tensor)`` (tuples, lists, dicts walked)."""
+    if isinstance(value, Tensor):
+        return fn(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_replace(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: _replace(v, fn) for k, v in value.items()}
+    return value
+
+
+class _Entry:
+    """One traced signature: its executor, feeds, updates and checks."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        outputs,
+        executor: Executor,
+        slots: dict,
+        args: list,
+        objects: list,
+    ) -> None:
+        self.trace = trace
+        self.executor = executor
+        self.outputs = outputs  # the step's result, with symbolic tensors in it
+        self.slots = slots  # eval node -> its index among the executor's values
+        self.objects = objects  # kept alive: the signature holds their ids
+        self.feeds = [(t, node, t.requires_grad) for t, node in trace.feeds.values()]
+        ctx = trace.ctx
+        # On CUDA and emulated devices the arguments are copied into the step's own buffers, so
+        # a captured CUDA graph's addresses stay valid; on the host they are fed in place.
+        staged = ctx.device_type != "cpu"
+        self.inputs = [
+            (pos, node, empty(args[pos].shape, ctx) if staged else None)
+            for pos, node in trace.inputs
+        ]
+        self.steps = [
+            (opt, [i for i, _ in pairs], [slots[g] for _, g in pairs]) for opt, pairs in trace.steps
+        ]
+        position = {id(args[pos]): pos for pos, _ in trace.inputs}
+        self.grads = []  # (tensor, or the position of a tensor argument; slot or None)
+        for t, _ in trace.touched.values():
+            g = t._grad
+            owner = position.get(id(t), t)
+            self.grads.append((owner, None if g is None else slots[g._tnode]))
+        self.modules = list(trace.module_guards.values())
+        # The trace-time arguments are not kept (only the parameters and constants it reads).
+        trace.touched.clear()
+        trace.leaves.clear()
+
+    def holds(self) -> bool:
+        """Whether the modules' modes and the fed tensors' requires_grad are as traced."""
+        for module, training in self.modules:
+            if module.training != training:
+                return False
+        return all(t.requires_grad == rg for t, _, rg in self.feeds)
+
+    def run(self, args: list):
+        """One call: check, feed, run the graph, update, set the gradients, return results."""
+        for src, lo, hi, op, error in self.trace.range_guards:
+            a_lo, a_hi = args[src]._range
+            if a_lo < lo or a_hi > hi:
+                bad = a_lo if a_lo < lo else a_hi
+                if error is IndexError:
+                    raise IndexError(f"{op}: Target {bad} is out of bounds (classes {lo}..{hi}).")
+                raise error(
+                    f"{op}: value {bad} of a compiled step's argument is outside [{lo}, {hi}]"
+                )
+        feed = {node: t._data for t, node, _ in self.feeds}
+        for pos, node, staging in self.inputs:
+            data = args[pos]._data
+            if staging is not None:
+                ops.copy(data, staging)
+                data = staging
+            feed[node] = data
+        vals = self.executor.run(feed)
+        for opt, idx, slots in self.steps:
+            opt.apply_gradients(idx, [vals[k] for k in slots])
+        ctx = self.trace.ctx
+        for owner, k in self.grads:
+            t = args[owner] if isinstance(owner, int) else owner
+            t._grad = None if k is None else Tensor._make(vals[k], float32, ctx)
+
+        def result(sym: Tensor):
+            if sym._trace is not self.trace:
+                return sym
+            value = vals[self.slots[sym._tnode]]
+            out = empty(value.shape, ctx)
+            ops.copy(value, out)
+            return Tensor._make(out, sym.dtype, ctx, sym._range)
+
+        return _replace(self.outputs, result)
+
+
+class CompiledFunction:
+    """A function compiled by :func:`gpumat.compile` (callable like it).
+
+    Attributes:
+        traces: how many signatures have been traced.
+        executor: the executor of the most recent call's trace (its ``schedule_report``,
+            ``fusion_report`` and ``memory_plan`` say how the step runs); None before a call.
+    """
+
+    def __init__(self, fn, fusion: bool, cuda_graph: bool) -> None:
+        self._fn = fn
+        self._fusion = fusion
+        self._cuda_graph = cuda_graph
+        self._cache: dict = {}
+        self.traces = 0
+        self.executor = None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        tensors: list = []
+        objects: list = []
+        key = (
+            _signature(args, tensors, objects),
+            _signature(kwargs, tensors, objects),
+            is_grad_enabled(),
+        )
+        for entry in self._cache.get(key, ()):
+            if entry.holds():
+                self.executor = entry.executor
+                return entry.run(tensors)
+        entry = self._trace(args, kwargs, tensors, objects)
+        self._cache.setdefault(key, []).append(entry)
+        self.traces += 1
+        self.executor = entry.executor
+        return entry.run(tensors)
+
+    def _trace(self, args, kwargs, tensors: list, objects: list) -> _Entry:
+        trace = Trace()
+        index = {id(t): i for i, t in enumerate(tensors)}
+        symbolic = {}
+
+        def to_symbolic(t: Tensor) -> Tensor:
+            i = index[id(t)]
+            if i not in symbolic:
+                symbolic[i] = trace.input(i, t)
+            return symbolic[i]
+
+        sym_args = _replace(args, to_symbolic)
+        sym_kwargs = _replace(kwargs, to_symbolic)
+        previous = set_trace(trace)
+        try:
+            outputs = self._fn(*sym_args, **sym_kwargs)
+            _check_outputs(outputs, trace)
+            for t, _ in trace.touched.values():
+                if t._grad is not None and t._grad._trace is not trace:
+                    raise RuntimeError(
+                        "gpumat.compile: the step assigns a .grad computed outside it; gradients "
+                        "inside a compiled step come from its backward()"
+                    )
+        except BaseException:
+            for t, grad in trace.touched.values():
+                t._grad = grad
+            raise
+        finally:
+            set_trace(previous)
+        if trace.ctx is None:
+            raise TypeError("gpumat.compile: the step uses no tensors; there is nothing to compile")
+        nodes: list = []
+        slots: dict = {}
+
+        def want(node) -> None:
+            if node not in slots:
+                slots[node] = len(nodes)
+                nodes.append(node)
+
+        _replace(outputs, lambda t: want(t._tnode) if t._trace is trace else None)
+        for t, _ in trace.touched.values():
+            if t._grad is not None:
+                want(t._grad._tnode)
+        for _, pairs in trace.steps:
+            for _, g in pairs:
+                want(g)
+        for opt, _ in trace.steps:
+            opt._ensure_state()
+        executor = Executor(
+            nodes, ctx=trace.ctx, fusion=self._fusion, compiled=True, cuda_graph=self._cuda_graph
+        )
+        return _Entry(trace, outputs, executor, slots, tensors, objects)
+
+    @property
+    def schedule_report(self):
+        """The most recent executor's schedule report (how a call runs), or None."""
+        return None if self.executor is None else self.executor.schedule_report
+
+    @property
+    def fusion_report(self):
+        """The most recent executor's fusion report, or None."""
+        return None if self.executor is None else self.executor.fusion_report
+
+
+def _check_outputs(value, trace: Trace) -> None:
+    if isinstance(value, Tensor) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            _check_outputs(v, trace)
+        return
+    if isinstance(value, dict):
+        for v in value.values():
+            _check_outputs(v, trace)
+        return
+    raise TypeError(
+        f"gpumat.compile: a compiled step returns tensors (or tuples, lists, dicts of them), got "
+        f"a {type(value).__name__}: it would be a constant of the first call"
+    )
+
+
+def compile(fn=None, *, fusion: bool = True, cuda_graph: bool = True):  # noqa: A001
+    """Compile a training step (or any tensor function) into one traced, replayed graph.
+
+    Usable as ``step = gpumat.compile(fn)``, ``@gpumat.compile`` or
+    ``@gpumat.compile(fusion=False)``. See the module docstring for what is traced, when it
+    traces again, what equal to eager means and what cannot be traced.
+
+    Args:
+        fn: the function; its tensor arguments (also inside tuples, lists and dicts) become the
+            step's inputs.
+        fusion: run the executor's fusion pass (default True; False keeps the eager kernels, so
+            results equal eager execution's bit for bit).
+        cuda_graph: on a CUDA or emulated device, replay the compiled step as one CUDA graph
+            launch (default True).
+
+    Returns:
+        A :class:`CompiledFunction`.
+
+    Raises:
+        TypeError: ``fn`` is not callable, or a flag is not a bool.
+    """
+    for what, flag in (("fusion", fusion), ("cuda_graph", cuda_graph)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"gpumat.compile: {what} must be a bool, got {flag!r}")
+    if fn is None:
+        return lambda f: compile(f, fusion=fusion, cuda_graph=cuda_graph)
+    if not callable(fn):
+        raise TypeError(f"gpumat.compile: expected a function, got {type(fn).__name__}")
+    return CompiledFunction(fn, fusion, cuda_graph)

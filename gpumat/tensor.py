@@ -1,0 +1,1866 @@
+"""``gpumat.Tensor``: a value on a device with PyTorch's methods, eager autograd and tracing.
+
+A tensor is a :class:`gpumat.PyGpuMatrix` (float32, row-major, on ``gpumat.cpu()``,
+``gpumat.emu(i)`` or ``gpumat.gpu(i)``) with a dtype, a version counter and, when it takes part
+in a recorded computation, a :mod:`gpumat.graph` node. Each op builds the graph node the graph API
+builds (``matmul_op``, ``relu_op``, ...) and runs its kernel at once through
+:func:`gpumat.autograd.run_node`; ``backward()`` differentiates with the ops' own ``gradient``
+methods (:mod:`gpumat.autograd`). Names, argument orders and semantics are PyTorch's, so a PyTorch
+program ports by replacing ``torch`` with ``gpumat``.
+
+Dtypes: ``gpumat.float32`` (values and gradients), ``gpumat.int64`` (class indices, ``argmax``
+results, sums of those) and ``gpumat.bool`` (comparisons). int64 and bool tensors live in float32
+storage holding exact integers: every integer of magnitude up to 2**24 is exact in float32, so a
+tensor made from host data with a larger value is a ValueError, and every int64 tensor knows the
+range of its values (from its host data, or from the op that made it: ``argmax`` along an axis of
+n gives [0, n - 1]), which lets ``nll_loss`` check class indices without reading the device, and
+``sum`` refuse what could round. Arithmetic and float ops on int64 and bool tensors are TypeErrors
+(convert with ``.float()``).
+
+Broadcasting (``+ - * / ==`` between tensors) follows numpy's rules where a kernel exists for the
+pair: the result must have one operand's shape, and the other operand must reach it by repeating
+over leading axes (``broadcastto_op``: a (C,) bias over (N, C)) or along one axis
+(``broadcast_axis_op``: (N, 1) over (N, C)); ``x + b`` with b of shape (C, 1, 1) over (N, C, H, W)
+is a channel bias (``add_channel_bias_op``). Other pairs are a ValueError naming the op and the
+shapes. A Python number is a constant (``x * 2``, ``1 - x``).
+
+Errors follow the house rules: shape, dtype and device mismatches are ValueError / TypeError naming
+the op and the shapes; autograd misuse (``backward`` on a non-scalar without ``gradient``, a second
+``backward`` through released values, a value changed in place since the graph read it, an in-place
+op on a leaf that requires a gradient) is RuntimeError with PyTorch's wording.
+
+Under :func:`gpumat.compile` a step is traced (:class:`Trace`): the same ops build nodes over
+placeholders and produce symbolic tensors (shape, dtype and device, no value), which the compiler
+hands to the executor.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import math
+import numbers
+
+import numpy as np
+
+from gpumat import ops
+from gpumat._checks import as_int, as_seed
+from gpumat._core import PyGpuMatrix
+from gpumat.arrays import array, empty
+from gpumat.autograd import (
+    VersionCounter,
+    current_trace,
+    is_grad_enabled,
+    leaf_node,
+    record,
+    run_node,
+)
+from gpumat.autograd import backward as _engine_backward
+from gpumat.device import Context
+from gpumat.graph.activation import relu_op, sigmoid_op, tanh_op
+from gpumat.graph.conv import add_channel_bias_op
+from gpumat.graph.elementwise import (
+    add_byconst_op,
+    add_op,
+    div_op,
+    eq_op,
+    exp_op,
+    log_op,
+    mul_byconst_op,
+    mul_op,
+    oneslike_op,
+    zeroslike_op,
+)
+from gpumat.graph.layout import reshape_op, transpose_op
+from gpumat.graph.matmul import matmul_op
+from gpumat.graph.node import Node, Op, PlaceholderOp, Variable, kernels_for, shape_str
+from gpumat.graph.reduce import (
+    argmax_op,
+    broadcast_axis_op,
+    broadcastto_op,
+    reduce_max_op,
+    reduce_mean_op,
+    reduce_sum_op,
+)
+from gpumat.graph.reverse_mode import find_topo_sort, gradients
+from gpumat.graph.softmax import log_softmax_op, softmax_op
+
+__all__ = [
+    "EXACT_INT",
+    "Tensor",
+    "Trace",
+    "apply_op",
+    "arange",
+    "as_device",
+    "as_dtype",
+    "bool_",
+    "detach_op",
+    "draw_seed",
+    "dtype",
+    "flatten",
+    "float32",
+    "from_numpy",
+    "full",
+    "generator",
+    "int64",
+    "manual_seed",
+    "ones",
+    "ones_like",
+    "rand",
+    "randn",
+    "reset_grad",
+    "tensor",
+    "zeros",
+    "zeros_like",
+]
+
+#: Integers of magnitude up to this are exact in float32 storage (2**24).
+EXACT_INT = 2**24
+
+
+# --------------------------------------------------------------------------------------------------
+# Dtypes and devices
+# --------------------------------------------------------------------------------------------------
+
+
+class dtype:  # noqa: N801 (PyTorch's name: gpumat.float32 is a gpumat.dtype)
+    """A tensor's element type: ``gpumat.float32``, ``gpumat.int64`` or ``gpumat.bool``.
+
+    Attributes:
+        name: ``"float32"``, ``"int64"`` or ``"bool"``.
+        is_floating_point: True for float32 (the only dtype that takes gradients).
+    """
+
+    __slots__ = ("name", "is_floating_point", "_numpy")
+
+    def __init__(self, name: str, is_floating_point: bool, numpy_dtype) -> None:
+        self.name = name
+        self.is_floating_point = is_floating_point
+        self._numpy = np.dtype(numpy_dtype)
+
+    def __repr__(self) -> str:
+        return f"gpumat.{self.name}"
+
+    __str__ = __repr__
+
+
+float32 = dtype("float32", True, np.float32)
+int64 = dtype("int64", False, np.int64)
+bool_ = dtype("bool", False, np.bool_)
+
+_DTYPE_NAMES = {"float32": float32, "float": float32, "int64": int64, "long": int64, "bool": bool_}
+
+
+def as_dtype(value, op: str = "dtype"):
+    """A :class:`dtype` from a gpumat dtype, its name (``"float32"``, ``"int64"``, ``"bool"``),
+    Python's ``float``/``int``/``bool`` or the matching numpy dtype; None stays None.
+
+    Raises:
+        TypeError: any other type (gpumat tensors are float32, int64 or bool).
+    """
+    if value is None or isinstance(value, dtype):
+        return value
+    if isinstance(value, str) and value in _DTYPE_NAMES:
+        return _DTYPE_NAMES[value]
+    if value is builtins.float:
+        return float32
+    if value is builtins.int:
+        return int64
+    if value is builtins.bool:
+        return bool_
+    try:
+        npd = np.dtype(value)
+    except TypeError:
+        npd = None
+    for d in (float32, int64, bool_):
+        if npd == d._numpy:
+            return d
+    raise TypeError(f"{op}: gpumat tensors are float32, int64 or bool; got dtype {value!r}")
+
+
+_DEVICE_KINDS = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "emu": "emu"}
+
+
+def as_device(device, op: str = "device") -> Context:
+    """A :class:`gpumat.Context` from a context or a name: ``"cpu"``, ``"cuda"``, ``"cuda:1"``,
+    ``"gpu"``, ``"gpu:1"``, ``"emu"``, ``"emu:0"`` (``"cuda"`` is CUDA device 0); None is the
+    host, ``gpumat.cpu()``.
+
+    Raises:
+        TypeError: not a context, a string or None. ValueError: an unknown device name.
+    """
+    if device is None:
+        return Context("cpu", 0)
+    if isinstance(device, Context):
+        return device
+    if isinstance(device, str):
+        kind, sep, index = device.partition(":")
+        kind = _DEVICE_KINDS.get(kind)
+        if kind is None or (sep and not index.isdigit()) or (kind == "cpu" and index not in "0"):
+            raise ValueError(
+                f"{op}: unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N', 'gpu:N', 'emu' "
+                "or 'emu:N', or gpumat.cpu(), gpumat.gpu(i), gpumat.emu(i)"
+            )
+        return Context(kind, int(index) if index else 0)
+    raise TypeError(
+        f"{op}: device must be a gpumat.Context or a name such as 'cpu', 'cuda', 'emu', got "
+        f"{device!r}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The random generator
+# --------------------------------------------------------------------------------------------------
+
+# A fixed default, as PyTorch's default generator has, so runs repeat without a manual_seed.
+_DEFAULT_SEED = 67280421310721
+_generator = np.random.Generator(np.random.PCG64(_DEFAULT_SEED))
+
+
+def manual_seed(seed: int) -> None:
+    """Seed gpumat's random generator (``rand``, ``randn``, ``nn.init``, dropout masks,
+    ``DataLoader`` shuffling), so a run repeats exactly.
+
+    Args:
+        seed: an int in [0, 2**64).
+
+    The generator is numpy's PCG64 (O'Neill, "PCG: A Family of Simple Fast Space-Efficient
+    Statistically Good Algorithms for Random Number Generation", 2014); each random tensor takes
+    one 63-bit draw as the seed of gpumat's counter-based device generator
+    (``gpumat.ops.random_uniform``), so the values are the same on every device. They are not
+    PyTorch's values for the same seed.
+
+    Raises:
+        TypeError / ValueError: a seed that is not an int in range.
+    """
+    global _generator
+    _generator = np.random.Generator(np.random.PCG64(as_seed(seed, "manual_seed")))
+
+
+def generator() -> np.random.Generator:
+    """The numpy generator behind gpumat's randomness (reseeded by :func:`manual_seed`)."""
+    return _generator
+
+
+def draw_seed() -> int:
+    """A fresh seed in [0, 2**63) for a device random op (rand, init, dropout), from
+    gpumat's generator."""
+    return int(_generator.integers(0, 2**63))
+
+
+# --------------------------------------------------------------------------------------------------
+# A graph op of the front end: detach
+# --------------------------------------------------------------------------------------------------
+
+
+class DetachOp(Op):
+    """``detach_op(x)``: x's values with no gradient to x (a copy in a traced step; eagerly,
+    ``Tensor.detach`` shares the storage instead). Used where a traced step cuts the graph:
+    ``detach()`` and ops under ``no_grad``."""
+
+    name = "detach_op"
+    compilable = True
+
+    def __call__(self, node_x: Node) -> Node:
+        new_node = Op.__call__(self)
+        new_node.inputs = [node_x]
+        new_node.name = f"Detach({node_x.name})" if len(node_x.name) < 40 else "Detach"
+        return new_node
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).copy(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+detach_op = DetachOp()
+
+
+# --------------------------------------------------------------------------------------------------
+# Tensor
+# --------------------------------------------------------------------------------------------------
+
+_MaxResult = collections.namedtuple("max", ["values", "indices"])
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (Tensor, np.ndarray))
+
+
+def _size_args(size, op: str) -> tuple:
+    """``(2, 3)`` from ``f(2, 3)`` or ``f((2, 3))``; TypeError / ValueError for bad sizes."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    out = tuple(as_int(d, "size", op) for d in size)
+    if any(d < 0 for d in out):
+        raise ValueError(f"{op}: sizes must be >= 0, got {out}")
+    return out
+
+
+class Tensor:
+    """A float32, int64 or bool tensor on a device, with autograd (PyTorch's ``torch.Tensor``).
+
+    Make tensors with :func:`gpumat.tensor`, :func:`gpumat.from_numpy`, :func:`gpumat.zeros`,
+    :func:`gpumat.ones`, :func:`gpumat.rand`, :func:`gpumat.randn`, :func:`gpumat.arange`;
+    ``gpumat.Tensor(data, dtype=None, device=None, requires_grad=False)`` is ``gpumat.tensor``.
+
+    Attributes and properties:
+        shape: a tuple of ints (also ``size()``); ``ndim``, ``dim()``, ``numel()``.
+        dtype: ``gpumat.float32``, ``gpumat.int64`` or ``gpumat.bool``.
+        device: the :class:`gpumat.Context` the values live on.
+        requires_grad: whether backward computes a gradient for it (float32 leaves only may be
+            set; op results require one when an input does and grad mode is on).
+        grad: the accumulated gradient (a float32 tensor of the same shape), or None.
+        is_leaf: made by the user rather than by a recorded op.
+        grad_fn: the recorded :class:`gpumat.graph.Node` that made it (None for leaves).
+        data: a detached tensor sharing the storage (assigning replaces the storage).
+
+    Methods follow PyTorch: ``numpy()``, ``item()``, ``tolist()``, ``to(device | dtype)``,
+    ``detach()``, ``requires_grad_()``, ``backward(gradient=None)``, ``+ - * / @ ** ==`` (with
+    numbers and the broadcasting of the module docstring), unary ``-``, ``exp``, ``log``,
+    ``relu``, ``tanh``, ``sigmoid``, ``softmax(dim)``, ``log_softmax(dim)``, ``sum``, ``mean``,
+    ``max``, ``argmax``, ``eq``, ``reshape``, ``view``, ``view_as``, ``flatten``, ``squeeze``,
+    ``unsqueeze``, ``t()``, ``transpose(0, 1)``, and the in-place ``zero_``, ``fill_``, ``add_``,
+    ``sub_``, ``mul_``, ``copy_``, ``uniform_``, ``normal_``.
+    """
+
+    # numpy scalars and arrays on the left of an operator defer to Tensor's reflected methods
+    # (numpy's override protocol), and numpy ufuncs do not take tensors as arrays.
+    __array_priority__ = 1000
+    __array_ufunc__ = None
+
+    def __init__(self, data, dtype=None, device=None, requires_grad: bool = False) -> None:
+        made = tensor(data, dtype=dtype, device=device)
+        self._fill(made._data, made._dtype, made._ctx, made._range)
+        self.requires_grad = requires_grad
+
+    def _fill(self, data, dt, ctx, rng=None, vc=None) -> None:
+        self._data = data
+        self._shape = tuple(data.shape) if data is not None else ()
+        self._dtype = dt
+        self._ctx = ctx
+        self._requires_grad = False
+        self._grad = None
+        self._node = None
+        self._vc = VersionCounter() if vc is None else vc
+        self._range = rng
+        self._range_src = None
+        self._trace = None
+        self._tnode = None
+
+    @classmethod
+    def _make(cls, data, dt, ctx, rng=None, vc=None) -> Tensor:
+        t = Tensor.__new__(Tensor)
+        t._fill(data, dt, ctx, rng, vc)
+        return t
+
+    @classmethod
+    def _symbolic(cls, trace, node, shape, dt, ctx, rng=None) -> Tensor:
+        t = Tensor.__new__(Tensor)
+        t._fill(None, dt, ctx, rng)
+        t._shape = tuple(int(d) for d in shape)
+        t._trace = trace
+        t._tnode = node
+        return t
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def shape(self) -> tuple:
+        """The shape, a tuple of ints."""
+        return self._shape
+
+    def size(self, dim: int | None = None):
+        """The shape, or its length along ``dim`` (negative counts from the end)."""
+        if dim is None:
+            return self._shape
+        return self._shape[self._axis(dim, "size")]
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return len(self._shape)
+
+    def dim(self) -> int:
+        """The number of dimensions."""
+        return len(self._shape)
+
+    def numel(self) -> int:
+        """The number of elements."""
+        return math.prod(self._shape)
+
+    @property
+    def dtype(self):
+        """``gpumat.float32``, ``gpumat.int64`` or ``gpumat.bool``."""
+        return self._dtype
+
+    @property
+    def device(self) -> Context:
+        """The :class:`gpumat.Context` of the values."""
+        return self._ctx
+
+    @property
+    def is_leaf(self) -> bool:
+        """True unless a recorded op made this tensor (PyTorch's rule)."""
+        if self._trace is not None:
+            return not (self._requires_grad and isinstance(self._tnode, Node))
+        return self._node is None or isinstance(self._node.op, PlaceholderOp)
+
+    @property
+    def grad_fn(self):
+        """The recorded graph node that made this tensor, or None for a leaf."""
+        return None if self.is_leaf else (self._tnode if self._trace is not None else self._node)
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether backward computes a gradient for this tensor."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"requires_grad must be a bool, got {value!r}")
+        value = bool(value)
+        if value == self._requires_grad:
+            return
+        if not self.is_leaf:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables (this tensor was made "
+                "by a recorded op; use .detach() for a leaf)"
+            )
+        if value and not self._dtype.is_floating_point:
+            raise RuntimeError(
+                f"only tensors of floating point dtype can require gradients, not {self._dtype}"
+            )
+        self._requires_grad = value
+        if self._node is not None:
+            self._node._leaf = self if value else None
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set ``requires_grad`` in place (leaves only) and return self."""
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def grad(self):
+        """The gradient accumulated by backward (a float32 tensor of this shape), or None."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"grad must be a Tensor or None, got {type(value).__name__}")
+            if value._shape != self._shape or value._ctx != self._ctx:
+                raise ValueError(
+                    f"grad: assigned a {shape_str(value._shape)} tensor on {value._ctx} to the "
+                    f"grad of a {shape_str(self._shape)} tensor on {self._ctx}"
+                )
+            if value._dtype is not float32:
+                raise TypeError(f"grad must be a float32 tensor, got {value._dtype}")
+        trace = current_trace()
+        if trace is not None:
+            trace.touch_grad(self)
+        self._grad = value
+
+    @property
+    def _version(self) -> int:
+        """How many in-place changes the storage has seen (PyTorch's ``_version``)."""
+        return self._vc.value
+
+    @property
+    def data(self) -> Tensor:
+        """A detached tensor sharing this one's storage; assigning a tensor replaces the storage
+        (shape, dtype and device follow it), as PyTorch's ``.data``."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        value._concrete("data")
+        self._concrete("data")
+        self._data, self._shape = value._data, value._shape
+        self._dtype, self._ctx, self._range = value._dtype, value._ctx, value._range
+        if self._node is not None and isinstance(self._node.op, PlaceholderOp):
+            self._node = None  # the next op makes a leaf node for the new storage
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 (PyTorch's name)
+        """The transpose of a 2-D tensor (``t()``)."""
+        return self.t()
+
+    # ---------------------------------------------------------------- helpers
+
+    def _concrete(self, what: str) -> None:
+        if self._data is None:
+            raise RuntimeError(
+                f"{what}: this tensor belongs to a step being traced by gpumat.compile and has no "
+                "value yet; return it from the step and read it from the result"
+            )
+
+    def _axis(self, dim, op: str) -> int:
+        d = as_int(dim, "dim", op)
+        nd = len(self._shape)
+        if not -max(nd, 1) <= d < max(nd, 1):
+            raise IndexError(
+                f"{op}: dim {d} is out of range for a tensor of shape {shape_str(self._shape)}"
+            )
+        return d % nd if nd else 0
+
+    def _graph_node(self) -> Node:
+        """The node standing for this tensor in recorded graphs: the op node that made it, or a
+        placeholder leaf over its storage (made once, refreshed on each use)."""
+        node = self._node
+        if node is None:
+            node = self._node = leaf_node(self, getattr(self, "_name", "tensor"))
+        elif isinstance(node.op, PlaceholderOp):
+            node._value = self._data
+            node._leaf = self if self._requires_grad else None
+        return node
+
+    def _host_values(self) -> np.ndarray:
+        """The values as a numpy array of this tensor's dtype (a copy; synchronizes)."""
+        self._concrete("numpy")
+        values = self._data.asnumpy()
+        if self._dtype is float32:
+            return values
+        return values.astype(self._dtype._numpy)
+
+    def _accumulate_grad(self, contribs: list) -> None:
+        """Add backward's contributions [(node, array, owned)] into ``.grad``: adopt an owned
+        array as the new gradient, else sum into a new array (or into the existing gradient, in
+        place, as PyTorch accumulates)."""
+        g = self._grad
+        if g is None:
+            if len(contribs) == 1 and contribs[0][2]:
+                total = contribs[0][1]
+            else:
+                total = empty(self._shape, self._ctx)
+                if len(contribs) == 1:
+                    ops.copy(contribs[0][1], total)
+                else:
+                    ops.matrix_elementwise_add(contribs[0][1], contribs[1][1], total)
+                    for _, value, _ in contribs[2:]:
+                        ops.matrix_elementwise_add(total, value, total)
+            self._grad = Tensor._make(total, float32, self._ctx)
+            return
+        g._concrete("backward")
+        for _, value, _ in contribs:
+            ops.matrix_elementwise_add(g._data, value, g._data)
+        g._vc.value += 1
+
+    # ---------------------------------------------------------------- host values
+
+    def numpy(self) -> np.ndarray:
+        """The values as a new numpy array (float32, int64 or bool; a copy, synchronizing).
+
+        Raises:
+            RuntimeError: the tensor requires a gradient (use ``detach().numpy()``, as in
+                PyTorch), or it is a traced value without a value yet.
+        """
+        if self._requires_grad:
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
+                "instead."
+            )
+        return self._host_values()
+
+    def __array__(self, dtype=None, copy=None):
+        values = self.numpy()
+        return values if dtype is None else values.astype(dtype)
+
+    def item(self):
+        """The value of a one-element tensor as a Python float, int or bool (synchronizes).
+
+        Raises:
+            ValueError: the tensor has more or fewer than one element.
+        """
+        if self.numel() != 1:
+            raise ValueError(
+                f"item(): a tensor with {self.numel()} elements (shape "
+                f"{shape_str(self._shape)}) cannot be converted to a Python number"
+            )
+        return self._host_values().reshape(-1)[0].item()
+
+    def tolist(self):
+        """The values as nested Python lists (a number for a 0-d tensor)."""
+        return self._host_values().tolist()
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ValueError(
+                f"the truth value of a tensor with {self.numel()} elements is ambiguous"
+            )
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self._dtype is float32:
+            raise TypeError("only integer tensors of a single element can be used as an index")
+        return int(self.item())
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __format__(self, spec: str) -> str:
+        if not self._shape and self._data is not None:
+            return format(self.item(), spec)
+        return object.__format__(self, spec)
+
+    def __repr__(self) -> str:
+        extras = []
+        if self._ctx.device_type != "cpu":
+            extras.append(f"device='{self._ctx.device_type}:{self._ctx.index}'")
+        if self._dtype is not float32:
+            extras.append(f"dtype={self._dtype}")
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn=<{self.grad_fn.op.name}>")
+        elif self._requires_grad:
+            extras.append("requires_grad=True")
+        if self._data is None:
+            body = f"<traced: shape={shape_str(self._shape)}>"
+        else:
+            body = np.array2string(self._host_values(), separator=", ", prefix="tensor(")
+        return "tensor(" + ", ".join([body, *extras]) + ")"
+
+    # ---------------------------------------------------------------- autograd
+
+    def detach(self) -> Tensor:
+        """A tensor sharing this one's storage (and version counter) with no graph: it does not
+        require a gradient."""
+        trace = current_trace()
+        if self._trace is not None:
+            if self._trace is not trace:
+                raise RuntimeError("detach(): a tensor of a finished gpumat.compile trace")
+            if not self._requires_grad:
+                return self
+            return trace.apply("detach", detach_op, [self], self._dtype, self._range, False)
+        return Tensor._make(self._data, self._dtype, self._ctx, self._range, self._vc)
+
+    def detach_(self) -> Tensor:
+        """Make this tensor a leaf that does not require a gradient, in place; returns self."""
+        if self._trace is not None:
+            raise RuntimeError("detach_(): in-place changes are not traced by gpumat.compile")
+        self._node = None
+        self._requires_grad = False
+        return self
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
+        """Accumulate the gradient of this tensor into the ``.grad`` of the leaves it depends on.
+
+        Args:
+            gradient: the vector of the vector-Jacobian product, a tensor of this shape (or an
+                array-like); required unless this tensor has one element (then it is 1).
+            retain_graph: keep the graph's values so backward can run through it again (default:
+                release them, as PyTorch does).
+            create_graph: higher-order gradients are not supported (NotImplementedError if True).
+            inputs: not supported (NotImplementedError unless None).
+
+        Raises:
+            RuntimeError: the tensor does not require a gradient; it has more than one element and
+                no ``gradient``; the graph was released by an earlier backward; a value the
+                gradient needs was changed in place.
+            ValueError / TypeError: a ``gradient`` of another shape, device or dtype.
+        """
+        if create_graph:
+            raise NotImplementedError("backward(create_graph=True): gpumat has no second order")
+        if inputs is not None:
+            raise NotImplementedError("backward(inputs=...): not supported by gpumat")
+        trace = current_trace()
+        if self._trace is not None or trace is not None:
+            if trace is None or self._trace is not trace:
+                raise RuntimeError("backward(): a tensor of a finished gpumat.compile trace")
+            trace.backward(self, gradient, bool(retain_graph))
+            return
+        if not self._requires_grad:
+            raise RuntimeError(
+                "element 0 of tensors does not require grad and does not have a grad_fn"
+            )
+        root = self._graph_node()
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs (this tensor has "
+                    f"shape {shape_str(self._shape)}: pass gradient=)"
+                )
+            seed_node = oneslike_op(root)
+            seed = (seed_node, run_node(seed_node, [self._data], self._ctx), True)
+        else:
+            g = self._gradient_arg(gradient)
+            seed = (Variable("gradient"), g._data, False)
+        _engine_backward(root, seed, self._ctx, bool(retain_graph))
+
+    def _gradient_arg(self, gradient) -> Tensor:
+        g = gradient if isinstance(gradient, Tensor) else tensor(gradient, device=self._ctx)
+        g._concrete("backward")
+        if g._shape != self._shape:
+            raise ValueError(
+                f"backward: gradient has shape {shape_str(g._shape)}, the tensor "
+                f"{shape_str(self._shape)}"
+            )
+        if g._ctx != self._ctx:
+            raise ValueError(f"backward: gradient is on {g._ctx}, the tensor on {self._ctx}")
+        if g._dtype is not float32:
+            raise TypeError(f"backward: gradient must be float32, got {g._dtype}")
+        return g
+
+    # ---------------------------------------------------------------- devices and dtypes
+
+    def to(self, *args, **kwargs) -> Tensor:
+        """This tensor on another device and/or with another dtype: ``to(device)``,
+        ``to(dtype)``, ``to(device, dtype)``, ``to(other_tensor)``, ``to(device=..., dtype=...)``.
+
+        Returns self when nothing changes. A copy between devices is not recorded for backward:
+        moving a tensor that requires a gradient (with grad mode on) is a RuntimeError; move
+        leaves before using them (``model.to(device)``, ``tensor(..., device=...)``). A float to
+        int64 conversion truncates toward zero (through the host: it synchronizes).
+
+        Raises:
+            TypeError / ValueError: arguments that are neither a device nor a dtype.
+        """
+        device, dt = None, None
+        for a in [*args, kwargs.pop("device", None), kwargs.pop("dtype", None)]:
+            if a is None:
+                continue
+            if isinstance(a, Tensor):
+                device, dt = a._ctx, a._dtype
+            elif isinstance(a, (dtype, type, np.dtype)) or (
+                isinstance(a, str) and a in _DTYPE_NAMES
+            ):
+                dt = as_dtype(a, "to")
+            else:
+                device = as_device(a, "to")
+        if kwargs:
+            raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
+        out = self
+        if dt is not None and dt is not self._dtype:
+            out = out._cast(dt)
+        if device is not None and device != out._ctx:
+            out = out._move(device)
+        return out
+
+    def _move(self, device: Context) -> Tensor:
+        self._concrete("to")
+        if self._requires_grad and is_grad_enabled():
+            raise RuntimeError(
+                f"to({device}): copies between devices are not recorded for backward in gpumat; "
+                "move leaves before using them (model.to(device), tensor(..., device=...)) or "
+                "move a detach()ed tensor"
+            )
+        return Tensor._make(array(self._data, device), self._dtype, device, self._range)
+
+    def _cast(self, dt) -> Tensor:
+        if dt is float32 or (dt is int64 and self._dtype is bool_):
+            # Exact: the storage already holds the values.
+            if self._trace is not None:
+                trace = self._trace
+                return trace.apply("to", lambda n: mul_byconst_op(n, 1.0), [self], dt, self._range)
+            self._concrete("to")
+            out = empty(self._shape, self._ctx)
+            ops.copy(self._data, out)
+            return Tensor._make(out, dt, self._ctx, self._range if dt is not float32 else None)
+        self._concrete("to")
+        if self._requires_grad and is_grad_enabled():
+            raise RuntimeError(f"to({dt}): conversions to {dt} are not recorded for backward")
+        values = self._host_values()
+        if dt is int64:
+            return _from_host(np.trunc(values), int64, self._ctx, "to")
+        return _from_host(values != 0, bool_, self._ctx, "to")
+
+    def cpu(self) -> Tensor:
+        """``to(gpumat.cpu())``."""
+        return self.to(Context("cpu", 0))
+
+    def float(self) -> Tensor:
+        """``to(gpumat.float32)``."""
+        return self.to(float32)
+
+    def long(self) -> Tensor:
+        """``to(gpumat.int64)``."""
+        return self.to(int64)
+
+    def bool(self) -> Tensor:
+        """``to(gpumat.bool)`` (nonzero is True)."""
+        return self.to(bool_)
+
+    def is_floating_point(self) -> bool:
+        """True for float32 tensors."""
+        return self._dtype.is_floating_point
+
+    def clone(self) -> Tensor:
+        """A copy with its own storage (recorded: the gradient flows to this tensor)."""
+        return apply_op("clone", lambda n: mul_byconst_op(n, 1.0), [self], self._dtype, self._range)
+
+    def contiguous(self) -> Tensor:
+        """Self: gpumat tensors are always contiguous."""
+        return self
+
+    # ---------------------------------------------------------------- arithmetic
+
+    def _operand(self, other, op: str):
+        """A tensor or a float for the other side of a binary op, or NotImplemented."""
+        if isinstance(other, Tensor):
+            return other
+        if isinstance(other, (bool, np.bool_)):
+            return float(other)
+        if _is_number(other):
+            return float(other)
+        if isinstance(other, (np.ndarray, list, tuple)):
+            return tensor(other, device=self._ctx)
+        return NotImplemented
+
+    def __add__(self, other):
+        other = self._operand(other, "add")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            return _add(self, other)
+        _require_float("add", self)
+        return apply_op("add", lambda n: add_byconst_op(n, other), [self])
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        other = self._operand(other, "sub")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            _require_float("sub", self, other)
+            return _add(self, other.__neg__(), "sub")
+        _require_float("sub", self)
+        return apply_op("sub", lambda n: add_byconst_op(n, -other), [self])
+
+    def __rsub__(self, other):
+        other = self._operand(other, "sub")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            return other.__sub__(self)
+        _require_float("sub", self)
+        return apply_op("sub", lambda n: add_byconst_op(n, other), [-self])
+
+    def __mul__(self, other):
+        other = self._operand(other, "mul")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            return _binary("mul", self, other, mul_op)
+        _require_float("mul", self)
+        return apply_op("mul", lambda n: mul_byconst_op(n, other), [self])
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        other = self._operand(other, "div")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            return _binary("div", self, other, div_op)
+        _require_float("div", self)
+        # x / c as x * (1/c): within one rounding of the quotient; 1/0 is inf with 0's sign, so
+        # x / 0 is +-inf and 0 / 0 NaN, as IEEE division gives.
+        inv = 1.0 / other if other != 0 else math.copysign(math.inf, other)
+        return apply_op("div", lambda n: mul_byconst_op(n, inv), [self])
+
+    def __rtruediv__(self, other):
+        other = self._operand(other, "div")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            return other.__truediv__(self)
+        _require_float("div", self)
+        return _binary("div", full((), other, device=self._ctx), self, div_op)
+
+    def div(self, other) -> Tensor:
+        """``self / other``."""
+        return self.__truediv__(other)
+
+    def add(self, other, alpha: float = 1) -> Tensor:
+        """``self + alpha * other``."""
+        return self + (other * alpha if alpha != 1 else other)
+
+    def sub(self, other, alpha: float = 1) -> Tensor:
+        """``self - alpha * other``."""
+        return self - (other * alpha if alpha != 1 else other)
+
+    def mul(self, other) -> Tensor:
+        """``self * other``."""
+        return self * other
+
+    def __neg__(self):
+        _require_float("neg", self)
+        return apply_op("neg", lambda n: mul_byconst_op(n, -1.0), [self])
+
+    def neg(self) -> Tensor:
+        """``-self``."""
+        return -self
+
+    def __pos__(self):
+        return self
+
+    def __pow__(self, exponent):
+        """``self ** n`` for an integer n >= 0, as repeated products (exact as PyTorch's x * x
+        for n = 2). Raises TypeError for other exponents (gpumat has no pow kernel)."""
+        if isinstance(exponent, bool) or not isinstance(exponent, (numbers.Integral, float)):
+            return NotImplemented
+        if float(exponent) != int(exponent) or exponent < 0:
+            raise TypeError(
+                f"pow: gpumat supports integer exponents >= 0 (products), got {exponent!r}"
+            )
+        n = int(exponent)
+        _require_float("pow", self)
+        if n == 0:
+            return ones_like(self)
+        result, base = None, self
+        while n:
+            if n & 1:
+                result = base if result is None else result * base
+            n >>= 1
+            if n:
+                base = base * base
+        return result
+
+    def pow(self, exponent) -> Tensor:
+        """``self ** exponent`` (see ``__pow__``)."""
+        return self.__pow__(exponent)
+
+    def __matmul__(self, other):
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return matmul(self, other)
+
+    def matmul(self, other) -> Tensor:
+        """``self @ other``: 2-D tensors (N, K) @ (K, M) -> (N, M)."""
+        return matmul(self, other)
+
+    def mm(self, other) -> Tensor:
+        """``self @ other`` for 2-D tensors."""
+        return matmul(self, other)
+
+    def __eq__(self, other):
+        other = self._operand(other, "eq")
+        if other is NotImplemented:
+            return other
+        return self.eq(other)
+
+    def __ne__(self, other):
+        other = self._operand(other, "ne")
+        if other is NotImplemented:
+            return other
+        return self.ne(other)
+
+    def eq(self, other) -> Tensor:
+        """A bool tensor: True where ``self == other`` (a tensor, broadcast as for ``+``, or a
+        number). NaN equals nothing. Not differentiable."""
+        value = self._operand(other, "eq")
+        if value is NotImplemented:
+            raise TypeError(f"eq: cannot compare a tensor with a {type(other).__name__}")
+        other = value
+        if not isinstance(other, Tensor):
+            other = full((), other, device=self._ctx)
+        return _binary("eq", self, other, eq_op, out_dtype=bool_, differentiable=False)
+
+    def ne(self, other) -> Tensor:
+        """A bool tensor: True where ``self != other`` (``1 - eq``)."""
+        e = self.eq(other)
+        negated = apply_op("ne", lambda n: mul_byconst_op(n, -1.0), [e], bool_, (-1, 0), False)
+        return apply_op("ne", lambda n: add_byconst_op(n, 1.0), [negated], bool_, (0, 1), False)
+
+    # ---------------------------------------------------------------- elementwise functions
+
+    def relu(self) -> Tensor:
+        """max(x, 0) elementwise (the gradient at 0 is 0, as PyTorch's)."""
+        _require_float("relu", self)
+        return apply_op("relu", relu_op, [self])
+
+    def tanh(self) -> Tensor:
+        """tanh elementwise."""
+        _require_float("tanh", self)
+        return apply_op("tanh", tanh_op, [self])
+
+    def sigmoid(self) -> Tensor:
+        """1 / (1 + exp(-x)) elementwise (no overflow for large |x|)."""
+        _require_float("sigmoid", self)
+        return apply_op("sigmoid", sigmoid_op, [self])
+
+    def exp(self) -> Tensor:
+        """exp elementwise."""
+        _require_float("exp", self)
+        return apply_op("exp", exp_op, [self])
+
+    def log(self) -> Tensor:
+        """The natural log elementwise (log 0 = -inf, log of a negative number NaN)."""
+        _require_float("log", self)
+        return apply_op("log", log_op, [self])
+
+    def softmax(self, dim: int) -> Tensor:
+        """exp(x) / sum exp(x) along ``dim`` (max-subtracted: no overflow)."""
+        _require_float("softmax", self)
+        axis = self._axis(dim, "softmax")
+        return apply_op("softmax", lambda n: softmax_op(n, axis), [self])
+
+    def log_softmax(self, dim: int) -> Tensor:
+        """x - log(sum exp(x)) along ``dim`` (the log-sum-exp trick: finite for finite x)."""
+        _require_float("log_softmax", self)
+        axis = self._axis(dim, "log_softmax")
+        return apply_op("log_softmax", lambda n: log_softmax_op(n, axis), [self])
+
+    # ---------------------------------------------------------------- reductions
+
+    def _reduced_shape(self, axes, keepdim: bool) -> tuple:
+        return tuple(
+            (1 if keepdim else None) if i in axes else d for i, d in enumerate(self._shape)
+        )
+
+    def _reduce(self, name: str, op, dim, keepdim: bool, out_dtype, rng=None):
+        if not isinstance(keepdim, (bool, np.bool_)):
+            raise TypeError(f"{name}: keepdim must be a bool, got {keepdim!r}")
+        if dim is None:
+            flat = self.reshape(-1)
+            out = apply_op(name, lambda n: op(n, 0), [flat], out_dtype, rng)
+            return out.reshape((1,) * self.ndim) if keepdim else out
+        dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+        axes = sorted({self._axis(d, name) for d in dims}, reverse=True)
+        out = self
+        for a in axes:  # from the last axis, so the earlier axes keep their numbers
+            out = apply_op(name, lambda n, a=a: op(n, a, bool(keepdim)), [out], out_dtype, rng)
+        return out
+
+    def sum(self, dim=None, keepdim: bool = False) -> Tensor:
+        """The sum over all elements (``dim=None``) or along ``dim`` (an int or a tuple of ints),
+        keeping the summed axes as length 1 when ``keepdim``. A float32 sum in index order.
+        Sums of int64 and bool tensors are int64 and must stay within 2**24 in magnitude (else
+        ValueError: they would round)."""
+        if self._dtype is float32:
+            return self._reduce("sum", reduce_sum_op, dim, keepdim, float32)
+        n = self.numel() if dim is None else self._reduced_count(dim)
+        lo, hi = self._range
+        bound = n * max(abs(lo), abs(hi))
+        if bound > EXACT_INT:
+            raise ValueError(
+                f"sum: the sum of {n} values in [{lo}, {hi}] may exceed 2**24 in magnitude, "
+                f"beyond what an {self._dtype} tensor holds exactly (convert with .float())"
+            )
+        if self._range_src is not None:
+            limit = EXACT_INT // max(n, 1)
+            self._trace.guard_range(self._range_src, -limit, limit, "sum", ValueError)
+        rng = (min(0, n * lo), max(0, n * hi))
+        return self._reduce("sum", reduce_sum_op, dim, keepdim, int64, rng)
+
+    def _reduced_count(self, dim) -> int:
+        dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+        return math.prod(self._shape[self._axis(d, "sum")] for d in set(dims))
+
+    def mean(self, dim=None, keepdim: bool = False) -> Tensor:
+        """The mean over all elements or along ``dim`` (float32 only, as PyTorch)."""
+        _require_float("mean", self)
+        return self._reduce("mean", reduce_mean_op, dim, keepdim, float32)
+
+    def max(self, dim=None, keepdim: bool = False):
+        """``max()``: the largest element (0-d). ``max(dim, keepdim=False)``: a named tuple
+        ``(values, indices)`` along ``dim``, the indices an int64 tensor (``argmax``).
+
+        Gradient: the output gradient is split equally among tied maxima (PyTorch's ``amax``
+        and full ``max()``; its ``max(dim)`` sends it to one of them: the same for distinct
+        values). NaN counts as the maximum.
+        """
+        if dim is None:
+            out = self._reduce("max", reduce_max_op, None, False, self._dtype, self._range)
+            out._range_src = self._range_src
+            return out
+        if isinstance(dim, (tuple, list)):
+            raise TypeError("max: dim must be an int (use amax for several dims)")
+        values = self._reduce("max", reduce_max_op, dim, keepdim, self._dtype, self._range)
+        values._range_src = self._range_src
+        return _MaxResult(values, self.argmax(dim, keepdim))
+
+    def argmax(self, dim=None, keepdim: bool = False) -> Tensor:
+        """The index of the largest element (int64): over the flattened tensor (``dim=None``) or
+        along ``dim``. The first maximum wins; NaN counts as the maximum (PyTorch's rules)."""
+        if not isinstance(keepdim, (bool, np.bool_)):
+            raise TypeError(f"argmax: keepdim must be a bool, got {keepdim!r}")
+        if dim is None:
+            flat = self.reshape(-1)
+            n = flat._shape[0]
+            out = apply_op("argmax", lambda x: argmax_op(x, 0), [flat], int64, (0, max(n - 1, 0)))
+            out = out if not keepdim else out.reshape((1,) * self.ndim)
+            return out
+        axis = self._axis(dim, "argmax")
+        n = self._shape[axis]
+        return apply_op(
+            "argmax",
+            lambda x: argmax_op(x, axis, bool(keepdim)),
+            [self],
+            int64,
+            (0, max(n - 1, 0)),
+            False,
+        )
+
+    # ---------------------------------------------------------------- shapes (views)
+
+    def reshape(self, *shape) -> Tensor:
+        """The same values in row-major order with a new shape (one entry may be -1). A view: it
+        shares the storage and the version counter."""
+        node_shape = tuple(as_int(d, "shape", "reshape") for d in _flat(shape))
+        out = apply_op(
+            "reshape",
+            lambda n: reshape_op(n, node_shape),
+            [self],
+            self._dtype,
+            self._range,
+            view=True,
+        )
+        out._range_src = self._range_src
+        return out
+
+    def view(self, *shape) -> Tensor:
+        """``reshape`` (gpumat tensors are contiguous, so every view is possible)."""
+        return self.reshape(*shape)
+
+    def view_as(self, other: Tensor) -> Tensor:
+        """``reshape(other.shape)``."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"view_as: expected a Tensor, got {type(other).__name__}")
+        return self.reshape(other._shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Axes ``start_dim`` to ``end_dim`` merged into one (a view)."""
+        if not self._shape:
+            return self.reshape(1)
+        s = self._axis(start_dim, "flatten")
+        e = self._axis(end_dim, "flatten")
+        if s > e:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        shape = self._shape[:s] + (math.prod(self._shape[s : e + 1]),) + self._shape[e + 1 :]
+        return self.reshape(shape)
+
+    def squeeze(self, dim=None) -> Tensor:
+        """Axes of length 1 removed (all, or ``dim`` if it has length 1); a view."""
+        if dim is None:
+            return self.reshape(tuple(d for d in self._shape if d != 1))
+        a = self._axis(dim, "squeeze")
+        if self._shape and self._shape[a] == 1:
+            return self.reshape(self._shape[:a] + self._shape[a + 1 :])
+        return self
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        """A new axis of length 1 at ``dim`` (in [-ndim - 1, ndim]); a view."""
+        d = as_int(dim, "dim", "unsqueeze")
+        nd = self.ndim
+        if not -nd - 1 <= d <= nd:
+            raise IndexError(f"unsqueeze: dim {d} is out of range for {nd + 1} dimensions")
+        d %= nd + 1
+        return self.reshape(self._shape[:d] + (1,) + self._shape[d:])
+
+    def t(self) -> Tensor:
+        """The transpose of a 2-D tensor (a copy); 0-d and 1-d tensors are returned as they are."""
+        if self.ndim < 2:
+            return self
+        if self.ndim != 2:
+            raise ValueError(
+                f"t(): expects a tensor of at most 2 dims, got {shape_str(self._shape)}"
+            )
+        return apply_op("t", transpose_op, [self], self._dtype, self._range)
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """Swap two axes: ``transpose(0, 1)`` of a 2-D tensor (gpumat's transpose kernel is 2-D).
+
+        Raises:
+            ValueError: other axes of a tensor of rank > 2.
+        """
+        a, b = self._axis(dim0, "transpose"), self._axis(dim1, "transpose")
+        if a == b:
+            return self
+        if self.ndim != 2:
+            raise ValueError(
+                f"transpose: gpumat transposes 2-D tensors only, got {shape_str(self._shape)} "
+                f"with dims ({dim0}, {dim1})"
+            )
+        return self.t()
+
+    # ---------------------------------------------------------------- in-place ops
+
+    def _check_inplace(self, op: str) -> None:
+        if self._trace is not None or current_trace() is not None:
+            raise RuntimeError(
+                f"{op}: in-place ops are not traced by gpumat.compile; make the change outside "
+                "the compiled step, or out of place inside it"
+            )
+        self._concrete(op)
+        if self._requires_grad and is_grad_enabled():
+            if self.is_leaf:
+                raise RuntimeError(
+                    f"{op}: a leaf Variable that requires grad is being used in an in-place "
+                    "operation (wrap it in gpumat.no_grad())"
+                )
+            raise RuntimeError(
+                f"{op}: in-place operations on tensors recorded for backward are not supported by "
+                "gpumat's autograd; use the out-of-place op"
+            )
+
+    def _changed(self, rng=None) -> Tensor:
+        self._vc.value += 1
+        if self._dtype is not float32:
+            self._range = rng
+        return self
+
+    def zero_(self) -> Tensor:
+        """Set every element to 0, in place."""
+        self._check_inplace("zero_")
+        ops.array_set(self._data, 0.0)
+        return self._changed((0, 0))
+
+    def fill_(self, value) -> Tensor:
+        """Set every element to ``value``, in place."""
+        self._check_inplace("fill_")
+        value = _scalar_for(self._dtype, value, "fill_")
+        ops.array_set(self._data, float(value))
+        return self._changed((int(value), int(value)) if self._dtype is not float32 else None)
+
+    def _inplace_other(self, other, op: str):
+        if isinstance(other, Tensor):
+            other._concrete(op)
+            _require_float(op, self, other)
+            if other._shape != self._shape or other._ctx != self._ctx:
+                raise ValueError(
+                    f"{op}: the other tensor is {shape_str(other._shape)} on {other._ctx}, this "
+                    f"one {shape_str(self._shape)} on {self._ctx}"
+                )
+            return other
+        if _is_number(other):
+            _require_float(op, self)
+            return float(other)
+        raise TypeError(f"{op}: expected a Tensor or a number, got {type(other).__name__}")
+
+    def add_(self, other, alpha: float = 1) -> Tensor:
+        """``self += alpha * other`` in place (other a tensor of this shape, or a number)."""
+        self._check_inplace("add_")
+        other = self._inplace_other(other, "add_")
+        if isinstance(other, Tensor):
+            ops.axpy(float(alpha), other._data, self._data)
+        else:
+            ops.matrix_elementwise_add_by_const(self._data, other * float(alpha), self._data)
+        return self._changed()
+
+    def sub_(self, other, alpha: float = 1) -> Tensor:
+        """``self -= alpha * other`` in place."""
+        return self.add_(other, -alpha)
+
+    def mul_(self, other) -> Tensor:
+        """``self *= other`` in place (a tensor of this shape, or a number)."""
+        self._check_inplace("mul_")
+        other = self._inplace_other(other, "mul_")
+        if isinstance(other, Tensor):
+            ops.matrix_elementwise_multiply(self._data, other._data, self._data)
+        else:
+            ops.matrix_elementwise_multiply_by_const(self._data, other, self._data)
+        return self._changed()
+
+    def copy_(self, src) -> Tensor:
+        """Copy ``src`` (a tensor of this shape on any device, or array-like data) into this
+        tensor's storage, in place; its dtype is kept."""
+        self._check_inplace("copy_")
+        if not isinstance(src, Tensor):
+            src = tensor(src, dtype=self._dtype)
+        src._concrete("copy_")
+        if src._shape != self._shape:
+            raise ValueError(
+                f"copy_: source has shape {shape_str(src._shape)}, destination "
+                f"{shape_str(self._shape)}"
+            )
+        if src._dtype is float32 and self._dtype is not float32:
+            return self.copy_(src.to(self._dtype))
+        self._data.copyfrom(src._data)
+        return self._changed(src._range if self._dtype is not float32 else None)
+
+    def uniform_(self, a: float = 0.0, b: float = 1.0) -> Tensor:
+        """Fill with samples of U[a, b), in place, from gpumat's generator."""
+        self._check_inplace("uniform_")
+        _require_float("uniform_", self)
+        ops.random_uniform(self._data, float(a), float(b), draw_seed())
+        return self._changed()
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
+        """Fill with samples of N(mean, std**2), in place, from gpumat's generator."""
+        self._check_inplace("normal_")
+        _require_float("normal_", self)
+        ops.random_normal(self._data, float(mean), float(std), draw_seed())
+        return self._changed()
+
+
+def _flat(shape) -> tuple:
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+
+
+def _scalar_for(dt, value, op: str):
+    if not _is_number(value) and not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{op}: expected a number, got {type(value).__name__}")
+    if dt is float32:
+        return float(value)
+    if float(value) != int(value) or abs(int(value)) > EXACT_INT:
+        raise ValueError(f"{op}: {value!r} is not an integer within 2**24 for a {dt} tensor")
+    if dt is bool_:
+        return int(bool(value))
+    return int(value)
+
+
+def _require_float(op: str, *tensors) -> None:
+    for t in tensors:
+        if t._dtype is not float32:
+            raise TypeError(
+                f"{op}: expected float32 tensors, got {t._dtype} (shape {shape_str(t._shape)}): "
+                "int64 and bool tensors hold class indices and comparisons; convert with .float()"
+            )
+
+
+# --------------------------------------------------------------------------------------------------
+# Running ops: eagerly, recorded for backward, or traced
+# --------------------------------------------------------------------------------------------------
+
+
+def _device_of(op: str, inputs) -> Context:
+    ctx = inputs[0]._ctx
+    for t in inputs[1:]:
+        if t._ctx != ctx:
+            raise ValueError(
+                f"{op}: tensors on different devices: {shape_str(inputs[0]._shape)} on {ctx} "
+                f"and {shape_str(t._shape)} on {t._ctx}; devices are never mixed implicitly: "
+                "move one with .to()"
+            )
+    return ctx
+
+
+def apply_op(
+    op: str,
+    make,
+    inputs: list,
+    out_dtype=float32,
+    rng=None,
+    differentiable: bool = True,
+    view: bool = False,
+) -> Tensor:
+    """Run one graph op on tensors: the front end's single way of computing.
+
+    Args:
+        op: the front-end name, prefixed to shape errors (``"linear"``, ``"add"``).
+        make: builds the graph node from the inputs' nodes (an op helper, e.g. ``relu_op`` or
+            ``lambda x, w: matmul_op(x, w, False, True)``).
+        inputs: the tensors, all on one device.
+        out_dtype: the result's dtype; rng: its value range (int64 and bool results).
+        differentiable: whether the result may require a gradient.
+        view: the result shares the input's version counter (reshapes).
+
+    Eagerly the node's kernel runs at once (:func:`gpumat.autograd.run_node`) and, when an input
+    requires a gradient and grad mode is on, the node is recorded for backward; under
+    :func:`gpumat.compile` the node is recorded symbolically (:class:`Trace`).
+
+    Raises:
+        ValueError: devices differ, or the op's shape rule rejects the shapes (the message names
+            ``op``, the graph op and the shapes).
+    """
+    ctx = _device_of(op, inputs)
+    trace = current_trace()
+    if trace is not None or any(t._trace is not None for t in inputs):
+        if trace is None:
+            raise RuntimeError(f"{op}: a tensor of a finished gpumat.compile trace")
+        return trace.apply(op, make, inputs, out_dtype, rng, differentiable)
+    grad = differentiable and is_grad_enabled() and any(t._requires_grad for t in inputs)
+    node = make(*[t._graph_node() for t in inputs])
+    try:
+        value = run_node(node, [t._data for t in inputs], ctx)
+    except ValueError as exc:
+        raise ValueError(f"{op}: {exc}") from None
+    out = Tensor._make(value, out_dtype, ctx, rng, inputs[0]._vc if view else None)
+    if grad:
+        out._requires_grad = True
+        record(node, value, out._vc, tuple(t._vc.value for t in inputs))
+        out._node = node
+    return out
+
+
+def _strip_leading_ones(shape: tuple) -> tuple:
+    i = 0
+    while i < len(shape) and shape[i] == 1:
+        i += 1
+    return shape[i:]
+
+
+def _broadcast(op: str, a: Tensor, b: Tensor):
+    """(a', b') of one shape for a binary op, through broadcast graph ops (see the module
+    docstring for the pairs gpumat supports)."""
+    sa, sb = a._shape, b._shape
+    if sa == sb:
+        return a, b
+    try:
+        out = tuple(np.broadcast_shapes(sa, sb))
+    except ValueError:
+        raise ValueError(
+            f"{op}: shapes {shape_str(sa)} and {shape_str(sb)} cannot be broadcast together"
+        ) from None
+    if out == sa:
+        return a, _expand(op, b, a)
+    if out == sb:
+        return _expand(op, a, b), b
+    raise ValueError(
+        f"{op}: shapes {shape_str(sa)} and {shape_str(sb)} broadcast to {shape_str(out)}, the "
+        "shape of neither; gpumat broadcasts one operand to the other's shape (expand one first)"
+    )
+
+
+def _expand(op: str, x: Tensor, like: Tensor) -> Tensor:
+    """x repeated to like's shape: over leading axes, or along one axis."""
+    sx, s = x._shape, like._shape
+    if s[len(s) - len(_strip_leading_ones(sx)) :] == _strip_leading_ones(sx):
+        return apply_op(op, broadcastto_op, [x, like], x._dtype, x._range)
+    padded = (1,) * (len(s) - len(sx)) + sx
+    differ = [i for i in range(len(s)) if padded[i] != s[i]]
+    if len(differ) == 1:
+        k = differ[0]
+        if padded != sx:
+            x = x.reshape(padded)
+        return apply_op(
+            op, lambda g, ref: broadcast_axis_op(g, ref, k), [x, like], x._dtype, x._range
+        )
+    raise ValueError(
+        f"{op}: gpumat broadcasts {shape_str(sx)} to {shape_str(s)} over leading axes or along "
+        f"one axis only; this needs axes {differ} (expand it first)"
+    )
+
+
+def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differentiable=True):
+    if out_dtype is float32:
+        _require_float(op, a, b)
+    _device_of(op, [a, b])
+    a2, b2 = _broadcast(op, a, b)
+    rng = (0, 1) if out_dtype is bool_ else None
+    return apply_op(op, graph_op, [a2, b2], out_dtype, rng, differentiable)
+
+
+def _add(a: Tensor, b: Tensor, op: str = "add") -> Tensor:
+    _require_float(op, a, b)
+    _device_of(op, [a, b])
+    for x, y in ((a, b), (b, a)):
+        # y of shape (C, 1, ..., 1) over x (N, C, H, ...): a channel bias (a convolution's).
+        sx, sy = x._shape, y._shape
+        is_channel = len(sx) >= 3 and len(sy) == len(sx) - 1 and sy[0] == sx[1]
+        if is_channel and all(d == 1 for d in sy[1:]) and sy != sx[1:]:
+            return apply_op(op, add_channel_bias_op, [x, y.reshape(sy[0])])
+    a2, b2 = _broadcast(op, a, b)
+    return apply_op(op, add_op, [a2, b2])
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` for 2-D float32 tensors: (N, K) @ (K, M) -> (N, M).
+
+    Raises:
+        TypeError: not tensors, or not float32. ValueError: not 2-D, or the inner sizes differ.
+    """
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError("matmul: expected two Tensors")
+    _require_float("matmul", a, b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(
+            f"matmul: gpumat multiplies 2-D tensors, got {shape_str(a._shape)} @ "
+            f"{shape_str(b._shape)}"
+        )
+    return apply_op("matmul", matmul_op, [a, b])
+
+
+# --------------------------------------------------------------------------------------------------
+# Creation
+# --------------------------------------------------------------------------------------------------
+
+
+def _from_host(data, dt, ctx: Context, op: str) -> Tensor:
+    arr = np.asarray(data)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{op}: expected numbers (bool, int or float data), got numpy dtype {arr.dtype}"
+        )
+    if dt is None:
+        kind = arr.dtype.kind
+        dt = bool_ if kind == "b" else int64 if kind in "iu" else float32
+    rng = None
+    if dt is not float32:
+        values = arr.astype(np.float64)
+        if dt is bool_:
+            values = (values != 0).astype(np.float64)
+        if values.size:
+            if not np.all(np.isfinite(values)) or np.any(values != np.trunc(values)):
+                raise ValueError(f"{op}: {dt} data must be whole numbers")
+            lo, hi = int(values.min()), int(values.max())
+            if max(abs(lo), abs(hi)) > EXACT_INT:
+                raise ValueError(
+                    f"{op}: {dt} values must lie within +-2**24 (gpumat keeps them in float32 "
+                    f"storage, exact up to there), got values in [{lo}, {hi}]"
+                )
+        else:
+            lo = hi = 0
+        rng = (lo, hi)
+        arr = values
+    return Tensor._make(array(arr, ctx), dt, ctx, rng)
+
+
+def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A new tensor holding a copy of ``data``.
+
+    Args:
+        data: a number, nested lists, a numpy array or a Tensor (copied).
+        dtype: ``gpumat.float32``, ``gpumat.int64``, ``gpumat.bool`` (or their names, Python's
+            float/int/bool); default from the data: floats -> float32 (float64 data is rounded),
+            integers -> int64, bools -> bool.
+        device: ``gpumat.cpu()``, ``gpumat.emu(i)``, ``gpumat.gpu(i)`` or a name (``"cpu"``,
+            ``"cuda"``, ``"cuda:0"``, ``"emu"``); default the host (or the Tensor's device).
+        requires_grad: record ops on it for backward (float32 only).
+
+    Raises:
+        TypeError: non-numeric data or a bad dtype or device. ValueError: int64 data that is not
+            whole or beyond 2**24 in magnitude; ragged lists. MemoryError, gpumat.CudaError: as
+            for ``gpumat.array``.
+    """
+    dt = as_dtype(dtype, "tensor")
+    if isinstance(data, Tensor):
+        data._concrete("tensor")
+        ctx = data._ctx if device is None else as_device(device, "tensor")
+        out = Tensor._make(array(data._data, ctx), data._dtype, ctx, data._range)
+        if dt is not None and dt is not out._dtype:
+            out = out.to(dt)
+    else:
+        if isinstance(data, PyGpuMatrix):
+            data = data.asnumpy()
+        out = _from_host(data, dt, as_device(device, "tensor"), "tensor")
+    if requires_grad:
+        out.requires_grad = True
+    return out
+
+
+def from_numpy(ndarray: np.ndarray) -> Tensor:
+    """A tensor on the host with a copy of ``ndarray`` (PyTorch shares the memory; gpumat's
+    tensors own device storage, so this copies). float64 data becomes float32, integers int64.
+
+    Raises:
+        TypeError: not a numpy array, or not numeric.
+    """
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy array, got {type(ndarray).__name__}")
+    return _from_host(ndarray, None, Context("cpu", 0), "from_numpy")
+
+
+def _filled(op: str, size, value, dtype, device, requires_grad) -> Tensor:
+    shape = _size_args(size, op)
+    dt = as_dtype(dtype, op)
+    if dt is None:
+        if isinstance(value, (bool, np.bool_)):
+            dt = bool_
+        elif isinstance(value, numbers.Integral):
+            dt = int64
+        else:
+            dt = float32
+    value = _scalar_for(dt, value, op)
+    ctx = as_device(device, op)
+    data = empty(shape, ctx)
+    ops.array_set(data, float(value))
+    rng = None if dt is float32 else (int(value), int(value))
+    out = Tensor._make(data, dt, ctx, rng)
+    if requires_grad:
+        out.requires_grad = True
+    return out
+
+
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3))`` (float32 unless ``dtype``)."""
+    return _filled("zeros", size, 0.0, dtype or float32, device, requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A tensor of ones (float32 unless ``dtype``)."""
+    return _filled("ones", size, 1.0, dtype or float32, device, requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A tensor of ``size`` filled with ``fill_value`` (dtype from the value unless given)."""
+    size = (size,) if isinstance(size, numbers.Integral) else tuple(size)
+    return _filled("full", (size,), fill_value, dtype, device, requires_grad)
+
+
+def zeros_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """Zeros of ``t``'s shape, dtype and device (unless given)."""
+    return zeros(
+        t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad
+    )
+
+
+def ones_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """Ones of ``t``'s shape, dtype and device (unless given)."""
+    return ones(
+        t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad
+    )
+
+
+def _random(op: str, size, fill, device, dtype, requires_grad) -> Tensor:
+    if current_trace() is not None:
+        raise RuntimeError(
+            f"{op}: a random tensor made inside a step compiled by gpumat.compile would repeat "
+            "its first values on every call; make it outside the step and pass it in"
+        )
+    dt = as_dtype(dtype, op)
+    if dt not in (None, float32):
+        raise TypeError(f"{op}: random tensors are float32, got dtype {dt}")
+    ctx = as_device(device, op)
+    data = empty(_size_args(size, op), ctx)
+    fill(data, draw_seed())
+    out = Tensor._make(data, float32, ctx)
+    if requires_grad:
+        out.requires_grad = True
+    return out
+
+
+def rand(*size, device=None, dtype=None, requires_grad: bool = False) -> Tensor:
+    """Samples of U[0, 1) (float32) from gpumat's generator (:func:`manual_seed`)."""
+    return _random(
+        "rand", size, lambda d, s: ops.random_uniform(d, 0.0, 1.0, s), device, dtype, requires_grad
+    )
+
+
+def randn(*size, device=None, dtype=None, requires_grad: bool = False) -> Tensor:
+    """Samples of N(0, 1) (float32; Box-Muller on gpumat's counter-based generator)."""
+    return _random(
+        "randn", size, lambda d, s: ops.random_normal(d, 0.0, 1.0, s), device, dtype, requires_grad
+    )
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool = False):
+    """``start, start + step, ...`` below ``end`` (``arange(n)``: 0 .. n - 1): int64 when every
+    argument is an int, else float32 (numpy's ``arange`` values).
+
+    Raises:
+        ValueError: step 0. TypeError: non-numeric arguments.
+    """
+    if end is None:
+        start, end = 0, start
+    for v in (start, end, step):
+        if not _is_number(v) or isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"arange: start, end and step must be numbers, got {v!r}")
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    ints = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+    dt = as_dtype(dtype, "arange") or (int64 if ints else float32)
+    values = np.arange(start, end, step, dtype=np.float64 if not ints else np.int64)
+    out = _from_host(values, dt, as_device(device, "arange"), "arange")
+    if requires_grad:
+        out.requires_grad = True
+    return out
+
+
+def reset_grad(t: Tensor, set_to_none: bool = True) -> None:
+    """Reset ``t.grad`` for ``zero_grad``: to None (``set_to_none``, PyTorch's default), else to
+    zeros in place (inside a compiled step, symbolic zeros); a missing gradient stays None."""
+    if set_to_none or t._grad is None:
+        t.grad = None
+        return
+    trace = current_trace()
+    if trace is not None:
+        trace.zeros_grad(t)
+        return
+    g = t._grad
+    if g._trace is None:
+        g._concrete("zero_grad")
+        ops.array_set(g._data, 0.0)
+        g._vc.value += 1
+
+
+def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:  # noqa: A002
+    """``input.flatten(start_dim, end_dim)`` (PyTorch's ``torch.flatten``)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"flatten: expected a Tensor, got {type(input).__name__}")
+    return input.flatten(start_dim, end_dim)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tracing for gpumat.compile
+# --------------------------------------------------------------------------------------------------
+
+
+class Trace:
+    """The record of one traced call of a step compiled by :func:`gpumat.compile`.
+
+    While a trace is active (:func:`gpumat.autograd.set_trace`), tensor ops build graph nodes
+    over placeholders instead of running: each concrete tensor the step reads (parameters,
+    constants) becomes a placeholder fed with its storage on every call (``feeds``), each tensor
+    argument a placeholder of its own (``inputs``), and the results are symbolic tensors (shape,
+    dtype and device, no value). ``backward`` adds :func:`gpumat.graph.gradients` for the leaves
+    that require a gradient, ``optimizer.step()`` records which gradients update which
+    parameters (``steps``), and the checks a replay must repeat are kept (``module_guards``: the
+    train/eval mode of every module called; ``range_guards``: class-index ranges of int64
+    arguments).
+    """
+
+    def __init__(self) -> None:
+        self.ctx = None
+        self.feeds: dict = {}  # id(tensor) -> (tensor, placeholder)
+        self.leaves: dict = {}  # placeholder -> tensor that requires a gradient
+        self.inputs: list = []  # (argument position, placeholder)
+        self.touched: dict = {}  # id(tensor) -> (tensor, its grad before the trace)
+        self.steps: list = []  # (optimizer, [(parameter index, gradient node)])
+        self.updated: set = set()
+        self.module_guards: dict = {}
+        self.range_guards: list = []  # (input position, lo, hi, op, error class)
+        self.freed: set = set()
+
+    def _use(self, ctx: Context, op: str) -> None:
+        if self.ctx is None:
+            self.ctx = ctx
+        elif ctx != self.ctx:
+            raise ValueError(
+                f"{op}: a compiled step runs on one device; it uses {self.ctx} and {ctx}"
+            )
+
+    def input(self, position: int, arg: Tensor) -> Tensor:
+        """A symbolic tensor standing for tensor argument ``arg`` (at ``position``)."""
+        arg._concrete("gpumat.compile")
+        self._use(arg._ctx, "gpumat.compile")
+        node = Variable(f"input{position}")
+        self.inputs.append((position, node))
+        t = Tensor._symbolic(self, node, arg._shape, arg._dtype, arg._ctx, arg._range)
+        t._range_src = len(self.inputs) - 1
+        if arg._requires_grad:
+            t._requires_grad = True
+            self.leaves[node] = arg
+        return t
+
+    def node_of(self, t: Tensor, op: str) -> Node:
+        """The trace's node for ``t``: its symbolic node, or a placeholder fed with its storage."""
+        if t._trace is self:
+            return t._tnode
+        if t._trace is not None:
+            raise RuntimeError(f"{op}: a tensor of another gpumat.compile trace")
+        if id(t) in self.updated:
+            raise RuntimeError(
+                f"{op}: the step reads a parameter after optimizer.step() updated it; a compiled "
+                "step runs the update after its graph, so read parameters before the step"
+            )
+        if t._requires_grad and not t.is_leaf:
+            raise RuntimeError(
+                f"{op}: the step uses a tensor that was computed outside it with a gradient "
+                "history; compute it inside the step, or detach() it"
+            )
+        self._use(t._ctx, op)
+        entry = self.feeds.get(id(t))
+        if entry is None:
+            node = Variable(getattr(t, "_name", "tensor"))
+            entry = self.feeds[id(t)] = (t, node)
+            if t._requires_grad:
+                self.leaves[node] = t
+        return entry[1]
+
+    def apply(self, op, make, inputs, out_dtype, rng, differentiable) -> Tensor:
+        """The symbolic result of one op (see :func:`apply_op`)."""
+        nodes = [self.node_of(t, op) for t in inputs]
+        node = make(*nodes)
+        try:
+            shape = node.op.infer_shape(node, [t._shape for t in inputs])
+        except ValueError as exc:
+            raise ValueError(f"{op}: {exc}") from None
+        wants_grad = any(t._requires_grad for t in inputs)
+        grad = differentiable and is_grad_enabled() and wants_grad
+        if wants_grad and not grad and node.op is not detach_op:
+            node = detach_op(node)  # no gradient through this value, as eagerly
+        out = Tensor._symbolic(self, node, shape, out_dtype, inputs[0]._ctx, rng)
+        out._requires_grad = grad
+        return out
+
+    def guard_range(self, source: int, lo: int, hi: int, op: str, error) -> None:
+        """Each call must check that int64 argument number ``source`` lies in [lo, hi]."""
+        self.range_guards.append((source, lo, hi, op, error))
+
+    def guard_module(self, module) -> None:
+        """Each call must find ``module`` in the train/eval mode it had when traced."""
+        self.module_guards[id(module)] = (module, module.training)
+
+    def touch_grad(self, t: Tensor) -> None:
+        """Remember ``t.grad`` before the trace changes it (restored if tracing fails)."""
+        if id(t) not in self.touched and t._trace is None:
+            self.touched[id(t)] = (t, t._grad)
+
+    def backward(self, root: Tensor, gradient, retain_graph: bool) -> None:
+        """Add the gradient graph of ``root`` and accumulate symbolic ``.grad``s."""
+        if not root._requires_grad:
+            raise RuntimeError(
+                "element 0 of tensors does not require grad and does not have a grad_fn"
+            )
+        seed = None
+        if gradient is None:
+            if root.numel() != 1:
+                raise RuntimeError(
+                    "grad can be implicitly created only for scalar outputs (this tensor has "
+                    f"shape {shape_str(root._shape)}: pass gradient=)"
+                )
+        else:
+            g = gradient if isinstance(gradient, Tensor) else tensor(gradient, device=root._ctx)
+            if g._shape != root._shape or g._dtype is not float32:
+                raise ValueError(
+                    f"backward: gradient must be a float32 tensor of shape {shape_str(root._shape)}"
+                )
+            seed = self.node_of(g, "backward")
+        topo = find_topo_sort([root._tnode])
+        leaves = [n for n in topo if n in self.leaves]
+        path = {n for n in topo if not isinstance(n.op, PlaceholderOp)}
+        if path & self.freed:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time; call "
+                "backward(retain_graph=True) the first time"
+            )
+        grads = gradients(root._tnode, leaves, output_grad=seed) if leaves else []
+        for leaf, g in zip(leaves, grads, strict=True):
+            t = self.leaves[leaf]
+            previous = t._grad
+            if previous is None:
+                node = g
+            elif previous._trace is self:
+                node = add_op(previous._tnode, g)
+            else:
+                raise RuntimeError(
+                    "backward: a compiled step would add to a .grad computed outside it; call "
+                    "optimizer.zero_grad() (or model.zero_grad()) at the start of the step"
+                )
+            t.grad = Tensor._symbolic(self, node, t._shape, float32, t._ctx)
+        if not retain_graph:
+            self.freed |= path
+
+    def zeros_grad(self, t: Tensor) -> None:
+        """``t.grad`` = zeros inside the step (``zero_grad(set_to_none=False)``)."""
+        t.grad = Tensor._symbolic(
+            self, zeroslike_op(self.node_of(t, "zero_grad")), t._shape, float32, t._ctx
+        )
+
+    def record_step(self, optimizer, params: list) -> None:
+        """``optimizer.step()`` inside the step: the update of each parameter with a gradient."""
+        pairs = []
+        for i, p in enumerate(params):
+            g = p._grad
+            if g is None:
+                continue
+            if g._trace is not self:
+                raise RuntimeError(
+                    "optimizer.step(): inside a compiled step the gradients must come from the "
+                    "step's own backward(); call optimizer.zero_grad() at its start"
+                )
+            self.node_of(p, "optimizer.step")
+            pairs.append((i, g._tnode))
+        self.steps.append((optimizer, pairs))
+        self.updated |= {id(params[i]) for i, _ in pairs}

@@ -1,0 +1,230 @@
+"""gpumat.compile: a compiled step equals the eager step (bit for bit without fusion, to float32
+rounding with it), retraces on a new signature or a changed module mode, allocates no device
+memory in its steady state, runs as one CUDA graph on the emulated device, and refuses what it
+cannot trace with a clear error, on every device."""
+
+import numpy as np
+import pytest
+from helpers import new_rng, rand
+
+import gpumat
+import gpumat.nn as nn
+import gpumat.nn.functional as F  # noqa: N812
+
+
+class SmallCNN(nn.Module):
+    """The MNIST example's layers (without dropout) on 10x10 images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, 1)
+        self.conv2 = nn.Conv2d(4, 8, 3, 1, padding=1)
+        self.fc1 = nn.Linear(8 * 4 * 4, 16)
+        self.fc2 = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv2(F.relu(self.conv1(x))))
+        x = F.max_pool2d(x, 2)
+        x = F.relu(self.fc1(gpumat.flatten(x, 1)))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(),
+                         nn.Linear(16, 5))  # fmt: skip
+
+
+MODELS = {
+    "mlp_sgd_ce": (mlp, (8, 12), lambda p: gpumat.optim.SGD(p, lr=0.1, momentum=0.9), "ce"),
+    "mlp_adam_mse": (mlp, (8, 12), lambda p: gpumat.optim.Adam(p, lr=1e-2), "mse"),
+    "cnn_adadelta_nll": (SmallCNN, (4, 1, 10, 10), lambda p: gpumat.optim.Adadelta(p), "nll"),
+}
+
+
+def make_step(model, opt, loss_kind):
+    def step(x, y):
+        opt.zero_grad()
+        out = model(x)
+        if loss_kind == "ce":
+            loss = F.cross_entropy(out, y)
+        elif loss_kind == "nll":
+            loss = F.nll_loss(out, y)
+        else:
+            loss = F.mse_loss(out, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def batches(rng, in_shape, loss_kind, n):
+    out = []
+    for _ in range(n):
+        x = rand(in_shape, rng)
+        if loss_kind == "mse":
+            y = rand((in_shape[0], 5), rng)
+        else:
+            y = rng.integers(0, 5 if loss_kind == "ce" else 10, size=in_shape[0])
+        out.append((x, y))
+    return out
+
+
+def twin_models(build, ctx, make_opt):
+    a, b = build(), build()
+    b.load_state_dict(a.state_dict())
+    a.to(ctx)
+    b.to(ctx)
+    return a, b, make_opt(a.parameters()), make_opt(b.parameters())
+
+
+@pytest.mark.parametrize("fusion", [False, True], ids=["unfused", "fused"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_compiled_equals_eager(ctx, name, fusion):
+    build, in_shape, make_opt, loss_kind = MODELS[name]
+    rng, seed = new_rng()
+    eager_model, comp_model, eager_opt, comp_opt = twin_models(build, ctx, make_opt)
+    eager = make_step(eager_model, eager_opt, loss_kind)
+    compiled = gpumat.compile(make_step(comp_model, comp_opt, loss_kind), fusion=fusion)
+    for i, (x, y) in enumerate(batches(rng, in_shape, loss_kind, 4)):
+        xs, ys = gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx)
+        le, lc = eager(xs, ys), compiled(xs, ys)
+        msg = f"{name} step {i} on {ctx}, fusion={fusion} (seed={seed})"
+        assert not lc.requires_grad and lc.device == ctx
+        if fusion:
+            assert lc.item() == pytest.approx(le.item(), rel=1e-5, abs=1e-6), msg
+        else:
+            assert lc.item() == le.item(), msg
+    assert compiled.traces == 1
+    for (k, p), q in zip(eager_model.named_parameters(), comp_model.parameters(), strict=True):
+        got, want = q.detach().numpy(), p.detach().numpy()
+        if fusion:
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{msg} {k}")
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"{msg} {k}")
+        np.testing.assert_allclose(
+            q.grad.numpy(), p.grad.numpy(), rtol=1e-3, atol=1e-5, err_msg=f"{msg} {k}.grad"
+        )
+    report = compiled.schedule_report
+    want_mode = "compiled" if ctx.device_type == "cpu" else "cuda-graph"
+    assert report.mode == want_mode, str(report)
+
+
+def test_a_new_shape_traces_again_and_modes_are_guarded(ctx):
+    model = nn.Sequential(nn.Linear(4, 3), nn.Dropout(0.5))
+    opt = gpumat.optim.SGD(model.to(ctx).parameters(), lr=0.1)
+    step = gpumat.compile(make_step(model, opt, "mse"))
+    x8, y8 = gpumat.ones(8, 4, device=ctx), gpumat.zeros(8, 3, device=ctx)
+    x3, y3 = gpumat.ones(3, 4, device=ctx), gpumat.zeros(3, 3, device=ctx)
+    step(x8, y8)
+    step(x8, y8)
+    assert step.traces == 1
+    step(x3, y3)
+    assert step.traces == 2
+    step(x8, y8)
+    assert step.traces == 2
+    model.eval()  # dropout off: the traced step must not be replayed
+    step(x8, y8)
+    assert step.traces == 3
+    model.train()
+    step(x8, y8)
+    assert step.traces == 3
+
+
+def test_dropout_draws_fresh_masks_each_call(ctx):
+    gpumat.manual_seed(0)
+    drop = gpumat.compile(lambda x: F.dropout(x, 0.5))
+    x = gpumat.ones(16, 16, device=ctx)
+    a, b = drop(x).numpy(), drop(x).numpy()
+    assert set(np.unique(a)) <= {0.0, 2.0} and not np.array_equal(a, b)
+
+
+def test_steady_state_allocates_no_device_memory(ctx):
+    rng, _ = new_rng()
+    model, _, opt, _ = twin_models(mlp, ctx, lambda p: gpumat.optim.Adam(p, lr=1e-3))
+    step = gpumat.compile(make_step(model, opt, "ce"))
+    data = batches(rng, (8, 12), "ce", 3)
+    data = [(gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx)) for x, y in data]
+    for x, y in data:
+        step(x, y)
+    before = gpumat.memory_stats(ctx)["device_malloc_calls"]
+    for _ in range(5):
+        for x, y in data:
+            step(x, y)
+    assert gpumat.memory_stats(ctx)["device_malloc_calls"] == before
+
+
+def test_gradients_and_inference_functions(ctx):
+    rng, _ = new_rng()
+    w = nn.Parameter(gpumat.tensor(rand((3, 4), rng), device=ctx))
+
+    @gpumat.compile
+    def grads(x):
+        w.grad = None
+        loss = (x @ w).tanh().sum()
+        loss.backward()
+        return loss, {"twice": loss * 2.0}
+
+    x = gpumat.tensor(rand((2, 3), rng), device=ctx)
+    loss, extra = grads(x)
+    g = w.grad.numpy()
+    w.grad = None
+    eager = (x @ w).tanh().sum()
+    eager.backward()
+    np.testing.assert_allclose(g, w.grad.numpy(), rtol=1e-6)
+    assert extra["twice"].item() == pytest.approx(2 * loss.item())
+
+    @gpumat.compile
+    @gpumat.no_grad()
+    def predict(x):
+        return (x @ w).argmax(dim=1)
+
+    np.testing.assert_array_equal(predict(x).numpy(), (x @ w).argmax(dim=1).numpy())
+
+
+def test_what_cannot_be_traced_is_an_error(ctx):
+    w = nn.Parameter(gpumat.ones(3, device=ctx))
+    x = gpumat.ones(3, device=ctx)
+    opt = gpumat.optim.SGD([w], lr=0.1)
+
+    with pytest.raises(RuntimeError, match="has no value yet"):
+        gpumat.compile(lambda t: (t * w).sum().item())(x)
+    with pytest.raises(RuntimeError, match="in-place ops are not traced"):
+        gpumat.compile(lambda t: t.mul_(2.0))(x)
+    with pytest.raises(RuntimeError, match="random tensor made inside"):
+        gpumat.compile(lambda t: t + gpumat.rand(3, device=ctx))(x)
+    with pytest.raises(TypeError, match="returns tensors"):
+        gpumat.compile(lambda t: 3.0)(x)
+
+    def reads_after_update(t):
+        opt.zero_grad()
+        (t * w).sum().backward()
+        opt.step()
+        return w * 2.0
+
+    with pytest.raises(RuntimeError, match="after optimizer.step"):
+        gpumat.compile(reads_after_update)(x)
+
+    w.grad = gpumat.ones(3, device=ctx)  # left over from an eager step
+
+    def accumulates(t):
+        (t * w).sum().backward()
+        return None
+
+    with pytest.raises(RuntimeError, match="zero_grad"):
+        gpumat.compile(accumulates)(x)
+    np.testing.assert_array_equal(w.grad.numpy(), [1.0, 1.0, 1.0])  # restored after the error
+    with pytest.raises(TypeError):
+        gpumat.compile(3)
+    with pytest.raises(TypeError):
+        gpumat.compile(lambda t: t, fusion="yes")
+
+
+def test_class_indices_are_checked_on_every_call(ctx):
+    w = nn.Parameter(gpumat.ones(4, 3, device=ctx))
+    step = gpumat.compile(lambda x, y: F.cross_entropy(x @ w, y))
+    x = gpumat.ones(2, 4, device=ctx)
+    step(x, gpumat.tensor([0, 2], device=ctx))
+    with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+        step(x, gpumat.tensor([3, 1], device=ctx))
+    assert step.traces == 1

@@ -1,0 +1,103 @@
+"""Creating tensors: device names, dtypes inferred from the data, the creation functions and
+``manual_seed``, and reading values back (``numpy``, ``item``, ``tolist``, ``to``), on every
+device."""
+
+import numpy as np
+import pytest
+
+import gpumat
+from gpumat.tensor import as_device
+
+
+@pytest.mark.parametrize(
+    "name, want",
+    [
+        ("cpu", gpumat.cpu()),
+        ("cuda", gpumat.gpu(0)),
+        ("cuda:0", gpumat.gpu(0)),
+        ("cuda:1", gpumat.gpu(1)),
+        ("gpu:1", gpumat.gpu(1)),
+        ("emu", gpumat.emu(0)),
+        ("emu:0", gpumat.emu(0)),
+        (None, gpumat.cpu()),
+    ],
+)
+def test_device_names_are_pytorchs(name, want):
+    assert as_device(name) == want
+
+
+@pytest.mark.parametrize("name", ["tpu", "cuda:", "cuda:x", "cpu:1", "emu:-1", ""])
+def test_unknown_device_names_are_value_errors(name):
+    with pytest.raises(ValueError, match="unknown device"):
+        gpumat.tensor([1.0], device=name)
+    with pytest.raises(TypeError, match="device must be"):
+        gpumat.zeros(2, device=3)
+
+
+def test_dtypes_follow_the_data(ctx):
+    rng = np.random.default_rng()
+    floats = rng.standard_normal((3, 4))  # float64 data becomes float32, as torch.tensor does
+    t = gpumat.tensor(floats, device=ctx)
+    assert (t.dtype, t.device, t.shape) == (gpumat.float32, ctx, (3, 4))
+    np.testing.assert_array_equal(t.numpy(), floats.astype(np.float32))
+    ints = rng.integers(-1000, 1000, size=(5,))
+    t = gpumat.tensor(ints, device=ctx)
+    assert t.dtype == gpumat.int64 and t.numpy().dtype == np.int64
+    np.testing.assert_array_equal(t.numpy(), ints)
+    assert gpumat.tensor([[1, 2], [3, 4]], device=ctx).tolist() == [[1, 2], [3, 4]]
+    assert gpumat.tensor([True, False], device=ctx).dtype == gpumat.bool
+    assert gpumat.tensor([1, 2], dtype=gpumat.float32, device=ctx).tolist() == [1.0, 2.0]
+    x = float(rng.standard_normal())
+    assert gpumat.tensor(x, device=ctx).item() == pytest.approx(x, rel=1e-7)
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    f = gpumat.from_numpy(a)
+    assert f.dtype == gpumat.float32 and f.device == gpumat.cpu()
+    np.testing.assert_array_equal(f.numpy(), a)
+
+
+def test_creation_functions(ctx):
+    z = gpumat.zeros(2, 3, device=ctx)
+    o = gpumat.ones((2, 3), device=ctx, requires_grad=True)
+    assert z.shape == o.shape == (2, 3) and z.device == o.device == ctx
+    np.testing.assert_array_equal(z.numpy(), np.zeros((2, 3), np.float32))
+    np.testing.assert_array_equal(o.detach().numpy(), np.ones((2, 3), np.float32))
+    assert o.requires_grad and not z.requires_grad and o.is_leaf
+    assert gpumat.full((2,), 3.5, device=ctx).tolist() == [3.5, 3.5]
+    r = gpumat.arange(5, device=ctx)
+    assert r.dtype == gpumat.int64 and r.tolist() == [0, 1, 2, 3, 4]
+    np.testing.assert_allclose(gpumat.arange(0, 1, 0.25, device=ctx).numpy(), [0, 0.25, 0.5, 0.75])
+
+
+def test_random_tensors_follow_manual_seed(ctx):
+    gpumat.manual_seed(1234)
+    a, n = gpumat.rand(200, 50, device=ctx), gpumat.randn(200, 50, device=ctx)
+    gpumat.manual_seed(1234)
+    b, m = gpumat.rand(200, 50, device=ctx), gpumat.randn(200, 50, device=ctx)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(n.numpy(), m.numpy())
+    u = a.numpy()
+    assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.02  # 10,000 draws: 7 sigma
+    g = n.numpy()
+    assert abs(g.mean()) < 0.05 and abs(g.std() - 1) < 0.05
+    c = gpumat.rand(200, 50, device=ctx)  # the generator moved on
+    assert not np.array_equal(c.numpy(), u)
+
+
+def test_reading_values_and_moving(ctx):
+    rng = np.random.default_rng()
+    a = rng.standard_normal((3, 2)).astype(np.float32)
+    t = gpumat.tensor(a)
+    moved = t.to(ctx)
+    assert moved.device == ctx and (moved is t) == (ctx == gpumat.cpu())
+    np.testing.assert_array_equal(moved.numpy(), a)
+    assert moved.tolist() == a.tolist()
+    np.testing.assert_array_equal((moved * 2).to("cpu").numpy(), a * 2)
+    with pytest.raises(ValueError, match="item"):
+        moved.item()
+    leaf = gpumat.tensor(a, requires_grad=True)
+    if ctx != gpumat.cpu():  # a copy between devices is not recorded: an error, not a lost grad
+        with pytest.raises(RuntimeError, match="not recorded for backward"):
+            leaf.to(ctx)
+    assert leaf.detach().to(ctx).device == ctx
+    with pytest.raises(RuntimeError, match="requires grad"):
+        leaf.numpy()
