@@ -47,7 +47,17 @@ SECTIONS = [
     ("Kernels", ["gpumat.ops", "gpumat.reference"]),
     ("Graphs and autodiff", ["gpumat.graph"]),
     ("The runtime", ["gpumat.runtime"]),
-    ("Front end", ["gpumat.tensor", "gpumat.nn", "gpumat.functional", "gpumat.compile"]),
+    (
+        "The PyTorch-style front end",
+        [
+            "gpumat.tensor",
+            "gpumat.autograd",
+            "gpumat.nn",
+            "gpumat.compiler",
+            "gpumat.data",
+            "gpumat.serialization",
+        ],
+    ),
     (
         "Training",
         [
