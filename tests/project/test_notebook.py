@@ -138,6 +138,27 @@ def test_mnist_notebook(run_notebook, tmp_path, monkeypatch):
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
 
+def test_frontend_notebook(run_notebook, monkeypatch):
+    try:
+        from gpumat import datasets
+
+        datasets.load_mnist(progress=False, sources=[])  # local copies only
+    except datasets.DatasetError as exc:
+        pytest.skip(f"MNIST unavailable: {exc}")
+    monkeypatch.setenv("GPUMAT_NOTEBOOK_STEPS", "12")
+    nb = run_notebook("04_frontend.ipynb")
+    text = _outputs(nb)
+    assert "compiled == eager, bit for bit: True" in text  # the cell asserts it too
+    assert "12 steps in" in text and "accuracy on 1000 test images after 12 steps" in text
+    assert _images(nb), "the learning curve"
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert "the comparison is skipped" in text
+    else:
+        assert "same predictions:" in text
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the notebook compiles a kernel with g++")
 def test_emulator_notebook(run_notebook, monkeypatch):
     monkeypatch.setenv("GPUMAT_NOTEBOOK_SEEDS", "3")
