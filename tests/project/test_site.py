@@ -31,7 +31,9 @@ def test_the_docs_extra_declares_the_sites_tools():
 def test_readme_documents_the_command_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    assert 'pip install ".[docs]"' in readme and 'python3 -m pip install ".[docs]"' in ci
+    assert 'pip install ".[docs]"' in readme
+    # CI installs the same extra's requirements without building gpumat a second time.
+    assert '["optional-dependencies"]["docs"]' in ci
     command = re.search(r"^python -m sphinx (.*?) \. build/site", readme, re.M)
     assert command, "README.md: the site's build command"
     assert f"python3 -m sphinx {command.group(1)} . " in ci
