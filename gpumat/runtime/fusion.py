@@ -251,8 +251,8 @@ def rule_softmax_cross_entropy(rw: _Rewriter, node: Node) -> bool:
     return False
 
 
-# name -> rule; applied in this order over the whole graph (dense_relu before dense, so a ReLU
-# layer is one fused node, not a dense node and a ReLU).
+#: name -> rule; applied in this order over the whole graph (dense_relu before dense, so a ReLU
+#: layer is one fused node, not a dense node and a ReLU).
 RULES: dict[str, Callable[[_Rewriter, Node], bool]] = {
     "dense_relu": rule_dense_relu,
     "dense": rule_dense,
