@@ -112,3 +112,13 @@ def test_plot_files_in_the_repository_root_are_ignored():
     for name in ("mnist.png", "curves.pdf", "loss.svg"):
         proc = subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT, capture_output=True)
         assert proc.returncode == 0, (name, proc.stderr)
+
+
+def test_gpu_check_script_names_files_that_exist():
+    """scripts/gpu_check.sh runs only on a lent GPU: a test file it names that has moved would go
+    unnoticed until then."""
+    script = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    named = set(re.findall(r"\$REPO/((?:tests|examples|benchmarks)/[\w/.-]+\.py)", script))
+    assert named, "the pattern no longer finds the script's files"
+    missing = sorted(p for p in named if not (ROOT / p).is_file())
+    assert not missing, f"gpu_check.sh names files that do not exist: {missing}"
