@@ -169,3 +169,7 @@ def test_emulator_notebook(run_notebook, monkeypatch):
     assert original and float(original.group(1)) < 1e-4, text[-2000:]
     assert "caught by 3 of 3 schedules" in text
     assert _images(nb)
+    assert "original kernel, instrumented: largest error" in text and "no report" in text
+    assert "mutant, instrumented: exit code 3" in text
+    assert re.search(r"(initcheck|racecheck): .*shared", text), text[-2000:]
+    assert "matmul_tiled_kernel" in text and "block (" in text and "thread (" in text
