@@ -293,9 +293,10 @@ def _dlpack_export(PyGpuMatrix self, stream, max_version, dl_device, copy):
         # NOTE: one host-side wait for gpumat's stream orders every queued write before any
         # work the consumer enqueues on its stream, whichever stream that is.
         synchronize_(kind, index)
-    elif kind == 2 and not copied:
+    elif kind == 2:
         # The emulated device's memory is exported as CPU memory: a CPU consumer has no stream to
-        # wait on, so the queued kernels that write the array must finish first.
+        # wait on, so the queued work that writes the array (its kernels, or the copy=True copy
+        # just queued) must finish first.
         synchronize_(kind, index)
     # DLPack >= 1.0 consumers get the versioned struct; older ones (or None) the legacy one.
     versioned = version is not None and version[0] >= 1
