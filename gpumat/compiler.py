@@ -18,8 +18,10 @@ it read; a call that finds one changed traces again.
 
 What a compiled step returns: its tensors as new tensors (copies of the step's buffers), and
 the parameters' ``.grad`` set to the step's gradient buffers (overwritten by the next call, as
-the next eager step would replace them). Returned tensors never require a gradient: a compiled
-function is a whole step (forward, backward, update), or runs under ``no_grad``.
+the next eager step would replace them; the next call reuses those ``.grad`` tensors and
+advances their version counters, so a graph that read an earlier gradient refuses to
+backward). Returned tensors never require a gradient: a compiled function is a whole step
+(forward, backward, update), or runs under ``no_grad``.
 
 Equal to eager execution: with ``fusion=False`` a compiled step runs the very kernels, in the
 same order and on the same values, that the eager step runs (the same ops; gradients summed in
@@ -54,17 +56,21 @@ def _signature(value, tensors: list, objects: list):
     """A hashable key of an argument structure; collects its tensors (in order) and the objects
     keyed by identity (kept alive, so their ids are not reused)."""
     if isinstance(value, Tensor):
-        value._concrete("gpumat.compile")
+        if value._data is None:
+            value._concrete("gpumat.compile")
         tensors.append(value)
-        return ("T", value.shape, value.dtype.name, value.device, value.requires_grad)
+        return ("T", value._shape, value._dtype.name, value._ctx, value._requires_grad)
     if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(_signature(v, tensors, objects) for v in value))
+        return (type(value).__name__, tuple([_signature(v, tensors, objects) for v in value]))
     if isinstance(value, dict):
-        return ("dict", tuple((k, _signature(v, tensors, objects)) for k, v in value.items()))
+        return ("dict", tuple([(k, _signature(v, tensors, objects)) for k, v in value.items()]))
     if value is None or isinstance(value, (bool, numbers.Number, str, bytes, Context)):
         return ("=", type(value).__name__, value)
     objects.append(value)
     return ("id", id(value))
+
+
+_NO_KWARGS = _signature({}, [], [])
 
 
 def _replace(value, fn):
@@ -114,16 +120,42 @@ class _Entry:
             owner = position.get(id(t), t)
             self.grads.append((owner, None if g is None else slots[g._tnode]))
         self.modules = list(trace.module_guards.values())
+        self._grad_cache = None  # the .grad tensors of the last call (see _grad_tensors)
         # The trace-time arguments are not kept (only the parameters and constants it reads).
         trace.touched.clear()
         trace.leaves.clear()
+
+    def _grad_tensors(self, vals: list, ctx) -> list:
+        """The ``.grad`` tensors of this call, over the executor's gradient buffers ``vals``.
+
+        The tensors of the last call are reused when they wrap the same buffers (the executor
+        hands a thread the same buffers every run) and still require no gradient and have none:
+        their version counters advance, as this call wrote their values in place, so a graph
+        that read an earlier ``.grad`` refuses to backward instead of using the new values.
+        """
+        cached = self._grad_cache
+        if cached is not None and all(
+            (k is None and g is None)
+            or (g is not None and g._data is vals[k] and not g._requires_grad and g._grad is None)
+            for (_, k), g in zip(self.grads, cached, strict=True)
+        ):
+            for g in cached:
+                if g is not None:
+                    g._vc.value += 1
+            return cached
+        made = [None if k is None else Tensor._make(vals[k], float32, ctx) for _, k in self.grads]
+        self._grad_cache = made
+        return made
 
     def holds(self) -> bool:
         """Whether the modules' modes and the fed tensors' requires_grad are as traced."""
         for module, training in self.modules:
             if module.training != training:
                 return False
-        return all(t.requires_grad == rg for t, _, rg in self.feeds)
+        for t, _, rg in self.feeds:
+            if t._requires_grad != rg:
+                return False
+        return True
 
     def run(self, args: list):
         """One call: check, feed, run the graph, update, set the gradients, return results."""
@@ -147,9 +179,10 @@ class _Entry:
         for opt, idx, slots in self.steps:
             opt.apply_gradients(idx, [vals[k] for k in slots])
         ctx = self.trace.ctx
-        for owner, k in self.grads:
+        grads = self._grad_tensors(vals, ctx)
+        for (owner, _), g in zip(self.grads, grads, strict=True):
             t = args[owner] if isinstance(owner, int) else owner
-            t._grad = None if k is None else Tensor._make(vals[k], float32, ctx)
+            t._grad = g
 
         def result(sym: Tensor):
             if sym._trace is not self.trace:
@@ -185,7 +218,7 @@ class CompiledFunction:
         objects: list = []
         key = (
             _signature(args, tensors, objects),
-            _signature(kwargs, tensors, objects),
+            _signature(kwargs, tensors, objects) if kwargs else _NO_KWARGS,
             is_grad_enabled(),
         )
         for entry in self._cache.get(key, ()):

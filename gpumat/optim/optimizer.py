@@ -360,11 +360,13 @@ class Optimizer:
         """One update of the parameter arrays at positions ``idx`` (checked hyper-parameters)."""
         group = self._check(dict(self.param_groups[0]))
         state = self._ensure_state()
-        one_device = (
-            self._one_device
-            if not self._tensors
-            else (len({a.ctx for a in arrays}) == 1 if arrays else False)
-        )
+        if not self._tensors:
+            one_device = self._one_device
+        elif arrays:
+            c0 = arrays[0].ctx
+            one_device = all(a.ctx is c0 or a.ctx == c0 for a in arrays)
+        else:
+            one_device = False
         if one_device:
             try:
                 self._update(idx, arrays, grads, group, state, True)

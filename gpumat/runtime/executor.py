@@ -53,6 +53,8 @@ from gpumat.runtime.plan import (
 
 __all__ = ["Executor"]
 
+_UNCHECKED = object()  # last_feeds' marker for a host value: mutable, so checked again every run
+
 
 class _ThreadState:
     """What one thread's runs of an executor use: its plan, the plan's buffers, its compiled step.
@@ -79,6 +81,12 @@ class _ThreadState:
         self.buffer_ends: list[int] = []
         self.topo_order: list[Node] | None = None
         self.node_to_shape_map: dict[Node, tuple] | None = None
+        # The checked feeds of the last run of the current plan: node -> (the value as fed, or
+        # _UNCHECKED for host values, which are checked every run; (value, external); shape).
+        # A device array fed again as the same object needs no new check (its device, address
+        # and shape never change), and a run whose nodes, shapes and placements all match it
+        # keeps the plan without building the plan key. None when no run of this plan has done.
+        self.last_feeds: dict | None = None
 
 
 class Executor:
@@ -285,14 +293,28 @@ class Executor:
     # Feeds, plan, run
     # ------------------------------------------------------------------------------------------
 
-    def _normalise_feeds(self, st: _ThreadState, feed_dict: Mapping) -> dict:
+    def _normalise_feeds(self, st: _ThreadState, feed_dict: Mapping) -> tuple[dict, dict, bool]:
         """fed node -> (value, external) for the nodes of this graph; checks devices. A device
         array is used in place (external) unless it lies in one of this thread's planned buffers
         (a value an earlier run returned, fed back: ``h = ex.run({x: h})[0]``): the plan may
         overwrite that buffer before the feed's last reader runs, so such a feed is copied into a
-        buffer of its own, like a numpy feed."""
+        buffer of its own, like a numpy feed.
+
+        Also returns the feeds' record for ``st.last_feeds`` and whether the feed signature (the
+        fed nodes, their shapes and placements) equals the last run's. A device array that the
+        last run of this plan was fed as the same object is not checked again: its device,
+        storage and shape are fixed for its lifetime (the record keeps it alive, so its identity
+        is not reused), and this thread's buffers are those of that run."""
         feeds = {}
+        record = {}
+        last = st.last_feeds
+        same = last is not None
         for node, value in feed_dict.items():
+            prev = last.get(node) if last is not None else None
+            if prev is not None and prev[0] is value:
+                feeds[node] = prev[1]
+                record[node] = prev
+                continue
             if not isinstance(node, Node):
                 raise TypeError(f"feed_dict keys must be graph nodes, got {type(node).__name__}")
             if node not in self._graph_nodes:
@@ -308,15 +330,19 @@ class Executor:
                         f"feed for {node.name!r} is on {value.ctx}, but this executor runs on "
                         f"{self.ctx}; devices are never mixed implicitly: copy it explicitly"
                     )
-                feeds[node] = (value, not self._in_own_buffers(st, value))
+                fed = feeds[node] = (value, not self._in_own_buffers(st, value))
+                record[node] = entry = (value, fed, value.shape)
             else:
                 arr = np.asarray(value)
                 if arr.dtype.kind not in "biuf":
                     raise TypeError(
                         f"feed for {node.name!r}: expected real numbers, got dtype {arr.dtype}"
                     )
-                feeds[node] = (arr, False)
-        return feeds
+                fed = feeds[node] = (arr, False)
+                record[node] = entry = (_UNCHECKED, fed, arr.shape)
+            if same and (prev is None or prev[2] != entry[2] or prev[1][1] != fed[1]):
+                same = False
+        return feeds, record, same and len(record) == len(last)
 
     @staticmethod
     def _in_own_buffers(st: _ThreadState, value) -> bool:
@@ -334,6 +360,7 @@ class Executor:
         # Past planning the old plan is given up; if allocating fails, the next run replans.
         st.plan_key = None
         st.plan = None
+        st.last_feeds = None
         # Drop the old buffers first so that the allocator can reuse their memory.
         st.buffers = []
         st.template = []
@@ -396,23 +423,26 @@ class Executor:
             TypeError: a feed key is not a node, or a feed is not numeric.
         """
         st = self._state
-        feeds = self._normalise_feeds(st, feed_dict)
-        if self.ctx is None:
-            dtype = (
-                np.float64
-                if any(v.dtype == np.float64 for v, ext in feeds.values())
-                else np.float32
+        feeds, record, same = self._normalise_feeds(st, feed_dict)
+        if not same or self.ctx is None:  # numpy: the run's dtype depends on the feeds' too
+            if self.ctx is None:
+                dtype = (
+                    np.float64
+                    if any(v.dtype == np.float64 for v, ext in feeds.values())
+                    else np.float32
+                )
+            else:
+                dtype = np.float32
+            key = (
+                frozenset((n, tuple(v.shape), ext) for n, (v, ext) in feeds.items()),
+                np.dtype(dtype).str,
             )
-        else:
-            dtype = np.float32
-        key = (
-            frozenset((n, tuple(v.shape), ext) for n, (v, ext) in feeds.items()),
-            np.dtype(dtype).str,
-        )
-        if key != st.plan_key:
-            # A shape error leaves the previous plan in place (and valid for its feeds).
-            self._prepare(st, feeds, dtype)
-            st.plan_key = key
+            if key != st.plan_key:
+                # A shape error leaves the previous plan in place (and valid for its feeds).
+                self._prepare(st, feeds, dtype)
+                st.plan_key = key
+                record = None  # checked against the old buffers: check again next run
+        st.last_feeds = record
 
         ctx = self.ctx
         training = self.training

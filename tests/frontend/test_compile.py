@@ -228,3 +228,29 @@ def test_class_indices_are_checked_on_every_call(ctx):
     with pytest.raises(IndexError, match="Target 3 is out of bounds"):
         step(x, gpumat.tensor([3, 1], device=ctx))
     assert step.traces == 1
+
+
+def test_each_call_rewrites_grad_and_a_graph_that_read_it_sees_the_change(ctx):
+    """A call writes the parameters' .grad in place (the executor's gradient buffers, the
+    tensors of the last call reused): the values are this call's gradients, and a graph that
+    read an earlier .grad refuses to backward (its version advanced), never a wrong gradient."""
+    rng, _ = new_rng()
+    model, twin, opt, twin_opt = twin_models(mlp, ctx, lambda p: gpumat.optim.SGD(p, lr=0.1))
+    step = gpumat.compile(make_step(model, opt, "ce"))
+    eager = make_step(twin, twin_opt, "ce")
+    data = [
+        (gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx))
+        for x, y in batches(rng, (8, 12), "ce", 3)
+    ]
+    step(*data[0])
+    eager(*data[0])
+    w = model[0].weight
+    a = gpumat.tensor(rand(w.shape, rng), device=ctx, requires_grad=True)
+    product = (a * w.grad).sum()  # reads this call's gradient for a's gradient
+    for x, y in data[1:]:
+        step(x, y)
+        eager(x, y)
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        product.backward()

@@ -743,3 +743,41 @@ def test_a_returned_array_fed_back_is_never_overwritten_mid_run(device_ctx, fusi
         np.testing.assert_allclose(value.asnumpy(), ref, rtol=1e-5, atol=1e-5)
         mallocs.append(gpumat.memory_stats(device_ctx)["device_malloc_calls"])
     assert mallocs[2:] == [mallocs[2]] * 4
+
+
+def test_repeated_feeds_keep_every_check(device_ctx):
+    """A device array fed again as the same object is not checked again, and a run whose fed
+    nodes, shapes and placements repeat keeps its plan without rebuilding the plan key; every
+    change is still seen: a new shape plans again, a bad shape and an array on another device
+    still raise, naming the node."""
+    import gpumat
+
+    rng = np.random.default_rng()
+    x, w = ad.Variable("x"), ad.Variable("w")
+    ex = Executor([ad.matmul_op(x, w)], ctx=device_ctx)
+    wn = rand(rng, (3, 2))
+    wd = gpumat.array(wn, device_ctx)
+    xn = rand(rng, (4, 3))
+    xd = gpumat.array(xn, device_ctx)
+    for _ in range(3):  # the same objects: one plan
+        (got,) = ex.run({x: xd, w: wd}, convert_to_numpy_ret_vals=True)
+        assert_float32_close(got, xn @ wn, "same feeds")
+    plan = ex.memory_plan
+    xn = rand(rng, (4, 3))
+    (got,) = ex.run({x: gpumat.array(xn, device_ctx), w: wd}, convert_to_numpy_ret_vals=True)
+    assert ex.memory_plan is plan  # a new array of the same shape: the same plan
+    assert_float32_close(got, xn @ wn, "a new array")
+    xn = rand(rng, (5, 3))
+    xd = gpumat.array(xn, device_ctx)
+    (got,) = ex.run({x: xd, w: wd}, convert_to_numpy_ret_vals=True)
+    assert ex.memory_plan is not plan and got.shape == (5, 2)
+    assert_float32_close(got, xn @ wn, "a new shape")
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        ex.run({x: xd, w: gpumat.array(rand(rng, (4, 2)), device_ctx)})
+    other = gpumat.cpu() if device_ctx.device_type != "cpu" else gpumat.emu(0)
+    with pytest.raises(ValueError, match=r"'x' is on .*devices are never mixed"):
+        ex.run({x: gpumat.array(xn, other), w: wd})
+    with pytest.raises(ValueError, match=r"'w' is on .*devices are never mixed"):
+        ex.run({x: xd, w: gpumat.array(wn, other)})
+    (got,) = ex.run({x: xd, w: wd}, convert_to_numpy_ret_vals=True)
+    assert_float32_close(got, xn @ wn, "after the errors")

@@ -27,50 +27,44 @@ inline float stable_sigmoid(float x) {
 
 // NOTE: written as a comparison so that NaN passes through (max(NaN, 0) would hide it).
 void relu(int, const float* in, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = in[i] < 0.0f ? 0.0f : in[i];
+  parallel_for(n, n, [&](int64_t i) { out[i] = in[i] < 0.0f ? 0.0f : in[i]; });
 }
 
 // NOTE: the subgradient at exactly 0 is taken as 0; a NaN input gives NaN.
 void relu_gradient(int, const float* in, const float* grad, float* out, int64_t n) {
   // Both operands are loaded unconditionally so the loop vectorises into selects.
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n, [&](int64_t i) {
     const float x = in[i], g = grad[i];
     out[i] = x > 0.0f ? g : (x != x ? x : 0.0f);
-  }
+  });
 }
 
 void tanh(int, const float* in, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = std::tanh(in[i]);
+  parallel_for(n, n, [&](int64_t i) { out[i] = std::tanh(in[i]); });
 }
 
 void sigmoid(int, const float* in, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = stable_sigmoid(in[i]);
+  parallel_for(n, n, [&](int64_t i) { out[i] = stable_sigmoid(in[i]); });
 }
 
 void tanh_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n, [&](int64_t i) {
     const float v = y[i];
     out[i] = dy[i] * (1.0f - v * v);
-  }
+  });
 }
 
 void sigmoid_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n, [&](int64_t i) {
     const float v = y[i];
     out[i] = dy[i] * v * (1.0f - v);
-  }
+  });
 }
 
 void dropout(int, const float* in, float* out, int64_t n, float p, float scale, uint64_t seed) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
+  parallel_for(n, n, [&](int64_t i) {
     out[i] = rng::uniform01(seed, static_cast<uint64_t>(i)) < p ? 0.0f : in[i] * scale;
+  });
 }
 
 // dz = dy * (y > 0), dbias = column sums of dz: the backward pass of relu(z + bias) (the ReLU
@@ -101,49 +95,60 @@ void relu_bias_gradient(int, const float* y, const float* dy, float* dz, float* 
   if (chunks > 1 && static_cast<int64_t>(scratch.size()) < chunks * cols)
     scratch.resize(static_cast<size_t>(chunks * cols));
   double* const partial = scratch.data();
-  // One parallel region for both passes (one fork/join); the first loop's implicit barrier
-  // completes the partial rows before the second adds them.
-#pragma omp parallel if (rows * cols >= kParallelMin)
-  {
-#pragma omp for
-    for (int64_t task = 0; task < chunks * tiles; ++task) {
-      const int64_t k = task / tiles, c0 = (task % tiles) * kRbgColTile;
-      const int64_t r1 = std::min(rows, (k + 1) * chunk_rows), w = std::min(cols - c0, kRbgColTile);
-      double acc[kRbgColTile];
-      for (int64_t c = 0; c < w; ++c) acc[c] = 0.0;
-      for (int64_t r = k * chunk_rows; r < r1; ++r) {
-        const float* yr = y + r * cols + c0;
-        const float* dyr = dy + r * cols + c0;
-        float* dzr = dz + r * cols + c0;  // may be dyr: each lane reads its element before writing it
+  // Pass 1, a task: column tile (task % tiles) of row chunk (task / tiles): dz, and the tile's
+  // column sums into dbias (one chunk) or its partial row.
+  auto rows_pass = [&](int64_t task) {
+    const int64_t k = task / tiles, c0 = (task % tiles) * kRbgColTile;
+    const int64_t r1 = std::min(rows, (k + 1) * chunk_rows), w = std::min(cols - c0, kRbgColTile);
+    double acc[kRbgColTile];
+    for (int64_t c = 0; c < w; ++c) acc[c] = 0.0;
+    for (int64_t r = k * chunk_rows; r < r1; ++r) {
+      const float* yr = y + r * cols + c0;
+      const float* dyr = dy + r * cols + c0;
+      float* dzr = dz + r * cols + c0;  // may be dyr: each lane reads its element before writing it
 #pragma omp simd
-        for (int64_t c = 0; c < w; ++c) {
-          // The mask as bits (dy where y > 0, else +0.0): g++ 12 leaves `y > 0 ? dy : 0` feeding a
-          // double sum as a branch per element (not vectorized, mispredicted half the time on
-          // random signs).
-          uint32_t bits;
-          std::memcpy(&bits, dyr + c, sizeof bits);
-          bits &= yr[c] > 0.0f ? 0xffffffffu : 0u;
-          float g;
-          std::memcpy(&g, &bits, sizeof g);
-          dzr[c] = g;
-          acc[c] += g;
-        }
-      }
-      if (chunks == 1) {
-        for (int64_t c = 0; c < w; ++c) dbias[c0 + c] = static_cast<float>(acc[c]);
-      } else {
-        for (int64_t c = 0; c < w; ++c) partial[k * cols + c0 + c] = acc[c];
+      for (int64_t c = 0; c < w; ++c) {
+        // The mask as bits (dy where y > 0, else +0.0): g++ 12 leaves `y > 0 ? dy : 0` feeding a
+        // double sum as a branch per element (not vectorized, mispredicted half the time on
+        // random signs).
+        uint32_t bits;
+        std::memcpy(&bits, dyr + c, sizeof bits);
+        bits &= yr[c] > 0.0f ? 0xffffffffu : 0u;
+        float g;
+        std::memcpy(&g, &bits, sizeof g);
+        dzr[c] = g;
+        acc[c] += g;
       }
     }
+    if (chunks == 1) {
+      for (int64_t c = 0; c < w; ++c) dbias[c0 + c] = static_cast<float>(acc[c]);
+    } else {
+      for (int64_t c = 0; c < w; ++c) partial[k * cols + c0 + c] = acc[c];
+    }
+  };
+  // Pass 2 (more than one chunk), a column tile: the partial rows added in chunk order.
+  auto sums_pass = [&](int64_t tile) {
+    const int64_t c0 = tile * kRbgColTile, c1 = std::min(cols, c0 + kRbgColTile);
+    for (int64_t k = 1; k < chunks; ++k)
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) partial[c] += partial[k * cols + c];
+    for (int64_t c = c0; c < c1; ++c) dbias[c] = static_cast<float>(partial[c]);
+  };
+  if (rows * cols < kParallelMin) {  // no parallel region at all (see parallel_for)
+    for (int64_t task = 0; task < chunks * tiles; ++task) rows_pass(task);
+    if (chunks > 1)
+      for (int64_t tile = 0; tile < tiles; ++tile) sums_pass(tile);
+    return;
+  }
+  // One parallel region for both passes (one fork/join); the first loop's implicit barrier
+  // completes the partial rows before the second adds them.
+#pragma omp parallel
+  {
+#pragma omp for
+    for (int64_t task = 0; task < chunks * tiles; ++task) rows_pass(task);
     if (chunks > 1) {  // the same on every thread
 #pragma omp for
-      for (int64_t tile = 0; tile < tiles; ++tile) {
-        const int64_t c0 = tile * kRbgColTile, c1 = std::min(cols, c0 + kRbgColTile);
-        for (int64_t k = 1; k < chunks; ++k)
-#pragma omp simd
-          for (int64_t c = c0; c < c1; ++c) partial[c] += partial[k * cols + c];
-        for (int64_t c = c0; c < c1; ++c) dbias[c] = static_cast<float>(partial[c]);
-      }
+      for (int64_t tile = 0; tile < tiles; ++tile) sums_pass(tile);
     }
   }
 }

@@ -172,15 +172,14 @@ void add_channel_bias(int, const float* in, const float* bias, float* out, int64
 
 // in is (outer, channels, inner), out is (channels,); each channel's sum runs in double, in order.
 void reduce_sum_channels(int, const float* in, float* out, int64_t outer, int64_t channels, int64_t inner) {
-#pragma omp parallel for if (outer * channels * inner >= kParallelMin)
-  for (int64_t c = 0; c < channels; ++c) {
+  parallel_for(channels, outer * channels * inner, [&](int64_t c) {
     double acc = 0.0;
     for (int64_t n = 0; n < outer; ++n) {
       const float* src = in + (n * channels + c) * inner;
       for (int64_t k = 0; k < inner; ++k) acc += src[k];
     }
     out[c] = static_cast<float>(acc);
-  }
+  });
 }
 
 }  // namespace gpumat::host

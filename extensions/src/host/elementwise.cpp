@@ -13,53 +13,43 @@
 namespace gpumat::host {
 
 void array_set(int, float* out, int64_t n, float value) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = value;
+  parallel_for(n, n, [&](int64_t i) { out[i] = value; });
 }
 
 void add(int, const float* a, const float* b, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  parallel_for(n, n, [&](int64_t i) { out[i] = a[i] + b[i]; });
 }
 
 void multiply(int, const float* a, const float* b, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+  parallel_for(n, n, [&](int64_t i) { out[i] = a[i] * b[i]; });
 }
 
 void divide(int, const float* a, const float* b, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b[i];
+  parallel_for(n, n, [&](int64_t i) { out[i] = a[i] / b[i]; });
 }
 
 void eq(int, const float* a, const float* b, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] == b[i] ? 1.0f : 0.0f;
+  parallel_for(n, n, [&](int64_t i) { out[i] = a[i] == b[i] ? 1.0f : 0.0f; });
 }
 
 void add_const(int, const float* in, float value, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = in[i] + value;
+  parallel_for(n, n, [&](int64_t i) { out[i] = in[i] + value; });
 }
 
 void multiply_const(int, const float* in, float value, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = in[i] * value;
+  parallel_for(n, n, [&](int64_t i) { out[i] = in[i] * value; });
 }
 
 void axpy(int, float alpha, const float* x, float* y, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  parallel_for(n, n, [&](int64_t i) { y[i] += alpha * x[i]; });
 }
 
 void exp(int, const float* in, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = std::exp(in[i]);
+  parallel_for(n, n, [&](int64_t i) { out[i] = std::exp(in[i]); });
 }
 
 void log(int, const float* in, float* out, int64_t n) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = std::log(in[i]);
+  parallel_for(n, n, [&](int64_t i) { out[i] = std::log(in[i]); });
 }
 
 void copy(int, const float* src, float* dst, int64_t n) {

@@ -24,15 +24,14 @@ void transpose(int, const float* in, float* out, int64_t rows, int64_t cols) {
 
 // indices is (rows,), out is (rows, classes).
 void one_hot(int, const float* indices, float* out, int64_t rows, int64_t classes) {
-#pragma omp parallel for if (rows * classes >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * classes, [&](int64_t r) {
     float* row = out + r * classes;
     std::fill(row, row + classes, 0.0f);
     const float v = indices[r];
     // false for NaN; -0.0 passes as class 0, as -0.0 == 0.0f does on CUDA
     if (v >= 0.0f && v < static_cast<float>(classes) && v == std::floor(v))
       row[static_cast<int64_t>(v)] = 1.0f;
-  }
+  });
 }
 
 }  // namespace gpumat::host

@@ -27,13 +27,12 @@ double chunked_sum(int64_t n, Term term) {
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
+  parallel_for(chunks, n, [&](int64_t ch) {
     const int64_t i1 = std::min(n, (ch + 1) * kChunk);
     double acc = 0.0;
     for (int64_t i = ch * kChunk; i < i1; ++i) acc += term(i);
     partial[static_cast<size_t>(ch)] = acc;
-  }
+  });
   double total = 0.0;
   for (double p : partial) total += p;
   return total;
@@ -58,19 +57,17 @@ void mae_loss(int, const float* pred, const float* target, float* loss, int64_t 
 void mse_loss_gradient(int, const float* pred, const float* target, const float* dloss, float* out_grad,
                        int64_t n) {
   const float scale = dloss[0] * (2.0f / static_cast<float>(n));
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out_grad[i] = scale * (pred[i] - target[i]);
+  parallel_for(n, n, [&](int64_t i) { out_grad[i] = scale * (pred[i] - target[i]); });
 }
 
 void mae_loss_gradient(int, const float* pred, const float* target, const float* dloss, float* out_grad,
                        int64_t n) {
   const float scale = dloss[0] * (1.0f / static_cast<float>(n));
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n, [&](int64_t i) {
     const float d = pred[i] - target[i];
     const float sign = d > 0.0f ? 1.0f : (d < 0.0f ? -1.0f : d);  // 0 -> 0, NaN -> NaN
     out_grad[i] = scale * sign;
-  }
+  });
 }
 
 void nll_loss(int, const float* log_probs, const float* target, float* loss, int64_t rows, int64_t cols) {
@@ -84,15 +81,12 @@ void nll_loss_gradient(int, const float* target, const float* dloss, float* out_
                        int64_t cols) {
   const int64_t n = rows * cols;
   const float g = -dloss[0] * (1.0f / static_cast<float>(rows));
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out_grad[i] = g * target[i];
+  parallel_for(n, n, [&](int64_t i) { out_grad[i] = g * target[i]; });
 }
 
 void softmax_cross_entropy(int, const float* logits, const float* labels, float* out, int64_t rows,
                            int64_t cols) {
-  double total = 0.0;
-#pragma omp parallel for reduction(+ : total) if (rows * cols >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  const double total = parallel_sum(rows, rows * cols, [&](int64_t r) {
     const float* x = logits + r * cols;
     const float* y = labels + r * cols;
     float mx;
@@ -102,8 +96,8 @@ void softmax_cross_entropy(int, const float* logits, const float* labels, float*
     double loss = 0.0;
     for (int64_t c = 0; c < cols; ++c)
       loss -= static_cast<double>(y[c]) * (static_cast<double>(x[c]) - mx - log_sum);
-    total += loss;
-  }
+    return loss;
+  });
   out[0] = static_cast<float>(total / static_cast<double>(rows));
 }
 
@@ -111,10 +105,8 @@ void softmax_cross_entropy(int, const float* logits, const float* labels, float*
 // and its gradient, of the mean loss, in one pass over the logits).
 void softmax_cross_entropy_with_gradient(int, const float* logits, const float* labels, float* loss,
                                          float* grad, int64_t rows, int64_t cols) {
-  double total = 0.0;
   const double inv_rows = 1.0 / static_cast<double>(rows);
-#pragma omp parallel for reduction(+ : total) if (rows * cols >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  const double total = parallel_sum(rows, rows * cols, [&](int64_t r) {
     const float* x = logits + r * cols;
     const float* y = labels + r * cols;
     float* g = grad + r * cols;
@@ -128,8 +120,8 @@ void softmax_cross_entropy_with_gradient(int, const float* logits, const float* 
       row_loss -= static_cast<double>(y[c]) * z;
       g[c] = static_cast<float>((std::exp(z) - static_cast<double>(y[c])) * inv_rows);
     }
-    total += row_loss;
-  }
+    return row_loss;
+  });
   loss[0] = static_cast<float>(total * inv_rows);
 }
 

@@ -24,14 +24,13 @@ void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, flo
 void matmul_bias(int dev, const float* a, bool trans_a, const float* b, bool trans_b, const float* bias,
                  float* c, int64_t m, int64_t n, int64_t k, bool relu) {
   matmul(dev, a, trans_a, b, trans_b, c, m, n, k);
-#pragma omp parallel for if (m * n >= kParallelMin)
-  for (int64_t r = 0; r < m; ++r) {
+  parallel_for(m, m * n, [&](int64_t r) {
     float* row = c + r * n;
     if (relu)
       for (int64_t j = 0; j < n; ++j) row[j] = std::max(row[j] + bias[j], 0.0f);
     else
       for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
-  }
+  });
 }
 
 }  // namespace gpumat::host

@@ -17,15 +17,14 @@ namespace gpumat::host {
 
 void adam_update(int, float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
                  float beta2, float eps, float bc1, float bc2) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n, [&](int64_t i) {
     const float g = grad[i];
     const float mi = beta1 * m[i] + (1.0f - beta1) * g;
     const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
     param[i] -= lr * (mi / bc1) / (std::sqrt(vi / bc2) + eps);
-  }
+  });
 }
 
 // Multi-tensor SGD: params[t][i] -= lr * grads[t][i] for every tensor t of `count`, in
@@ -36,8 +35,7 @@ void sgd_update_multi(int, float* const* params, const float* const* grads, cons
     float* p = params[t];
     const float* g = grads[t];
     const int64_t n = sizes[t];
-#pragma omp parallel for if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) p[i] -= lr * g[i];
+    parallel_for(n, n, [&](int64_t i) { p[i] -= lr * g[i]; });
   }
 }
 
@@ -50,12 +48,11 @@ void momentum_sgd_update_multi(int, float* const* params, const float* const* gr
     const float* g = grads[t];
     float* v = velocities[t];
     const int64_t n = sizes[t];
-#pragma omp parallel for if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_for(n, n, [&](int64_t i) {
       const float vi = momentum * v[i] + g[i];
       v[i] = vi;
       p[i] -= lr * vi;
-    }
+    });
   }
 }
 
@@ -77,15 +74,14 @@ void adadelta_update_multi(int, float* const* params, const float* const* grads,
     float* sq = square_avgs[t];
     float* acc = acc_deltas[t];
     const int64_t n = sizes[t];
-#pragma omp parallel for if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_for(n, n, [&](int64_t i) {
       const float gi = g[i];
       const float s = rho * sq[i] + (1.0f - rho) * gi * gi;
       const float d = std::sqrt(acc[i] + eps) / std::sqrt(s + eps) * gi;
       sq[i] = s;
       acc[i] = rho * acc[i] + (1.0f - rho) * d * d;
       p[i] -= lr * d;
-    }
+    });
   }
 }
 

@@ -17,32 +17,29 @@
 namespace gpumat::host {
 
 void max_pool2d(int, const float* x, float* y, const PoolShape& s) {
-#pragma omp parallel for if (s.planes * s.oh * s.ow * s.kh * s.kw >= kParallelMin)
-  for (int64_t p = 0; p < s.planes; ++p) {
+  parallel_for(s.planes, s.planes * s.oh * s.ow * s.kh * s.kw, [&](int64_t p) {
     const float* plane = x + p * s.h * s.w;
     float* out = y + p * s.oh * s.ow;
     for (int64_t oh = 0; oh < s.oh; ++oh)
       for (int64_t ow = 0; ow < s.ow; ++ow)
         out[oh * s.ow + ow] = plane[window::pool_argmax(plane, s, oh, ow)];
-  }
+  });
 }
 
 void max_pool2d_gradient(int, const float* x, const float* dy, float* dx, const PoolShape& s) {
-#pragma omp parallel for if (s.planes * s.oh * s.ow * s.kh * s.kw >= kParallelMin)
-  for (int64_t p = 0; p < s.planes; ++p) {
+  parallel_for(s.planes, s.planes * s.oh * s.ow * s.kh * s.kw, [&](int64_t p) {
     const float* plane = x + p * s.h * s.w;
     const float* g = dy + p * s.oh * s.ow;
     float* out = dx + p * s.h * s.w;
     std::fill(out, out + s.h * s.w, 0.0f);
     for (int64_t oh = 0; oh < s.oh; ++oh)
       for (int64_t ow = 0; ow < s.ow; ++ow) out[window::pool_argmax(plane, s, oh, ow)] += g[oh * s.ow + ow];
-  }
+  });
 }
 
 void avg_pool2d(int, const float* x, float* y, const PoolShape& s) {
   const float inv_area = 1.0f / static_cast<float>(s.kh * s.kw);
-#pragma omp parallel for if (s.planes * s.oh * s.ow * s.kh * s.kw >= kParallelMin)
-  for (int64_t p = 0; p < s.planes; ++p) {
+  parallel_for(s.planes, s.planes * s.oh * s.ow * s.kh * s.kw, [&](int64_t p) {
     const float* plane = x + p * s.h * s.w;
     float* out = y + p * s.oh * s.ow;
     for (int64_t oh = 0; oh < s.oh; ++oh) {
@@ -57,15 +54,14 @@ void avg_pool2d(int, const float* x, float* y, const PoolShape& s) {
         out[oh * s.ow + ow] = sum * inv_area;
       }
     }
-  }
+  });
 }
 
 // A gather, like col2im: element (ih, iw) is covered by the windows with
 // 0 <= ih + pad_h - oh*stride_h < KH (and likewise for columns).
 void avg_pool2d_gradient(int, const float* dy, float* dx, const PoolShape& s) {
   const float inv_area = 1.0f / static_cast<float>(s.kh * s.kw);
-#pragma omp parallel for if (s.planes * s.h * s.w >= kParallelMin)
-  for (int64_t p = 0; p < s.planes; ++p) {
+  parallel_for(s.planes, s.planes * s.h * s.w, [&](int64_t p) {
     const float* g = dy + p * s.oh * s.ow;
     float* out = dx + p * s.h * s.w;
     for (int64_t ih = 0; ih < s.h; ++ih) {
@@ -80,7 +76,7 @@ void avg_pool2d_gradient(int, const float* dy, float* dx, const PoolShape& s) {
         out[ih * s.w + iw] = sum * inv_area;
       }
     }
-  }
+  });
 }
 
 }  // namespace gpumat::host

@@ -8,17 +8,16 @@ namespace gpumat::host {
 
 void random_uniform(int, float* out, int64_t n, float low, float high, uint64_t seed) {
   const float scale = high - low;
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_for(n, n, [&](int64_t i) {
     float v = low + scale * rng::uniform01(seed, static_cast<uint64_t>(i));
     out[i] = v < high ? v : low;  // NOTE: rounding can land on `high`; keep the interval half-open
-  }
+  });
 }
 
 void random_normal(int, float* out, int64_t n, float mean, float stddev, uint64_t seed) {
-#pragma omp parallel for if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
+  parallel_for(n, n, [&](int64_t i) {
     out[i] = mean + stddev * rng::standard_normal(seed, static_cast<uint64_t>(i));
+  });
 }
 
 }  // namespace gpumat::host

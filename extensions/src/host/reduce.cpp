@@ -23,8 +23,7 @@ namespace gpumat::host {
 void reduce_sum_axis_zero(int, const float* in, int64_t rows, int64_t cols, float* out) {
   constexpr int64_t kChunk = 512;
   int64_t chunks = (cols + kChunk - 1) / kChunk;
-#pragma omp parallel for if (rows * cols >= kParallelMin)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
+  parallel_for(chunks, rows * cols, [&](int64_t ch) {
     int64_t c0 = ch * kChunk, c1 = std::min(cols, c0 + kChunk);
     double acc[kChunk] = {0.0};
     for (int64_t r = 0; r < rows; ++r) {
@@ -32,41 +31,37 @@ void reduce_sum_axis_zero(int, const float* in, int64_t rows, int64_t cols, floa
       for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
     }
     for (int64_t c = c0; c < c1; ++c) out[c] = static_cast<float>(acc[c - c0]);
-  }
+  });
 }
 
 void reduce_axis(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, int kind) {
   const int64_t cols = outer * inner;
-#pragma omp parallel for if (cols * n >= kParallelMin)
-  for (int64_t col = 0; col < cols; ++col) out[col] = axis::reduce_slice(in, col, n, inner, kind);
+  parallel_for(cols, cols * n, [&](int64_t col) { out[col] = axis::reduce_slice(in, col, n, inner, kind); });
 }
 
 void argmax(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
   const int64_t cols = outer * inner;
-#pragma omp parallel for if (cols * n >= kParallelMin)
-  for (int64_t col = 0; col < cols; ++col)
-    out[col] = static_cast<float>(axis::argmax_slice(in, col, n, inner));
+  parallel_for(cols, cols * n,
+               [&](int64_t col) { out[col] = static_cast<float>(axis::argmax_slice(in, col, n, inner)); });
 }
 
 void reduce_max_gradient(int, const float* x, const float* y, const float* dy, float* dx, int64_t outer,
                          int64_t n, int64_t inner) {
   const int64_t cols = outer * inner;
-#pragma omp parallel for if (cols * n >= kParallelMin)
-  for (int64_t col = 0; col < cols; ++col) axis::max_gradient_slice(x, y, dy, dx, col, n, inner);
+  parallel_for(cols, cols * n, [&](int64_t col) { axis::max_gradient_slice(x, y, dy, dx, col, n, inner); });
 }
 
 // in is (n_in,), out is (n_out / n_in, n_in): every row of out is a copy of in.
 void broadcast_to(int, const float* in, int64_t n_in, float* out, int64_t n_out) {
   int64_t reps = n_out / n_in;
-#pragma omp parallel for if (n_out >= kParallelMin)
-  for (int64_t r = 0; r < reps; ++r)
+  parallel_for(reps, n_out, [&](int64_t r) {
     std::memcpy(out + r * n_in, in, static_cast<size_t>(n_in) * sizeof(float));
+  });
 }
 
 void broadcast_axis(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, float scale) {
   const int64_t total = outer * n * inner;
-#pragma omp parallel for if (total >= kParallelMin)
-  for (int64_t k = 0; k < total; ++k) out[k] = scale * in[axis::broadcast_source(k, n, inner)];
+  parallel_for(total, total, [&](int64_t k) { out[k] = scale * in[axis::broadcast_source(k, n, inner)]; });
 }
 
 }  // namespace gpumat::host

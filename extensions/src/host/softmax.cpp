@@ -13,21 +13,19 @@
 namespace gpumat::host {
 
 void softmax(int, const float* in, float* out, int64_t rows, int64_t cols) {
-#pragma omp parallel for if (rows * cols >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * cols, [&](int64_t r) {
     const float* x = in + r * cols;
     float mx;
     double sum;
     row_stats(x, cols, &mx, &sum);
     for (int64_t c = 0; c < cols; ++c)
       out[r * cols + c] = static_cast<float>(std::exp(static_cast<double>(x[c]) - mx) / sum);
-  }
+  });
 }
 
 void softmax_axis(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, bool log) {
   const int64_t cols = outer * inner;
-#pragma omp parallel for if (cols * n >= kParallelMin)
-  for (int64_t col = 0; col < cols; ++col) {
+  parallel_for(cols, cols * n, [&](int64_t col) {
     const int64_t base = (col / inner) * n * inner + col % inner;
     float mx = in[base];
     for (int64_t j = 1; j < n; ++j) {
@@ -41,14 +39,13 @@ void softmax_axis(int, const float* in, float* out, int64_t outer, int64_t n, in
       const double z = static_cast<double>(in[base + j * inner]) - mx - log_sum;
       out[base + j * inner] = static_cast<float>(log ? z : std::exp(z));
     }
-  }
+  });
 }
 
 void softmax_axis_gradient(int, const float* y, const float* dy, float* dx, int64_t outer, int64_t n,
                            int64_t inner, bool log) {
   const int64_t cols = outer * inner;
-#pragma omp parallel for if (cols * n >= kParallelMin)
-  for (int64_t col = 0; col < cols; ++col) {
+  parallel_for(cols, cols * n, [&](int64_t col) {
     const int64_t base = (col / inner) * n * inner + col % inner;
     double acc = 0.0;
     for (int64_t j = 0; j < n; ++j) {
@@ -60,7 +57,7 @@ void softmax_axis_gradient(int, const float* y, const float* dy, float* dx, int6
       dx[k] =
           static_cast<float>(log ? dy[k] - std::exp(static_cast<double>(y[k])) * acc : y[k] * (dy[k] - acc));
     }
-  }
+  });
 }
 
 }  // namespace gpumat::host

@@ -150,12 +150,13 @@ std::vector<int64_t> check_tensor_lists(const char* op, const std::vector<Tensor
     const GpuMatrix& p = *params.arrays[i];
     for (size_t k = 0; k < lists.size(); ++k) {
       const GpuMatrix& a = *lists[k].arrays[i];
-      const std::string what = std::string(op) + ": " + lists[k].name + " " + std::to_string(i);
+      // The message is built only on an error: a training step calls this every step.
+      auto what = [&] { return std::string(op) + ": " + lists[k].name + " " + std::to_string(i); };
       if (a.device() != device)
-        throw ShapeError(what + " is on " + a.device().str() + ", not on " + device.str() +
+        throw ShapeError(what() + " is on " + a.device().str() + ", not on " + device.str() +
                          " (arrays are on different devices)");
       if (a.shape() != p.shape())
-        throw ShapeError(what + " has shape " + a.shape_str() + ", its parameter " + p.shape_str());
+        throw ShapeError(what() + " has shape " + a.shape_str() + ", its parameter " + p.shape_str());
       if (a.size() > 0) spans.push_back({a.data(), a.data() + a.size(), k, i});
     }
     sizes[i] = p.size();
