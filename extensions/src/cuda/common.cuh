@@ -59,6 +59,16 @@ void launch(const char* op, dim3 grid, dim3 block, size_t smem, cudaStream_t str
   check_launch(op);
 }
 
+// Tells the emulated device's profiler (gpumat.profile) how many floating-point operations the
+// next launch from this thread does, from the op's shapes (a multiply-add counts 2). Nothing on a GPU.
+inline void note_flops(double flops) {
+#ifdef GPUMAT_EMULATED
+  emulator::note_flops(flops);
+#else
+  (void)flops;
+#endif
+}
+
 // The block's dynamic shared memory (the smem bytes of the launch), 16-byte aligned.
 template <typename T>
 __device__ __forceinline__ T* dynamic_smem() {

@@ -115,6 +115,8 @@ void launch_tiled(const char* op, int dev, const float* a, bool trans_a, const f
   cudaStream_t stream = activate(dev);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)));
   dim3 block(kThreadsX, kThreadsY);
+  note_flops(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) +
+             (Epi != kPlain ? static_cast<double>(m) * static_cast<double>(n) : 0.0));
   if (!trans_a && !trans_b)
     launch<matmul_tiled_kernel<false, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
   else if (!trans_a && trans_b)
