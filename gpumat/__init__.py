@@ -42,7 +42,7 @@ if "OMP_NUM_THREADS" not in _os.environ and _threads_per_local_rank() is not Non
     _os.environ["OMP_NUM_THREADS"] = str(_threads_per_local_rank())
 # --------------------------------------------------------------------------------------------------
 
-from gpumat import autodiff, gpu_op, graph, nn, ops, optim, reference, runtime  # noqa: E402
+from gpumat import autodiff, gpu_op, graph, nn, ops, optim, profile, reference, runtime  # noqa: E402
 from gpumat._core import CudaError, PyGpuMatrix  # noqa: E402
 from gpumat.arrays import array, empty  # noqa: E402
 from gpumat.checkpoint import load, save  # noqa: E402
@@ -89,6 +89,7 @@ __all__ = [
     "nn",
     "ops",
     "optim",
+    "profile",
     "reference",
     "reset_peak_memory_stats",
     "runtime",

@@ -5,10 +5,14 @@
 // Grouping, as a GPU groups them: the k-th access that a thread makes at one instruction (the
 // hook's return address) and the k-th accesses of the other lanes of its warp at the same
 // instruction form one warp-level request. The threads of a block run one after another as fibers,
-// not in lockstep, so the accesses are recorded with (warp, instruction, k, lane) and grouped when
-// every thread of the block has reached a barrier, and at the block's end.
+// not in lockstep, so the accesses are recorded with (lane, instruction, address) in each thread's
+// program order and grouped when every thread of the block has reached a barrier, and at the
+// block's end. An instruction under a data-dependent branch in a loop is matched by loop iteration
+// rather than by k (see number_warp): lanes that skip it in one iteration are inactive in that
+// request, as they are on a GPU.
 // - Global memory: a request touches 32-byte sectors; load (store) efficiency is the bytes the
-//   lanes asked for over 32 x the sectors touched, as Nsight Compute's sector counters give it.
+//   lanes asked for (each byte once: lanes reading one word share it) over 32 x the sectors
+//   touched, as Nsight Compute's sector counters give it.
 //   The sectors a launch touches at least once (reads and writes apart) are the lower bound of its
 //   DRAM traffic: everything else could be served by the caches.
 // - Shared memory: 32 banks of 4-byte words; a request costs as many wavefronts as the most-used
@@ -110,7 +114,8 @@ thread_local double t_noted_flops = -1;
 // One access of one thread: which instruction, its k-th time there, where and how much.
 struct Access {
   uintptr_t pc, addr;
-  uint32_t k, bytes;
+  uint32_t epoch, k;  // set when the warp's accesses are grouped (BlockProfile::number_warp)
+  uint32_t bytes;
   uint16_t thread;
   uint8_t kind;    // Kind bits
   uint8_t shared;  // 1: shared memory, 0: global
@@ -128,18 +133,36 @@ struct LaunchProfile {
 
 struct BlockProfile {
   LaunchProfile* launch = nullptr;
-  std::vector<Access> accesses;                       // since the last barrier
-  std::unordered_map<uint64_t, uint32_t> occurrence;  // (pc, thread) -> accesses made there so far
+  std::vector<Access> accesses;  // since the last barrier
+  // flush's tables: per instruction of a warp, per instruction of a lane
+  struct PcInfo {
+    uint32_t count = 0, lanes = 0;
+    bool convergent = true;
+  };
+  std::unordered_map<uintptr_t, PcInfo> pcs;
+  std::unordered_map<uintptr_t, uint32_t> seen;
+  std::unordered_map<uintptr_t, std::pair<uint32_t, uint32_t>> numbering;  // pc -> (epoch, k)
   Counters counts = {};
   std::vector<uint64_t> read_sectors, write_sectors, scratch;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
   uint32_t banks[32] = {};
 
   // Groups the recorded accesses into warp requests and counts them.
   void flush() {
+    // Each thread's accesses in program order (they were recorded so), threads in order.
+    std::stable_sort(accesses.begin(), accesses.end(),
+                     [](const Access& x, const Access& y) { return x.thread < y.thread; });
+    for (size_t w0 = 0, e = accesses.size(); w0 < e;) {
+      size_t w1 = w0;
+      while (w1 < e && accesses[w1].thread / 32 == accesses[w0].thread / 32) ++w1;
+      number_warp(w0, w1);
+      w0 = w1;
+    }
     std::sort(accesses.begin(), accesses.end(), [](const Access& x, const Access& y) {
       const int wx = x.thread / 32, wy = y.thread / 32;
       if (wx != wy) return wx < wy;
       if (x.pc != y.pc) return x.pc < y.pc;
+      if (x.epoch != y.epoch) return x.epoch < y.epoch;
       if (x.k != y.k) return x.k < y.k;
       if (x.shared != y.shared) return x.shared < y.shared;
       if (x.kind != y.kind) return x.kind < y.kind;
@@ -149,7 +172,8 @@ struct BlockProfile {
       size_t j = i + 1;
       const Access& a = accesses[i];
       while (j < e && accesses[j].thread / 32 == a.thread / 32 && accesses[j].pc == a.pc &&
-             accesses[j].k == a.k && accesses[j].shared == a.shared && accesses[j].kind == a.kind)
+             accesses[j].epoch == a.epoch && accesses[j].k == a.k && accesses[j].shared == a.shared &&
+             accesses[j].kind == a.kind)
         ++j;
       request(i, j);
       i = j;
@@ -157,16 +181,79 @@ struct BlockProfile {
     accesses.clear();
   }
 
+  // Numbers the accesses of one warp (accesses[w0, w1), by lane, each in program order) so that
+  // equal (pc, epoch, k) means one request. An instruction that every lane executing it executes
+  // equally often is convergent: its k-th executions go together. One that lanes execute a
+  // different number of times sits under a data-dependent branch (`if (y[i] > 0) ... dy[i]` in a
+  // loop): its executions are matched by the loop iteration instead, counted by the anchor, the
+  // convergent instruction that all lanes execute most often (the loop's unconditional access);
+  // within one iteration, by k again.
+  void number_warp(size_t w0, size_t w1) {
+    pcs.clear();
+    uint32_t lanes = 0;
+    for (size_t t0 = w0; t0 < w1;) {
+      size_t t1 = t0;
+      seen.clear();
+      while (t1 < w1 && accesses[t1].thread == accesses[t0].thread) ++seen[accesses[t1++].pc];
+      for (const auto& [pc, n] : seen) {
+        PcInfo& info = pcs[pc];
+        if (info.lanes == 0) info.count = n;
+        info.convergent &= info.count == n;
+        ++info.lanes;
+      }
+      ++lanes;
+      t0 = t1;
+    }
+    uintptr_t anchor = 0;
+    uint32_t best = 0;
+    for (const auto& [pc, info] : pcs)
+      if (info.convergent && info.lanes == lanes &&
+          (info.count > best || (info.count == best && pc < anchor))) {
+        anchor = pc;
+        best = info.count;
+      }
+    for (size_t t0 = w0; t0 < w1;) {
+      size_t t1 = t0;
+      seen.clear();
+      numbering.clear();
+      uint32_t epoch = 0;
+      for (; t1 < w1 && accesses[t1].thread == accesses[t0].thread; ++t1) {
+        Access& a = accesses[t1];
+        if (a.pc == anchor) ++epoch;
+        if (pcs[a.pc].convergent) {
+          a.epoch = 0;
+          a.k = seen[a.pc]++;
+        } else {
+          auto& [last_epoch, k] = numbering[a.pc];
+          if (last_epoch != epoch) k = 0;
+          last_epoch = epoch;
+          a.epoch = epoch;
+          a.k = k++;
+        }
+      }
+      t0 = t1;
+    }
+  }
+
   // One warp request: accesses[i, j), one per lane.
   void request(size_t i, size_t j) {
     const Access& first = accesses[i];
     const uint64_t lanes = j - i;
-    uint64_t bytes = 0;
+    // The bytes asked for, each once (lanes reading one word share it, as a broadcast does).
+    ranges.clear();
+    for (size_t r = i; r < j; ++r)
+      ranges.emplace_back(accesses[r].addr, accesses[r].addr + accesses[r].bytes);
+    std::sort(ranges.begin(), ranges.end());
+    uint64_t bytes = 0, covered = 0;
+    for (auto [lo, hi] : ranges) {
+      lo = std::max<uint64_t>(lo, covered);
+      if (hi > lo) bytes += hi - lo;
+      covered = std::max<uint64_t>(covered, hi);
+    }
     scratch.clear();
     const unsigned shift = first.shared ? 2 : 5;  // 4-byte words (banks) or 32-byte sectors
     for (size_t r = i; r < j; ++r) {
       const Access& a = accesses[r];
-      bytes += a.bytes;
       for (uint64_t u = a.addr >> shift, last = (a.addr + a.bytes - 1) >> shift; u <= last; ++u)
         scratch.push_back(u);
     }
@@ -225,7 +312,6 @@ void profile_block_begin(Active& a, LaunchProfile* launch) {
   BlockProfile& b = t_block;
   b.launch = launch;
   b.accesses.clear();
-  b.occurrence.clear();
   std::fill(std::begin(b.counts), std::end(b.counts), 0);
   b.read_sectors.clear();
   b.write_sectors.clear();
@@ -300,9 +386,7 @@ void profile_access(Active& a, uintptr_t p, size_t n, unsigned kind, uintptr_t p
   }
   if (shared || global) {
     BlockProfile& b = *a.profile;
-    const uint64_t key = static_cast<uint64_t>(pc) << 10 ^ a.thread;  // thread < 1024
-    const uint32_t k = b.occurrence[key]++;
-    b.accesses.push_back(Access{pc, p, k, static_cast<uint32_t>(n), static_cast<uint16_t>(a.thread),
+    b.accesses.push_back(Access{pc, p, 0, 0, static_cast<uint32_t>(n), static_cast<uint16_t>(a.thread),
                                 static_cast<uint8_t>(kind & (kRead | kWrite | kAtomic)),
                                 static_cast<uint8_t>(shared)});
   }
