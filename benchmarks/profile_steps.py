@@ -18,7 +18,7 @@ import argparse
 import sys
 
 import numpy as np
-from _common import default_out_path, run_header, write_results
+from _common import resolve_out, run_header, write_results
 
 import gpumat
 from gpumat import models, optim, profile
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=None, help="default: the model's (mlp 1000)")
     p.add_argument("--gpu", default="H100", choices=sorted(profile.GPUS))
     p.add_argument("--quick", action="store_true", help="batch 8, no ledger file")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="JSON file or folder (default: results/)")
     a = p.parse_args(argv)
     header = run_header("profile", "emu", a.quick, sys.argv if argv is None else argv)
     runs, md = [], []
@@ -77,8 +77,7 @@ def main(argv=None) -> int:
         print(md[-1], flush=True)
     data = {**header, "settings": {"gpu": a.gpu, "models": a.model}, "runs": runs}
     if not a.quick:
-        path = default_out_path("profile", header) if a.out is None else a.out
-        write_results(path, data, "\n".join(md))
+        write_results(resolve_out(a.out, "profile", header), data, "\n".join(md))
     return 0
 
 

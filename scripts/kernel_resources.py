@@ -24,7 +24,8 @@ EXT = ROOT / "extensions"
 
 ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+)'")
 STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+USED = re.compile(r"Used (\d+) registers")
+SMEM = re.compile(r"(\d+) bytes smem")  # after the barriers and any "cumulative stack size"
 
 
 def normalise(name: str) -> str:
@@ -70,7 +71,8 @@ def parse(text: str, demangle) -> dict:
         elif current and (m := USED.search(line)):
             entry = out[current[1]][normalise(current[0])]
             entry["registers"] = int(m.group(1))
-            entry["static_smem_bytes"] = int(m.group(3) or 0)
+            smem = SMEM.search(line)
+            entry["static_smem_bytes"] = int(smem.group(1)) if smem else 0
             current = None
     return out
 

@@ -86,8 +86,9 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // whose kernels pass partial results to each other: a steady-state training step then requests no
 // memory at all, not even a cached block. `slot` tells apart buffers one op uses at once. Call it,
 // and queue every kernel that uses the buffer, while holding workspace_lock(): another host
-// thread's launches then cannot interleave with them on the device's one stream.
-std::unique_lock<std::mutex> workspace_lock();
+// thread's launches then cannot interleave with them on the device's one stream. Recursive: conv
+// holds it (slots 1-3) while its matrix products take split-K partials (slot 0).
+std::unique_lock<std::recursive_mutex> workspace_lock();
 float* workspace(int dev, int slot, int64_t floats);
 
 // A per-device counter in device memory for "last block" reductions (a kernel's blocks count

@@ -23,6 +23,10 @@ namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 constexpr int kBM = 64, kBN = 64, kBK = 16;
+constexpr int kPad = 2;
+constexpr int64_t kSplitTargetBlocks = 256;  // split-K below this many output tiles (2 per H100 SM)
+constexpr int64_t kMinSplitK = 256;  // k per split at least (16 tiles of kBK)  // words of padding per shared
+                                     // tile row (bank conflicts: see the kernel)
 constexpr int kThreadsX = 16, kThreadsY = 16;  // 256 threads
 constexpr int kTM = kBM / kThreadsY, kTN = kBN / kThreadsX;
 constexpr int kThreads = kThreadsX * kThreadsY;
@@ -35,17 +39,25 @@ enum Epilogue : int { kPlain = 0, kBias = 1, kBiasRelu = 2 };
 template <bool TransA, bool TransB, int Epi = kPlain>
 __global__ void __launch_bounds__(kThreads)
     matmul_tiled_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-                        int64_t m, int64_t n, int64_t k, const float* __restrict__ bias) {
-  __shared__ float as[kBK][kBM];  // as[kk][row] = op(a)[row0 + row, k0 + kk]
-  __shared__ float bs[kBK][kBN];  // bs[kk][col] = op(b)[k0 + kk, col0 + col]
+                        int64_t m, int64_t n, int64_t k, const float* __restrict__ bias, int64_t k_chunk,
+                        double* __restrict__ partial) {
+  // as[kk][row] = op(a)[row0 + row, k0 + kk], bs[kk][col] = op(b)[k0 + kk, col0 + col]. Rows padded
+  // by kPad words: where the global loads run along k (a stored (m, k), b stored (n, k)), a warp
+  // stores 16 values of kk for 2 rows, and unpadded rows of 64 words put all 16 in one bank (a
+  // 16-way bank conflict, found by gpumat.profile); 2 words of padding spread them over 32 banks.
+  __shared__ float as[kBK][kBM + kPad];
+  __shared__ float bs[kBK][kBN + kPad];
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kThreadsX + tx;
   const int64_t col0 = blockIdx.x * static_cast<int64_t>(kBN);
   const int64_t row_tiles = (m + kBM - 1) / kBM;
+  // Split-K (gridDim.z > 1): this block sums k in [k_begin, k_end) and writes its tile to partial.
+  const int64_t k_begin = blockIdx.z * k_chunk;
+  const int64_t k_end = k_begin + k_chunk < k ? k_begin + k_chunk : k;
   // Every thread of the block runs the same iterations, so all reach the barriers together.
   for (int64_t tile = blockIdx.y; tile < row_tiles; tile += gridDim.y) {
     const int64_t row0 = tile * kBM;
     float acc[kTM][kTN] = {};
-    for (int64_t k0 = 0; k0 < k; k0 += kBK) {
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += kBK) {
 #pragma unroll
       for (int l = tid; l < kBM * kBK; l += kThreads) {
         // contiguous axis first: k for a (m, k) a, m for a stored (k, m)
@@ -53,7 +65,7 @@ __global__ void __launch_bounds__(kThreads)
         const int row = TransA ? l % kBM : l / kBK;
         const int64_t gr = row0 + row, gk = k0 + kk;
         float v = 0.0f;
-        if (gr < m && gk < k) v = TransA ? a[gk * m + gr] : a[gr * k + gk];
+        if (gr < m && gk < k_end) v = TransA ? a[gk * m + gr] : a[gr * k + gk];
         as[kk][row] = v;
       }
 #pragma unroll
@@ -63,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
         const int col = TransB ? l / kBK : l % kBN;
         const int64_t gc = col0 + col, gk = k0 + kk;
         float v = 0.0f;
-        if (gc < n && gk < k) v = TransB ? b[gc * k + gk] : b[gk * n + gc];
+        if (gc < n && gk < k_end) v = TransB ? b[gc * k + gk] : b[gk * n + gc];
         bs[kk][col] = v;
       }
       __syncthreads();
@@ -89,6 +101,10 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < kTN; ++j) {
         const int64_t cc = col0 + tx + j * kThreadsX;
         if (cc >= n) continue;
+        if (gridDim.z > 1) {  // Epi is kPlain: sum_partials adds the k chunks
+          partial[(blockIdx.z * m + r) * n + cc] = acc[i][j];
+          continue;
+        }
         float v = acc[i][j];
         if (Epi != kPlain) v += bias[cc];
         if (Epi == kBiasRelu) v = fmaxf(v, 0.0f);
@@ -112,19 +128,41 @@ void launch_tiled(const char* op, int dev, const float* a, bool trans_a, const f
   if (col_tiles > lim.x)  // unreachable while ops/matmul.cpp caps n at 2^31 - 1; kept for the cast below
     throw ShapeError(std::string(op) + ": " + std::to_string(n) +
                      " output columns exceed the CUDA grid limit of " + std::to_string(lim.x * kBN));
+  // Split-K for a plain product whose output tiles are too few to fill a GPU (a weight gradient:
+  // (784, 256) = x^T @ dy over a batch of 1,000 is 52 tiles, 52 of an H100's 132 SMs; found by
+  // gpumat.profile): grid.z chunks of k, each block's tile to float64 partials, then sum_partials
+  // adds the chunks in order (deterministic). Each chunk keeps at least kMinSplitK of k.
+  const int64_t tiles = col_tiles * std::min(row_tiles, lim.y);
+  int64_t splits = 1;
+  if (Epi == kPlain && tiles < kSplitTargetBlocks)
+    splits = std::max<int64_t>(1, std::min(ceil_div(kSplitTargetBlocks, tiles), k / kMinSplitK));
+  const int64_t k_chunk = splits > 1 ? ceil_div(ceil_div(k, splits), kBK) * kBK : std::max<int64_t>(k, 1);
+  splits = splits > 1 ? ceil_div(k, k_chunk) : 1;
   cudaStream_t stream = activate(dev);
-  dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)));
+  dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)),
+            static_cast<unsigned>(splits));
   dim3 block(kThreadsX, kThreadsY);
   note_flops(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) +
              (Epi != kPlain ? static_cast<double>(m) * static_cast<double>(n) : 0.0));
+  decltype(workspace_lock()) lock;
+  double* partial = nullptr;
+  if (splits > 1) {
+    lock = workspace_lock();  // the partials live in the device's workspace (common.cuh)
+    partial = reduce_partials(dev, splits, m * n);
+  }
   if (!trans_a && !trans_b)
-    launch<matmul_tiled_kernel<false, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
+    launch<matmul_tiled_kernel<false, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
+                                                   k_chunk, partial);
   else if (!trans_a && trans_b)
-    launch<matmul_tiled_kernel<false, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
+    launch<matmul_tiled_kernel<false, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias, k_chunk,
+                                                  partial);
   else if (trans_a && !trans_b)
-    launch<matmul_tiled_kernel<true, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
+    launch<matmul_tiled_kernel<true, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias, k_chunk,
+                                                  partial);
   else
-    launch<matmul_tiled_kernel<true, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
+    launch<matmul_tiled_kernel<true, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias, k_chunk,
+                                                 partial);
+  if (splits > 1) sum_partials(dev, partial, splits, m * n, c, op);
 }
 
 }  // namespace
