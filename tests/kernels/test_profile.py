@@ -258,3 +258,21 @@ def test_estimate_model():
     # a grid of 33 blocks uses a quarter of the H100's 132 SMs: four times the bandwidth floor
     part = gprof.estimate(launch(33, 10**8, None), "H100")
     assert part["time_s"] == pytest.approx(4 * part["floor_s"])
+
+
+def test_command_line_reports_a_script_that_exits(tmp_path):
+    script = tmp_path / "exits.py"
+    script.write_text(
+        "import sys\nimport numpy as np\nimport gpumat\nfrom gpumat import ops\n"
+        "x = gpumat.array(np.ones((4, 4)), gpumat.emu(0))\n"
+        "ops.relu(x, x)\nsys.exit(3)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "gpumat.profile", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 3, r.stderr
+    assert "map_kernel<relu>" in r.stdout and "RuntimeWarning" not in r.stderr

@@ -1,6 +1,7 @@
 // The CUDA emulator: runs gpumat's CUDA sources (src/cuda/*.cu), compiled by the host C++ compiler,
 // on the CPU, as the emulated device `emu:N`. It is a correctness tool (the way compute-sanitizer is
-// one on a GPU): nothing it measures says anything about speed on a GPU.
+// one on a GPU): nothing it times says anything about speed on a GPU; what it counts (profile.cpp:
+// warp requests, sectors, bank conflicts, for gpumat.profile's estimates) does.
 //
 // Execution model
 // - Launches and asynchronous copies are queued on their stream and run, in order, by that stream's

@@ -169,7 +169,7 @@ _RESOURCES: dict | None = None
 def _resource_table() -> dict:
     global _RESOURCES
     if _RESOURCES is None:
-        path = Path(__file__).with_name("kernel_resources.json")
+        path = Path(__file__).parent.parent / "kernel_resources.json"
         data = json.loads(path.read_text()) if path.exists() else {"archs": {}}
         _RESOURCES = {
             arch: {short_name(k): v for k, v in kernels.items()}
@@ -616,7 +616,8 @@ def profile() -> Profiler:
 def main(argv=None) -> int:
     """``python -m gpumat.profile [--gpu H100] [--json OUT] [--plot PNG] [--top N] script.py
     [args ...]``: runs the script as ``__main__`` under a :class:`Profiler` and prints the
-    per-kernel table. The script must run its kernels on ``gpumat.emu(i)``."""
+    per-kernel table (also when the script calls ``sys.exit``); returns the script's exit status.
+    The script must run its kernels on ``gpumat.emu(i)``."""
     p = argparse.ArgumentParser(prog="python -m gpumat.profile", description=main.__doc__)
     p.add_argument("--gpu", default="H100", choices=sorted(GPUS))
     p.add_argument("--json", help="write the profile as JSON here")
@@ -629,9 +630,15 @@ def main(argv=None) -> int:
         p.error(f"no such script: {a.script}")
     saved = sys.argv
     sys.argv = [a.script, *a.args]
+    code = 0
     try:
         with Profiler() as prof:
-            runpy.run_path(a.script, run_name="__main__")
+            try:
+                runpy.run_path(a.script, run_name="__main__")
+            except SystemExit as e:  # the script's exit: its launches are still reported
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if e.code is not None and not isinstance(e.code, int):
+                    print(e.code, file=sys.stderr)
     finally:
         sys.argv = saved
     print(prof.table(a.gpu, top=a.top))
@@ -643,8 +650,4 @@ def main(argv=None) -> int:
         matplotlib.use("Agg")
         ax = prof.plot(a.gpu)
         ax.figure.savefig(a.plot, dpi=120, bbox_inches="tight")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return code
