@@ -54,7 +54,18 @@ from pathlib import Path
 from gpumat import _core
 from gpumat.device import emu, synchronize
 
-__all__ = ["GPUS", "GpuModel", "Profiler", "profile", "occupancy", "kernel_resources", "main"]
+__all__ = [
+    "GPUS",
+    "GpuModel",
+    "Profiler",
+    "derived",
+    "estimate",
+    "kernel_resources",
+    "main",
+    "occupancy",
+    "profile",
+    "short_name",
+]
 
 SECTOR_BYTES = 32  # a global memory sector (L2 <-> DRAM and L1 <-> L2 transfer unit)
 
