@@ -419,60 +419,51 @@ def profile_changes(before: dict, after: dict) -> str:
     return format_table(headers, rows, "l" + "r" * 5)
 
 
-def _profile_pairs(runs):
-    """(path, run, the same model's profile in the run before, or None) of the latest run."""
-    chosen = _profile_runs(runs)
-    if not chosen:
-        return None, None, []
-    path, d = chosen[0]
-    previous = chosen[1][1] if len(chosen) > 1 else None
-    pairs = []
-    for r in d.get("runs", []):
-        prev = None
-        if previous is not None:
-            same = [p for p in previous.get("runs", []) if p["model_name"] == r["model_name"]]
-            prev = same[0] if same and same[0]["batch_size"] == r["batch_size"] else None
-        pairs.append((r, prev))
-    return path, d, pairs
+def _same_model(run: dict, d: dict | None) -> dict | None:
+    """The profile of ``run``'s model and batch size in ledger file ``d``, or None."""
+    for r in (d or {}).get("runs", []):
+        if r["model_name"] == run["model_name"] and r["batch_size"] == run["batch_size"]:
+            return r
+    return None
 
 
 def block_profile(runs, doc_dir: Path) -> str:
-    """benchmarks/README.md's ``profile`` tables: the latest profiled training steps and what
-    changed since the profile before it."""
-    path, d, pairs = _profile_pairs(runs)
-    if d is None:
+    """benchmarks/README.md's ``profile`` tables: the latest profiled training steps, then what
+    changed from each profile to the next (newest first): the fixes' before/after counters."""
+    chosen = _profile_runs(runs)
+    if not chosen:
         return "No `profile` run in `benchmarks/results/` yet.\n"
+    path, d = chosen[0]
     out = [source_line(path, d)]
-    for r, prev in pairs:
+    for r in d.get("runs", []):
         out += ["", profile_totals_line(r), profile_kernel_table(r)]
-        changes = profile_changes(prev, r) if prev is not None else ""
-        if changes:
-            t = prev["totals"]
-            out += [
-                f"Against the previous profile (commit `{_commit(runs, prev)}`: estimate "
-                f"{t['estimate_s'] * 1e6:.1f} us, {t['launches']} launches), the kernels "
-                "that changed (before -> after):\n",
-                changes,
-            ]
+        for (_, newer), (_, older) in zip(chosen, chosen[1:], strict=False):
+            a, b = _same_model(r, older), _same_model(r, newer)
+            changes = profile_changes(a, b) if a and b else ""
+            if changes:
+                out += [
+                    f"From commit `{older['git'].get('commit', '?')[:10]}` (estimate "
+                    f"{a['totals']['estimate_s'] * 1e6:.1f} us) to `"
+                    f"{newer['git'].get('commit', '?')[:10]}` (estimate "
+                    f"{b['totals']['estimate_s'] * 1e6:.1f} us), the kernels that changed "
+                    "(before -> after):\n",
+                    changes,
+                ]
     return "\n".join(out) + "\n" + PROFILE_LEGEND
 
 
-def _commit(runs, run: dict) -> str:
-    for _, d in runs:
-        if d["benchmark"] == "profile" and run in d.get("runs", []):
-            return d["git"].get("commit", "unknown")[:10]
-    return "unknown"
-
-
 def block_profile_summary(runs, doc_dir: Path) -> str:
-    """docs/profile.md's summary: each model's step estimate and floor, and its three kernels
-    furthest from their floor, from the latest profile run."""
-    path, d, pairs = _profile_pairs(runs)
-    if d is None:
+    """docs/profile.md's summary: each model's step estimate and floor and its three kernels
+    furthest from their floor, from the latest profile run; and the same from the first profile
+    in the ledger (before the fixes the counters led to)."""
+    chosen = _profile_runs(runs)
+    if not chosen:
         return "No `profile` run in `benchmarks/results/` yet.\n"
+    (path, d), (_, first) = chosen[0], chosen[-1]
     out = [device_line(path, d, doc_dir)]
-    for r, prev in pairs:
+    for r in d.get("runs", []):
         out += ["", profile_totals_line(r), profile_kernel_table(r, top=3)]
+        prev = _same_model(r, first) if first is not d else None
         if prev is not None:
             t = prev["totals"]
             worst = sorted(prev["kernels"], key=_excess, reverse=True)[:3]
@@ -482,9 +473,9 @@ def block_profile_summary(runs, doc_dir: Path) -> str:
                 for k in worst
             )
             out.append(
-                f"The previous profile (commit `{_commit(runs, prev)}`): estimate "
-                f"{t['estimate_s'] * 1e6:.1f} us, floor {t['floor_s'] * 1e6:.1f} us; its kernels "
-                f"furthest from their floor: {names}.\n"
+                f"The first profile (commit `{first['git'].get('commit', '?')[:10]}`, before the "
+                f"fixes): estimate {t['estimate_s'] * 1e6:.1f} us, floor "
+                f"{t['floor_s'] * 1e6:.1f} us; its kernels furthest from their floor: {names}.\n"
             )
     return "\n".join(out) + "\n" + PROFILE_LEGEND
 

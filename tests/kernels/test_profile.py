@@ -109,6 +109,31 @@ def test_matmul_tile_loads_coalesced_and_tiles_conflict_free_in_all_transpose_ca
     assert launch["flops"] == 2 * m * n * k
 
 
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize(("m", "n", "k", "splits"), [(64, 64, 1024, 4), (100, 70, 1000, 3)])
+def test_matmul_splits_k_when_its_tiles_cannot_fill_a_gpu(trans_a, trans_b, m, n, k, splits):
+    # Few output tiles and a long k: grid.z chunks of k, the tile's last block adds them up (one
+    # launch); the result is the same on every call (the tickets are reset) and matches float64.
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    ctx = gpumat.emu(0)
+    ga, gb = gpumat.array(a, ctx), gpumat.array(b, ctx)
+    outs = []
+    with gprof.profile() as prof:
+        for _ in range(2):
+            gc = gpumat.array(np.full((m, n), np.nan, np.float32), ctx)
+            ops.matrix_multiply(ga, trans_a, gb, trans_b, gc)
+            outs.append(gc.asnumpy())
+    ref = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert [x["grid"][2] for x in prof.launches] == [splits, splits]  # and no second kernel
+    if m % 64 == 0 and k % 16 == 0:  # whole tiles: no lane skips a tile store
+        assert gprof.derived(prof.launches[0]["counters"])["bank_conflict_share"] == 0
+
+
 # ---------------------------------------------------------------------------- the profiler
 
 

@@ -91,9 +91,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 std::unique_lock<std::recursive_mutex> workspace_lock();
 float* workspace(int dev, int slot, int64_t floats);
 
-// A per-device counter in device memory for "last block" reductions (a kernel's blocks count
-// themselves done; the last one finishes the job and sets the counter back to 0). Zero when created;
-// use it, and queue its kernel, while holding workspace_lock(), as for workspace().
+// Per-device counters in device memory for "last block" reductions (a kernel's blocks count
+// themselves done; the last one finishes the job and sets the counter back to 0): kBlockTickets of
+// them, block_ticket(dev)[i] (one per output tile of a split-K matmul). Zero when created; use
+// them, and queue their kernel, while holding workspace_lock(), as for workspace().
+constexpr int64_t kBlockTickets = 256;
 unsigned* block_ticket(int dev);
 
 // The most blocks a launcher gives a grid-stride loop: `cap` on a GPU; on the emulated device at

@@ -40,13 +40,14 @@ template <bool TransA, bool TransB, int Epi = kPlain>
 __global__ void __launch_bounds__(kThreads)
     matmul_tiled_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
                         int64_t m, int64_t n, int64_t k, const float* __restrict__ bias, int64_t k_chunk,
-                        double* __restrict__ partial) {
+                        double* partial, unsigned* tickets) {
   // as[kk][row] = op(a)[row0 + row, k0 + kk], bs[kk][col] = op(b)[k0 + kk, col0 + col]. Rows padded
   // by kPad words: where the global loads run along k (a stored (m, k), b stored (n, k)), a warp
   // stores 16 values of kk for 2 rows, and unpadded rows of 64 words put all 16 in one bank (a
   // 16-way bank conflict, found by gpumat.profile); 2 words of padding spread them over 32 banks.
   __shared__ float as[kBK][kBM + kPad];
   __shared__ float bs[kBK][kBN + kPad];
+  __shared__ bool last_block;  // split-K: this block sums the tile's chunks
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kThreadsX + tx;
   const int64_t col0 = blockIdx.x * static_cast<int64_t>(kBN);
   const int64_t row_tiles = (m + kBM - 1) / kBM;
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < kTN; ++j) {
         const int64_t cc = col0 + tx + j * kThreadsX;
         if (cc >= n) continue;
-        if (gridDim.z > 1) {  // Epi is kPlain: sum_partials adds the k chunks
+        if (gridDim.z > 1) {  // Epi is kPlain: the tile's last block adds the k chunks below
           partial[(blockIdx.z * m + r) * n + cc] = acc[i][j];
           continue;
         }
@@ -111,6 +112,33 @@ __global__ void __launch_bounds__(kThreads)
         c[r * n + cc] = v;
       }
     }
+    if (gridDim.z == 1) continue;
+    // Split-K: the last of the tile's gridDim.z blocks to finish (counted on the tile's ticket
+    // after a fence that publishes its partials) sums the chunks in chunk order, in float64, and
+    // resets the ticket ("last block" reduction, as loss.cu's; the CUDA samples'
+    // threadFenceReduction). No second launch; the order, hence the result, is fixed.
+    unsigned* ticket = tickets + tile * gridDim.x + blockIdx.x;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_block = atomicAdd(ticket, 1u) == gridDim.z - 1;
+    __syncthreads();
+    if (!last_block) continue;
+    __threadfence();
+    const volatile double* done = partial;  // written by other blocks: read past the cache
+#pragma unroll
+    for (int i = 0; i < kTM; ++i) {
+      const int64_t r = row0 + ty + i * kThreadsY;
+      if (r >= m) continue;
+#pragma unroll
+      for (int j = 0; j < kTN; ++j) {
+        const int64_t cc = col0 + tx + j * kThreadsX;
+        if (cc >= n) continue;
+        double sum = 0.0;
+        for (unsigned z = 0; z < gridDim.z; ++z) sum += done[(z * m + r) * n + cc];
+        c[r * n + cc] = static_cast<float>(sum);
+      }
+    }
+    if (tid == 0) *ticket = 0u;
   }
 }
 
@@ -130,11 +158,14 @@ void launch_tiled(const char* op, int dev, const float* a, bool trans_a, const f
                      " output columns exceed the CUDA grid limit of " + std::to_string(lim.x * kBN));
   // Split-K for a plain product whose output tiles are too few to fill a GPU (a weight gradient:
   // (784, 256) = x^T @ dy over a batch of 1,000 is 52 tiles, 52 of an H100's 132 SMs; found by
-  // gpumat.profile): grid.z chunks of k, each block's tile to float64 partials, then sum_partials
-  // adds the chunks in order (deterministic). Each chunk keeps at least kMinSplitK of k.
-  const int64_t tiles = col_tiles * std::min(row_tiles, lim.y);
+  // gpumat.profile): grid.z chunks of k, each block's tile to float64 partials, and each tile's
+  // last block adds them in chunk order (deterministic), counting on one of the device's block
+  // tickets per tile (fewer than kSplitTargetBlocks <= kBlockTickets tiles). Each chunk keeps at
+  // least kMinSplitK of k.
+  static_assert(kSplitTargetBlocks <= kBlockTickets, "a ticket per split tile");
+  const int64_t tiles = col_tiles * row_tiles;
   int64_t splits = 1;
-  if (Epi == kPlain && tiles < kSplitTargetBlocks)
+  if (Epi == kPlain && tiles < kSplitTargetBlocks && row_tiles <= lim.y)
     splits = std::max<int64_t>(1, std::min(ceil_div(kSplitTargetBlocks, tiles), k / kMinSplitK));
   const int64_t k_chunk = splits > 1 ? ceil_div(ceil_div(k, splits), kBK) * kBK : std::max<int64_t>(k, 1);
   splits = splits > 1 ? ceil_div(k, k_chunk) : 1;
@@ -146,23 +177,24 @@ void launch_tiled(const char* op, int dev, const float* a, bool trans_a, const f
              (Epi != kPlain ? static_cast<double>(m) * static_cast<double>(n) : 0.0));
   decltype(workspace_lock()) lock;
   double* partial = nullptr;
+  unsigned* tickets = nullptr;
   if (splits > 1) {
     lock = workspace_lock();  // the partials live in the device's workspace (common.cuh)
     partial = reduce_partials(dev, splits, m * n);
+    tickets = block_ticket(dev);
   }
   if (!trans_a && !trans_b)
     launch<matmul_tiled_kernel<false, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
-                                                   k_chunk, partial);
+                                                   k_chunk, partial, tickets);
   else if (!trans_a && trans_b)
     launch<matmul_tiled_kernel<false, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias, k_chunk,
-                                                  partial);
+                                                  partial, tickets);
   else if (trans_a && !trans_b)
     launch<matmul_tiled_kernel<true, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias, k_chunk,
-                                                  partial);
+                                                  partial, tickets);
   else
     launch<matmul_tiled_kernel<true, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias, k_chunk,
-                                                 partial);
-  if (splits > 1) sum_partials(dev, partial, splits, m * n, c, op);
+                                                 partial, tickets);
 }
 
 }  // namespace

@@ -290,8 +290,8 @@ unsigned* block_ticket(int dev) {
   static auto* tickets = new std::map<int, GpuMatrix*>();  // never destroyed, as the workspaces
   GpuMatrix*& t = (*tickets)[dev];
   if (t == nullptr) {
-    auto fresh = std::make_unique<GpuMatrix>(std::vector<int64_t>{1}, kernel_device(dev));
-    check(cudaMemsetAsync(fresh->data(), 0, sizeof(unsigned), activate(dev)), "block_ticket");
+    auto fresh = std::make_unique<GpuMatrix>(std::vector<int64_t>{kBlockTickets}, kernel_device(dev));
+    check(cudaMemsetAsync(fresh->data(), 0, kBlockTickets * sizeof(unsigned), activate(dev)), "block_ticket");
     t = fresh.release();
   }
   return reinterpret_cast<unsigned*>(t->data());
