@@ -100,7 +100,8 @@ def test_matmul_tile_loads_coalesced_and_tiles_conflict_free_in_all_transpose_ca
     ref = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
     np.testing.assert_allclose(gc.asnumpy(), ref, rtol=1e-4, atol=1e-4)
     (launch,) = prof.launches
-    assert launch["name"] == f"matmul_tiled_kernel<{str(trans_a).lower()},{str(trans_b).lower()},0>"
+    ta, tb = str(trans_a).lower(), str(trans_b).lower()
+    assert launch["name"] == f"matmul_tiled_kernel<{ta},{tb},0,false>"
     mt = metrics(launch)
     assert mt["load_sectors_per_request"] == 4 and mt["load_efficiency"] == 1
     # a warp stores two rows of 16 floats: 2 x 64 bytes
@@ -130,6 +131,8 @@ def test_matmul_splits_k_when_its_tiles_cannot_fill_a_gpu(trans_a, trans_b, m, n
     np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(outs[0], outs[1])
     assert [x["grid"][2] for x in prof.launches] == [splits, splits]  # and no second kernel
+    ta, tb = str(trans_a).lower(), str(trans_b).lower()
+    assert prof.launches[0]["name"] == f"matmul_tiled_kernel<{ta},{tb},0,true>"
     if m % 64 == 0 and k % 16 == 0:  # whole tiles: no lane skips a tile store
         assert gprof.derived(prof.launches[0]["counters"])["bank_conflict_share"] == 0
 
@@ -256,7 +259,9 @@ def test_occupancy_rules():
 
 def test_kernel_resources_from_ptxas():
     for arch in ("sm_75", "sm_80", "sm_90"):
-        res = gprof.kernel_resources("gpumat::emu::matmul_tiled_kernel<false, true, 0>", arch)
+        res = gprof.kernel_resources(
+            "gpumat::emu::matmul_tiled_kernel<false, true, 0, false>", arch
+        )
         assert res is not None and res["match"] == "exact"
         assert 0 < res["registers"] <= 255
         assert res["static_smem_bytes"] == 2 * 16 * (64 + 2) * 4  # the two padded tiles

@@ -36,7 +36,9 @@ enum Epilogue : int { kPlain = 0, kBias = 1, kBiasRelu = 2 };
 // ---------------------------------------------------------------------------- kernels
 
 // a is (m, k) or (k, m) when TransA; b is (k, n) or (n, k) when TransB; c is (m, n).
-template <bool TransA, bool TransB, int Epi = kPlain>
+// Split (Epi kPlain only): grid.z chunks of k, the tile's last block adds them (see the launcher);
+// a template flag so that the other instantiations carry none of its registers.
+template <bool TransA, bool TransB, int Epi = kPlain, bool Split = false>
 __global__ void __launch_bounds__(kThreads)
     matmul_tiled_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
                         int64_t m, int64_t n, int64_t k, const float* __restrict__ bias, int64_t k_chunk,
@@ -51,7 +53,7 @@ __global__ void __launch_bounds__(kThreads)
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kThreadsX + tx;
   const int64_t col0 = blockIdx.x * static_cast<int64_t>(kBN);
   const int64_t row_tiles = (m + kBM - 1) / kBM;
-  // Split-K (gridDim.z > 1): this block sums k in [k_begin, k_end) and writes its tile to partial.
+  // Split: this block sums k in [k_begin, k_end) and writes its tile to partial.
   const int64_t k_begin = blockIdx.z * k_chunk;
   const int64_t k_end = k_begin + k_chunk < k ? k_begin + k_chunk : k;
   // Every thread of the block runs the same iterations, so all reach the barriers together.
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < kTN; ++j) {
         const int64_t cc = col0 + tx + j * kThreadsX;
         if (cc >= n) continue;
-        if (gridDim.z > 1) {  // Epi is kPlain: the tile's last block adds the k chunks below
+        if (Split) {  // Epi is kPlain: the tile's last block adds the k chunks below
           partial[(blockIdx.z * m + r) * n + cc] = acc[i][j];
           continue;
         }
@@ -112,7 +114,7 @@ __global__ void __launch_bounds__(kThreads)
         c[r * n + cc] = v;
       }
     }
-    if (gridDim.z == 1) continue;
+    if (!Split) continue;
     // Split-K: the last of the tile's gridDim.z blocks to finish (counted on the tile's ticket
     // after a fence that publishes its partials) sums the chunks in chunk order, in float64, and
     // resets the ticket ("last block" reduction, as loss.cu's; the CUDA samples'
@@ -146,6 +148,26 @@ __global__ void __launch_bounds__(kThreads)
 
 namespace {
 
+// The tiled kernel for the transpose case (a, trans_a, b, trans_b), split or not.
+template <bool Split, int Epi>
+void launch_variant(const char* op, dim3 grid, cudaStream_t stream, const float* a, bool trans_a,
+                    const float* b, bool trans_b, float* c, int64_t m, int64_t n, int64_t k,
+                    const float* bias, int64_t k_chunk, double* partial, unsigned* tickets) {
+  const dim3 block(kThreadsX, kThreadsY);
+  if (!trans_a && !trans_b)
+    launch<matmul_tiled_kernel<false, false, Epi, Split>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
+                                                          k_chunk, partial, tickets);
+  else if (!trans_a && trans_b)
+    launch<matmul_tiled_kernel<false, true, Epi, Split>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
+                                                         k_chunk, partial, tickets);
+  else if (trans_a && !trans_b)
+    launch<matmul_tiled_kernel<true, false, Epi, Split>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
+                                                         k_chunk, partial, tickets);
+  else
+    launch<matmul_tiled_kernel<true, true, Epi, Split>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
+                                                        k_chunk, partial, tickets);
+}
+
 // Launches the tiled kernel with epilogue Epi over a grid the device allows (the kernel loops over
 // the row tiles past grid.y). bias is null for kPlain.
 template <int Epi>
@@ -172,7 +194,6 @@ void launch_tiled(const char* op, int dev, const float* a, bool trans_a, const f
   cudaStream_t stream = activate(dev);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)),
             static_cast<unsigned>(splits));
-  dim3 block(kThreadsX, kThreadsY);
   note_flops(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) +
              (Epi != kPlain ? static_cast<double>(m) * static_cast<double>(n) : 0.0));
   decltype(workspace_lock()) lock;
@@ -183,18 +204,14 @@ void launch_tiled(const char* op, int dev, const float* a, bool trans_a, const f
     partial = reduce_partials(dev, splits, m * n);
     tickets = block_ticket(dev);
   }
-  if (!trans_a && !trans_b)
-    launch<matmul_tiled_kernel<false, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
-                                                   k_chunk, partial, tickets);
-  else if (!trans_a && trans_b)
-    launch<matmul_tiled_kernel<false, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias, k_chunk,
-                                                  partial, tickets);
-  else if (trans_a && !trans_b)
-    launch<matmul_tiled_kernel<true, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias, k_chunk,
-                                                  partial, tickets);
-  else
-    launch<matmul_tiled_kernel<true, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias, k_chunk,
-                                                 partial, tickets);
+  if (splits > 1) {
+    if constexpr (Epi == kPlain)
+      launch_variant<true, kPlain>(op, grid, stream, a, trans_a, b, trans_b, c, m, n, k, bias, k_chunk,
+                                   partial, tickets);
+  } else {
+    launch_variant<false, Epi>(op, grid, stream, a, trans_a, b, trans_b, c, m, n, k, bias, k_chunk, partial,
+                               tickets);
+  }
 }
 
 }  // namespace
