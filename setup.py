@@ -76,6 +76,8 @@ class BuildWithLibgpumat(build_ext):
         cuda_arch = subprocess.check_output([*make, "-s", "print-cuda-arch"], text=True).split()
         openmp = "-fopenmp" in ldlibs
         self.write_build_config(cuda, cuda_arch if cuda else [], openmp)
+        if cuda:
+            self.record_kernel_resources()
         # One line that says what was built. NOTE: pip shows a build's output only with -v (or
         # when it fails); `python -m gpumat` prints the same line from an installed gpumat.
         print(build_summary(cuda, cuda_arch), file=sys.stderr, flush=True)
@@ -99,6 +101,23 @@ class BuildWithLibgpumat(build_ext):
         for target in (ROOT / "gpumat", Path(self.build_lib) / "gpumat"):
             target.mkdir(parents=True, exist_ok=True)
             (target / "_build_config.py").write_text(text)
+
+    def record_kernel_resources(self):
+        """Registers and static shared memory per kernel from ptxas (sm_75/80/90), for
+        gpumat.profile's occupancy: gpumat/kernel_resources.json, rewritten with this nvcc. The
+        committed file serves builds without nvcc."""
+        script = ROOT / "scripts" / "kernel_resources.py"
+        out = ROOT / "gpumat" / "kernel_resources.json"
+        if not script.exists():
+            return
+        try:
+            subprocess.check_call([sys.executable, str(script), "--out", str(out)])
+        except subprocess.CalledProcessError as e:
+            print(f"gpumat: kernel_resources.py failed ({e}); keeping {out}", file=sys.stderr)
+            return
+        target = Path(self.build_lib) / "gpumat"
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(out, target / out.name)
 
 
 extension = Extension(

@@ -123,6 +123,13 @@ def device_info(ctx_name: str) -> dict:
     """What ran the benchmark: ``backend`` ("cpu"/"gpu"), ``name``, ``driver`` and more."""
     if ctx_name == "gpu":
         return {"backend": "gpu", **gpu_info(0)}
+    if ctx_name == "emu":  # the emulated CUDA device runs on the host's CPU
+        return {
+            "backend": "emu",
+            "name": f"gpumat emulated CUDA device on {cpu_name()}",
+            "driver": "none (emulated)",
+            "cores": os.cpu_count(),
+        }
     return {
         "backend": "cpu",
         "name": cpu_name(),

@@ -347,6 +347,163 @@ def block_distributed_summary(runs, doc_dir: Path) -> str:
     )
 
 
+# ---- gpumat.profile runs (benchmarks/profile_steps.py) ----------------------------------------
+
+PROFILE_LEGEND = (
+    "ESTIMATES from gpumat.profile's roofline model of the emulated device's counters (docs/"
+    "profile.md), never measurements. ld/st sect/req: 32-byte sectors per warp request of global "
+    "loads/stores (4 = a coalesced 128-byte request); eff: bytes asked for over bytes of the "
+    "sectors moved; smem wf/req: shared-memory wavefronts per request (1 = no bank conflict); "
+    "occupancy: theoretical, from ptxas' registers and shared memory for the GPU's architecture "
+    "(limiter in brackets); DRAM MB: bytes of the sectors touched at least once; est/floor us: "
+    "the model's time and max(bytes / bandwidth, FLOPs / peak), summed over calls; bound: the "
+    "model's largest term.\n"
+)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _one(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _profile_runs(runs) -> list[tuple[Path, dict]]:
+    """Full (not quick) profile runs, newest first."""
+    chosen = [(f, d) for f, d in runs if d["benchmark"] == "profile" and not d.get("quick")]
+    return sorted(chosen, key=lambda r: r[1]["date"], reverse=True)
+
+
+def _excess(k: dict) -> float:
+    return k["estimate_s"] - k["floor_s"]
+
+
+def profile_kernel_table(run: dict, top: int = 8) -> str:
+    """The kernels of one profiled step, furthest from their floor (estimate - floor) first."""
+    rows = []
+    for k in sorted(run["kernels"], key=_excess, reverse=True)[:top]:
+        occ = k.get("occupancy")
+        rows.append(
+            [
+                k["name"],
+                k["calls"],
+                _one(k["load_sectors_per_request"]),
+                _pct(k["load_efficiency"]),
+                _one(k["store_sectors_per_request"]),
+                _pct(k["store_efficiency"]),
+                _one(k["shared_wavefronts_per_request"]),
+                "-" if occ is None else f"{100 * occ['occupancy']:.0f}% ({occ['limiter']})",
+                k["counters"]["blocks"] // k["calls"],
+                f"{k['dram_bytes'] / 1e6:.2f}",
+                f"{k['estimate_s'] * 1e6:.1f}",
+                f"{k['floor_s'] * 1e6:.2f}",
+                k["bound"],
+            ]
+        )
+    headers = ["kernel", "calls", "ld sect/req", "ld eff", "st sect/req", "st eff"]
+    headers += ["smem wf/req", "occupancy", "blocks/call", "DRAM MB", "est us", "floor us", "bound"]
+    return format_table(headers, rows, "l" + "r" * 11 + "l")
+
+
+def profile_totals_line(run: dict) -> str:
+    t, m = run["totals"], run["model"]
+    return (
+        f"**{run['model_name']}**, batch {run['batch_size']}, one training step: "
+        f"{t['launches']} launches, estimate {t['estimate_s'] * 1e6:.1f} us on {m['name']}; "
+        f"physical floor {t['floor_s'] * 1e6:.1f} us = max({t['dram_bytes'] / 1e6:.1f} MB of "
+        f"DRAM traffic / {m['dram_bytes_per_s'] / 1e12:.2f} TB/s, {t['flops'] / 1e9:.2f} GFLOP / "
+        f"{m['fp32_flops_per_s'] / 1e12:.1f} TFLOP/s).\n"
+    )
+
+
+def profile_changes(before: dict, after: dict) -> str:
+    """Kernels whose counters or estimate changed between two profiles of one model."""
+    old = {k["name"]: k for k in before["kernels"]}
+    new = {k["name"]: k for k in after["kernels"]}
+    columns = [
+        lambda k: str(k["calls"]),
+        lambda k: str(k["counters"]["blocks"]),
+        lambda k: _one(k["shared_wavefronts_per_request"]),
+        lambda k: f"{k['dram_bytes'] / 1e6:.2f}",
+        lambda k: f"{k['estimate_s'] * 1e6:.1f}",
+    ]
+    rows = []
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name), new.get(name)
+        if a and b and (a["estimate_s"], a["counters"]) == (b["estimate_s"], b["counters"]):
+            continue
+        rows.append(
+            [name]
+            + [f"{'-' if a is None else f(a)} -> {'-' if b is None else f(b)}" for f in columns]
+        )
+    if not rows:
+        return ""
+    headers = ["kernel", "calls", "blocks", "smem wf/req", "DRAM MB", "est us"]
+    return format_table(headers, rows, "l" + "r" * 5)
+
+
+def _same_model(run: dict, d: dict | None) -> dict | None:
+    """The profile of ``run``'s model and batch size in ledger file ``d``, or None."""
+    for r in (d or {}).get("runs", []):
+        if r["model_name"] == run["model_name"] and r["batch_size"] == run["batch_size"]:
+            return r
+    return None
+
+
+def block_profile(runs, doc_dir: Path) -> str:
+    """benchmarks/README.md's ``profile`` tables: the latest profiled training steps, then what
+    changed from each profile to the next (newest first): the fixes' before/after counters."""
+    chosen = _profile_runs(runs)
+    if not chosen:
+        return "No `profile` run in `benchmarks/results/` yet.\n"
+    path, d = chosen[0]
+    out = [source_line(path, d)]
+    for r in d.get("runs", []):
+        out += ["", profile_totals_line(r), profile_kernel_table(r)]
+        for (_, newer), (_, older) in zip(chosen, chosen[1:], strict=False):
+            a, b = _same_model(r, older), _same_model(r, newer)
+            changes = profile_changes(a, b) if a and b else ""
+            if changes:
+                out += [
+                    f"From commit `{older['git'].get('commit', '?')[:10]}` (estimate "
+                    f"{a['totals']['estimate_s'] * 1e6:.1f} us) to `"
+                    f"{newer['git'].get('commit', '?')[:10]}` (estimate "
+                    f"{b['totals']['estimate_s'] * 1e6:.1f} us), the kernels that changed "
+                    "(before -> after):\n",
+                    changes,
+                ]
+    return "\n".join(out) + "\n" + PROFILE_LEGEND
+
+
+def block_profile_summary(runs, doc_dir: Path) -> str:
+    """docs/profile.md's summary: each model's step estimate and floor and its three kernels
+    furthest from their floor, from the latest profile run; and the same from the first profile
+    in the ledger (before the fixes the counters led to)."""
+    chosen = _profile_runs(runs)
+    if not chosen:
+        return "No `profile` run in `benchmarks/results/` yet.\n"
+    (path, d), (_, first) = chosen[0], chosen[-1]
+    out = [device_line(path, d, doc_dir)]
+    for r in d.get("runs", []):
+        out += ["", profile_totals_line(r), profile_kernel_table(r, top=3)]
+        prev = _same_model(r, first) if first is not d else None
+        if prev is not None:
+            t = prev["totals"]
+            worst = sorted(prev["kernels"], key=_excess, reverse=True)[:3]
+            names = "; ".join(
+                f"{k['name']} (est {k['estimate_s'] * 1e6:.1f} us, floor "
+                f"{k['floor_s'] * 1e6:.2f} us, {k['counters']['blocks'] // k['calls']} blocks/call)"
+                for k in worst
+            )
+            out.append(
+                f"The first profile (commit `{first['git'].get('commit', '?')[:10]}`, before the "
+                f"fixes): estimate {t['estimate_s'] * 1e6:.1f} us, floor "
+                f"{t['floor_s'] * 1e6:.1f} us; its kernels furthest from their floor: {names}.\n"
+            )
+    return "\n".join(out) + "\n" + PROFILE_LEGEND
+
+
 def _block_sections(kind: str):
     def block(runs, doc_dir: Path) -> str:
         body = {
@@ -369,6 +526,8 @@ BLOCKS: dict[str, Callable[[list, Path], str]] = {
     "mnist": _block_sections("mnist"),
     "frontend": _block_sections("frontend"),
     "distributed": _block_sections("distributed"),
+    "profile": block_profile,
+    "profile-summary": block_profile_summary,
 }
 
 _BEGIN = re.compile(r"<!-- make_table: ([\w-]+)\b[^\n]*?-->\n")

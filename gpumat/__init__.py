@@ -52,6 +52,7 @@ from gpumat import (  # noqa: E402
     nn,
     ops,
     optim,
+    profile,
     reference,
     runtime,
 )
@@ -142,6 +143,7 @@ __all__ = [
     "ones_like",
     "ops",
     "optim",
+    "profile",
     "rand",
     "randn",
     "reference",

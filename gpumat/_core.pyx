@@ -9,6 +9,7 @@ Devices are passed as (kind, index) with kind 0 = host, 1 = CUDA, 2 = the emulat
 """
 
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 import numpy as np
@@ -608,6 +609,7 @@ def op_count_(int kind, int index):
 # ------------------------------------------------------------------------- DLPack and CUDA interop
 include "_dlpack.pxi"
 include "_emu_selftest.pxi"
+include "_emu_profile.pxi"
 
 
 # ---- compiled executor steps (gpumat/executor.py; extensions/include/gpumat/program.h)

@@ -36,7 +36,7 @@ LAYERS = [
     {"gpumat._core", "gpumat._build_config", "gpumat._checks"},
     {"gpumat.device"},
     {"gpumat.arrays"},
-    {"gpumat.ops", "gpumat.reference", "gpumat.dlpack", "gpumat.checkpoint"},
+    {"gpumat.ops", "gpumat.reference", "gpumat.dlpack", "gpumat.checkpoint", "gpumat.profile"},
     {"gpumat.graph"},  # and gpumat.graph.*
     {"gpumat.runtime"},  # and gpumat.runtime.*
     {"gpumat.autograd"},
@@ -218,7 +218,7 @@ def test_import_gpumat_gives_every_layer():
     code = (
         "import gpumat\n"
         "names = ('ops', 'reference', 'graph', 'runtime', 'optim', 'autodiff', 'nn', 'gpu_op',\n"
-        "         'data', 'datasets')\n"
+        "         'data', 'datasets', 'profile')\n"
         "for name in names:\n"
         "    assert hasattr(gpumat, name), name\n"
         "assert gpumat.optim.SGD and gpumat.runtime.Executor is gpumat.Executor\n"

@@ -12,7 +12,10 @@
 // the numpy reference's) mask for the same seed. Grid-stride, one thread per element (relu and
 // relu_gradient through common.cuh's launch_map).
 // relu_bias_gradient: y, dy, dz (rows, cols), dbias (cols,): dz = dy * (y > 0) and dbias = the
-// column sums of dz, in one kernel (a 32-column block per tile, partial sums in shared memory).
+// column sums of dz, in one kernel over (column tile, row chunk) blocks, float64 partial sums in
+// shared memory, then reduce.cu's sum_partials over the chunks (deterministic, no atomics).
+#include <algorithm>
+
 #include "../random.h"
 #include "common.cuh"
 #include "kernels.cuh"
@@ -106,38 +109,62 @@ constexpr int kRbgRowThreads = 8;  // threads down the rows of each column
 }  // namespace
 
 // y, dy, dz are (rows, cols), dbias is (cols,): dz = dy * (y > 0) and dbias = column sums of dz, in
-// one kernel. Each thread walks a strided set of rows of one column; the kRbgRowThreads partial
-// sums of a column are added in shared memory in a fixed order, so dbias is deterministic (the
-// scheme of reduce.cu's reduce_sum_axis_zero). dz may alias dy (each element is read, then written,
-// by the same thread).
+// one kernel. Grid (column tiles, row chunks), as reduce.cu's reduce_sum_axis_zero: block (x, y)
+// covers 32 columns of rows [y * chunk_rows, (y + 1) * chunk_rows); each thread walks a strided set
+// of those rows of one column in float64, the kRbgRowThreads partial sums of a column are added in
+// shared memory in a fixed order, and with several chunks each block writes its chunk's sums to
+// `partial` (gridDim.y, cols) for sum_partials, so dbias is deterministic. Why chunks: one block
+// per 32 columns gave a (1000, 256) gradient 8 blocks, 8 of an H100's 132 SMs (gpumat.profile).
+// dz may alias dy (each element is read, then written, by the same thread).
 __global__ void relu_bias_gradient_kernel(const float* y, const float* dy, float* dz, float* dbias,
-                                          int64_t rows, int64_t cols) {
-  __shared__ float partial[kRbgRowThreads][kRbgCols + 1];
+                                          int64_t rows, int64_t cols, int64_t chunk_rows, double* partial) {
+  __shared__ double lane_sums[kRbgRowThreads][kRbgCols + 1];
   const int64_t c = blockIdx.x * static_cast<int64_t>(kRbgCols) + threadIdx.x;
-  float acc = 0.0f;
+  const int64_t r_begin = blockIdx.y * chunk_rows;
+  const int64_t r_end = r_begin + chunk_rows < rows ? r_begin + chunk_rows : rows;
+  double acc = 0.0;
   if (c < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += kRbgRowThreads) {
+    for (int64_t r = r_begin + threadIdx.y; r < r_end; r += kRbgRowThreads) {
       const int64_t i = r * cols + c;
       const float g = y[i] > 0.0f ? dy[i] : 0.0f;
       dz[i] = g;
       acc += g;
     }
-  partial[threadIdx.y][threadIdx.x] = acc;
+  lane_sums[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
-    float sum = 0.0f;
-    for (int j = 0; j < kRbgRowThreads; ++j) sum += partial[j][threadIdx.x];
-    dbias[c] = sum;
+    double sum = 0.0;
+    for (int j = 0; j < kRbgRowThreads; ++j) sum += lane_sums[j][threadIdx.x];
+    if (gridDim.y == 1)
+      dbias[c] = static_cast<float>(sum);
+    else
+      partial[blockIdx.y * cols + c] = sum;
   }
 }
 
 void relu_bias_gradient(int dev, const float* y, const float* dy, float* dz, float* dbias, int64_t rows,
                         int64_t cols) {
-  const int64_t kMaxGridX = 2147483647;
-  if (ceil_div(cols, kRbgCols) > kMaxGridX) throw ShapeError("relu_bias_gradient: too many columns");
+  const char* op = "relu_bias_gradient";
+  const GridLimits lim = grid_limits(dev);
+  const int64_t col_tiles = ceil_div(cols, kRbgCols);
+  if (col_tiles > lim.x) throw ShapeError("relu_bias_gradient: too many columns");
+  int64_t chunks = reduce_chunks(col_tiles, rows * kRbgCols, lim.y);
+  // rows may be 0 (dbias is then zeros): one chunk of no rows.
+  const int64_t chunk_rows = std::max<int64_t>(1, ceil_div(rows, chunks));
+  chunks = std::max<int64_t>(1, ceil_div(rows, chunk_rows));  // no empty chunk
   cudaStream_t stream = activate(dev);
-  launch<relu_bias_gradient_kernel>("relu_bias_gradient", static_cast<unsigned>(ceil_div(cols, kRbgCols)),
-                                    dim3(kRbgCols, kRbgRowThreads), 0, stream, y, dy, dz, dbias, rows, cols);
+  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks));
+  const dim3 block(kRbgCols, kRbgRowThreads);
+  if (chunks == 1) {
+    launch<relu_bias_gradient_kernel>(op, grid, block, 0, stream, y, dy, dz, dbias, rows, cols, chunk_rows,
+                                      static_cast<double*>(nullptr));
+    return;
+  }
+  auto lock = workspace_lock();  // the partials live in the device's workspace (common.cuh)
+  double* partial = reduce_partials(dev, chunks, cols);
+  launch<relu_bias_gradient_kernel>(op, grid, block, 0, stream, y, dy, dz, dbias, rows, cols, chunk_rows,
+                                    partial);
+  sum_partials(dev, partial, chunks, cols, dbias, op);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -59,6 +59,16 @@ void launch(const char* op, dim3 grid, dim3 block, size_t smem, cudaStream_t str
   check_launch(op);
 }
 
+// Tells the emulated device's profiler (gpumat.profile) how many floating-point operations the
+// next launch from this thread does, from the op's shapes (a multiply-add counts 2). Nothing on a GPU.
+inline void note_flops(double flops) {
+#ifdef GPUMAT_EMULATED
+  emulator::note_flops(flops);
+#else
+  (void)flops;
+#endif
+}
+
 // The block's dynamic shared memory (the smem bytes of the launch), 16-byte aligned.
 template <typename T>
 __device__ __forceinline__ T* dynamic_smem() {
@@ -76,13 +86,16 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // whose kernels pass partial results to each other: a steady-state training step then requests no
 // memory at all, not even a cached block. `slot` tells apart buffers one op uses at once. Call it,
 // and queue every kernel that uses the buffer, while holding workspace_lock(): another host
-// thread's launches then cannot interleave with them on the device's one stream.
-std::unique_lock<std::mutex> workspace_lock();
+// thread's launches then cannot interleave with them on the device's one stream. Recursive: conv
+// holds it (slots 1-3) while its matrix products take split-K partials (slot 0).
+std::unique_lock<std::recursive_mutex> workspace_lock();
 float* workspace(int dev, int slot, int64_t floats);
 
-// A per-device counter in device memory for "last block" reductions (a kernel's blocks count
-// themselves done; the last one finishes the job and sets the counter back to 0). Zero when created;
-// use it, and queue its kernel, while holding workspace_lock(), as for workspace().
+// Per-device counters in device memory for "last block" reductions (a kernel's blocks count
+// themselves done; the last one finishes the job and sets the counter back to 0): kBlockTickets of
+// them, block_ticket(dev)[i] (one per output tile of a split-K matmul). Zero when created; use
+// them, and queue their kernel, while holding workspace_lock(), as for workspace().
+constexpr int64_t kBlockTickets = 256;
 unsigned* block_ticket(int dev);
 
 // The most blocks a launcher gives a grid-stride loop: `cap` on a GPU; on the emulated device at

@@ -23,6 +23,10 @@ namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 constexpr int kBM = 64, kBN = 64, kBK = 16;
+constexpr int kPad = 2;
+constexpr int64_t kSplitTargetBlocks = 256;  // split-K below this many output tiles (2 per H100 SM)
+constexpr int64_t kMinSplitK = 256;  // k per split at least (16 tiles of kBK)  // words of padding per shared
+                                     // tile row (bank conflicts: see the kernel)
 constexpr int kThreadsX = 16, kThreadsY = 16;  // 256 threads
 constexpr int kTM = kBM / kThreadsY, kTN = kBN / kThreadsX;
 constexpr int kThreads = kThreadsX * kThreadsY;
@@ -32,20 +36,31 @@ enum Epilogue : int { kPlain = 0, kBias = 1, kBiasRelu = 2 };
 // ---------------------------------------------------------------------------- kernels
 
 // a is (m, k) or (k, m) when TransA; b is (k, n) or (n, k) when TransB; c is (m, n).
-template <bool TransA, bool TransB, int Epi = kPlain>
+// Split (Epi kPlain only): grid.z chunks of k, the tile's last block adds them (see the launcher);
+// a template flag so that the other instantiations carry none of its registers.
+template <bool TransA, bool TransB, int Epi = kPlain, bool Split = false>
 __global__ void __launch_bounds__(kThreads)
     matmul_tiled_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
-                        int64_t m, int64_t n, int64_t k, const float* __restrict__ bias) {
-  __shared__ float as[kBK][kBM];  // as[kk][row] = op(a)[row0 + row, k0 + kk]
-  __shared__ float bs[kBK][kBN];  // bs[kk][col] = op(b)[k0 + kk, col0 + col]
+                        int64_t m, int64_t n, int64_t k, const float* __restrict__ bias, int64_t k_chunk,
+                        double* partial, unsigned* tickets) {
+  // as[kk][row] = op(a)[row0 + row, k0 + kk], bs[kk][col] = op(b)[k0 + kk, col0 + col]. Rows padded
+  // by kPad words: where the global loads run along k (a stored (m, k), b stored (n, k)), a warp
+  // stores 16 values of kk for 2 rows, and unpadded rows of 64 words put all 16 in one bank (a
+  // 16-way bank conflict, found by gpumat.profile); 2 words of padding spread them over 32 banks.
+  __shared__ float as[kBK][kBM + kPad];
+  __shared__ float bs[kBK][kBN + kPad];
+  __shared__ bool last_block;  // split-K: this block sums the tile's chunks
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kThreadsX + tx;
   const int64_t col0 = blockIdx.x * static_cast<int64_t>(kBN);
   const int64_t row_tiles = (m + kBM - 1) / kBM;
+  // Split: this block sums k in [k_begin, k_end) and writes its tile to partial.
+  const int64_t k_begin = blockIdx.z * k_chunk;
+  const int64_t k_end = k_begin + k_chunk < k ? k_begin + k_chunk : k;
   // Every thread of the block runs the same iterations, so all reach the barriers together.
   for (int64_t tile = blockIdx.y; tile < row_tiles; tile += gridDim.y) {
     const int64_t row0 = tile * kBM;
     float acc[kTM][kTN] = {};
-    for (int64_t k0 = 0; k0 < k; k0 += kBK) {
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += kBK) {
 #pragma unroll
       for (int l = tid; l < kBM * kBK; l += kThreads) {
         // contiguous axis first: k for a (m, k) a, m for a stored (k, m)
@@ -53,7 +68,7 @@ __global__ void __launch_bounds__(kThreads)
         const int row = TransA ? l % kBM : l / kBK;
         const int64_t gr = row0 + row, gk = k0 + kk;
         float v = 0.0f;
-        if (gr < m && gk < k) v = TransA ? a[gk * m + gr] : a[gr * k + gk];
+        if (gr < m && gk < k_end) v = TransA ? a[gk * m + gr] : a[gr * k + gk];
         as[kk][row] = v;
       }
 #pragma unroll
@@ -63,7 +78,7 @@ __global__ void __launch_bounds__(kThreads)
         const int col = TransB ? l / kBK : l % kBN;
         const int64_t gc = col0 + col, gk = k0 + kk;
         float v = 0.0f;
-        if (gc < n && gk < k) v = TransB ? b[gc * k + gk] : b[gk * n + gc];
+        if (gc < n && gk < k_end) v = TransB ? b[gc * k + gk] : b[gk * n + gc];
         bs[kk][col] = v;
       }
       __syncthreads();
@@ -89,18 +104,69 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < kTN; ++j) {
         const int64_t cc = col0 + tx + j * kThreadsX;
         if (cc >= n) continue;
+        if (Split) {  // Epi is kPlain: the tile's last block adds the k chunks below
+          partial[(blockIdx.z * m + r) * n + cc] = acc[i][j];
+          continue;
+        }
         float v = acc[i][j];
         if (Epi != kPlain) v += bias[cc];
         if (Epi == kBiasRelu) v = fmaxf(v, 0.0f);
         c[r * n + cc] = v;
       }
     }
+    if (!Split) continue;
+    // Split-K: the last of the tile's gridDim.z blocks to finish (counted on the tile's ticket
+    // after a fence that publishes its partials) sums the chunks in chunk order, in float64, and
+    // resets the ticket ("last block" reduction, as loss.cu's; the CUDA samples'
+    // threadFenceReduction). No second launch; the order, hence the result, is fixed.
+    unsigned* ticket = tickets + tile * gridDim.x + blockIdx.x;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_block = atomicAdd(ticket, 1u) == gridDim.z - 1;
+    __syncthreads();
+    if (!last_block) continue;
+    __threadfence();
+    const volatile double* done = partial;  // written by other blocks: read past the cache
+#pragma unroll
+    for (int i = 0; i < kTM; ++i) {
+      const int64_t r = row0 + ty + i * kThreadsY;
+      if (r >= m) continue;
+#pragma unroll
+      for (int j = 0; j < kTN; ++j) {
+        const int64_t cc = col0 + tx + j * kThreadsX;
+        if (cc >= n) continue;
+        double sum = 0.0;
+        for (unsigned z = 0; z < gridDim.z; ++z) sum += done[(z * m + r) * n + cc];
+        c[r * n + cc] = static_cast<float>(sum);
+      }
+    }
+    if (tid == 0) *ticket = 0u;
   }
 }
 
 // ---------------------------------------------------------------------------- launchers
 
 namespace {
+
+// The tiled kernel for the transpose case (a, trans_a, b, trans_b), split or not.
+template <bool Split, int Epi>
+void launch_variant(const char* op, dim3 grid, cudaStream_t stream, const float* a, bool trans_a,
+                    const float* b, bool trans_b, float* c, int64_t m, int64_t n, int64_t k,
+                    const float* bias, int64_t k_chunk, double* partial, unsigned* tickets) {
+  const dim3 block(kThreadsX, kThreadsY);
+  if (!trans_a && !trans_b)
+    launch<matmul_tiled_kernel<false, false, Epi, Split>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
+                                                          k_chunk, partial, tickets);
+  else if (!trans_a && trans_b)
+    launch<matmul_tiled_kernel<false, true, Epi, Split>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
+                                                         k_chunk, partial, tickets);
+  else if (trans_a && !trans_b)
+    launch<matmul_tiled_kernel<true, false, Epi, Split>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
+                                                         k_chunk, partial, tickets);
+  else
+    launch<matmul_tiled_kernel<true, true, Epi, Split>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias,
+                                                        k_chunk, partial, tickets);
+}
 
 // Launches the tiled kernel with epilogue Epi over a grid the device allows (the kernel loops over
 // the row tiles past grid.y). bias is null for kPlain.
@@ -112,17 +178,40 @@ void launch_tiled(const char* op, int dev, const float* a, bool trans_a, const f
   if (col_tiles > lim.x)  // unreachable while ops/matmul.cpp caps n at 2^31 - 1; kept for the cast below
     throw ShapeError(std::string(op) + ": " + std::to_string(n) +
                      " output columns exceed the CUDA grid limit of " + std::to_string(lim.x * kBN));
+  // Split-K for a plain product whose output tiles are too few to fill a GPU (a weight gradient:
+  // (784, 256) = x^T @ dy over a batch of 1,000 is 52 tiles, 52 of an H100's 132 SMs; found by
+  // gpumat.profile): grid.z chunks of k, each block's tile to float64 partials, and each tile's
+  // last block adds them in chunk order (deterministic), counting on one of the device's block
+  // tickets per tile (fewer than kSplitTargetBlocks <= kBlockTickets tiles). Each chunk keeps at
+  // least kMinSplitK of k.
+  static_assert(kSplitTargetBlocks <= kBlockTickets, "a ticket per split tile");
+  const int64_t tiles = col_tiles * row_tiles;
+  int64_t splits = 1;
+  if (Epi == kPlain && tiles < kSplitTargetBlocks && row_tiles <= lim.y)
+    splits = std::max<int64_t>(1, std::min(ceil_div(kSplitTargetBlocks, tiles), k / kMinSplitK));
+  const int64_t k_chunk = splits > 1 ? ceil_div(ceil_div(k, splits), kBK) * kBK : std::max<int64_t>(k, 1);
+  splits = splits > 1 ? ceil_div(k, k_chunk) : 1;
   cudaStream_t stream = activate(dev);
-  dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)));
-  dim3 block(kThreadsX, kThreadsY);
-  if (!trans_a && !trans_b)
-    launch<matmul_tiled_kernel<false, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
-  else if (!trans_a && trans_b)
-    launch<matmul_tiled_kernel<false, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
-  else if (trans_a && !trans_b)
-    launch<matmul_tiled_kernel<true, false, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
-  else
-    launch<matmul_tiled_kernel<true, true, Epi>>(op, grid, block, 0, stream, a, b, c, m, n, k, bias);
+  dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)),
+            static_cast<unsigned>(splits));
+  note_flops(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) +
+             (Epi != kPlain ? static_cast<double>(m) * static_cast<double>(n) : 0.0));
+  decltype(workspace_lock()) lock;
+  double* partial = nullptr;
+  unsigned* tickets = nullptr;
+  if (splits > 1) {
+    lock = workspace_lock();  // the partials live in the device's workspace (common.cuh)
+    partial = reduce_partials(dev, splits, m * n);
+    tickets = block_ticket(dev);
+  }
+  if (splits > 1) {
+    if constexpr (Epi == kPlain)
+      launch_variant<true, kPlain>(op, grid, stream, a, trans_a, b, trans_b, c, m, n, k, bias, k_chunk,
+                                   partial, tickets);
+  } else {
+    launch_variant<false, Epi>(op, grid, stream, a, trans_a, b, trans_b, c, m, n, k, bias, k_chunk, partial,
+                               tickets);
+  }
 }
 
 }  // namespace

@@ -246,7 +246,7 @@ void mark_block(int dev, void* ptr, size_t nbytes) noexcept {
 }  // namespace
 
 namespace {
-std::mutex g_workspace_mutex;
+std::recursive_mutex g_workspace_mutex;
 // Never destroyed: arrays may be freed during interpreter shutdown, after static destructors.
 auto* g_workspaces = new std::map<std::pair<int, int>, GpuMatrix*>();
 auto* g_workspace_generation = new std::map<int, uint64_t>();  // per device, under the mutex
@@ -257,19 +257,21 @@ uint64_t generation_locked(int dev) {
 }
 
 uint64_t workspace_generation(int dev) noexcept {
-  std::lock_guard<std::mutex> lock(g_workspace_mutex);
+  std::lock_guard<std::recursive_mutex> lock(g_workspace_mutex);
   return generation_locked(dev);
 }
 
 bool graph_launch(int dev, void* exec, uint64_t workspaces) {
-  std::lock_guard<std::mutex> lock(g_workspace_mutex);
+  std::lock_guard<std::recursive_mutex> lock(g_workspace_mutex);
   if (generation_locked(dev) != workspaces) return false;
   check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), activate(dev)), "cudaGraphLaunch");
   return true;
 }
 }  // namespace
 
-std::unique_lock<std::mutex> workspace_lock() { return std::unique_lock<std::mutex>(g_workspace_mutex); }
+std::unique_lock<std::recursive_mutex> workspace_lock() {
+  return std::unique_lock<std::recursive_mutex>(g_workspace_mutex);
+}
 
 float* workspace(int dev, int slot, int64_t floats) {
   GpuMatrix*& ws = (*g_workspaces)[{dev, slot}];
@@ -288,8 +290,8 @@ unsigned* block_ticket(int dev) {
   static auto* tickets = new std::map<int, GpuMatrix*>();  // never destroyed, as the workspaces
   GpuMatrix*& t = (*tickets)[dev];
   if (t == nullptr) {
-    auto fresh = std::make_unique<GpuMatrix>(std::vector<int64_t>{1}, kernel_device(dev));
-    check(cudaMemsetAsync(fresh->data(), 0, sizeof(unsigned), activate(dev)), "block_ticket");
+    auto fresh = std::make_unique<GpuMatrix>(std::vector<int64_t>{kBlockTickets}, kernel_device(dev));
+    check(cudaMemsetAsync(fresh->data(), 0, kBlockTickets * sizeof(unsigned), activate(dev)), "block_ticket");
     t = fresh.release();
   }
   return reinterpret_cast<unsigned*>(t->data());

@@ -28,8 +28,6 @@ namespace gpumat::emulator::detail {
 
 namespace {
 
-enum Kind : unsigned { kRead = 1, kWrite = 2, kAtomic = 4, kUnaligned = 8 };
-
 // ============================================================================ modules
 
 // Static __shared__ variables are thread-local variables of the module (shared object or
@@ -375,8 +373,11 @@ void classify(Active& a, uintptr_t p, size_t n, unsigned kind, uintptr_t code) {
 
 // `code`: where the instrumented access is (the hook's return address).
 inline void hook(const volatile void* p, size_t n, unsigned kind, void* code) {
-  if (Active* a = running())
+  if (Active* a = running()) {
+    if (__builtin_expect(a->profile != nullptr, 0))
+      profile_access(*a, reinterpret_cast<uintptr_t>(p), n, kind, reinterpret_cast<uintptr_t>(code));
     check(*a, reinterpret_cast<uintptr_t>(p), n, kind, reinterpret_cast<uintptr_t>(code));
+  }
 }
 
 // The common cases of an aligned N-byte plain load or store, decided with a few compares and no
@@ -388,6 +389,9 @@ template <size_t N, unsigned Kind>
   Active* a = running();
   if (a == nullptr) return;
   const uintptr_t p = reinterpret_cast<uintptr_t>(vp);
+  // gpumat.profile: one load and a branch not taken when it is off.
+  if (__builtin_expect(a->profile != nullptr, 0))
+    profile_access(*a, p, N, Kind, reinterpret_cast<uintptr_t>(code));
   if ((p & (N - 1)) == 0) {
     const Active::CachedSegment& c = a->seg[0];
     const uintptr_t off = p - c.base;

@@ -659,6 +659,7 @@ bool event_done(const Event& e) {
 int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem, void* stream,
            ThreadBody body, std::shared_ptr<void> args, size_t args_bytes) {
   namespace d = detail;
+  const double flops = d::take_noted_flops();  // the launcher's note is for this launch only
   cudaStream_t h = static_cast<cudaStream_t>(stream);
   const bool cap = d::capturing(h);
   if (!cap && !d::valid_stream(h))
@@ -679,6 +680,7 @@ int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dyn
   spec->args = std::move(args);
   spec->args_bytes = args_bytes;
   spec->checks = d::enabled_checks();
+  spec->flops = flops;
   return d::issue(h, [spec] { return d::run_launch(*spec); }, name);
 }
 

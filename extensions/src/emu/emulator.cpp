@@ -220,6 +220,7 @@ struct Fiber {
 
 struct Launch {
   const detail::LaunchSpec* spec;
+  detail::LaunchProfile* profile = nullptr;  // when profiling is on
   uint32_t seq;
   uint64_t geometry_hash;
   std::atomic<bool> faulted{false};
@@ -658,6 +659,7 @@ void run_block(Launch& L, uint64_t linear) {
   a.checks = spec.checks;
   detail::prepare_block(
       a, spec.smem, spec.smem > 0 ? (reinterpret_cast<uintptr_t>(w.smem.data()) + 15) & ~uintptr_t{15} : 0);
+  detail::profile_block_begin(a, L.profile);
 
   Rng rng{splitmix64(schedule_seed() ^ L.geometry_hash ^ splitmix64(linear)) | 1};
   for (int i = 0; i < n; ++i) w.order[static_cast<size_t>(i)] = i;
@@ -702,6 +704,7 @@ void run_block(Launch& L, uint64_t linear) {
 #endif
     L.record_fault(linear, w.fault_msg);
   }
+  detail::profile_block_end(a, w.fault);
   w.launch = nullptr;
 }
 
@@ -760,6 +763,7 @@ cudaError_t execute(const LaunchSpec& spec, std::string* detail) {
       fnv1a(spec.name) ^ splitmix64((uint64_t{grid.x} << 32) ^ grid.y) ^
       splitmix64((uint64_t{grid.z} << 40) ^ (uint64_t{block.x} << 20) ^ (uint64_t{block.y} << 10) ^ block.z));
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+  L.profile = detail::profile_launch_begin(spec);
   std::atomic<bool> oom{false};
 #pragma omp parallel for schedule(dynamic, 1) if (blocks > 1)
   for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -770,6 +774,7 @@ cudaError_t execute(const LaunchSpec& spec, std::string* detail) {
       oom = true;
     }
   }
+  detail::profile_launch_end(L.profile, !oom && !L.faulted);
   if (oom) {
     *detail = std::string("launch of ") + spec.name + ": no memory for fiber stacks";
     return cudaErrorMemoryAllocation;
@@ -811,6 +816,7 @@ int sync_block_count(int pred) {
       release(w, o);
     }
     w.at_block_barrier = 0;
+    detail::profile_barrier(w.active);
     w.active.interval =
         ++w.interval;  // racecheck: accesses before the barrier are ordered before those after
   }

@@ -1,6 +1,7 @@
 // The CUDA emulator: runs gpumat's CUDA sources (src/cuda/*.cu), compiled by the host C++ compiler,
 // on the CPU, as the emulated device `emu:N`. It is a correctness tool (the way compute-sanitizer is
-// one on a GPU): nothing it measures says anything about speed on a GPU.
+// one on a GPU): nothing it times says anything about speed on a GPU; what it counts (profile.cpp:
+// warp requests, sectors, bank conflicts, for gpumat.profile's estimates) does.
 //
 // Execution model
 // - Launches and asynchronous copies are queued on their stream and run, in order, by that stream's
@@ -67,6 +68,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace gpumat::emulator {
 
@@ -120,5 +124,18 @@ void cp_async_wait(int pending_groups);
 
 // Reports a fault in the running thread (e.g. a misused intrinsic) and abandons the block.
 [[noreturn]] void device_fault(const char* what);
+
+// Profiling (profile.cpp; gpumat.profile): while enabled, every launch that runs records per-launch
+// counters of its global and shared memory requests (what they mean: the header of profile.cpp).
+// Off by default; when off the access hooks test one pointer and count nothing.
+void profile_enable(bool on);
+bool profile_enabled();
+// The names of the values of each record, in order.
+std::vector<std::string> profile_fields();
+// The records of the launches that ran (in completion order) since the last call: (kernel name,
+// values in profile_fields' order); cleared.
+std::vector<std::pair<std::string, std::vector<double>>> profile_take();
+// The FLOPs of the next launch made by this host thread (from the op's shapes; -1: unknown).
+void note_flops(double flops);
 
 }  // namespace gpumat::emulator

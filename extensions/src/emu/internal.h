@@ -71,6 +71,9 @@ void copy_initialised(Segment* dst_seg, uintptr_t dst, Segment* src_seg, uintptr
 
 // ============================================================================ the checks' view of a kernel
 
+// What an instrumented access does (the hooks' `kind` bits).
+enum Kind : unsigned { kRead = 1, kWrite = 2, kAtomic = 4, kUnaligned = 8 };
+
 // The bits of GPUMAT_EMU_CHECKS (default: all): which hazards end a launch with a report.
 enum CheckBits : unsigned { kMemcheck = 1, kRacecheck = 2, kInitcheck = 4 };
 unsigned enabled_checks();  // GPUMAT_EMU_CHECKS, read at every launch (on the launching thread)
@@ -102,7 +105,12 @@ struct SharedRegion {
 
 // What the access hooks need to know about the emulated thread running on this OS thread. The
 // engine keeps one per worker thread; the header of each of the worker's stack slots points to it.
+struct BlockProfile;  // profile.cpp: the running block's counters while profiling
+
 struct Active {
+  // The profiler's state for the running block, or nullptr when the launch is not profiled (the
+  // access hooks test only this).
+  BlockProfile* profile = nullptr;
   // True while the emulator's own code runs on a fiber (barriers, reports): library functions
   // it shares with the instrumented kernels (the linker keeps one copy of an inline function) then
   // call the hooks, which must ignore them.
@@ -158,6 +166,22 @@ std::string block_coords(uint64_t linear);
 // Reports a fault in the running thread and abandons its block (the launch fails).
 [[noreturn]] void fault_running_thread(const std::string& what);
 
+// ============================================================================ profiling
+// profile.cpp: gpumat.profile's counters (emulator.h's profile_* functions). A launch that runs
+// while profiling is on gets a LaunchProfile; each block's accesses are grouped into warp requests
+// at its barriers and at its end.
+
+struct LaunchSpec;
+struct LaunchProfile;
+LaunchProfile* profile_launch_begin(const LaunchSpec& spec);  // nullptr when profiling is off
+void profile_block_begin(Active& a, LaunchProfile* launch);   // a.profile set (or left null)
+void profile_barrier(Active& a);                              // all threads of the block arrived
+void profile_block_end(Active& a, bool faulted);              // a.profile reset to null
+void profile_launch_end(LaunchProfile* launch, bool ok);      // recorded when ok; deleted
+// One access of the running thread (n bytes at p, Kind bits, `pc`: the instrumented instruction).
+void profile_access(Active& a, uintptr_t p, size_t n, unsigned kind, uintptr_t pc);
+double take_noted_flops();  // note_flops' value for the launch being made (-1: none), then cleared
+
 // ============================================================================ launches
 
 // A launch as the engine runs it. `args` owns the kernel's argument block (args_bytes long).
@@ -170,6 +194,7 @@ struct LaunchSpec {
   std::shared_ptr<void> args;
   size_t args_bytes = 0;
   unsigned checks = 0;  // enabled_checks() when it was launched
+  double flops = -1;    // the launcher's FLOP count (note_flops), -1: not given
 };
 
 // Runs the whole grid on the calling thread (blocks spread over OpenMP workers) and returns

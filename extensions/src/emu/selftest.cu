@@ -95,6 +95,43 @@ __global__ void fill_kernel(float* out, int64_t n, float value) {
   if (i < n) out[i] = value;
 }
 
+// gpumat.profile's known truths (tests/kernels/test_profile.py): the textbook access patterns whose
+// request, sector and bank counts are known exactly.
+// A coalesced copy: each warp reads and writes 32 consecutive floats (128 bytes: 4 sectors).
+__global__ void profile_copy_kernel(const float* in, float* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = in[i];
+}
+
+// out (n, n) = in^T, one thread per element, threads of a warp along a row of `in`: the loads are
+// coalesced, the stores stride by n floats (a sector per lane).
+__global__ void profile_transpose_naive_kernel(const float* in, float* out, int n) {
+  const int c = blockIdx.x * 32 + threadIdx.x, r = blockIdx.y * 32 + threadIdx.y;
+  if (r < n && c < n) out[c * n + r] = in[r * n + c];
+}
+
+// The same through a 32 x 33 shared tile (the padding column puts a tile column in 32 banks): both
+// the loads and the stores are coalesced, and the column reads of the tile are conflict-free.
+__global__ void profile_transpose_tiled_kernel(const float* in, float* out, int n) {
+  __shared__ float tile[32][33];
+  const int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 32 + threadIdx.y;
+  if (x < n && y < n) tile[threadIdx.y][threadIdx.x] = in[y * n + x];
+  __syncthreads();
+  const int tx = blockIdx.y * 32 + threadIdx.x, ty = blockIdx.x * 32 + threadIdx.y;
+  if (tx < n && ty < n) out[ty * n + tx] = tile[threadIdx.x][threadIdx.y];
+}
+
+// A 32 x 32 shared tile filled row by row, then read down a column: lane l reads word l * Stride + w.
+// Stride 32 puts every lane of a warp in one bank (32-way conflict); stride 33 in 32 banks.
+template <int Stride>
+__global__ void profile_shared_column_kernel(float* out) {
+  __shared__ float tile[32 * Stride];
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;  // 32 warps
+  tile[w * Stride + lane] = static_cast<float>(w * 32 + lane);
+  __syncthreads();
+  out[threadIdx.x] = tile[lane * Stride + w];
+}
+
 std::vector<float> fetch(const GpuMatrix& m) {
   std::vector<float> v(static_cast<size_t>(m.size()));
   m.copy_to_host(v.data(), m.size());
@@ -191,6 +228,37 @@ std::vector<float> selftest(const std::string& name, int dev) {
     const float before = a.data()[2];
     synchronize(d);
     return {before, a.data()[2]};
+  }
+  if (name == "profile_copy") {  // in[i] = i, 1024 floats in 4 blocks of 256
+    GpuMatrix in({1024}, d), out({1024}, d);
+    std::vector<float> v(1024);
+    for (int i = 0; i < 1024; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
+    in.copy_from_host(v.data(), 1024);
+    launch<profile_copy_kernel>(op.c_str(), 4, 256, 0, s, static_cast<const float*>(in.data()), out.data(),
+                                int64_t{1024});
+    return fetch(out);
+  }
+  if (name == "profile_transpose_naive" || name == "profile_transpose_tiled") {  // 64 x 64, in[i] = i
+    GpuMatrix in({64, 64}, d), out({64, 64}, d);
+    std::vector<float> v(4096);
+    for (int i = 0; i < 4096; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
+    in.copy_from_host(v.data(), 4096);
+    const dim3 grid(2, 2);
+    if (name == "profile_transpose_tiled")
+      launch<profile_transpose_tiled_kernel>(op.c_str(), grid, dim3(32, 32), 0, s,
+                                             static_cast<const float*>(in.data()), out.data(), 64);
+    else
+      launch<profile_transpose_naive_kernel>(op.c_str(), grid, dim3(32, 32), 0, s,
+                                             static_cast<const float*>(in.data()), out.data(), 64);
+    return fetch(out);
+  }
+  if (name == "profile_shared_stride32" || name == "profile_shared_padded") {  // 1 block of 1024
+    GpuMatrix out({1024}, d);
+    if (name == "profile_shared_padded")
+      launch<profile_shared_column_kernel<33>>(op.c_str(), 1, 1024, 0, s, out.data());
+    else
+      launch<profile_shared_column_kernel<32>>(op.c_str(), 1, 1024, 0, s, out.data());
+    return fetch(out);
   }
   // Holds the stream for the given milliseconds ("hold:300") and returns at once.
   if (name.rfind("hold:", 0) == 0) {

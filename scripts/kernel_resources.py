@@ -1,0 +1,122 @@
+"""Records each CUDA kernel's registers per thread and static shared memory, as ptxas reports them.
+
+    python scripts/kernel_resources.py [--out gpumat/kernel_resources.json] [--arch 80 90]
+
+Compiles every ``extensions/src/cuda/*.cu`` with ``nvcc -cubin -Xptxas -v`` for each compute
+capability and parses ptxas' "Used N registers, ... M bytes smem" lines (names demangled by
+``c++filt``). ``gpumat.profile`` reads the JSON for its occupancy figures; setup.py reruns this
+script when it builds with CUDA, and the committed file serves builds without nvcc. Needs nvcc
+(CUDA_HOME, else PATH) and c++filt; exits with a message otherwise.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXT = ROOT / "extensions"
+
+ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+)'")
+STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+USED = re.compile(r"Used (\d+) registers")
+SMEM = re.compile(r"(\d+) bytes smem")  # after the barriers and any "cumulative stack size"
+
+
+def normalise(name: str) -> str:
+    """A kernel's name without its namespace, parameter list and spaces: the key both the
+    emulator's names ("gpumat::emu::k<false, 1>") and ptxas' ("gpumat::cuda::k<false, 1>(...)")
+    map to."""
+    name = re.sub(r"\bgpumat::(cuda|emu)::", "", name)
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):  # drop the parameter list: the first '(' outside template args
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            cut = i
+            break
+    name = name[:cut]
+    name = re.sub(r"\(anonymous namespace\)::", "", name)
+    name = re.sub(r"^void\s+", "", name.strip())  # c++filt prints a template's return type
+    return name.replace(" ", "")
+
+
+def nvcc_path() -> str:
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    for cand in (Path(home) / "bin" / "nvcc", shutil.which("nvcc")):
+        if cand and Path(cand).exists():
+            return str(cand)
+    sys.exit("kernel_resources: nvcc not found (set CUDA_HOME or PATH)")
+
+
+def parse(text: str, demangle) -> dict:
+    """{arch: {normalised kernel name: resources}} from ptxas -v output."""
+    out: dict = {}
+    current = None
+    for line in text.splitlines():
+        if m := ENTRY.search(line):
+            current = (demangle(m.group(1)), m.group(2))
+            out.setdefault(current[1], {})[normalise(current[0])] = {}
+        elif current and (m := STACK.search(line)):
+            entry = out[current[1]][normalise(current[0])]
+            entry["stack_bytes"] = int(m.group(1))
+            entry["spill_bytes"] = int(m.group(2)) + int(m.group(3))
+        elif current and (m := USED.search(line)):
+            entry = out[current[1]][normalise(current[0])]
+            entry["registers"] = int(m.group(1))
+            smem = SMEM.search(line)
+            entry["static_smem_bytes"] = int(smem.group(1)) if smem else 0
+            current = None
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=str(ROOT / "gpumat" / "kernel_resources.json"))
+    p.add_argument("--arch", nargs="+", default=["75", "80", "90"])
+    args = p.parse_args(argv)
+    nvcc = nvcc_path()
+    if shutil.which("c++filt") is None:
+        sys.exit("kernel_resources: c++filt not found (binutils)")
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    version = version.strip().splitlines()[-1] if version.strip() else "unknown"
+    names: set[str] = set()
+    raw = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for src in sorted((EXT / "src" / "cuda").glob("*.cu")):
+            for arch in args.arch:
+                cmd = [nvcc, "-O3", "-std=c++17", "--extended-lambda", "-Iinclude", "-Isrc"]
+                cmd += ["-DGPUMAT_WITH_CUDA", f"-arch=sm_{arch}", "-cubin", "-Xptxas", "-v"]
+                cmd += ["-o", str(Path(tmp) / f"{src.stem}.{arch}.cubin"), str(src)]
+                r = subprocess.run(cmd, cwd=EXT, capture_output=True, text=True)
+                if r.returncode != 0:
+                    sys.exit(f"kernel_resources: {' '.join(cmd)} failed:\n{r.stderr}")
+                raw.append(r.stderr)
+                names.update(m[0] for m in ENTRY.findall(r.stderr))
+    mangled = sorted(names)
+    filt = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True)
+    table = dict(zip(mangled, filt.stdout.splitlines(), strict=True))
+    result: dict = {}
+    for text in raw:
+        for arch, kernels in parse(text, lambda m: table.get(m, m)).items():
+            result.setdefault(arch, {}).update(kernels)
+    doc = {
+        "source": "ptxas -v (nvcc -O3 -cubin -Xptxas -v), per kernel",
+        "nvcc": version,
+        "archs": {arch: dict(sorted(k.items())) for arch, k in sorted(result.items())},
+    }
+    Path(args.out).write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    count = sum(len(k) for k in result.values())
+    print(f"kernel_resources: {count} kernel entries for {sorted(result)} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
