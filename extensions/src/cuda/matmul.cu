@@ -23,10 +23,9 @@ namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 constexpr int kBM = 64, kBN = 64, kBK = 16;
-constexpr int kPad = 2;
-constexpr int64_t kSplitTargetBlocks = 256;  // split-K below this many output tiles (2 per H100 SM)
-constexpr int64_t kMinSplitK = 256;  // k per split at least (16 tiles of kBK)  // words of padding per shared
-                                     // tile row (bank conflicts: see the kernel)
+constexpr int kPad = 2;                        // words of padding per shared tile row (see the kernel)
+constexpr int64_t kSplitTargetBlocks = 256;    // split-K below this many output tiles (2 per H100 SM)
+constexpr int64_t kMinSplitK = 256;            // k per split at least (16 tiles of kBK)
 constexpr int kThreadsX = 16, kThreadsY = 16;  // 256 threads
 constexpr int kTM = kBM / kThreadsY, kTN = kBN / kThreadsX;
 constexpr int kThreads = kThreadsX * kThreadsY;
