@@ -101,7 +101,12 @@ def test_kernels_notebook(run_notebook):
     assert all(float(e) < 1e-4 for row in table for e in row[1:]), table
     # The CUDA source beside its host twin.
     assert "void relu(int dev, const float* in" in text and "void relu(int, const float* in" in text
-    assert _images(nb), "the timing plot"
+    assert len(_images(nb)) >= 2, "the timing plot and the roofline"
+    # The profile of the matrix product on the emulated device, with the H100 model's estimate.
+    coalesced = r"\| 1 \| 4\.0 \| 100% \| 4\.0 \| 100% \|"  # calls, loads and stores
+    row = re.search(r"^\| matmul_tiled_kernel\S* " + coalesced, text, re.M)
+    assert row, text[-3000:]
+    assert "ESTIMATE (a roofline model, not a measurement) for NVIDIA H100" in text
 
 
 def test_autodiff_notebook(run_notebook):
