@@ -67,7 +67,8 @@ __all__ = [
     "short_name",
 ]
 
-SECTOR_BYTES = 32  # a global memory sector (L2 <-> DRAM and L1 <-> L2 transfer unit)
+#: Bytes of a global-memory sector, the unit of L2 <-> DRAM and L1 <-> L2 transfers.
+SECTOR_BYTES = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +106,9 @@ class GpuModel:
     smem_alloc_unit: int = 128
 
 
+#: The GPUs the roofline model knows, by short name ("H100", "A100", "T4"): each a
+#: :class:`GpuModel` with its DRAM bandwidth (bytes/s), FP32 peak (FLOP/s), SM count and per-SM
+#: limits, from the sources its ``source`` field names.
 GPUS: dict[str, GpuModel] = {
     "H100": GpuModel(
         name="NVIDIA H100 SXM5 80GB",
