@@ -187,9 +187,7 @@ class _Entry:
         def result(sym: Tensor):
             if sym._trace is not self.trace:
                 return sym
-            value = vals[self.slots[sym._tnode]]
-            out = empty(value.shape, ctx)
-            ops.copy(value, out)
+            out = vals[self.slots[sym._tnode]]._clone()  # a copy: the buffer is rewritten
             return Tensor._make(out, sym.dtype, ctx, sym._range)
 
         return _replace(self.outputs, result)

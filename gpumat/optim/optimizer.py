@@ -364,7 +364,12 @@ class Optimizer:
             one_device = self._one_device
         elif arrays:
             c0 = arrays[0].ctx
-            one_device = all(a.ctx is c0 or a.ctx == c0 for a in arrays)
+            one_device = True
+            for a in arrays:  # a plain loop: this runs every step
+                ctx = a.ctx
+                if ctx is not c0 and ctx != c0:
+                    one_device = False
+                    break
         else:
             one_device = False
         if one_device:
