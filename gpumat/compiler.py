@@ -134,15 +134,18 @@ class _Entry:
         that read an earlier ``.grad`` refuses to backward instead of using the new values.
         """
         cached = self._grad_cache
-        if cached is not None and all(
-            (k is None and g is None)
-            or (g is not None and g._data is vals[k] and not g._requires_grad and g._grad is None)
-            for (_, k), g in zip(self.grads, cached, strict=True)
-        ):
-            for g in cached:
-                if g is not None:
-                    g._vc.value += 1
-            return cached
+        if cached is not None:
+            for (_, k), g in zip(self.grads, cached, strict=True):  # a plain loop: per step
+                if g is None:
+                    if k is not None:
+                        break
+                elif k is None or g._data is not vals[k] or g._requires_grad or g._grad is not None:
+                    break
+            else:
+                for g in cached:
+                    if g is not None:
+                        g._vc.value += 1
+                return cached
         made = [None if k is None else Tensor._make(vals[k], float32, ctx) for _, k in self.grads]
         self._grad_cache = made
         return made
@@ -177,7 +180,7 @@ class _Entry:
             feed[node] = data
         vals = self.executor.run(feed)
         for opt, idx, slots in self.steps:
-            opt.apply_gradients(idx, [vals[k] for k in slots])
+            opt._apply_compiled(idx, [vals[k] for k in slots])
         ctx = self.trace.ctx
         grads = self._grad_tensors(vals, ctx)
         for (owner, _), g in zip(self.grads, grads, strict=True):
