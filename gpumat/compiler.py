@@ -59,7 +59,8 @@ def _signature(value, tensors: list, objects: list):
         if value._data is None:
             value._concrete("gpumat.compile")
         tensors.append(value)
-        return ("T", value._shape, value._dtype.name, value._ctx, value._requires_grad)
+        ctx = value._ctx  # by its fields, which hash and compare in C (a Context does in Python)
+        return ("T", value._shape, value._dtype.name, ctx._kind, ctx.index, value._requires_grad)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple([_signature(v, tensors, objects) for v in value]))
     if isinstance(value, dict):
@@ -119,6 +120,10 @@ class _Entry:
             g = t._grad
             owner = position.get(id(t), t)
             self.grads.append((owner, None if g is None else slots[g._tnode]))
+        # self.grads by owner kind: (tensor, j) and (argument position, j), j its index there.
+        owners = [(o, j) for j, (o, _) in enumerate(self.grads)]
+        self._grad_params = [(o, j) for o, j in owners if not isinstance(o, int)]
+        self._grad_args = [(o, j) for o, j in owners if isinstance(o, int)]
         self.modules = list(trace.module_guards.values())
         self._grad_cache = None  # the .grad tensors of the last call (see _grad_tensors)
         # The trace-time arguments are not kept (only the parameters and constants it reads).
@@ -183,9 +188,10 @@ class _Entry:
             opt._apply_compiled(idx, [vals[k] for k in slots])
         ctx = self.trace.ctx
         grads = self._grad_tensors(vals, ctx)
-        for (owner, _), g in zip(self.grads, grads, strict=True):
-            t = args[owner] if isinstance(owner, int) else owner
-            t._grad = g
+        for t, j in self._grad_params:
+            t._grad = grads[j]
+        for pos, j in self._grad_args:
+            args[pos]._grad = grads[j]
 
         def result(sym: Tensor):
             if sym._trace is not self.trace:
