@@ -73,7 +73,13 @@ def as_real(value, what: str, op: str) -> float:
 
 
 def array_lists(op: str, **lists) -> list[list]:
-    """The named lists (or tuples) of arrays as lists; TypeError naming the one that is not."""
+    """The named lists (or tuples) of arrays as lists; TypeError naming the one that is not.
+
+    Lists are returned as they are (the kernels read them at once and keep no reference);
+    tuples are copied into lists."""
+    values = list(lists.values())
+    if all(type(v) is list for v in values):  # the common case, checked cheaply: it runs per step
+        return values
     bad = {k: type(v).__name__ for k, v in lists.items() if not isinstance(v, (list, tuple))}
     if bad:
         got = ", ".join(f"{k} is a {t}" for k, t in bad.items())

@@ -197,6 +197,19 @@ cdef class PyGpuMatrix:
         out._ctx = ctx
         return out
 
+    def _clone(self):
+        """A new array of this array's shape on its device holding a copy of its values (one
+        native call; asynchronous on CUDA, as :func:`gpumat.ops.copy`). Private, for
+        ``gpumat.compile``'s returned tensors. Raises ValueError for an object without an array,
+        MemoryError when the device is out of memory."""
+        _require(self, "_clone", "self")
+        cdef PyGpuMatrix out = PyGpuMatrix.__new__(PyGpuMatrix)
+        out.mat = new GpuMatrix(self.mat[0].shape(), self.mat[0].device())
+        out._ctx = self._ctx
+        with nogil:
+            copy(self.mat[0], out.mat[0])
+        return out
+
     def _view(self, shape):
         """A PyGpuMatrix of ``shape`` over the first elements of this array's storage.
 
@@ -703,7 +716,10 @@ cdef class NativeProgram:
             if not isinstance(value, PyGpuMatrix):
                 raise TypeError(f"NativeProgram.run: input {k} is a {type(value).__name__}")
             arr = value
-            self._check_array(arr, f"input {k}")
+            # The full check (and its message) only when the quick one fails: this runs per run.
+            if (arr.mat == NULL or <int>arr.mat[0].device().kind != self._kind
+                    or arr.mat[0].device().index != self._index):
+                self._check_array(arr, f"input {k}")
             self.prog.bind_input(k, arr.mat[0].data(), arr.mat[0].size())
         with nogil:
             self.prog.run(step)

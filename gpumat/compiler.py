@@ -59,7 +59,8 @@ def _signature(value, tensors: list, objects: list):
         if value._data is None:
             value._concrete("gpumat.compile")
         tensors.append(value)
-        return ("T", value._shape, value._dtype.name, value._ctx, value._requires_grad)
+        ctx = value._ctx  # by its fields, which hash and compare in C (a Context does in Python)
+        return ("T", value._shape, value._dtype.name, ctx._kind, ctx.index, value._requires_grad)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple([_signature(v, tensors, objects) for v in value]))
     if isinstance(value, dict):
@@ -119,6 +120,10 @@ class _Entry:
             g = t._grad
             owner = position.get(id(t), t)
             self.grads.append((owner, None if g is None else slots[g._tnode]))
+        # self.grads by owner kind: (tensor, j) and (argument position, j), j its index there.
+        owners = [(o, j) for j, (o, _) in enumerate(self.grads)]
+        self._grad_params = [(o, j) for o, j in owners if not isinstance(o, int)]
+        self._grad_args = [(o, j) for o, j in owners if isinstance(o, int)]
         self.modules = list(trace.module_guards.values())
         self._grad_cache = None  # the .grad tensors of the last call (see _grad_tensors)
         # The trace-time arguments are not kept (only the parameters and constants it reads).
@@ -134,15 +139,18 @@ class _Entry:
         that read an earlier ``.grad`` refuses to backward instead of using the new values.
         """
         cached = self._grad_cache
-        if cached is not None and all(
-            (k is None and g is None)
-            or (g is not None and g._data is vals[k] and not g._requires_grad and g._grad is None)
-            for (_, k), g in zip(self.grads, cached, strict=True)
-        ):
-            for g in cached:
-                if g is not None:
-                    g._vc.value += 1
-            return cached
+        if cached is not None:
+            for (_, k), g in zip(self.grads, cached, strict=True):  # a plain loop: per step
+                if g is None:
+                    if k is not None:
+                        break
+                elif k is None or g._data is not vals[k] or g._requires_grad or g._grad is not None:
+                    break
+            else:
+                for g in cached:
+                    if g is not None:
+                        g._vc.value += 1
+                return cached
         made = [None if k is None else Tensor._make(vals[k], float32, ctx) for _, k in self.grads]
         self._grad_cache = made
         return made
@@ -177,19 +185,18 @@ class _Entry:
             feed[node] = data
         vals = self.executor.run(feed)
         for opt, idx, slots in self.steps:
-            opt.apply_gradients(idx, [vals[k] for k in slots])
+            opt._apply_compiled(idx, [vals[k] for k in slots])
         ctx = self.trace.ctx
         grads = self._grad_tensors(vals, ctx)
-        for (owner, _), g in zip(self.grads, grads, strict=True):
-            t = args[owner] if isinstance(owner, int) else owner
-            t._grad = g
+        for t, j in self._grad_params:
+            t._grad = grads[j]
+        for pos, j in self._grad_args:
+            args[pos]._grad = grads[j]
 
         def result(sym: Tensor):
             if sym._trace is not self.trace:
                 return sym
-            value = vals[self.slots[sym._tnode]]
-            out = empty(value.shape, ctx)
-            ops.copy(value, out)
+            out = vals[self.slots[sym._tnode]]._clone()  # a copy: the buffer is rewritten
             return Tensor._make(out, sym.dtype, ctx, sym._range)
 
         return _replace(self.outputs, result)

@@ -725,7 +725,8 @@ def sgd_update(params, grads, lr: float) -> None:
     Raises TypeError for a non-list or a non-array element, ValueError for a length, shape or
     device mismatch, an aliased parameter, or a bad lr. Source: Robbins & Monro (1951).
     """
-    params, grads = array_lists("sgd_update", params=params, grads=grads)
+    if type(params) is not list or type(grads) is not list:  # lists go as they are (per step)
+        params, grads = array_lists("sgd_update", params=params, grads=grads)
     _core.sgd_update_(params, grads, as_real(lr, "lr", "sgd_update"))
 
 
@@ -757,7 +758,10 @@ def momentum_sgd_update(params, grads, velocities, lr: float, momentum: float) -
             shared with another, lr negative or not finite, momentum outside [0, 1).
     """
     op = "momentum_sgd_update"
-    params, grads, velocities = array_lists(op, params=params, grads=grads, velocities=velocities)
+    if type(params) is not list or type(grads) is not list or type(velocities) is not list:
+        params, grads, velocities = array_lists(
+            op, params=params, grads=grads, velocities=velocities
+        )
     _core.momentum_sgd_update_(
         params, grads, velocities, as_real(lr, "lr", op), as_real(momentum, "momentum", op)
     )

@@ -22,7 +22,8 @@ cdef vector[GpuMatrix*] _array_list(list arrays, str op, str what) except *:
         if not isinstance(obj, PyGpuMatrix):
             raise TypeError(f"{op}: {what} {i} is a {type(obj).__name__}, expected PyGpuMatrix")
         x = obj
-        _require(x, op, f"{what} {i}")
+        if x.mat == NULL:  # the message is built only on error (this runs per tensor per step)
+            _require(x, op, f"{what} {i}")
         out.push_back(x.mat)
     return out
 

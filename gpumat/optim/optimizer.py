@@ -356,6 +356,25 @@ class Optimizer:
         for i in idx:
             params[i]._vc.value += 1
 
+    def _apply_compiled(self, idx: list, grads: list) -> None:
+        """:meth:`apply_gradients` for :func:`gpumat.compile`'s steps, with one multi-tensor call.
+
+        The parameters at ``idx`` were fed to the step's executor, which checked that they are
+        on its device, and ``grads`` are its buffers there: no per-step device check is needed
+        here (the native call checks devices, shapes and aliasing again before it writes).
+        """
+        params = self.param_groups[0]["params"]
+        arrays = [params[i]._data for i in idx]
+        group = self._check(dict(self.param_groups[0]))
+        state = self._state if self._state is not None else self._ensure_state()
+        try:
+            self._update(idx, arrays, grads, group, state, True)
+        except (TypeError, ValueError):
+            _check_grads(type(self).__name__, arrays, grads)
+            raise
+        for i in idx:
+            params[i]._vc.value += 1
+
     def _apply(self, idx: list, arrays: list, grads: list) -> None:
         """One update of the parameter arrays at positions ``idx`` (checked hyper-parameters)."""
         group = self._check(dict(self.param_groups[0]))
@@ -364,7 +383,12 @@ class Optimizer:
             one_device = self._one_device
         elif arrays:
             c0 = arrays[0].ctx
-            one_device = all(a.ctx is c0 or a.ctx == c0 for a in arrays)
+            one_device = True
+            for a in arrays:  # a plain loop: this runs every step
+                ctx = a.ctx
+                if ctx is not c0 and ctx != c0:
+                    one_device = False
+                    break
         else:
             one_device = False
         if one_device:

@@ -254,3 +254,26 @@ def test_each_call_rewrites_grad_and_a_graph_that_read_it_sees_the_change(ctx):
             np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6)
     with pytest.raises(RuntimeError, match="modified by an in-place operation"):
         product.backward()
+
+
+def test_returned_tensors_are_copies_that_later_calls_leave_alone(ctx):
+    # Each call returns new tensors copied out of the step's buffers (float32 and int64): the
+    # next call rewrites those buffers, never a tensor an earlier call returned.
+    rng, seed = new_rng()
+    w = gpumat.tensor(rand((6, 4), rng), device=ctx)
+
+    @gpumat.compile
+    @gpumat.no_grad()
+    def infer(x):
+        h = (x @ w).tanh()
+        return h, h.argmax(dim=1), h.sum()
+
+    xs = [gpumat.tensor(rand((5, 6), rng), device=ctx) for _ in range(3)]
+    got = [infer(x) for x in xs]
+    for x, (h, idx, total) in zip(xs, got, strict=True):
+        want = np.tanh(x.numpy().astype(np.float64) @ w.numpy().astype(np.float64))
+        np.testing.assert_allclose(h.numpy(), want, rtol=1e-5, atol=1e-6, err_msg=f"seed={seed}")
+        assert idx.dtype == gpumat.int64 and h.device == ctx and not h.requires_grad
+        np.testing.assert_array_equal(idx.numpy(), want.argmax(axis=1))
+        assert total.item() == pytest.approx(want.sum(), rel=1e-5, abs=1e-5)
+    assert infer.traces == 1
