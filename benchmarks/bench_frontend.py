@@ -70,28 +70,13 @@ import gpumat
 import gpumat.nn as nn
 import gpumat.nn.functional as F  # noqa: N812 (PyTorch's convention)
 
+# The CNN is the example programs' own network (examples/mnist_net.py, mnist_net_torch.py).
+sys.path.insert(0, str(REPO_ROOT / "examples"))
+from mnist_net import Net as CNN  # noqa: E402 (an example program, on the path just set)
+
 # --------------------------------------------------------------------------------------------------
 # the models, in both libraries
 # --------------------------------------------------------------------------------------------------
-
-
-class CNN(nn.Module):
-    """The PyTorch MNIST example's network (examples/mnist_net.py)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv2(F.relu(self.conv1(x))))
-        x = self.dropout1(F.max_pool2d(x, 2))
-        x = self.dropout2(F.relu(self.fc1(gpumat.flatten(x, 1))))
-        return F.log_softmax(self.fc2(x), dim=1)
 
 
 def mlp(widths):
@@ -106,7 +91,7 @@ def mlp(widths):
 
 def torch_twin(torch, name, widths):
     """The same network in PyTorch: the MLP of ``widths``, or the CNN for ``name == "cnn"``."""
-    tnn, tf = torch.nn, torch.nn.functional
+    tnn = torch.nn
     if name != "cnn":
         layers = []
         for i in range(len(widths) - 1):
@@ -115,23 +100,9 @@ def torch_twin(torch, name, widths):
                 layers.append(tnn.ReLU())
         return tnn.Sequential(*layers)
 
-    class TorchCNN(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1 = tnn.Conv2d(1, 32, 3, 1)
-            self.conv2 = tnn.Conv2d(32, 64, 3, 1)
-            self.dropout1 = tnn.Dropout(0.25)
-            self.dropout2 = tnn.Dropout(0.5)
-            self.fc1 = tnn.Linear(9216, 128)
-            self.fc2 = tnn.Linear(128, 10)
+    from mnist_net_torch import Net  # needs torch
 
-        def forward(self, x):
-            x = tf.relu(self.conv2(tf.relu(self.conv1(x))))
-            x = self.dropout1(tf.max_pool2d(x, 2))
-            x = self.dropout2(tf.relu(self.fc1(torch.flatten(x, 1))))
-            return tf.log_softmax(self.fc2(x), dim=1)
-
-    return TorchCNN()
+    return Net()
 
 
 CASES = {
@@ -294,8 +265,7 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
 def run_mnist_net(torch, args) -> list[dict]:
     """``examples/mnist_net.py --epochs 1`` (eager and ``--compile``) and its PyTorch twin, each
     one run of the program's ``main`` in this process; a row per run."""
-    sys.path.insert(0, str(REPO_ROOT / "examples"))
-    import mnist_net  # an example program, on the path just set
+    import mnist_net  # an example program, on the path set at the top
 
     programs = [
         ("gpumat-eager", mnist_net.main, ["--epochs", "1"]),
