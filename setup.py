@@ -82,8 +82,15 @@ class BuildWithLibgpumat(build_ext):
         # when it fails); `python -m gpumat` prints the same line from an installed gpumat.
         print(build_summary(cuda, cuda_arch), file=sys.stderr, flush=True)
 
+        archive = str(build_dir / "libgpumat.a")
+        # Every object of the archive, also those nothing references: the unchecked builds of the
+        # emulated kernels register themselves when the library loads (extensions/Makefile).
+        if sys.platform == "darwin":
+            whole_archive = [f"-Wl,-force_load,{archive}"]
+        else:
+            whole_archive = ["-Wl,--whole-archive", archive, "-Wl,--no-whole-archive"]
         for ext in self.extensions:
-            ext.extra_objects.append(str(build_dir / "libgpumat.a"))
+            ext.extra_link_args += whole_archive
             # A rebuilt libgpumat.a must relink the extension (setuptools checks only `depends`).
             ext.depends.append(str(build_dir / "libgpumat.a"))
             # The installed extension finds OpenBLAS beside it in site-packages first.

@@ -141,6 +141,64 @@ def test_checks_can_be_turned_off_for_debugging(monkeypatch):
     assert selftest("write_past_end") == [1.0] * 10
 
 
+# ---------------------------------------------------------------------------- repeated launches
+# A launch that repeats one which has passed the checks GPUMAT_EMU_CHECK_REPEATS times (default 3:
+# same kernel, geometry, arguments, no allocation made or freed since) runs the kernel's unchecked
+# build. The self-test launches a kernel whose blocks write distinct words for its first index data,
+# then (same arguments, new index data) one word from both blocks: a race between blocks.
+
+
+def test_a_repeated_launch_is_checked_until_it_has_passed_three_times():
+    expect_fault(
+        "repeat:2", "racecheck", "indexed_write_kernel", "plain writes to the same global memory"
+    )
+
+
+def test_later_repeats_run_the_unchecked_build():
+    # The fourth identical launch is unchecked: the race that only its data causes goes unseen.
+    assert selftest("repeat:3") == [2.0, 2.0]
+
+
+def test_an_allocation_makes_a_repeat_checked_again():
+    # A device allocation in between: the same pointers may name other memory now.
+    expect_fault("repeat_after_allocation:3", "racecheck", "indexed_write_kernel")
+
+
+@pytest.mark.parametrize("value", ["all", "0"])
+def test_check_repeats_all_checks_every_launch(monkeypatch, value):
+    monkeypatch.setenv("GPUMAT_EMU_CHECK_REPEATS", value)
+    expect_fault("repeat:3", "racecheck", "indexed_write_kernel")
+    expect_fault("repeat:20", "racecheck", "indexed_write_kernel")
+
+
+def test_check_repeats_sets_how_many_times(monkeypatch):
+    monkeypatch.setenv("GPUMAT_EMU_CHECK_REPEATS", "1")
+    assert selftest("repeat:1") == [2.0, 2.0]
+    monkeypatch.setenv("GPUMAT_EMU_CHECK_REPEATS", "5")
+    expect_fault("repeat:4", "racecheck")
+    assert selftest("repeat:5") == [2.0, 2.0]
+
+
+def test_checked_and_unchecked_builds_compute_the_same_bits():
+    # The same launches run checked (the first three) and unchecked (the rest): results identical.
+    rng = np.random.default_rng()
+    ctx = gpumat.emu(0)
+    a = gpumat.array(rng.standard_normal((70, 300)).astype(np.float32), ctx=ctx)
+    b = gpumat.array(rng.standard_normal((300, 50)).astype(np.float32), ctx=ctx)
+    c = gpumat.empty((70, 50), ctx=ctx)
+    s = gpumat.empty((70, 50), ctx=ctx)
+    results = []
+    for _ in range(6):
+        ops.matrix_multiply(a, False, b, False, c)
+        ops.softmax(c, s)
+        results.append((c.asnumpy(), s.asnumpy()))
+    for c_i, s_i in results[1:]:
+        np.testing.assert_array_equal(c_i, results[0][0])
+        np.testing.assert_array_equal(s_i, results[0][1])
+    reference = a.asnumpy().astype(np.float64) @ b.asnumpy().astype(np.float64)
+    np.testing.assert_allclose(results[-1][0], reference, rtol=1e-4, atol=1e-4)
+
+
 # ---------------------------------------------------------------------------- streams
 
 

@@ -16,7 +16,9 @@
 #include "gpumat/device.h"
 #include "gpumat/error.h"
 
-#ifdef GPUMAT_EMULATED
+#if defined(GPUMAT_EMU_UNCHECKED)
+#define GPUMAT_CUDA_NS emu_unchecked  // the kernels' unchecked build (see launch below)
+#elif defined(GPUMAT_EMULATED)
 #define GPUMAT_CUDA_NS emu
 #else
 #define GPUMAT_CUDA_NS cuda
@@ -44,12 +46,31 @@ cudaStream_t activate(int dev);
 // Checks the launch just made (bad configuration, missing kernel image for this GPU).
 inline void check_launch(const char* op) { check(cudaGetLastError(), op); }
 
+#ifdef GPUMAT_EMU_UNCHECKED
+// The emulated device builds every kernel twice: with the checks' instrumentation (gpumat::emu) and
+// without (gpumat::emu_unchecked, this build), which runs the launches that repeat ones the checks
+// have passed (GPUMAT_EMU_CHECK_REPEATS, ../emu/emulator.h). This build's launchers never run: the
+// instantiation of launch<Kernel> below registers the unchecked Kernel when the library loads.
+template <auto Kernel>
+struct UncheckedKernel {
+  static const bool registered;
+};
+template <auto Kernel>
+const bool UncheckedKernel<Kernel>::registered =
+    (emulator::register_unchecked(emulator::kernel_name<Kernel>(), emulator::run_unchecked<Kernel>), true);
+#endif
+
 // Every kernel launch goes through here: Kernel<<<grid, block, smem, stream>>>(args...) under nvcc,
 // the emulator otherwise, then the launch is checked (CudaError naming `op`).
 template <auto Kernel, typename... Args>
 void launch(const char* op, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-#ifdef GPUMAT_EMULATED
+#if defined(GPUMAT_EMU_UNCHECKED)
+  (void)UncheckedKernel<Kernel>::registered;
   emulator::launch_kernel(Kernel, emulator::kernel_name<Kernel>(), grid, block, smem, stream, args...);
+#elif defined(GPUMAT_EMULATED)
+  static const emulator::ThreadBody unchecked = emulator::find_unchecked(emulator::kernel_name<Kernel>());
+  emulator::launch_kernel(Kernel, unchecked, emulator::kernel_name<Kernel>(), grid, block, smem, stream,
+                          args...);
 #else
   // NOTE: clang-format would split the >>> of a .cuh file.
   // clang-format off

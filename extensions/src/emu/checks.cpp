@@ -450,6 +450,13 @@ unsigned enabled_checks() {
   return bits;
 }
 
+uint32_t check_repeats() {
+  const char* v = std::getenv("GPUMAT_EMU_CHECK_REPEATS");
+  if (v == nullptr || *v == '\0') return 3;
+  if (std::strcmp(v, "all") == 0) return 0;
+  return static_cast<uint32_t>(std::min<uint64_t>(env_u64("GPUMAT_EMU_CHECK_REPEATS", 3), UINT32_MAX));
+}
+
 bool instrumented() { return g_instrumented.load(std::memory_order_relaxed); }
 
 void prepare_worker(Active& a) { refresh_modules(a); }

@@ -95,6 +95,7 @@ std::shared_mutex g_mem_mutex;                             // guards the maps an
 std::map<uintptr_t, std::unique_ptr<Segment>> g_segments;  // by base address
 std::map<uintptr_t, size_t> g_pinned;                      // live cudaHostAlloc blocks: base -> bytes
 size_t g_bytes_in_use[8] = {};
+std::atomic<uint64_t> g_memory_epoch{0};  // see memory_epoch()
 
 // The segment that holds [p, p + bytes) within what cudaMalloc was asked for, or nullptr. Caller
 // holds g_mem_mutex.
@@ -127,6 +128,8 @@ cudaError_t check_device_range(const void* p, size_t bytes, const char* what) {
 }
 
 }  // namespace
+
+uint64_t memory_epoch() { return g_memory_epoch.load(std::memory_order_acquire); }
 
 Segment* segment_at(uintptr_t p) {
   std::shared_lock<std::shared_mutex> lock(g_mem_mutex);
@@ -657,7 +660,7 @@ bool event_done(const Event& e) {
 // ============================================================================ engine API
 
 int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem, void* stream,
-           ThreadBody body, std::shared_ptr<void> args, size_t args_bytes) {
+           ThreadBody body, ThreadBody unchecked, std::shared_ptr<void> args, size_t args_bytes) {
   namespace d = detail;
   const double flops = d::take_noted_flops();  // the launcher's note is for this launch only
   cudaStream_t h = static_cast<cudaStream_t>(stream);
@@ -677,9 +680,11 @@ int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dyn
   spec->block = block;
   spec->smem = dynamic_smem;
   spec->body = body;
+  spec->unchecked = unchecked;
   spec->args = std::move(args);
   spec->args_bytes = args_bytes;
   spec->checks = d::enabled_checks();
+  spec->check_repeats = d::check_repeats();
   spec->flops = flops;
   return d::issue(h, [spec] { return d::run_launch(*spec); }, name);
 }
@@ -704,6 +709,7 @@ void mark_allocation(void* stream, void* ptr, size_t live_bytes) {
         }
         seg->live.store(std::min(live_bytes, seg->bytes), std::memory_order_relaxed);
         seg->cached.store(live_bytes == 0, std::memory_order_relaxed);
+        ++d::g_memory_epoch;
         return d::Status{};
       },
       &ignored);
@@ -939,6 +945,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   std::unique_lock<std::shared_mutex> lock(emu::g_mem_mutex);
   emu::g_segments[seg->base] = std::move(seg);
   emu::g_bytes_in_use[dev] += bytes;
+  ++emu::g_memory_epoch;
   *ptr = p;
   return cudaSuccess;
 }
@@ -964,6 +971,7 @@ cudaError_t cudaFree(void* ptr) {
     emu::g_bytes_in_use[it->second->dev] -= it->second->bytes;
     seg = std::move(it->second);
     emu::g_segments.erase(it);
+    ++emu::g_memory_epoch;
   }
   std::free(ptr);
   return cudaSuccess;

@@ -513,27 +513,51 @@ inline cudaError_t cudaFuncSetAttribute(F* func, cudaFuncAttribute attr, int val
 // ---------------------------------------------------------------------------- launches
 namespace gpumat::emulator {
 
-// kernel<<<grid, block, smem, stream>>>(args...) on the emulator. The arguments are converted to
-// the kernel's parameter types once, as the CUDA runtime does at launch; each thread then gets its
-// own copies. Returns the launch's configuration error (also kept for cudaGetLastError()); a fault
-// while the kernel runs is returned by the next call that synchronizes with the stream.
+// The arguments of a queued launch: the kernel and its parameters, converted to the kernel's
+// parameter types once, as the CUDA runtime does at launch (each thread then gets its own copies).
+template <typename... Params>
+struct LaunchArgs {
+  void (*kernel)(Params...);
+  std::tuple<std::decay_t<Params>...> params;
+};
+
+// Runs Kernel with the parameters of a LaunchArgs block: a kernel's unchecked build (below) runs
+// on the block its checked build's launch made. The two builds' parameter types are the same
+// source compiled twice (layout-identical; only their namespaces differ).
+template <auto Kernel, typename... Params>
+void run_with_params(void (*)(Params...), void* args) {
+  std::apply(Kernel, static_cast<LaunchArgs<Params...>*>(args)->params);
+}
+template <auto Kernel>
+void run_unchecked(void* args) {
+  run_with_params<Kernel>(Kernel, args);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) on the emulator. `unchecked`: the kernel's build
+// without the checks' instrumentation, or nullptr (see GPUMAT_EMU_CHECK_REPEATS in emulator.h).
+// Returns the launch's configuration error (also kept for cudaGetLastError()); a fault while the
+// kernel runs is returned by the next call that synchronizes with the stream.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), const char* name, dim3 grid, dim3 block, size_t smem,
-                          cudaStream_t stream, Args&&... args) {
-  using Tuple = std::tuple<std::decay_t<Params>...>;
-  struct Call {
-    void (*kernel)(Params...);
-    Tuple params;
-  };
+cudaError_t launch_kernel(void (*kernel)(Params...), ThreadBody unchecked, const char* name, dim3 grid,
+                          dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  using Call = LaunchArgs<Params...>;
   // Kept by the emulator until the launch has run (it is queued), or as long as a graph holds it.
-  auto call = std::make_shared<Call>(Call{kernel, Tuple(std::forward<Args>(args)...)});
+  auto call =
+      std::make_shared<Call>(Call{kernel, std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)});
   ThreadBody body = [](void* c) {
     Call* call = static_cast<Call*>(c);
     std::apply(call->kernel, call->params);
   };
   return static_cast<cudaError_t>(launch(reinterpret_cast<const void*>(kernel), name,
                                          Dim{grid.x, grid.y, grid.z}, Dim{block.x, block.y, block.z}, smem,
-                                         stream, body, std::move(call), sizeof(Call)));
+                                         stream, body, unchecked, std::move(call), sizeof(Call)));
+}
+
+// A launch of a kernel that has no unchecked build: every launch is checked.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), const char* name, dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, Args&&... args) {
+  return launch_kernel(kernel, nullptr, name, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // "ns::kernel<args>" out of a signature "... [with auto Kernel = ns::kernel<args>]".

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -221,6 +222,8 @@ struct Fiber {
 struct Launch {
   const detail::LaunchSpec* spec;
   detail::LaunchProfile* profile = nullptr;  // when profiling is on
+  ThreadBody body = nullptr;                 // the kernel's checked build, or its unchecked one
+  bool checked = true;                       // body is the checked build: the access hooks check
   uint32_t seq;
   uint64_t geometry_hash;
   std::atomic<bool> faulted{false};
@@ -535,10 +538,10 @@ void thread_ended(Worker& w, Fiber& f) {
 // Runs the kernel body as thread f (on whatever stack is current) and records its end. The access
 // hooks check only the kernel's own code (see Active::quiet).
 void run_thread(Worker& w, Fiber& f) {
-  const detail::LaunchSpec& s = *w.launch->spec;
+  const Launch& L = *w.launch;
   try {
-    w.active.quiet = false;
-    s.body(s.args.get());
+    w.active.quiet = !L.checked;
+    L.body(L.spec->args.get());
     w.active.quiet = true;
   } catch (const std::exception& e) {
     w.active.quiet = true;
@@ -723,6 +726,85 @@ const bool g_death_callback_installed = [] {
 
 std::atomic<uint32_t> g_launch_seq{0};
 
+// ---------------------------------------------------------------------------- repeated launches
+// A launch runs its kernel's unchecked build when it repeats one that has passed the checks
+// check_repeats times (GPUMAT_EMU_CHECK_REPEATS, see emulator.h): the same kernel, geometry,
+// dynamic shared memory, argument bytes, enabled checks and schedule seed, with no device
+// allocation made, freed or handed out again since (detail::memory_epoch()), so that its pointers
+// name the same live allocations, whose initcheck state its checked runs have already set.
+
+// The identity of a launch (0 is reserved for "always checked"). 64 bits: a collision would only
+// let a launch that never passed the checks run unchecked.
+uint64_t launch_key(const detail::LaunchSpec& spec) {
+  uint64_t h = splitmix64(reinterpret_cast<uintptr_t>(spec.kernel) ^ schedule_seed());
+  const auto mix = [&h](uint64_t v) { h = splitmix64(h ^ v); };
+  mix(uint64_t{spec.grid.x} << 32 | spec.grid.y);
+  mix(uint64_t{spec.grid.z} << 32 | spec.block.x);
+  mix(uint64_t{spec.block.y} << 32 | spec.block.z);
+  mix(spec.smem);
+  mix(spec.checks);
+  const auto* bytes = static_cast<const unsigned char*>(spec.args.get());
+  size_t i = 0;
+  for (; i + 8 <= spec.args_bytes; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes + i, 8);
+    mix(word);
+  }
+  for (; i < spec.args_bytes; ++i) mix(bytes[i]);
+  return h | 1;
+}
+
+class RepeatTable {
+ public:
+  // Whether this run of launch `key` is checked; check_repeats 0: every run is.
+  bool should_check(uint64_t key, uint32_t check_repeats) {
+    if (check_repeats == 0) return true;
+    const uint64_t epoch = detail::memory_epoch();
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = passed_.find(key);
+    if (it == passed_.end() || it->second.epoch != epoch) return true;
+    return it->second.count < check_repeats;
+  }
+  // A checked run of `key` passed (it ran to its end with no report).
+  void passed(uint64_t key) {
+    const uint64_t epoch = detail::memory_epoch();
+    std::lock_guard<std::mutex> lock(m_);
+    if (passed_.size() >= kMaxEntries) passed_.clear();  // bounded: forgetting only adds checks
+    Entry& e = passed_[key];
+    if (e.epoch != epoch) e = Entry{epoch, 0};
+    ++e.count;
+  }
+
+ private:
+  struct Entry {
+    uint64_t epoch = 0;
+    uint32_t count = 0;
+  };
+  static constexpr size_t kMaxEntries = 1 << 16;
+  std::mutex m_;
+  std::unordered_map<uint64_t, Entry> passed_;
+};
+RepeatTable g_repeats;
+
+// The unchecked builds of the kernels, by name (function-local: registrations run while the
+// library loads, in no particular order relative to this file's statics).
+struct UncheckedRegistry {
+  std::mutex m;
+  std::unordered_map<std::string, ThreadBody> bodies;  // nullptr: the name is ambiguous
+};
+UncheckedRegistry& unchecked_registry() {
+  static UncheckedRegistry* r = new UncheckedRegistry;  // never destroyed: registrations may outlive it
+  return *r;
+}
+
+// The unchecked build's kernel name as the checked build spells it.
+std::string checked_spelling(std::string name) {
+  static const std::string from = "gpumat::emu_unchecked::", to = "gpumat::emu::";
+  for (size_t at = name.find(from); at != std::string::npos; at = name.find(from, at + to.size()))
+    name.replace(at, from.size(), to);
+  return name;
+}
+
 }  // namespace
 
 // ============================================================================ engine services
@@ -758,12 +840,16 @@ cudaError_t execute(const LaunchSpec& spec, std::string* detail) {
   Launch L;
   L.spec = &spec;
   L.seq = ++g_launch_seq;
+  L.profile = detail::profile_launch_begin(spec);
+  // The profiler counts what the checked build's hooks see.
+  const uint64_t repeat_key = spec.unchecked != nullptr && L.profile == nullptr ? launch_key(spec) : 0;
+  L.checked = repeat_key == 0 || g_repeats.should_check(repeat_key, spec.check_repeats);
+  L.body = L.checked ? spec.body : spec.unchecked;
   const Dim grid = spec.grid, block = spec.block;
   L.geometry_hash = splitmix64(
       fnv1a(spec.name) ^ splitmix64((uint64_t{grid.x} << 32) ^ grid.y) ^
       splitmix64((uint64_t{grid.z} << 40) ^ (uint64_t{block.x} << 20) ^ (uint64_t{block.y} << 10) ^ block.z));
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
-  L.profile = detail::profile_launch_begin(spec);
   std::atomic<bool> oom{false};
 #pragma omp parallel for schedule(dynamic, 1) if (blocks > 1)
   for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -783,10 +869,27 @@ cudaError_t execute(const LaunchSpec& spec, std::string* detail) {
     *detail = L.fault_msg;
     return cudaErrorLaunchFailure;
   }
+  if (L.checked && repeat_key != 0) g_repeats.passed(repeat_key);
   return cudaSuccess;
 }
 
 }  // namespace detail
+
+// ============================================================================ unchecked builds
+
+void register_unchecked(const std::string& kernel_name, ThreadBody body) {
+  UncheckedRegistry& r = unchecked_registry();
+  std::lock_guard<std::mutex> lock(r.m);
+  auto [it, fresh] = r.bodies.emplace(checked_spelling(kernel_name), body);
+  if (!fresh && it->second != body) it->second = nullptr;  // two kernels of one name: neither
+}
+
+ThreadBody find_unchecked(const std::string& kernel_name) {
+  UncheckedRegistry& r = unchecked_registry();
+  std::lock_guard<std::mutex> lock(r.m);
+  auto it = r.bodies.find(kernel_name);
+  return it == r.bodies.end() ? nullptr : it->second;
+}
 
 // ============================================================================ device-side API
 
@@ -796,8 +899,9 @@ void sync_block() { sync_block_count(0); }
 // them back on as they return to the kernel.
 struct EngineSection {
   detail::Active& a;
-  explicit EngineSection(Worker& w) : a(w.active) { a.quiet = true; }
-  ~EngineSection() { a.quiet = false; }
+  bool was_quiet;
+  explicit EngineSection(Worker& w) : a(w.active), was_quiet(w.active.quiet) { a.quiet = true; }
+  ~EngineSection() { a.quiet = was_quiet; }
 };
 
 int sync_block_count(int pred) {

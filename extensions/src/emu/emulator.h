@@ -42,6 +42,15 @@
 //   violation ends the launch with a report naming the kernel, block, thread, address and
 //   allocation. GPUMAT_EMU_CHECKS selects them (a comma list of memcheck, racecheck, initcheck;
 //   default all).
+// - Repeated launches: every kernel is also built without the instrumentation (its unchecked
+//   build). A launch that repeats one which has passed the checks GPUMAT_EMU_CHECK_REPEATS times
+//   (default 3; "all" or 0: every launch is checked) runs the unchecked build, about 3x faster: the
+//   same kernel, geometry, dynamic shared memory, argument bytes, enabled checks and schedule seed,
+//   with no device allocation made, freed or handed out by gpumat's allocator since (so its
+//   pointers name the same live allocations, whose initcheck state the checked runs have set). A
+//   training loop's steps are such repeats. What the checked runs cannot see is a fault that only
+//   the later data causes (an index read from memory); its static __shared__ memory is not
+//   poisoned. gpumat.profile always runs the checked build (its counters are the hooks').
 // - cp.async copies are delivered at cp_async_wait (the latest moment the hardware may deliver
 //   them), so a read of the destination before the wait sees old data. mma and other PTX have no
 //   emulation: kernels keep a portable fallback behind the GPUMAT_EMULATED macro.
@@ -87,8 +96,16 @@ using ThreadBody = void (*)(void* args);
 // cudaSuccess or the configuration error (an int: the shim's cudaError_t). `args` is the launch's
 // argument block (args_bytes long), kept until the launch has run. `kernel` identifies the kernel
 // for cudaFuncSetAttribute; `name` is used in fault reports.
+// `unchecked`: the kernel's unchecked build (see "Checks" above), or nullptr.
 int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dynamic_smem, void* stream,
-           ThreadBody body, std::shared_ptr<void> args, size_t args_bytes);
+           ThreadBody body, ThreadBody unchecked, std::shared_ptr<void> args, size_t args_bytes);
+
+// The unchecked builds of the kernels (src/cuda/*.cu compiled a second time without the checks'
+// instrumentation, -DGPUMAT_EMU_UNCHECKED, into namespace gpumat::emu_unchecked), by kernel name:
+// each registers itself when the library loads; a checked launch looks up its twin. A name
+// registered twice (two kernels of one name in anonymous namespaces) has no twin: always checked.
+void register_unchecked(const std::string& kernel_name, ThreadBody body);
+ThreadBody find_unchecked(const std::string& kernel_name);
 
 // gpumat's caching allocator tells the checks which bytes of a device block are in use, in the
 // order of `stream`'s work: `live_bytes` of the block at `ptr` (from cudaMalloc) handed out to a

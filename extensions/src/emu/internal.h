@@ -77,6 +77,13 @@ enum Kind : unsigned { kRead = 1, kWrite = 2, kAtomic = 4, kUnaligned = 8 };
 // The bits of GPUMAT_EMU_CHECKS (default: all): which hazards end a launch with a report.
 enum CheckBits : unsigned { kMemcheck = 1, kRacecheck = 2, kInitcheck = 4 };
 unsigned enabled_checks();  // GPUMAT_EMU_CHECKS, read at every launch (on the launching thread)
+// GPUMAT_EMU_CHECK_REPEATS (default 3; 0 for "all": every launch checked), read at every launch.
+uint32_t check_repeats();
+
+// Counts the changes to the device's allocations (cudaMalloc, cudaFree, a block of gpumat's caching
+// allocator handed out or returned), in the order the streams run them: a launch that repeats an
+// earlier one in the same epoch reaches the same live allocations through its pointers.
+uint64_t memory_epoch();
 
 // One 4-byte word of shared memory, as racecheck and initcheck see it. Barrier intervals are
 // numbered per worker, increasing across blocks, so an entry from an earlier block is recognised by
@@ -191,10 +198,12 @@ struct LaunchSpec {
   Dim grid, block;
   size_t smem = 0;
   ThreadBody body = nullptr;
+  ThreadBody unchecked = nullptr;  // the kernel's unchecked build, or nullptr (always checked)
   std::shared_ptr<void> args;
   size_t args_bytes = 0;
-  unsigned checks = 0;  // enabled_checks() when it was launched
-  double flops = -1;    // the launcher's FLOP count (note_flops), -1: not given
+  unsigned checks = 0;         // enabled_checks() when it was launched
+  uint32_t check_repeats = 0;  // check_repeats() when it was launched
+  double flops = -1;           // the launcher's FLOP count (note_flops), -1: not given
 };
 
 // Runs the whole grid on the calling thread (blocks spread over OpenMP workers) and returns

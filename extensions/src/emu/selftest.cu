@@ -4,6 +4,7 @@
 // calls them. Each test returns the values it computed (copied back, so a fault in its kernel is
 // reported there as the CudaError of the copy).
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -12,7 +13,7 @@
 #include "../cuda/common.cuh"
 #include "gpumat/gpu_matrix.h"
 
-namespace gpumat::emu {
+namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 
@@ -138,6 +139,12 @@ std::vector<float> fetch(const GpuMatrix& m) {
   return v;
 }
 
+// racecheck, depending on the data: block b's thread 0 writes out[index[b]]. Distinct indexes are
+// correct; a repeated one is a lost update between blocks (the tests of GPUMAT_EMU_CHECK_REPEATS).
+__global__ void indexed_write_kernel(const float* index, float* out) {
+  if (threadIdx.x == 0) out[static_cast<int64_t>(index[blockIdx.x])] = static_cast<float>(blockIdx.x + 1);
+}
+
 // Holds the device's stream for `ms` milliseconds (a host function in its queue).
 void hold_stream(cudaStream_t s, int ms) {
   auto* held = new int(ms);
@@ -260,6 +267,23 @@ std::vector<float> selftest(const std::string& name, int dev) {
       launch<profile_shared_column_kernel<32>>(op.c_str(), 1, 1024, 0, s, out.data());
     return fetch(out);
   }
+  // GPUMAT_EMU_CHECK_REPEATS: "repeat:N" makes N correct launches of indexed_write_kernel, then one
+  // with the same arguments whose index data makes the two blocks write one word ("repeat_after_
+  // allocation:N": an allocation in between). Returns out.
+  if (name.rfind("repeat:", 0) == 0 || name.rfind("repeat_after_allocation:", 0) == 0) {
+    const int n = std::stoi(name.substr(name.find(':') + 1));
+    GpuMatrix index({2}, d), out({2}, d);
+    const float distinct[2] = {0.0f, 1.0f}, same[2] = {0.0f, 0.0f};
+    index.copy_from_host(distinct, 2);
+    const auto* ix = static_cast<const float*>(index.data());
+    for (int i = 0; i < n; ++i) launch<indexed_write_kernel>(op.c_str(), 2, 32, 0, s, ix, out.data());
+    index.copy_from_host(same, 2);
+    std::unique_ptr<GpuMatrix> scratch;
+    if (name.rfind("repeat_after_allocation:", 0) == 0)
+      scratch = std::make_unique<GpuMatrix>(std::vector<int64_t>{4}, d);
+    launch<indexed_write_kernel>(op.c_str(), 2, 32, 0, s, ix, out.data());
+    return fetch(out);
+  }
   // Holds the stream for the given milliseconds ("hold:300") and returns at once.
   if (name.rfind("hold:", 0) == 0) {
     hold_stream(s, std::stoi(name.substr(5)));
@@ -268,4 +292,4 @@ std::vector<float> selftest(const std::string& name, int dev) {
   throw std::invalid_argument("emu selftest: unknown test '" + name + "'");
 }
 
-}  // namespace gpumat::emu
+}  // namespace gpumat::GPUMAT_CUDA_NS
