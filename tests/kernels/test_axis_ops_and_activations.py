@@ -28,6 +28,8 @@ AXIS_CASES = [
     ((1, 7), -1),
     ((7, 1), -1),
     ((7, 1), 0),
+    ((9, 32), -1),  # a thread per row up to 32 values, a block per row past
+    ((9, 33), -1),
     ((5,), 0),
 ]
 AXIS_IDS = [f"{shape_id(s)}-axis{a}" for s, a in AXIS_CASES]

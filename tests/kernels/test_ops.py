@@ -479,6 +479,8 @@ SOFTMAX_SHAPES = [
     (513, 257),
     (1025, 3),
     (64, 10),
+    (300, 32),  # the widest rows a thread handles alone, and the narrowest a block handles
+    (300, 33),
     (3, 5000),
     (2, 100000),
     (1000, 1000),
@@ -549,7 +551,18 @@ def test_softmax_property(ctx, rows, cols, seed):
     )
 
 
-SCE_SHAPES = [(1, 1), (1, N), (N, 1), (513, 257), (1025, 3), (1000, 10), (3, 5000), (2, 100000)]
+SCE_SHAPES = [
+    (1, 1),
+    (1, N),
+    (N, 1),
+    (513, 257),
+    (1025, 3),
+    (1000, 10),
+    (300, 32),  # a thread per row up to 32 values, a block per row past
+    (300, 33),
+    (3, 5000),
+    (2, 100000),
+]
 
 
 def _one_hot(shape, rng):

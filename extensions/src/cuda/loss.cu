@@ -84,32 +84,60 @@ __global__ void loss_gradient_kernel(const float* __restrict__ pred, const float
   }
 }
 
+// One value's share of a row's loss, -y * log softmax(x), with the row's max and log-sum-exp;
+// with WithGradient also its gradient (softmax(x) - y) * inv_rows into *grad.
+template <bool WithGradient>
+__device__ __forceinline__ float cross_entropy_term(float x, float y, float mx, float log_sum, float inv_rows,
+                                                    float* grad) {
+  const float z = x - mx - log_sum;
+  if (WithGradient) *grad = (expf(z) - y) * inv_rows;
+  return -y * z;
+}
+
 // logits, labels are (rows, cols); loss is (rows,), scratch; out is (1,): the mean loss. With
 // WithGradient, also grad (rows, cols) = (softmax(x) - y) * inv_rows from the same row statistics
-// (the loss and its gradient from one read of the logits); grad is unused otherwise.
+// (the loss and its gradient from one read of the logits); grad is unused otherwise. A row is
+// handled by a block, or with ThreadPerRow (cols <= kThreadRowMax) by one thread.
 // The mean: each block counts itself done on `ticket` (zero before the launch) after a fence that
 // publishes its rows' losses; the last one sums them all, in row order, and resets the ticket
 // ("last block" reduction, as in the CUDA samples' threadFenceReduction).
-template <bool WithGradient>
+template <bool WithGradient, bool ThreadPerRow>
 __global__ void cross_entropy_rows_kernel(const float* logits, const float* labels, float* loss, float* grad,
                                           int64_t rows, int64_t cols, float inv_rows, unsigned* ticket,
                                           float* out) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = logits + r * cols;
-    const float* y = labels + r * cols;
-    float mx, log_sum;
-    row_stats(x, cols, &mx, &log_sum);
-    float acc = 0.0f;
-    for (int64_t c = threadIdx.x; c < cols; c += kRowBlock) {
-      const float z = x[c] - mx - log_sum;
-      acc -= y[c] * z;
-      if (WithGradient) grad[r * cols + c] = (expf(z) - y[c]) * inv_rows;
+  static_assert(kBlockSize == kRowBlock, "the last block sums with block_reduce");
+  if constexpr (ThreadPerRow) {
+    for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+         r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const float* x = logits + r * cols;
+      const float* y = labels + r * cols;
+      float mx, log_sum;
+      strided_row_stats(x, cols, 1, &mx, &log_sum);
+      float acc = 0.0f;
+      for (int64_t c = 0; c < cols; ++c)
+        acc += cross_entropy_term<WithGradient>(x[c], y[c], mx, log_sum, inv_rows,
+                                                WithGradient ? grad + r * cols + c : nullptr);
+      loss[r] = acc;
     }
-    acc = block_reduce<false>(acc);
-    if (threadIdx.x == 0) loss[r] = acc;
+  } else {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+      const float* x = logits + r * cols;
+      const float* y = labels + r * cols;
+      float mx, log_sum;
+      row_stats(x, cols, &mx, &log_sum);
+      float acc = 0.0f;
+      for (int64_t c = threadIdx.x; c < cols; c += kRowBlock)
+        acc += cross_entropy_term<WithGradient>(x[c], y[c], mx, log_sum, inv_rows,
+                                                WithGradient ? grad + r * cols + c : nullptr);
+      acc = block_reduce<false>(acc);
+      if (threadIdx.x == 0) loss[r] = acc;
+    }
   }
   __shared__ bool last;
   __threadfence();
+  // Every thread's rows are written (ThreadPerRow: each thread writes its own) before thread 0
+  // counts the block done.
+  __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
@@ -180,15 +208,30 @@ void nll_loss_gradient(int dev, const float* target, const float* dloss, float* 
                               dloss, 1.0f / static_cast<float>(rows), out_grad, n);
 }
 
+// cross_entropy_rows_kernel with a thread per row for rows of at most kThreadRowMax values, else
+// a block per row.
+template <bool WithGradient>
+static void launch_cross_entropy(const char* op, cudaStream_t stream, const float* logits,
+                                 const float* labels, float* loss, float* grad, int64_t rows, int64_t cols,
+                                 float inv_rows, unsigned* ticket, float* out) {
+  if (cols <= kThreadRowMax)
+    launch<cross_entropy_rows_kernel<WithGradient, true>>(op, grid_for(rows, kBlockSize), kBlockSize, 0,
+                                                          stream, logits, labels, loss, grad, rows, cols,
+                                                          inv_rows, ticket, out);
+  else
+    launch<cross_entropy_rows_kernel<WithGradient, false>>(op, row_grid(rows), kRowBlock, 0, stream, logits,
+                                                           labels, loss, grad, rows, cols, inv_rows, ticket,
+                                                           out);
+}
+
 void softmax_cross_entropy(int dev, const float* logits, const float* labels, float* out, int64_t rows,
                            int64_t cols) {
   // Per-row losses go to the device's workspace (see common.cuh).
   cudaStream_t stream = activate(dev);
   auto lock = workspace_lock();
   float* loss = workspace(dev, 0, rows);
-  launch<cross_entropy_rows_kernel<false>>("softmax_cross_entropy", row_grid(rows), kRowBlock, 0, stream,
-                                           logits, labels, loss, nullptr, rows, cols, 0.0f, block_ticket(dev),
-                                           out);
+  launch_cross_entropy<false>("softmax_cross_entropy", stream, logits, labels, loss, nullptr, rows, cols,
+                              0.0f, block_ticket(dev), out);
 }
 
 // One launch writes the gradient, the per-row losses and their mean (the unfused graph takes five).
@@ -198,9 +241,8 @@ void softmax_cross_entropy_with_gradient(int dev, const float* logits, const flo
   auto lock = workspace_lock();
   float* loss = workspace(dev, 0, rows);
   const float inv_rows = static_cast<float>(1.0 / static_cast<double>(rows));
-  launch<cross_entropy_rows_kernel<true>>("softmax_cross_entropy_with_gradient", row_grid(rows), kRowBlock, 0,
-                                          stream, logits, labels, loss, grad, rows, cols, inv_rows,
-                                          block_ticket(dev), out);
+  launch_cross_entropy<true>("softmax_cross_entropy_with_gradient", stream, logits, labels, loss, grad, rows,
+                             cols, inv_rows, block_ticket(dev), out);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

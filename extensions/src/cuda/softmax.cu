@@ -57,18 +57,16 @@ __global__ void softmax_rows_gradient_kernel(const float* y, const float* dy, fl
   }
 }
 
-// in, out are (outer, n, inner); one thread per (outer, inner) column
+// in, out are (outer, n, inner); one thread per (outer, inner) column (inner == 1: per row of at
+// most kThreadRowMax)
 template <bool Log>
 __global__ void softmax_cols_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
   const int64_t cols = outer * inner;
   for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
        col += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t base = (col / inner) * n * inner + col % inner;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < n; ++j) mx = nan_max(mx, in[base + j * inner]);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < n; ++j) sum += expf(in[base + j * inner] - mx);
-    const float log_sum = logf(sum);
+    float mx, log_sum;
+    strided_row_stats(in + base, n, inner, &mx, &log_sum);
     for (int64_t j = 0; j < n; ++j) {
       const float z = in[base + j * inner] - mx - log_sum;
       out[base + j * inner] = Log ? z : expf(z);
@@ -100,13 +98,18 @@ __global__ void softmax_cols_gradient_kernel(const float* y, const float* dy, fl
 
 void softmax(int dev, const float* in, float* out, int64_t rows, int64_t cols) {
   cudaStream_t stream = activate(dev);
+  if (cols <= kThreadRowMax) {  // a thread per row
+    launch<softmax_cols_kernel<false>>("softmax", grid_for(rows, kBlockSize), kBlockSize, 0, stream, in, out,
+                                       rows, cols, int64_t{1});
+    return;
+  }
   launch<softmax_kernel>("softmax", row_grid(rows), kRowBlock, 0, stream, in, out, rows, cols);
 }
 
 void softmax_axis(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, bool log) {
   cudaStream_t stream = activate(dev);
   const char* op = log ? "log_softmax" : "softmax";
-  if (inner == 1) {
+  if (inner == 1 && n > kThreadRowMax) {  // a block per row; else a thread per row or column
     if (log)
       launch<softmax_rows_kernel<true>>(op, row_grid(outer), kRowBlock, 0, stream, in, out, outer, n);
     else
@@ -124,7 +127,7 @@ void softmax_axis_gradient(int dev, const float* y, const float* dy, float* dx, 
                            int64_t inner, bool log) {
   cudaStream_t stream = activate(dev);
   const char* op = log ? "log_softmax_gradient" : "softmax_gradient";
-  if (inner == 1) {
+  if (inner == 1 && n > kThreadRowMax) {  // a block per row; else a thread per row or column
     if (log)
       launch<softmax_rows_gradient_kernel<true>>(op, row_grid(outer), kRowBlock, 0, stream, y, dy, dx, outer,
                                                  n);

@@ -1,9 +1,12 @@
 // The softmax family's row statistics, shared by softmax.cu (softmax and log_softmax of rows) and
-// loss.cu (the cross-entropy of a softmax); one block of kRowBlock threads per row:
-//   nan_max:      a max that propagates NaN, as the host's
-//   block_reduce: the max or the sum over the block of one value per thread
-//   row_stats:    a row's max and log(sum exp(x - max)) (the log-sum-exp trick)
-//   row_grid:     blocks for `rows` rows (the kernels loop over the rest)
+// loss.cu (the cross-entropy of a softmax). A row of more than kThreadRowMax values gets a block of
+// kRowBlock threads; a shorter one (MNIST's 10 classes) one thread, which a block of 256 would
+// leave mostly idle (and the emulator would switch among at every collective):
+//   nan_max:           a max that propagates NaN, as the host's
+//   block_reduce:      the max or the sum over the block of one value per thread
+//   row_stats:         a row's max and log(sum exp(x - max)) (the log-sum-exp trick), by a block
+//   strided_row_stats: the same by one thread, over values `stride` apart
+//   row_grid:          blocks for `rows` rows (the kernels loop over the rest)
 // Internal linkage: each file that includes this compiles its own copy.
 #pragma once
 
@@ -13,7 +16,8 @@ namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 
-constexpr int kRowBlock = 256;  // threads per row
+constexpr int kRowBlock = 256;         // threads per row
+constexpr int64_t kThreadRowMax = 32;  // the longest row that one thread handles
 constexpr int kWarps = kRowBlock / 32;
 
 // NaN-propagating max: a NaN anywhere in the row makes the row's max NaN, as on the host.
@@ -49,6 +53,17 @@ __device__ void row_stats(const float* x, int64_t cols, float* max_out, float* l
   float sum = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += kRowBlock) sum += expf(x[c] - mx);
   sum = block_reduce<false>(sum);
+  *max_out = mx;
+  *log_sum_out = logf(sum);
+}
+
+// The max and log(sum exp(x - max)) of x[0], x[stride], ..., x[(n - 1) * stride], by one thread.
+__device__ void strided_row_stats(const float* x, int64_t n, int64_t stride, float* max_out,
+                                  float* log_sum_out) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) mx = nan_max(mx, x[j * stride]);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) sum += expf(x[j * stride] - mx);
   *max_out = mx;
   *log_sum_out = logf(sum);
 }
