@@ -15,6 +15,7 @@ draws a fresh seed unless ``GPUMAT_EMU_SEED`` is set, prints it in the header, a
 report of every failing emulated test, so a race found once can be replayed.
 """
 
+import gc
 import os
 import random
 import sys
@@ -84,6 +85,14 @@ def pytest_report_header(config):
         f"gpumat devices: cpu, emu (emulated CUDA), gpu: {gpu}",
         f"emulator schedule seed: GPUMAT_EMU_SEED={EMU_SEED}",
     ]
+
+
+def pytest_collection_finish(session):
+    # The modules and collected tests live until the end: moved out of the collector's reach, so
+    # that the automatic full collections, which thousands of tests' garbage triggers, do not walk
+    # torch's and hypothesis's objects each time (gc.freeze's documented use).
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -84,14 +84,14 @@ void refresh_modules(Active& a, uintptr_t code = 0) {
       if (old.lo == lo && old.size == hi - lo) region = std::move(old);
     region.lo = lo;
     region.size = hi - lo;
-    region.shadow.resize((region.size + 3) / 4);
-    region.epochs.resize((region.size + 3) / 4);
+    region.resize((region.size + 3) / 4);
     tls.push_back(std::move(region));
   }
   a.tls = std::move(tls);
   a.tls0_lo = a.tls.empty() ? 0 : a.tls[0].lo;
   a.tls0_size = a.tls.empty() ? 0 : a.tls[0].size;
   a.tls0_shadow = a.tls.empty() ? nullptr : a.tls[0].shadow.data();
+  a.tls0_read_ok = a.tls.empty() ? nullptr : a.tls[0].read_ok.data();
   t_images.insert(t_images.end(), r.images.begin(), r.images.end());
   a.quiet = quiet;
 }
@@ -141,6 +141,23 @@ uint64_t* race_shadow(Segment* s) {
   return r;
 }
 
+// Whether racecheck's writer tag `old` of a word this thread (tag `me`) writes is another block's
+// in the same launch: a plain write of each, a lost update on a GPU.
+inline bool other_blocks_write(const Active& a, uint64_t old, uint64_t me) {
+  return (old >> 32) == a.launch_seq && ((old ^ me) >> 10 & 0x3FFFFF) != 0;
+}
+
+[[gnu::noinline]] void report_plain_write_race(Active& a, const Active::CachedSegment& c, size_t w,
+                                               uint64_t old) {
+  report(a, kRacecheck, [&] {
+    return "plain writes to the same global memory at " + hex(c.base + (w << 2)) + " (" +
+           describe_device_address(c.base + (w << 2), 4) + ") by " + block_coords(old >> 10 & 0x3FFFFF) +
+           " " + thread_coords(static_cast<uint32_t>(old & 0x3FF)) +
+           " and by this thread, of another block, in one launch (a lost update: make it an atomic, or write "
+           "each address from one block)";
+  });
+}
+
 // An access inside segment c's live bytes.
 void global_access(Active& a, Active::CachedSegment& c, uintptr_t p, size_t n, unsigned kind) {
   if (!(kind & kUnaligned) && n > 1 && (p & (n - 1)) != 0)
@@ -181,16 +198,30 @@ void global_access(Active& a, Active::CachedSegment& c, uintptr_t p, size_t n, u
   const uint64_t me = writer_tag(a.launch_seq, a.block_linear, a.thread);
   for (size_t w = off >> 2, e = (off + n + 3) >> 2; w < e; ++w) {
     const uint64_t old = __atomic_exchange_n(&c.race[w], me, __ATOMIC_RELAXED);
-    if (__builtin_expect((old >> 32) == a.launch_seq && ((old ^ me) >> 10 & 0x3FFFFF) != 0, 0))
-      report(a, kRacecheck, [&] {
-        return "plain writes to the same global memory at " + hex(c.base + (w << 2)) + " (" +
-               describe_device_address(c.base + (w << 2), 4) + ") by " + block_coords(old >> 10 & 0x3FFFFF) +
-               " " + thread_coords(static_cast<uint32_t>(old & 0x3FF)) +
-               " and by this thread, of another block, in one launch (a lost update: make it an atomic, or "
-               "write "
-               "each address from one block)";
-      });
+    if (__builtin_expect(other_blocks_write(a, old, me), 0)) report_plain_write_race(a, c, w, old);
   }
+}
+
+// The fast path of an aligned plain write of N bytes (a multiple of 4) at offset `off` of cached
+// segment c: true when done (the words were initialised already; racecheck's writer tags set),
+// false for global_access to do it.
+template <size_t N>
+[[gnu::always_inline]] inline bool global_write_fast(Active& a, const Active::CachedSegment& c,
+                                                     uintptr_t off) {
+  const size_t w0 = off >> 2;
+  for (size_t w = 0; w < N / 4; ++w)
+    if (c.init[w0 + w] != 0x0F) return false;
+  if (!(a.checks & kRacecheck)) return true;
+  if (c.race == nullptr) return false;
+  const uint64_t me = writer_tag(a.launch_seq, a.block_linear, a.thread);
+  for (size_t w = w0; w < w0 + N / 4; ++w) {
+    const uint64_t old = __atomic_exchange_n(&c.race[w], me, __ATOMIC_RELAXED);
+    if (__builtin_expect(other_blocks_write(a, old, me), 0)) {
+      report_plain_write_race(a, c, w, old);  // ends the thread
+      return true;
+    }
+  }
+  return true;
 }
 
 // ============================================================================ shared memory
@@ -261,10 +292,16 @@ void shared_access(Active& a, SharedRegion& r, uintptr_t p, size_t n, unsigned k
           if (e.reader != me) e.reader = kManyReaders;
           if (e.read_warp != warp) e.read_warp = kManyWarps;
           ep.read = std::max(ep.read, a.warp_epoch);
+          // Written in an earlier interval of this block, read by several threads in this one: a
+          // further read in this interval finds nothing and changes nothing (see read_ok).
+          if (e.reader == kManyReaders && e.write_interval != interval &&
+              e.write_interval >= a.first_interval && e.init == 0x0F)
+            r.read_ok[index] = SharedRegion::ReadOk{interval, e.read_warp};
         }
       }
     }
     if (kind & kWrite) {
+      r.read_ok[index] = SharedRegion::ReadOk{};
       if (e.init == 0 && mask != 0x0F) {
         // A partial first write: the word's other bytes are undefined too.
         for (int b = 0; b < 4; ++b)
@@ -393,18 +430,35 @@ template <size_t N, unsigned Kind>
   if (__builtin_expect(a->profile != nullptr, 0))
     profile_access(*a, p, N, Kind, reinterpret_cast<uintptr_t>(code));
   if ((p & (N - 1)) == 0) {
-    const Active::CachedSegment& c = a->seg[0];
-    const uintptr_t off = p - c.base;
-    if (Kind == kRead && off < c.live && off + N <= c.live) {
-      const uint8_t* init = c.init + (off >> 2);
-      bool ok;
-      if constexpr (N <= 4)
-        ok = ((*init >> (off & 3)) & ((1u << N) - 1)) == (1u << N) - 1;
-      else if constexpr (N == 8)
-        ok = init[0] == 0x0F && init[1] == 0x0F;
-      else
-        ok = init[0] == 0x0F && init[1] == 0x0F && init[2] == 0x0F && init[3] == 0x0F;
-      if (ok) return;
+    if constexpr (N == 4 && Kind == kRead) {  // a static shared word in its read-only state
+      const uintptr_t soff = p - a->tls0_lo;
+      if (soff < a->tls0_size) {
+        const SharedRegion::ReadOk ok = a->tls0_read_ok[soff >> 2];
+        if (ok.interval == a->interval &&
+            (ok.warp == kManyWarps || (ok.warp == a->thread / 32 && a->warp_epoch == 0)))
+          return;
+      }
+    }
+    if (p - a->slot < kSlotBytes) return;  // the thread's own stack (by-value parameters)
+    // The two most recent global segments (a kernel's loads alternate between its inputs).
+    for (int i = 0; i < 2; ++i) {
+      const Active::CachedSegment& c = a->seg[i];
+      const uintptr_t off = p - c.base;
+      if (off >= c.live || off + N > c.live) continue;
+      if constexpr (Kind == kRead) {
+        const uint8_t* init = c.init + (off >> 2);
+        bool ok;
+        if constexpr (N <= 4)
+          ok = ((*init >> (off & 3)) & ((1u << N) - 1)) == (1u << N) - 1;
+        else if constexpr (N == 8)
+          ok = init[0] == 0x0F && init[1] == 0x0F;
+        else
+          ok = init[0] == 0x0F && init[1] == 0x0F && init[2] == 0x0F && init[3] == 0x0F;
+        if (ok) return;
+      } else if constexpr (N >= 4) {
+        if (global_write_fast<N>(*a, c, off)) return;
+      }
+      break;
     }
     if constexpr (N == 4) {
       const uintptr_t soff = p - a->tls0_lo;
@@ -465,16 +519,15 @@ void prepare_block(Active& a, size_t dynamic_smem_bytes, uintptr_t dynamic_smem)
   for (Active::CachedSegment& c : a.seg) c = Active::CachedSegment{};
   a.dynamic_smem.lo = dynamic_smem;
   a.dynamic_smem.size = dynamic_smem_bytes;
-  if (a.dynamic_smem.shadow.size() < (dynamic_smem_bytes + 3) / 4) {
-    a.dynamic_smem.shadow.resize((dynamic_smem_bytes + 3) / 4);
-    a.dynamic_smem.epochs.resize((dynamic_smem_bytes + 3) / 4);
-  }
+  if (a.dynamic_smem.shadow.size() < (dynamic_smem_bytes + 3) / 4)
+    a.dynamic_smem.resize((dynamic_smem_bytes + 3) / 4);
 }
 
 void reset_shared_shadows(Active& a) {
   auto reset = [](SharedRegion& r) {
     std::fill(r.shadow.begin(), r.shadow.end(), SharedWord{});
     std::fill(r.epochs.begin(), r.epochs.end(), WordEpochs{});
+    std::fill(r.read_ok.begin(), r.read_ok.end(), SharedRegion::ReadOk{});
   };
   reset(a.dynamic_smem);
   for (SharedRegion& r : a.tls) reset(r);

@@ -108,6 +108,20 @@ struct SharedRegion {
   uintptr_t lo = 0, size = 0;
   std::vector<SharedWord> shadow;  // one per 4-byte word
   std::vector<WordEpochs> epochs;
+  // Per word, the barrier interval in which a read has nothing to check or note: the word was
+  // written in an earlier interval of the block and has been read by several threads in this one
+  // (the state of a matmul tile after its barrier); `warp`: by threads of several warps (kManyWarps:
+  // any thread may read), or of this one warp (its threads may, before any warp collective). A
+  // small array beside the shadow, for the access hooks' commonest case; a write clears it.
+  struct ReadOk {
+    uint32_t interval = 0, warp = 0;
+  };
+  std::vector<ReadOk> read_ok;
+  void resize(size_t words) {
+    shadow.resize(words);
+    epochs.resize(words);
+    read_ok.resize(words);
+  }
 };
 
 // What the access hooks need to know about the emulated thread running on this OS thread. The
@@ -138,6 +152,7 @@ struct Active {
   std::vector<SharedRegion> tls;             // each module's thread-local block, set per worker
   uintptr_t tls0_lo = 0, tls0_size = 0;      // tls[0] (the emulator's module) for the fast path
   SharedWord* tls0_shadow = nullptr;
+  SharedRegion::ReadOk* tls0_read_ok = nullptr;
   // the global segments accessed last, most recent first (reset at each block start)
   struct CachedSegment {
     uintptr_t base = 0, live = 0;
