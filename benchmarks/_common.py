@@ -557,3 +557,31 @@ FRONTEND_LEGEND = (
     "training seconds (test excluded); test acc: on the 10,000 test images after it; x torch: "
     "the twin's train s over the row's.\n"
 )
+
+
+EMULATOR_LEGEND = (
+    "The emulated CUDA device runs the CUDA kernels on the CPU to check them: its times say what "
+    "checking costs, nothing about a GPU. mode checked: GPUMAT_EMU_CHECK_REPEATS=all, every "
+    "launch runs the instrumented build of its kernel (memcheck, racecheck, initcheck on every "
+    "load and store); mode default: a launch that repeats one which has passed the checks 3 "
+    "times (same kernel, geometry and arguments, no allocation in between) runs the kernel's "
+    "unchecked build. ms: kernels, the median milliseconds per call of the same launch repeated; "
+    "epochs, the training seconds of one epoch of examples/mnist.py (batches of 1000) x 1000. "
+    "x checked: the checked row's time over this row's.\n"
+)
+
+
+def emulator_table(rows: list[dict]) -> str:
+    """bench_emulator's table from its ``rows`` records (see EMULATOR_LEGEND for the columns)."""
+    checked = {r["case"]: r["ms"] for r in rows if r["mode"] == "checked"}
+    body = [
+        [
+            r["case"],
+            r["shape"],
+            r["mode"],
+            fmt_num(r["ms"]),
+            f"{checked[r['case']] / r['ms']:.2f}" if r["case"] in checked else "-",
+        ]
+        for r in rows
+    ]
+    return format_table(["case", "shape", "mode", "ms", "x checked"], body, align="lllrr")

@@ -15,18 +15,21 @@ table in the docs can go stale or be edited by hand. The blocks:
 
 - ``mnist-summary`` (README.md): the latest full-size MNIST training run, gpumat against
   PyTorch on the same device (a run with a GPU before a host-only one), one device line.
+- ``emulator`` (docs/emulator.md): the latest emulated-device run (bench_emulator.py), its source
+  line and the legend.
 - ``ops``, ``mnist``, ``frontend``, ``distributed`` (benchmarks/README.md): every kind of run's
   latest file, with its full source line (date, commit, device, driver, command, file) and the
   column legend.
 - ``distributed-summary`` (docs/distributed.md): the latest data-parallel run, one device line.
 
-Without ``--write``/``--check`` it prints the ``ops``, ``mnist``, ``frontend`` and ``distributed``
-sections of the given files or folders (default ``benchmarks/results``) to stdout or ``--out``. A
-run's *kind* is its benchmark, backend, device name, quick flag, MLP widths (a host-overhead run)
-and the environment its notes record (e.g. ``OMP_NUM_THREADS=1``); the latest run of each kind is
-shown (``--all``: every run, newest first). Quick runs (``"quick": true``: CI smoke runs with small
-sizes) are left out unless ``--include-quick``, and are labelled when included. Only numbers from
-those files appear; nothing is computed but formatting and ratios of two numbers of one file.
+Without ``--write``/``--check`` it prints the ``ops``, ``mnist``, ``frontend``, ``distributed`` and
+``emulator`` sections of the given files or folders (default ``benchmarks/results``) to stdout or
+``--out``. A run's *kind* is its benchmark, backend, device name, quick flag, MLP widths (a
+host-overhead run) and the environment its notes record (e.g. ``OMP_NUM_THREADS=1``); the latest
+run of each kind is shown (``--all``: every run, newest first). Quick runs (``"quick": true``: CI
+smoke runs with small sizes) are left out unless ``--include-quick``, and are labelled when
+included. Only numbers from those files appear; nothing is computed but formatting and ratios of
+two numbers of one file.
 
 ``--groups`` chooses which bench_ops case groups appear (default ``mnist,large``; the dlsys
 course's test sizes, group ``seed`` in the files, are in the JSON files and the per-run markdown).
@@ -44,12 +47,14 @@ from pathlib import Path
 
 from _common import (
     DISTRIBUTED_LEGEND,
+    EMULATOR_LEGEND,
     FRONTEND_LEGEND,
     MNIST_LEGEND,
     OPS_LEGEND,
     RESULTS_DIR,
     SCHEMA,
     distributed_table,
+    emulator_table,
     fmt_num,
     format_table,
     frontend_table,
@@ -216,6 +221,16 @@ def distributed_section(path: Path, d: dict) -> str:
     )
 
 
+def emulator_section(path: Path, d: dict) -> str:
+    load = d.get("load_average_1min") or {}
+    load_text = (
+        f"1-minute load average {load['before']:.2f} before the run, {load['after']:.2f} after.\n"
+        if load.get("before") is not None and load.get("after") is not None
+        else ""
+    )
+    return source_line(path, d) + load_text + "\n" + emulator_table(d.get("rows", []))
+
+
 def frontend_section(path: Path, d: dict) -> str:
     load = d.get("load_average_1min") or {}
     load_text = (
@@ -237,13 +252,15 @@ def _mpi_name(settings: dict) -> str:
 
 
 def build(runs, groups) -> str:
-    """The ``ops``, ``mnist``, ``frontend`` and ``distributed`` sections of ``runs``, headed."""
+    """The ``ops``, ``mnist``, ``frontend``, ``distributed`` and ``emulator`` sections of
+    ``runs``, headed."""
     out = []
     for title, kind, body in (
         ("Kernels (`benchmarks/bench_ops.py`)", "ops", lambda f, d: ops_section(f, d, groups)),
         ("MNIST training (`benchmarks/bench_mnist.py`)", "mnist", mnist_section),
         ("Front-end training steps (`benchmarks/bench_frontend.py`)", "frontend", frontend_section),
         ("Data-parallel training (`benchmarks/bench_distributed.py`)", "distributed", None),
+        ("The emulated CUDA device (`benchmarks/bench_emulator.py`)", "emulator", emulator_section),
     ):
         text = _sections(runs, kind, body or distributed_section)
         if text:
@@ -258,6 +275,7 @@ _LEGENDS = {
     "mnist": MNIST_LEGEND,
     "frontend": FRONTEND_LEGEND,
     "distributed": DISTRIBUTED_LEGEND,
+    "emulator": EMULATOR_LEGEND,
 }
 
 
@@ -511,6 +529,7 @@ def _block_sections(kind: str):
             "mnist": mnist_section,
             "frontend": frontend_section,
             "distributed": distributed_section,
+            "emulator": emulator_section,
         }[kind]
         text = _sections(select(runs, False, False), kind, body)
         return text or f"No `{kind}` run in `benchmarks/results/` yet.\n"
@@ -526,6 +545,7 @@ BLOCKS: dict[str, Callable[[list, Path], str]] = {
     "mnist": _block_sections("mnist"),
     "frontend": _block_sections("frontend"),
     "distributed": _block_sections("distributed"),
+    "emulator": _block_sections("emulator"),
     "profile": block_profile,
     "profile-summary": block_profile_summary,
 }
