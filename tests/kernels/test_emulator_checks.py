@@ -148,18 +148,21 @@ def test_checks_can_be_turned_off_for_debugging(monkeypatch):
 # then (same arguments, new index data) one word from both blocks: a race between blocks.
 
 
-def test_a_repeated_launch_is_checked_until_it_has_passed_three_times():
+def test_a_repeated_launch_is_checked_until_it_has_passed_three_times(monkeypatch):
+    monkeypatch.delenv("GPUMAT_EMU_CHECK_REPEATS", raising=False)  # the default: 3
     expect_fault(
         "repeat:2", "racecheck", "indexed_write_kernel", "plain writes to the same global memory"
     )
 
 
-def test_later_repeats_run_the_unchecked_build():
+def test_later_repeats_run_the_unchecked_build(monkeypatch):
+    monkeypatch.delenv("GPUMAT_EMU_CHECK_REPEATS", raising=False)  # the default: 3
     # The fourth identical launch is unchecked: the race that only its data causes goes unseen.
     assert selftest("repeat:3") == [2.0, 2.0]
 
 
-def test_an_allocation_makes_a_repeat_checked_again():
+def test_an_allocation_makes_a_repeat_checked_again(monkeypatch):
+    monkeypatch.delenv("GPUMAT_EMU_CHECK_REPEATS", raising=False)  # the default: 3
     # A device allocation in between: the same pointers may name other memory now.
     expect_fault("repeat_after_allocation:3", "racecheck", "indexed_write_kernel")
 
