@@ -92,6 +92,7 @@ void refresh_modules(Active& a, uintptr_t code = 0) {
   a.tls0_size = a.tls.empty() ? 0 : a.tls[0].size;
   a.tls0_shadow = a.tls.empty() ? nullptr : a.tls[0].shadow.data();
   a.tls0_read_ok = a.tls.empty() ? nullptr : a.tls[0].read_ok.data();
+  a.tls0_epochs = a.tls.empty() ? nullptr : a.tls[0].epochs.data();
   t_images.insert(t_images.end(), r.images.begin(), r.images.end());
   a.quiet = quiet;
 }
@@ -408,6 +409,19 @@ void classify(Active& a, uintptr_t p, size_t n, unsigned kind, uintptr_t code) {
   a.quiet = false;
 }
 
+// An access while the launch is profiled: counted, then checked.
+[[gnu::noinline]] void profile_and_check(Active& a, uintptr_t p, size_t n, unsigned kind, uintptr_t code) {
+  profile_access(a, p, n, kind, code);
+  check(a, p, n, kind, code);
+}
+
+// check() of an access known to be in the emulator's module's static shared memory (tls[0]).
+[[gnu::noinline]] void check_static_shared(Active& a, uintptr_t p, size_t n, unsigned kind) {
+  a.quiet = true;
+  shared_access(a, a.tls[0], p, n, kind);
+  a.quiet = false;
+}
+
 // `code`: where the instrumented access is (the hook's return address).
 inline void hook(const volatile void* p, size_t n, unsigned kind, void* code) {
   if (Active* a = running()) {
@@ -417,18 +431,65 @@ inline void hook(const volatile void* p, size_t n, unsigned kind, void* code) {
   }
 }
 
-// The common cases of an aligned N-byte plain load or store, decided with a few compares and no
-// stores (N and the kind known at compile time): a global word already initialised (loads), the
-// same thread's repeated access to a shared word in one barrier interval, a shared word read by many
-// threads. Anything else goes through check().
+// shared_access's common transitions of an aligned 4-byte plain access to static shared word
+// `index` (tls[0]) with racecheck on, none of which can find a hazard, with the same effect on the
+// shadow; false: shared_access must decide. Reads of a word written in an earlier interval of this
+// block: the interval's first read, this thread's again, another thread's (then read_ok); writes:
+// the interval's first access, or this thread's own whole word again.
+template <unsigned Kind>
+[[gnu::always_inline]] inline bool static_shared_fast(Active& a, size_t index) {
+  SharedWord& e = a.tls0_shadow[index];
+  const uint16_t me = static_cast<uint16_t>(a.thread + 1);
+  const uint16_t warp = static_cast<uint16_t>(a.thread / 32);
+  const uint32_t interval = a.interval;
+  if constexpr (Kind == kRead) {
+    if (e.write_interval < a.first_interval || e.write_interval == interval || e.init != 0x0F)
+      return false;  // not written in this block (initcheck), or in this interval (a hazard?)
+    if (e.read_interval != interval) {  // the interval's first read
+      e.read_interval = interval;
+      e.reader = me;
+      e.read_warp = warp;
+      a.tls0_epochs[index].read = a.warp_epoch;
+      return true;
+    }
+    WordEpochs& ep = a.tls0_epochs[index];
+    ep.read = std::max(ep.read, a.warp_epoch);
+    if (e.reader == me) return true;  // only this thread's reads so far
+    e.reader = kManyReaders;
+    if (e.read_warp != warp) e.read_warp = kManyWarps;
+    a.tls0_read_ok[index] = SharedRegion::ReadOk{interval, e.read_warp};
+    return true;
+  } else {
+    if (e.write_interval == interval) {  // this thread's own whole word again, nobody else read it
+      if (e.writer != me || e.init != 0x0F || (e.read_interval == interval && e.reader != me)) return false;
+      a.tls0_epochs[index].write = a.warp_epoch;
+      return true;
+    }
+    if (e.read_interval == interval) return false;
+    // The interval's first access: a whole-word write, nothing to compare with.
+    if (e.read_interval < a.first_interval) e.reader = 0;
+    a.tls0_read_ok[index] = SharedRegion::ReadOk{};
+    e.writer = me;
+    a.tls0_epochs[index].write = a.warp_epoch;
+    e.write_interval = interval;
+    e.init = 0x0F;
+    return true;
+  }
+}
+
+// The common cases of an aligned N-byte plain load or store, decided inline (N and the kind known at
+// compile time): a static shared word in its read_ok state, the thread's own stack, a global word
+// already initialised (loads; stores set racecheck's tag), static_shared_fast's transitions.
+// Anything else goes through check().
 template <size_t N, unsigned Kind>
 [[gnu::always_inline]] inline void fast_hook(const volatile void* vp, void* code) {
   Active* a = running();
   if (a == nullptr) return;
   const uintptr_t p = reinterpret_cast<uintptr_t>(vp);
-  // gpumat.profile: one load and a branch not taken when it is off.
+  // gpumat.profile: one load and a branch not taken when it is off (a tail call when on, so that
+  // the fast path below makes no call and needs no stack frame).
   if (__builtin_expect(a->profile != nullptr, 0))
-    profile_access(*a, p, N, Kind, reinterpret_cast<uintptr_t>(code));
+    return profile_and_check(*a, p, N, Kind, reinterpret_cast<uintptr_t>(code));
   if ((p & (N - 1)) == 0) {
     if constexpr (N == 4 && Kind == kRead) {  // a static shared word in its read-only state
       const uintptr_t soff = p - a->tls0_lo;
@@ -462,26 +523,9 @@ template <size_t N, unsigned Kind>
     }
     if constexpr (N == 4) {
       const uintptr_t soff = p - a->tls0_lo;
-      if (soff < a->tls0_size && (a->checks & kRacecheck)) {
-        const SharedWord& e = a->tls0_shadow[soff >> 2];
-        const uint16_t me = static_cast<uint16_t>(a->thread + 1);
-        const uint32_t interval = a->interval;
-        if (e.write_interval >= a->first_interval && e.init == 0x0F) {
-          if (Kind == kRead) {
-            // Noted already: by this thread, or as read by many threads of several warps (or of
-            // this warp, none of which has passed a collective: the epochs are all 0).
-            const bool no_foreign_write = e.write_interval != interval || e.writer == me;
-            const bool read_noted =
-                e.read_interval == interval &&
-                (e.reader == me ||
-                 (e.reader == kManyReaders &&
-                  (e.read_warp == kManyWarps || (e.read_warp == a->thread / 32 && a->warp_epoch == 0))));
-            if (no_foreign_write && read_noted) return;
-          } else if (e.write_interval == interval && e.writer == me &&
-                     (e.read_interval != interval || e.reader == me)) {
-            return;
-          }
-        }
+      if (soff < a->tls0_size) {
+        if ((a->checks & kRacecheck) && static_shared_fast<Kind>(*a, soff >> 2)) return;
+        return check_static_shared(*a, p, N, Kind);
       }
     }
   }

@@ -152,6 +152,7 @@ struct Active {
   std::vector<SharedRegion> tls;             // each module's thread-local block, set per worker
   uintptr_t tls0_lo = 0, tls0_size = 0;      // tls[0] (the emulator's module) for the fast path
   SharedWord* tls0_shadow = nullptr;
+  WordEpochs* tls0_epochs = nullptr;
   SharedRegion::ReadOk* tls0_read_ok = nullptr;
   // the global segments accessed last, most recent first (reset at each block start)
   struct CachedSegment {
