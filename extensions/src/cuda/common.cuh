@@ -65,7 +65,7 @@ const bool UncheckedKernel<Kernel>::registered =
 template <auto Kernel, typename... Args>
 void launch(const char* op, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
 #if defined(GPUMAT_EMU_UNCHECKED)
-  (void)UncheckedKernel<Kernel>::registered;
+  static_cast<void>(&UncheckedKernel<Kernel>::registered);  // an odr-use: instantiates the registration
   emulator::launch_kernel(Kernel, emulator::kernel_name<Kernel>(), grid, block, smem, stream, args...);
 #elif defined(GPUMAT_EMULATED)
   static const emulator::ThreadBody unchecked = emulator::find_unchecked(emulator::kernel_name<Kernel>());

@@ -491,13 +491,17 @@ template <size_t N, unsigned Kind>
   if (__builtin_expect(a->profile != nullptr, 0))
     return profile_and_check(*a, p, N, Kind, reinterpret_cast<uintptr_t>(code));
   if ((p & (N - 1)) == 0) {
-    if constexpr (N == 4 && Kind == kRead) {  // a static shared word in its read-only state
+    if constexpr (N == 4) {
       const uintptr_t soff = p - a->tls0_lo;
-      if (soff < a->tls0_size) {
-        const SharedRegion::ReadOk ok = a->tls0_read_ok[soff >> 2];
-        if (ok.interval == a->interval &&
-            (ok.warp == kManyWarps || (ok.warp == a->thread / 32 && a->warp_epoch == 0)))
-          return;
+      if (soff < a->tls0_size) {        // static shared memory
+        if constexpr (Kind == kRead) {  // a word in its read-only state
+          const SharedRegion::ReadOk ok = a->tls0_read_ok[soff >> 2];
+          if (ok.interval == a->interval &&
+              (ok.warp == kManyWarps || (ok.warp == a->thread / 32 && a->warp_epoch == 0)))
+            return;
+        }
+        if ((a->checks & kRacecheck) && static_shared_fast<Kind>(*a, soff >> 2)) return;
+        return check_static_shared(*a, p, N, Kind);
       }
     }
     if (p - a->slot < kSlotBytes) return;  // the thread's own stack (by-value parameters)
@@ -520,13 +524,6 @@ template <size_t N, unsigned Kind>
         if (global_write_fast<N>(*a, c, off)) return;
       }
       break;
-    }
-    if constexpr (N == 4) {
-      const uintptr_t soff = p - a->tls0_lo;
-      if (soff < a->tls0_size) {
-        if ((a->checks & kRacecheck) && static_shared_fast<Kind>(*a, soff >> 2)) return;
-        return check_static_shared(*a, p, N, Kind);
-      }
     }
   }
   check(*a, p, N, Kind, reinterpret_cast<uintptr_t>(code));

@@ -222,8 +222,7 @@ struct Fiber {
 struct Launch {
   const detail::LaunchSpec* spec;
   detail::LaunchProfile* profile = nullptr;  // when profiling is on
-  ThreadBody body = nullptr;                 // the kernel's checked build, or its unchecked one
-  bool checked = true;                       // body is the checked build: the access hooks check
+  bool checked = true;  // runs the kernel's checked build (the access hooks check), else its unchecked one
   uint32_t seq;
   uint64_t geometry_hash;
   std::atomic<bool> faulted{false};
@@ -541,7 +540,7 @@ void run_thread(Worker& w, Fiber& f) {
   const Launch& L = *w.launch;
   try {
     w.active.quiet = !L.checked;
-    L.body(L.spec->args.get());
+    (L.checked ? L.spec->body : L.spec->unchecked)(L.spec->args.get());
     w.active.quiet = true;
   } catch (const std::exception& e) {
     w.active.quiet = true;
@@ -844,7 +843,6 @@ cudaError_t execute(const LaunchSpec& spec, std::string* detail) {
   // The profiler counts what the checked build's hooks see.
   const uint64_t repeat_key = spec.unchecked != nullptr && L.profile == nullptr ? launch_key(spec) : 0;
   L.checked = repeat_key == 0 || g_repeats.should_check(repeat_key, spec.check_repeats);
-  L.body = L.checked ? spec.body : spec.unchecked;
   const Dim grid = spec.grid, block = spec.block;
   L.geometry_hash = splitmix64(
       fnv1a(spec.name) ^ splitmix64((uint64_t{grid.x} << 32) ^ grid.y) ^

@@ -270,7 +270,8 @@ std::vector<float> selftest(const std::string& name, int dev) {
   // GPUMAT_EMU_CHECK_REPEATS: "repeat:N" makes N correct launches of indexed_write_kernel, then one
   // with the same arguments whose index data makes the two blocks write one word ("repeat_after_
   // allocation:N": an allocation in between). Returns out.
-  if (name.rfind("repeat:", 0) == 0 || name.rfind("repeat_after_allocation:", 0) == 0) {
+  const bool after_allocation = name.rfind("repeat_after_allocation:", 0) == 0;
+  if (name.rfind("repeat:", 0) == 0 || after_allocation) {
     const int n = std::stoi(name.substr(name.find(':') + 1));
     GpuMatrix index({2}, d), out({2}, d);
     const float distinct[2] = {0.0f, 1.0f}, same[2] = {0.0f, 0.0f};
@@ -279,8 +280,7 @@ std::vector<float> selftest(const std::string& name, int dev) {
     for (int i = 0; i < n; ++i) launch<indexed_write_kernel>(op.c_str(), 2, 32, 0, s, ix, out.data());
     index.copy_from_host(same, 2);
     std::unique_ptr<GpuMatrix> scratch;
-    if (name.rfind("repeat_after_allocation:", 0) == 0)
-      scratch = std::make_unique<GpuMatrix>(std::vector<int64_t>{4}, d);
+    if (after_allocation) scratch = std::make_unique<GpuMatrix>(std::vector<int64_t>{4}, d);
     launch<indexed_write_kernel>(op.c_str(), 2, 32, 0, s, ix, out.data());
     return fetch(out);
   }
