@@ -36,7 +36,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
+from unittest import mock
 
 import _common
 import numpy as np
@@ -45,20 +45,6 @@ import gpumat
 from gpumat import ops
 
 MODES = {"checked": "all", "default": "3"}
-
-
-@contextmanager
-def check_repeats(value: str):
-    """GPUMAT_EMU_CHECK_REPEATS=value for the launches made inside (restored after)."""
-    old = os.environ.get("GPUMAT_EMU_CHECK_REPEATS")
-    os.environ["GPUMAT_EMU_CHECK_REPEATS"] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["GPUMAT_EMU_CHECK_REPEATS"]
-        else:
-            os.environ["GPUMAT_EMU_CHECK_REPEATS"] = old
 
 
 def kernel_cases(quick: bool):
@@ -101,7 +87,8 @@ def time_kernels(quick: bool) -> list[dict]:
     for name, shape, make in kernel_cases(quick):
         call = make(ctx)
         for mode, value in MODES.items():
-            with check_repeats(value):
+            # read at every launch: set for the launches made inside
+            with mock.patch.dict(os.environ, {"GPUMAT_EMU_CHECK_REPEATS": value}):
                 t = _common.time_calls(
                     lambda _i, call=call: call(),
                     1,
@@ -122,11 +109,11 @@ def time_epochs(quick: bool) -> list[dict]:
             with tempfile.TemporaryDirectory() as tmp:
                 out = os.path.join(tmp, "history.json")
                 cmd = [sys.executable, script, "-m", model, "-c", "emu", "-e", "1", "--no-progress"]
-                cmd += ["--json", out]
                 if quick:
                     cmd += ["--train-size", "2000"]
                 env = {**os.environ, "GPUMAT_EMU_CHECK_REPEATS": value}
-                subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+                run = [*cmd, "--json", out]
+                subprocess.run(run, env=env, check=True, capture_output=True, text=True)
                 with open(out) as f:
                     history = json.load(f)[0]
             seconds = history["mean_epoch_time_s"]
@@ -137,7 +124,7 @@ def time_epochs(quick: bool) -> list[dict]:
                     "mode": mode,
                     "ms": seconds * 1e3,
                     "valid_accuracy": history.get("final_valid_accuracy"),
-                    "command": " ".join(cmd[1:-2]),
+                    "command": " ".join(cmd[1:]),
                 }
             )
     return rows

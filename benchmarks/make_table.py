@@ -205,14 +205,19 @@ def mnist_section(path: Path, d: dict) -> str:
     return source_line(path, d) + f"\n{mnist_settings(d)}\n{notes}\n" + table
 
 
+def load_sentence(d: dict, before: str) -> str:
+    """The sentence on a run's ``load_average_1min`` ("1-minute load average X before <before>, Y
+    after."), or "" when the run did not record it."""
+    load = d.get("load_average_1min") or {}
+    if load.get("before") is None or load.get("after") is None:
+        return ""
+    return f"1-minute load average {load['before']:.2f} before {before}, {load['after']:.2f} after."
+
+
 def distributed_section(path: Path, d: dict) -> str:
     s = d.get("settings", {})
-    load = d.get("load_average_1min") or {}
-    load_text = (
-        f" 1-minute load average {load['before']:.2f} before the runs, {load['after']:.2f} after."
-        if load.get("before") is not None and load.get("after") is not None
-        else ""
-    )
+    load = load_sentence(d, "the runs")
+    load_text = f" {load}" if load else ""
     return (
         source_line(path, d)
         + f"\n{s.get('model')} on {s.get('ctx')}, {_count(s.get('num_train'))} training images, "
@@ -222,26 +227,16 @@ def distributed_section(path: Path, d: dict) -> str:
 
 
 def emulator_section(path: Path, d: dict) -> str:
-    load = d.get("load_average_1min") or {}
-    load_text = (
-        f"1-minute load average {load['before']:.2f} before the run, {load['after']:.2f} after.\n"
-        if load.get("before") is not None and load.get("after") is not None
-        else ""
-    )
-    return source_line(path, d) + load_text + "\n" + emulator_table(d.get("rows", []))
+    load = load_sentence(d, "the run")
+    load_line = f"{load}\n" if load else ""
+    return source_line(path, d) + load_line + "\n" + emulator_table(d.get("rows", []))
 
 
 def frontend_section(path: Path, d: dict) -> str:
-    load = d.get("load_average_1min") or {}
-    load_text = (
-        f" 1-minute load average {load['before']:.2f} before the run, {load['after']:.2f} after."
-        if load.get("before") is not None and load.get("after") is not None
-        else ""
-    )
     notes = "".join(f"Note: {n}.\n" for n in d.get("notes", []))
     return (
         source_line(path, d)
-        + f"\n{load_text.strip()}\n{notes}\n"
+        + f"\n{load_sentence(d, 'the run')}\n{notes}\n"
         + frontend_table(d.get("runs", []))
     )
 
