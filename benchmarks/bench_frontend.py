@@ -276,8 +276,9 @@ def run_mnist_net(torch, args) -> list[dict]:
 
         programs.append(("torch", mnist_net_torch.main, ["--epochs", "1"]))
     rows = []
+    device = ["--device", "cuda"] if args.ctx == "gpu" else []
     for framework, program, argv in programs:
-        argv = argv + (["--dry-run"] if args.quick else [])
+        argv = argv + device + (["--dry-run"] if args.quick else [])
         script = "mnist_net_torch.py" if framework == "torch" else "mnist_net.py"
         start = time.perf_counter()
         epoch = program(argv)["epochs"][0]
@@ -330,9 +331,6 @@ def main(argv=None) -> int:
         p.error(f"unknown cases {unknown}; known: {', '.join([*cases, 'mnist-net'])}")
     for name in names:
         if name == "mnist-net":
-            if args.ctx != "cpu":
-                notes.append("mnist-net runs on cpu only: skipped")
-                continue
             rows += run_mnist_net(torch, args)
         else:
             rows += run_case(name, cases[name], ctx, torch, args)

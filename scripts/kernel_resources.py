@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,18 +89,28 @@ def main(argv=None) -> int:
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     version = version.strip().splitlines()[-1] if version.strip() else "unknown"
     names: set[str] = set()
-    raw = []
     with tempfile.TemporaryDirectory() as tmp:
-        for src in sorted((EXT / "src" / "cuda").glob("*.cu")):
-            for arch in args.arch:
-                cmd = [nvcc, "-O3", "-std=c++17", "--extended-lambda", "-Iinclude", "-Isrc"]
-                cmd += ["-DGPUMAT_WITH_CUDA", f"-arch=sm_{arch}", "-cubin", "-Xptxas", "-v"]
-                cmd += ["-o", str(Path(tmp) / f"{src.stem}.{arch}.cubin"), str(src)]
-                r = subprocess.run(cmd, cwd=EXT, capture_output=True, text=True)
-                if r.returncode != 0:
-                    sys.exit(f"kernel_resources: {' '.join(cmd)} failed:\n{r.stderr}")
-                raw.append(r.stderr)
-                names.update(m[0] for m in ENTRY.findall(r.stderr))
+
+        def ptxas_report(job):
+            src, arch = job
+            cmd = [nvcc, "-O3", "-std=c++17", "--extended-lambda", "-Iinclude", "-Isrc"]
+            cmd += ["-DGPUMAT_WITH_CUDA", f"-arch=sm_{arch}", "-cubin", "-Xptxas", "-v"]
+            cmd += ["-o", str(Path(tmp) / f"{src.stem}.{arch}.cubin"), str(src)]
+            r = subprocess.run(cmd, cwd=EXT, capture_output=True, text=True)
+            return cmd, r
+
+        jobs = [(s, a) for s in sorted((EXT / "src" / "cuda").glob("*.cu")) for a in args.arch]
+        # One nvcc per (file, arch), run side by side: each is single-threaded, and setup.py runs
+        # this on every CUDA build. map() keeps the jobs' order, so the JSON does not depend on it.
+        workers = int(os.environ.get("MAX_JOBS") or os.cpu_count() or 1)
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            results = list(pool.map(ptxas_report, jobs))
+    raw = []
+    for cmd, r in results:
+        if r.returncode != 0:
+            sys.exit(f"kernel_resources: {' '.join(cmd)} failed:\n{r.stderr}")
+        raw.append(r.stderr)
+        names.update(m[0] for m in ENTRY.findall(r.stderr))
     mangled = sorted(names)
     filt = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True)
     table = dict(zip(mangled, filt.stdout.splitlines(), strict=True))
