@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from Cython.Build import cythonize
@@ -96,6 +97,77 @@ class BuildWithLibgpumat(build_ext):
             # The installed extension finds OpenBLAS beside it in site-packages first.
             ext.extra_link_args += ldlibs + ["-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib"]
         super().run()
+
+    def build_extension(self, ext):
+        differs = self.libstdcxx_differs()
+        if differs and self.links_static_libstdcxx():
+            note = "linking libstdc++ statically"
+            ext.extra_link_args.append("-static-libstdc++")
+        elif differs:
+            # Its static archive is not position-independent: the next best is to find the
+            # compiler's own library first, which holds when gpumat is imported before any other
+            # C++ extension (torch) has loaded the system's.
+            note = "its libstdc++.a cannot go into a shared object; run-path to its library"
+            ext.extra_link_args.append(f"-Wl,-rpath,{os.path.dirname(differs[0])}")
+        if differs:
+            print(
+                f"gpumat: WARNING: the compiler's libstdc++ ({differs[0]}) is not the one Python "
+                f"loads ({differs[1]}): {note}",
+                file=sys.stderr,
+                flush=True,
+            )
+        super().build_extension(ext)
+
+    def links_static_libstdcxx(self) -> bool:
+        """Whether the C++ compiler can put its libstdc++ into a shared object (its libstdc++.a
+        must be position-independent)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp, "probe.cpp")
+            src.write_text(
+                "#include <sstream>\n"
+                "int probe(long v) { std::ostringstream s; s << v; return s.str().size(); }\n"
+            )
+            cmd = [self.compiler.compiler_cxx[0], "-shared", "-fPIC", "-static-libstdc++", str(src)]
+            cmd += ["-o", str(Path(tmp, "probe.so"))]
+            return subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0
+
+    def libstdcxx_differs(self):
+        """(compiler's, loader's) libstdc++.so.6 paths when they are different files, else None.
+
+        Code compiled against a newer GCC's headers and run with an older libstdc++.so.6 can crash
+        (seen on a GPU machine whose extensions were built by a GCC in /opt/gcc: formatting an
+        integer into an ostringstream segfaulted in the locale's facets, as the headers' inline
+        code and the system library disagreed). Linking libstdc++ statically then makes the
+        extension use the library its headers belong to. Only GCC's libstdc++ on Linux matters.
+        """
+        cxx = getattr(self.compiler, "compiler_cxx", None)
+        if not sys.platform.startswith("linux") or not cxx:
+            return None
+        try:
+            out = subprocess.run(
+                [cxx[0], "-print-file-name=libstdc++.so.6"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout.strip()
+            loaded = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import ctypes; ctypes.CDLL('libstdc++.so.6'); print(next(line.split()[-1] "
+                    "for line in open('/proc/self/maps') if 'libstdc++.so' in line))",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if not (os.path.isabs(out) and os.path.isabs(loaded)):
+            return None  # clang's libc++, or no libstdc++ found: nothing to compare
+        if os.path.realpath(out) == os.path.realpath(loaded):
+            return None
+        return out, loaded
 
     def write_build_config(self, cuda: bool, cuda_arch, openmp: bool):
         text = (
