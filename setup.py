@@ -99,75 +99,62 @@ class BuildWithLibgpumat(build_ext):
         super().run()
 
     def build_extension(self, ext):
-        differs = self.libstdcxx_differs()
-        if differs and self.links_static_libstdcxx():
-            note = "linking libstdc++ statically"
-            ext.extra_link_args.append("-static-libstdc++")
-        elif differs:
-            # Its static archive is not position-independent: the next best is to find the
-            # compiler's own library first, which holds when gpumat is imported before any other
-            # C++ extension (torch) has loaded the system's.
-            note = "its libstdc++.a cannot go into a shared object; run-path to its library"
-            ext.extra_link_args.append(f"-Wl,-rpath,{os.path.dirname(differs[0])}")
-        if differs:
+        runtime = self.static_libstdcxx()
+        if runtime:
+            # Link the C++ runtime Python's other extensions use, named before the driver's own
+            # -lstdc++: the archive then contributes nothing.
             print(
-                f"gpumat: WARNING: the compiler's libstdc++ ({differs[0]}) is not the one Python "
-                f"loads ({differs[1]}): {note}",
+                f"gpumat: {self.compiler.compiler_cxx[0]} links libstdc++ statically; linking "
+                f"the extension against {runtime} instead",
                 file=sys.stderr,
                 flush=True,
             )
+            ext.extra_link_args.append(runtime)
         super().build_extension(ext)
 
-    def links_static_libstdcxx(self) -> bool:
-        """Whether the C++ compiler can put its libstdc++ into a shared object (its libstdc++.a
-        must be position-independent)."""
-        with tempfile.TemporaryDirectory() as tmp:
-            src = Path(tmp, "probe.cpp")
-            src.write_text(
-                "#include <sstream>\n"
-                "int probe(long v) { std::ostringstream s; s << v; return s.str().size(); }\n"
-            )
-            cmd = [self.compiler.compiler_cxx[0], "-shared", "-fPIC", "-static-libstdc++", str(src)]
-            cmd += ["-o", str(Path(tmp, "probe.so"))]
-            return subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0
+    def static_libstdcxx(self):
+        """The path of the libstdc++.so.6 Python loads, when the C++ compiler would put its own
+        static libstdc++ into a shared object; else None.
 
-    def libstdcxx_differs(self):
-        """(compiler's, loader's) libstdc++.so.6 paths when they are different files, else None.
-
-        Code compiled against a newer GCC's headers and run with an older libstdc++.so.6 can crash
-        (seen on a GPU machine whose extensions were built by a GCC in /opt/gcc: formatting an
-        integer into an ostringstream segfaulted in the locale's facets, as the headers' inline
-        code and the system library disagreed). Linking libstdc++ statically then makes the
-        extension use the library its headers belong to. Only GCC's libstdc++ on Linux matters.
+        A copy of libstdc++ inside the extension, its symbols exported, mixes with the system's
+        libstdc++.so.6 that numpy's or torch's libraries load: the two disagree on the locale's
+        facets, and formatting a number into an ostringstream (every error message that names a
+        shape) segfaulted or printed garbage. Seen on a GPU machine whose CXX was a GCC wrapper
+        that finds only libstdc++.a. The probe: a small shared object built by the compiler, loaded
+        beside libstdc++.so.6; a different address for ``std::ostream::_M_insert<long>`` means a
+        static copy. Linux and GCC's libstdc++ only; any failure of the probe leaves the link as
+        it is.
         """
         cxx = getattr(self.compiler, "compiler_cxx", None)
         if not sys.platform.startswith("linux") or not cxx:
             return None
-        try:
-            out = subprocess.run(
-                [cxx[0], "-print-file-name=libstdc++.so.6"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            ).stdout.strip()
-            loaded = subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    "import ctypes; ctypes.CDLL('libstdc++.so.6'); print(next(line.split()[-1] "
-                    "for line in open('/proc/self/maps') if 'libstdc++.so' in line))",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-        if not (os.path.isabs(out) and os.path.isabs(loaded)):
-            return None  # clang's libc++, or no libstdc++ found: nothing to compare
-        if os.path.realpath(out) == os.path.realpath(loaded):
-            return None
-        return out, loaded
+        check = (
+            "import ctypes, sys\n"
+            "probe, lib = ctypes.CDLL(sys.argv[1]), ctypes.CDLL('libstdc++.so.6')\n"
+            "sym = '_ZNSo9_M_insertIlEERSoT_'\n"
+            "same = ctypes.cast(getattr(probe, sym), ctypes.c_void_p).value == "
+            "ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value\n"
+            "path = next(l.split()[-1] for l in open('/proc/self/maps') if 'libstdc++.so' in l)\n"
+            "print('shared' if same else 'static', path)\n"
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            src, so = Path(tmp, "probe.cpp"), Path(tmp, "probe.so")
+            src.write_text(
+                "#include <sstream>\n"
+                'extern "C" int probe(long v) { std::ostringstream s; s << v; '
+                "return static_cast<int>(s.str().size()); }\n"
+            )
+            try:
+                build = [cxx[0], "-shared", "-fPIC", str(src), "-o", str(so)]
+                subprocess.run(build, check=True, capture_output=True, timeout=120)
+                run = [sys.executable, "-c", check, str(so)]
+                out = subprocess.run(run, check=True, capture_output=True, text=True, timeout=60)
+                out = out.stdout.split()
+            except (OSError, subprocess.SubprocessError):
+                return None
+        if len(out) == 2 and out[0] == "static" and os.path.isabs(out[1]):
+            return out[1]
+        return None
 
     def write_build_config(self, cuda: bool, cuda_arch, openmp: bool):
         text = (

@@ -234,9 +234,16 @@ echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname); $($PY --version 
 run_step nvidia-smi 30 sh -c 'nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv'
 SANITIZER=$(find_sanitizer) || SANITIZER=""
 start_step facts 60 "$PY" -c '
-import json, shutil, subprocess, sys
+import json, os, shutil, subprocess, sys
 facts = {"python": sys.version.split()[0], "sanitizer": sys.argv[1] or None,
-         "ncu": shutil.which("ncu"), "nvcc": shutil.which("nvcc")}
+         "ncu": shutil.which("ncu"), "nvcc": shutil.which("nvcc"), "CC": os.environ.get("CC"),
+         "CXX": os.environ.get("CXX")}
+for cxx in {os.environ.get("CXX") or "c++", "g++"}:
+    try:
+        facts[f"{cxx} --version"] = subprocess.run([cxx, "--version"], capture_output=True,
+                                                   text=True).stdout.splitlines()[0]
+    except Exception as exc:
+        facts[f"{cxx} --version"] = repr(exc)
 try:
     facts["nvcc_version"] = subprocess.run(["nvcc", "--version"], capture_output=True,
                                            text=True).stdout.strip().splitlines()[-1]
@@ -309,7 +316,7 @@ start_step ladder_build 240 make -C "$REPO/benchmarks/sgemm" -B ARCH=sm_90
 if ! run_step build 240 env GPUMAT_CUDA=1 "$PY" -m pip install --no-build-isolation --no-deps -v .; then
   BUILD_OK=0
 fi
-grep -h "^ *gpumat: built\|kernel_resources:" "$LOGS/build.log" 2>/dev/null
+grep -h "^ *gpumat: built\|^ *gpumat: .*libstdc++\|kernel_resources:" "$LOGS/build.log" 2>/dev/null
 finish_step facts
 # Every later step runs from OUTDIR: `python -m` puts the working directory first on sys.path, and
 # the repository's own gpumat/ folder (sources, no compiled extension) must not shadow the install.
@@ -339,8 +346,11 @@ assert err < 1e-6, err
 PYTEST=("$PY" -m pytest -p no:cacheprovider -ra)
 # A hung test fails alone (pytest-timeout, where the machine has it) instead of ending the step.
 PER_TEST_TIMEOUT=()
-[ -z "${PYTEST_DISABLE_PLUGIN_AUTOLOAD:-}" ] && $PY -c "import pytest_timeout" >/dev/null 2>&1 &&
+SANITIZED_TEST_TIMEOUT=()
+if [ -z "${PYTEST_DISABLE_PLUGIN_AUTOLOAD:-}" ] && $PY -c "import pytest_timeout" >/dev/null 2>&1; then
   PER_TEST_TIMEOUT=(--timeout=60)
+  SANITIZED_TEST_TIMEOUT=(--timeout=120)
+fi
 
 # The kernels' tests for memcheck: every family, small and medium shapes.
 MEMCHECK_FILES=("$REPO/tests/kernels/test_ops.py" "$REPO/tests/kernels/test_conv.py"
@@ -360,11 +370,13 @@ if [ "$BUILD_OK" -eq 1 ]; then
   GPU_TESTS=1 start_step pytest 200 "${PYTEST[@]}" "${PER_TEST_TIMEOUT[@]}" -q -m cuda --durations=15 \
     --junitxml="$LOGS/pytest.xml" "$REPO/tests"
   if [ -n "$SANITIZER" ]; then
-    GPU_TESTS=1 start_step memcheck 200 "$SANITIZER" --tool memcheck --error-exitcode 86 --print-limit 50 \
-      "${PYTEST[@]}" -q -m cuda "${MEMCHECK_FILES[@]}" -k "$MEMCHECK_TESTS"
+    # -v names each test: a run stopped at its limit still shows how far it got.
+    GPU_TESTS=1 start_step memcheck 240 "$SANITIZER" --tool memcheck --error-exitcode 86 --print-limit 50 \
+      "${PYTEST[@]}" "${SANITIZED_TEST_TIMEOUT[@]}" -v -m cuda "${MEMCHECK_FILES[@]}" -k "$MEMCHECK_TESTS"
     GPU_TESTS=1 start_step racecheck 200 sh -c '"$0" --tool racecheck --error-exitcode 86 --print-limit 50 "$@" \
       && "$0" --tool synccheck --error-exitcode 86 --print-limit 50 "$@"' "$SANITIZER" \
-      "${PYTEST[@]}" -q -m cuda "$REPO/tests/kernels/test_ops.py" -k "$SYNC_KERNEL_TESTS"
+      "${PYTEST[@]}" "${SANITIZED_TEST_TIMEOUT[@]}" -v -m cuda "$REPO/tests/kernels/test_ops.py" \
+      -k "$SYNC_KERNEL_TESTS"
   else
     wanted memcheck && record memcheck fail - 0 "compute-sanitizer not found"
     wanted racecheck && record racecheck fail - 0 "compute-sanitizer not found"
@@ -422,7 +434,7 @@ skip_without_build bench_frontend ||
   run_step bench_frontend 120 "$PY" "$REPO/benchmarks/bench_frontend.py" --ctx gpu \
     --cases tiny-mlp,mlp,mnist-net,cnn --out "$RESULTS/"
 skip_without_build bench_ops ||
-  run_step bench_ops 100 "$PY" "$REPO/benchmarks/bench_ops.py" --ctx gpu --out "$RESULTS/"
+  run_step bench_ops 150 "$PY" "$REPO/benchmarks/bench_ops.py" --ctx gpu --out "$RESULTS/"
 skip_without_build bench_models ||
   run_step bench_models 120 "$PY" "$REPO/benchmarks/bench_mnist.py" --ctx gpu --models logreg,cnn \
     --epochs 2 --variants gpumat,gpumat-python --out "$RESULTS/"

@@ -561,11 +561,13 @@ def test_roundtrip_through_gpumat_every_device(ctx):
 def test_an_exported_array_holds_the_values_of_work_still_queued(ctx, copy):
     """On the emulated device kernels and copies are queued; its arrays are exported as CPU
     memory, so the export waits for them (the kernel writing the array, and the copy=True copy
-    itself) before a consumer without a stream reads the values."""
+    itself) before a consumer without a stream reads the values. On a GPU the export is CUDA
+    memory: torch reads it on its current stream, which the export made wait for the work."""
     x = rand((1024, 1024))
     a = gpumat.array(x, ctx)
     y = gpumat.empty(x.shape, ctx)
     for _ in range(3):  # a queue of work still running when the export is asked for
         gpumat.ops.matrix_elementwise_multiply_by_const(a, 3.0, y)
     t = torch.from_dlpack(y.__dlpack__(max_version=(1, 0), copy=copy))
-    np.testing.assert_array_equal(t.numpy(), x * np.float32(3.0))
+    assert t.device.type == ("cuda" if ctx.device_type == "gpu" else "cpu")
+    np.testing.assert_array_equal(t.cpu().numpy(), x * np.float32(3.0))

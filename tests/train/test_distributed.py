@@ -75,6 +75,8 @@ def launch(tmp_path, backend: str, mode: str = "ok", fail_step: int = 3, timeout
     env = dict(os.environ)
     env["GPUMAT_DISTRIBUTED_TIMEOUT"] = str(COLLECTIVE_TIMEOUT_S)
     env.pop("OMP_NUM_THREADS", None)
+    if os.geteuid() == 0:  # Open MPI's mpiexec (a GPU machine's) refuses root without these
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     cmd = [
         _mpiexec(),
         "-n",
