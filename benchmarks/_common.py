@@ -585,3 +585,38 @@ def emulator_table(rows: list[dict]) -> str:
         for r in rows
     ]
     return format_table(["case", "shape", "mode", "ms", "x checked"], body, align="lllrr")
+
+
+CALIBRATION_LEGEND = (
+    "measured us: the GPU's median microseconds per call (bench_ops.py: host-timed between device "
+    "synchronizations, so a small kernel's time is the per-call cost of a Python call and its "
+    "launch). est us: gpumat.profile's roofline estimate of the same call on the named GPU, from "
+    "the kernels' memory counters on the emulated device (a model, never a measurement; 2 us per "
+    "launch at least). floor us: max(DRAM bytes / bandwidth, FLOPs / FP32 peak) of the call. "
+    "est / measured: below 1, the model is optimistic.\n"
+)
+
+
+def calibration_table(rows: list[dict]) -> str:
+    """The markdown table of a calibration run (also make_table's ``calibration`` block)."""
+    table = []
+    for r in rows:
+        if "error" in r:
+            table.append([r["name"], r["group"], "-", "error", "-", "-", "-", "-", r["error"]])
+            continue
+        table.append(
+            [
+                r["name"],
+                r["group"],
+                r["shape"],
+                fmt_num(r["measured_s"] * 1e6),
+                fmt_num(r["estimate_s"] * 1e6),
+                fmt_num(r["floor_s"] * 1e6),
+                str(r["launches"]),
+                f"{r['estimate_over_measured']:.2f}",
+                "",
+            ]
+        )
+    headers = ["case", "group", "shape", "measured us", "est us", "floor us", "launches",
+               "est / measured", "note"]  # fmt: skip
+    return format_table(headers, table, "lll" + "r" * 5 + "l")

@@ -13,8 +13,8 @@ replaces each block's text with what :data:`BLOCKS` builds from ``benchmarks/res
 ``--check`` (run by ``tests/project/test_docs.py``) fails when a committed block differs, so no
 table in the docs can go stale or be edited by hand. The blocks:
 
-- ``mnist-summary`` (README.md): the latest full-size MNIST training run, gpumat against
-  PyTorch on the same device (a run with a GPU before a host-only one), one device line.
+- ``mnist-summary`` (README.md): gpumat against PyTorch on one device (a GPU before the host),
+  each model from the newest full-size MNIST run that trained it there, a source line per file.
 - ``emulator`` (docs/emulator.md): the latest emulated-device run (bench_emulator.py), its source
   line and the legend.
 - ``ops``, ``mnist``, ``frontend``, ``distributed`` (benchmarks/README.md): every kind of run's
@@ -25,7 +25,8 @@ table in the docs can go stale or be edited by hand. The blocks:
 Without ``--write``/``--check`` it prints the ``ops``, ``mnist``, ``frontend``, ``distributed`` and
 ``emulator`` sections of the given files or folders (default ``benchmarks/results``) to stdout or
 ``--out``. A run's *kind* is its benchmark, backend, device name, quick flag, MLP widths (a
-host-overhead run) and the environment its notes record (e.g. ``OMP_NUM_THREADS=1``); the latest
+host-overhead run), the environment its notes record (e.g. ``OMP_NUM_THREADS=1``) and what it
+covers (an MNIST run's models, a kernel run's case groups); the latest
 run of each kind is shown (``--all``: every run, newest first). Quick runs (``"quick": true``: CI
 smoke runs with small sizes) are left out unless ``--include-quick``, and are labelled when
 included. Only numbers from those files appear; nothing is computed but formatting and ratios of
@@ -46,6 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from _common import (
+    CALIBRATION_LEGEND,
     DISTRIBUTED_LEGEND,
     EMULATOR_LEGEND,
     FRONTEND_LEGEND,
@@ -53,6 +55,7 @@ from _common import (
     OPS_LEGEND,
     RESULTS_DIR,
     SCHEMA,
+    calibration_table,
     distributed_table,
     emulator_table,
     fmt_num,
@@ -93,7 +96,16 @@ def environment(d: dict) -> tuple[str, ...]:
 
 def run_kind(d: dict) -> tuple:
     """What makes two runs comparable: a later run of the same kind replaces an earlier one."""
-    hidden = (d.get("settings") or {}).get("mlp_hidden")  # a host-overhead run is its own kind
+    settings = d.get("settings") or {}
+    hidden = settings.get("mlp_hidden")  # a host-overhead run is its own kind
+    # What a run covers: a run of some models, or of some case groups (`--only mnist`), does not
+    # replace a run of others.
+    if d["benchmark"] == "mnist":
+        covers = tuple(sorted(settings.get("models") or ()))
+    elif d["benchmark"] == "ops":
+        covers = tuple(sorted({c.get("group", "?") for c in d.get("cases", [])}))
+    else:
+        covers = ()
     return (
         d["benchmark"],
         d["device"]["backend"],
@@ -101,6 +113,7 @@ def run_kind(d: dict) -> tuple:
         bool(d.get("quick")),
         tuple(hidden or ()),
         environment(d),
+        covers,
     )
 
 
@@ -232,6 +245,26 @@ def emulator_section(path: Path, d: dict) -> str:
     return source_line(path, d) + load_line + "\n" + emulator_table(d.get("rows", []))
 
 
+def calibration_section(path: Path, d: dict) -> str:
+    """A calibration run: where the times were measured, where the model ran, the table."""
+    m, s = d.get("measured", {}), d.get("summary", {})
+    mgit = m.get("git", {}).get("commit", "?")[:10]
+    median = s.get("median_estimate_over_measured")
+    spread = (
+        f"median estimate / measured {median:.2f} over {s['cases']} cases "
+        f"({s['min_estimate_over_measured']:.2f} to {s['max_estimate_over_measured']:.2f})"
+        if median is not None
+        else "no case ran"
+    )
+    return (
+        source_line(path, d) + f"\nMeasured: `{m.get('file')}` ({m.get('date')}, commit `{mgit}`, "
+        f"`{m.get('command')}`). "
+        f"Estimated with the {d.get('settings', {}).get('gpu_model')} model on the emulated "
+        f"device ({(d.get('estimated_on') or {}).get('name', '?')}); {spread}.\n\n"
+        + calibration_table(d.get("runs", []))
+    )
+
+
 def frontend_section(path: Path, d: dict) -> str:
     notes = "".join(f"Note: {n}.\n" for n in d.get("notes", []))
     return (
@@ -256,6 +289,11 @@ def build(runs, groups) -> str:
         ("Front-end training steps (`benchmarks/bench_frontend.py`)", "frontend", frontend_section),
         ("Data-parallel training (`benchmarks/bench_distributed.py`)", "distributed", None),
         ("The emulated CUDA device (`benchmarks/bench_emulator.py`)", "emulator", emulator_section),
+        (
+            "The profile's calibration (`benchmarks/calibrate_profile.py`)",
+            "calibration",
+            calibration_section,
+        ),
     ):
         text = _sections(runs, kind, body or distributed_section)
         if text:
@@ -271,6 +309,7 @@ _LEGENDS = {
     "frontend": FRONTEND_LEGEND,
     "distributed": DISTRIBUTED_LEGEND,
     "emulator": EMULATOR_LEGEND,
+    "calibration": CALIBRATION_LEGEND,
 }
 
 
@@ -293,28 +332,23 @@ def _full_size_mnist(d: dict) -> bool:
     return d["benchmark"] == "mnist" and not s.get("mlp_hidden") and not environment(d)
 
 
-def block_mnist_summary(runs, doc_dir: Path) -> str:
-    """README's results table: gpumat's defaults against PyTorch, from one full-size MNIST run."""
-    candidates = [(f, d) for f, d in runs if not d.get("quick") and d.get("complete") is not False]
-    candidates = [(f, d) for f, d in candidates if _full_size_mnist(d)]
-    if not candidates:
-        return "No MNIST training run in `benchmarks/results/` yet.\n"
-
-    def has_gpu(d):
-        return any(r.get("backend") == "gpu" for r in d.get("runs", []))
-
-    path, d = max(candidates, key=lambda r: (has_gpu(r[1]), r[1]["date"]))
-    rows = [r for r in d.get("runs", []) if r.get("framework") in _SUMMARY_FRAMEWORKS]
-    eager = {
-        (r["model"], r["backend"]): r.get("epoch_s") for r in rows if r["framework"] == "torch"
-    }
+def _summary_rows(d: dict, model: str, backend: str) -> list[list[str]]:
+    """README's rows of one model on one backend from one MNIST run: gpumat's defaults, eager
+    PyTorch and torch.compile."""
+    rows = [
+        r
+        for r in d.get("runs", [])
+        if r.get("model") == model
+        and r.get("backend") == backend
+        and r.get("framework") in _SUMMARY_FRAMEWORKS
+    ]
+    eager = next((r.get("epoch_s") for r in rows if r["framework"] == "torch"), None)
     table = []
     for r in rows:
         if "epoch_s" not in r:
             table.append([r["model"], r["backend"], r["framework"], "error", "-", "-", "-"])
             continue
-        t = eager.get((r["model"], r["backend"]))
-        vs = f"{t / r['epoch_s']:.2f}x" if t and r["framework"] != "torch" else "-"
+        vs = f"{eager / r['epoch_s']:.2f}x" if eager and r["framework"] != "torch" else "-"
         steps = r.get("steps_per_epoch")
         acc = r.get("final_valid_accuracy")
         table.append(
@@ -328,10 +362,40 @@ def block_mnist_summary(runs, doc_dir: Path) -> str:
                 vs,
             ]
         )
+    return table
+
+
+def block_mnist_summary(runs, doc_dir: Path) -> str:
+    """README's results table: gpumat's defaults against PyTorch on one device (a GPU before the
+    host), each model from the newest full-size MNIST run that trained it there; a line per
+    source."""
+    candidates = [(f, d) for f, d in runs if not d.get("quick") and d.get("complete") is not False]
+    candidates = [(f, d) for f, d in candidates if _full_size_mnist(d)]
+    if not candidates:
+        return "No MNIST training run in `benchmarks/results/` yet.\n"
+
+    newest_first = sorted(candidates, key=lambda r: r[1]["date"], reverse=True)
+    table, sources = [], {}
+    has_gpu = any(r.get("backend") == "gpu" for _, d in candidates for r in d.get("runs", []))
+    for backend in ("gpu",) if has_gpu else ("cpu",):
+        source_of: dict[str, tuple[Path, dict]] = {}  # model -> the newest run that trained it
+        for f, d in newest_first:
+            for r in d.get("runs", []):
+                if r.get("backend") == backend:
+                    source_of.setdefault(r["model"], (f, d))
+        order = [m for m in ("logreg", "mlp", "cnn") if m in source_of]
+        order += sorted(m for m in source_of if m not in order)
+        for model in order:
+            path, d = source_of[model]
+            sources.setdefault(path, (d, []))[1].append(model)
+            table += _summary_rows(d, model, backend)
+    lines = "".join(
+        f"{', '.join(models)}: MNIST, {mnist_settings(d)} " + device_line(path, d, doc_dir)
+        for path, (d, models) in sources.items()
+    )
     headers = ["model", "device", "framework", "epoch s", "valid acc", "steps/s", "x torch"]
     return (
-        f"MNIST, {mnist_settings(d)}\n"
-        + device_line(path, d, doc_dir)
+        lines
         + "\n"
         + format_table(headers, table, "lll" + "r" * 4)
         + "\nepoch s: median seconds per training epoch after the first (validation excluded). "
@@ -525,6 +589,7 @@ def _block_sections(kind: str):
             "frontend": frontend_section,
             "distributed": distributed_section,
             "emulator": emulator_section,
+            "calibration": calibration_section,
         }[kind]
         text = _sections(select(runs, False, False), kind, body)
         return text or f"No `{kind}` run in `benchmarks/results/` yet.\n"
@@ -541,6 +606,7 @@ BLOCKS: dict[str, Callable[[list, Path], str]] = {
     "frontend": _block_sections("frontend"),
     "distributed": _block_sections("distributed"),
     "emulator": _block_sections("emulator"),
+    "calibration": _block_sections("calibration"),
     "profile": block_profile,
     "profile-summary": block_profile_summary,
 }

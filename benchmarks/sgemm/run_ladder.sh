@@ -25,8 +25,13 @@ status=0
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git -C "$HERE" rev-parse HEAD 2>/dev/null || echo unknown)"
-  echo "dirty files: $(git -C "$HERE" status --porcelain -- . 2>/dev/null | wc -l)"
+  # A device machine's copy of the tree may carry a stale .git: the caller's commit comes first.
+  if [ -n "${GPUMAT_GIT_COMMIT:-}" ]; then
+    echo "commit: $GPUMAT_GIT_COMMIT (GPUMAT_GIT_COMMIT)"
+  else
+    echo "commit: $(git -C "$HERE" rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "dirty files: $(git -C "$HERE" status --porcelain -- . 2>/dev/null | wc -l)"
+  fi
   echo "arch: $ARCH"
   nvidia-smi 2>&1 || true
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv 2>&1 || true

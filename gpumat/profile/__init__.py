@@ -19,8 +19,8 @@ chosen GPU's architecture (``gpumat/kernel_resources.json``, written by
 the CUDA occupancy rules; FLOPs where the launcher knows them from the op's shapes (the matrix
 product, which also carries the convolutions' im2col products: 2*m*n*k).
 
-The times are a **model, never a measurement**: for a named GPU (:data:`GPUS`: H100 SXM, A100,
-T4, from NVIDIA's data sheets) a launch takes at least
+The times are a **model, never a measurement**: for a named GPU (:data:`GPUS`: H100 SXM, H200 SXM,
+A100, T4, from NVIDIA's data sheets) a launch takes at least
 ``max(DRAM bytes / (bandwidth * u), FLOPs / (FP32 peak * u), launch latency)``, with ``u =
 min(1, blocks / SMs)`` the share of the GPU's SMs that the grid can occupy. The physical floor of a
 sequence of kernels is ``max(sum of DRAM bytes / bandwidth, sum of FLOPs / peak)``.
@@ -106,7 +106,7 @@ class GpuModel:
     smem_alloc_unit: int = 128
 
 
-#: The GPUs the roofline model knows, by short name ("H100", "A100", "T4"): each a
+#: The GPUs the roofline model knows, by short name ("H100", "H200", "A100", "T4"): each a
 #: :class:`GpuModel` with its DRAM bandwidth (bytes/s), FP32 peak (FLOP/s), SM count and per-SM
 #: limits, from the sources its ``source`` field names.
 GPUS: dict[str, GpuModel] = {
@@ -123,6 +123,20 @@ GPUS: dict[str, GpuModel] = {
         source="NVIDIA H100 Tensor Core GPU data sheet (SXM: FP32 67 TFLOPS, 3.35 TB/s HBM3); "
         "132 SMs: NVIDIA H100 Tensor Core GPU Architecture white paper; per-SM limits: CUDA C++ "
         "Programming Guide, compute capability 9.0",
+    ),
+    "H200": GpuModel(
+        name="NVIDIA H200 SXM 141GB",
+        arch="sm_90",
+        sms=132,
+        dram_bytes_per_s=4.8e12,
+        fp32_flops_per_s=67e12,
+        max_warps_per_sm=64,
+        max_blocks_per_sm=32,
+        smem_per_sm=228 * 1024,
+        smem_reserved_per_block=1024,
+        source="NVIDIA H200 Tensor Core GPU data sheet (SXM: FP32 67 TFLOPS, 4.8 TB/s HBM3e); "
+        "the H100's Hopper processor (132 SMs); per-SM limits: CUDA C++ Programming Guide, "
+        "compute capability 9.0",
     ),
     "A100": GpuModel(
         name="NVIDIA A100 SXM4 80GB",

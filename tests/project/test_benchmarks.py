@@ -275,3 +275,56 @@ def test_bench_frontend_interleaves_the_frameworks():
     for v in variants:
         assert v["row"]["repeat"] == 3 and v["row"]["steps"] == 2
         assert 0 <= v["row"]["step_s_min"] <= v["row"]["step_s"] <= v["row"]["step_s_max"]
+
+
+def test_make_table_keeps_runs_of_other_models_and_groups(tmp_path):
+    # bench_mnist --models mlp and a later --models logreg,cnn run: both stay in the tables, and
+    # README's summary takes each model from the newest run that trained it.
+    mlp = _mnist_run("2026-11-02T11:00:00Z")
+    mlp["settings"]["models"] = ["mlp"]
+    other = _mnist_run("2026-11-03T11:00:00Z")
+    other["settings"]["models"] = ["logreg"]
+    other["runs"][0].update(model="logreg", epoch_s=0.0311)
+    # a bench_ops --only mnist run does not hide a run of the large group
+    mnist_ops = _ops_run("2026-11-04T10:00:00Z", ms=2.5)
+    mnist_ops["cases"][0]["group"] = "mnist"
+    for name, data in {"mlp": mlp, "other": other, "large": _ops_run("2026-11-01T10:00:00Z"),
+                       "mnist": mnist_ops}.items():  # fmt: skip
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    runs = make_table.select(make_table.load_runs([tmp_path]), include_quick=False, every=False)
+    text = make_table.build(runs, {"large", "mnist"})
+    assert "0.0625" in text and "0.0311" in text
+    assert "1.25" in text and "2.50" in text
+    summary = make_table.block_mnist_summary(runs, tmp_path)
+    assert summary.index("| logreg") < summary.index("| mlp")
+    assert "mlp: MNIST" in summary and "logreg: MNIST" in summary
+
+
+def test_calibration_table_and_section(tmp_path):
+    rows = [
+        {"name": "relu", "group": "mnist", "shape": "1000x256", "measured_s": 5e-6,
+         "estimate_s": 2e-6, "floor_s": 4e-7, "launches": 1, "estimate_over_measured": 0.4},
+        {"name": "gone", "group": "mnist", "error": "no such case today"},
+    ]  # fmt: skip
+    table = _common.calibration_table(rows)
+    assert "| relu" in table and "0.40" in table and "no such case today" in table
+    data = {
+        **_header("calibration", "gpu", "NVIDIA H200", "2026-11-26T15:00:00Z"),
+        "settings": {"gpu_model": "H200"},
+        "estimated_on": {"name": "gpumat emulated CUDA device"},
+        "measured": {
+            "file": "x_ops_gpu.json",
+            "date": "2026-11-26",
+            "git": {"commit": "a" * 40},
+            "command": "python3 benchmarks/bench_ops.py --ctx gpu",
+        },  # fmt: skip
+        "summary": {
+            "cases": 1,
+            "median_estimate_over_measured": 0.4,
+            "min_estimate_over_measured": 0.4,
+            "max_estimate_over_measured": 0.4,
+        },  # fmt: skip
+        "runs": rows,
+    }
+    text = make_table.calibration_section(tmp_path / "c.json", data)
+    assert "median estimate / measured 0.40 over 1 cases" in text and "H200 model" in text
