@@ -62,6 +62,7 @@ from gpumat.graph.conv import add_channel_bias_op
 from gpumat.graph.elementwise import (
     add_byconst_op,
     add_op,
+    detach_op,
     div_op,
     eq_op,
     exp_op,
@@ -73,7 +74,7 @@ from gpumat.graph.elementwise import (
 )
 from gpumat.graph.layout import reshape_op, transpose_op
 from gpumat.graph.matmul import matmul_op
-from gpumat.graph.node import Node, Op, PlaceholderOp, Variable, kernels_for, shape_str
+from gpumat.graph.node import Node, PlaceholderOp, Variable, shape_str
 from gpumat.graph.reduce import (
     argmax_op,
     broadcast_axis_op,
@@ -94,7 +95,6 @@ __all__ = [
     "as_device",
     "as_dtype",
     "bool_",
-    "detach_op",
     "draw_seed",
     "dtype",
     "flatten",
@@ -246,38 +246,6 @@ def draw_seed() -> int:
     """A fresh seed in [0, 2**63) for a device random op (rand, init, dropout), from
     gpumat's generator."""
     return int(_generator.integers(0, 2**63))
-
-
-# --------------------------------------------------------------------------------------------------
-# A graph op of the front end: detach
-# --------------------------------------------------------------------------------------------------
-
-
-class DetachOp(Op):
-    """``detach_op(x)``: x's values with no gradient to x (a copy in a traced step; eagerly,
-    ``Tensor.detach`` shares the storage instead). Used where a traced step cuts the graph:
-    ``detach()`` and ops under ``no_grad``."""
-
-    name = "detach_op"
-    compilable = True
-
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.name = f"Detach({node_x.name})" if len(node_x.name) < 40 else "Detach"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).copy(input_vals[0], output_val)
-
-    def gradient(self, node, output_grad):
-        return [None]
-
-    def infer_shape(self, node, input_shapes):
-        return tuple(input_shapes[0])
-
-
-detach_op = DetachOp()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -438,7 +406,7 @@ class Tensor:
             )
         self._requires_grad = value
         if self._node is not None:
-            self._node._leaf = self if value else None
+            self._node.saved.leaf = self if value else None
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         """Set ``requires_grad`` in place (leaves only) and return self."""
@@ -519,8 +487,8 @@ class Tensor:
         if node is None:
             node = self._node = leaf_node(self, getattr(self, "_name", "tensor"))
         elif isinstance(node.op, PlaceholderOp):
-            node._value = self._data
-            node._leaf = self if self._requires_grad else None
+            node.saved.value = self._data
+            node.saved.leaf = self if self._requires_grad else None
         return node
 
     def _host_values(self) -> np.ndarray:

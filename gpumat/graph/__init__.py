@@ -25,6 +25,7 @@ from gpumat.graph.layout import *
 from gpumat.graph.loss import *
 from gpumat.graph.matmul import *
 from gpumat.graph.node import (
+    Attr,
     AxisOp,
     Node,
     Op,
@@ -43,6 +44,6 @@ _FAMILIES = (elementwise, activation, layout, reduce, matmul, softmax, loss, con
 
 __all__ = sorted(
     {n for family in _FAMILIES for n in family.__all__}
-    | {"AxisOp", "Node", "Op", "PlaceholderOp", "Undefined", "Variable", "kernels_for"}
+    | {"Attr", "AxisOp", "Node", "Op", "PlaceholderOp", "Undefined", "Variable", "kernels_for"}
     | {"placeholder_op", "find_topo_sort", "gradients"}
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 
 from gpumat._checks import as_probability, as_seed
-from gpumat.graph.node import Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Op, Undefined, kernels_for, shape_str, short_name
 
 __all__ = [
     "DropoutOp",
@@ -39,11 +39,8 @@ class ReluOp(Op):
 
     name = "relu_op"
 
-    def __call__(self, node_A: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A]
-        new_node.name = f"Relu({short_name(node_A)})"
-        return new_node
+    inputs = ("node_A",)
+    label = "Relu"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).relu(input_vals[0], output_val)
@@ -63,11 +60,8 @@ class ReluGradientOp(Op):
 
     name = "relu_gradient_op"
 
-    def __call__(self, node_A: Node, node_G: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_G]
-        new_node.name = f"ReluGradient({short_name(node_A)},{short_name(node_G)})"
-        return new_node
+    inputs = ("node_A", "node_G")
+    label = "ReluGradient"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).relu_gradient(input_vals[0], input_vals[1], output_val)
@@ -87,13 +81,8 @@ class ReluBiasGradientOp(Op):
 
     name = "relu_bias_gradient_op"
     num_outputs = 2
-
-    def __call__(self, node_A: Node, node_G: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_G]
-        new_node.extra_outputs = []
-        new_node.name = f"ReluBiasGradient({short_name(node_A)},{short_name(node_G)})"
-        return new_node
+    inputs = ("node_A", "node_G")
+    label = "ReluBiasGradient"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         y, g = input_vals
@@ -119,11 +108,7 @@ class TanhOp(Op):
     label = "Tanh"
     kernel = "tanh"
 
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.name = f"{self.label}({short_name(node_x)})"
-        return new_node
+    inputs = ("node_x",)
 
     def compute(self, node, input_vals, output_val, ctx=None):
         getattr(kernels_for(ctx), self.kernel)(input_vals[0], output_val)
@@ -150,21 +135,17 @@ class TanhGradientOp(Op):
     """``tanh_gradient_op(y, dy)``: dy * (1 - y**2), y = tanh(x) the forward output (one shape)."""
 
     name = "tanh_gradient_op"
-    label = "Tanh"
+    label = "TanhGrad"
     kernel = "tanh_gradient"
 
-    def __call__(self, node_y: Node, node_dy: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_y, node_dy]
-        new_node.name = f"{self.label}Grad({short_name(node_y)},{short_name(node_dy)})"
-        return new_node
+    inputs = ("node_y", "node_dy")
 
     def compute(self, node, input_vals, output_val, ctx=None):
         y, dy = input_vals
         getattr(kernels_for(ctx), self.kernel)(y, dy, output_val)
 
     def gradient(self, node, output_grad):
-        reason = f"{self.name}: second derivatives of {self.label.lower()}"
+        reason = f"{self.name}: second derivatives of {self.kernel.split('_')[0]}"
         return [Undefined(reason), Undefined(reason)]
 
     def infer_shape(self, node, input_shapes):
@@ -175,11 +156,16 @@ class SigmoidGradientOp(TanhGradientOp):
     """``sigmoid_gradient_op(y, dy)``: dy * y * (1 - y), y = sigmoid(x) the forward output."""
 
     name = "sigmoid_gradient_op"
-    label = "Sigmoid"
+    label = "SigmoidGrad"
     kernel = "sigmoid_gradient"
 
 
 _dropout_seeds = itertools.count(1)
+
+
+def _seed(seed, _name, op) -> int:
+    """A dropout node's seed: as given, or the next of the process-wide counter for None."""
+    return next(_dropout_seeds) if seed is None else as_seed(seed, op)
 
 
 class DropoutOp(Op):
@@ -201,13 +187,14 @@ class DropoutOp(Op):
     takes_run_state = True
     seeded_scalars = {"dropout_": 1}  # ops.dropout(x, out, p, seed + step): seed is scalar 1
 
-    def __call__(self, node_x: Node, p, seed=None) -> Node:
-        new_node = Op.__call__(self)
-        new_node.p = as_probability(p, self.name)
-        new_node.seed = next(_dropout_seeds) if seed is None else as_seed(seed, self.name)
-        new_node.inputs = [node_x]
-        new_node.name = f"Dropout({short_name(node_x)},p={new_node.p:g},seed={new_node.seed})"
-        return new_node
+    inputs = ("node_x",)
+    attrs = (
+        Attr("p", lambda p, _name, op: as_probability(p, op), type=float),
+        Attr("seed", _seed, None, type=int),
+    )
+
+    def node_name(self, node):
+        return f"Dropout({short_name(node.inputs[0])},p={node.p:g},seed={node.seed})"
 
     def compute(self, node, input_vals, output_val, ctx=None, training=True, step=0):
         k = kernels_for(ctx)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from gpumat._checks import as_int, as_pair
 from gpumat.graph.elementwise import zeroslike_op
-from gpumat.graph.node import Node, Op, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Node, Op, kernels_for, shape_str, short_name
 
 __all__ = [
     "AddChannelBiasOp",
@@ -52,20 +52,22 @@ def conv_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0) 
 class _ConvBase(Op):
     """Shared by the conv ops: ``spatial`` is 2 (conv2d) or 1 (conv1d, seen as H = KH = 1).
 
-    Nodes carry ``stride`` and ``padding`` as (h, w) pairs; conv1d's are (1, s) and (0, p).
+    Nodes carry ``stride`` and ``padding`` as (h, w) pairs; conv1d's are (1, s) and (0, p):
+    ``check_attrs`` converts what the call gives (ints, or pairs for conv2d).
     """
 
     spatial = 2
     label = "Conv2d"
+    attrs = (Attr("stride", default=1, type=tuple), Attr("padding", default=0, type=tuple))
 
-    def _attrs(self, node: Node, stride, padding) -> None:
+    def check_attrs(self, attrs: dict) -> None:
+        stride, padding = attrs["stride"], attrs["padding"]
         if self.spatial == 2:
-            node.stride = as_pair(stride, "stride", self.name)
-            node.padding = as_pair(padding, "padding", self.name)
+            s = as_pair(stride, "stride", self.name)
+            p = as_pair(padding, "padding", self.name)
         else:
-            node.stride = (1, as_int(stride, "stride", self.name))
-            node.padding = (0, as_int(padding, "padding", self.name))
-        s, p = node.stride, node.padding
+            s = (1, as_int(stride, "stride", self.name))
+            p = (0, as_int(padding, "padding", self.name))
         if min(s) < 1:
             raise ValueError(
                 f"{self.name}: stride must be >= 1, got {s if self.spatial == 2 else s[1]}"
@@ -74,11 +76,17 @@ class _ConvBase(Op):
             raise ValueError(
                 f"{self.name}: padding must be >= 0, got {p if self.spatial == 2 else p[1]}"
             )
+        attrs.update(stride=s, padding=p)
 
     def _attr_str(self, node: Node) -> str:
         if self.spatial == 2:
             return f"s={node.stride[0]}x{node.stride[1]},p={node.padding[0]}x{node.padding[1]}"
         return f"s={node.stride[1]},p={node.padding[1]}"
+
+    def node_name(self, node):
+        # The first two inputs only: the third of a gradient op gives just its shape.
+        args = ",".join(short_name(i) for i in node.inputs[:2])
+        return f"{self.label}({args},{self._attr_str(node)})"
 
     def _public(self, node: Node) -> tuple:
         """(stride, padding) as the helpers take them: pairs for conv2d, ints for conv1d."""
@@ -127,14 +135,7 @@ class Conv2dOp(_ConvBase):
 
     name = "conv2d_op"
 
-    def __call__(self, node_x: Node, node_w: Node, stride=1, padding=0) -> Node:
-        new_node = Op.__call__(self)
-        self._attrs(new_node, stride, padding)
-        new_node.inputs = [node_x, node_w]
-        new_node.name = (
-            f"{self.label}({short_name(node_x)},{short_name(node_w)},{self._attr_str(new_node)})"
-        )
-        return new_node
+    inputs = ("node_x", "node_w")
 
     def compute(self, node, input_vals, output_val, ctx=None):
         x, w = input_vals
@@ -170,13 +171,8 @@ class Conv2dGradientInputOp(_ConvBase):
     name = "conv2d_gradient_input_op"
     shape_only_inputs = (2,)  # x
 
-    def __call__(self, node_dy: Node, node_w: Node, node_x: Node, stride=1, padding=0) -> Node:
-        new_node = Op.__call__(self)
-        self._attrs(new_node, stride, padding)
-        new_node.inputs = [node_dy, node_w, node_x]
-        args = f"{short_name(node_dy)},{short_name(node_w)},{self._attr_str(new_node)}"
-        new_node.name = f"{self.label}GradInput({args})"
-        return new_node
+    inputs = ("node_dy", "node_w", "node_x")
+    label = "Conv2dGradInput"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         dy, w, _ = input_vals
@@ -213,7 +209,7 @@ class Conv1dGradientInputOp(Conv2dGradientInputOp):
 
     name = "conv1d_gradient_input_op"
     spatial = 1
-    label = "Conv1d"
+    label = "Conv1dGradInput"
 
 
 class Conv2dGradientFilterOp(_ConvBase):
@@ -223,13 +219,8 @@ class Conv2dGradientFilterOp(_ConvBase):
     name = "conv2d_gradient_filter_op"
     shape_only_inputs = (2,)  # w
 
-    def __call__(self, node_x: Node, node_dy: Node, node_w: Node, stride=1, padding=0) -> Node:
-        new_node = Op.__call__(self)
-        self._attrs(new_node, stride, padding)
-        new_node.inputs = [node_x, node_dy, node_w]
-        args = f"{short_name(node_x)},{short_name(node_dy)},{self._attr_str(new_node)}"
-        new_node.name = f"{self.label}GradFilter({args})"
-        return new_node
+    inputs = ("node_x", "node_dy", "node_w")
+    label = "Conv2dGradFilter"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         x, dy, _ = input_vals
@@ -266,7 +257,7 @@ class Conv1dGradientFilterOp(Conv2dGradientFilterOp):
 
     name = "conv1d_gradient_filter_op"
     spatial = 1
-    label = "Conv1d"
+    label = "Conv1dGradFilter"
 
 
 class AddChannelBiasOp(Op):
@@ -278,11 +269,8 @@ class AddChannelBiasOp(Op):
 
     name = "add_channel_bias_op"
 
-    def __call__(self, node_x: Node, node_b: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x, node_b]
-        new_node.name = f"AddChannelBias({short_name(node_x)},{short_name(node_b)})"
-        return new_node
+    inputs = ("node_x", "node_b")
+    label = "AddChannelBias"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).add_channel_bias(input_vals[0], input_vals[1], output_val)
@@ -306,11 +294,8 @@ class ReduceSumChannelsOp(Op):
 
     name = "reduce_sum_channels_op"
 
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.name = f"ReduceSumChannels({short_name(node_x)})"
-        return new_node
+    inputs = ("node_x",)
+    label = "ReduceSumChannels"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).reduce_sum_channels(input_vals[0], output_val)

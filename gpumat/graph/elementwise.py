@@ -1,5 +1,6 @@
 """Elementwise graph ops: ``+``, ``*``, ``/`` with nodes or constants, ``exp``, ``log``, equality
-tests, and arrays of zeros or ones.
+tests, arrays of zeros or ones, and ``detach_op`` (a copy with no gradient: the front end's
+cut in a traced step).
 
 ``add_op(a, b)``, ``mul_op(a, b)``, ``div_op(a, b)`` and ``eq_op(a, b)`` need equal shapes
 (broadcasting is explicit: add a bias with ``z + broadcastto_op(b, z)``); ``add_byconst_op`` /
@@ -10,11 +11,12 @@ tests, and arrays of zeros or ones.
 
 from __future__ import annotations
 
-from gpumat.graph.node import Node, Op, as_const, kernels_for, short_name
+from gpumat.graph.node import Attr, Node, Op, as_const, kernels_for, short_name
 
 __all__ = [
     "AddByConstOp",
     "AddOp",
+    "DetachOp",
     "DivOp",
     "EqOp",
     "ExpOp",
@@ -25,6 +27,7 @@ __all__ = [
     "ZerosLikeOp",
     "add_byconst_op",
     "add_op",
+    "detach_op",
     "div_op",
     "eq_op",
     "exp_op",
@@ -36,16 +39,26 @@ __all__ = [
 ]
 
 
-class AddOp(Op):
+def _constant(symbol: str):
+    """The check of a by-constant op's constant: a real number, as a Python float."""
+    return lambda value, _name, _op: as_const(value, symbol)
+
+
+class _InfixOp(Op):
+    """A two-operand op named as its expression: ``(a+b)``, ``(a*2.0)``."""
+
+    symbol = "+"
+
+    def node_name(self, node):
+        right = repr(node.const_attr) if self.attrs else short_name(node.inputs[1])
+        return f"({short_name(node.inputs[0])}{self.symbol}{right})"
+
+
+class AddOp(_InfixOp):
     """``a + b`` elementwise; a and b have equal shapes."""
 
     name = "add_op"
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"({short_name(node_A)}+{short_name(node_B)})"
-        return new_node
+    inputs = ("node_A", "node_B")
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).matrix_elementwise_add(input_vals[0], input_vals[1], output_val)
@@ -57,17 +70,13 @@ class AddOp(Op):
         return self._same_shapes(node, input_shapes[0], input_shapes[1])
 
 
-class AddByConstOp(Op):
+class AddByConstOp(_InfixOp):
     """``a + c`` for a real constant c (``node.const_attr``)."""
 
     name = "add_byconst_op"
-
-    def __call__(self, node_A: Node, const_val) -> Node:
-        new_node = Op.__call__(self)
-        new_node.const_attr = as_const(const_val, "+")
-        new_node.inputs = [node_A]
-        new_node.name = f"({short_name(node_A)}+{new_node.const_attr!r})"
-        return new_node
+    symbol = "+"
+    inputs = ("node_A",)
+    attrs = (Attr("const_attr", _constant("+"), type=float),)
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).matrix_elementwise_add_by_const(input_vals[0], node.const_attr, output_val)
@@ -79,16 +88,12 @@ class AddByConstOp(Op):
         return tuple(input_shapes[0])
 
 
-class MulOp(Op):
+class MulOp(_InfixOp):
     """``a * b`` elementwise; a and b have equal shapes."""
 
     name = "mul_op"
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"({short_name(node_A)}*{short_name(node_B)})"
-        return new_node
+    symbol = "*"
+    inputs = ("node_A", "node_B")
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).matrix_elementwise_multiply(input_vals[0], input_vals[1], output_val)
@@ -101,17 +106,13 @@ class MulOp(Op):
         return self._same_shapes(node, input_shapes[0], input_shapes[1])
 
 
-class MulByConstOp(Op):
+class MulByConstOp(_InfixOp):
     """``a * c`` for a real constant c (``node.const_attr``)."""
 
     name = "mul_byconst_op"
-
-    def __call__(self, node_A: Node, const_val) -> Node:
-        new_node = Op.__call__(self)
-        new_node.const_attr = as_const(const_val, "*")
-        new_node.inputs = [node_A]
-        new_node.name = f"({short_name(node_A)}*{new_node.const_attr!r})"
-        return new_node
+    symbol = "*"
+    inputs = ("node_A",)
+    attrs = (Attr("const_attr", _constant("*"), type=float),)
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).matrix_elementwise_multiply_by_const(
@@ -125,19 +126,15 @@ class MulByConstOp(Op):
         return tuple(input_shapes[0])
 
 
-class DivOp(Op):
+class DivOp(_InfixOp):
     """``div_op(a, b)``: ``a / b`` elementwise (IEEE: x / 0 = +-inf, 0 / 0 = NaN); a and b have
     equal shapes. Gradients: ``g / b`` for a and ``-g * a / b**2`` for b, computed as
     ``-(g * y) / b`` from the output y = a / b (no b**2, which over- or underflows in float32 for
     |b| past 1.8e19 or below 1e-19 where the gradient itself is finite)."""
 
     name = "div_op"
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"({short_name(node_A)}/{short_name(node_B)})"
-        return new_node
+    symbol = "/"
+    inputs = ("node_A", "node_B")
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).matrix_elementwise_divide(input_vals[0], input_vals[1], output_val)
@@ -156,12 +153,8 @@ class EqOp(Op):
     both inputs (like ``zeroslike_op``); a loss that reaches a node only through it gets zeros."""
 
     name = "eq_op"
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"Eq({short_name(node_A)},{short_name(node_B)})"
-        return new_node
+    inputs = ("node_A", "node_B")
+    label = "Eq"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).eq(input_vals[0], input_vals[1], output_val)
@@ -178,12 +171,8 @@ class ExpOp(Op):
     Gradient: ``y * g`` from the output y = exp(x) (no second exp)."""
 
     name = "exp_op"
-
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.name = f"Exp({short_name(node_x)})"
-        return new_node
+    inputs = ("node_x",)
+    label = "Exp"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).exp(input_vals[0], output_val)
@@ -200,12 +189,8 @@ class LogOp(Op):
     NaN, as numpy). Gradient: ``g / x``."""
 
     name = "log_op"
-
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.name = f"Log({short_name(node_x)})"
-        return new_node
+    inputs = ("node_x",)
+    label = "Log"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).log(input_vals[0], output_val)
@@ -217,17 +202,37 @@ class LogOp(Op):
         return tuple(input_shapes[0])
 
 
+class DetachOp(Op):
+    """``detach_op(x)``: x's values with no gradient to x (a copy in a traced step; eagerly,
+    ``Tensor.detach`` shares the storage instead). Used where a traced step of the front end cuts
+    the graph: ``detach()`` and ops under ``no_grad``."""
+
+    name = "detach_op"
+    compilable = True
+    inputs = ("node_x",)
+
+    def node_name(self, node):
+        x = node.inputs[0].name
+        return f"Detach({x})" if len(x) < 40 else "Detach"
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        kernels_for(ctx).copy(input_vals[0], output_val)
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
 class ZerosLikeOp(Op):
     """An array of zeros with the input's shape; depends only on that shape."""
 
     name = "zeroslike_op"
     shape_only_inputs = (0,)
 
-    def __call__(self, node_A: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A]
-        new_node.name = f"Zeroslike({short_name(node_A)})"
-        return new_node
+    inputs = ("node_A",)
+    label = "Zeroslike"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).array_set(output_val, 0.0)
@@ -245,11 +250,8 @@ class OnesLikeOp(Op):
     name = "oneslike_op"
     shape_only_inputs = (0,)
 
-    def __call__(self, node_A: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A]
-        new_node.name = f"Oneslike({short_name(node_A)})"
-        return new_node
+    inputs = ("node_A",)
+    label = "Oneslike"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).array_set(output_val, 1.0)
@@ -267,6 +269,7 @@ mul_op = MulOp()
 mul_byconst_op = MulByConstOp()
 div_op = DivOp()
 eq_op = EqOp()
+detach_op = DetachOp()
 exp_op = ExpOp()
 log_op = LogOp()
 zeroslike_op = ZerosLikeOp()

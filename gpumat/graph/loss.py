@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumat.graph.elementwise import oneslike_op
-from gpumat.graph.node import Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import Node, Op, Undefined, kernels_for, shape_str
 from gpumat.graph.reduce import broadcastto_op
 
 __all__ = [
@@ -69,11 +69,8 @@ class SoftmaxCrossEntropyOp(Op):
 
     name = "softmaxcrossentropy_op"
 
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"SoftmaxXEntropy({short_name(node_A)},{short_name(node_B)})"
-        return new_node
+    inputs = ("node_A", "node_B")
+    label = "SoftmaxXEntropy"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).softmax_cross_entropy(input_vals[0], input_vals[1], output_val)
@@ -104,11 +101,8 @@ class SoftmaxCrossEntropyGradientOp(Op):
 
     name = "softmaxcrossentropy_gradient_op"
 
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"SoftmaxXEntropyGrad({short_name(node_A)},{short_name(node_B)})"
-        return new_node
+    inputs = ("node_A", "node_B")
+    label = "SoftmaxXEntropyGrad"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         y, y_ = input_vals
@@ -134,12 +128,8 @@ class SoftmaxCrossEntropyWithGradientOp(Op):
     name = "softmaxcrossentropy_with_gradient_op"
     num_outputs = 2
 
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.extra_outputs = []
-        new_node.name = f"SoftmaxXEntropyWithGrad({short_name(node_A)},{short_name(node_B)})"
-        return new_node
+    inputs = ("node_A", "node_B")
+    label = "SoftmaxXEntropyWithGrad"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         y, y_ = input_vals
@@ -169,11 +159,8 @@ class NllLossOp(Op):
 
     name = "nll_loss_op"
 
-    def __call__(self, node_log_probs: Node, node_target: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_log_probs, node_target]
-        new_node.name = f"NllLoss({short_name(node_log_probs)},{short_name(node_target)})"
-        return new_node
+    inputs = ("node_log_probs", "node_target")
+    label = "NllLoss"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).nll_loss(input_vals[0], input_vals[1], output_val)
@@ -203,11 +190,8 @@ class NllLossGradientOp(Op):
 
     name = "nll_loss_gradient_op"
 
-    def __call__(self, node_target: Node, node_dloss: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_target, node_dloss]
-        new_node.name = f"NllLossGrad({short_name(node_target)},{short_name(node_dloss)})"
-        return new_node
+    inputs = ("node_target", "node_dloss")
+    label = "NllLossGrad"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).nll_loss_gradient(input_vals[0], input_vals[1], output_val)
@@ -230,12 +214,8 @@ class _LossBase(Op):
     kind = "mse"
     kernel = "mse_loss"
 
-    def __call__(self, node_pred: Node, node_target: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_pred, node_target]
-        args = f"{short_name(node_pred)},{short_name(node_target)}"
-        new_node.name = f"{self.kind.upper()}Loss({args})"
-        return new_node
+    inputs = ("node_pred", "node_target")
+    label = "MSELoss"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         getattr(kernels_for(ctx), self.kernel)(input_vals[0], input_vals[1], output_val)
@@ -277,6 +257,7 @@ class MaeLossOp(_LossBase):
     """
 
     name = "mae_loss_op"
+    label = "MAELoss"
     kind = "mae"
     kernel = "mae_loss"
 
@@ -288,12 +269,8 @@ class _LossGradientBase(Op):
     kind = "mse"
     kernel = "mse_loss_gradient"
 
-    def __call__(self, node_pred: Node, node_target: Node, node_dloss: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_pred, node_target, node_dloss]
-        args = f"{short_name(node_pred)},{short_name(node_target)},{short_name(node_dloss)}"
-        new_node.name = f"{self.kind.upper()}LossGrad({args})"
-        return new_node
+    inputs = ("node_pred", "node_target", "node_dloss")
+    label = "MSELossGrad"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         p, t, dl = input_vals
@@ -319,6 +296,7 @@ class MseLossGradientOp(_LossGradientBase):
 
 class MaeLossGradientOp(_LossGradientBase):
     name = "mae_loss_gradient_op"
+    label = "MAELossGrad"
     kind = "mae"
     kernel = "mae_loss_gradient"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpumat._checks import as_pair
 from gpumat.graph.conv import conv_output_size
-from gpumat.graph.node import Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Node, Op, Undefined, kernels_for, shape_str, short_name
 
 __all__ = [
     "AvgPool2dGradientOp",
@@ -27,16 +27,19 @@ __all__ = [
 
 
 class _PoolBase(Op):
-    """Nodes carry ``kernel``, ``stride`` and ``padding`` as (h, w) pairs."""
+    """Nodes carry ``kernel_size``, ``stride`` and ``padding`` as (h, w) pairs."""
 
     label = "Pool"
     takes_max = False  # max pooling: a window must hold an element of x
+    attrs = (
+        Attr("kernel_size", as_pair, type=tuple),
+        Attr("stride", lambda s, name, op: s if s is None else as_pair(s, name, op), None, tuple),
+        Attr("padding", as_pair, 0, tuple),
+    )
 
-    def _attrs(self, node: Node, kernel_size, stride, padding) -> None:
-        node.kernel = as_pair(kernel_size, "kernel_size", self.name)
-        node.stride = node.kernel if stride is None else as_pair(stride, "stride", self.name)
-        node.padding = as_pair(padding, "padding", self.name)
-        k, s, p = node.kernel, node.stride, node.padding
+    def check_attrs(self, attrs: dict) -> None:
+        k, s, p = attrs["kernel_size"], attrs["stride"], attrs["padding"]
+        s = attrs["stride"] = k if s is None else s  # the stride defaults to the kernel size
         if min(k) < 1 or min(s) < 1:
             raise ValueError(f"{self.name}: kernel_size and stride must be >= 1, got {k} and {s}")
         if min(p) < 0 or p[0] > k[0] // 2 or p[1] > k[1] // 2:
@@ -46,18 +49,18 @@ class _PoolBase(Op):
             )
 
     def _attr_str(self, node: Node) -> str:
-        (kh, kw), (sh, sw), (ph, pw) = node.kernel, node.stride, node.padding
+        (kh, kw), (sh, sw), (ph, pw) = node.kernel_size, node.stride, node.padding
         return f"k={kh}x{kw},s={sh}x{sw},p={ph}x{pw}"
 
     def _args(self, node: Node) -> tuple:
-        return node.kernel, node.stride, node.padding
+        return node.kernel_size, node.stride, node.padding
 
     def _geometry(self, node: Node, x_shape, x_name="x") -> tuple:
         xs = tuple(x_shape)
         if len(xs) != 4:
             raise self._error(node, f"{x_name} must be 4-D (N, C, H, W), got {shape_str(xs)}")
-        oh = conv_output_size(xs[2], node.kernel[0], node.stride[0], node.padding[0])
-        ow = conv_output_size(xs[3], node.kernel[1], node.stride[1], node.padding[1])
+        oh = conv_output_size(xs[2], node.kernel_size[0], node.stride[0], node.padding[0])
+        ow = conv_output_size(xs[3], node.kernel_size[1], node.stride[1], node.padding[1])
         if oh < 1 or ow < 1:
             raise self._error(
                 node,
@@ -72,13 +75,9 @@ class _PoolBase(Op):
             )
         return (xs[0], xs[1], oh, ow)
 
-    def _new(self, inputs: list, label: str, kernel_size, stride, padding) -> Node:
-        new_node = Op.__call__(self)
-        self._attrs(new_node, kernel_size, stride, padding)
-        new_node.inputs = inputs
-        names = ",".join(short_name(i) for i in inputs)
-        new_node.name = f"{label}({names},{self._attr_str(new_node)})"
-        return new_node
+    def node_name(self, node):
+        names = ",".join(short_name(i) for i in node.inputs)
+        return f"{self.label}({names},{self._attr_str(node)})"
 
 
 class MaxPool2dOp(_PoolBase):
@@ -94,8 +93,8 @@ class MaxPool2dOp(_PoolBase):
     name = "max_pool2d_op"
     takes_max = True
 
-    def __call__(self, node_x: Node, kernel_size, stride=None, padding=0) -> Node:
-        return self._new([node_x], "MaxPool2d", kernel_size, stride, padding)
+    label = "MaxPool2d"
+    inputs = ("node_x",)
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).max_pool2d(input_vals[0], output_val, *self._args(node))
@@ -114,8 +113,8 @@ class MaxPool2dGradientOp(_PoolBase):
     name = "max_pool2d_gradient_op"
     takes_max = True
 
-    def __call__(self, node_x: Node, node_dy: Node, kernel_size, stride=None, padding=0) -> Node:
-        return self._new([node_x, node_dy], "MaxPool2dGrad", kernel_size, stride, padding)
+    label = "MaxPool2dGrad"
+    inputs = ("node_x", "node_dy")
 
     def compute(self, node, input_vals, output_val, ctx=None):
         x, dy = input_vals
@@ -141,8 +140,8 @@ class AvgPool2dOp(_PoolBase):
 
     name = "avg_pool2d_op"
 
-    def __call__(self, node_x: Node, kernel_size, stride=None, padding=0) -> Node:
-        return self._new([node_x], "AvgPool2d", kernel_size, stride, padding)
+    label = "AvgPool2d"
+    inputs = ("node_x",)
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).avg_pool2d(input_vals[0], output_val, *self._args(node))
@@ -162,8 +161,8 @@ class AvgPool2dGradientOp(_PoolBase):
     name = "avg_pool2d_gradient_op"
     shape_only_inputs = (1,)  # x
 
-    def __call__(self, node_dy: Node, node_x: Node, kernel_size, stride=None, padding=0) -> Node:
-        return self._new([node_dy, node_x], "AvgPool2dGrad", kernel_size, stride, padding)
+    label = "AvgPool2dGrad"
+    inputs = ("node_dy", "node_x")
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).avg_pool2d_gradient(input_vals[0], output_val, *self._args(node))

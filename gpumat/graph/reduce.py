@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumat.graph.layout import reshape_op
-from gpumat.graph.node import AxisOp, Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import AXIS, Attr, AxisOp, Op, Undefined, kernels_for, shape_str, short_name
 
 __all__ = [
     "ArgmaxOp",
@@ -47,6 +47,15 @@ def _is_suffix(suffix: tuple, of: tuple) -> bool:
     return len(suffix) <= len(of) and tuple(of[len(of) - len(suffix) :]) == tuple(suffix)
 
 
+def _keepdims(value, name: str, op: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+KEEPDIMS = Attr("keepdims", _keepdims, False, bool)
+
+
 class ReduceSumAxisZeroOp(Op):
     """Sum over leading axes.
 
@@ -59,13 +68,13 @@ class ReduceSumAxisZeroOp(Op):
     name = "reducesumaxiszero_op"
     shape_only_inputs = (1,)  # like
 
-    def __call__(self, node_A: Node, like: Node | None = None) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A] if like is None else [node_A, like]
-        new_node.name = f"ReduceSumAxisZero({short_name(node_A)})"
-        if like is not None:
-            new_node.name = f"ReduceSumTo({short_name(node_A)},{short_name(like)})"
-        return new_node
+    inputs = ("node_A", "like")
+    optional_inputs = ("like",)
+
+    def node_name(self, node):
+        if len(node.inputs) == 1:
+            return f"ReduceSumAxisZero({short_name(node.inputs[0])})"
+        return f"ReduceSumTo({short_name(node.inputs[0])},{short_name(node.inputs[1])})"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).reduce_sum_axis_zero(input_vals[0], output_val)
@@ -102,11 +111,11 @@ class BroadcastToOp(Op):
     name = "broadcastto_op"
     shape_only_inputs = (1,)  # the target
 
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"BroadcastTo({short_name(node_A)},{short_name(node_B)}.shape)"
-        return new_node
+    inputs = ("node_A", "node_B")
+
+    def node_name(self, node):
+        a, b = node.inputs
+        return f"BroadcastTo({short_name(a)},{short_name(b)}.shape)"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).broadcast_to(input_vals[0], output_val)
@@ -131,17 +140,14 @@ class _ReduceOp(AxisOp):
 
     kind = "sum"
     kernel = "reduce_sum"
+    label = "ReduceSum"
 
-    def __call__(self, node_x: Node, axis, keepdims=False) -> Node:
-        new_node = Op.__call__(self)
-        self._set_axis(new_node, axis)
-        if not isinstance(keepdims, (bool, np.bool_)):
-            raise TypeError(f"{self.name}: keepdims must be a bool, got {keepdims!r}")
-        new_node.keepdims = bool(keepdims)
-        new_node.inputs = [node_x]
-        kd = ",keepdims" if keepdims else ""
-        new_node.name = f"Reduce{self.kind.title()}({short_name(node_x)},axis={new_node.axis}{kd})"
-        return new_node
+    inputs = ("node_x",)
+    attrs = (AXIS, KEEPDIMS)
+
+    def node_name(self, node):
+        kd = ",keepdims" if node.keepdims else ""
+        return f"{self.label}({short_name(node.inputs[0])},axis={node.axis}{kd})"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         getattr(kernels_for(ctx), self.kernel)(input_vals[0], output_val, node.axis)
@@ -178,6 +184,7 @@ class ReduceMeanOp(_ReduceOp):
     Gradient: dy / n repeated along the axis."""
 
     name = "reduce_mean_op"
+    label = "ReduceMean"
     kind = "mean"
     kernel = "reduce_mean"
 
@@ -195,6 +202,7 @@ class ReduceMaxOp(_ReduceOp):
     """
 
     name = "reduce_max_op"
+    label = "ReduceMax"
     kind = "max"
     kernel = "reduce_max"
 
@@ -208,16 +216,10 @@ class ArgmaxOp(AxisOp):
 
     name = "argmax_op"
 
-    def __call__(self, node_x: Node, axis, keepdims=False) -> Node:
-        new_node = Op.__call__(self)
-        self._set_axis(new_node, axis)
-        if not isinstance(keepdims, (bool, np.bool_)):
-            raise TypeError(f"{self.name}: keepdims must be a bool, got {keepdims!r}")
-        new_node.keepdims = bool(keepdims)
-        new_node.inputs = [node_x]
-        kd = ",keepdims" if keepdims else ""
-        new_node.name = f"Argmax({short_name(node_x)},axis={new_node.axis}{kd})"
-        return new_node
+    label = "Argmax"
+    inputs = ("node_x",)
+    attrs = (AXIS, KEEPDIMS)
+    node_name = _ReduceOp.node_name
 
     def compute(self, node, input_vals, output_val, ctx=None):
         kernels_for(ctx).argmax(input_vals[0], output_val, node.axis)
@@ -245,16 +247,12 @@ class BroadcastAxisOp(AxisOp):
     name = "broadcast_axis_op"
     shape_only_inputs = (1,)
 
-    def __call__(self, node_g: Node, node_like: Node, axis, mean=False) -> Node:
-        new_node = Op.__call__(self)
-        self._set_axis(new_node, axis)
-        new_node.mean = bool(mean)
-        new_node.inputs = [node_g, node_like]
-        new_node.name = (
-            f"BroadcastAxis({short_name(node_g)},{short_name(node_like)},axis={new_node.axis}"
-            f"{',mean' if mean else ''})"
-        )
-        return new_node
+    inputs = ("node_g", "node_like")
+    attrs = (AXIS, Attr("mean", lambda v, _n, _op: bool(v), False, bool))
+
+    def node_name(self, node):
+        g, like = (short_name(i) for i in node.inputs)
+        return f"BroadcastAxis({g},{like},axis={node.axis}{',mean' if node.mean else ''})"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         a = node.axis % output_val.ndim
@@ -284,13 +282,11 @@ class ReduceMaxGradientOp(AxisOp):
 
     name = "reduce_max_gradient_op"
 
-    def __call__(self, node_x: Node, node_y: Node, node_dy: Node, axis) -> Node:
-        new_node = Op.__call__(self)
-        self._set_axis(new_node, axis)
-        new_node.inputs = [node_x, node_y, node_dy]
-        args = f"{short_name(node_x)},{short_name(node_y)},{short_name(node_dy)}"
-        new_node.name = f"ReduceMaxGrad({args},axis={new_node.axis})"
-        return new_node
+    inputs = ("node_x", "node_y", "node_dy")
+    attrs = (AXIS,)
+
+    def node_name(self, node):
+        return f"ReduceMaxGrad({','.join(short_name(i) for i in node.inputs)},axis={node.axis})"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         x, y, dy = input_vals
