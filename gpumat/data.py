@@ -15,7 +15,10 @@ import numbers
 import numpy as np
 
 from gpumat.arrays import array
-from gpumat.tensor import Tensor, bool_, float32, generator, int64, tensor
+from gpumat.creation import tensor
+from gpumat.dtypes import bool_, float32, int64
+from gpumat.random import generator
+from gpumat.tensor import Tensor
 
 __all__ = ["DataLoader", "Dataset", "TensorDataset", "default_collate"]
 

@@ -54,7 +54,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from gpumat.data import TensorDataset
-from gpumat.tensor import as_device, float32, int64
+from gpumat.device import as_device
+from gpumat.dtypes import float32, int64
 
 __all__ = [
     "MNIST",

@@ -36,7 +36,7 @@ from gpumat import checkpoint, ops
 from gpumat import distributed as dist
 from gpumat.arrays import array, empty, is_device_array
 from gpumat.datasets import iterate_minibatches, one_hot, progress_bar_wanted
-from gpumat.device import Context, build_info, cpu, cuda_available, emu, gpu
+from gpumat.device import as_device, build_info, cuda_available
 from gpumat.models import Model
 from gpumat.optim import SGD
 from gpumat.runtime import Executor
@@ -59,14 +59,15 @@ DEFAULT_LR = 1e-3 * DEFAULT_BATCH_SIZE
 
 
 def get_context(device=None):
-    """The executor context for a backend name or context.
+    """The executor context for a backend name or context (parsed by
+    :func:`gpumat.device.as_device`, the front end's parser, with the numpy backend added).
 
     Args:
         device: ``None`` or ``"numpy"`` (the numpy backend), ``"cpu"`` (``gpumat.cpu()``),
-            ``"gpu"`` or ``"gpu:i"`` (``gpumat.gpu(i)``), ``"emu"`` or ``"emu:i"`` (the emulated
-            CUDA device ``gpumat.emu(i)``: the CUDA kernels on the CPU, slow), ``"auto"``
-            (``gpu(0)`` when :func:`gpumat.cuda_available`, else ``cpu()``), or a
-            ``gpumat.Context`` (returned as is).
+            ``"gpu"``, ``"gpu:i"``, ``"cuda"``, ``"cuda:i"`` (``gpumat.gpu(i)``), ``"emu"`` or
+            ``"emu:i"`` (the emulated CUDA device ``gpumat.emu(i)``: the CUDA kernels on the
+            CPU, slow), ``"auto"`` (``gpu(0)`` when :func:`gpumat.cuda_available`, else
+            ``cpu()``), or a ``gpumat.Context`` (returned as is).
 
     Returns:
         ``None`` for numpy, else a ``gpumat.Context``.
@@ -76,21 +77,8 @@ def get_context(device=None):
             ``gpumat.cuda_available()`` is false (the message says whether gpumat was built
             without CUDA or no device is visible).
     """
-    if device is None or isinstance(device, Context):
-        return device
-    if not isinstance(device, str):
-        raise TypeError(f"device must be None, a name or a gpumat.Context, got {device!r}")
-    name = device.strip().lower()
-    if name == "numpy":
-        return None
-    if name == "cpu":
-        return cpu()
-    if name == "auto":
-        return gpu(0) if cuda_available() else cpu()
-    if name == "emu" or name.startswith("emu:"):
-        return emu(int(name.partition(":")[2] or 0))
-    if name == "gpu" or name.startswith("gpu:"):
-        index = int(name.partition(":")[2] or 0)
+    ctx = as_device(device, "get_context", numpy=True)
+    if isinstance(device, str) and ctx is not None and ctx.device_type == "gpu":
         if not cuda_available():
             why = (
                 "no CUDA device is visible"
@@ -98,11 +86,7 @@ def get_context(device=None):
                 else "gpumat was built without CUDA"
             )
             raise RuntimeError(f"device {device!r} asked for, but {why}; use 'cpu' or 'numpy'")
-        return gpu(index)
-    raise ValueError(
-        f"unknown device {device!r}: expected 'numpy', 'cpu', 'gpu', 'gpu:i', 'emu', 'emu:i' or "
-        "'auto'"
-    )
+    return ctx
 
 
 def _backend_name(ctx) -> str:

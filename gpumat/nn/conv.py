@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 
 from gpumat._checks import as_pair
+from gpumat.creation import zeros
 from gpumat.nn import functional as F  # noqa: N812 (PyTorch's convention)
 from gpumat.nn import init
 from gpumat.nn.linear import _factory
 from gpumat.nn.module import Module
 from gpumat.nn.parameter import Parameter
-from gpumat.tensor import Tensor, zeros
+from gpumat.tensor import Tensor
 
 __all__ = ["Conv2d"]
 

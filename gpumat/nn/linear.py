@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 
+from gpumat.creation import zeros
+from gpumat.device import as_device
+from gpumat.dtypes import as_dtype, float32
 from gpumat.nn import functional as F  # noqa: N812 (PyTorch's convention)
 from gpumat.nn import init
 from gpumat.nn.module import Module
 from gpumat.nn.parameter import Parameter
-from gpumat.tensor import Tensor, as_device, as_dtype, float32, zeros
+from gpumat.tensor import Tensor
 
 __all__ = ["Flatten", "Identity", "Linear"]
 

@@ -17,9 +17,11 @@ import numpy as np
 
 from gpumat._core import PyGpuMatrix
 from gpumat.autograd import current_trace, no_grad
+from gpumat.device import as_device
+from gpumat.dtypes import as_dtype, float32
 from gpumat.graph.node import shape_str
 from gpumat.nn.parameter import Parameter
-from gpumat.tensor import Tensor, as_device, as_dtype, float32, reset_grad
+from gpumat.tensor import Tensor, reset_grad
 
 __all__ = ["Module"]
 
