@@ -52,7 +52,6 @@ from gpumat.autograd import (
 from gpumat.autograd import backward as _engine_backward
 from gpumat.device import Context, as_device
 from gpumat.dtypes import DTYPE_NAMES, EXACT_INT, as_dtype, bool_, dtype, float32, int64
-from gpumat.graph.activation import relu_op, sigmoid_op, tanh_op
 from gpumat.graph.conv import add_channel_bias_op
 from gpumat.graph.elementwise import (
     add_byconst_op,
@@ -60,15 +59,13 @@ from gpumat.graph.elementwise import (
     detach_op,
     div_op,
     eq_op,
-    exp_op,
-    log_op,
     mul_byconst_op,
     mul_op,
     oneslike_op,
 )
 from gpumat.graph.layout import reshape_op, transpose_op
 from gpumat.graph.matmul import matmul_op
-from gpumat.graph.node import Node, PlaceholderOp, Variable, shape_str
+from gpumat.graph.node import TENSOR_METHODS, Node, PlaceholderOp, Variable, shape_str
 from gpumat.graph.reduce import (
     argmax_op,
     broadcast_axis_op,
@@ -152,7 +149,7 @@ class Tensor:
         self._fill(made._data, made._dtype, made._ctx, made._range)
         self.requires_grad = requires_grad
 
-    def _fill(self, data, dt, ctx, rng=None, vc=None) -> None:
+    def _fill(self, data, dt, ctx, bounds=None, vc=None) -> None:
         self._data = data
         self._shape = tuple(data.shape) if data is not None else ()
         self._dtype = dt
@@ -161,21 +158,21 @@ class Tensor:
         self._grad = None
         self._node = None
         self._vc = VersionCounter() if vc is None else vc
-        self._range = rng
+        self._range = bounds
         self._range_src = None
         self._trace = None
         self._tnode = None
 
     @classmethod
-    def _make(cls, data, dt, ctx, rng=None, vc=None) -> Tensor:
+    def _make(cls, data, dt, ctx, bounds=None, vc=None) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t._fill(data, dt, ctx, rng, vc)
+        t._fill(data, dt, ctx, bounds, vc)
         return t
 
     @classmethod
-    def _symbolic(cls, trace, node, shape, dt, ctx, rng=None) -> Tensor:
+    def _symbolic(cls, trace, node, shape, dt, ctx, bounds=None) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t._fill(None, dt, ctx, rng)
+        t._fill(None, dt, ctx, bounds)
         t._shape = tuple(int(d) for d in shape)
         t._trace = trace
         t._tnode = node
@@ -793,18 +790,6 @@ class Tensor:
 
     # ---------------------------------------------------------------- elementwise functions
 
-    relu = _pointwise(
-        "relu", relu_op, "max(x, 0) elementwise (the gradient at 0 is 0, as PyTorch's)."
-    )
-    tanh = _pointwise("tanh", tanh_op, "tanh elementwise.")
-    sigmoid = _pointwise(
-        "sigmoid", sigmoid_op, "1 / (1 + exp(-x)) elementwise (no overflow for large |x|)."
-    )
-    exp = _pointwise("exp", exp_op, "exp elementwise.")
-    log = _pointwise(
-        "log", log_op, "The natural log elementwise (log 0 = -inf, log of a negative number NaN)."
-    )
-
     def softmax(self, dim: int) -> Tensor:
         """exp(x) / sum exp(x) along ``dim`` (max-subtracted: no overflow)."""
         _require_float("softmax", self)
@@ -819,18 +804,18 @@ class Tensor:
 
     # ---------------------------------------------------------------- reductions
 
-    def _reduce(self, name: str, op, dim, keepdim: bool, out_dtype, rng=None):
+    def _reduce(self, name: str, op, dim, keepdim: bool, out_dtype, bounds=None):
         if not isinstance(keepdim, (bool, np.bool_)):
             raise TypeError(f"{name}: keepdim must be a bool, got {keepdim!r}")
         if dim is None:
             flat = self.reshape(-1)
-            out = apply_op(name, lambda n: op(n, 0), [flat], out_dtype, rng)
+            out = apply_op(name, lambda n: op(n, 0), [flat], out_dtype, bounds)
             return out.reshape((1,) * self.ndim) if keepdim else out
         dims = dim if isinstance(dim, (tuple, list)) else (dim,)
         axes = sorted({self._axis(d, name) for d in dims}, reverse=True)
         out = self
         for a in axes:  # from the last axis, so the earlier axes keep their numbers
-            out = apply_op(name, lambda n, a=a: op(n, a, bool(keepdim)), [out], out_dtype, rng)
+            out = apply_op(name, lambda n, a=a: op(n, a, bool(keepdim)), [out], out_dtype, bounds)
         return out
 
     def sum(self, dim=None, keepdim: bool = False) -> Tensor:
@@ -851,8 +836,8 @@ class Tensor:
         if self._range_src is not None:
             limit = EXACT_INT // max(n, 1)
             self._trace.guard_range(self._range_src, -limit, limit, "sum", ValueError)
-        rng = (min(0, n * lo), max(0, n * hi))
-        return self._reduce("sum", reduce_sum_op, dim, keepdim, int64, rng)
+        bounds = (min(0, n * lo), max(0, n * hi))
+        return self._reduce("sum", reduce_sum_op, dim, keepdim, int64, bounds)
 
     def _reduced_count(self, dim) -> int:
         dims = dim if isinstance(dim, (tuple, list)) else (dim,)
@@ -1005,10 +990,10 @@ class Tensor:
                 "gpumat's autograd; use the out-of-place op"
             )
 
-    def _changed(self, rng=None) -> Tensor:
+    def _changed(self, bounds=None) -> Tensor:
         self._vc.value += 1
         if self._dtype is not float32:
-            self._range = rng
+            self._range = bounds
         return self
 
     def zero_(self) -> Tensor:
@@ -1095,6 +1080,11 @@ class Tensor:
         return self._changed()
 
 
+# The pointwise methods (relu, tanh, sigmoid, exp, log, sqrt, ...): one per graph op that names one.
+for _op in TENSOR_METHODS:
+    setattr(Tensor, _op.tensor_method, _pointwise(_op.tensor_method, _op, _op.tensor_doc))
+
+
 def check_backward(root: Tensor, gradient) -> None:
     """The checks eager and traced ``backward`` share (PyTorch's errors): RuntimeError when
     ``root`` does not require a gradient, or has more than one element and no ``gradient``."""
@@ -1154,7 +1144,7 @@ def apply_op(
     make,
     inputs: list,
     out_dtype=float32,
-    rng=None,
+    bounds=None,
     differentiable: bool = True,
     view: bool = False,
 ) -> Tensor:
@@ -1165,7 +1155,7 @@ def apply_op(
         make: builds the graph node from the inputs' nodes (an op helper, e.g. ``relu_op`` or
             ``lambda x, w: matmul_op(x, w, False, True)``).
         inputs: the tensors, all on one device.
-        out_dtype: the result's dtype; rng: its value range (int64 and bool results).
+        out_dtype: the result's dtype; bounds: its value range (int64 and bool results).
         differentiable: whether the result may require a gradient.
         view: the result shares the input's version counter (reshapes).
 
@@ -1182,14 +1172,14 @@ def apply_op(
     if trace is not None or any(t._trace is not None for t in inputs):
         if trace is None:
             raise RuntimeError(f"{op}: a tensor of a finished gpumat.compile trace")
-        return trace.apply(op, make, inputs, out_dtype, rng, differentiable)
+        return trace.apply(op, make, inputs, out_dtype, bounds, differentiable)
     grad = differentiable and is_grad_enabled() and any(t._requires_grad for t in inputs)
     node = make(*[t._graph_node() for t in inputs])
     try:
         value = run_node(node, [t._data for t in inputs], ctx)
     except ValueError as exc:
         raise ValueError(f"{op}: {exc}") from None
-    out = Tensor._make(value, out_dtype, ctx, rng, inputs[0]._vc if view else None)
+    out = Tensor._make(value, out_dtype, ctx, bounds, inputs[0]._vc if view else None)
     if grad:
         out._requires_grad = True
         record(node, value, out._vc, tuple(t._vc.value for t in inputs))
@@ -1251,8 +1241,8 @@ def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differen
         _require_float(op, a, b)
     _device_of(op, [a, b])
     a2, b2 = _broadcast(op, a, b)
-    rng = (0, 1) if out_dtype is bool_ else None
-    return apply_op(op, graph_op, [a2, b2], out_dtype, rng, differentiable)
+    bounds = (0, 1) if out_dtype is bool_ else None
+    return apply_op(op, graph_op, [a2, b2], out_dtype, bounds, differentiable)
 
 
 def _add(a: Tensor, b: Tensor, op: str = "add") -> Tensor:
@@ -1299,7 +1289,7 @@ def _from_host(data, dt, ctx: Context, op: str) -> Tensor:
     if dt is None:
         kind = arr.dtype.kind
         dt = bool_ if kind == "b" else int64 if kind in "iu" else float32
-    rng = None
+    bounds = None
     if dt is not float32:
         values = arr.astype(np.float64)
         if dt is bool_:
@@ -1315,9 +1305,9 @@ def _from_host(data, dt, ctx: Context, op: str) -> Tensor:
                 )
         else:
             lo = hi = 0
-        rng = (lo, hi)
+        bounds = (lo, hi)
         arr = values
-    return Tensor._make(array(arr, ctx), dt, ctx, rng)
+    return Tensor._make(array(arr, ctx), dt, ctx, bounds)
 
 
 def _copy_of(data, dt, device, op: str) -> Tensor:
@@ -1347,8 +1337,8 @@ def _filled(op: str, size, value, dtype, device, requires_grad) -> Tensor:
     ctx = as_device(device, op)
     data = empty(shape, ctx)
     ops.array_set(data, float(value))
-    rng = None if dt is float32 else (int(value), int(value))
-    out = Tensor._make(data, dt, ctx, rng)
+    bounds = None if dt is float32 else (int(value), int(value))
+    out = Tensor._make(data, dt, ctx, bounds)
     if requires_grad:
         out.requires_grad = True
     return out

@@ -30,6 +30,8 @@ from gpumat.graph.node import (
     Node,
     Op,
     PlaceholderOp,
+    UnaryGradientOp,
+    UnaryOp,
     Undefined,
     Variable,
     kernels_for,
@@ -44,6 +46,7 @@ _FAMILIES = (elementwise, activation, layout, reduce, matmul, softmax, loss, con
 
 __all__ = sorted(
     {n for family in _FAMILIES for n in family.__all__}
-    | {"Attr", "AxisOp", "Node", "Op", "PlaceholderOp", "Undefined", "Variable", "kernels_for"}
+    | {"Attr", "AxisOp", "Node", "Op", "PlaceholderOp", "UnaryGradientOp", "UnaryOp", "Undefined"}
+    | {"Variable", "kernels_for"}
     | {"placeholder_op", "find_topo_sort", "gradients"}
 )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from gpumat._checks import as_int, as_pair
 from gpumat.graph.elementwise import zeroslike_op
-from gpumat.graph.node import Attr, Node, Op, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Node, Op, shape_str, short_name
 
 __all__ = [
     "AddChannelBiasOp",
@@ -58,6 +58,7 @@ class _ConvBase(Op):
 
     spatial = 2
     label = "Conv2d"
+    suffix = ""  # conv2d; "_gradient_input", "_gradient_filter"
     attrs = (Attr("stride", default=1, type=tuple), Attr("padding", default=0, type=tuple))
 
     def check_attrs(self, attrs: dict) -> None:
@@ -83,10 +84,27 @@ class _ConvBase(Op):
             return f"s={node.stride[0]}x{node.stride[1]},p={node.padding[0]}x{node.padding[1]}"
         return f"s={node.stride[1]},p={node.padding[1]}"
 
+    @property
+    def kernel(self) -> str:
+        return f"conv{self.spatial}d{self.suffix}"  # conv2d, conv1d_gradient_input, ...
+
+    def kernel_args(self, node: Node) -> tuple:
+        return self._public(node)
+
+    def _check_dy(self, node, dy: tuple, expected: tuple, context: str) -> None:
+        if dy != expected:
+            raise self._error(
+                node, f"dy has shape {shape_str(dy)}, expected {shape_str(expected)} for {context}"
+            )
+
     def node_name(self, node):
         # The first two inputs only: the third of a gradient op gives just its shape.
         args = ",".join(short_name(i) for i in node.inputs[:2])
         return f"{self.label}({args},{self._attr_str(node)})"
+
+    def _family(self) -> tuple:
+        """(conv, gradient with respect to the input, to the filter) of this op's rank."""
+        return _CONV_OPS[self.spatial], *_GRAD_OPS[self.spatial]
 
     def _public(self, node: Node) -> tuple:
         """(stride, padding) as the helpers take them: pairs for conv2d, ints for conv1d."""
@@ -134,14 +152,7 @@ class Conv2dOp(_ConvBase):
     """
 
     name = "conv2d_op"
-
     inputs = ("node_x", "node_w")
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        x, w = input_vals
-        k = kernels_for(ctx)
-        conv = k.conv2d if self.spatial == 2 else k.conv1d
-        conv(x, w, output_val, *self._public(node))
 
     def gradient(self, node, output_grad):
         x, w = node.inputs
@@ -169,38 +180,21 @@ class Conv2dGradientInputOp(_ConvBase):
     dy = dL/dy; only x's shape is used. Linear in dy and in w, so it has gradients itself."""
 
     name = "conv2d_gradient_input_op"
+    suffix = "_gradient_input"
     shape_only_inputs = (2,)  # x
-
     inputs = ("node_dy", "node_w", "node_x")
     label = "Conv2dGradInput"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        dy, w, _ = input_vals
-        k = kernels_for(ctx)
-        grad = k.conv2d_gradient_input if self.spatial == 2 else k.conv1d_gradient_input
-        grad(dy, w, output_val, *self._public(node))
 
     def gradient(self, node, output_grad):
         # dx = T_w(dy), the adjoint of y = C_w(x): <T_w(dy), h> = <dy, C_w(h)>, so
         # d/d dy = conv(h, w) and d/dw = grad_filter(h, dy).
         dy, w, _ = node.inputs
-        conv = _CONV_OPS[self.spatial]
-        grad_filter = _GRAD_OPS[self.spatial][1]
-        return [
-            conv(output_grad, w, *self._public(node)),
-            grad_filter(output_grad, dy, w, *self._public(node)),
-            None,
-        ]
+        conv, _, grad_filter, p = *self._family(), self._public(node)
+        return [conv(output_grad, w, *p), grad_filter(output_grad, dy, w, *p), None]
 
     def infer_shape(self, node, input_shapes):
         dy, w, x = (tuple(s) for s in input_shapes)
-        expected = self._geometry(node, x, w)
-        if dy != expected:
-            raise self._error(
-                node,
-                f"dy has shape {shape_str(dy)}, expected {shape_str(expected)} "
-                f"for x {shape_str(x)}",
-            )
+        self._check_dy(node, dy, self._geometry(node, x, w), f"x {shape_str(x)}")
         return x
 
 
@@ -217,38 +211,22 @@ class Conv2dGradientFilterOp(_ConvBase):
     given dy = dL/dy; only w's shape is used. Linear in x and in dy."""
 
     name = "conv2d_gradient_filter_op"
+    suffix = "_gradient_filter"
     shape_only_inputs = (2,)  # w
-
     inputs = ("node_x", "node_dy", "node_w")
     label = "Conv2dGradFilter"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        x, dy, _ = input_vals
-        k = kernels_for(ctx)
-        grad = k.conv2d_gradient_filter if self.spatial == 2 else k.conv1d_gradient_filter
-        grad(x, dy, output_val, *self._public(node))
 
     def gradient(self, node, output_grad):
         # dw = G(x, dy) with <G(x, dy), h> = <dy, conv(x, h)>: d/dx = grad_input(dy, h),
         # d/d dy = conv(x, h).
         x, dy, _ = node.inputs
-        conv = _CONV_OPS[self.spatial]
-        grad_input = _GRAD_OPS[self.spatial][0]
-        return [
-            grad_input(dy, output_grad, x, *self._public(node)),
-            conv(x, output_grad, *self._public(node)),
-            None,
-        ]
+        conv, grad_input, _, p = *self._family(), self._public(node)
+        return [grad_input(dy, output_grad, x, *p), conv(x, output_grad, *p), None]
 
     def infer_shape(self, node, input_shapes):
         x, dy, w = (tuple(s) for s in input_shapes)
-        expected = self._geometry(node, x, w)
-        if dy != expected:
-            raise self._error(
-                node,
-                f"dy has shape {shape_str(dy)}, expected {shape_str(expected)} "
-                f"for x {shape_str(x)} and w {shape_str(w)}",
-            )
+        context = f"x {shape_str(x)} and w {shape_str(w)}"
+        self._check_dy(node, dy, self._geometry(node, x, w), context)
         return w
 
 
@@ -268,12 +246,9 @@ class AddChannelBiasOp(Op):
     """
 
     name = "add_channel_bias_op"
-
+    kernel = "add_channel_bias"
     inputs = ("node_x", "node_b")
     label = "AddChannelBias"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).add_channel_bias(input_vals[0], input_vals[1], output_val)
 
     def gradient(self, node, output_grad):
         return [output_grad, reduce_sum_channels_op(output_grad)]
@@ -293,12 +268,9 @@ class ReduceSumChannelsOp(Op):
     """``reduce_sum_channels_op(x)``: x (N, C, ...) summed over every axis but 1 -> (C,)."""
 
     name = "reduce_sum_channels_op"
-
+    kernel = "reduce_sum_channels"
     inputs = ("node_x",)
     label = "ReduceSumChannels"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).reduce_sum_channels(input_vals[0], output_val)
 
     def gradient(self, node, output_grad):
         # Each input element receives its channel's output gradient: a broadcast along axis 1.

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpumat._checks import as_int
-from gpumat.graph.node import Attr, Node, Op, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Node, Op, shape_str, short_name
 
 __all__ = [
     "FlattenOp",
@@ -54,12 +54,9 @@ class TransposeOp(Op):
     """Transpose of a 2-D array: (R, C) -> (C, R)."""
 
     name = "transpose_op"
-
+    kernel = "transpose"
     inputs = ("node_A",)
     label = "Transpose"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).transpose(input_vals[0], output_val)
 
     def gradient(self, node, output_grad):
         return [transpose_op(output_grad)]
@@ -78,9 +75,9 @@ class ReshapeOp(Op):
     the new shape (the executor plans buffers by shape)."""
 
     name = "reshape_op"
+    kernel = "reshape"
     label = "ReshapeLike"
     shape_only_inputs = (1,)  # like
-
     inputs = ("node_x", "like")
     optional_inputs = ("like",)
     attrs = (Attr("shape_attr", default=None),)
@@ -95,9 +92,6 @@ class ReshapeOp(Op):
         if node.shape_attr is None:
             return Op.node_name(self, node)
         return f"Reshape({short_name(node.inputs[0])},{shape_str(node.shape_attr)})"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).reshape(input_vals[0], output_val)
 
     def gradient(self, node, output_grad):
         grads = [reshape_op(output_grad, node.inputs[0])]
@@ -132,7 +126,6 @@ class FlattenOp(ReshapeOp):
     """``flatten_op(x)``: (N, d1, d2, ...) -> (N, d1*d2*...): conv features into a dense layer."""
 
     name = "flatten_op"
-
     label = "Flatten"
     inputs = ("node_x",)
     optional_inputs = ()
@@ -157,15 +150,12 @@ class OneHotOp(Op):
     """
 
     name = "one_hot_op"
-
+    kernel = "one_hot"
     inputs = ("indices",)
     attrs = (Attr("num_classes", _num_classes, type=int),)
 
     def node_name(self, node):
         return f"OneHot({short_name(node.inputs[0])},{node.num_classes})"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).one_hot(input_vals[0], output_val)
 
     def gradient(self, node, output_grad):
         return [None]

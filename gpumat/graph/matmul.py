@@ -9,7 +9,7 @@ bias and ReLU epilogue). The derivatives are the standard ones (Goodfellow, Beng
 from __future__ import annotations
 
 from gpumat._checks import as_flag
-from gpumat.graph.node import Attr, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Op, kernels_for, shape_str, short_name
 
 __all__ = [
     "MatMulBiasOp",
@@ -35,7 +35,6 @@ class MatMulOp(Op):
     """
 
     name = "matmul_op"
-
     inputs = ("node_A", "node_B")
     attrs = (TRANS_A, TRANS_B)
 
@@ -82,7 +81,7 @@ class MatMulBiasOp(Op):
     :func:`gpumat.graph.gradients`)."""
 
     name = "matmul_bias_op"
-
+    no_gradient = "made by the fusion pass, after gradients"
     inputs = ("node_A", "node_B", "bias")
     attrs = (
         Attr("trans_A", _bool, False, bool),
@@ -98,10 +97,6 @@ class MatMulBiasOp(Op):
         a, b, bias = input_vals
         ta, tb = node.trans_A, node.trans_B
         kernels_for(ctx).matmul_bias(a, ta, b, tb, bias, output_val, node.relu)
-
-    def gradient(self, node, output_grad):
-        reason = "matmul_bias_op: made by the fusion pass, after gradients"
-        return [Undefined(reason)] * 3
 
     def infer_shape(self, node, input_shapes):
         sa, sb, sbias = (tuple(s) for s in input_shapes)

@@ -56,6 +56,9 @@ __all__ = [
     "Node",
     "Op",
     "PlaceholderOp",
+    "TENSOR_METHODS",
+    "UnaryGradientOp",
+    "UnaryOp",
     "Undefined",
     "Variable",
     "as_const",
@@ -277,8 +280,14 @@ class Op:
     # state and calls not listed here is not compiled.
     seeded_scalars: dict = {}
 
+    #: The kernel that computes the node from its inputs' values, in order, then the output:
+    #: ``kernels_for(ctx).<kernel>(*values, output_val, *kernel_args(node))`` (the default
+    #: ``compute``), where the values leave out the ``shape_only_inputs`` (and a fused op's
+    #: outputs follow in their order).
+    kernel = ""
+
     def compute(self, node: Node, input_vals: list, output_val, ctx=None) -> None:
-        """Write the value of ``node`` into ``output_val``.
+        """Write the value of ``node`` into ``output_val``: by default the op's ``kernel``.
 
         Args:
             node: the node being computed.
@@ -287,11 +296,25 @@ class Op:
                 storage with an input.
             ctx: None for numpy, else the ``gpumat.Context`` the values live on.
         """
-        raise NotImplementedError(f"{type(self).__name__}.compute")
+        if not self.kernel:
+            raise NotImplementedError(f"{type(self).__name__}.compute")
+        values = [v for k, v in enumerate(input_vals) if k not in self.shape_only_inputs]
+        outputs = list(output_val) if self.num_outputs > 1 else [output_val]
+        getattr(kernels_for(ctx), self.kernel)(*values, *outputs, *self.kernel_args(node))
+
+    def kernel_args(self, node: Node) -> tuple:
+        """The attributes the default ``compute`` passes to ``kernel`` after the output."""
+        return ()
+
+    #: Why the op has no gradient, for an op that has none (a fused op, a gradient op without a
+    #: second derivative): the default ``gradient`` is then :class:`Undefined` for every input.
+    no_gradient = ""
 
     def gradient(self, node: Node, output_grad: Node) -> list:
         """Return one entry per input: the gradient node, ``None`` (no dependence on that input's
         values) or :class:`Undefined`. ``output_grad`` is the gradient node of ``node``."""
+        if self.no_gradient:
+            return [Undefined(f"{self.name}: {self.no_gradient}")] * len(node.inputs)
         raise NotImplementedError(f"{type(self).__name__}.gradient")
 
     def infer_shape(self, node: Node, input_shapes: list[tuple]) -> tuple:
@@ -342,7 +365,11 @@ AXIS = Attr("axis", as_int, type=int)
 
 class AxisOp(Op):
     """An op with an ``axis`` attribute (:data:`AXIS`, declared by each subclass where it falls
-    in its call); :meth:`check_axis` normalises it against a shape at shape inference."""
+    in its call); :meth:`check_axis` normalises it against a shape at shape inference. Its kernel
+    takes the axis after the output."""
+
+    def kernel_args(self, node: Node) -> tuple:
+        return (node.axis,)
 
     def check_axis(self, node: Node, shape: tuple, axis: int) -> int:
         """``axis`` normalised to [0, ndim); ValueError naming the op and the shape if it is out
@@ -351,6 +378,43 @@ class AxisOp(Op):
         if not -nd <= axis < nd:
             raise self._error(node, f"axis {axis} is out of range for shape {shape_str(shape)}")
         return axis % nd
+
+
+#: The gpumat UnaryOps that are also ``gpumat.Tensor`` methods (``tensor_method``), in creation
+#: order: the front end makes each such method from this list, so its name is written once.
+TENSOR_METHODS: list = []
+
+
+class UnaryOp(Op):
+    """An elementwise op of one node computed by one pointwise kernel, ``kernel(x, out)`` of
+    :func:`kernels_for`: any shape, the output of the input's shape. Subclasses name the kernel
+    and write ``gradient``; ``tensor_method`` (with its docstring ``tensor_doc``) names the
+    float32 ``gpumat.Tensor`` method that applies the op, if any."""
+
+    inputs = ("node_x",)
+    tensor_method = ""
+    tensor_doc = ""
+
+    def __init__(self) -> None:
+        if self.tensor_method and type(self).__module__.startswith("gpumat."):
+            TENSOR_METHODS.append(self)
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+class UnaryGradientOp(Op):
+    """The gradient of a :class:`UnaryOp` from its forward output: ``kernel(y, dy, out)`` for y
+    and dy of one shape. Its own gradient (a second derivative) is not implemented."""
+
+    inputs = ("node_y", "node_dy")
+
+    @property
+    def no_gradient(self) -> str:
+        return f"second derivatives of {self.kernel.removesuffix('_gradient')}"
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
 
 
 def kernels_for(ctx):

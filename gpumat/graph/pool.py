@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpumat._checks import as_pair
 from gpumat.graph.conv import conv_output_size
-from gpumat.graph.node import Attr, Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Node, Op, Undefined, shape_str, short_name
 
 __all__ = [
     "AvgPool2dGradientOp",
@@ -55,6 +55,15 @@ class _PoolBase(Op):
     def _args(self, node: Node) -> tuple:
         return node.kernel_size, node.stride, node.padding
 
+    kernel_args = _args
+
+    def _gradient_shape(self, node: Node, x: tuple, dy: tuple) -> tuple:
+        """x's shape, the gradient op's output, once dy has the forward output's shape."""
+        expected = self._geometry(node, x)
+        if dy != expected:
+            raise self._error(node, f"dy has shape {shape_str(dy)}, expected {shape_str(expected)}")
+        return x
+
     def _geometry(self, node: Node, x_shape, x_name="x") -> tuple:
         xs = tuple(x_shape)
         if len(xs) != 4:
@@ -91,13 +100,10 @@ class MaxPool2dOp(_PoolBase):
     """
 
     name = "max_pool2d_op"
+    kernel = "max_pool2d"
     takes_max = True
-
     label = "MaxPool2d"
     inputs = ("node_x",)
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).max_pool2d(input_vals[0], output_val, *self._args(node))
 
     def gradient(self, node, output_grad):
         return [max_pool2d_gradient_op(node.inputs[0], output_grad, *self._args(node))]
@@ -111,14 +117,10 @@ class MaxPool2dGradientOp(_PoolBase):
     ``max_pool2d_op(x, ...)`` given dy = dL/dy (N, C, OH, OW)."""
 
     name = "max_pool2d_gradient_op"
+    kernel = "max_pool2d_gradient"
     takes_max = True
-
     label = "MaxPool2dGrad"
     inputs = ("node_x", "node_dy")
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        x, dy = input_vals
-        kernels_for(ctx).max_pool2d_gradient(x, dy, output_val, *self._args(node))
 
     def gradient(self, node, output_grad):
         # Piecewise constant in x (zero almost everywhere); linear in dy (a gather at the argmax,
@@ -127,10 +129,7 @@ class MaxPool2dGradientOp(_PoolBase):
 
     def infer_shape(self, node, input_shapes):
         x, dy = (tuple(s) for s in input_shapes)
-        expected = self._geometry(node, x)
-        if dy != expected:
-            raise self._error(node, f"dy has shape {shape_str(dy)}, expected {shape_str(expected)}")
-        return x
+        return self._gradient_shape(node, x, dy)
 
 
 class AvgPool2dOp(_PoolBase):
@@ -139,12 +138,9 @@ class AvgPool2dOp(_PoolBase):
     always KH*KW, PyTorch's ``count_include_pad=True``). Arguments as for ``max_pool2d_op``."""
 
     name = "avg_pool2d_op"
-
+    kernel = "avg_pool2d"
     label = "AvgPool2d"
     inputs = ("node_x",)
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).avg_pool2d(input_vals[0], output_val, *self._args(node))
 
     def gradient(self, node, output_grad):
         return [avg_pool2d_gradient_op(output_grad, node.inputs[0], *self._args(node))]
@@ -159,23 +155,17 @@ class AvgPool2dGradientOp(_PoolBase):
     pooling again."""
 
     name = "avg_pool2d_gradient_op"
+    kernel = "avg_pool2d_gradient"
     shape_only_inputs = (1,)  # x
-
     label = "AvgPool2dGrad"
     inputs = ("node_dy", "node_x")
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).avg_pool2d_gradient(input_vals[0], output_val, *self._args(node))
 
     def gradient(self, node, output_grad):
         return [avg_pool2d_op(output_grad, *self._args(node)), None]
 
     def infer_shape(self, node, input_shapes):
         dy, x = (tuple(s) for s in input_shapes)
-        expected = self._geometry(node, x)
-        if dy != expected:
-            raise self._error(node, f"dy has shape {shape_str(dy)}, expected {shape_str(expected)}")
-        return x
+        return self._gradient_shape(node, x, dy)
 
 
 max_pool2d_op = MaxPool2dOp()

@@ -43,8 +43,14 @@ def _strip_leading_ones(shape: tuple) -> tuple:
     return tuple(shape[i:])
 
 
-def _is_suffix(suffix: tuple, of: tuple) -> bool:
-    return len(suffix) <= len(of) and tuple(of[len(of) - len(suffix) :]) == tuple(suffix)
+def _ending(op: Op, node, short: tuple, long: tuple, what: str, roles: tuple) -> tuple:
+    """``short``, once it ends ``long`` without its leading 1s; else ValueError: ``what``, and
+    the rule in the words of ``roles`` = (short's name, long's name)."""
+    tail = _strip_leading_ones(short)
+    if len(tail) > len(long) or tuple(long[len(long) - len(tail) :]) != tail:
+        rule = f"the {roles[0]}'s shape, without leading 1s, must end the {roles[1]}'s shape"
+        raise op._error(node, f"{what} ({rule})")
+    return short
 
 
 def _keepdims(value, name: str, op: str) -> bool:
@@ -66,8 +72,8 @@ class ReduceSumAxisZeroOp(Op):
     """
 
     name = "reducesumaxiszero_op"
+    kernel = "reduce_sum_axis_zero"
     shape_only_inputs = (1,)  # like
-
     inputs = ("node_A", "like")
     optional_inputs = ("like",)
 
@@ -75,9 +81,6 @@ class ReduceSumAxisZeroOp(Op):
         if len(node.inputs) == 1:
             return f"ReduceSumAxisZero({short_name(node.inputs[0])})"
         return f"ReduceSumTo({short_name(node.inputs[0])},{short_name(node.inputs[1])})"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).reduce_sum_axis_zero(input_vals[0], output_val)
 
     def gradient(self, node, output_grad):
         grads = [broadcastto_op(output_grad, node.inputs[0])]
@@ -92,13 +95,8 @@ class ReduceSumAxisZeroOp(Op):
                 raise self._error(node, "cannot sum over axis 0 of a 0-d array")
             return s[1:]
         like = tuple(input_shapes[1])
-        if not _is_suffix(_strip_leading_ones(like), s):
-            raise self._error(
-                node,
-                f"cannot sum {shape_str(s)} down to {shape_str(like)} "
-                "(the target's shape, without leading 1s, must end the input's shape)",
-            )
-        return like
+        what = f"cannot sum {shape_str(s)} down to {shape_str(like)}"
+        return _ending(self, node, like, s, what, ("target", "input"))
 
 
 class BroadcastToOp(Op):
@@ -109,28 +107,21 @@ class BroadcastToOp(Op):
     """
 
     name = "broadcastto_op"
+    kernel = "broadcast_to"
     shape_only_inputs = (1,)  # the target
-
     inputs = ("node_A", "node_B")
 
     def node_name(self, node):
         a, b = node.inputs
         return f"BroadcastTo({short_name(a)},{short_name(b)}.shape)"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).broadcast_to(input_vals[0], output_val)
-
     def gradient(self, node, output_grad):
         return [reducesumaxiszero_op(output_grad, node.inputs[0]), None]
 
     def infer_shape(self, node, input_shapes):
         a, b = (tuple(s) for s in input_shapes)
-        if not _is_suffix(_strip_leading_ones(a), b):
-            raise self._error(
-                node,
-                f"cannot broadcast {shape_str(a)} to {shape_str(b)} "
-                "(the input's shape, without leading 1s, must end the target's shape)",
-            )
+        what = f"cannot broadcast {shape_str(a)} to {shape_str(b)}"
+        _ending(self, node, a, b, what, ("input", "target"))
         return b
 
 
@@ -141,16 +132,12 @@ class _ReduceOp(AxisOp):
     kind = "sum"
     kernel = "reduce_sum"
     label = "ReduceSum"
-
     inputs = ("node_x",)
     attrs = (AXIS, KEEPDIMS)
 
     def node_name(self, node):
         kd = ",keepdims" if node.keepdims else ""
         return f"{self.label}({short_name(node.inputs[0])},axis={node.axis}{kd})"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        getattr(kernels_for(ctx), self.kernel)(input_vals[0], output_val, node.axis)
 
     def gradient(self, node, output_grad):
         x = node.inputs[0]
@@ -215,14 +202,11 @@ class ArgmaxOp(AxisOp):
     (like ``zeroslike_op``)."""
 
     name = "argmax_op"
-
+    kernel = "argmax"
     label = "Argmax"
     inputs = ("node_x",)
     attrs = (AXIS, KEEPDIMS)
     node_name = _ReduceOp.node_name
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).argmax(input_vals[0], output_val, node.axis)
 
     def gradient(self, node, output_grad):
         return [None]
@@ -246,7 +230,6 @@ class BroadcastAxisOp(AxisOp):
 
     name = "broadcast_axis_op"
     shape_only_inputs = (1,)
-
     inputs = ("node_g", "node_like")
     attrs = (AXIS, Attr("mean", lambda v, _n, _op: bool(v), False, bool))
 
@@ -281,16 +264,12 @@ class ReduceMaxGradientOp(AxisOp):
     dy: dy / t at the t tied maxima of each slice, 0 elsewhere (see ``reduce_max_op``)."""
 
     name = "reduce_max_gradient_op"
-
+    kernel = "reduce_max_gradient"
     inputs = ("node_x", "node_y", "node_dy")
     attrs = (AXIS,)
 
     def node_name(self, node):
         return f"ReduceMaxGrad({','.join(short_name(i) for i in node.inputs)},axis={node.axis})"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        x, y, dy = input_vals
-        kernels_for(ctx).reduce_max_gradient(x, y, dy, output_val, node.axis)
 
     def gradient(self, node, output_grad):
         # Piecewise constant in x and y; linear in dy (a gather at the maxima: no kernel yet).

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from gpumat.graph.node import AXIS, Attr, AxisOp, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import AXIS, Attr, AxisOp, Op, kernels_for, shape_str, short_name
 
 
 def _int_axis(axis, _name, op) -> int:
@@ -45,7 +45,6 @@ class SoftmaxOp(Op):
     """
 
     name = "softmax_op"
-
     inputs = ("node_A",)
     attrs = (Attr("axis", _int_axis, -1, int),)
 
@@ -79,23 +78,15 @@ class SoftmaxGradientOp(AxisOp):
     softmax is diag(y) - y y^T (Goodfellow, Bengio & Courville, *Deep Learning*, 6.2.2.3)."""
 
     name = "softmax_gradient_op"
+    no_gradient = "second derivatives of softmax"
     label = "SoftmaxGrad"
     kernel = "softmax_axis_gradient"
-
     inputs = ("node_y", "node_dy")
     attrs = (dataclasses.replace(AXIS, default=-1),)
 
     def node_name(self, node):
         y, dy = (short_name(i) for i in node.inputs)
         return f"{self.label}({y},{dy},axis={node.axis})"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        y, dy = input_vals
-        getattr(kernels_for(ctx), self.kernel)(y, dy, output_val, node.axis)
-
-    def gradient(self, node, output_grad):
-        reason = f"{self.name}: second derivatives of softmax"
-        return [Undefined(reason), Undefined(reason)]
 
     def infer_shape(self, node, input_shapes):
         s = self._same_shapes(node, input_shapes[0], input_shapes[1])
@@ -118,15 +109,12 @@ class LogSoftmaxOp(AxisOp):
     log(softmax(x)) underflows to -inf). Gradient: ``log_softmax_gradient_op``."""
 
     name = "log_softmax_op"
-
+    kernel = "log_softmax"
     inputs = ("node_x",)
     attrs = (dataclasses.replace(AXIS, default=-1),)
 
     def node_name(self, node):
         return f"LogSoftmax({short_name(node.inputs[0])},axis={node.axis})"
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).log_softmax(input_vals[0], output_val, node.axis)
 
     def gradient(self, node, output_grad):
         return [log_softmax_gradient_op(node, output_grad, node.axis)]

@@ -56,7 +56,7 @@ from gpumat.graph.loss import (
     softmaxcrossentropy_with_gradient_op,
 )
 from gpumat.graph.matmul import MatMulOp, matmul_bias_op
-from gpumat.graph.node import Attr, Node, Op, Undefined, short_name
+from gpumat.graph.node import Attr, Node, Op, short_name
 from gpumat.graph.reduce import BroadcastToOp, ReduceSumAxisZeroOp
 from gpumat.graph.reverse_mode import find_topo_sort
 
@@ -82,8 +82,8 @@ class FusedOutputOp(Op):
     plans its buffer from the fused node's step on and never calls its compute)."""
 
     name = "fused_output_op"
+    no_gradient = "made by the fusion pass, after gradients"
     shape_only_inputs = (0,)
-
     inputs = ("fused",)
     attrs = (
         Attr("index", lambda i, _n, _op: int(i), 1, int),
@@ -102,9 +102,6 @@ class FusedOutputOp(Op):
         raise RuntimeError(
             f"fused_output_op at node {node.name!r}: written by its fused node; not run on its own"
         )
-
-    def gradient(self, node, output_grad):
-        return [Undefined("fused_output_op: made by the fusion pass, after gradients")]
 
     def infer_shape(self, node, input_shapes):
         return node.shape

@@ -36,7 +36,14 @@ LAYERS = [
     {"gpumat._core", "gpumat._build_config", "gpumat._checks"},
     {"gpumat.device", "gpumat.dtypes", "gpumat.random"},
     {"gpumat.arrays"},
-    {"gpumat.ops", "gpumat.reference", "gpumat.dlpack", "gpumat.checkpoint", "gpumat.profile"},
+    {
+        "gpumat.ops",
+        "gpumat._ops_pointwise",
+        "gpumat.reference",
+        "gpumat.dlpack",
+        "gpumat.checkpoint",
+        "gpumat.profile",
+    },
     {"gpumat.graph"},  # and gpumat.graph.*
     {"gpumat.runtime"},  # and gpumat.runtime.*
     {"gpumat.autograd"},
