@@ -129,7 +129,7 @@ class Trace:
                 self.leaves[node] = t
         return entry[1]
 
-    def apply(self, op, make, inputs, out_dtype, rng, differentiable) -> Tensor:
+    def apply(self, op, make, inputs, out_dtype, bounds, differentiable) -> Tensor:
         """The symbolic result of one op (see :func:`apply_op`)."""
         nodes = [self.node_of(t, op) for t in inputs]
         node = make(*nodes)
@@ -141,7 +141,7 @@ class Trace:
         grad = differentiable and is_grad_enabled() and wants_grad
         if wants_grad and not grad and node.op is not detach_op:
             node = detach_op(node)  # no gradient through this value, as eagerly
-        out = Tensor._symbolic(self, node, shape, out_dtype, inputs[0]._ctx, rng)
+        out = Tensor._symbolic(self, node, shape, out_dtype, inputs[0]._ctx, bounds)
         out._requires_grad = grad
         return out
 
