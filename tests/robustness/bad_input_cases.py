@@ -12,9 +12,10 @@ passes when the call
 - returns, and every output equals a float64 numpy reference computed from the arguments as they
   were before the call; a call that gpumat accepts but the reference rejects fails.
 
-A crash (a signal) cannot be caught in-process, so ``tests/test_bad_input.py`` runs each batch in
-a child process (``python tests/bad_input_cases.py BATCH``) and fails when the child dies by a
-signal. The child prints one JSON line: ``{"batch": ..., "cases": N, "failures": [...]}``.
+A crash (a signal) cannot be caught in-process, so ``tests/robustness/test_bad_input.py`` runs
+each batch in a child process (``python tests/robustness/bad_input_cases.py BATCH``) and fails when
+the child dies by a signal. The child prints one JSON line: ``{"batch": ..., "cases": N,
+"failures": [...]}``.
 
 Structural edge cases have batches of their own: ``zeros_<device>:<ops batch>`` runs an ops batch
 with every drawn dimension allowed to be 0 (so each axis of each argument is empty in some valid
