@@ -202,7 +202,7 @@ def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, variant="gpumat"):
         optimizer=factory,
         verbose=False,
         progress=False,
-        **flags,
+        executor=flags,
     )
     wall = time.perf_counter() - t0
     rec = {

@@ -60,6 +60,19 @@ from gpumat._core import CudaError, PyGpuMatrix  # noqa: E402
 from gpumat.arrays import array, empty  # noqa: E402
 from gpumat.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from gpumat.compiler import compile  # noqa: E402, A004
+from gpumat.creation import (  # noqa: E402
+    arange,
+    flatten,
+    from_numpy,
+    full,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    tensor,
+    zeros,
+    zeros_like,
+)
 from gpumat.device import (  # noqa: E402
     Context,
     __version__,
@@ -76,28 +89,13 @@ from gpumat.device import (  # noqa: E402
     synchronize,
 )
 from gpumat.dlpack import from_dlpack  # noqa: E402
+from gpumat.dtypes import bool_ as bool  # noqa: E402, A004
+from gpumat.dtypes import dtype, float32, int64  # noqa: E402
+from gpumat.dtypes import int64 as long  # noqa: E402
+from gpumat.random import manual_seed  # noqa: E402
 from gpumat.runtime import Executor  # noqa: E402
 from gpumat.serialization import load, save  # noqa: E402
-from gpumat.tensor import (  # noqa: E402
-    Tensor,
-    arange,
-    dtype,
-    flatten,
-    float32,
-    from_numpy,
-    full,
-    int64,
-    manual_seed,
-    ones,
-    ones_like,
-    rand,
-    randn,
-    tensor,
-    zeros,
-    zeros_like,
-)
-from gpumat.tensor import bool_ as bool  # noqa: E402, A004
-from gpumat.tensor import int64 as long  # noqa: E402
+from gpumat.tensor import Tensor  # noqa: E402
 
 __all__ = [
     "__version__",

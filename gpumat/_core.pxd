@@ -67,7 +67,8 @@ cdef extern from "gpumat/gpu_matrix.h" namespace "gpumat":
         void copy_from(const GpuMatrix&) except +gpumat_raise_py_error nogil
 
 
-# One kernel call per op, grouped by family as ops.h and gpumat/_core_ops/<family>.pxi are.
+# One kernel call per op, grouped by family as ops.h and gpumat/_core_ops/<family>.pxi are; the
+# pointwise ops of kernels.def are declared in the generated _core_ops/pointwise.pxi.
 cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     # elementwise
     void array_set(GpuMatrix&, float) except +gpumat_raise_py_error nogil
@@ -84,10 +85,6 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     # activation
     void relu(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void relu_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void tanh "gpumat::ops::tanh"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void sigmoid(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void tanh_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void sigmoid_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void dropout(const GpuMatrix&, GpuMatrix&, float, uint64_t) except +gpumat_raise_py_error nogil
     void relu_bias_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
                             GpuMatrix&) except +gpumat_raise_py_error nogil

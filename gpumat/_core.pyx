@@ -600,6 +600,7 @@ cdef class PyGpuMatrix:
 # Thin: argument types are checked by Cython (TypeError), everything else in C++. One .pxi per
 # kernel family, named as extensions/src/{ops,cuda,host}/<family>.* are.
 
+include "_core_ops/pointwise.pxi"
 include "_core_ops/elementwise.pxi"
 include "_core_ops/activation.pxi"
 include "_core_ops/layout.pxi"

@@ -9,12 +9,14 @@ cdef extern from *:
     void profile_enable(bool on);
     bool profile_enabled();
     std::vector<std::string> profile_fields();
+    int profile_summed_count();
     std::vector<std::pair<std::string, std::vector<double>>> profile_take();
     }
     """
     void emu_profile_enable "gpumat::emulator::profile_enable"(bool on) nogil
     bint emu_profile_enabled "gpumat::emulator::profile_enabled"() nogil
     vector[string] emu_profile_fields "gpumat::emulator::profile_fields"() nogil
+    int emu_profile_summed_count "gpumat::emulator::profile_summed_count"() nogil
     vector[pair[string, vector[double]]] emu_profile_take "gpumat::emulator::profile_take"() nogil
 
 
@@ -28,6 +30,14 @@ def _emu_profile_enable(bint on):
 def _emu_profile_enabled():
     """True while the emulated device records launch counters."""
     return emu_profile_enabled()
+
+
+def _emu_profile_summed_fields():
+    """The counters a launch sums over its accesses (and a kernel over its launches), in
+    extensions/src/emu/profile.cpp's order: the first of its fields."""
+    cdef vector[string] names = emu_profile_fields()
+    keys = [n.decode() for n in names]
+    return tuple(keys[: emu_profile_summed_count()])
 
 
 def _emu_profile_take():

@@ -7,8 +7,8 @@ users expect:
 - **Recording.** An op on tensors that require a gradient builds the same graph node the graph API
   builds (``matmul_op``, ``relu_op``, ...), runs its kernel at once (:func:`run_node`: the shape
   from ``op.infer_shape``, the output allocated on the device, ``op.compute``) and keeps the node
-  with its value: the node's ``_value``. Leaf tensors are placeholder nodes (``Variable``) whose
-  ``_leaf`` is the tensor that receives the gradient.
+  with its value: the node's ``saved`` record (:class:`Saved`). Leaf tensors are placeholder
+  nodes (``Variable``) whose record's ``leaf`` is the tensor that receives the gradient.
 - **backward** (:func:`backward`) walks the recorded nodes in reverse topological order (the order
   :func:`gpumat.graph.gradients` uses), asks each ``op.gradient(node, grad_node)`` for graph nodes
   and evaluates them at once with :func:`run_node` (memoised per node), summing the contributions
@@ -182,27 +182,34 @@ def run_node(node: Node, input_vals: list, ctx):
     return out
 
 
+class Saved:
+    """What backward keeps of an eagerly run node (``node.saved``): its ``value``, the version
+    counter ``vc`` of that value and the version ``ver`` it had when recorded, its inputs'
+    versions then (``in_vers``), the ``leaf`` tensor that receives a placeholder's gradient, and
+    whether backward has released the value (``freed``)."""
+
+    __slots__ = ("value", "vc", "ver", "in_vers", "leaf", "freed")
+
+    def __init__(self, value, vc: VersionCounter, in_vers: tuple = (), leaf=None) -> None:
+        self.value = value
+        self.vc = vc
+        self.ver = vc.value
+        self.in_vers = in_vers
+        self.leaf = leaf
+        self.freed = False
+
+
 def record(node: Node, value, version: VersionCounter, input_versions: tuple) -> None:
     """Keep ``node`` in the graph for backward: its value, its output's version counter, and the
     versions its inputs had when it ran."""
-    node._value = value
-    node._vc = version
-    node._ver = version.value
-    node._in_vers = input_versions
-    node._leaf = None
-    node._freed = False
+    node.saved = Saved(value, version, input_versions)
 
 
 def leaf_node(tensor, name: str) -> Node:
     """A placeholder node standing for ``tensor`` in recorded graphs (a leaf: its value is the
-    tensor's storage; ``_leaf`` is the tensor when it requires a gradient)."""
+    tensor's storage; its record's ``leaf`` is the tensor when it requires a gradient)."""
     node = Variable(name)
-    node._value = tensor._data
-    node._vc = tensor._vc
-    node._ver = tensor._vc.value
-    node._in_vers = ()
-    node._leaf = tensor if tensor.requires_grad else None
-    node._freed = False
+    node.saved = Saved(tensor._data, tensor._vc, leaf=tensor if tensor.requires_grad else None)
     return node
 
 
@@ -214,23 +221,24 @@ _FREED = (
 
 
 def _is_recorded(node: Node) -> bool:
-    return hasattr(node, "_vc")
+    return node.saved is not None
 
 
 def _forward_value(node: Node, expected: dict, shape_only: bool):
     """A recorded node's value for a gradient, checked against in-place changes."""
-    value = node._value
+    saved = node.saved
+    value = saved.value
     if value is None:
         raise RuntimeError(_FREED)
     if not shape_only:
         want = expected.get(node)
         if want is None and not isinstance(node.op, PlaceholderOp):
-            want = node._ver
-        if want is not None and node._vc.value != want:
+            want = saved.ver
+        if want is not None and saved.vc.value != want:
             raise RuntimeError(
                 "one of the tensors needed for the gradient has been modified by an in-place "
                 f"operation: the {shape_str(value.shape)} value of {node.op.name} node "
-                f"{node.name!r} is at version {node._vc.value}; expected version {want}. Make "
+                f"{node.name!r} is at version {saved.vc.value}; expected version {want}. Make "
                 "the change out of place, or after backward()"
             )
     return value
@@ -302,7 +310,8 @@ def backward(root: Node, seed, ctx, retain_graph: bool) -> None:
     topo = find_topo_sort([root])
     relevant: set[Node] = set()
     for node in topo:
-        if getattr(node, "_leaf", None) is not None or any(i in relevant for i in node.inputs):
+        leaf = node.saved is not None and node.saved.leaf is not None
+        if leaf or any(i in relevant for i in node.inputs):
             relevant.add(node)
     contributions: dict[Node, list] = {root: [seed]}
     for node in reversed(topo):
@@ -310,14 +319,14 @@ def backward(root: Node, seed, ctx, retain_graph: bool) -> None:
         if not contribs:
             continue
         if isinstance(node.op, PlaceholderOp):
-            if node._leaf is not None:
-                node._leaf._accumulate_grad(contribs)
+            if node.saved.leaf is not None:
+                node.saved.leaf._accumulate_grad(contribs)
             continue
-        if node._freed:
+        if node.saved.freed:
             raise RuntimeError(_FREED)
         grad_node, grad_value, grad_fresh = _sum(contribs, ctx)
-        expected = dict(zip(node.inputs, node._in_vers, strict=True))
-        expected[node] = node._ver
+        expected = dict(zip(node.inputs, node.saved.in_vers, strict=True))
+        expected[node] = node.saved.ver
         input_grads = node.op.gradient(node, grad_node)
         if input_grads is None or len(input_grads) != len(node.inputs):
             raise RuntimeError(
@@ -339,5 +348,5 @@ def backward(root: Node, seed, ctx, retain_graph: bool) -> None:
             owned = id(value) in fresh and counts[id(value)] == 1
             contributions.setdefault(inp, []).append((g, value, owned))
         if not retain_graph:
-            node._value = None
-            node._freed = True
+            node.saved.value = None
+            node.saved.freed = True

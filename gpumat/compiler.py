@@ -1,7 +1,7 @@
 """``gpumat.compile``: a training step traced once into one graph and replayed by the executor.
 
 ``step = gpumat.compile(fn)``; ``step(x, y)`` calls ``fn(x, y)`` the first time with each input
-signature as a trace (:class:`gpumat.tensor.Trace`): the tensor ops build graph nodes over
+signature as a trace (:class:`Trace`): the tensor ops build graph nodes over
 placeholders (one per tensor argument, one per parameter or other tensor the step reads),
 ``loss.backward()`` adds :func:`gpumat.graph.gradients`, and ``optimizer.step()`` records which
 gradients update which parameters. The graph goes to one :class:`gpumat.runtime.Executor`
@@ -45,11 +45,177 @@ import numbers
 from gpumat import ops
 from gpumat.arrays import empty
 from gpumat.autograd import is_grad_enabled, set_trace
+from gpumat.creation import tensor
 from gpumat.device import Context
+from gpumat.dtypes import float32
+from gpumat.graph.elementwise import add_op, detach_op, zeroslike_op
+from gpumat.graph.node import Node, PlaceholderOp, Variable, shape_str
+from gpumat.graph.reverse_mode import find_topo_sort, gradients
 from gpumat.runtime import Executor
-from gpumat.tensor import Tensor, Trace, float32
+from gpumat.tensor import Tensor, check_backward
 
-__all__ = ["CompiledFunction", "compile"]
+__all__ = ["CompiledFunction", "Trace", "compile"]
+
+
+class Trace:
+    """The record of one traced call of a step compiled by :func:`gpumat.compile`.
+
+    While a trace is active (:func:`gpumat.autograd.set_trace`), tensor ops build graph nodes
+    over placeholders instead of running: each concrete tensor the step reads (parameters,
+    constants) becomes a placeholder fed with its storage on every call (``feeds``), each tensor
+    argument a placeholder of its own (``inputs``), and the results are symbolic tensors (shape,
+    dtype and device, no value). ``backward`` adds :func:`gpumat.graph.gradients` for the leaves
+    that require a gradient, ``optimizer.step()`` records which gradients update which
+    parameters (``steps``), and the checks a replay must repeat are kept (``module_guards``: the
+    train/eval mode of every module called; ``range_guards``: class-index ranges of int64
+    arguments).
+    """
+
+    def __init__(self) -> None:
+        self.ctx = None
+        self.feeds: dict = {}  # id(tensor) -> (tensor, placeholder)
+        self.leaves: dict = {}  # placeholder -> tensor that requires a gradient
+        self.inputs: list = []  # (argument position, placeholder)
+        self.touched: dict = {}  # id(tensor) -> (tensor, its grad before the trace)
+        self.steps: list = []  # (optimizer, [(parameter index, gradient node)])
+        self.updated: set = set()
+        self.module_guards: dict = {}
+        self.range_guards: list = []  # (input position, lo, hi, op, error class)
+        self.freed: set = set()
+
+    def _use(self, ctx: Context, op: str) -> None:
+        if self.ctx is None:
+            self.ctx = ctx
+        elif ctx != self.ctx:
+            raise ValueError(
+                f"{op}: a compiled step runs on one device; it uses {self.ctx} and {ctx}"
+            )
+
+    def input(self, position: int, arg: Tensor) -> Tensor:
+        """A symbolic tensor standing for tensor argument ``arg`` (at ``position``)."""
+        arg._concrete("gpumat.compile")
+        self._use(arg._ctx, "gpumat.compile")
+        node = Variable(f"input{position}")
+        self.inputs.append((position, node))
+        t = Tensor._symbolic(self, node, arg._shape, arg._dtype, arg._ctx, arg._range)
+        t._range_src = len(self.inputs) - 1
+        if arg._requires_grad:
+            t._requires_grad = True
+            self.leaves[node] = arg
+        return t
+
+    def node_of(self, t: Tensor, op: str) -> Node:
+        """The trace's node for ``t``: its symbolic node, or a placeholder fed with its storage."""
+        if t._trace is self:
+            return t._tnode
+        if t._trace is not None:
+            raise RuntimeError(f"{op}: a tensor of another gpumat.compile trace")
+        if id(t) in self.updated:
+            raise RuntimeError(
+                f"{op}: the step reads a parameter after optimizer.step() updated it; a compiled "
+                "step runs the update after its graph, so read parameters before the step"
+            )
+        if t._requires_grad and not t.is_leaf:
+            raise RuntimeError(
+                f"{op}: the step uses a tensor that was computed outside it with a gradient "
+                "history; compute it inside the step, or detach() it"
+            )
+        self._use(t._ctx, op)
+        entry = self.feeds.get(id(t))
+        if entry is None:
+            node = Variable(getattr(t, "_name", "tensor"))
+            entry = self.feeds[id(t)] = (t, node)
+            if t._requires_grad:
+                self.leaves[node] = t
+        return entry[1]
+
+    def apply(self, op, make, inputs, out_dtype, bounds, differentiable) -> Tensor:
+        """The symbolic result of one op (see :func:`apply_op`)."""
+        nodes = [self.node_of(t, op) for t in inputs]
+        node = make(*nodes)
+        try:
+            shape = node.op.infer_shape(node, [t._shape for t in inputs])
+        except ValueError as exc:
+            raise ValueError(f"{op}: {exc}") from None
+        wants_grad = any(t._requires_grad for t in inputs)
+        grad = differentiable and is_grad_enabled() and wants_grad
+        if wants_grad and not grad and node.op is not detach_op:
+            node = detach_op(node)  # no gradient through this value, as eagerly
+        out = Tensor._symbolic(self, node, shape, out_dtype, inputs[0]._ctx, bounds)
+        out._requires_grad = grad
+        return out
+
+    def guard_range(self, source: int, lo: int, hi: int, op: str, error) -> None:
+        """Each call must check that int64 argument number ``source`` lies in [lo, hi]."""
+        self.range_guards.append((source, lo, hi, op, error))
+
+    def guard_module(self, module) -> None:
+        """Each call must find ``module`` in the train/eval mode it had when traced."""
+        self.module_guards[id(module)] = (module, module.training)
+
+    def touch_grad(self, t: Tensor) -> None:
+        """Remember ``t.grad`` before the trace changes it (restored if tracing fails)."""
+        if id(t) not in self.touched and t._trace is None:
+            self.touched[id(t)] = (t, t._grad)
+
+    def backward(self, root: Tensor, gradient, retain_graph: bool) -> None:
+        """Add the gradient graph of ``root`` and accumulate symbolic gradients in ``.grad``."""
+        check_backward(root, gradient)
+        seed = None
+        if gradient is not None:
+            g = gradient if isinstance(gradient, Tensor) else tensor(gradient, device=root._ctx)
+            if g._shape != root._shape or g._dtype is not float32:
+                raise ValueError(
+                    f"backward: gradient must be a float32 tensor of shape {shape_str(root._shape)}"
+                )
+            seed = self.node_of(g, "backward")
+        topo = find_topo_sort([root._tnode])
+        leaves = [n for n in topo if n in self.leaves]
+        path = {n for n in topo if not isinstance(n.op, PlaceholderOp)}
+        if path & self.freed:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time; call "
+                "backward(retain_graph=True) the first time"
+            )
+        grads = gradients(root._tnode, leaves, output_grad=seed) if leaves else []
+        for leaf, g in zip(leaves, grads, strict=True):
+            t = self.leaves[leaf]
+            previous = t._grad
+            if previous is None:
+                node = g
+            elif previous._trace is self:
+                node = add_op(previous._tnode, g)
+            else:
+                raise RuntimeError(
+                    "backward: a compiled step would add to a .grad computed outside it; call "
+                    "optimizer.zero_grad() (or model.zero_grad()) at the start of the step"
+                )
+            t.grad = Tensor._symbolic(self, node, t._shape, float32, t._ctx)
+        if not retain_graph:
+            self.freed |= path
+
+    def zeros_grad(self, t: Tensor) -> None:
+        """``t.grad`` = zeros inside the step (``zero_grad(set_to_none=False)``)."""
+        t.grad = Tensor._symbolic(
+            self, zeroslike_op(self.node_of(t, "zero_grad")), t._shape, float32, t._ctx
+        )
+
+    def record_step(self, optimizer, params: list) -> None:
+        """``optimizer.step()`` inside the step: the update of each parameter with a gradient."""
+        pairs = []
+        for i, p in enumerate(params):
+            g = p._grad
+            if g is None:
+                continue
+            if g._trace is not self:
+                raise RuntimeError(
+                    "optimizer.step(): inside a compiled step the gradients must come from the "
+                    "step's own backward(); call optimizer.zero_grad() at its start"
+                )
+            self.node_of(p, "optimizer.step")
+            pairs.append((i, g._tnode))
+        self.steps.append((optimizer, pairs))
+        self.updated |= {id(params[i]) for i, _ in pairs}
 
 
 def _signature(value, tensors: list, objects: list):

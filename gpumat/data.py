@@ -15,7 +15,10 @@ import numbers
 import numpy as np
 
 from gpumat.arrays import array
-from gpumat.tensor import Tensor, bool_, float32, generator, int64, tensor
+from gpumat.creation import tensor
+from gpumat.dtypes import bool_, float32, int64
+from gpumat.random import generator
+from gpumat.tensor import Tensor
 
 __all__ = ["DataLoader", "Dataset", "TensorDataset", "default_collate"]
 
@@ -78,7 +81,7 @@ class TensorDataset(Dataset):
         """The dataset's tensors, one per column."""
         if self._tensors is None:
             self._tensors = tuple(
-                Tensor._make(array(v, ctx), dt, ctx, rng) for v, dt, ctx, rng in self._columns
+                Tensor._make(array(v, ctx), dt, ctx, bounds) for v, dt, ctx, bounds in self._columns
             )
         return self._tensors
 
@@ -96,12 +99,12 @@ class TensorDataset(Dataset):
     def _batch(self, rows: np.ndarray, squeeze: bool = False) -> tuple:
         """The samples at ``rows`` (an int array), one tensor per column, stacked on axis 0."""
         out = []
-        for values, dt, ctx, rng in self._columns:
+        for values, dt, ctx, bounds in self._columns:
             part = values[rows]
             if squeeze:
                 part = part[0]
             # The column's range bounds every batch's (class checks need no device read).
-            out.append(Tensor._make(array(part, ctx), dt, ctx, rng))
+            out.append(Tensor._make(array(part, ctx), dt, ctx, bounds))
         return tuple(out)
 
 

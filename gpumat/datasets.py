@@ -54,7 +54,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from gpumat.data import TensorDataset
-from gpumat.tensor import as_device, float32, int64
+from gpumat.device import as_device
+from gpumat.dtypes import float32, int64
 
 __all__ = [
     "MNIST",
@@ -403,59 +404,89 @@ def _locate(
     progress: bool,
     sources: Sequence[Source | str] | None,
 ) -> tuple[Path, Mnist]:
-    """Find the first verified copy of mnist.pkl.gz; return its path and its arrays."""
+    """Find the first verified copy of mnist.pkl.gz; return its path and its arrays.
+
+    The sources in order, one function each: ``path`` when given (and then only it), the
+    ``GPUMAT_DATA_DIR`` folder, the cache, the remote ``sources`` (fetched into the cache). Each
+    adds a line to ``tried`` when it has no verified copy; DatasetError lists them all.
+    """
     if path is not None:
-        explicit = Path(path).expanduser()
-        try:
-            return explicit, _read_verified(explicit)
-        except (DatasetError, OSError) as exc:
-            raise DatasetError(f"load_mnist(path={str(explicit)!r}): {exc}") from exc
-
+        return _from_path(Path(path).expanduser())
     tried: list[str] = []
-    data_dir = os.environ.get("GPUMAT_DATA_DIR")
-    if data_dir:
-        candidate = Path(data_dir).expanduser() / MNIST_FILENAME
-        found, why = _is_file(candidate)
-        if found:
-            try:
-                return candidate, _read_verified(candidate)
-            except (DatasetError, OSError) as exc:
-                # Not ours to delete: the user put it there. Report it and go on.
-                tried.append(f"$GPUMAT_DATA_DIR: {candidate}: {exc}")
-        else:
-            tried.append(f"$GPUMAT_DATA_DIR: {candidate}: {why}")
-    else:
-        tried.append("$GPUMAT_DATA_DIR: not set")
-
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     cache_file = cache / MNIST_FILENAME
-    found, why = _is_file(cache_file)
+    found = (
+        _from_data_dir(tried)
+        or _from_cache(cache_file, tried)
+        or _from_remote(sources, cache, progress, tried)
+    )
     if found:
-        try:
-            return cache_file, _read_verified(cache_file)
-        except (DatasetError, OSError) as exc:
-            tried.append(f"cache: {cache_file}: {exc}; deleted it")
-            logger.warning(
-                "gpumat: cached %s is bad (%s); deleting and fetching again",
-                cache_file,
-                exc,
-            )
-            with contextlib.suppress(OSError):  # a read-only cache shows up at the fetch
-                cache_file.unlink(missing_ok=True)
-    else:
-        tried.append(f"cache: {cache_file}: {why}")
+        return found
+    lines = "\n".join(f"  {i}. {line}" for i, line in enumerate(tried, 1))
+    raise DatasetError(
+        f"could not find or fetch a verified {MNIST_FILENAME}. Sources tried:\n{lines}\n"
+        + _manual_help(cache_file)
+    )
 
+
+def _from_path(explicit: Path) -> tuple[Path, Mnist]:
+    try:
+        return explicit, _read_verified(explicit)
+    except (DatasetError, OSError) as exc:
+        raise DatasetError(f"load_mnist(path={str(explicit)!r}): {exc}") from exc
+
+
+def _from_data_dir(tried: list) -> tuple[Path, Mnist] | None:
+    data_dir = os.environ.get("GPUMAT_DATA_DIR")
+    if not data_dir:
+        tried.append("$GPUMAT_DATA_DIR: not set")
+        return None
+    candidate = Path(data_dir).expanduser() / MNIST_FILENAME
+    found, why = _is_file(candidate)
+    if not found:
+        tried.append(f"$GPUMAT_DATA_DIR: {candidate}: {why}")
+        return None
+    try:
+        return candidate, _read_verified(candidate)
+    except (DatasetError, OSError) as exc:
+        # Not ours to delete: the user put it there. Report it and go on.
+        tried.append(f"$GPUMAT_DATA_DIR: {candidate}: {exc}")
+        return None
+
+
+def _from_cache(cache_file: Path, tried: list) -> tuple[Path, Mnist] | None:
+    found, why = _is_file(cache_file)
+    if not found:
+        tried.append(f"cache: {cache_file}: {why}")
+        return None
+    try:
+        return cache_file, _read_verified(cache_file)
+    except (DatasetError, OSError) as exc:
+        tried.append(f"cache: {cache_file}: {exc}; deleted it")
+        logger.warning(
+            "gpumat: cached %s is bad (%s); deleting and fetching again", cache_file, exc
+        )
+        with contextlib.suppress(OSError):  # a read-only cache shows up at the fetch
+            cache_file.unlink(missing_ok=True)
+        return None
+
+
+def _from_remote(sources, cache: Path, progress: bool, tried: list) -> tuple[Path, Mnist] | None:
     remote = [_as_source(s) for s in (default_sources() if sources is None else sources)]
-    if remote:
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            tried.append(
-                f"cache folder {cache}: cannot create it ({type(exc).__name__}: {exc}); "
-                "nothing fetched. Create it, or pass cache_dir= (or set XDG_CACHE_HOME to) a "
-                "writable folder"
-            )
-            remote = []
+    if sources is not None and not sources:
+        tried.append("remote sources: none (sources=[])")
+    if not remote:
+        return None
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        tried.append(
+            f"cache folder {cache}: cannot create it ({type(exc).__name__}: {exc}); "
+            "nothing fetched. Create it, or pass cache_dir= (or set XDG_CACHE_HOME to) a "
+            "writable folder"
+        )
+        return None
+    cache_file = cache / MNIST_FILENAME
     for source in remote:
         # The temporary file sits in the cache folder so os.replace is an atomic rename.
         try:
@@ -467,14 +498,11 @@ def _locate(
                 "nothing fetched. Make it writable, or pass cache_dir= (or set XDG_CACHE_HOME "
                 "to) a writable folder"
             )
-            break
+            return None
         os.close(fd)
         tmp = Path(tmp_name)
         if progress:
-            print(
-                f"gpumat: fetching {MNIST_FILENAME}: {source.description}",
-                file=sys.stderr,
-            )
+            print(f"gpumat: fetching {MNIST_FILENAME}: {source.description}", file=sys.stderr)
         try:
             source.fetch(tmp, progress=progress)
             data = _read_verified(tmp)
@@ -490,14 +518,7 @@ def _locate(
         finally:
             with contextlib.suppress(OSError):  # a folder made read-only meanwhile: leave it
                 tmp.unlink(missing_ok=True)
-    if sources is not None and not sources:
-        tried.append("remote sources: none (sources=[])")
-
-    lines = "\n".join(f"  {i}. {line}" for i, line in enumerate(tried, 1))
-    raise DatasetError(
-        f"could not find or fetch a verified {MNIST_FILENAME}. Sources tried:\n{lines}\n"
-        + _manual_help(cache_file)
-    )
+    return None
 
 
 def fetch_mnist(
@@ -723,8 +744,8 @@ class MNIST(TensorDataset):
         self.split = split
         self.images = np.ascontiguousarray(images.reshape(-1, 1, 28, 28), dtype=np.float32)
         self.labels = np.asarray(labels, dtype=np.int64)
-        rng = (int(self.labels.min()), int(self.labels.max())) if self.labels.size else (0, 0)
-        self._set_columns([(self.images, float32, ctx, None), (self.labels, int64, ctx, rng)])
+        bounds = (int(self.labels.min()), int(self.labels.max())) if self.labels.size else (0, 0)
+        self._set_columns([(self.images, float32, ctx, None), (self.labels, int64, ctx, bounds)])
         self._tensors = None
 
     def __repr__(self) -> str:

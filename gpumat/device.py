@@ -16,6 +16,7 @@ from gpumat import _build_config, _core  # _build_config: written by setup.py
 
 __all__ = [
     "Context",
+    "as_device",
     "build_info",
     "check_ctx",
     "cpu",
@@ -108,6 +109,47 @@ def emu(index: int = 0) -> Context:
     how many exist; arrays on a missing one raise ``gpumat.CudaError``.
     """
     return Context("emu", index)
+
+
+_DEVICE_KINDS = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "emu": "emu"}
+
+
+def as_device(device, op: str = "device", *, numpy: bool = False) -> Context | None:
+    """A :class:`Context` from a context or a name, the one device parser of gpumat: ``"cpu"``,
+    ``"cuda"``, ``"cuda:1"``, ``"gpu"``, ``"gpu:1"``, ``"emu"``, ``"emu:0"`` (``"cuda"`` and
+    ``"gpu"`` are CUDA device 0; names are case-insensitive), or ``"auto"`` (``gpu(0)`` when
+    :func:`cuda_available`, else ``cpu()``). None is the host, ``cpu()``.
+
+    With ``numpy=True`` (the graph executor's backends, :func:`gpumat.train.get_context`), None
+    and ``"numpy"`` are the numpy backend, returned as None.
+
+    Raises:
+        TypeError: not a context, a string or None. ValueError: an unknown device name, naming
+            ``op``.
+    """
+    if device is None:
+        return None if numpy else Context("cpu", 0)
+    if isinstance(device, Context):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(
+            f"{op}: device must be a gpumat.Context or a name such as 'cpu', 'cuda', 'emu', got "
+            f"{device!r}"
+        )
+    name = device.strip().lower()
+    if numpy and name == "numpy":
+        return None
+    if name == "auto":
+        return gpu(0) if cuda_available() else cpu()
+    kind, sep, index = name.partition(":")
+    kind = _DEVICE_KINDS.get(kind)
+    if kind is None or (sep and not index.isdigit()) or (kind == "cpu" and index not in "0"):
+        names = "'numpy', " if numpy else ""
+        raise ValueError(
+            f"{op}: unknown device {device!r}; use {names}'cpu', 'cuda', 'cuda:N', 'gpu:N', "
+            "'emu', 'emu:N' or 'auto', or gpumat.cpu(), gpumat.gpu(i), gpumat.emu(i)"
+        )
+    return Context(kind, int(index) if index else 0)
 
 
 def is_gpu_ctx(ctx) -> bool:

@@ -253,7 +253,7 @@ def cnn(
     62,346 parameters. Samples are fed as ``(N, 1, 28, 28)`` (``input_shape``), which
     :func:`gpumat.train.fit` does with flat ``(N, 784)`` images.
 
-    Initialisation, with ``numpy.random.default_rng(seed)`` in the order W1, W2, W3: the
+    Initialisation, with ``numpy.random.RandomState(seed)`` in the order W1, W2, W3: the
     convolution weights from N(0, 2 / fan_in) with fan_in = C_in * k * k (He et al., "Delving
     Deep into Rectifiers", ICCV 2015, for layers followed by ReLU), the dense weights from
     N(0, 1 / fan_in) (LeCun), biases zero.

@@ -8,7 +8,9 @@ there: host loops/BLAS on ``cpu()``, CUDA kernels on ``gpu(i)`` and ``emu(i)``, 
 until a result is copied back). The functions come in kernel families, in the order of the
 sections below (elementwise, activations, layout, reductions, matrix product, softmax, losses,
 convolution, pooling, random numbers, optimizers), the same families as ``extensions/src/cuda``
-and ``extensions/src/host``. :mod:`gpumat.reference` has the same functions on numpy arrays, and
+and ``extensions/src/host``. The pointwise kernels declared by their shape in
+``extensions/src/kernels.def`` (tanh, sigmoid, sqrt and their gradients) come from the generated
+``gpumat._ops_pointwise``. :mod:`gpumat.reference` has the same functions on numpy arrays, and
 the graph ops of :mod:`gpumat.graph` call one or the other.
 
 Errors, raised before any kernel runs:
@@ -31,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from gpumat import _core
+from gpumat import _core, _ops_pointwise
 from gpumat._checks import (
     array_lists,
     as_flag,
@@ -42,6 +44,7 @@ from gpumat._checks import (
     as_seed,
     pool_args,
 )
+from gpumat._ops_pointwise import *  # noqa: F403 (the pointwise kernels declared in kernels.def)
 
 _core_module = _core
 
@@ -82,11 +85,12 @@ def trace_calls():
     if not _trace_lock.acquire(blocking=False):
         raise RuntimeError("gpumat.ops.trace_calls: another trace is running")
     calls: list = []
-    _core = _TracingCore(calls, threading.get_ident())
+    # The generated pointwise functions call _core through their own module: swapped alike.
+    _core = _ops_pointwise._core = _TracingCore(calls, threading.get_ident())
     try:
         yield calls
     finally:
-        _core = _core_module
+        _core = _ops_pointwise._core = _core_module
         _trace_lock.release()
 
 
@@ -146,18 +150,15 @@ __all__ = [
     "reshape",
     "set_conv_workspace_limit",
     "sgd_update",
-    "sigmoid",
-    "sigmoid_gradient",
     "softmax",
     "softmax_axis",
     "softmax_axis_gradient",
     "softmax_cross_entropy",
     "softmax_cross_entropy_with_gradient",
-    "tanh",
-    "tanh_gradient",
     "trace_calls",
     "transpose",
 ]
+__all__ += _ops_pointwise.__all__
 
 
 # --------------------------------------------------------------------------------------------------
@@ -271,27 +272,6 @@ def relu_bias_gradient(y, dy, dz, dbias) -> None:
     fixed order (deterministic). Raises ValueError for shapes that do not fit or aliased outputs.
     """
     _core.relu_bias_gradient_(y, dy, dz, dbias)
-
-
-def tanh(in_arr, out_arr) -> None:
-    """out_arr = tanh(in_arr) elementwise (may be in place)."""
-    _core.tanh_(in_arr, out_arr)
-
-
-def tanh_gradient(y, dy, out) -> None:
-    """out = dy * (1 - y**2), dL/dx of y = tanh(x) given the forward output y."""
-    _core.tanh_gradient_(y, dy, out)
-
-
-def sigmoid(in_arr, out_arr) -> None:
-    """out_arr = 1 / (1 + exp(-in_arr)) elementwise, computed through exp(-|x|) so that no
-    intermediate overflows for large |x| (may be in place)."""
-    _core.sigmoid_(in_arr, out_arr)
-
-
-def sigmoid_gradient(y, dy, out) -> None:
-    """out = dy * y * (1 - y), dL/dx of y = sigmoid(x) given the forward output y."""
-    _core.sigmoid_gradient_(y, dy, out)
 
 
 def dropout(in_arr, out_arr, p: float, seed: int) -> None:

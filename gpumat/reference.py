@@ -25,75 +25,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from gpumat import ops
 from gpumat._checks import as_int, as_pair, as_probability, as_seed, pool_args
 
-__all__ = [
-    "adadelta_update_multi",
-    "adam_update",
-    "adam_update_multi",
-    "add_channel_bias",
-    "argmax",
-    "array_set",
-    "avg_pool2d",
-    "avg_pool2d_gradient",
-    "axpy",
-    "broadcast_axis",
-    "broadcast_to",
-    "conv1d",
-    "conv1d_gradient_filter",
-    "conv1d_gradient_input",
-    "conv2d",
-    "conv2d_gradient_filter",
-    "conv2d_gradient_input",
-    "copy",
-    "dropout",
-    "eq",
-    "exp",
-    "log",
-    "log_softmax",
-    "log_softmax_gradient",
-    "mae_loss",
-    "mae_loss_gradient",
-    "matmul_bias",
-    "matrix_elementwise_add",
-    "matrix_elementwise_add_by_const",
-    "matrix_elementwise_divide",
-    "matrix_elementwise_multiply",
-    "matrix_elementwise_multiply_by_const",
-    "matrix_multiply",
-    "max_pool2d",
-    "max_pool2d_gradient",
-    "momentum_sgd_update",
-    "mse_loss",
-    "mse_loss_gradient",
-    "nll_loss",
-    "nll_loss_gradient",
-    "one_hot",
-    "random_normal",
-    "random_uniform",
-    "reduce_max",
-    "reduce_max_gradient",
-    "reduce_mean",
-    "reduce_sum",
-    "reduce_sum_axis_zero",
-    "reduce_sum_channels",
-    "relu",
-    "relu_bias_gradient",
-    "relu_gradient",
-    "reshape",
-    "sgd_update",
-    "sigmoid",
-    "sigmoid_gradient",
-    "softmax",
-    "softmax_axis",
-    "softmax_axis_gradient",
-    "softmax_cross_entropy",
-    "softmax_cross_entropy_with_gradient",
-    "tanh",
-    "tanh_gradient",
-    "transpose",
-    "uniform01",
-]
+# gpumat.ops' kernels (not its device controls) and the counter-based generator they share.
+__all__ = sorted(set(ops.__all__) - {"set_conv_workspace_limit", "trace_calls"} | {"uniform01"})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -157,6 +93,18 @@ def log(in_arr, out_arr) -> None:
     """out_arr = log(in_arr): log(0) = -inf, log(x < 0) = NaN (without warnings)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         np.log(in_arr, out=out_arr)
+
+
+def sqrt(in_arr, out_arr) -> None:
+    """out_arr = sqrt(in_arr): sqrt(x < 0) = NaN (without warnings)."""
+    with np.errstate(invalid="ignore"):
+        np.sqrt(in_arr, out=out_arr)
+
+
+def sqrt_gradient(y, dy, out) -> None:
+    """out = dy / (2 y), given y = sqrt(x): dy / 0 at y = 0 (without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.divide(dy, 2 * y, out=out)
 
 
 # --------------------------------------------------------------------------------------------------

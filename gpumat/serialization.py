@@ -14,7 +14,9 @@ import os
 from collections.abc import Mapping
 
 from gpumat import checkpoint
-from gpumat.tensor import Tensor, as_device, float32
+from gpumat.device import as_device
+from gpumat.dtypes import float32
+from gpumat.tensor import Tensor
 
 __all__ = ["load", "save"]
 

@@ -8,14 +8,9 @@ builds (``matmul_op``, ``relu_op``, ...) and runs its kernel at once through
 methods (:mod:`gpumat.autograd`). Names, argument orders and semantics are PyTorch's, so a PyTorch
 program ports by replacing ``torch`` with ``gpumat``.
 
-Dtypes: ``gpumat.float32`` (values and gradients), ``gpumat.int64`` (class indices, ``argmax``
-results, sums of those) and ``gpumat.bool`` (comparisons). int64 and bool tensors live in float32
-storage holding exact integers: every integer of magnitude up to 2**24 is exact in float32, so a
-tensor made from host data with a larger value is a ValueError, and every int64 tensor knows the
-range of its values (from its host data, or from the op that made it: ``argmax`` along an axis of
-n gives [0, n - 1]), which lets ``nll_loss`` check class indices without reading the device, and
-``sum`` refuse what could round. Arithmetic and float ops on int64 and bool tensors are TypeErrors
-(convert with ``.float()``).
+Dtypes (:mod:`gpumat.dtypes`): float32, and int64 and bool held as exact integers in float32
+storage; an int64 tensor knows the range of its values, so ``nll_loss`` checks class indices
+without reading the device, and ``sum`` refuses what could round.
 
 Broadcasting (``+ - * / ==`` between tensors) follows numpy's rules where a kernel exists for the
 pair: the result must have one operand's shape, and the other operand must reach it by repeating
@@ -36,7 +31,6 @@ hands to the executor.
 
 from __future__ import annotations
 
-import builtins
 import collections
 import math
 import numbers
@@ -44,7 +38,7 @@ import numbers
 import numpy as np
 
 from gpumat import ops
-from gpumat._checks import as_int, as_seed
+from gpumat._checks import as_int
 from gpumat._core import PyGpuMatrix
 from gpumat.arrays import array, empty
 from gpumat.autograd import (
@@ -56,24 +50,22 @@ from gpumat.autograd import (
     run_node,
 )
 from gpumat.autograd import backward as _engine_backward
-from gpumat.device import Context
-from gpumat.graph.activation import relu_op, sigmoid_op, tanh_op
+from gpumat.device import Context, as_device
+from gpumat.dtypes import DTYPE_NAMES, EXACT_INT, as_dtype, bool_, dtype, float32, int64
 from gpumat.graph.conv import add_channel_bias_op
 from gpumat.graph.elementwise import (
     add_byconst_op,
     add_op,
+    detach_op,
     div_op,
     eq_op,
-    exp_op,
-    log_op,
     mul_byconst_op,
     mul_op,
     oneslike_op,
-    zeroslike_op,
 )
 from gpumat.graph.layout import reshape_op, transpose_op
 from gpumat.graph.matmul import matmul_op
-from gpumat.graph.node import Node, Op, PlaceholderOp, Variable, kernels_for, shape_str
+from gpumat.graph.node import TENSOR_METHODS, Node, PlaceholderOp, Variable, shape_str
 from gpumat.graph.reduce import (
     argmax_op,
     broadcast_axis_op,
@@ -82,203 +74,10 @@ from gpumat.graph.reduce import (
     reduce_mean_op,
     reduce_sum_op,
 )
-from gpumat.graph.reverse_mode import find_topo_sort, gradients
 from gpumat.graph.softmax import log_softmax_op, softmax_op
+from gpumat.random import draw_seed
 
-__all__ = [
-    "EXACT_INT",
-    "Tensor",
-    "Trace",
-    "apply_op",
-    "arange",
-    "as_device",
-    "as_dtype",
-    "bool_",
-    "detach_op",
-    "draw_seed",
-    "dtype",
-    "flatten",
-    "float32",
-    "from_numpy",
-    "full",
-    "generator",
-    "int64",
-    "manual_seed",
-    "ones",
-    "ones_like",
-    "rand",
-    "randn",
-    "reset_grad",
-    "tensor",
-    "zeros",
-    "zeros_like",
-]
-
-#: Integers of magnitude up to this are exact in float32 storage (2**24).
-EXACT_INT = 2**24
-
-
-# --------------------------------------------------------------------------------------------------
-# Dtypes and devices
-# --------------------------------------------------------------------------------------------------
-
-
-class dtype:  # noqa: N801 (PyTorch's name: gpumat.float32 is a gpumat.dtype)
-    """A tensor's element type: ``gpumat.float32``, ``gpumat.int64`` or ``gpumat.bool``.
-
-    Attributes:
-        name: ``"float32"``, ``"int64"`` or ``"bool"``.
-        is_floating_point: True for float32 (the only dtype that takes gradients).
-    """
-
-    __slots__ = ("name", "is_floating_point", "_numpy")
-
-    def __init__(self, name: str, is_floating_point: bool, numpy_dtype) -> None:
-        self.name = name
-        self.is_floating_point = is_floating_point
-        self._numpy = np.dtype(numpy_dtype)
-
-    def __repr__(self) -> str:
-        return f"gpumat.{self.name}"
-
-    __str__ = __repr__
-
-
-float32 = dtype("float32", True, np.float32)
-int64 = dtype("int64", False, np.int64)
-bool_ = dtype("bool", False, np.bool_)
-
-_DTYPE_NAMES = {"float32": float32, "float": float32, "int64": int64, "long": int64, "bool": bool_}
-
-
-def as_dtype(value, op: str = "dtype"):
-    """A :class:`dtype` from a gpumat dtype, its name (``"float32"``, ``"int64"``, ``"bool"``),
-    Python's ``float``/``int``/``bool`` or the matching numpy dtype; None stays None.
-
-    Raises:
-        TypeError: any other type (gpumat tensors are float32, int64 or bool).
-    """
-    if value is None or isinstance(value, dtype):
-        return value
-    if isinstance(value, str) and value in _DTYPE_NAMES:
-        return _DTYPE_NAMES[value]
-    if value is builtins.float:
-        return float32
-    if value is builtins.int:
-        return int64
-    if value is builtins.bool:
-        return bool_
-    try:
-        npd = np.dtype(value)
-    except TypeError:
-        npd = None
-    for d in (float32, int64, bool_):
-        if npd == d._numpy:
-            return d
-    raise TypeError(f"{op}: gpumat tensors are float32, int64 or bool; got dtype {value!r}")
-
-
-_DEVICE_KINDS = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "emu": "emu"}
-
-
-def as_device(device, op: str = "device") -> Context:
-    """A :class:`gpumat.Context` from a context or a name: ``"cpu"``, ``"cuda"``, ``"cuda:1"``,
-    ``"gpu"``, ``"gpu:1"``, ``"emu"``, ``"emu:0"`` (``"cuda"`` is CUDA device 0); None is the
-    host, ``gpumat.cpu()``.
-
-    Raises:
-        TypeError: not a context, a string or None. ValueError: an unknown device name.
-    """
-    if device is None:
-        return Context("cpu", 0)
-    if isinstance(device, Context):
-        return device
-    if isinstance(device, str):
-        kind, sep, index = device.partition(":")
-        kind = _DEVICE_KINDS.get(kind)
-        if kind is None or (sep and not index.isdigit()) or (kind == "cpu" and index not in "0"):
-            raise ValueError(
-                f"{op}: unknown device {device!r}; use 'cpu', 'cuda', 'cuda:N', 'gpu:N', 'emu' "
-                "or 'emu:N', or gpumat.cpu(), gpumat.gpu(i), gpumat.emu(i)"
-            )
-        return Context(kind, int(index) if index else 0)
-    raise TypeError(
-        f"{op}: device must be a gpumat.Context or a name such as 'cpu', 'cuda', 'emu', got "
-        f"{device!r}"
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# The random generator
-# --------------------------------------------------------------------------------------------------
-
-# A fixed default, as PyTorch's default generator has, so runs repeat without a manual_seed.
-_DEFAULT_SEED = 67280421310721
-_generator = np.random.Generator(np.random.PCG64(_DEFAULT_SEED))
-
-
-def manual_seed(seed: int) -> None:
-    """Seed gpumat's random generator (``rand``, ``randn``, ``nn.init``, dropout masks,
-    ``DataLoader`` shuffling), so a run repeats exactly.
-
-    Args:
-        seed: an int in [0, 2**64).
-
-    The generator is numpy's PCG64 (O'Neill, "PCG: A Family of Simple Fast Space-Efficient
-    Statistically Good Algorithms for Random Number Generation", 2014); each random tensor takes
-    one 63-bit draw as the seed of gpumat's counter-based device generator
-    (``gpumat.ops.random_uniform``), so the values are the same on every device. They are not
-    PyTorch's values for the same seed.
-
-    Raises:
-        TypeError / ValueError: a seed that is not an int in range.
-    """
-    global _generator
-    _generator = np.random.Generator(np.random.PCG64(as_seed(seed, "manual_seed")))
-
-
-def generator() -> np.random.Generator:
-    """The numpy generator behind gpumat's randomness (reseeded by :func:`manual_seed`)."""
-    return _generator
-
-
-def draw_seed() -> int:
-    """A fresh seed in [0, 2**63) for a device random op (rand, init, dropout), from
-    gpumat's generator."""
-    return int(_generator.integers(0, 2**63))
-
-
-# --------------------------------------------------------------------------------------------------
-# A graph op of the front end: detach
-# --------------------------------------------------------------------------------------------------
-
-
-class DetachOp(Op):
-    """``detach_op(x)``: x's values with no gradient to x (a copy in a traced step; eagerly,
-    ``Tensor.detach`` shares the storage instead). Used where a traced step cuts the graph:
-    ``detach()`` and ops under ``no_grad``."""
-
-    name = "detach_op"
-    compilable = True
-
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.name = f"Detach({node_x.name})" if len(node_x.name) < 40 else "Detach"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).copy(input_vals[0], output_val)
-
-    def gradient(self, node, output_grad):
-        return [None]
-
-    def infer_shape(self, node, input_shapes):
-        return tuple(input_shapes[0])
-
-
-detach_op = DetachOp()
-
+__all__ = ["Tensor", "apply_op", "check_backward", "reset_grad"]
 
 # --------------------------------------------------------------------------------------------------
 # Tensor
@@ -299,6 +98,18 @@ def _size_args(size, op: str) -> tuple:
     if any(d < 0 for d in out):
         raise ValueError(f"{op}: sizes must be >= 0, got {out}")
     return out
+
+
+def _pointwise(name: str, graph_op, doc: str):
+    """A float32 tensor method applying the one-input graph op ``graph_op`` elementwise."""
+
+    def method(self: Tensor) -> Tensor:
+        _require_float(name, self)
+        return apply_op(name, graph_op, [self])
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = doc
+    return method
 
 
 class Tensor:
@@ -334,11 +145,11 @@ class Tensor:
     __array_ufunc__ = None
 
     def __init__(self, data, dtype=None, device=None, requires_grad: bool = False) -> None:
-        made = tensor(data, dtype=dtype, device=device)
+        made = _copy_of(data, as_dtype(dtype, "tensor"), device, "tensor")
         self._fill(made._data, made._dtype, made._ctx, made._range)
         self.requires_grad = requires_grad
 
-    def _fill(self, data, dt, ctx, rng=None, vc=None) -> None:
+    def _fill(self, data, dt, ctx, bounds=None, vc=None) -> None:
         self._data = data
         self._shape = tuple(data.shape) if data is not None else ()
         self._dtype = dt
@@ -347,21 +158,21 @@ class Tensor:
         self._grad = None
         self._node = None
         self._vc = VersionCounter() if vc is None else vc
-        self._range = rng
+        self._range = bounds
         self._range_src = None
         self._trace = None
         self._tnode = None
 
     @classmethod
-    def _make(cls, data, dt, ctx, rng=None, vc=None) -> Tensor:
+    def _make(cls, data, dt, ctx, bounds=None, vc=None) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t._fill(data, dt, ctx, rng, vc)
+        t._fill(data, dt, ctx, bounds, vc)
         return t
 
     @classmethod
-    def _symbolic(cls, trace, node, shape, dt, ctx, rng=None) -> Tensor:
+    def _symbolic(cls, trace, node, shape, dt, ctx, bounds=None) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t._fill(None, dt, ctx, rng)
+        t._fill(None, dt, ctx, bounds)
         t._shape = tuple(int(d) for d in shape)
         t._trace = trace
         t._tnode = node
@@ -438,7 +249,7 @@ class Tensor:
             )
         self._requires_grad = value
         if self._node is not None:
-            self._node._leaf = self if value else None
+            self._node.saved.leaf = self if value else None
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         """Set ``requires_grad`` in place (leaves only) and return self."""
@@ -519,8 +330,8 @@ class Tensor:
         if node is None:
             node = self._node = leaf_node(self, getattr(self, "_name", "tensor"))
         elif isinstance(node.op, PlaceholderOp):
-            node._value = self._data
-            node._leaf = self if self._requires_grad else None
+            node.saved.value = self._data
+            node.saved.leaf = self if self._requires_grad else None
         return node
 
     def _host_values(self) -> np.ndarray:
@@ -687,17 +498,9 @@ class Tensor:
                 raise RuntimeError("backward(): a tensor of a finished gpumat.compile trace")
             trace.backward(self, gradient, bool(retain_graph))
             return
-        if not self._requires_grad:
-            raise RuntimeError(
-                "element 0 of tensors does not require grad and does not have a grad_fn"
-            )
+        check_backward(self, gradient)
         root = self._graph_node()
         if gradient is None:
-            if self.numel() != 1:
-                raise RuntimeError(
-                    f"grad can be implicitly created only for scalar outputs (this tensor has "
-                    f"shape {shape_str(self._shape)}: pass gradient=)"
-                )
             seed_node = oneslike_op(root)
             seed = (seed_node, run_node(seed_node, [self._data], self._ctx), True)
         else:
@@ -706,7 +509,11 @@ class Tensor:
         _engine_backward(root, seed, self._ctx, bool(retain_graph))
 
     def _gradient_arg(self, gradient) -> Tensor:
-        g = gradient if isinstance(gradient, Tensor) else tensor(gradient, device=self._ctx)
+        g = (
+            gradient
+            if isinstance(gradient, Tensor)
+            else _copy_of(gradient, None, self._ctx, "tensor")
+        )
         g._concrete("backward")
         if g._shape != self._shape:
             raise ValueError(
@@ -740,7 +547,7 @@ class Tensor:
             if isinstance(a, Tensor):
                 device, dt = a._ctx, a._dtype
             elif isinstance(a, (dtype, type, np.dtype)) or (
-                isinstance(a, str) and a in _DTYPE_NAMES
+                isinstance(a, str) and a in DTYPE_NAMES
             ):
                 dt = as_dtype(a, "to")
             else:
@@ -821,7 +628,7 @@ class Tensor:
         if _is_number(other):
             return float(other)
         if isinstance(other, (np.ndarray, list, tuple)):
-            return tensor(other, device=self._ctx)
+            return _copy_of(other, None, self._ctx, "tensor")
         return NotImplemented
 
     def __add__(self, other):
@@ -884,7 +691,7 @@ class Tensor:
         if isinstance(other, Tensor):
             return other.__truediv__(self)
         _require_float("div", self)
-        return _binary("div", full((), other, device=self._ctx), self, div_op)
+        return _binary("div", _filled("full", ((),), other, None, self._ctx, False), self, div_op)
 
     def div(self, other) -> Tensor:
         """``self / other``."""
@@ -925,7 +732,7 @@ class Tensor:
         n = int(exponent)
         _require_float("pow", self)
         if n == 0:
-            return ones_like(self)
+            return _filled("ones", (self._shape,), 1.0, self._dtype, self._ctx, False)
         result, base = None, self
         while n:
             if n & 1:
@@ -972,7 +779,7 @@ class Tensor:
             raise TypeError(f"eq: cannot compare a tensor with a {type(other).__name__}")
         other = value
         if not isinstance(other, Tensor):
-            other = full((), other, device=self._ctx)
+            other = _filled("full", ((),), other, None, self._ctx, False)
         return _binary("eq", self, other, eq_op, out_dtype=bool_, differentiable=False)
 
     def ne(self, other) -> Tensor:
@@ -982,31 +789,6 @@ class Tensor:
         return apply_op("ne", lambda n: add_byconst_op(n, 1.0), [negated], bool_, (0, 1), False)
 
     # ---------------------------------------------------------------- elementwise functions
-
-    def relu(self) -> Tensor:
-        """max(x, 0) elementwise (the gradient at 0 is 0, as PyTorch's)."""
-        _require_float("relu", self)
-        return apply_op("relu", relu_op, [self])
-
-    def tanh(self) -> Tensor:
-        """tanh elementwise."""
-        _require_float("tanh", self)
-        return apply_op("tanh", tanh_op, [self])
-
-    def sigmoid(self) -> Tensor:
-        """1 / (1 + exp(-x)) elementwise (no overflow for large |x|)."""
-        _require_float("sigmoid", self)
-        return apply_op("sigmoid", sigmoid_op, [self])
-
-    def exp(self) -> Tensor:
-        """exp elementwise."""
-        _require_float("exp", self)
-        return apply_op("exp", exp_op, [self])
-
-    def log(self) -> Tensor:
-        """The natural log elementwise (log 0 = -inf, log of a negative number NaN)."""
-        _require_float("log", self)
-        return apply_op("log", log_op, [self])
 
     def softmax(self, dim: int) -> Tensor:
         """exp(x) / sum exp(x) along ``dim`` (max-subtracted: no overflow)."""
@@ -1022,23 +804,18 @@ class Tensor:
 
     # ---------------------------------------------------------------- reductions
 
-    def _reduced_shape(self, axes, keepdim: bool) -> tuple:
-        return tuple(
-            (1 if keepdim else None) if i in axes else d for i, d in enumerate(self._shape)
-        )
-
-    def _reduce(self, name: str, op, dim, keepdim: bool, out_dtype, rng=None):
+    def _reduce(self, name: str, op, dim, keepdim: bool, out_dtype, bounds=None):
         if not isinstance(keepdim, (bool, np.bool_)):
             raise TypeError(f"{name}: keepdim must be a bool, got {keepdim!r}")
         if dim is None:
             flat = self.reshape(-1)
-            out = apply_op(name, lambda n: op(n, 0), [flat], out_dtype, rng)
+            out = apply_op(name, lambda n: op(n, 0), [flat], out_dtype, bounds)
             return out.reshape((1,) * self.ndim) if keepdim else out
         dims = dim if isinstance(dim, (tuple, list)) else (dim,)
         axes = sorted({self._axis(d, name) for d in dims}, reverse=True)
         out = self
         for a in axes:  # from the last axis, so the earlier axes keep their numbers
-            out = apply_op(name, lambda n, a=a: op(n, a, bool(keepdim)), [out], out_dtype, rng)
+            out = apply_op(name, lambda n, a=a: op(n, a, bool(keepdim)), [out], out_dtype, bounds)
         return out
 
     def sum(self, dim=None, keepdim: bool = False) -> Tensor:
@@ -1059,8 +836,8 @@ class Tensor:
         if self._range_src is not None:
             limit = EXACT_INT // max(n, 1)
             self._trace.guard_range(self._range_src, -limit, limit, "sum", ValueError)
-        rng = (min(0, n * lo), max(0, n * hi))
-        return self._reduce("sum", reduce_sum_op, dim, keepdim, int64, rng)
+        bounds = (min(0, n * lo), max(0, n * hi))
+        return self._reduce("sum", reduce_sum_op, dim, keepdim, int64, bounds)
 
     def _reduced_count(self, dim) -> int:
         dims = dim if isinstance(dim, (tuple, list)) else (dim,)
@@ -1213,10 +990,10 @@ class Tensor:
                 "gpumat's autograd; use the out-of-place op"
             )
 
-    def _changed(self, rng=None) -> Tensor:
+    def _changed(self, bounds=None) -> Tensor:
         self._vc.value += 1
         if self._dtype is not float32:
-            self._range = rng
+            self._range = bounds
         return self
 
     def zero_(self) -> Tensor:
@@ -1276,7 +1053,7 @@ class Tensor:
         tensor's storage, in place; its dtype is kept."""
         self._check_inplace("copy_")
         if not isinstance(src, Tensor):
-            src = tensor(src, dtype=self._dtype)
+            src = _copy_of(src, self._dtype, None, "tensor")
         src._concrete("copy_")
         if src._shape != self._shape:
             raise ValueError(
@@ -1301,6 +1078,23 @@ class Tensor:
         _require_float("normal_", self)
         ops.random_normal(self._data, float(mean), float(std), draw_seed())
         return self._changed()
+
+
+# The pointwise methods (relu, tanh, sigmoid, exp, log, sqrt, ...): one per graph op that names one.
+for _op in TENSOR_METHODS:
+    setattr(Tensor, _op.tensor_method, _pointwise(_op.tensor_method, _op, _op.tensor_doc))
+
+
+def check_backward(root: Tensor, gradient) -> None:
+    """The checks eager and traced ``backward`` share (PyTorch's errors): RuntimeError when
+    ``root`` does not require a gradient, or has more than one element and no ``gradient``."""
+    if not root._requires_grad:
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+    if gradient is None and root.numel() != 1:
+        raise RuntimeError(
+            "grad can be implicitly created only for scalar outputs (this tensor has shape "
+            f"{shape_str(root._shape)}: pass gradient=)"
+        )
 
 
 def _flat(shape) -> tuple:
@@ -1350,7 +1144,7 @@ def apply_op(
     make,
     inputs: list,
     out_dtype=float32,
-    rng=None,
+    bounds=None,
     differentiable: bool = True,
     view: bool = False,
 ) -> Tensor:
@@ -1361,7 +1155,7 @@ def apply_op(
         make: builds the graph node from the inputs' nodes (an op helper, e.g. ``relu_op`` or
             ``lambda x, w: matmul_op(x, w, False, True)``).
         inputs: the tensors, all on one device.
-        out_dtype: the result's dtype; rng: its value range (int64 and bool results).
+        out_dtype: the result's dtype; bounds: its value range (int64 and bool results).
         differentiable: whether the result may require a gradient.
         view: the result shares the input's version counter (reshapes).
 
@@ -1378,14 +1172,14 @@ def apply_op(
     if trace is not None or any(t._trace is not None for t in inputs):
         if trace is None:
             raise RuntimeError(f"{op}: a tensor of a finished gpumat.compile trace")
-        return trace.apply(op, make, inputs, out_dtype, rng, differentiable)
+        return trace.apply(op, make, inputs, out_dtype, bounds, differentiable)
     grad = differentiable and is_grad_enabled() and any(t._requires_grad for t in inputs)
     node = make(*[t._graph_node() for t in inputs])
     try:
         value = run_node(node, [t._data for t in inputs], ctx)
     except ValueError as exc:
         raise ValueError(f"{op}: {exc}") from None
-    out = Tensor._make(value, out_dtype, ctx, rng, inputs[0]._vc if view else None)
+    out = Tensor._make(value, out_dtype, ctx, bounds, inputs[0]._vc if view else None)
     if grad:
         out._requires_grad = True
         record(node, value, out._vc, tuple(t._vc.value for t in inputs))
@@ -1447,8 +1241,8 @@ def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differen
         _require_float(op, a, b)
     _device_of(op, [a, b])
     a2, b2 = _broadcast(op, a, b)
-    rng = (0, 1) if out_dtype is bool_ else None
-    return apply_op(op, graph_op, [a2, b2], out_dtype, rng, differentiable)
+    bounds = (0, 1) if out_dtype is bool_ else None
+    return apply_op(op, graph_op, [a2, b2], out_dtype, bounds, differentiable)
 
 
 def _add(a: Tensor, b: Tensor, op: str = "add") -> Tensor:
@@ -1495,7 +1289,7 @@ def _from_host(data, dt, ctx: Context, op: str) -> Tensor:
     if dt is None:
         kind = arr.dtype.kind
         dt = bool_ if kind == "b" else int64 if kind in "iu" else float32
-    rng = None
+    bounds = None
     if dt is not float32:
         values = arr.astype(np.float64)
         if dt is bool_:
@@ -1511,54 +1305,22 @@ def _from_host(data, dt, ctx: Context, op: str) -> Tensor:
                 )
         else:
             lo = hi = 0
-        rng = (lo, hi)
+        bounds = (lo, hi)
         arr = values
-    return Tensor._make(array(arr, ctx), dt, ctx, rng)
+    return Tensor._make(array(arr, ctx), dt, ctx, bounds)
 
 
-def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    """A new tensor holding a copy of ``data``.
-
-    Args:
-        data: a number, nested lists, a numpy array or a Tensor (copied).
-        dtype: ``gpumat.float32``, ``gpumat.int64``, ``gpumat.bool`` (or their names, Python's
-            float/int/bool); default from the data: floats -> float32 (float64 data is rounded),
-            integers -> int64, bools -> bool.
-        device: ``gpumat.cpu()``, ``gpumat.emu(i)``, ``gpumat.gpu(i)`` or a name (``"cpu"``,
-            ``"cuda"``, ``"cuda:0"``, ``"emu"``); default the host (or the Tensor's device).
-        requires_grad: record ops on it for backward (float32 only).
-
-    Raises:
-        TypeError: non-numeric data or a bad dtype or device. ValueError: int64 data that is not
-            whole or beyond 2**24 in magnitude; ragged lists. MemoryError, gpumat.CudaError: as
-            for ``gpumat.array``.
-    """
-    dt = as_dtype(dtype, "tensor")
+def _copy_of(data, dt, device, op: str) -> Tensor:
+    """A new tensor holding a copy of ``data`` (a Tensor, a PyGpuMatrix or host data), on
+    ``device`` (default: the Tensor's, else the host) and of dtype ``dt`` (default: the data's)."""
     if isinstance(data, Tensor):
-        data._concrete("tensor")
-        ctx = data._ctx if device is None else as_device(device, "tensor")
+        data._concrete(op)
+        ctx = data._ctx if device is None else as_device(device, op)
         out = Tensor._make(array(data._data, ctx), data._dtype, ctx, data._range)
-        if dt is not None and dt is not out._dtype:
-            out = out.to(dt)
-    else:
-        if isinstance(data, PyGpuMatrix):
-            data = data.asnumpy()
-        out = _from_host(data, dt, as_device(device, "tensor"), "tensor")
-    if requires_grad:
-        out.requires_grad = True
-    return out
-
-
-def from_numpy(ndarray: np.ndarray) -> Tensor:
-    """A tensor on the host with a copy of ``ndarray`` (PyTorch shares the memory; gpumat's
-    tensors own device storage, so this copies). float64 data becomes float32, integers int64.
-
-    Raises:
-        TypeError: not a numpy array, or not numeric.
-    """
-    if not isinstance(ndarray, np.ndarray):
-        raise TypeError(f"from_numpy: expected a numpy array, got {type(ndarray).__name__}")
-    return _from_host(ndarray, None, Context("cpu", 0), "from_numpy")
+        return out if dt is None or dt is out._dtype else out.to(dt)
+    if isinstance(data, PyGpuMatrix):
+        data = data.asnumpy()
+    return _from_host(data, dt, as_device(device, op), op)
 
 
 def _filled(op: str, size, value, dtype, device, requires_grad) -> Tensor:
@@ -1575,93 +1337,8 @@ def _filled(op: str, size, value, dtype, device, requires_grad) -> Tensor:
     ctx = as_device(device, op)
     data = empty(shape, ctx)
     ops.array_set(data, float(value))
-    rng = None if dt is float32 else (int(value), int(value))
-    out = Tensor._make(data, dt, ctx, rng)
-    if requires_grad:
-        out.requires_grad = True
-    return out
-
-
-def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3))`` (float32 unless ``dtype``)."""
-    return _filled("zeros", size, 0.0, dtype or float32, device, requires_grad)
-
-
-def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    """A tensor of ones (float32 unless ``dtype``)."""
-    return _filled("ones", size, 1.0, dtype or float32, device, requires_grad)
-
-
-def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    """A tensor of ``size`` filled with ``fill_value`` (dtype from the value unless given)."""
-    size = (size,) if isinstance(size, numbers.Integral) else tuple(size)
-    return _filled("full", (size,), fill_value, dtype, device, requires_grad)
-
-
-def zeros_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    """Zeros of ``t``'s shape, dtype and device (unless given)."""
-    return zeros(
-        t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad
-    )
-
-
-def ones_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    """Ones of ``t``'s shape, dtype and device (unless given)."""
-    return ones(
-        t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad
-    )
-
-
-def _random(op: str, size, fill, device, dtype, requires_grad) -> Tensor:
-    if current_trace() is not None:
-        raise RuntimeError(
-            f"{op}: a random tensor made inside a step compiled by gpumat.compile would repeat "
-            "its first values on every call; make it outside the step and pass it in"
-        )
-    dt = as_dtype(dtype, op)
-    if dt not in (None, float32):
-        raise TypeError(f"{op}: random tensors are float32, got dtype {dt}")
-    ctx = as_device(device, op)
-    data = empty(_size_args(size, op), ctx)
-    fill(data, draw_seed())
-    out = Tensor._make(data, float32, ctx)
-    if requires_grad:
-        out.requires_grad = True
-    return out
-
-
-def rand(*size, device=None, dtype=None, requires_grad: bool = False) -> Tensor:
-    """Samples of U[0, 1) (float32) from gpumat's generator (:func:`manual_seed`)."""
-    return _random(
-        "rand", size, lambda d, s: ops.random_uniform(d, 0.0, 1.0, s), device, dtype, requires_grad
-    )
-
-
-def randn(*size, device=None, dtype=None, requires_grad: bool = False) -> Tensor:
-    """Samples of N(0, 1) (float32; Box-Muller on gpumat's counter-based generator)."""
-    return _random(
-        "randn", size, lambda d, s: ops.random_normal(d, 0.0, 1.0, s), device, dtype, requires_grad
-    )
-
-
-def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool = False):
-    """``start, start + step, ...`` below ``end`` (``arange(n)``: 0 .. n - 1): int64 when every
-    argument is an int, else float32 (numpy's ``arange`` values).
-
-    Raises:
-        ValueError: step 0. TypeError: non-numeric arguments.
-    """
-    if end is None:
-        start, end = 0, start
-    for v in (start, end, step):
-        if not _is_number(v) or isinstance(v, (bool, np.bool_)):
-            raise TypeError(f"arange: start, end and step must be numbers, got {v!r}")
-    if step == 0:
-        raise ValueError("arange: step must be nonzero")
-    ints = all(isinstance(v, numbers.Integral) for v in (start, end, step))
-    dt = as_dtype(dtype, "arange") or (int64 if ints else float32)
-    values = np.arange(start, end, step, dtype=np.float64 if not ints else np.int64)
-    out = _from_host(values, dt, as_device(device, "arange"), "arange")
+    bounds = None if dt is float32 else (int(value), int(value))
+    out = Tensor._make(data, dt, ctx, bounds)
     if requires_grad:
         out.requires_grad = True
     return out
@@ -1682,185 +1359,3 @@ def reset_grad(t: Tensor, set_to_none: bool = True) -> None:
         g._concrete("zero_grad")
         ops.array_set(g._data, 0.0)
         g._vc.value += 1
-
-
-def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:  # noqa: A002
-    """``input.flatten(start_dim, end_dim)`` (PyTorch's ``torch.flatten``)."""
-    if not isinstance(input, Tensor):
-        raise TypeError(f"flatten: expected a Tensor, got {type(input).__name__}")
-    return input.flatten(start_dim, end_dim)
-
-
-# --------------------------------------------------------------------------------------------------
-# Tracing for gpumat.compile
-# --------------------------------------------------------------------------------------------------
-
-
-class Trace:
-    """The record of one traced call of a step compiled by :func:`gpumat.compile`.
-
-    While a trace is active (:func:`gpumat.autograd.set_trace`), tensor ops build graph nodes
-    over placeholders instead of running: each concrete tensor the step reads (parameters,
-    constants) becomes a placeholder fed with its storage on every call (``feeds``), each tensor
-    argument a placeholder of its own (``inputs``), and the results are symbolic tensors (shape,
-    dtype and device, no value). ``backward`` adds :func:`gpumat.graph.gradients` for the leaves
-    that require a gradient, ``optimizer.step()`` records which gradients update which
-    parameters (``steps``), and the checks a replay must repeat are kept (``module_guards``: the
-    train/eval mode of every module called; ``range_guards``: class-index ranges of int64
-    arguments).
-    """
-
-    def __init__(self) -> None:
-        self.ctx = None
-        self.feeds: dict = {}  # id(tensor) -> (tensor, placeholder)
-        self.leaves: dict = {}  # placeholder -> tensor that requires a gradient
-        self.inputs: list = []  # (argument position, placeholder)
-        self.touched: dict = {}  # id(tensor) -> (tensor, its grad before the trace)
-        self.steps: list = []  # (optimizer, [(parameter index, gradient node)])
-        self.updated: set = set()
-        self.module_guards: dict = {}
-        self.range_guards: list = []  # (input position, lo, hi, op, error class)
-        self.freed: set = set()
-
-    def _use(self, ctx: Context, op: str) -> None:
-        if self.ctx is None:
-            self.ctx = ctx
-        elif ctx != self.ctx:
-            raise ValueError(
-                f"{op}: a compiled step runs on one device; it uses {self.ctx} and {ctx}"
-            )
-
-    def input(self, position: int, arg: Tensor) -> Tensor:
-        """A symbolic tensor standing for tensor argument ``arg`` (at ``position``)."""
-        arg._concrete("gpumat.compile")
-        self._use(arg._ctx, "gpumat.compile")
-        node = Variable(f"input{position}")
-        self.inputs.append((position, node))
-        t = Tensor._symbolic(self, node, arg._shape, arg._dtype, arg._ctx, arg._range)
-        t._range_src = len(self.inputs) - 1
-        if arg._requires_grad:
-            t._requires_grad = True
-            self.leaves[node] = arg
-        return t
-
-    def node_of(self, t: Tensor, op: str) -> Node:
-        """The trace's node for ``t``: its symbolic node, or a placeholder fed with its storage."""
-        if t._trace is self:
-            return t._tnode
-        if t._trace is not None:
-            raise RuntimeError(f"{op}: a tensor of another gpumat.compile trace")
-        if id(t) in self.updated:
-            raise RuntimeError(
-                f"{op}: the step reads a parameter after optimizer.step() updated it; a compiled "
-                "step runs the update after its graph, so read parameters before the step"
-            )
-        if t._requires_grad and not t.is_leaf:
-            raise RuntimeError(
-                f"{op}: the step uses a tensor that was computed outside it with a gradient "
-                "history; compute it inside the step, or detach() it"
-            )
-        self._use(t._ctx, op)
-        entry = self.feeds.get(id(t))
-        if entry is None:
-            node = Variable(getattr(t, "_name", "tensor"))
-            entry = self.feeds[id(t)] = (t, node)
-            if t._requires_grad:
-                self.leaves[node] = t
-        return entry[1]
-
-    def apply(self, op, make, inputs, out_dtype, rng, differentiable) -> Tensor:
-        """The symbolic result of one op (see :func:`apply_op`)."""
-        nodes = [self.node_of(t, op) for t in inputs]
-        node = make(*nodes)
-        try:
-            shape = node.op.infer_shape(node, [t._shape for t in inputs])
-        except ValueError as exc:
-            raise ValueError(f"{op}: {exc}") from None
-        wants_grad = any(t._requires_grad for t in inputs)
-        grad = differentiable and is_grad_enabled() and wants_grad
-        if wants_grad and not grad and node.op is not detach_op:
-            node = detach_op(node)  # no gradient through this value, as eagerly
-        out = Tensor._symbolic(self, node, shape, out_dtype, inputs[0]._ctx, rng)
-        out._requires_grad = grad
-        return out
-
-    def guard_range(self, source: int, lo: int, hi: int, op: str, error) -> None:
-        """Each call must check that int64 argument number ``source`` lies in [lo, hi]."""
-        self.range_guards.append((source, lo, hi, op, error))
-
-    def guard_module(self, module) -> None:
-        """Each call must find ``module`` in the train/eval mode it had when traced."""
-        self.module_guards[id(module)] = (module, module.training)
-
-    def touch_grad(self, t: Tensor) -> None:
-        """Remember ``t.grad`` before the trace changes it (restored if tracing fails)."""
-        if id(t) not in self.touched and t._trace is None:
-            self.touched[id(t)] = (t, t._grad)
-
-    def backward(self, root: Tensor, gradient, retain_graph: bool) -> None:
-        """Add the gradient graph of ``root`` and accumulate symbolic gradients in ``.grad``."""
-        if not root._requires_grad:
-            raise RuntimeError(
-                "element 0 of tensors does not require grad and does not have a grad_fn"
-            )
-        seed = None
-        if gradient is None:
-            if root.numel() != 1:
-                raise RuntimeError(
-                    "grad can be implicitly created only for scalar outputs (this tensor has "
-                    f"shape {shape_str(root._shape)}: pass gradient=)"
-                )
-        else:
-            g = gradient if isinstance(gradient, Tensor) else tensor(gradient, device=root._ctx)
-            if g._shape != root._shape or g._dtype is not float32:
-                raise ValueError(
-                    f"backward: gradient must be a float32 tensor of shape {shape_str(root._shape)}"
-                )
-            seed = self.node_of(g, "backward")
-        topo = find_topo_sort([root._tnode])
-        leaves = [n for n in topo if n in self.leaves]
-        path = {n for n in topo if not isinstance(n.op, PlaceholderOp)}
-        if path & self.freed:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time; call "
-                "backward(retain_graph=True) the first time"
-            )
-        grads = gradients(root._tnode, leaves, output_grad=seed) if leaves else []
-        for leaf, g in zip(leaves, grads, strict=True):
-            t = self.leaves[leaf]
-            previous = t._grad
-            if previous is None:
-                node = g
-            elif previous._trace is self:
-                node = add_op(previous._tnode, g)
-            else:
-                raise RuntimeError(
-                    "backward: a compiled step would add to a .grad computed outside it; call "
-                    "optimizer.zero_grad() (or model.zero_grad()) at the start of the step"
-                )
-            t.grad = Tensor._symbolic(self, node, t._shape, float32, t._ctx)
-        if not retain_graph:
-            self.freed |= path
-
-    def zeros_grad(self, t: Tensor) -> None:
-        """``t.grad`` = zeros inside the step (``zero_grad(set_to_none=False)``)."""
-        t.grad = Tensor._symbolic(
-            self, zeroslike_op(self.node_of(t, "zero_grad")), t._shape, float32, t._ctx
-        )
-
-    def record_step(self, optimizer, params: list) -> None:
-        """``optimizer.step()`` inside the step: the update of each parameter with a gradient."""
-        pairs = []
-        for i, p in enumerate(params):
-            g = p._grad
-            if g is None:
-                continue
-            if g._trace is not self:
-                raise RuntimeError(
-                    "optimizer.step(): inside a compiled step the gradients must come from the "
-                    "step's own backward(); call optimizer.zero_grad() at its start"
-                )
-            self.node_of(p, "optimizer.step")
-            pairs.append((i, g._tnode))
-        self.steps.append((optimizer, pairs))
-        self.updated |= {id(params[i]) for i, _ in pairs}

@@ -36,7 +36,7 @@ from gpumat import checkpoint, ops
 from gpumat import distributed as dist
 from gpumat.arrays import array, empty, is_device_array
 from gpumat.datasets import iterate_minibatches, one_hot, progress_bar_wanted
-from gpumat.device import Context, build_info, cpu, cuda_available, emu, gpu
+from gpumat.device import as_device, build_info, cuda_available
 from gpumat.models import Model
 from gpumat.optim import SGD
 from gpumat.runtime import Executor
@@ -59,14 +59,15 @@ DEFAULT_LR = 1e-3 * DEFAULT_BATCH_SIZE
 
 
 def get_context(device=None):
-    """The executor context for a backend name or context.
+    """The executor context for a backend name or context (parsed by
+    :func:`gpumat.device.as_device`, the front end's parser, with the numpy backend added).
 
     Args:
         device: ``None`` or ``"numpy"`` (the numpy backend), ``"cpu"`` (``gpumat.cpu()``),
-            ``"gpu"`` or ``"gpu:i"`` (``gpumat.gpu(i)``), ``"emu"`` or ``"emu:i"`` (the emulated
-            CUDA device ``gpumat.emu(i)``: the CUDA kernels on the CPU, slow), ``"auto"``
-            (``gpu(0)`` when :func:`gpumat.cuda_available`, else ``cpu()``), or a
-            ``gpumat.Context`` (returned as is).
+            ``"gpu"``, ``"gpu:i"``, ``"cuda"``, ``"cuda:i"`` (``gpumat.gpu(i)``), ``"emu"`` or
+            ``"emu:i"`` (the emulated CUDA device ``gpumat.emu(i)``: the CUDA kernels on the
+            CPU, slow), ``"auto"`` (``gpu(0)`` when :func:`gpumat.cuda_available`, else
+            ``cpu()``), or a ``gpumat.Context`` (returned as is).
 
     Returns:
         ``None`` for numpy, else a ``gpumat.Context``.
@@ -76,21 +77,8 @@ def get_context(device=None):
             ``gpumat.cuda_available()`` is false (the message says whether gpumat was built
             without CUDA or no device is visible).
     """
-    if device is None or isinstance(device, Context):
-        return device
-    if not isinstance(device, str):
-        raise TypeError(f"device must be None, a name or a gpumat.Context, got {device!r}")
-    name = device.strip().lower()
-    if name == "numpy":
-        return None
-    if name == "cpu":
-        return cpu()
-    if name == "auto":
-        return gpu(0) if cuda_available() else cpu()
-    if name == "emu" or name.startswith("emu:"):
-        return emu(int(name.partition(":")[2] or 0))
-    if name == "gpu" or name.startswith("gpu:"):
-        index = int(name.partition(":")[2] or 0)
+    ctx = as_device(device, "get_context", numpy=True)
+    if isinstance(device, str) and ctx is not None and ctx.device_type == "gpu":
         if not cuda_available():
             why = (
                 "no CUDA device is visible"
@@ -98,11 +86,19 @@ def get_context(device=None):
                 else "gpumat was built without CUDA"
             )
             raise RuntimeError(f"device {device!r} asked for, but {why}; use 'cpu' or 'numpy'")
-        return gpu(index)
-    raise ValueError(
-        f"unknown device {device!r}: expected 'numpy', 'cpu', 'gpu', 'gpu:i', 'emu', 'emu:i' or "
-        "'auto'"
-    )
+    return ctx
+
+
+_EXECUTOR_OPTIONS = ("fusion", "compiled", "cuda_graph")
+
+
+def _executor_options(options: Mapping | None) -> dict:
+    """fit's ``executor`` mapping, checked: only the Executor's step options, as bools."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(_EXECUTOR_OPTIONS))
+    if unknown:
+        raise TypeError(f"fit: unknown executor options {unknown}; use {list(_EXECUTOR_OPTIONS)}")
+    return {k: bool(v) for k, v in options.items()}
 
 
 def _backend_name(ctx) -> str:
@@ -330,9 +326,7 @@ def fit(
     distributed: bool = False,
     checkpoint: str | os.PathLike[str] | None = None,
     resume: str | os.PathLike[str] | None = None,
-    fusion: bool = True,
-    compiled: bool = True,
-    cuda_graph: bool = True,
+    executor: Mapping | None = None,
 ) -> History:
     """Train ``model`` on mini-batches (SGD by default); record loss, time and accuracy per epoch.
 
@@ -391,12 +385,13 @@ def fit(
             same data, batch size, backend and seed, N epochs then M resumed ones give bitwise the
             same parameters as N + M straight epochs on the cpu device and the numpy backend.
             Checkpoints are taken at epoch ends only.
-        fusion: run the executor's fusion pass (``gpumat.runtime.fusion``; default True): fused
-            dense layers, ReLU/bias gradients and loss. False trains the graph as built (same values
-            up to float32 rounding; the benchmark compares the two).
-        compiled, cuda_graph: the executor's flags (``gpumat.Executor``; default True): steps
-            compiled into one native call each, and on a CUDA or emulated device replayed as one
-            CUDA graph launch. Same values either way; ``history.schedule`` says what ran.
+        executor: options of the training step's :class:`gpumat.runtime.Executor`, a mapping
+            with any of ``fusion``, ``compiled`` and ``cuda_graph`` (each default True):
+            ``fusion`` runs the fusion pass (fused dense layers, ReLU/bias gradients and loss;
+            False trains the graph as built: same values up to float32 rounding, the benchmark
+            compares the two); ``compiled`` and ``cuda_graph`` compile steps into one native call
+            each and, on a CUDA or emulated device, replay them as one CUDA graph launch (same
+            values either way; ``history.schedule`` says what ran).
 
     Returns:
         A :class:`History`: per-epoch loss, seconds and validation accuracy, final validation and
@@ -441,13 +436,7 @@ def fit(
         ctx=ctx,
         opt=opt,
         par=par,
-        executor=Executor(
-            [model.loss, *model.grads],
-            ctx=ctx,
-            fusion=fusion,
-            compiled=compiled,
-            cuda_graph=cuda_graph,
-        ),
+        executor=Executor([model.loss, *model.grads], ctx=ctx, **_executor_options(executor)),
         predictor=_Predictor(model, ctx, eval_batch_size),
         feed=dict(zip(model.params.values(), values, strict=True)),
         rng=np.random.default_rng(seed) if shuffle else None,
@@ -471,9 +460,7 @@ def fit(
         )
     first_epoch = 0
     if resume is not None:
-        first_epoch = _restore(
-            resume, model, values, opt, run.history, run.rng, batch_size=batch_size, shuffle=shuffle
-        )
+        first_epoch = _restore(resume, run, batch_size=batch_size, shuffle=shuffle)
     # Dropout masks use seed + executor.step: a resumed run continues the masks' sequence.
     run.executor.step = first_epoch * run.n_batches
 
@@ -500,15 +487,7 @@ def fit(
                 _print_epoch(run.history, epoch, last_epoch, print_loss)
             # Data parallel: every rank holds the same state, and rank 0 alone writes it.
             if checkpoint is not None and par.rank == 0:
-                _save_state(
-                    checkpoint,
-                    run.history,
-                    opt,
-                    run.rng,
-                    epoch + 1,
-                    (epoch + 1) * run.n_batches,
-                    shuffle,
-                )
+                _save_state(checkpoint, run, epoch + 1, shuffle)
     finally:
         bar.close()
     return _finish(run, test)
@@ -674,11 +653,13 @@ def _finish(run: _Run, test) -> History:
 # ---- checkpoints: the training state in and out of a gpumat.checkpoint file
 
 
-def _save_state(path, history: History, opt, rng, epochs_done: int, steps: int, shuffle) -> None:
+def _save_state(path, run: _Run, epochs_done: int, shuffle) -> None:
+    """Write the run's training state after ``epochs_done`` epochs to the checkpoint ``path``."""
+    history, rng = run.history, run.rng
     progress = {
         "model": history.model,
         "epoch": epochs_done,
-        "step": steps,
+        "step": epochs_done * run.n_batches,
         "batch_size": history.batch_size,
         "shuffle": bool(shuffle),
         "rng_state": None if rng is None else rng.bit_generator.state,
@@ -689,16 +670,19 @@ def _save_state(path, history: History, opt, rng, epochs_done: int, steps: int, 
             "valid_accuracy": history.valid_accuracy,
         },
     }
-    checkpoint.save_training_state(path, params=history.params, optimizer=opt, progress=progress)
+    checkpoint.save_training_state(
+        path, params=history.params, optimizer=run.opt, progress=progress
+    )
 
 
-def _restore(path, model: Model, values: list, opt, history: History, rng, *, batch_size, shuffle):
-    """Load a training checkpoint into the parameters, optimizer, history and generator.
+def _restore(path, run: _Run, *, batch_size, shuffle):
+    """Load a training checkpoint into the run's parameters, optimizer, history and generator.
 
     Returns the number of epochs already done. All or nothing: the metadata is checked by
     load_training_state and here (the generator's state on a scratch generator of the same kind)
     before the first change, and the optimizer, which checks its own state, goes first.
     """
+    model, opt, history, rng = run.model, run.opt, run.history, run.rng
     name = os.fspath(path)
     if not hasattr(opt, "load_state_dict"):
         raise TypeError(f"fit: resume= needs an optimizer with load_state_dict(); got {opt!r}")
@@ -726,7 +710,7 @@ def _restore(path, model: Model, values: list, opt, history: History, rng, *, ba
                 f"{type(rng.bit_generator).__name__} cannot take: {exc}"
             ) from None
     opt.load_state_dict(state["optimizer"])
-    for k, dst in zip(model.params, values, strict=True):
+    for k, dst in zip(model.params, run.feed.values(), strict=True):
         src = state["params"][k]
         if isinstance(dst, np.ndarray):
             dst[...] = src

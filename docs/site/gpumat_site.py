@@ -51,6 +51,9 @@ SECTIONS = [
         "The PyTorch-style front end",
         [
             "gpumat.tensor",
+            "gpumat.creation",
+            "gpumat.dtypes",
+            "gpumat.random",
             "gpumat.autograd",
             "gpumat.nn",
             "gpumat.compiler",

@@ -83,9 +83,15 @@ struct StepOf<void (*)(P...)> {
 #define GPUMAT_STEP(NAME) {#NAME, StepOf<decltype(&ops::NAME)>::entry<&ops::NAME>()}
 
 // Every op of ops.h that a graph node can call (all but the multi-tensor optimizer steps, whose
-// tensor lists a step cannot hold), grouped by family as ops.h is.
+// tensor lists a step cannot hold): the pointwise ops from kernels.def, then the others grouped by
+// family as ops.h is.
 const std::map<std::string, OpEntry>& op_table() {
   static const std::map<std::string, OpEntry> table = {
+  // the pointwise ops of kernels.def (GPUMAT_UNARY, GPUMAT_UNARY_GRADIENT), in every family
+#define GPUMAT_KERNEL(name, params)
+#define GPUMAT_UNARY(name, doc) GPUMAT_STEP(name),
+#define GPUMAT_UNARY_GRADIENT(name, doc) GPUMAT_STEP(name),
+#include "kernels.def"
       // elementwise
       GPUMAT_STEP(array_set),
       GPUMAT_STEP(add),
@@ -101,10 +107,6 @@ const std::map<std::string, OpEntry>& op_table() {
       // activation
       GPUMAT_STEP(relu),
       GPUMAT_STEP(relu_gradient),
-      GPUMAT_STEP(tanh),
-      GPUMAT_STEP(sigmoid),
-      GPUMAT_STEP(tanh_gradient),
-      GPUMAT_STEP(sigmoid_gradient),
       GPUMAT_STEP(dropout),
       GPUMAT_STEP(relu_bias_gradient),
       // layout

@@ -491,6 +491,11 @@ void frontend_kernel_cases() {
     const std::string t = " n=" + std::to_string(n);
     check("exp" + t, {{n}}, {{n}}, [](Arrays& a) { ops::exp(a[0], a[1]); }, 1e-6f, -80.0f, 80.0f);
     check("log" + t, {{n}}, {{n}}, [](Arrays& a) { ops::log(a[0], a[1]); }, 1e-6f, 1e-6f, 100.0f);
+    // correctly rounded on both devices (the division too), so equal bit for bit
+    check("sqrt" + t, {{n}}, {{n}}, [](Arrays& a) { ops::sqrt(a[0], a[1]); }, 0.0f, 0.0f, 100.0f);
+    check(
+        "sqrt_gradient" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::sqrt_gradient(a[0], a[1], a[2]); }, 0.0f,
+        0.01f, 10.0f);
     check("divide" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::divide(a[0], a[1], a[2]); }, 0.0f);
     // eq of relu(x) and relu(y): equal (0 == 0) where both are negative, a quarter of the elements
     check(

@@ -17,36 +17,6 @@ def relu_gradient_(PyGpuMatrix a not None, PyGpuMatrix grad not None, PyGpuMatri
         relu_gradient(a.mat[0], grad.mat[0], out.mat[0])
 
 
-def tanh_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "tanh", "a")
-    _require(out, "tanh", "out")
-    with nogil:
-        tanh(a.mat[0], out.mat[0])
-
-
-def sigmoid_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "sigmoid", "a")
-    _require(out, "sigmoid", "out")
-    with nogil:
-        sigmoid(a.mat[0], out.mat[0])
-
-
-def tanh_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None):
-    _require(y, "tanh_gradient", "y")
-    _require(dy, "tanh_gradient", "dy")
-    _require(out, "tanh_gradient", "out")
-    with nogil:
-        tanh_gradient(y.mat[0], dy.mat[0], out.mat[0])
-
-
-def sigmoid_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None):
-    _require(y, "sigmoid_gradient", "y")
-    _require(dy, "sigmoid_gradient", "dy")
-    _require(out, "sigmoid_gradient", "out")
-    with nogil:
-        sigmoid_gradient(y.mat[0], dy.mat[0], out.mat[0])
-
-
 def dropout_(PyGpuMatrix a not None, PyGpuMatrix out not None, float p, uint64_t seed):
     _require(a, "dropout", "a")
     _require(out, "dropout", "out")

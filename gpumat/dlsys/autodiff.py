@@ -111,12 +111,8 @@ class SoftmaxCrossEntropyOp(_graph.SoftmaxCrossEntropyOp):
     whose gradient with respect to y is the course's **summed** ``softmax(y) - y_`` (times the
     output gradient), not the derivative of the mean."""
 
-    def gradient(self, node, output_grad):
-        y, y_ = node.inputs
-        grad = softmaxcrossentropy_gradient_op(y, y_)
-        if not (output_grad.op is oneslike_op and output_grad.inputs[0] is node):
-            grad = grad * broadcastto_op(output_grad, y)
-        return [grad, Undefined("softmaxcrossentropy_op: gradient with respect to the labels")]
+    def gradient_op(self):
+        return softmaxcrossentropy_gradient_op
 
 
 class SoftmaxCrossEntropyGradientOp(_graph.SoftmaxCrossEntropyGradientOp):

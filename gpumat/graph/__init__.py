@@ -25,10 +25,13 @@ from gpumat.graph.layout import *
 from gpumat.graph.loss import *
 from gpumat.graph.matmul import *
 from gpumat.graph.node import (
+    Attr,
     AxisOp,
     Node,
     Op,
     PlaceholderOp,
+    UnaryGradientOp,
+    UnaryOp,
     Undefined,
     Variable,
     kernels_for,
@@ -43,6 +46,7 @@ _FAMILIES = (elementwise, activation, layout, reduce, matmul, softmax, loss, con
 
 __all__ = sorted(
     {n for family in _FAMILIES for n in family.__all__}
-    | {"AxisOp", "Node", "Op", "PlaceholderOp", "Undefined", "Variable", "kernels_for"}
+    | {"Attr", "AxisOp", "Node", "Op", "PlaceholderOp", "UnaryGradientOp", "UnaryOp", "Undefined"}
+    | {"Variable", "kernels_for"}
     | {"placeholder_op", "find_topo_sort", "gradients"}
 )

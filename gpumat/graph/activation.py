@@ -12,7 +12,15 @@ from __future__ import annotations
 import itertools
 
 from gpumat._checks import as_probability, as_seed
-from gpumat.graph.node import Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import (
+    Attr,
+    Op,
+    UnaryGradientOp,
+    UnaryOp,
+    kernels_for,
+    shape_str,
+    short_name,
+)
 
 __all__ = [
     "DropoutOp",
@@ -34,25 +42,18 @@ __all__ = [
 ]
 
 
-class ReluOp(Op):
+class ReluOp(UnaryOp):
     """max(a, 0) elementwise."""
 
-    name = "relu_op"
-
-    def __call__(self, node_A: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A]
-        new_node.name = f"Relu({short_name(node_A)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).relu(input_vals[0], output_val)
+    name, label, kernel = "relu_op", "Relu", "relu"
+    tensor_method, tensor_doc = (
+        "relu",
+        "max(x, 0) elementwise (the gradient at 0 is 0, as PyTorch's).",
+    )
+    inputs = ("node_A",)
 
     def gradient(self, node, output_grad):
         return [relu_gradient_op(node.inputs[0], output_grad)]
-
-    def infer_shape(self, node, input_shapes):
-        return tuple(input_shapes[0])
 
 
 class ReluGradientOp(Op):
@@ -62,15 +63,9 @@ class ReluGradientOp(Op):
     """
 
     name = "relu_gradient_op"
-
-    def __call__(self, node_A: Node, node_G: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_G]
-        new_node.name = f"ReluGradient({short_name(node_A)},{short_name(node_G)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).relu_gradient(input_vals[0], input_vals[1], output_val)
+    kernel = "relu_gradient"
+    inputs = ("node_A", "node_G")
+    label = "ReluGradient"
 
     def gradient(self, node, output_grad):
         # Piecewise constant in a (zero derivative almost everywhere); linear in g, same mask.
@@ -85,24 +80,11 @@ class ReluBiasGradientOp(Op):
     node's value, and dbias = column sums of dz (cols,), the value of its :class:`FusedOutputOp`
     node (index 1). y is the ReLU's output or input (same mask)."""
 
-    name = "relu_bias_gradient_op"
+    name, kernel = "relu_bias_gradient_op", "relu_bias_gradient"
+    no_gradient = "made by the fusion pass, after gradients"
     num_outputs = 2
-
-    def __call__(self, node_A: Node, node_G: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_G]
-        new_node.extra_outputs = []
-        new_node.name = f"ReluBiasGradient({short_name(node_A)},{short_name(node_G)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        y, g = input_vals
-        dz, dbias = output_val
-        kernels_for(ctx).relu_bias_gradient(y, g, dz, dbias)
-
-    def gradient(self, node, output_grad):
-        reason = "relu_bias_gradient_op: made by the fusion pass, after gradients"
-        return [Undefined(reason)] * 2
+    inputs = ("node_A", "node_G")
+    label = "ReluBiasGradient"
 
     def infer_shape(self, node, input_shapes):
         sy, sg = (tuple(s) for s in input_shapes)
@@ -111,75 +93,50 @@ class ReluBiasGradientOp(Op):
         return self._same_shapes(node, sy, sg)
 
 
-class TanhOp(Op):
+class TanhOp(UnaryOp):
     """``tanh_op(x)``: tanh elementwise, any shape. Gradient: ``tanh_gradient_op(y, dy)`` =
     dy * (1 - y**2) from the output y (no second pass over x)."""
 
-    name = "tanh_op"
-    label = "Tanh"
-    kernel = "tanh"
-
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.name = f"{self.label}({short_name(node_x)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        getattr(kernels_for(ctx), self.kernel)(input_vals[0], output_val)
+    name, label, kernel = "tanh_op", "Tanh", "tanh"
+    tensor_method, tensor_doc = "tanh", "tanh elementwise."
 
     def gradient(self, node, output_grad):
-        grad_op = tanh_gradient_op if self.label == "Tanh" else sigmoid_gradient_op
-        return [grad_op(node, output_grad)]
-
-    def infer_shape(self, node, input_shapes):
-        return tuple(input_shapes[0])
+        return [tanh_gradient_op(node, output_grad)]
 
 
-class SigmoidOp(TanhOp):
+class SigmoidOp(UnaryOp):
     """``sigmoid_op(x)``: 1 / (1 + exp(-x)) elementwise, computed through exp(-|x|) so that large
     |x| neither overflows nor loses the result (it saturates to 0 or 1). Gradient:
     ``sigmoid_gradient_op(y, dy)`` = dy * y * (1 - y)."""
 
-    name = "sigmoid_op"
-    label = "Sigmoid"
-    kernel = "sigmoid"
-
-
-class TanhGradientOp(Op):
-    """``tanh_gradient_op(y, dy)``: dy * (1 - y**2), y = tanh(x) the forward output (one shape)."""
-
-    name = "tanh_gradient_op"
-    label = "Tanh"
-    kernel = "tanh_gradient"
-
-    def __call__(self, node_y: Node, node_dy: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_y, node_dy]
-        new_node.name = f"{self.label}Grad({short_name(node_y)},{short_name(node_dy)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        y, dy = input_vals
-        getattr(kernels_for(ctx), self.kernel)(y, dy, output_val)
+    name, label, kernel = "sigmoid_op", "Sigmoid", "sigmoid"
+    tensor_method, tensor_doc = (
+        "sigmoid",
+        "1 / (1 + exp(-x)) elementwise (no overflow for large |x|).",
+    )
 
     def gradient(self, node, output_grad):
-        reason = f"{self.name}: second derivatives of {self.label.lower()}"
-        return [Undefined(reason), Undefined(reason)]
-
-    def infer_shape(self, node, input_shapes):
-        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+        return [sigmoid_gradient_op(node, output_grad)]
 
 
-class SigmoidGradientOp(TanhGradientOp):
+class TanhGradientOp(UnaryGradientOp):
+    """``tanh_gradient_op(y, dy)``: dy * (1 - y**2), y = tanh(x) the forward output (one shape)."""
+
+    name, label, kernel = "tanh_gradient_op", "TanhGrad", "tanh_gradient"
+
+
+class SigmoidGradientOp(UnaryGradientOp):
     """``sigmoid_gradient_op(y, dy)``: dy * y * (1 - y), y = sigmoid(x) the forward output."""
 
-    name = "sigmoid_gradient_op"
-    label = "Sigmoid"
-    kernel = "sigmoid_gradient"
+    name, label, kernel = "sigmoid_gradient_op", "SigmoidGrad", "sigmoid_gradient"
 
 
 _dropout_seeds = itertools.count(1)
+
+
+def _seed(seed, _name, op) -> int:
+    """A dropout node's seed: as given, or the next of the process-wide counter for None."""
+    return next(_dropout_seeds) if seed is None else as_seed(seed, op)
 
 
 class DropoutOp(Op):
@@ -200,14 +157,14 @@ class DropoutOp(Op):
     name = "dropout_op"
     takes_run_state = True
     seeded_scalars = {"dropout_": 1}  # ops.dropout(x, out, p, seed + step): seed is scalar 1
+    inputs = ("node_x",)
+    attrs = (
+        Attr("p", lambda p, _name, op: as_probability(p, op), type=float),
+        Attr("seed", _seed, None, type=int),
+    )
 
-    def __call__(self, node_x: Node, p, seed=None) -> Node:
-        new_node = Op.__call__(self)
-        new_node.p = as_probability(p, self.name)
-        new_node.seed = next(_dropout_seeds) if seed is None else as_seed(seed, self.name)
-        new_node.inputs = [node_x]
-        new_node.name = f"Dropout({short_name(node_x)},p={new_node.p:g},seed={new_node.seed})"
-        return new_node
+    def node_name(self, node):
+        return f"Dropout({short_name(node.inputs[0])},p={node.p:g},seed={node.seed})"
 
     def compute(self, node, input_vals, output_val, ctx=None, training=True, step=0):
         k = kernels_for(ctx)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from gpumat._checks import as_int, as_pair
 from gpumat.graph.elementwise import zeroslike_op
-from gpumat.graph.node import Node, Op, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Node, Op, shape_str, short_name
 
 __all__ = [
     "AddChannelBiasOp",
@@ -52,20 +52,23 @@ def conv_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0) 
 class _ConvBase(Op):
     """Shared by the conv ops: ``spatial`` is 2 (conv2d) or 1 (conv1d, seen as H = KH = 1).
 
-    Nodes carry ``stride`` and ``padding`` as (h, w) pairs; conv1d's are (1, s) and (0, p).
+    Nodes carry ``stride`` and ``padding`` as (h, w) pairs; conv1d's are (1, s) and (0, p):
+    ``check_attrs`` converts what the call gives (ints, or pairs for conv2d).
     """
 
     spatial = 2
     label = "Conv2d"
+    suffix = ""  # conv2d; "_gradient_input", "_gradient_filter"
+    attrs = (Attr("stride", default=1, type=tuple), Attr("padding", default=0, type=tuple))
 
-    def _attrs(self, node: Node, stride, padding) -> None:
+    def check_attrs(self, attrs: dict) -> None:
+        stride, padding = attrs["stride"], attrs["padding"]
         if self.spatial == 2:
-            node.stride = as_pair(stride, "stride", self.name)
-            node.padding = as_pair(padding, "padding", self.name)
+            s = as_pair(stride, "stride", self.name)
+            p = as_pair(padding, "padding", self.name)
         else:
-            node.stride = (1, as_int(stride, "stride", self.name))
-            node.padding = (0, as_int(padding, "padding", self.name))
-        s, p = node.stride, node.padding
+            s = (1, as_int(stride, "stride", self.name))
+            p = (0, as_int(padding, "padding", self.name))
         if min(s) < 1:
             raise ValueError(
                 f"{self.name}: stride must be >= 1, got {s if self.spatial == 2 else s[1]}"
@@ -74,11 +77,34 @@ class _ConvBase(Op):
             raise ValueError(
                 f"{self.name}: padding must be >= 0, got {p if self.spatial == 2 else p[1]}"
             )
+        attrs.update(stride=s, padding=p)
 
     def _attr_str(self, node: Node) -> str:
         if self.spatial == 2:
             return f"s={node.stride[0]}x{node.stride[1]},p={node.padding[0]}x{node.padding[1]}"
         return f"s={node.stride[1]},p={node.padding[1]}"
+
+    @property
+    def kernel(self) -> str:
+        return f"conv{self.spatial}d{self.suffix}"  # conv2d, conv1d_gradient_input, ...
+
+    def kernel_args(self, node: Node) -> tuple:
+        return self._public(node)
+
+    def _check_dy(self, node, dy: tuple, expected: tuple, context: str) -> None:
+        if dy != expected:
+            raise self._error(
+                node, f"dy has shape {shape_str(dy)}, expected {shape_str(expected)} for {context}"
+            )
+
+    def node_name(self, node):
+        # The first two inputs only: the third of a gradient op gives just its shape.
+        args = ",".join(short_name(i) for i in node.inputs[:2])
+        return f"{self.label}({args},{self._attr_str(node)})"
+
+    def _family(self) -> tuple:
+        """(conv, gradient with respect to the input, to the filter) of this op's rank."""
+        return _CONV_OPS[self.spatial], *_GRAD_OPS[self.spatial]
 
     def _public(self, node: Node) -> tuple:
         """(stride, padding) as the helpers take them: pairs for conv2d, ints for conv1d."""
@@ -126,21 +152,7 @@ class Conv2dOp(_ConvBase):
     """
 
     name = "conv2d_op"
-
-    def __call__(self, node_x: Node, node_w: Node, stride=1, padding=0) -> Node:
-        new_node = Op.__call__(self)
-        self._attrs(new_node, stride, padding)
-        new_node.inputs = [node_x, node_w]
-        new_node.name = (
-            f"{self.label}({short_name(node_x)},{short_name(node_w)},{self._attr_str(new_node)})"
-        )
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        x, w = input_vals
-        k = kernels_for(ctx)
-        conv = k.conv2d if self.spatial == 2 else k.conv1d
-        conv(x, w, output_val, *self._public(node))
+    inputs = ("node_x", "node_w")
 
     def gradient(self, node, output_grad):
         x, w = node.inputs
@@ -168,43 +180,21 @@ class Conv2dGradientInputOp(_ConvBase):
     dy = dL/dy; only x's shape is used. Linear in dy and in w, so it has gradients itself."""
 
     name = "conv2d_gradient_input_op"
+    suffix = "_gradient_input"
     shape_only_inputs = (2,)  # x
-
-    def __call__(self, node_dy: Node, node_w: Node, node_x: Node, stride=1, padding=0) -> Node:
-        new_node = Op.__call__(self)
-        self._attrs(new_node, stride, padding)
-        new_node.inputs = [node_dy, node_w, node_x]
-        args = f"{short_name(node_dy)},{short_name(node_w)},{self._attr_str(new_node)}"
-        new_node.name = f"{self.label}GradInput({args})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        dy, w, _ = input_vals
-        k = kernels_for(ctx)
-        grad = k.conv2d_gradient_input if self.spatial == 2 else k.conv1d_gradient_input
-        grad(dy, w, output_val, *self._public(node))
+    inputs = ("node_dy", "node_w", "node_x")
+    label = "Conv2dGradInput"
 
     def gradient(self, node, output_grad):
         # dx = T_w(dy), the adjoint of y = C_w(x): <T_w(dy), h> = <dy, C_w(h)>, so
         # d/d dy = conv(h, w) and d/dw = grad_filter(h, dy).
         dy, w, _ = node.inputs
-        conv = _CONV_OPS[self.spatial]
-        grad_filter = _GRAD_OPS[self.spatial][1]
-        return [
-            conv(output_grad, w, *self._public(node)),
-            grad_filter(output_grad, dy, w, *self._public(node)),
-            None,
-        ]
+        conv, _, grad_filter, p = *self._family(), self._public(node)
+        return [conv(output_grad, w, *p), grad_filter(output_grad, dy, w, *p), None]
 
     def infer_shape(self, node, input_shapes):
         dy, w, x = (tuple(s) for s in input_shapes)
-        expected = self._geometry(node, x, w)
-        if dy != expected:
-            raise self._error(
-                node,
-                f"dy has shape {shape_str(dy)}, expected {shape_str(expected)} "
-                f"for x {shape_str(x)}",
-            )
+        self._check_dy(node, dy, self._geometry(node, x, w), f"x {shape_str(x)}")
         return x
 
 
@@ -213,7 +203,7 @@ class Conv1dGradientInputOp(Conv2dGradientInputOp):
 
     name = "conv1d_gradient_input_op"
     spatial = 1
-    label = "Conv1d"
+    label = "Conv1dGradInput"
 
 
 class Conv2dGradientFilterOp(_ConvBase):
@@ -221,43 +211,22 @@ class Conv2dGradientFilterOp(_ConvBase):
     given dy = dL/dy; only w's shape is used. Linear in x and in dy."""
 
     name = "conv2d_gradient_filter_op"
+    suffix = "_gradient_filter"
     shape_only_inputs = (2,)  # w
-
-    def __call__(self, node_x: Node, node_dy: Node, node_w: Node, stride=1, padding=0) -> Node:
-        new_node = Op.__call__(self)
-        self._attrs(new_node, stride, padding)
-        new_node.inputs = [node_x, node_dy, node_w]
-        args = f"{short_name(node_x)},{short_name(node_dy)},{self._attr_str(new_node)}"
-        new_node.name = f"{self.label}GradFilter({args})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        x, dy, _ = input_vals
-        k = kernels_for(ctx)
-        grad = k.conv2d_gradient_filter if self.spatial == 2 else k.conv1d_gradient_filter
-        grad(x, dy, output_val, *self._public(node))
+    inputs = ("node_x", "node_dy", "node_w")
+    label = "Conv2dGradFilter"
 
     def gradient(self, node, output_grad):
         # dw = G(x, dy) with <G(x, dy), h> = <dy, conv(x, h)>: d/dx = grad_input(dy, h),
         # d/d dy = conv(x, h).
         x, dy, _ = node.inputs
-        conv = _CONV_OPS[self.spatial]
-        grad_input = _GRAD_OPS[self.spatial][0]
-        return [
-            grad_input(dy, output_grad, x, *self._public(node)),
-            conv(x, output_grad, *self._public(node)),
-            None,
-        ]
+        conv, grad_input, _, p = *self._family(), self._public(node)
+        return [grad_input(dy, output_grad, x, *p), conv(x, output_grad, *p), None]
 
     def infer_shape(self, node, input_shapes):
         x, dy, w = (tuple(s) for s in input_shapes)
-        expected = self._geometry(node, x, w)
-        if dy != expected:
-            raise self._error(
-                node,
-                f"dy has shape {shape_str(dy)}, expected {shape_str(expected)} "
-                f"for x {shape_str(x)} and w {shape_str(w)}",
-            )
+        context = f"x {shape_str(x)} and w {shape_str(w)}"
+        self._check_dy(node, dy, self._geometry(node, x, w), context)
         return w
 
 
@@ -266,7 +235,7 @@ class Conv1dGradientFilterOp(Conv2dGradientFilterOp):
 
     name = "conv1d_gradient_filter_op"
     spatial = 1
-    label = "Conv1d"
+    label = "Conv1dGradFilter"
 
 
 class AddChannelBiasOp(Op):
@@ -277,15 +246,9 @@ class AddChannelBiasOp(Op):
     """
 
     name = "add_channel_bias_op"
-
-    def __call__(self, node_x: Node, node_b: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x, node_b]
-        new_node.name = f"AddChannelBias({short_name(node_x)},{short_name(node_b)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).add_channel_bias(input_vals[0], input_vals[1], output_val)
+    kernel = "add_channel_bias"
+    inputs = ("node_x", "node_b")
+    label = "AddChannelBias"
 
     def gradient(self, node, output_grad):
         return [output_grad, reduce_sum_channels_op(output_grad)]
@@ -305,15 +268,9 @@ class ReduceSumChannelsOp(Op):
     """``reduce_sum_channels_op(x)``: x (N, C, ...) summed over every axis but 1 -> (C,)."""
 
     name = "reduce_sum_channels_op"
-
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.name = f"ReduceSumChannels({short_name(node_x)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).reduce_sum_channels(input_vals[0], output_val)
+    kernel = "reduce_sum_channels"
+    inputs = ("node_x",)
+    label = "ReduceSumChannels"
 
     def gradient(self, node, output_grad):
         # Each input element receives its channel's output gradient: a broadcast along axis 1.

@@ -1,5 +1,6 @@
-"""Elementwise graph ops: ``+``, ``*``, ``/`` with nodes or constants, ``exp``, ``log``, equality
-tests, and arrays of zeros or ones.
+"""Elementwise graph ops: ``+``, ``*``, ``/`` with nodes or constants, ``exp``, ``log``, ``sqrt``,
+equality tests, arrays of zeros or ones, and ``detach_op`` (a copy with no gradient: the front end's
+cut in a traced step).
 
 ``add_op(a, b)``, ``mul_op(a, b)``, ``div_op(a, b)`` and ``eq_op(a, b)`` need equal shapes
 (broadcasting is explicit: add a bias with ``z + broadcastto_op(b, z)``); ``add_byconst_op`` /
@@ -10,11 +11,21 @@ tests, and arrays of zeros or ones.
 
 from __future__ import annotations
 
-from gpumat.graph.node import Node, Op, as_const, kernels_for, short_name
+from gpumat.graph.node import (
+    Attr,
+    Node,
+    Op,
+    UnaryGradientOp,
+    UnaryOp,
+    as_const,
+    kernels_for,
+    short_name,
+)
 
 __all__ = [
     "AddByConstOp",
     "AddOp",
+    "DetachOp",
     "DivOp",
     "EqOp",
     "ExpOp",
@@ -22,9 +33,12 @@ __all__ = [
     "MulByConstOp",
     "MulOp",
     "OnesLikeOp",
+    "SqrtGradientOp",
+    "SqrtOp",
     "ZerosLikeOp",
     "add_byconst_op",
     "add_op",
+    "detach_op",
     "div_op",
     "eq_op",
     "exp_op",
@@ -32,122 +46,100 @@ __all__ = [
     "mul_byconst_op",
     "mul_op",
     "oneslike_op",
+    "sqrt_gradient_op",
+    "sqrt_op",
     "zeroslike_op",
 ]
 
 
-class AddOp(Op):
+def _constant(symbol: str):
+    """The check of a by-constant op's constant: a real number, as a Python float."""
+    return lambda value, _name, _op: as_const(value, symbol)
+
+
+class _InfixOp(Op):
+    """A two-operand op named as its expression: ``(a+b)``, ``(a*2.0)``; two nodes of one shape,
+    or a node and a constant (``const_attr``, its kernel's middle argument)."""
+
+    symbol = "+"
+
+    def node_name(self, node):
+        right = repr(node.const_attr) if self.attrs else short_name(node.inputs[1])
+        return f"({short_name(node.inputs[0])}{self.symbol}{right})"
+
+    def compute(self, node, input_vals, output_val, ctx=None):
+        if not self.attrs:
+            return Op.compute(self, node, input_vals, output_val, ctx)
+        getattr(kernels_for(ctx), self.kernel)(input_vals[0], node.const_attr, output_val)
+
+    def infer_shape(self, node, input_shapes):
+        if len(input_shapes) == 1:  # a node and a constant
+            return tuple(input_shapes[0])
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+
+
+class AddOp(_InfixOp):
     """``a + b`` elementwise; a and b have equal shapes."""
 
     name = "add_op"
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"({short_name(node_A)}+{short_name(node_B)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).matrix_elementwise_add(input_vals[0], input_vals[1], output_val)
+    kernel = "matrix_elementwise_add"
+    inputs = ("node_A", "node_B")
 
     def gradient(self, node, output_grad):
         return [output_grad, output_grad]
 
-    def infer_shape(self, node, input_shapes):
-        return self._same_shapes(node, input_shapes[0], input_shapes[1])
 
-
-class AddByConstOp(Op):
+class AddByConstOp(_InfixOp):
     """``a + c`` for a real constant c (``node.const_attr``)."""
 
-    name = "add_byconst_op"
-
-    def __call__(self, node_A: Node, const_val) -> Node:
-        new_node = Op.__call__(self)
-        new_node.const_attr = as_const(const_val, "+")
-        new_node.inputs = [node_A]
-        new_node.name = f"({short_name(node_A)}+{new_node.const_attr!r})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).matrix_elementwise_add_by_const(input_vals[0], node.const_attr, output_val)
+    name, kernel = "add_byconst_op", "matrix_elementwise_add_by_const"
+    symbol = "+"
+    inputs = ("node_A",)
+    attrs = (Attr("const_attr", _constant("+"), type=float),)
 
     def gradient(self, node, output_grad):
         return [output_grad]
 
-    def infer_shape(self, node, input_shapes):
-        return tuple(input_shapes[0])
 
-
-class MulOp(Op):
+class MulOp(_InfixOp):
     """``a * b`` elementwise; a and b have equal shapes."""
 
     name = "mul_op"
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"({short_name(node_A)}*{short_name(node_B)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).matrix_elementwise_multiply(input_vals[0], input_vals[1], output_val)
+    kernel = "matrix_elementwise_multiply"
+    symbol = "*"
+    inputs = ("node_A", "node_B")
 
     def gradient(self, node, output_grad):
         a, b = node.inputs
         return [output_grad * b, output_grad * a]
 
-    def infer_shape(self, node, input_shapes):
-        return self._same_shapes(node, input_shapes[0], input_shapes[1])
 
-
-class MulByConstOp(Op):
+class MulByConstOp(_InfixOp):
     """``a * c`` for a real constant c (``node.const_attr``)."""
 
-    name = "mul_byconst_op"
-
-    def __call__(self, node_A: Node, const_val) -> Node:
-        new_node = Op.__call__(self)
-        new_node.const_attr = as_const(const_val, "*")
-        new_node.inputs = [node_A]
-        new_node.name = f"({short_name(node_A)}*{new_node.const_attr!r})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).matrix_elementwise_multiply_by_const(
-            input_vals[0], node.const_attr, output_val
-        )
+    name, kernel = "mul_byconst_op", "matrix_elementwise_multiply_by_const"
+    symbol = "*"
+    inputs = ("node_A",)
+    attrs = (Attr("const_attr", _constant("*"), type=float),)
 
     def gradient(self, node, output_grad):
         return [output_grad * node.const_attr]
 
-    def infer_shape(self, node, input_shapes):
-        return tuple(input_shapes[0])
 
-
-class DivOp(Op):
+class DivOp(_InfixOp):
     """``div_op(a, b)``: ``a / b`` elementwise (IEEE: x / 0 = +-inf, 0 / 0 = NaN); a and b have
     equal shapes. Gradients: ``g / b`` for a and ``-g * a / b**2`` for b, computed as
     ``-(g * y) / b`` from the output y = a / b (no b**2, which over- or underflows in float32 for
     |b| past 1.8e19 or below 1e-19 where the gradient itself is finite)."""
 
     name = "div_op"
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"({short_name(node_A)}/{short_name(node_B)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).matrix_elementwise_divide(input_vals[0], input_vals[1], output_val)
+    kernel = "matrix_elementwise_divide"
+    symbol = "/"
+    inputs = ("node_A", "node_B")
 
     def gradient(self, node, output_grad):
         b = node.inputs[1]
         return [div_op(output_grad, b), mul_byconst_op(div_op(mul_op(output_grad, node), b), -1.0)]
-
-    def infer_shape(self, node, input_shapes):
-        return self._same_shapes(node, input_shapes[0], input_shapes[1])
 
 
 class EqOp(Op):
@@ -156,15 +148,9 @@ class EqOp(Op):
     both inputs (like ``zeroslike_op``); a loss that reaches a node only through it gets zeros."""
 
     name = "eq_op"
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"Eq({short_name(node_A)},{short_name(node_B)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).eq(input_vals[0], input_vals[1], output_val)
+    kernel = "eq"
+    inputs = ("node_A", "node_B")
+    label = "Eq"
 
     def gradient(self, node, output_grad):
         return [None, None]
@@ -173,64 +159,77 @@ class EqOp(Op):
         return self._same_shapes(node, input_shapes[0], input_shapes[1])
 
 
-class ExpOp(Op):
+class ExpOp(UnaryOp):
     """``exp_op(x)``: exp elementwise, any shape (overflows to inf past ~88.7, as numpy).
     Gradient: ``y * g`` from the output y = exp(x) (no second exp)."""
 
-    name = "exp_op"
-
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.name = f"Exp({short_name(node_x)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).exp(input_vals[0], output_val)
+    name, label, kernel = "exp_op", "Exp", "exp"
+    tensor_method, tensor_doc = "exp", "exp elementwise."
 
     def gradient(self, node, output_grad):
         return [mul_op(node, output_grad)]
 
-    def infer_shape(self, node, input_shapes):
-        return tuple(input_shapes[0])
 
-
-class LogOp(Op):
+class LogOp(UnaryOp):
     """``log_op(x)``: the natural logarithm elementwise, any shape (log(0) = -inf, log(x < 0) =
     NaN, as numpy). Gradient: ``g / x``."""
 
-    name = "log_op"
-
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.name = f"Log({short_name(node_x)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).log(input_vals[0], output_val)
+    name, label, kernel = "log_op", "Log", "log"
+    tensor_method, tensor_doc = (
+        "log",
+        "The natural log elementwise (log 0 = -inf, log of a negative number NaN).",
+    )
 
     def gradient(self, node, output_grad):
         return [div_op(output_grad, node.inputs[0])]
 
-    def infer_shape(self, node, input_shapes):
-        return tuple(input_shapes[0])
+
+class SqrtOp(UnaryOp):
+    """``sqrt_op(x)``: the square root elementwise, any shape (sqrt(x < 0) = NaN, as numpy).
+    Gradient: ``sqrt_gradient_op(y, dy)`` = dy / (2 y) from the output y (dy / 0 at y = 0, as
+    PyTorch's)."""
+
+    name, label, kernel = "sqrt_op", "Sqrt", "sqrt"
+    tensor_method, tensor_doc = (
+        "sqrt",
+        "The square root elementwise (sqrt of a negative number NaN).",
+    )
+
+    def gradient(self, node, output_grad):
+        return [sqrt_gradient_op(node, output_grad)]
+
+
+class SqrtGradientOp(UnaryGradientOp):
+    """``sqrt_gradient_op(y, dy)``: dy / (2 y), y = sqrt(x) the forward output (one shape)."""
+
+    name, label, kernel = "sqrt_gradient_op", "SqrtGrad", "sqrt_gradient"
+
+
+class DetachOp(UnaryOp):
+    """``detach_op(x)``: x's values with no gradient to x (a copy in a traced step; eagerly,
+    ``Tensor.detach`` shares the storage instead). Used where a traced step of the front end cuts
+    the graph: ``detach()`` and ops under ``no_grad``."""
+
+    name, kernel = "detach_op", "copy"
+    compilable = True
+
+    def node_name(self, node):
+        x = node.inputs[0].name
+        return f"Detach({x})" if len(x) < 40 else "Detach"
+
+    def gradient(self, node, output_grad):
+        return [None]
 
 
 class ZerosLikeOp(Op):
     """An array of zeros with the input's shape; depends only on that shape."""
 
-    name = "zeroslike_op"
+    name, label, value = "zeroslike_op", "Zeroslike", 0.0
+    inputs = ("node_A",)
     shape_only_inputs = (0,)
 
-    def __call__(self, node_A: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A]
-        new_node.name = f"Zeroslike({short_name(node_A)})"
-        return new_node
-
     def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).array_set(output_val, 0.0)
+        kernels_for(ctx).array_set(output_val, self.value)
 
     def gradient(self, node, output_grad):
         return [None]
@@ -239,26 +238,10 @@ class ZerosLikeOp(Op):
         return tuple(input_shapes[0])
 
 
-class OnesLikeOp(Op):
+class OnesLikeOp(ZerosLikeOp):
     """An array of ones with the input's shape; depends only on that shape."""
 
-    name = "oneslike_op"
-    shape_only_inputs = (0,)
-
-    def __call__(self, node_A: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A]
-        new_node.name = f"Oneslike({short_name(node_A)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).array_set(output_val, 1.0)
-
-    def gradient(self, node, output_grad):
-        return [None]
-
-    def infer_shape(self, node, input_shapes):
-        return tuple(input_shapes[0])
+    name, label, value = "oneslike_op", "Oneslike", 1.0
 
 
 add_op = AddOp()
@@ -267,8 +250,11 @@ mul_op = MulOp()
 mul_byconst_op = MulByConstOp()
 div_op = DivOp()
 eq_op = EqOp()
+detach_op = DetachOp()
 exp_op = ExpOp()
 log_op = LogOp()
+sqrt_op = SqrtOp()
+sqrt_gradient_op = SqrtGradientOp()
 zeroslike_op = ZerosLikeOp()
 oneslike_op = OnesLikeOp()
 

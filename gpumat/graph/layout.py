@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpumat._checks import as_int
-from gpumat.graph.node import Node, Op, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Node, Op, shape_str, short_name
 
 __all__ = [
     "FlattenOp",
@@ -26,19 +26,37 @@ __all__ = [
 ]
 
 
+def _as_shape(shape) -> tuple:
+    """``reshape_op``'s target shape: an int or a sequence of ints, at most one of them -1."""
+    if isinstance(shape, (numbers.Integral, np.integer)):
+        shape = (shape,)
+    if not isinstance(shape, Sequence) or not all(
+        isinstance(d, (numbers.Integral, np.integer)) and not isinstance(d, bool) for d in shape
+    ):
+        raise TypeError(f"reshape_op: shape must be a sequence of ints or a node, got {shape!r}")
+    shape = tuple(int(d) for d in shape)
+    if sum(d == -1 for d in shape) > 1 or any(d < -1 for d in shape):
+        raise ValueError(f"reshape_op: at most one -1 and no other negative entry, got {shape}")
+    return shape
+
+
+def _num_classes(value, name: str, op: str) -> int:
+    c = as_int(value, name, op)
+    if not 0 <= c <= 2**24:
+        raise ValueError(
+            f"{op}: num_classes must be in [0, 2**24] (float32 indices name classes up to "
+            f"2**24), got {c}"
+        )
+    return c
+
+
 class TransposeOp(Op):
     """Transpose of a 2-D array: (R, C) -> (C, R)."""
 
     name = "transpose_op"
-
-    def __call__(self, node_A: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A]
-        new_node.name = f"Transpose({short_name(node_A)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).transpose(input_vals[0], output_val)
+    kernel = "transpose"
+    inputs = ("node_A",)
+    label = "Transpose"
 
     def gradient(self, node, output_grad):
         return [transpose_op(output_grad)]
@@ -57,33 +75,23 @@ class ReshapeOp(Op):
     the new shape (the executor plans buffers by shape)."""
 
     name = "reshape_op"
+    kernel = "reshape"
+    label = "ReshapeLike"
     shape_only_inputs = (1,)  # like
+    inputs = ("node_x", "like")
+    optional_inputs = ("like",)
+    attrs = (Attr("shape_attr", default=None),)
 
     def __call__(self, node_x: Node, shape) -> Node:
-        new_node = Op.__call__(self)
+        # One parameter, two meanings: a node gives its shape (the gradient's form).
         if isinstance(shape, Node):
-            new_node.inputs = [node_x, shape]
-            new_node.shape_attr = None
-            new_node.name = f"ReshapeLike({short_name(node_x)},{short_name(shape)})"
-            return new_node
-        if isinstance(shape, (numbers.Integral, np.integer)):
-            shape = (shape,)
-        if not isinstance(shape, Sequence) or not all(
-            isinstance(d, (numbers.Integral, np.integer)) and not isinstance(d, bool) for d in shape
-        ):
-            raise TypeError(
-                f"reshape_op: shape must be a sequence of ints or a node, got {shape!r}"
-            )
-        shape = tuple(int(d) for d in shape)
-        if sum(d == -1 for d in shape) > 1 or any(d < -1 for d in shape):
-            raise ValueError(f"reshape_op: at most one -1 and no other negative entry, got {shape}")
-        new_node.inputs = [node_x]
-        new_node.shape_attr = shape
-        new_node.name = f"Reshape({short_name(node_x)},{shape_str(shape)})"
-        return new_node
+            return super().__call__(node_x, shape)
+        return super().__call__(node_x, shape_attr=_as_shape(shape))
 
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).reshape(input_vals[0], output_val)
+    def node_name(self, node):
+        if node.shape_attr is None:
+            return Op.node_name(self, node)
+        return f"Reshape({short_name(node.inputs[0])},{shape_str(node.shape_attr)})"
 
     def gradient(self, node, output_grad):
         grads = [reshape_op(output_grad, node.inputs[0])]
@@ -118,13 +126,12 @@ class FlattenOp(ReshapeOp):
     """``flatten_op(x)``: (N, d1, d2, ...) -> (N, d1*d2*...): conv features into a dense layer."""
 
     name = "flatten_op"
-
-    def __call__(self, node_x: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_x]
-        new_node.shape_attr = None
-        new_node.name = f"Flatten({short_name(node_x)})"
-        return new_node
+    label = "Flatten"
+    inputs = ("node_x",)
+    optional_inputs = ()
+    attrs = ()
+    __call__ = Op.__call__
+    node_name = Op.node_name
 
     def _target(self, node, x, input_shapes):
         if len(x) < 1:
@@ -143,22 +150,12 @@ class OneHotOp(Op):
     """
 
     name = "one_hot_op"
+    kernel = "one_hot"
+    inputs = ("indices",)
+    attrs = (Attr("num_classes", _num_classes, type=int),)
 
-    def __call__(self, indices: Node, num_classes) -> Node:
-        new_node = Op.__call__(self)
-        c = as_int(num_classes, "num_classes", self.name)
-        if not 0 <= c <= 2**24:
-            raise ValueError(
-                f"{self.name}: num_classes must be in [0, 2**24] (float32 indices name classes "
-                f"up to 2**24), got {c}"
-            )
-        new_node.num_classes = c
-        new_node.inputs = [indices]
-        new_node.name = f"OneHot({short_name(indices)},{c})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).one_hot(input_vals[0], output_val)
+    def node_name(self, node):
+        return f"OneHot({short_name(node.inputs[0])},{node.num_classes})"
 
     def gradient(self, node, output_grad):
         return [None]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumat.graph.elementwise import oneslike_op
-from gpumat.graph.node import Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import Node, Op, Undefined, kernels_for, shape_str
 from gpumat.graph.reduce import broadcastto_op
 
 __all__ = [
@@ -53,6 +53,16 @@ __all__ = [
 ]
 
 
+def _loss_gradient_shape(op: Op, node: Node, input_shapes, loss: type, loss_inputs) -> tuple:
+    """The shape of a loss's gradient op whose last input is dloss (1,): its first input's, once
+    ``loss_inputs(*other shapes)`` pass the loss's own checks."""
+    *shapes, dloss = (tuple(s) for s in input_shapes)
+    loss.infer_shape(op, node, loss_inputs(*shapes))
+    if dloss != (1,):
+        raise op._error(node, f"dloss must have shape (1,), got {shape_str(dloss)}")
+    return shapes[0]
+
+
 def _check_2d(op: Op, node: Node, what: str, shape: tuple) -> None:
     if len(shape) != 2:
         raise op._error(node, f"{what} must be 2-D (rows, classes), got {shape_str(shape)}")
@@ -68,19 +78,18 @@ class SoftmaxCrossEntropyOp(Op):
     """
 
     name = "softmaxcrossentropy_op"
+    kernel = "softmax_cross_entropy"
 
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"SoftmaxXEntropy({short_name(node_A)},{short_name(node_B)})"
-        return new_node
+    def gradient_op(self) -> Op:
+        """The op of the gradient with respect to the logits (gpumat.dlsys: the course's)."""
+        return softmaxcrossentropy_gradient_op
 
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).softmax_cross_entropy(input_vals[0], input_vals[1], output_val)
+    inputs = ("node_A", "node_B")
+    label = "SoftmaxXEntropy"
 
     def gradient(self, node, output_grad):
         y, y_ = node.inputs
-        grad = softmaxcrossentropy_gradient_op(y, y_)
+        grad = self.gradient_op()(y, y_)
         # gradients() starts from oneslike_op(loss); multiplying by those ones is skipped.
         if not (output_grad.op is oneslike_op and output_grad.inputs[0] is node):
             grad = grad * broadcastto_op(output_grad, y)
@@ -103,12 +112,9 @@ class SoftmaxCrossEntropyGradientOp(Op):
     the gradient of the mean loss ``softmaxcrossentropy_op(y, y_)`` with respect to y."""
 
     name = "softmaxcrossentropy_gradient_op"
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"SoftmaxXEntropyGrad({short_name(node_A)},{short_name(node_B)})"
-        return new_node
+    no_gradient = "second derivatives of the loss"
+    inputs = ("node_A", "node_B")
+    label = "SoftmaxXEntropyGrad"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         y, y_ = input_vals
@@ -116,10 +122,6 @@ class SoftmaxCrossEntropyGradientOp(Op):
         k.softmax(y, output_val)
         k.axpy(-1.0, y_, output_val)
         k.matrix_elementwise_multiply_by_const(output_val, 1.0 / y.shape[0], output_val)
-
-    def gradient(self, node, output_grad):
-        reason = "softmaxcrossentropy_gradient_op: second derivatives of the loss"
-        return [Undefined(reason), Undefined(reason)]
 
     def infer_shape(self, node, input_shapes):
         SoftmaxCrossEntropyOp.infer_shape(self, node, input_shapes)  # same checks as the loss
@@ -132,23 +134,15 @@ class SoftmaxCrossEntropyWithGradientOp(Op):
     :class:`FusedOutputOp` node (index 1); see :class:`SoftmaxCrossEntropyOp`."""
 
     name = "softmaxcrossentropy_with_gradient_op"
+    no_gradient = "second derivatives of the loss"
     num_outputs = 2
-
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.extra_outputs = []
-        new_node.name = f"SoftmaxXEntropyWithGrad({short_name(node_A)},{short_name(node_B)})"
-        return new_node
+    inputs = ("node_A", "node_B")
+    label = "SoftmaxXEntropyWithGrad"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         y, y_ = input_vals
         grad, loss = output_val
         kernels_for(ctx).softmax_cross_entropy_with_gradient(y, y_, loss, grad)
-
-    def gradient(self, node, output_grad):
-        reason = "softmaxcrossentropy_with_gradient_op: second derivatives of the loss"
-        return [Undefined(reason)] * 2
 
     def infer_shape(self, node, input_shapes):
         return SoftmaxCrossEntropyGradientOp.infer_shape(self, node, input_shapes)
@@ -168,15 +162,9 @@ class NllLossOp(Op):
     """
 
     name = "nll_loss_op"
-
-    def __call__(self, node_log_probs: Node, node_target: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_log_probs, node_target]
-        new_node.name = f"NllLoss({short_name(node_log_probs)},{short_name(node_target)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).nll_loss(input_vals[0], input_vals[1], output_val)
+    kernel = "nll_loss"
+    inputs = ("node_log_probs", "node_target")
+    label = "NllLoss"
 
     def gradient(self, node, output_grad):
         return [
@@ -202,26 +190,13 @@ class NllLossGradientOp(Op):
     gradient of ``nll_loss_op`` with respect to log_probs."""
 
     name = "nll_loss_gradient_op"
-
-    def __call__(self, node_target: Node, node_dloss: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_target, node_dloss]
-        new_node.name = f"NllLossGrad({short_name(node_target)},{short_name(node_dloss)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).nll_loss_gradient(input_vals[0], input_vals[1], output_val)
-
-    def gradient(self, node, output_grad):
-        reason = "nll_loss_gradient_op: second derivatives of the loss"
-        return [Undefined(reason), Undefined(reason)]
+    kernel = "nll_loss_gradient"
+    no_gradient = "second derivatives of the loss"
+    inputs = ("node_target", "node_dloss")
+    label = "NllLossGrad"
 
     def infer_shape(self, node, input_shapes):
-        t, dl = (tuple(s) for s in input_shapes)
-        NllLossOp.infer_shape(self, node, [t, t])
-        if dl != (1,):
-            raise self._error(node, f"dloss must have shape (1,), got {shape_str(dl)}")
-        return t
+        return _loss_gradient_shape(self, node, input_shapes, NllLossOp, lambda t: [t, t])
 
 
 class _LossBase(Op):
@@ -229,16 +204,8 @@ class _LossBase(Op):
 
     kind = "mse"
     kernel = "mse_loss"
-
-    def __call__(self, node_pred: Node, node_target: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_pred, node_target]
-        args = f"{short_name(node_pred)},{short_name(node_target)}"
-        new_node.name = f"{self.kind.upper()}Loss({args})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        getattr(kernels_for(ctx), self.kernel)(input_vals[0], input_vals[1], output_val)
+    inputs = ("node_pred", "node_target")
+    label = "MSELoss"
 
     def gradient(self, node, output_grad):
         p, t = node.inputs
@@ -277,6 +244,7 @@ class MaeLossOp(_LossBase):
     """
 
     name = "mae_loss_op"
+    label = "MAELoss"
     kind = "mae"
     kernel = "mae_loss"
 
@@ -287,28 +255,19 @@ class _LossGradientBase(Op):
 
     kind = "mse"
     kernel = "mse_loss_gradient"
-
-    def __call__(self, node_pred: Node, node_target: Node, node_dloss: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_pred, node_target, node_dloss]
-        args = f"{short_name(node_pred)},{short_name(node_target)},{short_name(node_dloss)}"
-        new_node.name = f"{self.kind.upper()}LossGrad({args})"
-        return new_node
+    inputs = ("node_pred", "node_target", "node_dloss")
+    label = "MSELossGrad"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         p, t, dl = input_vals
         getattr(kernels_for(ctx), self.kernel)(p, t, dl, output_val)
 
-    def gradient(self, node, output_grad):
-        reason = f"{self.name}: second derivatives of the {self.kind} loss"
-        return [Undefined(reason)] * 3
+    @property
+    def no_gradient(self) -> str:
+        return f"second derivatives of the {self.kind} loss"
 
     def infer_shape(self, node, input_shapes):
-        p, t, dl = (tuple(s) for s in input_shapes)
-        _LossBase.infer_shape(self, node, [p, t])
-        if dl != (1,):
-            raise self._error(node, f"dloss must have shape (1,), got {shape_str(dl)}")
-        return p
+        return _loss_gradient_shape(self, node, input_shapes, _LossBase, lambda p, t: [p, t])
 
 
 class MseLossGradientOp(_LossGradientBase):
@@ -319,6 +278,7 @@ class MseLossGradientOp(_LossGradientBase):
 
 class MaeLossGradientOp(_LossGradientBase):
     name = "mae_loss_gradient_op"
+    label = "MAELossGrad"
     kind = "mae"
     kernel = "mae_loss_gradient"
 

@@ -9,7 +9,7 @@ bias and ReLU epilogue). The derivatives are the standard ones (Goodfellow, Beng
 from __future__ import annotations
 
 from gpumat._checks import as_flag
-from gpumat.graph.node import Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Op, kernels_for, shape_str, short_name
 
 __all__ = [
     "MatMulBiasOp",
@@ -19,6 +19,15 @@ __all__ = [
 ]
 
 
+# The dlsys course's flag names; as_flag refuses anything but a bool.
+TRANS_A = Attr("trans_A", as_flag, False, bool)
+TRANS_B = Attr("trans_B", as_flag, False, bool)
+
+
+def _bool(value, _name, _op) -> bool:
+    return bool(value)
+
+
 class MatMulOp(Op):
     """``op(A) @ op(B)`` for 2-D A, B, with op(X) = X^T when the matching flag is set.
 
@@ -26,23 +35,16 @@ class MatMulOp(Op):
     """
 
     name = "matmul_op"
+    inputs = ("node_A", "node_B")
+    attrs = (TRANS_A, TRANS_B)
 
-    def __call__(
-        self, node_A: Node, node_B: Node, trans_A: bool = False, trans_B: bool = False
-    ) -> Node:
-        trans_A = as_flag(trans_A, "trans_A", self.name)  # noqa: N806 (the dlsys course's names)
-        trans_B = as_flag(trans_B, "trans_B", self.name)  # noqa: N806
-        new_node = Op.__call__(self)
-        new_node.matmul_attr_trans_A = trans_A
-        new_node.matmul_attr_trans_B = trans_B
-        new_node.inputs = [node_A, node_B]
-        args = f"{short_name(node_A)},{short_name(node_B)},{trans_A},{trans_B}"
-        new_node.name = f"MatMul({args})"
-        return new_node
+    def node_name(self, node):
+        a, b = (short_name(i) for i in node.inputs)
+        return f"MatMul({a},{b},{node.trans_A},{node.trans_B})"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         a, b = input_vals
-        ta, tb = node.matmul_attr_trans_A, node.matmul_attr_trans_B
+        ta, tb = node.trans_A, node.trans_B
         kernels_for(ctx).matrix_multiply(a, ta, b, tb, output_val)
 
     def gradient(self, node, output_grad):
@@ -50,7 +52,7 @@ class MatMulOp(Op):
         # transposed operand takes the transpose of that. Each case is one matmul with flags.
         a, b = node.inputs
         g = output_grad
-        ta, tb = node.matmul_attr_trans_A, node.matmul_attr_trans_B
+        ta, tb = node.trans_A, node.trans_B
         if not ta and not tb:  # C = A B
             return [matmul_op(g, b, False, True), matmul_op(a, g, True, False)]
         if ta and not tb:  # C = A^T B
@@ -61,7 +63,7 @@ class MatMulOp(Op):
 
     def infer_shape(self, node, input_shapes):
         sa, sb = (tuple(s) for s in input_shapes)
-        ta, tb = node.matmul_attr_trans_A, node.matmul_attr_trans_B
+        ta, tb = node.trans_A, node.trans_B
         desc = f"{'A^T' if ta else 'A'} {shape_str(sa)} @ {'B^T' if tb else 'B'} {shape_str(sb)}"
         if len(sa) != 2 or len(sb) != 2:
             raise self._error(node, f"both operands must be 2-D: {desc}")
@@ -79,33 +81,22 @@ class MatMulBiasOp(Op):
     :func:`gpumat.graph.gradients`)."""
 
     name = "matmul_bias_op"
+    no_gradient = "made by the fusion pass, after gradients"
+    inputs = ("node_A", "node_B", "bias")
+    attrs = (
+        Attr("trans_A", _bool, False, bool),
+        Attr("trans_B", _bool, False, bool),
+        Attr("relu", _bool, False, bool),
+    )
 
-    def __call__(
-        self,
-        node_A: Node,
-        node_B: Node,
-        bias: Node,
-        trans_A: bool = False,
-        trans_B: bool = False,
-        relu: bool = False,
-    ) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B, bias]
-        new_node.matmul_attr_trans_A = bool(trans_A)
-        new_node.matmul_attr_trans_B = bool(trans_B)
-        new_node.relu = bool(relu)
-        kind = "DenseRelu" if relu else "Dense"
-        new_node.name = f"{kind}({short_name(node_A)},{short_name(node_B)},{short_name(bias)})"
-        return new_node
+    def node_name(self, node):
+        kind = "DenseRelu" if node.relu else "Dense"
+        return f"{kind}({','.join(short_name(i) for i in node.inputs)})"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         a, b, bias = input_vals
-        ta, tb = node.matmul_attr_trans_A, node.matmul_attr_trans_B
+        ta, tb = node.trans_A, node.trans_B
         kernels_for(ctx).matmul_bias(a, ta, b, tb, bias, output_val, node.relu)
-
-    def gradient(self, node, output_grad):
-        reason = "matmul_bias_op: made by the fusion pass, after gradients"
-        return [Undefined(reason)] * 3
 
     def infer_shape(self, node, input_shapes):
         sa, sb, sbias = (tuple(s) for s in input_shapes)

@@ -9,9 +9,14 @@ evaluated, printed or differentiated again where the ops allow), and the executo
 the reference), on the host device (``gpumat.cpu()``) or on CUDA (``gpumat.gpu(i)``,
 ``gpumat.emu(i)``).
 
-Every op is one :class:`Op` subclass with three methods, together in the file of its kernel
-family (needle's ``ops_mathematic.py``; micrograd's operator beside its backward):
+Every op is one :class:`Op` subclass, together in the file of its kernel family (needle's
+``ops_mathematic.py``; micrograd's operator beside its backward). It declares what a node of it
+holds and writes three methods; the base class builds the node (``Op.__call__``):
 
+- ``inputs``: the names of its graph-node arguments, in order (``optional_inputs``: those that
+  may be None and are then left out); ``attrs``: its :class:`Attr` declarations, each checked and
+  converted once when the node is built and kept in the node's frozen ``attrs`` record (read as
+  ``node.axis``); ``label``: the node name's prefix (``node_name`` for other names).
 - ``compute(node, input_vals, output_val, ctx)`` writes the node's value into ``output_val`` through
   one kernel API, ``kernels_for(ctx)``: :mod:`gpumat.reference` (numpy arrays) when ``ctx`` is
   None, :mod:`gpumat.ops` (``PyGpuMatrix`` on ``ctx``) otherwise. The same function names, so an op
@@ -34,10 +39,11 @@ op-as-class structure follows CMU's needle.
 from __future__ import annotations
 
 import copy
-import functools
+import dataclasses
 import inspect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,10 +51,14 @@ from gpumat import ops, reference
 from gpumat._checks import as_int
 
 __all__ = [
+    "Attr",
     "AxisOp",
     "Node",
     "Op",
     "PlaceholderOp",
+    "TENSOR_METHODS",
+    "UnaryGradientOp",
+    "UnaryOp",
     "Undefined",
     "Variable",
     "as_const",
@@ -85,9 +95,15 @@ class Node:
     Attributes:
         inputs: list of input nodes.
         op: the :class:`Op` that computes this node's value.
-        const_attr: the constant of ``add_byconst_op`` / ``mul_byconst_op`` nodes (a Python float).
+        attrs: the op's declared attributes (a frozen record, None for ops that declare none);
+            each is also read as an attribute of the node: ``node.axis``, ``node.trans_A``,
+            ``node.const_attr`` (the constant of ``add_byconst_op`` / ``mul_byconst_op``).
         name: a readable name used in error messages, e.g. ``"MatMul(X,W1,False,False)"``.
         id: a process-unique integer.
+        extra_outputs: the :class:`gpumat.runtime.fusion.FusedOutputOp` nodes of an op with
+            several outputs (an empty list until the fusion pass adds them; ``()`` otherwise).
+        saved: the front end's autograd record of an eagerly run node (its value and versions,
+            :class:`gpumat.autograd.Saved`); None for graph-API nodes.
 
     ``+``, ``-``, ``*`` and unary ``-`` take nodes or real constants on either side: ``x + y`` is
     ``add_op(x, y)``, ``2 * x`` and ``x * 2`` are ``mul_byconst_op(x, 2)``, ``x - y`` is
@@ -96,12 +112,23 @@ class Node:
     Nodes hash and compare by identity, so they can key ``feed_dict``.
     """
 
-    def __init__(self) -> None:
-        self.inputs: list[Node] = []
-        self.op: Op | None = None
-        self.const_attr = None
+    __slots__ = ("inputs", "op", "attrs", "name", "id", "extra_outputs", "saved", "__weakref__")
+
+    def __init__(self, op: Op | None = None, inputs=(), attrs=None) -> None:
+        self.inputs: list[Node] = list(inputs)
+        self.op = op
+        self.attrs = attrs
         self.name = ""
         self.id = next(_node_ids)
+        self.extra_outputs = [] if op is not None and op.num_outputs > 1 else ()
+        self.saved = None
+
+    def __getattr__(self, name: str):
+        # Reached only for names that are not slots: the op's declared attributes.
+        attrs = None if name.startswith("__") or name == "attrs" else self.attrs
+        if attrs is None or not hasattr(attrs, name):
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        return getattr(attrs, name)
 
     def with_inputs(self, inputs: list[Node]) -> Node:
         """A copy of this node (same op and attributes, a new id) reading ``inputs`` instead."""
@@ -139,50 +166,103 @@ class Undefined:
         return f"Undefined({self.reason!r})"
 
 
-class Op:
-    """Base class of ops. Calling an op creates a node; subclasses define the node's maths.
+_REQUIRED = inspect.Parameter.empty
 
-    Subclasses override ``__call__`` (to set the node's inputs, name and attributes), ``compute``,
-    ``gradient`` and ``infer_shape``; ``name`` is the op's public helper name, used in messages.
+
+@dataclasses.dataclass(frozen=True)
+class Attr:
+    """One declared attribute of an op: its ``name`` (also the keyword of the op's call), the
+    ``check`` that validates and converts a value, ``check(value, name, op_name)`` (the
+    :mod:`gpumat._checks` functions' signature; None keeps the value as given), its ``default``
+    (none: a required argument) and ``type``, the converted value's type."""
+
+    name: str
+    check: Callable[[Any, str, str], Any] | None = None
+    default: Any = _REQUIRED
+    type: type = object
+
+
+def _node_argument(op: Op, pname: str, value) -> Node:
+    if not isinstance(value, Node):
+        raise TypeError(
+            f"{op.name}: argument {pname!r} must be a graph Node (a Variable or an op's result), "
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+class Op:
+    """Base class of ops. Calling an op creates a node; subclasses declare the node's inputs and
+    attributes and define its maths.
+
+    Subclasses set ``name`` (the op's public helper name, used in messages), ``inputs``,
+    ``optional_inputs``, ``attrs`` and ``label`` (or override ``node_name``), and write
+    ``compute``, ``gradient`` and ``infer_shape``. ``check_attrs`` is the hook for checks that
+    relate several attributes. An op never builds its node itself: ``Op.__call__`` does.
     """
 
     name = "op"
+    #: The node-name prefix: ``Relu`` names ``relu_op(x)``'s node ``Relu(x)``.
+    label = ""
+    #: The graph-node parameters, in call order; ``optional_inputs`` may be None (then left out).
+    inputs: tuple[str, ...] = ()
+    optional_inputs: tuple[str, ...] = ()
+    #: The declared attributes (:class:`Attr`), after the inputs in call order.
+    attrs: tuple[Attr, ...] = ()
+    #: Outputs written by compute: more than one only for fused ops (``extra_outputs``).
+    num_outputs = 1
 
     def __init_subclass__(cls, **kwargs):
-        # Every op's __call__ annotates its graph-node parameters as ``Node`` (``Node | None``
-        # when optional). Checking them here, once for all ops (gpumat.dlsys' and users' ops
-        # too), turns a non-node argument into a TypeError naming the op and the parameter,
-        # instead of an AttributeError from deep inside the node's name.
+        # The call's signature and the attributes' record type, derived once per op class from
+        # its declarations (a subclass that changes nothing inherits them unchanged).
         super().__init_subclass__(**kwargs)
-        call = cls.__dict__.get("__call__")
-        if call is None or getattr(call, "_checks_nodes", False):
-            return
-        sig = inspect.signature(call)
-        node_params = [
-            (pname, "None" in p.annotation)
-            for pname, p in list(sig.parameters.items())[1:]
-            if isinstance(p.annotation, str) and p.annotation.split(" ")[0] == "Node"
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        params = [
+            inspect.Parameter(n, kind, default=None if n in cls.optional_inputs else _REQUIRED)
+            for n in cls.inputs
         ]
+        params += [inspect.Parameter(a.name, kind, default=a.default) for a in cls.attrs]
+        cls._signature = inspect.Signature(params)
+        cls._record = (
+            dataclasses.make_dataclass(
+                f"{cls.__name__}Attrs",
+                [(a.name, a.type) for a in cls.attrs],
+                frozen=True,
+                slots=True,
+            )
+            if cls.attrs
+            else None
+        )
 
-        @functools.wraps(call)
-        def checked_call(self, *args, **kwargs):
-            try:
-                bound = sig.bind(self, *args, **kwargs)
-            except TypeError as exc:
-                raise TypeError(f"{self.name}: {exc}") from None
-            for pname, optional in node_params:
-                if pname not in bound.arguments:
-                    continue
-                value = bound.arguments[pname]
-                if not isinstance(value, Node) and not (optional and value is None):
-                    raise TypeError(
-                        f"{self.name}: argument {pname!r} must be a graph Node (a Variable or "
-                        f"an op's result), got {type(value).__name__}"
-                    )
-            return call(self, *args, **kwargs)
+    def __call__(self, *args, **kwargs) -> Node:
+        """A new node of this op: the inputs checked to be nodes, the attributes checked and
+        converted (TypeError / ValueError naming the op), the node named."""
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}: {exc}") from None
+        bound.apply_defaults()
+        given = bound.arguments
+        inputs = [
+            _node_argument(self, n, given[n])
+            for n in self.inputs
+            if not (given[n] is None and n in self.optional_inputs)
+        ]
+        values = {
+            a.name: given[a.name] if a.check is None else a.check(given[a.name], a.name, self.name)
+            for a in self.attrs
+        }
+        self.check_attrs(values)
+        node = Node(self, inputs, self._record(**values) if self._record else None)
+        node.name = self.node_name(node)
+        return node
 
-        checked_call._checks_nodes = True
-        cls.__call__ = checked_call
+    def check_attrs(self, attrs: dict) -> None:
+        """Checks between the converted attributes (a dict it may complete); ValueError."""
+
+    def node_name(self, node: Node) -> str:
+        """The new node's name: ``label(input names)``."""
+        return f"{self.label}({','.join(short_name(i) for i in node.inputs)})"
 
     # Positions of inputs whose values compute never reads, only their shapes (zeroslike_op's
     # input, broadcastto_op's target). The executor does not keep those values alive for this
@@ -200,13 +280,14 @@ class Op:
     # state and calls not listed here is not compiled.
     seeded_scalars: dict = {}
 
-    def __call__(self) -> Node:
-        new_node = Node()
-        new_node.op = self
-        return new_node
+    #: The kernel that computes the node from its inputs' values, in order, then the output:
+    #: ``kernels_for(ctx).<kernel>(*values, output_val, *kernel_args(node))`` (the default
+    #: ``compute``), where the values leave out the ``shape_only_inputs`` (and a fused op's
+    #: outputs follow in their order).
+    kernel = ""
 
     def compute(self, node: Node, input_vals: list, output_val, ctx=None) -> None:
-        """Write the value of ``node`` into ``output_val``.
+        """Write the value of ``node`` into ``output_val``: by default the op's ``kernel``.
 
         Args:
             node: the node being computed.
@@ -215,11 +296,25 @@ class Op:
                 storage with an input.
             ctx: None for numpy, else the ``gpumat.Context`` the values live on.
         """
-        raise NotImplementedError(f"{type(self).__name__}.compute")
+        if not self.kernel:
+            raise NotImplementedError(f"{type(self).__name__}.compute")
+        values = [v for k, v in enumerate(input_vals) if k not in self.shape_only_inputs]
+        outputs = list(output_val) if self.num_outputs > 1 else [output_val]
+        getattr(kernels_for(ctx), self.kernel)(*values, *outputs, *self.kernel_args(node))
+
+    def kernel_args(self, node: Node) -> tuple:
+        """The attributes the default ``compute`` passes to ``kernel`` after the output."""
+        return ()
+
+    #: Why the op has no gradient, for an op that has none (a fused op, a gradient op without a
+    #: second derivative): the default ``gradient`` is then :class:`Undefined` for every input.
+    no_gradient = ""
 
     def gradient(self, node: Node, output_grad: Node) -> list:
         """Return one entry per input: the gradient node, ``None`` (no dependence on that input's
         values) or :class:`Undefined`. ``output_grad`` is the gradient node of ``node``."""
+        if self.no_gradient:
+            return [Undefined(f"{self.name}: {self.no_gradient}")] * len(node.inputs)
         raise NotImplementedError(f"{type(self).__name__}.gradient")
 
     def infer_shape(self, node: Node, input_shapes: list[tuple]) -> tuple:
@@ -244,9 +339,6 @@ class PlaceholderOp(Op):
 
     name = "placeholder_op"
 
-    def __call__(self) -> Node:
-        return Op.__call__(self)
-
     def compute(self, node, input_vals, output_val, ctx=None):
         raise RuntimeError(f"placeholder {node.name!r} is fed, never computed")
 
@@ -267,12 +359,17 @@ def Variable(name: str) -> Node:  # noqa: N802 (the dlsys course's name)
     return placeholder_node
 
 
-class AxisOp(Op):
-    """An op with an ``axis`` attribute: an int, negative counting from the end (as numpy and
-    PyTorch); :meth:`check_axis` normalises it against a shape at shape inference."""
+#: The ``axis`` attribute: an int, negative counting from the end (as numpy and PyTorch).
+AXIS = Attr("axis", as_int, type=int)
 
-    def _set_axis(self, node: Node, axis) -> None:
-        node.axis = as_int(axis, "axis", self.name)
+
+class AxisOp(Op):
+    """An op with an ``axis`` attribute (:data:`AXIS`, declared by each subclass where it falls
+    in its call); :meth:`check_axis` normalises it against a shape at shape inference. Its kernel
+    takes the axis after the output."""
+
+    def kernel_args(self, node: Node) -> tuple:
+        return (node.axis,)
 
     def check_axis(self, node: Node, shape: tuple, axis: int) -> int:
         """``axis`` normalised to [0, ndim); ValueError naming the op and the shape if it is out
@@ -281,6 +378,43 @@ class AxisOp(Op):
         if not -nd <= axis < nd:
             raise self._error(node, f"axis {axis} is out of range for shape {shape_str(shape)}")
         return axis % nd
+
+
+#: The gpumat UnaryOps that are also ``gpumat.Tensor`` methods (``tensor_method``), in creation
+#: order: the front end makes each such method from this list, so its name is written once.
+TENSOR_METHODS: list = []
+
+
+class UnaryOp(Op):
+    """An elementwise op of one node computed by one pointwise kernel, ``kernel(x, out)`` of
+    :func:`kernels_for`: any shape, the output of the input's shape. Subclasses name the kernel
+    and write ``gradient``; ``tensor_method`` (with its docstring ``tensor_doc``) names the
+    float32 ``gpumat.Tensor`` method that applies the op, if any."""
+
+    inputs = ("node_x",)
+    tensor_method = ""
+    tensor_doc = ""
+
+    def __init__(self) -> None:
+        if self.tensor_method and type(self).__module__.startswith("gpumat."):
+            TENSOR_METHODS.append(self)
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+class UnaryGradientOp(Op):
+    """The gradient of a :class:`UnaryOp` from its forward output: ``kernel(y, dy, out)`` for y
+    and dy of one shape. Its own gradient (a second derivative) is not implemented."""
+
+    inputs = ("node_y", "node_dy")
+
+    @property
+    def no_gradient(self) -> str:
+        return f"second derivatives of {self.kernel.removesuffix('_gradient')}"
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
 
 
 def kernels_for(ctx):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpumat._checks import as_pair
 from gpumat.graph.conv import conv_output_size
-from gpumat.graph.node import Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Node, Op, Undefined, shape_str, short_name
 
 __all__ = [
     "AvgPool2dGradientOp",
@@ -27,16 +27,19 @@ __all__ = [
 
 
 class _PoolBase(Op):
-    """Nodes carry ``kernel``, ``stride`` and ``padding`` as (h, w) pairs."""
+    """Nodes carry ``kernel_size``, ``stride`` and ``padding`` as (h, w) pairs."""
 
     label = "Pool"
     takes_max = False  # max pooling: a window must hold an element of x
+    attrs = (
+        Attr("kernel_size", as_pair, type=tuple),
+        Attr("stride", lambda s, name, op: s if s is None else as_pair(s, name, op), None, tuple),
+        Attr("padding", as_pair, 0, tuple),
+    )
 
-    def _attrs(self, node: Node, kernel_size, stride, padding) -> None:
-        node.kernel = as_pair(kernel_size, "kernel_size", self.name)
-        node.stride = node.kernel if stride is None else as_pair(stride, "stride", self.name)
-        node.padding = as_pair(padding, "padding", self.name)
-        k, s, p = node.kernel, node.stride, node.padding
+    def check_attrs(self, attrs: dict) -> None:
+        k, s, p = attrs["kernel_size"], attrs["stride"], attrs["padding"]
+        s = attrs["stride"] = k if s is None else s  # the stride defaults to the kernel size
         if min(k) < 1 or min(s) < 1:
             raise ValueError(f"{self.name}: kernel_size and stride must be >= 1, got {k} and {s}")
         if min(p) < 0 or p[0] > k[0] // 2 or p[1] > k[1] // 2:
@@ -46,18 +49,27 @@ class _PoolBase(Op):
             )
 
     def _attr_str(self, node: Node) -> str:
-        (kh, kw), (sh, sw), (ph, pw) = node.kernel, node.stride, node.padding
+        (kh, kw), (sh, sw), (ph, pw) = node.kernel_size, node.stride, node.padding
         return f"k={kh}x{kw},s={sh}x{sw},p={ph}x{pw}"
 
     def _args(self, node: Node) -> tuple:
-        return node.kernel, node.stride, node.padding
+        return node.kernel_size, node.stride, node.padding
+
+    kernel_args = _args
+
+    def _gradient_shape(self, node: Node, x: tuple, dy: tuple) -> tuple:
+        """x's shape, the gradient op's output, once dy has the forward output's shape."""
+        expected = self._geometry(node, x)
+        if dy != expected:
+            raise self._error(node, f"dy has shape {shape_str(dy)}, expected {shape_str(expected)}")
+        return x
 
     def _geometry(self, node: Node, x_shape, x_name="x") -> tuple:
         xs = tuple(x_shape)
         if len(xs) != 4:
             raise self._error(node, f"{x_name} must be 4-D (N, C, H, W), got {shape_str(xs)}")
-        oh = conv_output_size(xs[2], node.kernel[0], node.stride[0], node.padding[0])
-        ow = conv_output_size(xs[3], node.kernel[1], node.stride[1], node.padding[1])
+        oh = conv_output_size(xs[2], node.kernel_size[0], node.stride[0], node.padding[0])
+        ow = conv_output_size(xs[3], node.kernel_size[1], node.stride[1], node.padding[1])
         if oh < 1 or ow < 1:
             raise self._error(
                 node,
@@ -72,13 +84,9 @@ class _PoolBase(Op):
             )
         return (xs[0], xs[1], oh, ow)
 
-    def _new(self, inputs: list, label: str, kernel_size, stride, padding) -> Node:
-        new_node = Op.__call__(self)
-        self._attrs(new_node, kernel_size, stride, padding)
-        new_node.inputs = inputs
-        names = ",".join(short_name(i) for i in inputs)
-        new_node.name = f"{label}({names},{self._attr_str(new_node)})"
-        return new_node
+    def node_name(self, node):
+        names = ",".join(short_name(i) for i in node.inputs)
+        return f"{self.label}({names},{self._attr_str(node)})"
 
 
 class MaxPool2dOp(_PoolBase):
@@ -92,13 +100,10 @@ class MaxPool2dOp(_PoolBase):
     """
 
     name = "max_pool2d_op"
+    kernel = "max_pool2d"
     takes_max = True
-
-    def __call__(self, node_x: Node, kernel_size, stride=None, padding=0) -> Node:
-        return self._new([node_x], "MaxPool2d", kernel_size, stride, padding)
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).max_pool2d(input_vals[0], output_val, *self._args(node))
+    label = "MaxPool2d"
+    inputs = ("node_x",)
 
     def gradient(self, node, output_grad):
         return [max_pool2d_gradient_op(node.inputs[0], output_grad, *self._args(node))]
@@ -112,14 +117,10 @@ class MaxPool2dGradientOp(_PoolBase):
     ``max_pool2d_op(x, ...)`` given dy = dL/dy (N, C, OH, OW)."""
 
     name = "max_pool2d_gradient_op"
+    kernel = "max_pool2d_gradient"
     takes_max = True
-
-    def __call__(self, node_x: Node, node_dy: Node, kernel_size, stride=None, padding=0) -> Node:
-        return self._new([node_x, node_dy], "MaxPool2dGrad", kernel_size, stride, padding)
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        x, dy = input_vals
-        kernels_for(ctx).max_pool2d_gradient(x, dy, output_val, *self._args(node))
+    label = "MaxPool2dGrad"
+    inputs = ("node_x", "node_dy")
 
     def gradient(self, node, output_grad):
         # Piecewise constant in x (zero almost everywhere); linear in dy (a gather at the argmax,
@@ -128,10 +129,7 @@ class MaxPool2dGradientOp(_PoolBase):
 
     def infer_shape(self, node, input_shapes):
         x, dy = (tuple(s) for s in input_shapes)
-        expected = self._geometry(node, x)
-        if dy != expected:
-            raise self._error(node, f"dy has shape {shape_str(dy)}, expected {shape_str(expected)}")
-        return x
+        return self._gradient_shape(node, x, dy)
 
 
 class AvgPool2dOp(_PoolBase):
@@ -140,12 +138,9 @@ class AvgPool2dOp(_PoolBase):
     always KH*KW, PyTorch's ``count_include_pad=True``). Arguments as for ``max_pool2d_op``."""
 
     name = "avg_pool2d_op"
-
-    def __call__(self, node_x: Node, kernel_size, stride=None, padding=0) -> Node:
-        return self._new([node_x], "AvgPool2d", kernel_size, stride, padding)
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).avg_pool2d(input_vals[0], output_val, *self._args(node))
+    kernel = "avg_pool2d"
+    label = "AvgPool2d"
+    inputs = ("node_x",)
 
     def gradient(self, node, output_grad):
         return [avg_pool2d_gradient_op(output_grad, node.inputs[0], *self._args(node))]
@@ -160,23 +155,17 @@ class AvgPool2dGradientOp(_PoolBase):
     pooling again."""
 
     name = "avg_pool2d_gradient_op"
+    kernel = "avg_pool2d_gradient"
     shape_only_inputs = (1,)  # x
-
-    def __call__(self, node_dy: Node, node_x: Node, kernel_size, stride=None, padding=0) -> Node:
-        return self._new([node_dy, node_x], "AvgPool2dGrad", kernel_size, stride, padding)
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).avg_pool2d_gradient(input_vals[0], output_val, *self._args(node))
+    label = "AvgPool2dGrad"
+    inputs = ("node_dy", "node_x")
 
     def gradient(self, node, output_grad):
         return [avg_pool2d_op(output_grad, *self._args(node)), None]
 
     def infer_shape(self, node, input_shapes):
         dy, x = (tuple(s) for s in input_shapes)
-        expected = self._geometry(node, x)
-        if dy != expected:
-            raise self._error(node, f"dy has shape {shape_str(dy)}, expected {shape_str(expected)}")
-        return x
+        return self._gradient_shape(node, x, dy)
 
 
 max_pool2d_op = MaxPool2dOp()

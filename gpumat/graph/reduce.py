@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumat.graph.layout import reshape_op
-from gpumat.graph.node import AxisOp, Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import AXIS, Attr, AxisOp, Op, Undefined, kernels_for, shape_str, short_name
 
 __all__ = [
     "ArgmaxOp",
@@ -43,8 +43,23 @@ def _strip_leading_ones(shape: tuple) -> tuple:
     return tuple(shape[i:])
 
 
-def _is_suffix(suffix: tuple, of: tuple) -> bool:
-    return len(suffix) <= len(of) and tuple(of[len(of) - len(suffix) :]) == tuple(suffix)
+def _ending(op: Op, node, short: tuple, long: tuple, what: str, roles: tuple) -> tuple:
+    """``short``, once it ends ``long`` without its leading 1s; else ValueError: ``what``, and
+    the rule in the words of ``roles`` = (short's name, long's name)."""
+    tail = _strip_leading_ones(short)
+    if len(tail) > len(long) or tuple(long[len(long) - len(tail) :]) != tail:
+        rule = f"the {roles[0]}'s shape, without leading 1s, must end the {roles[1]}'s shape"
+        raise op._error(node, f"{what} ({rule})")
+    return short
+
+
+def _keepdims(value, name: str, op: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+KEEPDIMS = Attr("keepdims", _keepdims, False, bool)
 
 
 class ReduceSumAxisZeroOp(Op):
@@ -57,18 +72,15 @@ class ReduceSumAxisZeroOp(Op):
     """
 
     name = "reducesumaxiszero_op"
+    kernel = "reduce_sum_axis_zero"
     shape_only_inputs = (1,)  # like
+    inputs = ("node_A", "like")
+    optional_inputs = ("like",)
 
-    def __call__(self, node_A: Node, like: Node | None = None) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A] if like is None else [node_A, like]
-        new_node.name = f"ReduceSumAxisZero({short_name(node_A)})"
-        if like is not None:
-            new_node.name = f"ReduceSumTo({short_name(node_A)},{short_name(like)})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).reduce_sum_axis_zero(input_vals[0], output_val)
+    def node_name(self, node):
+        if len(node.inputs) == 1:
+            return f"ReduceSumAxisZero({short_name(node.inputs[0])})"
+        return f"ReduceSumTo({short_name(node.inputs[0])},{short_name(node.inputs[1])})"
 
     def gradient(self, node, output_grad):
         grads = [broadcastto_op(output_grad, node.inputs[0])]
@@ -83,13 +95,8 @@ class ReduceSumAxisZeroOp(Op):
                 raise self._error(node, "cannot sum over axis 0 of a 0-d array")
             return s[1:]
         like = tuple(input_shapes[1])
-        if not _is_suffix(_strip_leading_ones(like), s):
-            raise self._error(
-                node,
-                f"cannot sum {shape_str(s)} down to {shape_str(like)} "
-                "(the target's shape, without leading 1s, must end the input's shape)",
-            )
-        return like
+        what = f"cannot sum {shape_str(s)} down to {shape_str(like)}"
+        return _ending(self, node, like, s, what, ("target", "input"))
 
 
 class BroadcastToOp(Op):
@@ -100,28 +107,21 @@ class BroadcastToOp(Op):
     """
 
     name = "broadcastto_op"
+    kernel = "broadcast_to"
     shape_only_inputs = (1,)  # the target
+    inputs = ("node_A", "node_B")
 
-    def __call__(self, node_A: Node, node_B: Node) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A, node_B]
-        new_node.name = f"BroadcastTo({short_name(node_A)},{short_name(node_B)}.shape)"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).broadcast_to(input_vals[0], output_val)
+    def node_name(self, node):
+        a, b = node.inputs
+        return f"BroadcastTo({short_name(a)},{short_name(b)}.shape)"
 
     def gradient(self, node, output_grad):
         return [reducesumaxiszero_op(output_grad, node.inputs[0]), None]
 
     def infer_shape(self, node, input_shapes):
         a, b = (tuple(s) for s in input_shapes)
-        if not _is_suffix(_strip_leading_ones(a), b):
-            raise self._error(
-                node,
-                f"cannot broadcast {shape_str(a)} to {shape_str(b)} "
-                "(the input's shape, without leading 1s, must end the target's shape)",
-            )
+        what = f"cannot broadcast {shape_str(a)} to {shape_str(b)}"
+        _ending(self, node, a, b, what, ("input", "target"))
         return b
 
 
@@ -131,20 +131,13 @@ class _ReduceOp(AxisOp):
 
     kind = "sum"
     kernel = "reduce_sum"
+    label = "ReduceSum"
+    inputs = ("node_x",)
+    attrs = (AXIS, KEEPDIMS)
 
-    def __call__(self, node_x: Node, axis, keepdims=False) -> Node:
-        new_node = Op.__call__(self)
-        self._set_axis(new_node, axis)
-        if not isinstance(keepdims, (bool, np.bool_)):
-            raise TypeError(f"{self.name}: keepdims must be a bool, got {keepdims!r}")
-        new_node.keepdims = bool(keepdims)
-        new_node.inputs = [node_x]
-        kd = ",keepdims" if keepdims else ""
-        new_node.name = f"Reduce{self.kind.title()}({short_name(node_x)},axis={new_node.axis}{kd})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        getattr(kernels_for(ctx), self.kernel)(input_vals[0], output_val, node.axis)
+    def node_name(self, node):
+        kd = ",keepdims" if node.keepdims else ""
+        return f"{self.label}({short_name(node.inputs[0])},axis={node.axis}{kd})"
 
     def gradient(self, node, output_grad):
         x = node.inputs[0]
@@ -178,6 +171,7 @@ class ReduceMeanOp(_ReduceOp):
     Gradient: dy / n repeated along the axis."""
 
     name = "reduce_mean_op"
+    label = "ReduceMean"
     kind = "mean"
     kernel = "reduce_mean"
 
@@ -195,6 +189,7 @@ class ReduceMaxOp(_ReduceOp):
     """
 
     name = "reduce_max_op"
+    label = "ReduceMax"
     kind = "max"
     kernel = "reduce_max"
 
@@ -207,20 +202,11 @@ class ArgmaxOp(AxisOp):
     (like ``zeroslike_op``)."""
 
     name = "argmax_op"
-
-    def __call__(self, node_x: Node, axis, keepdims=False) -> Node:
-        new_node = Op.__call__(self)
-        self._set_axis(new_node, axis)
-        if not isinstance(keepdims, (bool, np.bool_)):
-            raise TypeError(f"{self.name}: keepdims must be a bool, got {keepdims!r}")
-        new_node.keepdims = bool(keepdims)
-        new_node.inputs = [node_x]
-        kd = ",keepdims" if keepdims else ""
-        new_node.name = f"Argmax({short_name(node_x)},axis={new_node.axis}{kd})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).argmax(input_vals[0], output_val, node.axis)
+    kernel = "argmax"
+    label = "Argmax"
+    inputs = ("node_x",)
+    attrs = (AXIS, KEEPDIMS)
+    node_name = _ReduceOp.node_name
 
     def gradient(self, node, output_grad):
         return [None]
@@ -244,17 +230,12 @@ class BroadcastAxisOp(AxisOp):
 
     name = "broadcast_axis_op"
     shape_only_inputs = (1,)
+    inputs = ("node_g", "node_like")
+    attrs = (AXIS, Attr("mean", lambda v, _n, _op: bool(v), False, bool))
 
-    def __call__(self, node_g: Node, node_like: Node, axis, mean=False) -> Node:
-        new_node = Op.__call__(self)
-        self._set_axis(new_node, axis)
-        new_node.mean = bool(mean)
-        new_node.inputs = [node_g, node_like]
-        new_node.name = (
-            f"BroadcastAxis({short_name(node_g)},{short_name(node_like)},axis={new_node.axis}"
-            f"{',mean' if mean else ''})"
-        )
-        return new_node
+    def node_name(self, node):
+        g, like = (short_name(i) for i in node.inputs)
+        return f"BroadcastAxis({g},{like},axis={node.axis}{',mean' if node.mean else ''})"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         a = node.axis % output_val.ndim
@@ -283,18 +264,12 @@ class ReduceMaxGradientOp(AxisOp):
     dy: dy / t at the t tied maxima of each slice, 0 elsewhere (see ``reduce_max_op``)."""
 
     name = "reduce_max_gradient_op"
+    kernel = "reduce_max_gradient"
+    inputs = ("node_x", "node_y", "node_dy")
+    attrs = (AXIS,)
 
-    def __call__(self, node_x: Node, node_y: Node, node_dy: Node, axis) -> Node:
-        new_node = Op.__call__(self)
-        self._set_axis(new_node, axis)
-        new_node.inputs = [node_x, node_y, node_dy]
-        args = f"{short_name(node_x)},{short_name(node_y)},{short_name(node_dy)}"
-        new_node.name = f"ReduceMaxGrad({args},axis={new_node.axis})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        x, y, dy = input_vals
-        kernels_for(ctx).reduce_max_gradient(x, y, dy, output_val, node.axis)
+    def node_name(self, node):
+        return f"ReduceMaxGrad({','.join(short_name(i) for i in node.inputs)},axis={node.axis})"
 
     def gradient(self, node, output_grad):
         # Piecewise constant in x and y; linear in dy (a gather at the maxima: no kernel yet).

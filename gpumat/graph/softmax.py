@@ -10,9 +10,18 @@ g - exp(y) * sum_axis(g). Kernels: :func:`gpumat.ops.softmax` (rows of a matrix)
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from gpumat.graph.node import AxisOp, Node, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.node import AXIS, Attr, AxisOp, Op, kernels_for, shape_str, short_name
+
+
+def _int_axis(axis, _name, op) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{op}: axis must be an int, got {axis!r}")
+    return int(axis)
+
 
 __all__ = [
     "LogSoftmaxGradientOp",
@@ -36,20 +45,16 @@ class SoftmaxOp(Op):
     """
 
     name = "softmax_op"
+    inputs = ("node_A",)
+    attrs = (Attr("axis", _int_axis, -1, int),)
 
-    def __call__(self, node_A: Node, axis=-1) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [node_A]
-        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-            raise TypeError(f"softmax_op: axis must be an int, got {axis!r}")
-        new_node.axis = int(axis)
-        suffix = "" if new_node.axis == -1 else f",axis={new_node.axis}"
-        new_node.name = f"Softmax({short_name(node_A)}{suffix})"
-        return new_node
+    def node_name(self, node):
+        suffix = "" if node.axis == -1 else f",axis={node.axis}"
+        return f"Softmax({short_name(node.inputs[0])}{suffix})"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         y = input_vals[0]
-        axis = getattr(node, "axis", -1)
+        axis = node.axis
         k = kernels_for(ctx)
         if y.ndim == 2 and axis in (-1, 1):
             k.softmax(y, output_val)  # the row kernel
@@ -57,11 +62,11 @@ class SoftmaxOp(Op):
             k.softmax_axis(y, output_val, axis)
 
     def gradient(self, node, output_grad):
-        return [softmax_gradient_op(node, output_grad, getattr(node, "axis", -1))]
+        return [softmax_gradient_op(node, output_grad, node.axis)]
 
     def infer_shape(self, node, input_shapes):
         s = tuple(input_shapes[0])
-        axis = getattr(node, "axis", -1)
+        axis = node.axis
         if not -len(s) <= axis < len(s):
             raise self._error(node, f"axis {axis} is out of range for shape {shape_str(s)}")
         return s
@@ -73,24 +78,15 @@ class SoftmaxGradientOp(AxisOp):
     softmax is diag(y) - y y^T (Goodfellow, Bengio & Courville, *Deep Learning*, 6.2.2.3)."""
 
     name = "softmax_gradient_op"
-    log = False
+    no_gradient = "second derivatives of softmax"
+    label = "SoftmaxGrad"
     kernel = "softmax_axis_gradient"
+    inputs = ("node_y", "node_dy")
+    attrs = (dataclasses.replace(AXIS, default=-1),)
 
-    def __call__(self, node_y: Node, node_dy: Node, axis=-1) -> Node:
-        new_node = Op.__call__(self)
-        self._set_axis(new_node, axis)
-        new_node.inputs = [node_y, node_dy]
-        label = "LogSoftmaxGrad" if self.log else "SoftmaxGrad"
-        new_node.name = f"{label}({short_name(node_y)},{short_name(node_dy)},axis={new_node.axis})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        y, dy = input_vals
-        getattr(kernels_for(ctx), self.kernel)(y, dy, output_val, node.axis)
-
-    def gradient(self, node, output_grad):
-        reason = f"{self.name}: second derivatives of softmax"
-        return [Undefined(reason), Undefined(reason)]
+    def node_name(self, node):
+        y, dy = (short_name(i) for i in node.inputs)
+        return f"{self.label}({y},{dy},axis={node.axis})"
 
     def infer_shape(self, node, input_shapes):
         s = self._same_shapes(node, input_shapes[0], input_shapes[1])
@@ -103,7 +99,7 @@ class LogSoftmaxGradientOp(SoftmaxGradientOp):
     y = log_softmax(x) along ``axis`` (exp(y) is the softmax)."""
 
     name = "log_softmax_gradient_op"
-    log = True
+    label = "LogSoftmaxGrad"
     kernel = "log_softmax_gradient"
 
 
@@ -113,16 +109,12 @@ class LogSoftmaxOp(AxisOp):
     log(softmax(x)) underflows to -inf). Gradient: ``log_softmax_gradient_op``."""
 
     name = "log_softmax_op"
+    kernel = "log_softmax"
+    inputs = ("node_x",)
+    attrs = (dataclasses.replace(AXIS, default=-1),)
 
-    def __call__(self, node_x: Node, axis=-1) -> Node:
-        new_node = Op.__call__(self)
-        self._set_axis(new_node, axis)
-        new_node.inputs = [node_x]
-        new_node.name = f"LogSoftmax({short_name(node_x)},axis={new_node.axis})"
-        return new_node
-
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).log_softmax(input_vals[0], output_val, node.axis)
+    def node_name(self, node):
+        return f"LogSoftmax({short_name(node.inputs[0])},axis={node.axis})"
 
     def gradient(self, node, output_grad):
         return [log_softmax_gradient_op(node, output_grad, node.axis)]

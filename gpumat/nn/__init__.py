@@ -11,42 +11,9 @@ exported (a face: it only re-exports).
   :mod:`gpumat.reference`).
 """
 
-from gpumat.graph import (
-    add_channel_bias_op,
-    avg_pool2d_gradient_op,
-    avg_pool2d_op,
-    broadcast_axis_op,
-    conv1d_gradient_filter_op,
-    conv1d_gradient_input_op,
-    conv1d_op,
-    conv2d_gradient_filter_op,
-    conv2d_gradient_input_op,
-    conv2d_op,
-    conv_output_size,
-    dropout_op,
-    flatten_op,
-    log_softmax_gradient_op,
-    log_softmax_op,
-    mae_loss_gradient_op,
-    mae_loss_op,
-    max_pool2d_gradient_op,
-    max_pool2d_op,
-    mse_loss_gradient_op,
-    mse_loss_op,
-    nll_loss_gradient_op,
-    nll_loss_op,
-    reduce_max_gradient_op,
-    reduce_max_op,
-    reduce_mean_op,
-    reduce_sum_channels_op,
-    reduce_sum_op,
-    reshape_op,
-    sigmoid_gradient_op,
-    sigmoid_op,
-    softmax_gradient_op,
-    tanh_gradient_op,
-    tanh_op,
-)
+from gpumat import graph as _graph
+from gpumat.graph import conv as _conv
+from gpumat.graph import pool as _pool
 from gpumat.nn import functional, init
 from gpumat.nn.activation import Dropout, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
 from gpumat.nn.container import ModuleList, Sequential
@@ -56,6 +23,36 @@ from gpumat.nn.loss import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from gpumat.nn.module import Module
 from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AvgPool2d, MaxPool2d
+
+# The graph ops gpumat.nn has always exported (the dlsys course's habit; they live in
+# gpumat.graph): every op of the conv and pool families, and these.
+_GRAPH_OPS = sorted(
+    {n for family in (_conv, _pool) for n in family.__all__ if n.islower()}
+    | {
+        "broadcast_axis_op",
+        "dropout_op",
+        "flatten_op",
+        "log_softmax_gradient_op",
+        "log_softmax_op",
+        "mae_loss_gradient_op",
+        "mae_loss_op",
+        "mse_loss_gradient_op",
+        "mse_loss_op",
+        "nll_loss_gradient_op",
+        "nll_loss_op",
+        "reduce_max_gradient_op",
+        "reduce_max_op",
+        "reduce_mean_op",
+        "reduce_sum_op",
+        "reshape_op",
+        "sigmoid_gradient_op",
+        "sigmoid_op",
+        "softmax_gradient_op",
+        "tanh_gradient_op",
+        "tanh_op",
+    }
+)
+globals().update((name, getattr(_graph, name)) for name in _GRAPH_OPS)
 
 __all__ = [
     "AvgPool2d",
@@ -80,38 +77,5 @@ __all__ = [
     "Tanh",
     "functional",
     "init",
-    "add_channel_bias_op",
-    "avg_pool2d_gradient_op",
-    "avg_pool2d_op",
-    "broadcast_axis_op",
-    "conv1d_gradient_filter_op",
-    "conv1d_gradient_input_op",
-    "conv1d_op",
-    "conv2d_gradient_filter_op",
-    "conv2d_gradient_input_op",
-    "conv2d_op",
-    "conv_output_size",
-    "dropout_op",
-    "flatten_op",
-    "log_softmax_gradient_op",
-    "log_softmax_op",
-    "mae_loss_gradient_op",
-    "mae_loss_op",
-    "max_pool2d_gradient_op",
-    "max_pool2d_op",
-    "mse_loss_gradient_op",
-    "mse_loss_op",
-    "nll_loss_gradient_op",
-    "nll_loss_op",
-    "reduce_max_gradient_op",
-    "reduce_max_op",
-    "reduce_mean_op",
-    "reduce_sum_channels_op",
-    "reduce_sum_op",
-    "reshape_op",
-    "sigmoid_gradient_op",
-    "sigmoid_op",
-    "softmax_gradient_op",
-    "tanh_gradient_op",
-    "tanh_op",
+    *_GRAPH_OPS,
 ]

@@ -9,8 +9,7 @@ from gpumat.nn import functional as F  # noqa: N812 (PyTorch's convention)
 from gpumat.nn import init
 from gpumat.nn.linear import _factory
 from gpumat.nn.module import Module
-from gpumat.nn.parameter import Parameter
-from gpumat.tensor import Tensor, zeros
+from gpumat.tensor import Tensor
 
 __all__ = ["Conv2d"]
 
@@ -71,13 +70,7 @@ class Conv2d(Module):
                 f"Conv2d: kernel_size and stride must be >= 1, got {self.kernel_size} and "
                 f"{self.stride}"
             )
-        kh, kw = self.kernel_size
-        self.weight = Parameter(zeros(out_channels, in_channels, kh, kw, device=ctx))
-        if bias:
-            self.bias = Parameter(zeros(out_channels, device=ctx))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        self._weight_and_bias((out_channels, in_channels, *self.kernel_size), bias, ctx)
 
     def reset_parameters(self) -> None:
         """Draw the parameters again (PyTorch's initialisation, above)."""

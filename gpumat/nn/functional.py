@@ -19,6 +19,7 @@ from __future__ import annotations
 import numbers
 
 from gpumat._checks import as_pair, as_probability
+from gpumat.dtypes import bool_, float32, int64
 from gpumat.graph.activation import dropout_op
 from gpumat.graph.conv import add_channel_bias_op, conv2d_op
 from gpumat.graph.elementwise import mul_byconst_op
@@ -27,7 +28,8 @@ from gpumat.graph.loss import mae_loss_op, mse_loss_op, nll_loss_op, softmaxcros
 from gpumat.graph.matmul import matmul_op
 from gpumat.graph.node import shape_str
 from gpumat.graph.pool import avg_pool2d_op, max_pool2d_op
-from gpumat.tensor import Tensor, apply_op, bool_, draw_seed, float32, int64
+from gpumat.random import draw_seed
+from gpumat.tensor import Tensor, apply_op
 
 __all__ = [
     "avg_pool2d",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 
+from gpumat.device import as_device
+from gpumat.dtypes import as_dtype, float32
 from gpumat.nn import functional as F  # noqa: N812 (PyTorch's convention)
 from gpumat.nn import init
 from gpumat.nn.module import Module
-from gpumat.nn.parameter import Parameter
-from gpumat.tensor import Tensor, as_device, as_dtype, float32, zeros
+from gpumat.tensor import Tensor
 
 __all__ = ["Flatten", "Identity", "Linear"]
 
@@ -49,12 +50,7 @@ class Linear(Module):
         ctx = _factory("Linear", device, dtype)
         self.in_features = _positive(in_features, "in_features", "Linear")
         self.out_features = _positive(out_features, "out_features", "Linear")
-        self.weight = Parameter(zeros(out_features, in_features, device=ctx))
-        if bias:
-            self.bias = Parameter(zeros(out_features, device=ctx))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        self._weight_and_bias((out_features, in_features), bias, ctx)
 
     def reset_parameters(self) -> None:
         """Draw the parameters again (PyTorch's initialisation, above)."""

@@ -17,9 +17,12 @@ import numpy as np
 
 from gpumat._core import PyGpuMatrix
 from gpumat.autograd import current_trace, no_grad
+from gpumat.creation import zeros
+from gpumat.device import as_device
+from gpumat.dtypes import as_dtype, float32
 from gpumat.graph.node import shape_str
 from gpumat.nn.parameter import Parameter
-from gpumat.tensor import Tensor, as_device, as_dtype, float32, reset_grad
+from gpumat.tensor import Tensor, reset_grad
 
 __all__ = ["Module"]
 
@@ -121,6 +124,16 @@ class Module:
         if hasattr(self, name) and name not in self._parameters and name not in self._buffers:
             if name not in self._modules:
                 raise KeyError(f"attribute '{name}' already exists")
+
+    def _weight_and_bias(self, weight_shape: tuple, bias: bool, ctx) -> None:
+        """Zero ``weight`` of ``weight_shape`` and ``bias`` (weight_shape[0],) parameters on ``ctx``
+        (or no bias), then the layer's ``reset_parameters``: the dense and conv layers' start."""
+        self.weight = Parameter(zeros(*weight_shape, device=ctx))
+        if bias:
+            self.bias = Parameter(zeros(weight_shape[0], device=ctx))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         """Register ``param`` (a Parameter or None) under ``name``.

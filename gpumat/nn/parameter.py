@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpumat.tensor import Tensor, zeros
+from gpumat.creation import zeros
+from gpumat.tensor import Tensor
 
 __all__ = ["Parameter"]
 

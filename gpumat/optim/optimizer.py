@@ -34,7 +34,8 @@ import numpy as np
 from gpumat import ops
 from gpumat.arrays import empty, is_device_array
 from gpumat.autograd import current_trace, enable_grad
-from gpumat.tensor import Tensor, float32, reset_grad
+from gpumat.dtypes import float32
+from gpumat.tensor import Tensor, reset_grad
 
 __all__ = ["Optimizer"]
 

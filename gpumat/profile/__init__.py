@@ -322,33 +322,8 @@ def estimate(launch: dict, gpu: GpuModel | str = "H100") -> dict:
 
 # ---------------------------------------------------------------------------- the profiler
 
-_SUMMED = (
-    "blocks",
-    "threads",
-    "barriers",
-    "global_load_requests",
-    "global_load_sectors",
-    "global_load_bytes",
-    "global_load_lanes",
-    "global_store_requests",
-    "global_store_sectors",
-    "global_store_bytes",
-    "global_store_lanes",
-    "global_atomic_requests",
-    "global_atomic_sectors",
-    "global_atomic_bytes",
-    "global_atomic_lanes",
-    "shared_load_requests",
-    "shared_load_wavefronts",
-    "shared_load_ideal_wavefronts",
-    "shared_load_lanes",
-    "shared_store_requests",
-    "shared_store_wavefronts",
-    "shared_store_ideal_wavefronts",
-    "shared_store_lanes",
-    "dram_read_sectors",
-    "dram_write_sectors",
-)
+# The counters summed per launch and per kernel: named once, in extensions/src/emu/profile.cpp.
+_SUMMED = _core._emu_profile_summed_fields()
 
 _active: Profiler | None = None
 

@@ -56,7 +56,7 @@ from gpumat.graph.loss import (
     softmaxcrossentropy_with_gradient_op,
 )
 from gpumat.graph.matmul import MatMulOp, matmul_bias_op
-from gpumat.graph.node import Node, Op, Undefined, short_name
+from gpumat.graph.node import Attr, Node, Op, short_name
 from gpumat.graph.reduce import BroadcastToOp, ReduceSumAxisZeroOp
 from gpumat.graph.reverse_mode import find_topo_sort
 
@@ -82,27 +82,29 @@ class FusedOutputOp(Op):
     plans its buffer from the fused node's step on and never calls its compute)."""
 
     name = "fused_output_op"
+    no_gradient = "made by the fusion pass, after gradients"
     shape_only_inputs = (0,)
+    inputs = ("fused",)
+    attrs = (
+        Attr("index", lambda i, _n, _op: int(i), 1, int),
+        Attr("shape", lambda s, _n, _op: tuple(int(d) for d in s), (), tuple),
+    )
 
     def __call__(self, fused: Node, index: int = 1, shape: tuple = ()) -> Node:
-        new_node = Op.__call__(self)
-        new_node.inputs = [fused]
-        new_node.output_index = int(index)
-        new_node.fixed_shape = tuple(int(d) for d in shape)
-        new_node.name = f"Output{index}({short_name(fused)})"
-        fused.extra_outputs.append(new_node)
-        return new_node
+        node = super().__call__(fused, index, shape)
+        fused.extra_outputs.append(node)  # the fused node plans and writes this output
+        return node
+
+    def node_name(self, node):
+        return f"Output{node.index}({short_name(node.inputs[0])})"
 
     def compute(self, node, input_vals, output_val, ctx=None):
         raise RuntimeError(
             f"fused_output_op at node {node.name!r}: written by its fused node; not run on its own"
         )
 
-    def gradient(self, node, output_grad):
-        return [Undefined("fused_output_op: made by the fusion pass, after gradients")]
-
     def infer_shape(self, node, input_shapes):
-        return node.fixed_shape
+        return node.shape
 
 
 fused_output_op = FusedOutputOp()
@@ -184,7 +186,7 @@ def _dense_parts(rw: _Rewriter, z: Node):
 
 def _make_dense(rw: _Rewriter, mm: Node, bias: Node, relu: bool):
     a, b = mm.inputs
-    ta, tb = mm.matmul_attr_trans_A, mm.matmul_attr_trans_B
+    ta, tb = mm.trans_A, mm.trans_B
     return lambda get: matmul_bias_op(get(a), get(b), get(bias), ta, tb, relu)
 
 

@@ -34,13 +34,21 @@ FACES = {
 # The layers, bottom up (docs/ARCHITECTURE.md). A module may import its own layer and those below.
 LAYERS = [
     {"gpumat._core", "gpumat._build_config", "gpumat._checks"},
-    {"gpumat.device"},
+    {"gpumat.device", "gpumat.dtypes", "gpumat.random"},
     {"gpumat.arrays"},
-    {"gpumat.ops", "gpumat.reference", "gpumat.dlpack", "gpumat.checkpoint", "gpumat.profile"},
+    {
+        "gpumat.ops",
+        "gpumat._ops_pointwise",
+        "gpumat.reference",
+        "gpumat.dlpack",
+        "gpumat.checkpoint",
+        "gpumat.profile",
+    },
     {"gpumat.graph"},  # and gpumat.graph.*
     {"gpumat.runtime"},  # and gpumat.runtime.*
     {"gpumat.autograd"},
     {"gpumat.tensor"},
+    {"gpumat.creation"},
     {"gpumat.nn", "gpumat.optim", "gpumat.data", "gpumat.serialization", "gpumat.compiler"},
     {"gpumat.distributed", "gpumat.datasets"},
     {"gpumat.models"},

@@ -12,9 +12,10 @@ passes when the call
 - returns, and every output equals a float64 numpy reference computed from the arguments as they
   were before the call; a call that gpumat accepts but the reference rejects fails.
 
-A crash (a signal) cannot be caught in-process, so ``tests/test_bad_input.py`` runs each batch in
-a child process (``python tests/bad_input_cases.py BATCH``) and fails when the child dies by a
-signal. The child prints one JSON line: ``{"batch": ..., "cases": N, "failures": [...]}``.
+A crash (a signal) cannot be caught in-process, so ``tests/robustness/test_bad_input.py`` runs
+each batch in a child process (``python tests/robustness/bad_input_cases.py BATCH``) and fails when
+the child dies by a signal. The child prints one JSON line: ``{"batch": ..., "cases": N,
+"failures": [...]}``.
 
 Structural edge cases have batches of their own: ``zeros_<device>:<ops batch>`` runs an ops batch
 with every drawn dimension allowed to be 0 (so each axis of each argument is empty in some valid
@@ -294,9 +295,12 @@ def _valid_args(name, draw, arrays: Arrays):
     if name == "matrix_elementwise_divide":
         s = _shape(draw)
         return [new(s), new(s, 0.1, 1.0), new(s)]
-    if name in ("exp", "log"):
+    if name in ("exp", "log", "sqrt"):
         s = _shape(draw)
         return [new(s, 0.01, 5.0), new(s)]
+    if name == "sqrt_gradient":
+        s = _shape(draw)
+        return [new(s, 0.1, 3.0), new(s), new(s)]
     if name == "eq":
         # Small integers, so that about a third of the pairs are equal.
         s = _shape(draw)
@@ -462,300 +466,457 @@ def _reduced(shape, axis: int, keepdims: bool) -> tuple:
     return shape[:a] + ((1,) if keepdims else ()) + shape[a + 1 :]
 
 
+def _ref_array_set(name, a):
+    return {0: np.full(_arr(a[0]).shape, _num(a[1]))}
+
+
+def _ref_broadcast_to(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    return {1: _graph(ad.broadcastto_op, x, out, out_shape=out.shape)}
+
+
+def _ref_reduce_sum_axis_zero(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    return {1: _graph(ad.reducesumaxiszero_op, x, out, out_shape=out.shape)}
+
+
+def _ref_matrix_elementwise_add(name, a):
+    x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _same(x.shape, y.shape, out.shape)
+    return {2: x + y if name.endswith("add") else x * y}
+
+
+def _ref_matrix_elementwise_divide(name, a):
+    x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _same(x.shape, y.shape, out.shape)
+    return {2: x / y}
+
+
+def _ref_eq(name, a):
+    x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _same(x.shape, y.shape, out.shape)
+    return {2: (x == y).astype(np.float64)}
+
+
+def _ref_exp(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _same(x.shape, out.shape)
+    return {1: getattr(np, name)(x)}
+
+
+def _ref_sqrt_gradient(name, a):
+    y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _same(y.shape, dy.shape, out.shape)
+    return {2: dy / (2 * y)}
+
+
+def _ref_matrix_elementwise_add_by_const(name, a):
+    x, v, out = _arr(a[0]), _num(a[1]), _arr(a[2])
+    _same(x.shape, out.shape)
+    return {2: x + v if "add" in name else x * v}
+
+
+def _ref_matrix_multiply(name, a):
+    for flag in (a[1], a[3]):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise Invalid("flag")
+    x, y, out = _arr(a[0]), _arr(a[2]), _arr(a[4])
+    _no_alias(a[4], a[0], a[2])
+    if x.ndim != 2 or y.ndim != 2:
+        raise Invalid("rank")
+    xa, yb = (x.T if a[1] else x), (y.T if a[3] else y)
+    if xa.shape[1] != yb.shape[0] or out.shape != (xa.shape[0], yb.shape[1]):
+        raise Invalid("shapes")
+    return {4: xa @ yb}
+
+
+def _ref_relu(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _same(x.shape, out.shape)
+    return {1: np.maximum(x, 0.0)}
+
+
+def _ref_relu_gradient(name, a):
+    x, g, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _same(x.shape, g.shape, out.shape)
+    return {2: np.where(x > 0, g, 0.0)}
+
+
+def _ref_softmax(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    _same(x.shape, out.shape)
+    if x.ndim != 2:
+        raise Invalid("rank")
+    return {1: _softmax(x)}
+
+
+def _ref_softmax_cross_entropy(name, a):
+    y, y_, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    return {2: _graph(ad.softmaxcrossentropy_op, y, y_, out_shape=out.shape)}
+
+
+def _ref_one_hot(name, a):
+    idx, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    if idx.ndim != 1 or out.ndim != 2 or out.shape[0] != idx.shape[0]:
+        raise Invalid("shapes")
+    return {1: (idx[:, None] == np.arange(out.shape[1])[None, :]).astype(np.float64)}
+
+
+def _ref_transpose(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    if x.ndim != 2 or out.shape != x.T.shape:
+        raise Invalid("shapes")
+    return {1: x.T}
+
+
+def _ref_axpy(name, a):
+    alpha, x, y = _num(a[0]), _arr(a[1]), _arr(a[2])
+    _same(x.shape, y.shape)
+    return {2: y + alpha * x}
+
+
+def _ref_copy(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _same(x.shape, out.shape)
+    return {1: x}
+
+
+def _ref_reshape(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    if x.size != out.size:
+        raise Invalid("sizes")
+    return {1: x.reshape(out.shape)}
+
+
+def _ref_conv2d(name, a):
+    x, w, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    op = nn.conv2d_op if name == "conv2d" else nn.conv1d_op
+    s, p = (_pair(a[3]), _pair(a[4])) if name == "conv2d" else (_int(a[3]), _int(a[4]))
+    return {2: _graph(lambda X, W: op(X, W, s, p), x, w, out_shape=out.shape)}
+
+
+def _ref_conv2d_gradient_input(name, a):
+    dy, w, dx = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    op = nn.conv2d_gradient_input_op if "2d" in name else nn.conv1d_gradient_input_op
+    s, p = (_pair(a[3]), _pair(a[4])) if "2d" in name else (_int(a[3]), _int(a[4]))
+    ref = _graph(lambda D, W, X: op(D, W, X, s, p), dy, w, dx, out_shape=dx.shape)
+    return {2: ref}
+
+
+def _ref_conv2d_gradient_filter(name, a):
+    x, dy, dw = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    op = nn.conv2d_gradient_filter_op if "2d" in name else nn.conv1d_gradient_filter_op
+    s, p = (_pair(a[3]), _pair(a[4])) if "2d" in name else (_int(a[3]), _int(a[4]))
+    ref = _graph(lambda X, D, W: op(X, D, W, s, p), x, dy, dw, out_shape=dw.shape)
+    return {2: ref}
+
+
+def _ref_add_channel_bias(name, a):
+    x, b, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _same(x.shape, out.shape)
+    return {2: _graph(nn.add_channel_bias_op, x, b, out_shape=out.shape)}
+
+
+def _ref_reduce_sum_channels(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    return {1: _graph(nn.reduce_sum_channels_op, x, out_shape=out.shape)}
+
+
+def _ref_max_pool2d(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    k, s, p = _pair(a[2]), (None if a[3] is None else _pair(a[3])), _pair(a[4])
+    op = nn.max_pool2d_op if name == "max_pool2d" else nn.avg_pool2d_op
+    return {1: _graph(lambda X: op(X, k, s, p), x, out_shape=out.shape)}
+
+
+def _ref_max_pool2d_gradient(name, a):
+    x, dy, dx = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    k, s, p = _pair(a[3]), (None if a[4] is None else _pair(a[4])), _pair(a[5])
+    op = nn.max_pool2d_gradient_op
+    return {2: _graph(lambda X, D: op(X, D, k, s, p), x, dy, out_shape=dx.shape)}
+
+
+def _ref_avg_pool2d_gradient(name, a):
+    dy, dx = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    k, s, p = _pair(a[2]), (None if a[3] is None else _pair(a[3])), _pair(a[4])
+    op = nn.avg_pool2d_gradient_op
+    return {1: _graph(lambda D, X: op(D, X, k, s, p), dy, dx, out_shape=dx.shape)}
+
+
+def _ref_mse_loss(name, a):
+    p, t, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    op = nn.mse_loss_op if name == "mse_loss" else nn.mae_loss_op
+    return {2: _graph(op, p, t, out_shape=out.shape)}
+
+
+def _ref_mse_loss_gradient(name, a):
+    # Elementwise: out may be pred, target or (for one element) dloss itself.
+    p, t, d, out = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
+    op = nn.mse_loss_gradient_op if name.startswith("mse") else nn.mae_loss_gradient_op
+    return {3: _graph(op, p, t, d, out_shape=out.shape)}
+
+
+def _ref_adam_update(name, a):
+    param, g, m, v = (_arr(x) for x in a[:4])
+    roots = {x.root for x in a[:4]}
+    if len(roots) != 4 and param.size > 0:  # empty arrays share no element
+        raise Invalid("aliased")
+    _same(param.shape, g.shape, m.shape, v.shape)
+    lr, b1, b2, eps, step = _num(a[4]), _num(a[5]), _num(a[6]), _num(a[7]), _int(a[8])
+    if not (0 <= b1 < 1 and 0 <= b2 < 1) or not (0 <= lr < math.inf and 0 <= eps < math.inf):
+        raise Invalid("hyperparameters")
+    if step < 1:
+        raise Invalid("step")
+    m2 = b1 * m + (1 - b1) * g
+    v2 = b2 * v + (1 - b2) * g * g
+    mhat, vhat = m2 / (1 - b1**step), v2 / (1 - b2**step)
+    return {0: param - lr * mhat / (np.sqrt(vhat) + eps), 2: m2, 3: v2}
+
+
+def _ref_matmul_bias(name, a):
+    for flag in (a[1], a[3], a[6]):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise Invalid("flag")
+    x, y, bias, out = _arr(a[0]), _arr(a[2]), _arr(a[4]), _arr(a[5])
+    _no_alias(a[5], a[0], a[2], a[4])
+    if x.ndim != 2 or y.ndim != 2 or bias.ndim != 1:
+        raise Invalid("rank")
+    xa, yb = (x.T if a[1] else x), (y.T if a[3] else y)
+    if xa.shape[1] != yb.shape[0] or out.shape != (xa.shape[0], yb.shape[1]):
+        raise Invalid("shapes")
+    if bias.shape != (yb.shape[1],):
+        raise Invalid("bias shape")
+    ref = xa @ yb + bias
+    return {5: np.maximum(ref, 0.0) if a[6] else ref}
+
+
+def _ref_relu_bias_gradient(name, a):
+    y, dy, dz, db = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
+    _no_alias(a[2], a[0])  # dz may be dy
+    _no_alias(a[3], a[0], a[1], a[2])
+    if y.ndim != 2:
+        raise Invalid("rank")
+    _same(y.shape, dy.shape, dz.shape)
+    if db.shape != (y.shape[1],):
+        raise Invalid("dbias shape")
+    g = np.where(y > 0, dy, 0.0)
+    return {2: g, 3: g.sum(axis=0)}
+
+
+def _ref_softmax_cross_entropy_with_gradient(name, a):
+    y, y_, loss, grad = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
+    _no_alias(a[2], a[0], a[1], a[3])
+    _no_alias(a[3], a[0], a[1])
+    if y.ndim != 2 or min(y.shape) < 1 or loss.shape != (1,):
+        raise Invalid("shapes")
+    _same(y.shape, y_.shape, grad.shape)
+    return {
+        2: _graph(ad.softmaxcrossentropy_op, y, y_, out_shape=(1,)),
+        3: (_softmax(y) - y_) / y.shape[0],
+    }
+
+
+def _ref_softmax_axis(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    _same(x.shape, out.shape)
+    axis = _check_axis(a[2], x.shape)
+    if x.size == 0:
+        return {1: np.zeros(x.shape)}
+    ref = np.empty(x.shape)
+    getattr(gpumat.reference, name)(x, ref, axis)
+    return {1: ref}
+
+
+def _ref_softmax_axis_gradient(name, a):
+    y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    _same(y.shape, dy.shape, out.shape)
+    axis = _check_axis(a[3], y.shape)
+    if name == "softmax_axis_gradient":
+        return {2: y * (dy - (y * dy).sum(axis=axis, keepdims=True))}
+    return {2: dy - np.exp(y) * dy.sum(axis=axis, keepdims=True)}
+
+
+def _ref_nll_loss(name, a):
+    lp, t, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    if lp.ndim != 2 or out.shape != (1,) or min(lp.shape) < 1:
+        raise Invalid("shapes")
+    _same(lp.shape, t.shape)
+    return {2: np.array([-np.sum(t * lp) / lp.shape[0]])}
+
+
+def _ref_nll_loss_gradient(name, a):
+    # Elementwise in target: out may be target itself, not dloss (read by every element).
+    t, d, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[1])
+    if t.ndim != 2 or d.shape != (1,) or min(t.shape) < 1:
+        raise Invalid("shapes")
+    _same(t.shape, out.shape)
+    return {2: -d[0] * t / t.shape[0]}
+
+
+def _ref_tanh(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _same(x.shape, out.shape)
+    ref = np.empty(x.shape)
+    getattr(gpumat.reference, name)(x, ref)
+    return {1: ref}
+
+
+def _ref_tanh_gradient(name, a):
+    y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _same(y.shape, dy.shape, out.shape)
+    return {2: dy * (1 - y * y) if name == "tanh_gradient" else dy * y * (1 - y)}
+
+
+def _ref_dropout(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _same(x.shape, out.shape)
+    p, seed = a[2], _int(a[3])
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) <= 1.0:
+        raise Invalid("p")
+    if not 0 <= seed < 2**64:
+        raise Invalid("seed")
+    # The kernel takes p as a float32: its mask and scale use p rounded so.
+    ref = np.empty(x.shape, x.dtype)
+    gpumat.reference.dropout(x, ref, float(np.float32(p)), seed)
+    return {1: ref}
+
+
+def _ref_reduce_sum(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    axis = _check_axis(a[2], x.shape)
+    _reduced_like(out.shape, x.shape, axis)
+    if out.size == 0:
+        return {1: np.zeros(out.shape)}
+    if x.shape[axis] == 0 and name != "reduce_sum":
+        raise Invalid("empty axis")
+    f = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}[name]
+    return {1: f(x, axis=axis).reshape(out.shape)}
+
+
+def _ref_argmax(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    axis = _check_axis(a[2], x.shape)
+    _reduced_like(out.shape, x.shape, axis)
+    if out.size == 0:
+        return {1: np.zeros(out.shape)}
+    if x.shape[axis] == 0:
+        raise Invalid("empty axis")
+    return {1: np.argmax(x, axis=axis).reshape(out.shape).astype(np.float64)}
+
+
+def _ref_broadcast_axis(name, a):
+    g, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    axis = _check_axis(a[2], out.shape)
+    _reduced_like(g.shape, out.shape, axis)
+    scale = _num(a[3])
+    dropped = out.shape[:axis] + out.shape[axis + 1 :]
+    return {1: np.broadcast_to(np.expand_dims(g.reshape(dropped), axis) * scale, out.shape)}
+
+
+def _ref_reduce_max_gradient(name, a):
+    x, y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
+    _no_alias(a[3], a[0], a[1], a[2])
+    _same(x.shape, out.shape)
+    _same(y.shape, dy.shape)
+    axis = _check_axis(a[4], x.shape)
+    _reduced_like(y.shape, x.shape, axis)
+    # dy shared equally by the tied maxima (x == y) of each slice; 0 elsewhere.
+    dropped = x.shape[:axis] + x.shape[axis + 1 :]
+    yk = np.expand_dims(y.reshape(dropped), axis)
+    dyk = np.expand_dims(dy.reshape(dropped), axis)
+    tie = x == yk
+    return {3: np.where(tie, dyk / np.maximum(tie.sum(axis=axis, keepdims=True), 1), 0.0)}
+
+
+_REFERENCES = {
+    "array_set": _ref_array_set,
+    "broadcast_to": _ref_broadcast_to,
+    "reduce_sum_axis_zero": _ref_reduce_sum_axis_zero,
+    "matrix_elementwise_add": _ref_matrix_elementwise_add,
+    "matrix_elementwise_multiply": _ref_matrix_elementwise_add,
+    "matrix_elementwise_divide": _ref_matrix_elementwise_divide,
+    "eq": _ref_eq,
+    "exp": _ref_exp,
+    "log": _ref_exp,
+    "sqrt": _ref_exp,
+    "sqrt_gradient": _ref_sqrt_gradient,
+    "matrix_elementwise_add_by_const": _ref_matrix_elementwise_add_by_const,
+    "matrix_elementwise_multiply_by_const": _ref_matrix_elementwise_add_by_const,
+    "matrix_multiply": _ref_matrix_multiply,
+    "relu": _ref_relu,
+    "relu_gradient": _ref_relu_gradient,
+    "softmax": _ref_softmax,
+    "softmax_cross_entropy": _ref_softmax_cross_entropy,
+    "one_hot": _ref_one_hot,
+    "transpose": _ref_transpose,
+    "axpy": _ref_axpy,
+    "copy": _ref_copy,
+    "reshape": _ref_reshape,
+    "conv2d": _ref_conv2d,
+    "conv1d": _ref_conv2d,
+    "conv2d_gradient_input": _ref_conv2d_gradient_input,
+    "conv1d_gradient_input": _ref_conv2d_gradient_input,
+    "conv2d_gradient_filter": _ref_conv2d_gradient_filter,
+    "conv1d_gradient_filter": _ref_conv2d_gradient_filter,
+    "add_channel_bias": _ref_add_channel_bias,
+    "reduce_sum_channels": _ref_reduce_sum_channels,
+    "max_pool2d": _ref_max_pool2d,
+    "avg_pool2d": _ref_max_pool2d,
+    "max_pool2d_gradient": _ref_max_pool2d_gradient,
+    "avg_pool2d_gradient": _ref_avg_pool2d_gradient,
+    "mse_loss": _ref_mse_loss,
+    "mae_loss": _ref_mse_loss,
+    "mse_loss_gradient": _ref_mse_loss_gradient,
+    "mae_loss_gradient": _ref_mse_loss_gradient,
+    "adam_update": _ref_adam_update,
+    "matmul_bias": _ref_matmul_bias,
+    "relu_bias_gradient": _ref_relu_bias_gradient,
+    "softmax_cross_entropy_with_gradient": _ref_softmax_cross_entropy_with_gradient,
+    "softmax_axis": _ref_softmax_axis,
+    "log_softmax": _ref_softmax_axis,
+    "softmax_axis_gradient": _ref_softmax_axis_gradient,
+    "log_softmax_gradient": _ref_softmax_axis_gradient,
+    "nll_loss": _ref_nll_loss,
+    "nll_loss_gradient": _ref_nll_loss_gradient,
+    "tanh": _ref_tanh,
+    "sigmoid": _ref_tanh,
+    "tanh_gradient": _ref_tanh_gradient,
+    "sigmoid_gradient": _ref_tanh_gradient,
+    "dropout": _ref_dropout,
+    "reduce_sum": _ref_reduce_sum,
+    "reduce_mean": _ref_reduce_sum,
+    "reduce_max": _ref_reduce_sum,
+    "argmax": _ref_argmax,
+    "broadcast_axis": _ref_broadcast_axis,
+    "reduce_max_gradient": _ref_reduce_max_gradient,
+}
+
+
 def _reference(name, a):
-    """Expected outputs {slot: float64 array} of ``ops.NAME(*a)`` (a: snapshots), or Invalid."""
-    if name == "array_set":
-        return {0: np.full(_arr(a[0]).shape, _num(a[1]))}
-    if name == "broadcast_to":
-        x, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        return {1: _graph(ad.broadcastto_op, x, out, out_shape=out.shape)}
-    if name == "reduce_sum_axis_zero":
-        x, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        return {1: _graph(ad.reducesumaxiszero_op, x, out, out_shape=out.shape)}
-    if name in ("matrix_elementwise_add", "matrix_elementwise_multiply"):
-        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _same(x.shape, y.shape, out.shape)
-        return {2: x + y if name.endswith("add") else x * y}
-    if name == "matrix_elementwise_divide":
-        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _same(x.shape, y.shape, out.shape)
-        return {2: x / y}
-    if name == "eq":
-        x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _same(x.shape, y.shape, out.shape)
-        return {2: (x == y).astype(np.float64)}
-    if name in ("exp", "log"):
-        x, out = _arr(a[0]), _arr(a[1])
-        _same(x.shape, out.shape)
-        return {1: np.exp(x) if name == "exp" else np.log(x)}
-    if name in ("matrix_elementwise_add_by_const", "matrix_elementwise_multiply_by_const"):
-        x, v, out = _arr(a[0]), _num(a[1]), _arr(a[2])
-        _same(x.shape, out.shape)
-        return {2: x + v if "add" in name else x * v}
-    if name == "matrix_multiply":
-        for flag in (a[1], a[3]):
-            if not isinstance(flag, (bool, np.bool_)):
-                raise Invalid("flag")
-        x, y, out = _arr(a[0]), _arr(a[2]), _arr(a[4])
-        _no_alias(a[4], a[0], a[2])
-        if x.ndim != 2 or y.ndim != 2:
-            raise Invalid("rank")
-        xa, yb = (x.T if a[1] else x), (y.T if a[3] else y)
-        if xa.shape[1] != yb.shape[0] or out.shape != (xa.shape[0], yb.shape[1]):
-            raise Invalid("shapes")
-        return {4: xa @ yb}
-    if name == "relu":
-        x, out = _arr(a[0]), _arr(a[1])
-        _same(x.shape, out.shape)
-        return {1: np.maximum(x, 0.0)}
-    if name == "relu_gradient":
-        x, g, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _same(x.shape, g.shape, out.shape)
-        return {2: np.where(x > 0, g, 0.0)}
-    if name == "softmax":
-        x, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        _same(x.shape, out.shape)
-        if x.ndim != 2:
-            raise Invalid("rank")
-        return {1: _softmax(x)}
-    if name == "softmax_cross_entropy":
-        y, y_, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _no_alias(a[2], a[0], a[1])
-        return {2: _graph(ad.softmaxcrossentropy_op, y, y_, out_shape=out.shape)}
-    if name == "one_hot":
-        idx, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        if idx.ndim != 1 or out.ndim != 2 or out.shape[0] != idx.shape[0]:
-            raise Invalid("shapes")
-        return {1: (idx[:, None] == np.arange(out.shape[1])[None, :]).astype(np.float64)}
-    if name == "transpose":
-        x, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        if x.ndim != 2 or out.shape != x.T.shape:
-            raise Invalid("shapes")
-        return {1: x.T}
-    if name == "axpy":
-        alpha, x, y = _num(a[0]), _arr(a[1]), _arr(a[2])
-        _same(x.shape, y.shape)
-        return {2: y + alpha * x}
-    if name == "copy":
-        x, out = _arr(a[0]), _arr(a[1])
-        _same(x.shape, out.shape)
-        return {1: x}
-    if name == "reshape":
-        x, out = _arr(a[0]), _arr(a[1])
-        if x.size != out.size:
-            raise Invalid("sizes")
-        return {1: x.reshape(out.shape)}
-    if name in ("conv2d", "conv1d"):
-        x, w, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _no_alias(a[2], a[0], a[1])
-        op = nn.conv2d_op if name == "conv2d" else nn.conv1d_op
-        s, p = (_pair(a[3]), _pair(a[4])) if name == "conv2d" else (_int(a[3]), _int(a[4]))
-        return {2: _graph(lambda X, W: op(X, W, s, p), x, w, out_shape=out.shape)}
-    if name in ("conv2d_gradient_input", "conv1d_gradient_input"):
-        dy, w, dx = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _no_alias(a[2], a[0], a[1])
-        op = nn.conv2d_gradient_input_op if "2d" in name else nn.conv1d_gradient_input_op
-        s, p = (_pair(a[3]), _pair(a[4])) if "2d" in name else (_int(a[3]), _int(a[4]))
-        ref = _graph(lambda D, W, X: op(D, W, X, s, p), dy, w, dx, out_shape=dx.shape)
-        return {2: ref}
-    if name in ("conv2d_gradient_filter", "conv1d_gradient_filter"):
-        x, dy, dw = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _no_alias(a[2], a[0], a[1])
-        op = nn.conv2d_gradient_filter_op if "2d" in name else nn.conv1d_gradient_filter_op
-        s, p = (_pair(a[3]), _pair(a[4])) if "2d" in name else (_int(a[3]), _int(a[4]))
-        ref = _graph(lambda X, D, W: op(X, D, W, s, p), x, dy, dw, out_shape=dw.shape)
-        return {2: ref}
-    if name == "add_channel_bias":
-        x, b, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _same(x.shape, out.shape)
-        return {2: _graph(nn.add_channel_bias_op, x, b, out_shape=out.shape)}
-    if name == "reduce_sum_channels":
-        x, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        return {1: _graph(nn.reduce_sum_channels_op, x, out_shape=out.shape)}
-    if name in ("max_pool2d", "avg_pool2d"):
-        x, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        k, s, p = _pair(a[2]), (None if a[3] is None else _pair(a[3])), _pair(a[4])
-        op = nn.max_pool2d_op if name == "max_pool2d" else nn.avg_pool2d_op
-        return {1: _graph(lambda X: op(X, k, s, p), x, out_shape=out.shape)}
-    if name == "max_pool2d_gradient":
-        x, dy, dx = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _no_alias(a[2], a[0], a[1])
-        k, s, p = _pair(a[3]), (None if a[4] is None else _pair(a[4])), _pair(a[5])
-        op = nn.max_pool2d_gradient_op
-        return {2: _graph(lambda X, D: op(X, D, k, s, p), x, dy, out_shape=dx.shape)}
-    if name == "avg_pool2d_gradient":
-        dy, dx = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        k, s, p = _pair(a[2]), (None if a[3] is None else _pair(a[3])), _pair(a[4])
-        op = nn.avg_pool2d_gradient_op
-        return {1: _graph(lambda D, X: op(D, X, k, s, p), dy, dx, out_shape=dx.shape)}
-    if name in ("mse_loss", "mae_loss"):
-        p, t, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _no_alias(a[2], a[0], a[1])
-        op = nn.mse_loss_op if name == "mse_loss" else nn.mae_loss_op
-        return {2: _graph(op, p, t, out_shape=out.shape)}
-    if name in ("mse_loss_gradient", "mae_loss_gradient"):
-        # Elementwise: out may be pred, target or (for one element) dloss itself.
-        p, t, d, out = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
-        op = nn.mse_loss_gradient_op if name.startswith("mse") else nn.mae_loss_gradient_op
-        return {3: _graph(op, p, t, d, out_shape=out.shape)}
-    if name == "adam_update":
-        param, g, m, v = (_arr(x) for x in a[:4])
-        roots = {x.root for x in a[:4]}
-        if len(roots) != 4 and param.size > 0:  # empty arrays share no element
-            raise Invalid("aliased")
-        _same(param.shape, g.shape, m.shape, v.shape)
-        lr, b1, b2, eps, step = _num(a[4]), _num(a[5]), _num(a[6]), _num(a[7]), _int(a[8])
-        if not (0 <= b1 < 1 and 0 <= b2 < 1) or not (0 <= lr < math.inf and 0 <= eps < math.inf):
-            raise Invalid("hyperparameters")
-        if step < 1:
-            raise Invalid("step")
-        m2 = b1 * m + (1 - b1) * g
-        v2 = b2 * v + (1 - b2) * g * g
-        mhat, vhat = m2 / (1 - b1**step), v2 / (1 - b2**step)
-        return {0: param - lr * mhat / (np.sqrt(vhat) + eps), 2: m2, 3: v2}
-    if name == "matmul_bias":
-        for flag in (a[1], a[3], a[6]):
-            if not isinstance(flag, (bool, np.bool_)):
-                raise Invalid("flag")
-        x, y, bias, out = _arr(a[0]), _arr(a[2]), _arr(a[4]), _arr(a[5])
-        _no_alias(a[5], a[0], a[2], a[4])
-        if x.ndim != 2 or y.ndim != 2 or bias.ndim != 1:
-            raise Invalid("rank")
-        xa, yb = (x.T if a[1] else x), (y.T if a[3] else y)
-        if xa.shape[1] != yb.shape[0] or out.shape != (xa.shape[0], yb.shape[1]):
-            raise Invalid("shapes")
-        if bias.shape != (yb.shape[1],):
-            raise Invalid("bias shape")
-        ref = xa @ yb + bias
-        return {5: np.maximum(ref, 0.0) if a[6] else ref}
-    if name == "relu_bias_gradient":
-        y, dy, dz, db = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
-        _no_alias(a[2], a[0])  # dz may be dy
-        _no_alias(a[3], a[0], a[1], a[2])
-        if y.ndim != 2:
-            raise Invalid("rank")
-        _same(y.shape, dy.shape, dz.shape)
-        if db.shape != (y.shape[1],):
-            raise Invalid("dbias shape")
-        g = np.where(y > 0, dy, 0.0)
-        return {2: g, 3: g.sum(axis=0)}
-    if name == "softmax_cross_entropy_with_gradient":
-        y, y_, loss, grad = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
-        _no_alias(a[2], a[0], a[1], a[3])
-        _no_alias(a[3], a[0], a[1])
-        if y.ndim != 2 or min(y.shape) < 1 or loss.shape != (1,):
-            raise Invalid("shapes")
-        _same(y.shape, y_.shape, grad.shape)
-        return {
-            2: _graph(ad.softmaxcrossentropy_op, y, y_, out_shape=(1,)),
-            3: (_softmax(y) - y_) / y.shape[0],
-        }
-    if name in ("softmax_axis", "log_softmax"):
-        x, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        _same(x.shape, out.shape)
-        axis = _check_axis(a[2], x.shape)
-        if x.size == 0:
-            return {1: np.zeros(x.shape)}
-        ref = np.empty(x.shape)
-        getattr(gpumat.reference, name)(x, ref, axis)
-        return {1: ref}
-    if name in ("softmax_axis_gradient", "log_softmax_gradient"):
-        y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _no_alias(a[2], a[0], a[1])
-        _same(y.shape, dy.shape, out.shape)
-        axis = _check_axis(a[3], y.shape)
-        if name == "softmax_axis_gradient":
-            return {2: y * (dy - (y * dy).sum(axis=axis, keepdims=True))}
-        return {2: dy - np.exp(y) * dy.sum(axis=axis, keepdims=True)}
-    if name == "nll_loss":
-        lp, t, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _no_alias(a[2], a[0], a[1])
-        if lp.ndim != 2 or out.shape != (1,) or min(lp.shape) < 1:
-            raise Invalid("shapes")
-        _same(lp.shape, t.shape)
-        return {2: np.array([-np.sum(t * lp) / lp.shape[0]])}
-    if name == "nll_loss_gradient":
-        # Elementwise in target: out may be target itself, not dloss (read by every element).
-        t, d, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _no_alias(a[2], a[1])
-        if t.ndim != 2 or d.shape != (1,) or min(t.shape) < 1:
-            raise Invalid("shapes")
-        _same(t.shape, out.shape)
-        return {2: -d[0] * t / t.shape[0]}
-    if name in ("tanh", "sigmoid"):
-        x, out = _arr(a[0]), _arr(a[1])
-        _same(x.shape, out.shape)
-        ref = np.empty(x.shape)
-        getattr(gpumat.reference, name)(x, ref)
-        return {1: ref}
-    if name in ("tanh_gradient", "sigmoid_gradient"):
-        y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
-        _same(y.shape, dy.shape, out.shape)
-        return {2: dy * (1 - y * y) if name == "tanh_gradient" else dy * y * (1 - y)}
-    if name == "dropout":
-        x, out = _arr(a[0]), _arr(a[1])
-        _same(x.shape, out.shape)
-        p, seed = a[2], _int(a[3])
-        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) <= 1.0:
-            raise Invalid("p")
-        if not 0 <= seed < 2**64:
-            raise Invalid("seed")
-        # The kernel takes p as a float32: its mask and scale use p rounded so.
-        ref = np.empty(x.shape, x.dtype)
-        gpumat.reference.dropout(x, ref, float(np.float32(p)), seed)
-        return {1: ref}
-    if name in ("reduce_sum", "reduce_mean", "reduce_max"):
-        x, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        axis = _check_axis(a[2], x.shape)
-        _reduced_like(out.shape, x.shape, axis)
-        if out.size == 0:
-            return {1: np.zeros(out.shape)}
-        if x.shape[axis] == 0 and name != "reduce_sum":
-            raise Invalid("empty axis")
-        f = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}[name]
-        return {1: f(x, axis=axis).reshape(out.shape)}
-    if name == "argmax":
-        x, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        axis = _check_axis(a[2], x.shape)
-        _reduced_like(out.shape, x.shape, axis)
-        if out.size == 0:
-            return {1: np.zeros(out.shape)}
-        if x.shape[axis] == 0:
-            raise Invalid("empty axis")
-        return {1: np.argmax(x, axis=axis).reshape(out.shape).astype(np.float64)}
-    if name == "broadcast_axis":
-        g, out = _arr(a[0]), _arr(a[1])
-        _no_alias(a[1], a[0])
-        axis = _check_axis(a[2], out.shape)
-        _reduced_like(g.shape, out.shape, axis)
-        scale = _num(a[3])
-        dropped = out.shape[:axis] + out.shape[axis + 1 :]
-        return {1: np.broadcast_to(np.expand_dims(g.reshape(dropped), axis) * scale, out.shape)}
-    if name == "reduce_max_gradient":
-        x, y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2]), _arr(a[3])
-        _no_alias(a[3], a[0], a[1], a[2])
-        _same(x.shape, out.shape)
-        _same(y.shape, dy.shape)
-        axis = _check_axis(a[4], x.shape)
-        _reduced_like(y.shape, x.shape, axis)
-        # dy shared equally by the tied maxima (x == y) of each slice; 0 elsewhere.
-        dropped = x.shape[:axis] + x.shape[axis + 1 :]
-        yk = np.expand_dims(y.reshape(dropped), axis)
-        dyk = np.expand_dims(dy.reshape(dropped), axis)
-        tie = x == yk
-        return {3: np.where(tie, dyk / np.maximum(tie.sum(axis=axis, keepdims=True), 1), 0.0)}
-    raise KeyError(name)
+    """Expected outputs {slot: float64 array} of ``ops.NAME(*a)`` (a: snapshots), or Invalid;
+    KeyError for an op with no reference (one function per op or group, in ``_REFERENCES``)."""
+    return _REFERENCES[name](name, a)
 
 
 def _check_axis(axis, shape) -> int:
@@ -1488,6 +1649,8 @@ def batch_graph():
         "reduce_max_gradient_op": lambda u, v: nn.reduce_max_gradient_op(u, x, w, v),
         "exp_op": lambda u, v: ad.exp_op(u),
         "log_op": lambda u, v: ad.log_op(u),
+        "sqrt_op": lambda u, v: ad.sqrt_op(u),
+        "sqrt_gradient_op": lambda u, v: ad.sqrt_gradient_op(u, v),
         "div_op": lambda u, v: ad.div_op(u, v),
         "eq_op": lambda u, v: ad.eq_op(u, v),
         "argmax_op": lambda u, v: ad.argmax_op(x, u, v),
@@ -1522,6 +1685,8 @@ def batch_graph():
                 "zeroslike_op": [u],
                 "exp_op": [u],
                 "log_op": [u],
+                "sqrt_op": [u],
+                "sqrt_gradient_op": [u, v],
                 "div_op": [u, v],
                 "eq_op": [u, v],
             }
@@ -2364,7 +2529,7 @@ def batch_frontend():
 BATCHES = {
     "ops_elementwise": lambda: batch_ops(
         [n for n in OP_NAMES if n.startswith(("matrix_elementwise", "relu", "array_set"))]
-        + ["axpy", "copy", "reshape", "exp", "log", "eq"]
+        + ["axpy", "copy", "reshape", "exp", "log", "sqrt", "sqrt_gradient", "eq"]
     ),
     "ops_layout": lambda: batch_ops(
         [

@@ -1,8 +1,8 @@
 """gpumat.distributed: 2-rank data-parallel training against single-process training.
 
-Each test launches ``mpiexec -n 2 python tests/distributed_worker.py ...`` (the MPICH launcher from
-the ``mpich`` wheel, installed by the ``test`` and ``distributed`` extras) with a wall-clock
-timeout, so a hang fails the test instead of stalling CI.
+Each test launches ``mpiexec -n 2 python tests/train/distributed_worker.py ...`` (the MPICH
+launcher from the ``mpich`` wheel, installed by the ``test`` and ``distributed`` extras) with a
+wall-clock timeout, so a hang fails the test instead of stalling CI.
 
 Tolerance of "distributed weights == single-process weights after K steps" (test_matches_single_
 process). Both runs start from the same weights and see the same global batches; they differ only

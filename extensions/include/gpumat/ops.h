@@ -22,6 +22,16 @@
 
 namespace gpumat::ops {
 
+// ---------------------------------------------------------------------------- pointwise
+
+// The pointwise ops declared in src/kernels.def by their shape (GPUMAT_UNARY: out = f(in);
+// GPUMAT_UNARY_GRADIENT: out = g(y, dy), y the forward output), in every family: tanh, sigmoid, sqrt
+// and their gradients. Every array one shape on one device; out may be an input (in place).
+#define GPUMAT_KERNEL(name, params)
+#define GPUMAT_UNARY(name, doc) void name(const GpuMatrix& in, GpuMatrix& out);
+#define GPUMAT_UNARY_GRADIENT(name, doc) void name(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
+#include "../../src/kernels.def"
+
 // ---------------------------------------------------------------------------- elementwise
 
 // arr[...] = value.
@@ -53,14 +63,6 @@ void log(const GpuMatrix& in, GpuMatrix& out);
 // out = max(in, 0); relu_gradient: out = grad where in > 0, else 0 (the subgradient at 0 is 0).
 void relu(const GpuMatrix& in, GpuMatrix& out);
 void relu_gradient(const GpuMatrix& in, const GpuMatrix& grad, GpuMatrix& out);
-
-// All shapes equal, may work in place. sigmoid = 1 / (1 + exp(-x)) through exp(-|x|)
-// (no overflow for large |x|). The gradients take the forward output y: tanh_gradient = dy (1 - y^2),
-// sigmoid_gradient = dy y (1 - y).
-void tanh(const GpuMatrix& in, GpuMatrix& out);
-void sigmoid(const GpuMatrix& in, GpuMatrix& out);
-void tanh_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
-void sigmoid_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
 
 // Inverted dropout: out[i] = 0 if uniform01(seed, i) < p, else in[i] / (1 - p), 0 <= p <= 1 (p = 1
 // drops everything). The mask depends only on (seed, i) (src/random.h), so every device and the

@@ -4,6 +4,8 @@
 //   eq:     out = a == b ? 1 : 0  (IEEE equality: NaN == NaN is false, -0 == +0 is true)
 //   exp:    out = exp(x)    (IEEE: overflows to inf past ~88.7, underflows to 0 below ~-103.9)
 //   log:    out = log(x)    (log(0) = -inf, log(x < 0) = NaN, as numpy)
+//   sqrt:   out = sqrt(x)   (correctly rounded: nvcc's default -prec-sqrt=true; sqrt(x < 0) = NaN)
+//   sqrt_gradient: out = dy / (2 y), y = sqrt(x) the forward output (dy / 0 at y = 0, as PyTorch)
 // Every array is (n,); `out` may alias an input. Host reference: ../host/elementwise.cpp.
 // NOTE: expf and logf (within 2 and 1 ulp), not the __expf / __logf intrinsics, whose error grows
 // with |x| (__expf: 2 + floor(1.173 |x|) ulp; CUDA C++ Programming Guide, Mathematical Functions):
@@ -58,6 +60,14 @@ void exp(int dev, const float* in, float* out, int64_t n) {
 
 void log(int dev, const float* in, float* out, int64_t n) {
   launch_map("log", dev, out, n, [=] __device__(int64_t i) { return logf(in[i]); });
+}
+
+void sqrt(int dev, const float* in, float* out, int64_t n) {
+  launch_map("sqrt", dev, out, n, [=] __device__(int64_t i) { return sqrtf(in[i]); });
+}
+
+void sqrt_gradient(int dev, const float* y, const float* dy, float* out, int64_t n) {
+  launch_map("sqrt_gradient", dev, out, n, [=] __device__(int64_t i) { return dy[i] / (2.0f * y[i]); });
 }
 
 void copy(int dev, const float* src, float* dst, int64_t n) {

@@ -737,34 +737,11 @@ cudaError_t cudaPeekAtLastError() { return emu::t_last_error; }
 
 const char* cudaGetErrorName(cudaError_t err) {
   switch (err) {
-    case cudaSuccess:
-      return "cudaSuccess";
-    case cudaErrorInvalidValue:
-      return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation:
-      return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration:
-      return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevicePointer:
-      return "cudaErrorInvalidDevicePointer";
-    case cudaErrorInvalidMemcpyDirection:
-      return "cudaErrorInvalidMemcpyDirection";
-    case cudaErrorInvalidResourceHandle:
-      return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady:
-      return "cudaErrorNotReady";
-    case cudaErrorInvalidDevice:
-      return "cudaErrorInvalidDevice";
-    case cudaErrorNoDevice:
-      return "cudaErrorNoDevice";
-    case cudaErrorLaunchFailure:
-      return "cudaErrorLaunchFailure";
-    case cudaErrorIllegalState:
-      return "cudaErrorIllegalState";
-    case cudaErrorStreamCaptureUnsupported:
-      return "cudaErrorStreamCaptureUnsupported";
-    case cudaErrorStreamCaptureInvalidated:
-      return "cudaErrorStreamCaptureInvalidated";
+#define GPUMAT_EMU_ERROR_NAME(name, value, text) \
+  case name:                                     \
+    return #name;
+    GPUMAT_EMU_CUDA_ERRORS(GPUMAT_EMU_ERROR_NAME)
+#undef GPUMAT_EMU_ERROR_NAME
   }
   return "cudaErrorUnknown";
 }
@@ -772,43 +749,14 @@ const char* cudaGetErrorName(cudaError_t err) {
 // The generic text, then (on the emulator) the details of the most recent failure on this thread.
 const char* cudaGetErrorString(cudaError_t err) {
   static thread_local std::string text;
+  text = "emulated CUDA error";
   switch (err) {
-    case cudaSuccess:
-      text = "no error";
-      break;
-    case cudaErrorInvalidValue:
-      text = "invalid argument";
-      break;
-    case cudaErrorMemoryAllocation:
-      text = "out of memory";
-      break;
-    case cudaErrorInvalidConfiguration:
-      text = "invalid configuration argument";
-      break;
-    case cudaErrorLaunchFailure:
-      text = "unspecified launch failure";
-      break;
-    case cudaErrorInvalidDevice:
-      text = "invalid device ordinal";
-      break;
-    case cudaErrorInvalidResourceHandle:
-      text = "invalid resource handle";
-      break;
-    case cudaErrorNotReady:
-      text = "device not ready";
-      break;
-    case cudaErrorIllegalState:
-      text = "the operation cannot be performed in the present state";
-      break;
-    case cudaErrorStreamCaptureUnsupported:
-      text = "operation not permitted when stream is capturing";
-      break;
-    case cudaErrorStreamCaptureInvalidated:
-      text = "operation failed due to a previous error during capture";
-      break;
-    default:
-      text = "emulated CUDA error";
-      break;
+#define GPUMAT_EMU_ERROR_TEXT(name, value, message) \
+  case name:                                        \
+    text = message;                                 \
+    break;
+    GPUMAT_EMU_CUDA_ERRORS(GPUMAT_EMU_ERROR_TEXT)
+#undef GPUMAT_EMU_ERROR_TEXT
   }
   if (err != cudaSuccess && !emu::t_last_detail.empty()) text += " (emulator: " + emu::t_last_detail + ")";
   return text.c_str();

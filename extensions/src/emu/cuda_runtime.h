@@ -357,21 +357,29 @@ inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigne
 inline int __ffs(int x) { return __builtin_ffs(x); }
 
 // ---------------------------------------------------------------------------- runtime API
+// The errors the emulator returns, one line each: the name, CUDA's value and CUDA's text for it
+// (cudaGetErrorString; "emulated CUDA error" where the emulator keeps no text of CUDA's). The enum,
+// cudaGetErrorName and cudaGetErrorString are made from this one table.
+#define GPUMAT_EMU_CUDA_ERRORS(X)                                                                      \
+  X(cudaSuccess, 0, "no error")                                                                        \
+  X(cudaErrorInvalidValue, 1, "invalid argument")                                                      \
+  X(cudaErrorMemoryAllocation, 2, "out of memory")                                                     \
+  X(cudaErrorInvalidConfiguration, 9, "invalid configuration argument")                                \
+  X(cudaErrorInvalidDevicePointer, 17, "emulated CUDA error")                                          \
+  X(cudaErrorInvalidMemcpyDirection, 21, "emulated CUDA error")                                        \
+  X(cudaErrorInvalidResourceHandle, 400, "invalid resource handle")                                    \
+  X(cudaErrorIllegalState, 401, "the operation cannot be performed in the present state")              \
+  X(cudaErrorNotReady, 600, "device not ready")                                                        \
+  X(cudaErrorStreamCaptureUnsupported, 900, "operation not permitted when stream is capturing")        \
+  X(cudaErrorStreamCaptureInvalidated, 901, "operation failed due to a previous error during capture") \
+  X(cudaErrorInvalidDevice, 101, "invalid device ordinal")                                             \
+  X(cudaErrorNoDevice, 100, "emulated CUDA error")                                                     \
+  X(cudaErrorLaunchFailure, 719, "unspecified launch failure")
+
 enum cudaError_t {
-  cudaSuccess = 0,
-  cudaErrorInvalidValue = 1,
-  cudaErrorMemoryAllocation = 2,
-  cudaErrorInvalidConfiguration = 9,
-  cudaErrorInvalidDevicePointer = 17,
-  cudaErrorInvalidMemcpyDirection = 21,
-  cudaErrorInvalidResourceHandle = 400,
-  cudaErrorIllegalState = 401,
-  cudaErrorNotReady = 600,
-  cudaErrorStreamCaptureUnsupported = 900,
-  cudaErrorStreamCaptureInvalidated = 901,
-  cudaErrorInvalidDevice = 101,
-  cudaErrorNoDevice = 100,
-  cudaErrorLaunchFailure = 719,
+#define GPUMAT_EMU_ERROR_VALUE(name, value, text) name = value,
+  GPUMAT_EMU_CUDA_ERRORS(GPUMAT_EMU_ERROR_VALUE)
+#undef GPUMAT_EMU_ERROR_VALUE
 };
 using cudaError = cudaError_t;
 

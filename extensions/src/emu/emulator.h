@@ -149,6 +149,9 @@ void profile_enable(bool on);
 bool profile_enabled();
 // The names of the values of each record, in order.
 std::vector<std::string> profile_fields();
+// How many of profile_fields, from the first, are counted (summed over a launch's accesses and
+// over the launches of a kernel); the rest describe the launch (grid, block, flops).
+int profile_summed_count();
 // The records of the launches that ran (in completion order) since the last call: (kernel name,
 // values in profile_fields' order); cleared.
 std::vector<std::pair<std::string, std::vector<double>>> profile_take();

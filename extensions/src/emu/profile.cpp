@@ -410,6 +410,8 @@ std::vector<std::string> profile_fields() {
   return std::vector<std::string>(std::begin(detail::kFieldNames), std::end(detail::kFieldNames));
 }
 
+int profile_summed_count() { return detail::kCounters; }
+
 std::vector<std::pair<std::string, std::vector<double>>> profile_take() {
   std::lock_guard<std::mutex> lock(detail::g_records_mutex);
   std::vector<std::pair<std::string, std::vector<double>>> out;

@@ -4,6 +4,7 @@
 // calls them. Each test returns the values it computed (copied back, so a fault in its kernel is
 // reported there as the CudaError of the copy).
 #include <chrono>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -160,136 +161,187 @@ void hold_stream(cudaStream_t s, int ms) {
 
 }  // namespace
 
+namespace {
+
+// What a self-test runs with: the device, its stream, the launches' op name, the test's name (a
+// test with a correct twin reads which of the two it is) and the number after a "name:N".
+struct Case {
+  Device d;
+  cudaStream_t s;
+  const char* op;
+  const std::string& name;
+  int arg;
+};
+using Test = std::vector<float> (*)(const Case&);
+
+// racecheck across blocks: 8 blocks count into one word, plainly or atomically.
+template <bool Atomic>
+std::vector<float> block_counter_test(const Case& c) {
+  GpuMatrix counter({1}, c.d);
+  check(cudaMemsetAsync(counter.data(), 0, sizeof(unsigned), c.s), c.op);
+  launch<block_counter_kernel<Atomic>>(c.op, 8, 32, 0, c.s, reinterpret_cast<unsigned*>(counter.data()));
+  unsigned value = 0;
+  counter.copy_to_host(reinterpret_cast<float*>(&value), 1);
+  return {static_cast<float>(value)};
+}
+
+// The profile's coalescing case: a 64 x 64 transpose of in[i] = i in 2 x 2 blocks of 32 x 32.
+template <auto Kernel>
+std::vector<float> transpose_test(const Case& c) {
+  GpuMatrix in({64, 64}, c.d), out({64, 64}, c.d);
+  std::vector<float> v(4096);
+  for (int i = 0; i < 4096; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
+  in.copy_from_host(v.data(), 4096);
+  launch<Kernel>(c.op, dim3(2, 2), dim3(32, 32), 0, c.s, static_cast<const float*>(in.data()), out.data(),
+                 64);
+  return fetch(out);
+}
+
+// The profile's bank-conflict case: one block of 1024 reading a shared tile by columns.
+template <int Stride>
+std::vector<float> shared_column_test(const Case& c) {
+  GpuMatrix out({1024}, c.d);
+  launch<profile_shared_column_kernel<Stride>>(c.op, 1, 1024, 0, c.s, out.data());
+  return fetch(out);
+}
+
+// GPUMAT_EMU_CHECK_REPEATS: "repeat:N" makes N correct launches of indexed_write_kernel, then one
+// with the same arguments whose index data makes the two blocks write one word ("repeat_after_
+// allocation:N": an allocation in between). Returns out.
+std::vector<float> repeat_test(const Case& c) {
+  GpuMatrix index({2}, c.d), out({2}, c.d);
+  const float distinct[2] = {0.0f, 1.0f}, same[2] = {0.0f, 0.0f};
+  index.copy_from_host(distinct, 2);
+  const auto* ix = static_cast<const float*>(index.data());
+  for (int i = 0; i < c.arg; ++i) launch<indexed_write_kernel>(c.op, 2, 32, 0, c.s, ix, out.data());
+  index.copy_from_host(same, 2);
+  std::unique_ptr<GpuMatrix> scratch;
+  if (c.name.rfind("repeat_after_allocation", 0) == 0)
+    scratch = std::make_unique<GpuMatrix>(std::vector<int64_t>{4}, c.d);
+  launch<indexed_write_kernel>(c.op, 2, 32, 0, c.s, ix, out.data());
+  return fetch(out);
+}
+
+// The self-tests by name ("name:N" is found under "name").
+const std::map<std::string, Test>& tests() {
+  static const std::map<std::string, Test> table = {
+      {"write",
+       [](const Case& c) {
+         GpuMatrix a({10}, c.d);
+         launch<write_kernel>(c.op, 1, 32, 0, c.s, a.data(), int64_t{10});
+         return fetch(a);
+       }},
+      {"write_past_end",
+       [](const Case& c) {
+         GpuMatrix a({10}, c.d);
+         launch<write_past_end_kernel>(c.op, 1, 32, 0, c.s, a.data(), int64_t{10});
+         return fetch(a);
+       }},
+      {"shared_index",
+       [](const Case& c) {
+         GpuMatrix out({1}, c.d);
+         launch<shared_index_kernel>(c.op, 1, 32, 0, c.s, out.data(), 31);
+         return fetch(out);
+       }},
+      {"shared_index_past_end",
+       [](const Case& c) {
+         GpuMatrix out({1}, c.d);
+         launch<shared_index_kernel>(c.op, 1, 32, 0, c.s, out.data(), 32);
+         return fetch(out);
+       }},
+      {"misaligned_float4",
+       [](const Case& c) {
+         GpuMatrix in({8}, c.d), out({1}, c.d);
+         const std::vector<float> ones(8, 1.0f);
+         in.copy_from_host(ones.data(), 8);
+         launch<misaligned_float4_kernel>(c.op, 1, 32, 0, c.s, static_cast<const float*>(in.data()),
+                                          out.data());
+         return fetch(out);
+       }},
+      {"shared_sync",
+       [](const Case& c) {
+         GpuMatrix out({128}, c.d);
+         launch<neighbour_sum_kernel<true>>(c.op, 1, 128, 0, c.s, out.data());
+         return fetch(out);
+       }},
+      {"shared_race",
+       [](const Case& c) {
+         GpuMatrix out({128}, c.d);
+         launch<neighbour_sum_kernel<false>>(c.op, 1, 128, 0, c.s, out.data());
+         return fetch(out);
+       }},
+      {"block_counter_plain", block_counter_test<false>},
+      {"block_counter_atomic", block_counter_test<true>},
+      {"uninitialised_read",
+       [](const Case& c) {
+         GpuMatrix in({32}, c.d), out({32}, c.d);  // `in` is allocated, never written
+         launch<copy_kernel>(c.op, 1, 32, 0, c.s, static_cast<const float*>(in.data()), out.data(),
+                             int64_t{32});
+         return fetch(out);
+       }},
+      {"stale_shared",
+       [](const Case& c) {
+         GpuMatrix out({128}, c.d);
+         launch<stale_shared_kernel>(c.op, 2, 64, 0, c.s, out.data());
+         return fetch(out);
+       }},
+      {"host_pointer",
+       [](const Case& c) {
+         std::vector<float> host(4, 0.0f);
+         launch<host_pointer_kernel>(c.op, 1, 32, 0, c.s, host.data());
+         synchronize(c.d);
+         return host;
+       }},
+      // Asynchronous launches: with the stream held, a fill is queued; a read of the device memory
+      // without synchronizing (emulated device memory is host memory) sees the values from before
+      // it, a synchronized read the fill's. Returns [unsynchronized, synchronized].
+      {"unsynchronized_read",
+       [](const Case& c) {
+         GpuMatrix a({4}, c.d);
+         const std::vector<float> ones(4, 1.0f);
+         a.copy_from_host(ones.data(), 4);
+         synchronize(c.d);
+         hold_stream(c.s, 300);
+         launch<fill_kernel>(c.op, 1, 32, 0, c.s, a.data(), int64_t{4}, 5.0f);
+         const float before = a.data()[2];
+         synchronize(c.d);
+         return std::vector<float>{before, a.data()[2]};
+       }},
+      {"profile_copy",
+       [](const Case& c) {  // in[i] = i, 1024 floats in 4 blocks of 256
+         GpuMatrix in({1024}, c.d), out({1024}, c.d);
+         std::vector<float> v(1024);
+         for (int i = 0; i < 1024; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
+         in.copy_from_host(v.data(), 1024);
+         launch<profile_copy_kernel>(c.op, 4, 256, 0, c.s, static_cast<const float*>(in.data()), out.data(),
+                                     int64_t{1024});
+         return fetch(out);
+       }},
+      {"profile_transpose_naive", transpose_test<profile_transpose_naive_kernel>},
+      {"profile_transpose_tiled", transpose_test<profile_transpose_tiled_kernel>},
+      {"profile_shared_stride32", shared_column_test<32>},
+      {"profile_shared_padded", shared_column_test<33>},
+      {"repeat", repeat_test},
+      {"repeat_after_allocation", repeat_test},
+      // Holds the stream for the given milliseconds ("hold:300") and returns at once.
+      {"hold",
+       [](const Case& c) {
+         hold_stream(c.s, c.arg);
+         return std::vector<float>{};
+       }},
+  };
+  return table;
+}
+
+}  // namespace
+
 std::vector<float> selftest(const std::string& name, int dev) {
-  const Device d = Device::emu(dev);
-  cudaStream_t s = activate(dev);
+  const size_t colon = name.find(':');
+  const auto found = tests().find(name.substr(0, colon));
+  if (found == tests().end()) throw std::invalid_argument("emu selftest: unknown test '" + name + "'");
+  const int arg = colon == std::string::npos ? 0 : std::stoi(name.substr(colon + 1));
   const std::string op = "emu selftest " + name;
-  if (name == "write_past_end" || name == "write") {
-    GpuMatrix a({10}, d);
-    if (name == "write")
-      launch<write_kernel>(op.c_str(), 1, 32, 0, s, a.data(), int64_t{10});
-    else
-      launch<write_past_end_kernel>(op.c_str(), 1, 32, 0, s, a.data(), int64_t{10});
-    return fetch(a);
-  }
-  if (name == "shared_index_past_end" || name == "shared_index") {
-    GpuMatrix out({1}, d);
-    launch<shared_index_kernel>(op.c_str(), 1, 32, 0, s, out.data(), name == "shared_index" ? 31 : 32);
-    return fetch(out);
-  }
-  if (name == "misaligned_float4") {
-    GpuMatrix in({8}, d), out({1}, d);
-    const std::vector<float> ones(8, 1.0f);
-    in.copy_from_host(ones.data(), 8);
-    launch<misaligned_float4_kernel>(op.c_str(), 1, 32, 0, s, static_cast<const float*>(in.data()),
-                                     out.data());
-    return fetch(out);
-  }
-  if (name == "shared_race" || name == "shared_sync") {
-    GpuMatrix out({128}, d);
-    if (name == "shared_sync")
-      launch<neighbour_sum_kernel<true>>(op.c_str(), 1, 128, 0, s, out.data());
-    else
-      launch<neighbour_sum_kernel<false>>(op.c_str(), 1, 128, 0, s, out.data());
-    return fetch(out);
-  }
-  if (name == "block_counter_plain" || name == "block_counter_atomic") {
-    GpuMatrix counter({1}, d);
-    check(cudaMemsetAsync(counter.data(), 0, sizeof(unsigned), s), op.c_str());
-    auto* c = reinterpret_cast<unsigned*>(counter.data());
-    if (name == "block_counter_atomic")
-      launch<block_counter_kernel<true>>(op.c_str(), 8, 32, 0, s, c);
-    else
-      launch<block_counter_kernel<false>>(op.c_str(), 8, 32, 0, s, c);
-    unsigned value = 0;
-    counter.copy_to_host(reinterpret_cast<float*>(&value), 1);
-    return {static_cast<float>(value)};
-  }
-  if (name == "uninitialised_read") {
-    GpuMatrix in({32}, d), out({32}, d);  // `in` is allocated, never written
-    launch<copy_kernel>(op.c_str(), 1, 32, 0, s, static_cast<const float*>(in.data()), out.data(),
-                        int64_t{32});
-    return fetch(out);
-  }
-  if (name == "stale_shared") {
-    GpuMatrix out({128}, d);
-    launch<stale_shared_kernel>(op.c_str(), 2, 64, 0, s, out.data());
-    return fetch(out);
-  }
-  if (name == "host_pointer") {
-    std::vector<float> host(4, 0.0f);
-    launch<host_pointer_kernel>(op.c_str(), 1, 32, 0, s, host.data());
-    synchronize(d);
-    return host;
-  }
-  // Asynchronous launches: with the stream held, a fill is queued; a read of the device memory
-  // without synchronizing (emulated device memory is host memory) sees the values from before it,
-  // a synchronized read the fill's. Returns [unsynchronized, synchronized].
-  if (name == "unsynchronized_read") {
-    GpuMatrix a({4}, d);
-    const std::vector<float> ones(4, 1.0f);
-    a.copy_from_host(ones.data(), 4);
-    synchronize(d);
-    hold_stream(s, 300);
-    launch<fill_kernel>(op.c_str(), 1, 32, 0, s, a.data(), int64_t{4}, 5.0f);
-    const float before = a.data()[2];
-    synchronize(d);
-    return {before, a.data()[2]};
-  }
-  if (name == "profile_copy") {  // in[i] = i, 1024 floats in 4 blocks of 256
-    GpuMatrix in({1024}, d), out({1024}, d);
-    std::vector<float> v(1024);
-    for (int i = 0; i < 1024; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
-    in.copy_from_host(v.data(), 1024);
-    launch<profile_copy_kernel>(op.c_str(), 4, 256, 0, s, static_cast<const float*>(in.data()), out.data(),
-                                int64_t{1024});
-    return fetch(out);
-  }
-  if (name == "profile_transpose_naive" || name == "profile_transpose_tiled") {  // 64 x 64, in[i] = i
-    GpuMatrix in({64, 64}, d), out({64, 64}, d);
-    std::vector<float> v(4096);
-    for (int i = 0; i < 4096; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
-    in.copy_from_host(v.data(), 4096);
-    const dim3 grid(2, 2);
-    if (name == "profile_transpose_tiled")
-      launch<profile_transpose_tiled_kernel>(op.c_str(), grid, dim3(32, 32), 0, s,
-                                             static_cast<const float*>(in.data()), out.data(), 64);
-    else
-      launch<profile_transpose_naive_kernel>(op.c_str(), grid, dim3(32, 32), 0, s,
-                                             static_cast<const float*>(in.data()), out.data(), 64);
-    return fetch(out);
-  }
-  if (name == "profile_shared_stride32" || name == "profile_shared_padded") {  // 1 block of 1024
-    GpuMatrix out({1024}, d);
-    if (name == "profile_shared_padded")
-      launch<profile_shared_column_kernel<33>>(op.c_str(), 1, 1024, 0, s, out.data());
-    else
-      launch<profile_shared_column_kernel<32>>(op.c_str(), 1, 1024, 0, s, out.data());
-    return fetch(out);
-  }
-  // GPUMAT_EMU_CHECK_REPEATS: "repeat:N" makes N correct launches of indexed_write_kernel, then one
-  // with the same arguments whose index data makes the two blocks write one word ("repeat_after_
-  // allocation:N": an allocation in between). Returns out.
-  const bool after_allocation = name.rfind("repeat_after_allocation:", 0) == 0;
-  if (name.rfind("repeat:", 0) == 0 || after_allocation) {
-    const int n = std::stoi(name.substr(name.find(':') + 1));
-    GpuMatrix index({2}, d), out({2}, d);
-    const float distinct[2] = {0.0f, 1.0f}, same[2] = {0.0f, 0.0f};
-    index.copy_from_host(distinct, 2);
-    const auto* ix = static_cast<const float*>(index.data());
-    for (int i = 0; i < n; ++i) launch<indexed_write_kernel>(op.c_str(), 2, 32, 0, s, ix, out.data());
-    index.copy_from_host(same, 2);
-    std::unique_ptr<GpuMatrix> scratch;
-    if (after_allocation) scratch = std::make_unique<GpuMatrix>(std::vector<int64_t>{4}, d);
-    launch<indexed_write_kernel>(op.c_str(), 2, 32, 0, s, ix, out.data());
-    return fetch(out);
-  }
-  // Holds the stream for the given milliseconds ("hold:300") and returns at once.
-  if (name.rfind("hold:", 0) == 0) {
-    hold_stream(s, std::stoi(name.substr(5)));
-    return {};
-  }
-  throw std::invalid_argument("emu selftest: unknown test '" + name + "'");
+  return found->second(Case{Device::emu(dev), activate(dev), op.c_str(), name, arg});
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

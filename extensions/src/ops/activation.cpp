@@ -1,4 +1,4 @@
-// The activation family's ops (gpumat/ops.h): relu, tanh, sigmoid and their gradients, dropout,
+// The activation family's ops (gpumat/ops.h): relu and its gradient, dropout,
 // relu_bias_gradient. Checks here and in checks.h; kernels in ../cuda/activation.cu and
 // ../host/activation.cpp.
 #include "gpumat/ops.h"
@@ -27,28 +27,6 @@ void relu_gradient(const GpuMatrix& in, const GpuMatrix& grad, GpuMatrix& out) {
   if (out.size() > 0) be.relu_gradient(in.device().index, in.data(), grad.data(), out.data(), out.size());
   finish(out);
 }
-
-#define GPUMAT_UNARY_OP(NAME)                                                                              \
-  void NAME(const GpuMatrix& in, GpuMatrix& out) {                                                         \
-    const Backend& be = same_device(#NAME, in, out);                                                       \
-    same_shape(#NAME, in, out);                                                                            \
-    in_place_or_disjoint(#NAME, in, out);                                                                  \
-    if (out.size() > 0) be.NAME(in.device().index, in.data(), out.data(), out.size());                     \
-    finish(out);                                                                                           \
-  }                                                                                                        \
-  void NAME##_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out) {                          \
-    const char* op = #NAME "_gradient";                                                                    \
-    const Backend& be = same_device(op, y, dy, out);                                                       \
-    same_shape(op, y, dy);                                                                                 \
-    same_shape(op, y, out);                                                                                \
-    in_place_or_disjoint(op, y, out);                                                                      \
-    in_place_or_disjoint(op, dy, out);                                                                     \
-    if (out.size() > 0) be.NAME##_gradient(y.device().index, y.data(), dy.data(), out.data(), out.size()); \
-    finish(out);                                                                                           \
-  }
-GPUMAT_UNARY_OP(tanh)
-GPUMAT_UNARY_OP(sigmoid)
-#undef GPUMAT_UNARY_OP
 
 void dropout(const GpuMatrix& in, GpuMatrix& out, float p, uint64_t seed) {
   const char* op = "dropout";

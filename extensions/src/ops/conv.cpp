@@ -101,49 +101,42 @@ int64_t set_conv_workspace_limit(int64_t bytes) {
 
 namespace {
 
+using ConvKernel = void (*)(int, const float*, const float*, float*, const ConvShape&);
+
+// The skeleton of the three conv entry points: `a` and `b` in, `out` written, none aliased; an empty
+// output is done, and an empty input (C, F or N of 0) leaves only empty sums, zeros.
+void conv_call(const char* op, ConvKernel Backend::* kernel, const Backend& be, const GpuMatrix& a,
+               const GpuMatrix& b, GpuMatrix& out, const ConvShape& s) {
+  not_aliased(op, a, out);
+  not_aliased(op, b, out);
+  if (out.size() == 0) return finish(out);
+  if (a.size() == 0 || b.size() == 0) {
+    be.array_set(out.device().index, out.data(), out.size(), 0.0f);
+  } else {
+    (be.*kernel)(out.device().index, a.data(), b.data(), out.data(), s);
+  }
+  finish(out);
+}
+
 void conv_forward(const char* op, int spatial, const GpuMatrix& x, const GpuMatrix& w, GpuMatrix& y,
                   int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
   const Backend& be = same_device(op, x, w, y);
   ConvShape s = conv_shape(op, spatial, x, "x", w, "w", y, "y", sh, sw, ph, pw);
-  not_aliased(op, x, y);
-  not_aliased(op, w, y);
-  if (y.size() == 0) return finish(y);
-  if (x.size() == 0 || w.size() == 0) {  // C == 0: empty sums
-    be.array_set(y.device().index, y.data(), y.size(), 0.0f);
-  } else {
-    be.conv2d(y.device().index, x.data(), w.data(), y.data(), s);
-  }
-  finish(y);
+  conv_call(op, &Backend::conv2d, be, x, w, y, s);
 }
 
 void conv_gradient_input(const char* op, int spatial, const GpuMatrix& dy, const GpuMatrix& w, GpuMatrix& dx,
                          int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
   const Backend& be = same_device(op, dy, w, dx);
   ConvShape s = conv_shape(op, spatial, dx, "dx", w, "w", dy, "dy", sh, sw, ph, pw);
-  not_aliased(op, dy, dx);
-  not_aliased(op, w, dx);
-  if (dx.size() == 0) return finish(dx);
-  if (dy.size() == 0 || w.size() == 0) {  // F == 0: no output depends on x
-    be.array_set(dx.device().index, dx.data(), dx.size(), 0.0f);
-  } else {
-    be.conv2d_gradient_input(dx.device().index, dy.data(), w.data(), dx.data(), s);
-  }
-  finish(dx);
+  conv_call(op, &Backend::conv2d_gradient_input, be, dy, w, dx, s);
 }
 
 void conv_gradient_filter(const char* op, int spatial, const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dw,
                           int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
   const Backend& be = same_device(op, x, dy, dw);
   ConvShape s = conv_shape(op, spatial, x, "x", dw, "dw", dy, "dy", sh, sw, ph, pw);
-  not_aliased(op, x, dw);
-  not_aliased(op, dy, dw);
-  if (dw.size() == 0) return finish(dw);
-  if (x.size() == 0 || dy.size() == 0) {  // N == 0: an empty sum over the batch
-    be.array_set(dw.device().index, dw.data(), dw.size(), 0.0f);
-  } else {
-    be.conv2d_gradient_filter(dw.device().index, x.data(), dy.data(), dw.data(), s);
-  }
-  finish(dw);
+  conv_call(op, &Backend::conv2d_gradient_filter, be, x, dy, dw, s);
 }
 
 }  // namespace
