@@ -70,6 +70,7 @@ include_patterns = [
     "docs/site/**",
     "benchmarks/README.md",
     "benchmarks/results/README.md",
+    "benchmarks/results/gpu_check/README.md",
     "benchmarks/sgemm/NOTES.md",
     "examples/*.ipynb",
 ]
