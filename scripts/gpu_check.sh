@@ -124,27 +124,9 @@ judge() {
   [ "$status" = pass ]
 }
 
-# run_step STEP LIMIT_S COMMAND...: run COMMAND in the foreground with a time limit, output to
-# logs/STEP.log.
-run_step() {
-  local name=$1 limit
-  wanted "$name" || return 0
-  if ! limit=$(step_limit "$2"); then
-    record "$name" skip - 0 "time budget (${BUDGET}s) used up"
-    return 0
-  fi
-  shift 2
-  echo
-  echo "== $name (limit ${limit}s): $(printf '%s ' "$@" | tr '\n' ' ' | cut -c 1-200)"
-  local t0 rc
-  t0=$(date +%s)
-  timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
-  rc=$?
-  tail -n 12 "$LOGS/$name.log"
-  judge "$name" "$rc" $(($(date +%s) - t0)) "$limit"
-}
-
-# start_step STEP LIMIT_S COMMAND...: the same in the background; finish_step STEP waits for it.
+# start_step STEP LIMIT_S COMMAND...: run COMMAND in the background with a time limit, output to
+# logs/STEP.log; finish_step STEP waits for it and records its status (returned: 0 when it passed,
+# was not wanted or was skipped).
 BG_STEPS=""
 start_step() {
   local name=$1 limit
@@ -154,7 +136,8 @@ start_step() {
     return 0
   fi
   shift 2
-  echo "== $name started (limit ${limit}s): $(printf '%s ' "$@" | tr '\n' ' ' | cut -c 1-200)"
+  echo
+  echo "== $name (limit ${limit}s): $(printf '%s ' "$@" | tr '\n' ' ' | cut -c 1-200)"
   (
     t0=$(date +%s)
     timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
@@ -163,7 +146,7 @@ start_step() {
   BG_STEPS="$BG_STEPS $name:$!:${GPU_TESTS:-0}"
 }
 finish_step() {
-  local entry name pid gpu_tests rest=""
+  local entry name pid gpu_tests rc dt limit rest="" result=0
   for entry in $BG_STEPS; do
     IFS=: read -r name pid gpu_tests <<<"$entry"
     if [ "$name" != "$1" ]; then
@@ -171,13 +154,18 @@ finish_step() {
       continue
     fi
     wait "$pid"
-    echo
-    echo "== $name (finished)"
+    echo "-- $name finished:"
     tail -n 12 "$LOGS/$name.log"
     read -r rc dt limit <"$LOGS/$name.status"
-    GPU_TESTS=$gpu_tests judge "$name" "$rc" "$dt" "$limit"
+    GPU_TESTS=$gpu_tests judge "$name" "$rc" "$dt" "$limit" || result=1
   done
   BG_STEPS=$rest
+  return "$result"
+}
+# run_step STEP LIMIT_S COMMAND...: the same in the foreground.
+run_step() {
+  start_step "$@"
+  finish_step "$1"
 }
 
 skip_without_build() {  # skip_without_build STEP: true (and recorded) when the build is unusable
