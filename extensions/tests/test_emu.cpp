@@ -702,7 +702,7 @@ void emulator_cases() {
   {
     // With the checks off, the schedule still shows the race: threads run in a random order between
     // barriers, so about half read a slot not yet written (poisoned: NaN) instead of passing by luck.
-    ScopedEnv off("GPUMAT_EMU_CHECKS", "");
+    ScopedEnv off("GPUMAT_EMU_CHECKS", "none");
     RUN(neighbour_kernel<false>, 1, 256, 0, out);
     fetch();
     int wrong = 0;

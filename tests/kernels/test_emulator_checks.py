@@ -137,8 +137,25 @@ def test_static_shared_memory_is_poisoned_in_every_block(monkeypatch):
 
 def test_checks_can_be_turned_off_for_debugging(monkeypatch):
     # The write past the end lands in the allocation's rounding slack, unreported.
-    monkeypatch.setenv("GPUMAT_EMU_CHECKS", "")
+    monkeypatch.setenv("GPUMAT_EMU_CHECKS", "none")
     assert selftest("write_past_end") == [1.0] * 10
+
+
+@pytest.mark.parametrize(
+    "value", ["all", "ALL", "memcheck", " MemCheck , racecheck", "initcheck,all"]
+)
+def test_checks_setting_values_that_keep_memcheck_on(monkeypatch, value):
+    monkeypatch.setenv("GPUMAT_EMU_CHECKS", value)
+    expect_fault("write_past_end", "memcheck: invalid __global__ write")
+
+
+@pytest.mark.parametrize(
+    "value", ["memchek", "", "MEMCHECK;racecheck", "memcheck,", "none,memcheck"]
+)
+def test_checks_setting_refuses_what_it_does_not_know(monkeypatch, value):
+    # A typo used to turn every check off silently (the planted bugs then passed).
+    monkeypatch.setenv("GPUMAT_EMU_CHECKS", value)
+    expect_fault("write_past_end", f'GPUMAT_EMU_CHECKS="{value}"', "use all, none, or a comma list")
 
 
 # ---------------------------------------------------------------------------- repeated launches

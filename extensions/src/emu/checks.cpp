@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -534,15 +535,45 @@ template <size_t N, unsigned Kind>
 
 // ============================================================================ engine interface
 
-unsigned enabled_checks() {
+bool enabled_checks(unsigned* bits, std::string* error) {
   const char* v = std::getenv("GPUMAT_EMU_CHECKS");
-  if (v == nullptr) return kMemcheck | kRacecheck | kInitcheck;
-  unsigned bits = 0;
-  const std::string s(v);
-  if (s.find("memcheck") != std::string::npos) bits |= kMemcheck;
-  if (s.find("racecheck") != std::string::npos) bits |= kRacecheck;
-  if (s.find("initcheck") != std::string::npos) bits |= kInitcheck;
-  return bits;
+  *bits = kMemcheck | kRacecheck | kInitcheck;
+  if (v == nullptr) return true;
+  // Strict: a misspelt or unknown value is an error naming the valid ones, never "checks off".
+  auto invalid = [&](const std::string& why) {
+    *error = "GPUMAT_EMU_CHECKS=\"" + std::string(v) + "\": " + why +
+             "; use all, none, or a comma list of memcheck, racecheck, initcheck";
+    return false;
+  };
+  unsigned out = 0;
+  bool none = false, any = false;
+  std::string rest(v);
+  for (size_t start = 0; start <= rest.size();) {
+    size_t end = rest.find(',', start);
+    if (end == std::string::npos) end = rest.size();
+    std::string token = rest.substr(start, end - start);
+    token.erase(0, token.find_first_not_of(" \t"));
+    token.erase(token.find_last_not_of(" \t") + 1);
+    for (char& c : token) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (token == "all")
+      out |= kMemcheck | kRacecheck | kInitcheck;
+    else if (token == "memcheck")
+      out |= kMemcheck;
+    else if (token == "racecheck")
+      out |= kRacecheck;
+    else if (token == "initcheck")
+      out |= kInitcheck;
+    else if (token == "none")
+      none = true;
+    else
+      return invalid(token.empty() ? "an empty entry" : "unknown check \"" + token + "\"");
+    any = true;
+    start = end + 1;
+  }
+  if (!any) return invalid("no check named");
+  if (none && out != 0) return invalid("none together with checks");
+  *bits = out;
+  return true;
 }
 
 uint32_t check_repeats() {

@@ -673,6 +673,12 @@ int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dyn
     if (cap) d::invalidate(h, why);
     return d::fail(err, why);
   }
+  unsigned checks = 0;
+  std::string bad_setting;
+  if (!d::enabled_checks(&checks, &bad_setting)) {
+    if (cap) d::invalidate(h, bad_setting);
+    return d::fail(cudaErrorInvalidValue, std::string("launch of ") + name + ": " + bad_setting);
+  }
   auto spec = std::make_shared<d::LaunchSpec>();
   spec->kernel = kernel;
   spec->name = name;
@@ -683,7 +689,7 @@ int launch(const void* kernel, const char* name, Dim grid, Dim block, size_t dyn
   spec->unchecked = unchecked;
   spec->args = std::move(args);
   spec->args_bytes = args_bytes;
-  spec->checks = d::enabled_checks();
+  spec->checks = checks;
   spec->check_repeats = d::check_repeats();
   spec->flops = flops;
   return d::issue(h, [spec] { return d::run_launch(*spec); }, name);

@@ -40,8 +40,8 @@
 //   __syncwarp orders them within a warp); plain (non-atomic) writes of two blocks of one launch
 //   to one global word. initcheck: a read of device or shared memory nothing has written. A
 //   violation ends the launch with a report naming the kernel, block, thread, address and
-//   allocation. GPUMAT_EMU_CHECKS selects them (a comma list of memcheck, racecheck, initcheck;
-//   default all).
+//   allocation. GPUMAT_EMU_CHECKS selects them (all, none, or a comma list of memcheck, racecheck,
+//   initcheck; default all; any other value fails the launch, naming the valid ones).
 // - Repeated launches: every kernel is also built without the instrumentation (its unchecked
 //   build). A launch that repeats one which has passed the checks GPUMAT_EMU_CHECK_REPEATS times
 //   (default 3; "all" or 0: every launch is checked) runs the unchecked build, about 3x faster: the

@@ -76,7 +76,9 @@ enum Kind : unsigned { kRead = 1, kWrite = 2, kAtomic = 4, kUnaligned = 8 };
 
 // The bits of GPUMAT_EMU_CHECKS (default: all): which hazards end a launch with a report.
 enum CheckBits : unsigned { kMemcheck = 1, kRacecheck = 2, kInitcheck = 4 };
-unsigned enabled_checks();  // GPUMAT_EMU_CHECKS, read at every launch (on the launching thread)
+// GPUMAT_EMU_CHECKS, read at every launch (on the launching thread): false, with the reason in
+// *error, for a value that is not all, none or a comma list of memcheck, racecheck, initcheck.
+bool enabled_checks(unsigned* bits, std::string* error);
 // GPUMAT_EMU_CHECK_REPEATS (default 3; 0 for "all": every launch checked), read at every launch.
 uint32_t check_repeats();
 
