@@ -214,7 +214,8 @@ def save(path, tensors: Mapping, metadata: Mapping[str, str] | None = None) -> N
 
     Raises:
         TypeError: a name or metadata entry that is not a str, or a non-float32 numpy array.
-        ValueError: an empty name, or a reserved metadata key.
+        ValueError: an empty name, the name ``"__metadata__"`` (safetensors' header key), or a
+            reserved metadata key; the file is then left as it was.
         OSError: the file cannot be written (the old file, if any, is left as it was); a
             missing directory is a FileNotFoundError naming ``path``.
     """
@@ -231,6 +232,11 @@ def _save(path, tensors: Mapping, metadata, internal: Mapping[str, str]) -> None
             raise TypeError(f"save: tensor names must be str, got {name!r}")
         if not name:
             raise ValueError("save: a tensor name is empty")
+        if name == "__metadata__":  # the header's own key in the safetensors format
+            raise ValueError(
+                "save: a tensor cannot be named '__metadata__' (safetensors reserves it for the "
+                "file's metadata); nothing was written"
+            )
         arrays[name] = _to_numpy(name, value)
     meta = {}
     for key, value in (metadata or {}).items():

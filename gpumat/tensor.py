@@ -794,12 +794,16 @@ class Tensor:
         """exp(x) / sum exp(x) along ``dim`` (max-subtracted: no overflow)."""
         _require_float("softmax", self)
         axis = self._axis(dim, "softmax")
+        if self.ndim == 0:  # over its one element, as PyTorch: 1
+            return self.reshape(1).softmax(0).reshape(())
         return apply_op("softmax", lambda n: softmax_op(n, axis), [self])
 
     def log_softmax(self, dim: int) -> Tensor:
         """x - log(sum exp(x)) along ``dim`` (the log-sum-exp trick: finite for finite x)."""
         _require_float("log_softmax", self)
         axis = self._axis(dim, "log_softmax")
+        if self.ndim == 0:  # over its one element, as PyTorch: 0
+            return self.reshape(1).log_softmax(0).reshape(())
         return apply_op("log_softmax", lambda n: log_softmax_op(n, axis), [self])
 
     # ---------------------------------------------------------------- reductions
@@ -813,6 +817,9 @@ class Tensor:
             return out.reshape((1,) * self.ndim) if keepdim else out
         dims = dim if isinstance(dim, (tuple, list)) else (dim,)
         axes = sorted({self._axis(d, name) for d in dims}, reverse=True)
+        if self.ndim == 0:  # PyTorch reduces a 0-d tensor along dim 0 or -1: itself, as (1,)
+            flat = self.reshape(1)
+            return apply_op(name, lambda n: op(n, 0), [flat], out_dtype, bounds)
         out = self
         for a in axes:  # from the last axis, so the earlier axes keep their numbers
             out = apply_op(name, lambda n, a=a: op(n, a, bool(keepdim)), [out], out_dtype, bounds)
@@ -1106,7 +1113,8 @@ def _scalar_for(dt, value, op: str):
         raise TypeError(f"{op}: expected a number, got {type(value).__name__}")
     if dt is float32:
         return float(value)
-    if float(value) != int(value) or abs(int(value)) > EXACT_INT:
+    # NaN and infinities first: int() of them raises OverflowError or a message without the op
+    if not math.isfinite(float(value)) or float(value) != int(value) or abs(int(value)) > EXACT_INT:
         raise ValueError(f"{op}: {value!r} is not an integer within 2**24 for a {dt} tensor")
     if dt is bool_:
         return int(bool(value))

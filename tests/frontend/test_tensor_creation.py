@@ -101,3 +101,11 @@ def test_reading_values_and_moving(ctx):
     assert leaf.detach().to(ctx).device == ctx
     with pytest.raises(RuntimeError, match="requires grad"):
         leaf.numpy()
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 2.5, 2**25])
+@pytest.mark.parametrize("dtype", ["int64", "bool"])
+def test_full_of_integers_refuses_what_no_integer_holds(ctx, value, dtype):
+    # inf used to escape as OverflowError from int(); every such value is a ValueError naming full
+    with pytest.raises(ValueError, match="full: .* is not an integer"):
+        gpumat.full((2, 3), value, dtype=getattr(gpumat, dtype), device=ctx)

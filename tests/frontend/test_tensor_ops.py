@@ -362,3 +362,22 @@ def test_dropout_masks_scale_and_gradient(ctx):
     gpumat.manual_seed(7)
     again = F.dropout(x, p=0.25).detach().numpy()
     np.testing.assert_array_equal(again, values)  # manual_seed repeats the masks
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "softmax", "log_softmax"])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_zero_dim_tensors_reduce_along_dim_0_as_pytorch(ctx, name, dim):
+    # A 0-d tensor reduces along dim 0 or -1 as if it were (1,) and stays 0-d (it used to fail
+    # inside the graph op); the gradient flows as PyTorch's.
+    rng, _ = new_rng()
+    value = float(rng.standard_normal())
+    x = gpumat.tensor(value, device=ctx, requires_grad=True)
+    t = torch.tensor(value, dtype=torch.float64, requires_grad=True)
+    y, ty = getattr(x, name)(dim), getattr(t, name)(dim)
+    assert y.shape == tuple(ty.shape) == ()
+    np.testing.assert_allclose(y.item(), ty.item(), rtol=1e-6, atol=1e-7)
+    (y * 3.0).backward()
+    (ty * 3.0).backward()
+    np.testing.assert_allclose(x.grad.item(), t.grad.item(), rtol=1e-6, atol=1e-7)
+    with pytest.raises(IndexError, match=f"{name}: dim 1 is out of range"):
+        getattr(x, name)(1)

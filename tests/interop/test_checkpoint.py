@@ -119,6 +119,20 @@ def test_save_bad_input(tmp_path):
     assert not os.path.exists(path)
 
 
+def test_a_tensor_named_like_the_header_key_is_refused_and_the_old_file_kept(tmp_path):
+    # safetensors keeps the file's metadata under "__metadata__": a tensor of that name made a
+    # file neither gpumat nor safetensors could read, written over a good checkpoint.
+    path = tmp_path / "good.safetensors"
+    good = {"w": rand((3, 2))}
+    gpumat.save(path, good)
+    before = path.read_bytes()
+    for save in (gpumat.save, checkpoint.save):
+        with pytest.raises(ValueError, match="__metadata__"):
+            save(path, {"w": rand((3, 2)), "__metadata__": rand((2,))})
+    assert path.read_bytes() == before
+    np.testing.assert_array_equal(gpumat.load(path)["w"].numpy(), good["w"])
+
+
 def test_save_into_a_missing_folder_names_the_target(tmp_path):
     target = tmp_path / "no" / "dir.safetensors"
     with pytest.raises(FileNotFoundError, match="its folder does not exist") as info:
