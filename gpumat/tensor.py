@@ -679,10 +679,10 @@ class Tensor:
         if isinstance(other, Tensor):
             return _binary("div", self, other, div_op)
         _require_float("div", self)
-        # x / c as x * (1/c): within one rounding of the quotient; 1/0 is inf with 0's sign, so
-        # x / 0 is +-inf and 0 / 0 NaN, as IEEE division gives.
-        inv = 1.0 / other if other != 0 else math.copysign(math.inf, other)
-        return apply_op("div", lambda n: mul_byconst_op(n, inv), [self])
+        # A true division by float32(c), as PyTorch computes it: x * (1/c) is not the same
+        # function (with c = 1e-39, 1/c overflows to inf, so 0 / c became NaN and 1e-10 / c inf).
+        divisor = _filled("full", ((),), other, float32, self._ctx, False)
+        return _binary("div", self, divisor, div_op)
 
     def __rtruediv__(self, other):
         other = self._operand(other, "div")

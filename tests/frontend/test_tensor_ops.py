@@ -381,3 +381,19 @@ def test_zero_dim_tensors_reduce_along_dim_0_as_pytorch(ctx, name, dim):
     np.testing.assert_allclose(x.grad.item(), t.grad.item(), rtol=1e-6, atol=1e-7)
     with pytest.raises(IndexError, match=f"{name}: dim 1 is out of range"):
         getattr(x, name)(1)
+
+
+@pytest.mark.parametrize("c", [1e-39, 3.0, 7.1, -0.0, float("inf"), 2.5e38])
+def test_division_by_a_number_is_a_true_division(ctx, c):
+    # x / c used to be x * (1/c): with c = 1e-39, 1/c overflows, so 0 / c was NaN and
+    # 1e-10 / c inf where PyTorch gives 0 and 1e29. Now bit for bit PyTorch's float32 quotient.
+    rng, _ = new_rng()
+    values = np.concatenate([[0.0, 1e-10, -3.0], rng.standard_normal(13)]).astype(np.float32)
+    x = gpumat.tensor(values, device=ctx, requires_grad=True)
+    y = x / c
+    want = torch.from_numpy(values) / c
+    np.testing.assert_array_equal(y.detach().numpy(), want.numpy())
+    y.sum().backward()
+    t = torch.from_numpy(values.copy()).requires_grad_()
+    (t / c).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), t.grad.detach().numpy())
