@@ -62,6 +62,7 @@ from gpumat.graph.elementwise import (
     mul_byconst_op,
     mul_op,
     oneslike_op,
+    pow_zero_op,
 )
 from gpumat.graph.layout import reshape_op, transpose_op
 from gpumat.graph.matmul import matmul_op
@@ -722,7 +723,8 @@ class Tensor:
 
     def __pow__(self, exponent):
         """``self ** n`` for an integer n >= 0, as repeated products (exact as PyTorch's x * x
-        for n = 2). Raises TypeError for other exponents (gpumat has no pow kernel)."""
+        for n = 2); always a new tensor (n = 1: a copy; n = 0: ones, whose gradient is zero).
+        Raises TypeError for other exponents (gpumat has no pow kernel)."""
         if isinstance(exponent, bool) or not isinstance(exponent, (numbers.Integral, float)):
             return NotImplemented
         if float(exponent) != int(exponent) or exponent < 0:
@@ -731,8 +733,10 @@ class Tensor:
             )
         n = int(exponent)
         _require_float("pow", self)
-        if n == 0:
-            return _filled("ones", (self._shape,), 1.0, self._dtype, self._ctx, False)
+        if n == 0:  # ones (also for inf and NaN, as PyTorch), recorded so backward reaches self
+            return apply_op("pow", lambda node: pow_zero_op(node), [self])
+        if n == 1:  # a new tensor, as PyTorch's: an in-place change of the result leaves self
+            return self * 1.0
         result, base = None, self
         while n:
             if n & 1:

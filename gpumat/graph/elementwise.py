@@ -33,6 +33,7 @@ __all__ = [
     "MulByConstOp",
     "MulOp",
     "OnesLikeOp",
+    "PowZeroOp",
     "SqrtGradientOp",
     "SqrtOp",
     "ZerosLikeOp",
@@ -46,6 +47,7 @@ __all__ = [
     "mul_byconst_op",
     "mul_op",
     "oneslike_op",
+    "pow_zero_op",
     "sqrt_gradient_op",
     "sqrt_op",
     "zeroslike_op",
@@ -244,6 +246,16 @@ class OnesLikeOp(ZerosLikeOp):
     name, label, value = "oneslike_op", "Oneslike", 1.0
 
 
+class PowZeroOp(OnesLikeOp):
+    """``x ** 0``: ones of x's shape (for inf and NaN too), whose gradient is zeros of x's shape
+    (PyTorch's pow backward for exponent 0), so x gets a zero gradient, not none."""
+
+    name, label = "pow_zero_op", "PowZero"
+
+    def gradient(self, node, output_grad):
+        return [zeroslike_op(node.inputs[0])]
+
+
 add_op = AddOp()
 add_byconst_op = AddByConstOp()
 mul_op = MulOp()
@@ -257,6 +269,7 @@ sqrt_op = SqrtOp()
 sqrt_gradient_op = SqrtGradientOp()
 zeroslike_op = ZerosLikeOp()
 oneslike_op = OnesLikeOp()
+pow_zero_op = PowZeroOp()
 
 
 # The node operators. Both + and * are commutative, so the reflected forms are the same operation

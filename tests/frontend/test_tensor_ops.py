@@ -397,3 +397,40 @@ def test_division_by_a_number_is_a_true_division(ctx, c):
     t = torch.from_numpy(values.copy()).requires_grad_()
     (t / c).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), t.grad.detach().numpy())
+
+
+def test_integer_powers_are_new_tensors_with_pytorchs_gradients(ctx):
+    # x ** 1 used to return x itself (an in-place change of the result changed x) and x ** 0 had
+    # no gradient path; both now as PyTorch: new tensors, x ** 0 ones (inf and NaN included) with
+    # a zero gradient, in eager and compiled steps.
+    rng, _ = new_rng()
+    values = np.concatenate([[0.0, np.inf, np.nan], rng.standard_normal(5)]).astype(np.float32)
+    x = gpumat.tensor(values, device=ctx, requires_grad=True)
+    t = torch.from_numpy(values.copy()).requires_grad_()
+    for n in (0, 1, 2, 3):
+        x.grad, t.grad = None, None
+        y, ty = x**n, t**n
+        assert y is not x
+        np.testing.assert_array_equal(y.detach().numpy(), ty.detach().numpy())
+        (y * 3.0).sum().backward()
+        (ty * 3.0).sum().backward()
+        # n >= 2: products in another order than torch's n * x**(n-1) (an ulp apart)
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=0 if n < 2 else 1e-6)
+    with gpumat.no_grad():
+        w = gpumat.tensor(values[3:], device=ctx)
+        (w**1).add_(1.0)
+    np.testing.assert_array_equal(w.numpy(), values[3:])
+
+    finite = gpumat.tensor(values[3:], device=ctx, requires_grad=True)
+
+    def step(a):
+        loss = (a**0 * 2.0 + a**1 + a**3).sum()
+        loss.backward()
+        return loss
+
+    compiled = gpumat.compile(step)
+    for _ in range(2):
+        finite.grad = None
+        compiled(finite)
+    want = 1.0 + 3.0 * values[3:].astype(np.float64) ** 2
+    np.testing.assert_allclose(finite.grad.numpy(), want, rtol=1e-6)
