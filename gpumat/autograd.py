@@ -31,6 +31,7 @@ run or to record symbolically.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 
 from gpumat import ops
@@ -73,7 +74,8 @@ def _set_enabled(mode: bool) -> bool:
 
 class _GradMode:
     """A context manager and decorator that sets grad mode for its block (or call) and restores
-    the previous mode after, also when the block raises."""
+    the previous mode after, also when the block raises. A decorated generator function runs its
+    body in the mode each time it resumes, as PyTorch's do."""
 
     mode = False
 
@@ -88,6 +90,8 @@ class _GradMode:
         if not callable(fn):
             raise TypeError(f"{type(self).__name__}: decorates a function, got {fn!r}")
         mode = self.mode
+        if inspect.isgeneratorfunction(fn):
+            return _generator_in_mode(fn, mode)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -98,6 +102,46 @@ class _GradMode:
                 _set_enabled(previous)
 
         return wrapper
+
+
+class _Mode:
+    def __init__(self, mode: bool) -> None:
+        self.mode = mode
+
+    def __enter__(self):
+        self.previous = _set_enabled(self.mode)
+
+    def __exit__(self, *exc) -> None:
+        _set_enabled(self.previous)
+
+
+def _generator_in_mode(fn, mode: bool):
+    """A generator function whose body runs in ``mode`` each time it resumes, and whose caller's
+    mode is back between resumptions (PyTorch's decorated generators)."""
+
+    @functools.wraps(fn)
+    def generator(*args, **kwargs):
+        gen = fn(*args, **kwargs)
+        try:
+            with _Mode(mode):
+                response = gen.send(None)
+            while True:
+                try:
+                    request = yield response
+                except GeneratorExit:
+                    with _Mode(mode):
+                        gen.close()
+                    raise
+                except BaseException as exc:  # thrown into the generator: pass it on
+                    with _Mode(mode):
+                        response = gen.throw(exc)
+                else:
+                    with _Mode(mode):
+                        response = gen.send(request)
+        except StopIteration as stop:
+            return stop.value
+
+    return generator
 
 
 class no_grad(_GradMode):  # noqa: N801 (PyTorch's name)
@@ -116,7 +160,8 @@ class enable_grad(_GradMode):  # noqa: N801 (PyTorch's name)
 
 class set_grad_enabled(_GradMode):  # noqa: N801 (PyTorch's name)
     """``with gpumat.set_grad_enabled(mode):``: recording on or off (``mode`` a bool). Calling it
-    outside a ``with`` sets the mode at once, as PyTorch's does.
+    outside a ``with`` sets the mode at once, as PyTorch's does; as a decorator
+    (``@set_grad_enabled(False)``) it sets the mode for the decorated calls only.
 
     Raises:
         TypeError: ``mode`` is not a bool.
@@ -130,6 +175,12 @@ class set_grad_enabled(_GradMode):  # noqa: N801 (PyTorch's name)
 
     def __enter__(self):
         return self
+
+    def __call__(self, fn):
+        # As a decorator it sets the mode for the decorated calls only: undo the change that
+        # constructing it made (defining such a function used to turn autograd off).
+        _set_enabled(self._previous)
+        return super().__call__(fn)
 
 
 def current_trace():

@@ -216,3 +216,48 @@ def test_matches_torch_on_a_small_network(ctx):
     assert lg.item() == pytest.approx(lt.item(), rel=1e-5)
     for a, b in zip(g, t, strict=True):
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("lib", ["gpumat", "torch"])
+def test_grad_mode_decorators_as_pytorchs(ctx, lib):
+    # Defining a function decorated @set_grad_enabled(False) turned autograd off for the thread,
+    # and @no_grad() on a generator did not cover its body. The same checks hold for torch.
+    m = gpumat if lib == "gpumat" else torch
+
+    def leaf_of(values):
+        if lib == "torch":
+            return torch.tensor(values, requires_grad=True)
+        return gpumat.tensor(values, device=ctx, requires_grad=True)
+
+    w = leaf_of([1.0, 2.0])
+
+    @m.set_grad_enabled(False)
+    def frozen(t):
+        return t * 2.0, m.is_grad_enabled()
+
+    assert m.is_grad_enabled(), "defining a decorated function changes nothing"
+    out, inside = frozen(w)
+    assert not inside and not out.requires_grad and m.is_grad_enabled()
+
+    @m.no_grad()
+    def batches(t):
+        for k in range(3):
+            got = yield t * float(k), m.is_grad_enabled()
+            assert got == k
+
+    gen = batches(w)
+    seen = [next(gen)]
+    for k in range(2):
+        assert m.is_grad_enabled(), "the caller's mode between resumptions"
+        seen.append(gen.send(k))
+    assert all(not y.requires_grad and not mode for y, mode in seen)
+    with pytest.raises(StopIteration):
+        gen.send(2)
+    assert m.is_grad_enabled()
+
+    @m.enable_grad()
+    def recorded():
+        yield (w * 2.0).requires_grad
+
+    with m.no_grad():
+        assert next(recorded()) and not m.is_grad_enabled()
