@@ -347,20 +347,29 @@ class Module:
     def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False) -> dict:
         """Every parameter and persistent buffer by dotted name (``fc1.weight``), in
         registration order, as tensors sharing the storage (detached unless ``keep_vars``):
-        PyTorch's names and layouts.
+        PyTorch's names and layouts; a submodule registered under several names appears under
+        each, as in PyTorch.
 
         Returns:
             An ordered dict name -> Tensor (``destination`` if given).
         """
         out = collections.OrderedDict() if destination is None else destination
-        for module_prefix, module in self.named_modules(prefix=prefix.rstrip(".")):
-            base = f"{module_prefix}." if module_prefix else ""
+
+        # Every path to a module, as PyTorch's recursion: a submodule registered under two names
+        # is listed under both (PyTorch checkpoints of such networks hold both); only a module
+        # that contains itself is cut, where PyTorch would recurse without end.
+        def visit(module, base: str, ancestors: frozenset) -> None:
             for name, p in module._parameters.items():
                 if p is not None:
                     out[base + name] = p if keep_vars else p.detach()
             for name, b in module._buffers.items():
                 if b is not None and name not in module._non_persistent:
                     out[base + name] = b if keep_vars else b.detach()
+            for name, child in module._modules.items():
+                if child is not None and id(child) not in ancestors:
+                    visit(child, f"{base}{name}.", ancestors | {id(child)})
+
+        visit(self, f"{prefix.rstrip('.')}." if prefix.rstrip(".") else "", frozenset({id(self)}))
         return out
 
     def load_state_dict(self, state_dict: Mapping, strict: bool = True):

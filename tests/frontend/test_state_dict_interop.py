@@ -68,3 +68,38 @@ def test_errors(tmp_path):
         Net().load_state_dict(gpumat.load(path), strict=False)
     with pytest.raises(ValueError, match="unknown device"):
         gpumat.load(path, map_location="tpu")
+
+
+def test_a_module_registered_under_two_names_is_listed_under_both(ctx):
+    # PyTorch's state_dict lists a shared submodule under every name it is registered by; gpumat
+    # listed it once, so such PyTorch checkpoints did not load (missing keys).
+    class Shared(gpumat.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = gpumat.nn.Linear(4, 3)
+            self.tied = self.encoder
+            self.head = gpumat.nn.Sequential(gpumat.nn.ReLU(), gpumat.nn.Linear(3, 2))
+
+        def forward(self, x):
+            return self.head(self.tied(x))
+
+    class TorchShared(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = torch.nn.Linear(4, 3)
+            self.tied = self.encoder
+            self.head = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(3, 2))
+
+        def forward(self, x):
+            return self.head(self.tied(x))
+
+    ours, theirs = Shared().to(ctx), TorchShared()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    for name, value in theirs.state_dict().items():
+        np.testing.assert_array_equal(ours.state_dict()[name].numpy(), value.detach().numpy())
+    assert len(list(ours.parameters())) == len(list(theirs.parameters())) == 4
+    x = rand((5, 4))
+    want = theirs(torch.from_numpy(x)).detach().numpy()
+    got = ours(gpumat.tensor(x, device=ctx)).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
