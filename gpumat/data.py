@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -109,37 +110,64 @@ class TensorDataset(Dataset):
 
 
 def _stack(items: list, field: str):
-    """One batch tensor from a list of samples' values (tensors, arrays or numbers)."""
+    """One batch tensor from a list of samples' values (tensors, arrays or numbers), its dtype
+    from every sample's (as ``torch.tensor`` infers it), not only the first's."""
     first = items[0]
     if isinstance(first, Tensor):
-        ctx = first.device
+        if any(not isinstance(t, Tensor) for t in items):
+            raise TypeError(f"DataLoader: {field} mixes tensors and other values")
+        devices = {t.device for t in items}
+        dtypes = {t.dtype for t in items}
+        if len(devices) > 1 or len(dtypes) > 1:
+            raise ValueError(
+                f"DataLoader: the samples' {field} tensors are on several devices or of several "
+                f"dtypes ({sorted(map(str, devices))}, {sorted(map(str, dtypes))}); a batch has one"
+            )
         values = np.stack([t.detach().numpy() for t in items])
-        return tensor(values, dtype=first.dtype, device=ctx)
-    if isinstance(first, (bool, np.bool_)):
-        return tensor(np.array(items, dtype=bool), dtype=bool_)
-    if isinstance(first, numbers.Integral):
-        return tensor(np.array(items, dtype=np.int64), dtype=int64)
-    if isinstance(first, numbers.Real):
-        return tensor(np.array(items, dtype=np.float64), dtype=float32)
+        return tensor(values, dtype=first.dtype, device=first.device)
     if isinstance(first, np.ndarray):
         return tensor(np.stack(items))
-    raise TypeError(f"DataLoader: cannot batch samples of type {type(first).__name__} ({field})")
+    if all(isinstance(x, (bool, np.bool_)) for x in items):
+        return tensor(np.array(items, dtype=bool), dtype=bool_)
+    if all(isinstance(x, (numbers.Integral, np.bool_)) for x in items):  # bools count as 0 and 1
+        return tensor(np.array([int(x) for x in items], dtype=np.int64), dtype=int64)
+    if all(isinstance(x, (numbers.Real, np.bool_)) for x in items):
+        return tensor(np.array([float(x) for x in items], dtype=np.float64), dtype=float32)
+    kinds = sorted({type(x).__name__ for x in items})
+    raise TypeError(f"DataLoader: cannot batch samples of type {', '.join(kinds)} ({field})")
 
 
-def default_collate(samples: list):
-    """Stack a list of samples into a batch: tuples (or lists) field by field, tensors, arrays
-    and numbers into tensors with a leading batch axis (int64 for ints, float32 for floats).
-
-    Raises:
-        TypeError: samples of a kind that cannot be batched. ValueError: samples whose fields
-            differ in number or shape.
-    """
+def _collate(samples: list, field: str):
     first = samples[0]
+    if isinstance(first, str):
+        return list(samples)
+    if isinstance(first, Mapping):
+        if any(not isinstance(s, Mapping) or s.keys() != first.keys() for s in samples):
+            raise ValueError(f"DataLoader: the samples' {field} dicts have different keys")
+        return {k: _collate([s[k] for s in samples], f"{field}[{k!r}]") for k in first}
     if isinstance(first, (tuple, list)):
         if any(not isinstance(s, (tuple, list)) or len(s) != len(first) for s in samples):
             raise ValueError("DataLoader: the samples have different numbers of fields")
-        return tuple(_stack([s[k] for s in samples], f"field {k}") for k in range(len(first)))
-    return _stack(samples, "sample")
+        fields = [_collate([s[k] for s in samples], f"{field}[{k}]") for k in range(len(first))]
+        if hasattr(first, "_fields"):  # a namedtuple keeps its type, as in PyTorch
+            return type(first)(*fields)
+        return tuple(fields)
+    return _stack(samples, field)
+
+
+def default_collate(samples: list):
+    """Stack a list of samples into a batch, as PyTorch's ``default_collate``: dicts key by key
+    (a dict of batches), tuples and lists field by field (a tuple; a namedtuple keeps its type),
+    nested to any depth; tensors, arrays and numbers into tensors with a leading batch axis;
+    strings into a list. Numbers take their dtype from all the samples: bool if all are bools,
+    int64 if all are integers (bools as 0 and 1), else float32.
+
+    Raises:
+        TypeError: samples of a kind that cannot be batched, or tensors mixed with other values.
+        ValueError: samples whose fields differ in number, keys or shape, or tensors on several
+            devices or of several dtypes.
+    """
+    return _collate(samples, "sample")
 
 
 class DataLoader:

@@ -96,3 +96,39 @@ def test_mnist_samples_and_batches(mnist_test):
     assert images.shape == (64, 1, 28, 28) and labels.shape == (64,)
     np.testing.assert_array_equal(labels.numpy(), y_test[:64])
     assert labels._range == (0, 9)
+
+
+def test_default_collate_as_pytorchs():
+    # The dtype came from the first sample ([1, 2.7, 3.9] -> [1, 2, 3]; [True, 2, 3] -> all True),
+    # dict samples were refused, and cpu and emu tensors were stacked onto one device silently.
+    import collections
+
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import default_collate as torch_collate
+
+    from gpumat.data import default_collate
+
+    for samples in ([1, 2.7, 3.9], [True, 2, 3], [True, False], [2, 3], [0.5, True]):
+        ours, theirs = default_collate(samples), torch_collate(samples)
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+        assert ours.dtype.is_floating_point == theirs.dtype.is_floating_point
+        assert (ours.dtype is gpumat.bool) == (theirs.dtype == torch.bool)
+    batch = default_collate(
+        [{"x": [1.5, 2.0], "y": 1, "name": "a"}, {"x": [2.5, 3.0], "y": 2.5, "name": "b"}]
+    )
+    assert set(batch) == {"x", "y", "name"} and batch["name"] == ["a", "b"]
+    np.testing.assert_array_equal(batch["x"][0].numpy(), [1.5, 2.5])
+    np.testing.assert_array_equal(batch["y"].numpy(), np.float32([1.0, 2.5]))
+    pair = collections.namedtuple("Pair", "image label")
+    got = default_collate(
+        [pair(np.ones((2, 2), np.float32), 3), pair(np.zeros((2, 2), np.float32), 4)]
+    )
+    assert isinstance(got, pair) and got.image.shape == (2, 2, 2) and got.label.tolist() == [3, 4]
+    with pytest.raises(ValueError, match="several devices"):
+        default_collate([gpumat.tensor([1.0]), gpumat.tensor([2.0], device="emu")])
+    with pytest.raises(ValueError, match="several devices or of several dtypes"):
+        default_collate([gpumat.tensor([1.0]), gpumat.tensor([2])])
+    with pytest.raises(ValueError, match="different keys"):
+        default_collate([{"x": 1}, {"y": 1}])
+    with pytest.raises(TypeError, match="cannot batch"):
+        default_collate([object(), object()])
