@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import runpy
 import sys
@@ -490,8 +491,11 @@ class Profiler:
         memory: wavefronts per request and the bank-conflict share; active lanes per request;
         registers and theoretical occupancy (ptxas data of the GPU's architecture); DRAM MB
         (unique sectors); MFLOP; the estimate and floor in microseconds summed over calls; bound.
+        ``top``: only the N slowest kernels (an int >= 1; else ValueError).
         """
         g = _gpu(gpu)
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+            raise ValueError(f"table: top must be an int >= 1 or None, got {top!r}")
         rows = self.kernels(g)
         if top is not None:
             rows = rows[:top]
@@ -632,6 +636,12 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if not Path(a.script).is_file():
         p.error(f"no such script: {a.script}")
+    if a.top is not None and a.top < 1:
+        p.error(f"--top must be >= 1, got {a.top}")
+    # The output paths are the caller's: resolved before the script can chdir().
+    json_path = Path(a.json).resolve() if a.json else None
+    plot_path = Path(a.plot).resolve() if a.plot else None
+    pid = os.getpid()
     saved = sys.argv
     sys.argv = [a.script, *a.args]
     code = 0
@@ -645,13 +655,15 @@ def main(argv=None) -> int:
                     print(e.code, file=sys.stderr)
     finally:
         sys.argv = saved
+    if os.getpid() != pid:  # a child the script forked: the parent reports, once
+        return code
     print(prof.table(a.gpu, top=a.top))
-    if a.json:
-        Path(a.json).write_text(json.dumps(prof.to_json(a.gpu), indent=1) + "\n")
-    if a.plot:
+    if json_path:
+        json_path.write_text(json.dumps(prof.to_json(a.gpu), indent=1) + "\n")
+    if plot_path:
         import matplotlib
 
         matplotlib.use("Agg")
         ax = prof.plot(a.gpu)
-        ax.figure.savefig(a.plot, dpi=120, bbox_inches="tight")
+        ax.figure.savefig(plot_path, dpi=120, bbox_inches="tight")
     return code

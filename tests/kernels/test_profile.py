@@ -306,3 +306,43 @@ def test_command_line_reports_a_script_that_exits(tmp_path):
     )
     assert r.returncode == 3, r.stderr
     assert "map_kernel<relu>" in r.stdout and "RuntimeWarning" not in r.stderr
+
+
+def test_command_line_reports_once_where_the_caller_asked(tmp_path):
+    # A script that forks printed two tables (the child's counting the parent's launches); a
+    # relative --json landed wherever the script chdir()ed; --top -1 dropped a row silently.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = tmp_path / "forks.py"
+    script.write_text(
+        "import os, sys\nimport numpy as np\nimport gpumat\nfrom gpumat import ops\n"
+        "x = gpumat.array(np.ones((4, 4)), gpumat.emu(0))\n"
+        "ops.relu(x, x)\ngpumat.synchronize(gpumat.emu(0))\n"
+        f"os.chdir({str(elsewhere)!r})\n"
+        "sys.stdout.flush()\n"
+        "pid = os.fork()\n"
+        "if pid:\n    os.waitpid(pid, 0)\n"
+    )
+    run = [sys.executable, "-m", "gpumat.profile"]
+    r = subprocess.run(
+        [*run, "--json", "p.json", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("map_kernel<relu>") == 1, r.stdout
+    assert (tmp_path / "p.json").is_file() and not (elsewhere / "p.json").exists()
+    bad = subprocess.run(
+        [*run, "--top", "-1", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and "--top must be >= 1" in bad.stderr
+    with gprof.profile() as prof:
+        ops.relu(gpumat.array(np.ones((4, 4)), gpumat.emu(0)), gpumat.empty((4, 4), gpumat.emu(0)))
+    with pytest.raises(ValueError, match="top must be"):
+        prof.table("H100", top=0)
