@@ -355,13 +355,21 @@ def backward(root: Node, seed, ctx, retain_graph: bool) -> None:
 
     Raises:
         RuntimeError: the graph was released by an earlier backward; a value the gradient reads
-            was changed in place since it was recorded.
+            was changed in place since it was recorded; a leaf moved to another device since.
         NotImplementedError: a needed gradient is :class:`gpumat.graph.Undefined`.
     """
     topo = find_topo_sort([root])
     relevant: set[Node] = set()
     for node in topo:
         leaf = node.saved is not None and node.saved.leaf is not None
+        if leaf and node.saved.leaf.device != ctx:
+            # Checked before any gradient is accumulated, so a refused backward changes nothing
+            # (PyTorch's AccumulateGrad raises too).
+            raise RuntimeError(
+                f"backward: a leaf of shape {shape_str(node.saved.leaf.shape)} is on "
+                f"{node.saved.leaf.device} but its gradient would be on {ctx} (was it moved "
+                "between forward and backward? move it before the forward pass)"
+            )
         if leaf or any(i in relevant for i in node.inputs):
             relevant.add(node)
     contributions: dict[Node, list] = {root: [seed]}

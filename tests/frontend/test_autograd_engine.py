@@ -261,3 +261,20 @@ def test_grad_mode_decorators_as_pytorchs(ctx, lib):
 
     with m.no_grad():
         assert next(recorded()) and not m.is_grad_enabled()
+
+
+def test_backward_refuses_leaves_moved_since_the_forward_pass(ctx, gpu_ctx):
+    # Moving the model between forward and backward left .grad labelled with one device and
+    # holding another's array; now a RuntimeError before any gradient is accumulated, as PyTorch.
+    other = gpu_ctx if ctx != gpu_ctx else gpumat.cpu()
+    model = gpumat.nn.Sequential(gpumat.nn.Linear(3, 4), gpumat.nn.ReLU(), gpumat.nn.Linear(4, 2))
+    model.to(ctx)
+    x = gpumat.tensor(rand((5, 3)), device=ctx)
+    loss = model(x).sum()
+    model[2].to(other)  # only part of the model moves: nothing may be accumulated anywhere
+    with pytest.raises(RuntimeError, match=r"on .* but its gradient would be on .*moved between"):
+        loss.backward()
+    assert all(p.grad is None for p in model.parameters())
+    model.to(ctx)
+    model(x).sum().backward()
+    assert all(p.grad is not None and p.grad.device == ctx for p in model.parameters())
