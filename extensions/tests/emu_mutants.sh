@@ -26,6 +26,7 @@ mutants=(
   'src/cuda/runtime.cu|/cudaMemsetAsync(fresh->data(), 0/d|the last-block ticket is never zeroed|initcheck:'
   'src/cuda/matmul.cu|s/^        as\[kk\]\[row\] = v;/        if (gr < m \&\& gk < k) as[kk][row] = v;/|the matmul tile is not zero-filled past the matrix edge (stale shared memory)|initcheck:.*shared memory'
   'src/cuda/activation.cu|0,/i += static_cast<int64_t>(gridDim.x) \* blockDim.x)/s//i += blockDim.x)/|tanh and sigmoid stride by a block, not by the grid (only GPUMAT_EMU_MAX_BLOCKS makes a thread stride)|racecheck: plain writes'
+  'src/cuda/optim.cu|/momentum_sgd_update_multi_kernel(/,/^}/s/(gridDim.x) \* blockDim.x/(gridDim.y) * blockDim.x/|the multi-tensor momentum SGD strides by the table (grid.y), not by grid.x (only GPUMAT_EMU_MAX_BLOCKS and a tensor past two blocks show it)'
 )
 status=0
 for m in "${mutants[@]}"; do
