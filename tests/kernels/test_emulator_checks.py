@@ -11,6 +11,10 @@ passing its correct twin; the rest of ``pytest -m gpu`` is the clean run of ever
 """
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -292,3 +296,48 @@ def test_loss_partial_sums_cover_every_element_under_the_block_cap(monkeypatch):
     ops.mse_loss(gpumat.array(p, ctx), gpumat.array(t, ctx), out)
     ref = float(np.mean((p.astype(np.float64) - t) ** 2))
     assert math.isclose(float(out.asnumpy()[0]), ref, rel_tol=1e-5)
+
+
+# ---------------------------------------------------------------------------- host memory
+
+_STACKS_CHILD = """
+import resource, sys
+import numpy as np
+import gpumat
+from gpumat import ops
+
+x = gpumat.array(np.ones((64, 64), np.float32), gpumat.emu(0))
+with open("/proc/self/status") as f:
+    vm = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (vm + (32 << 20), hard))  # no room for the fiber stacks
+try:
+    ops.relu(x, x)
+    gpumat.synchronize(gpumat.emu(0))
+    print("FIRST ran")
+except MemoryError as exc:
+    print("FIRST MemoryError", exc)
+resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+y = gpumat.array(-np.ones((64, 64), np.float32), gpumat.emu(0))
+ops.relu(y, y)
+print("SECOND", float(y.asnumpy().sum()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc and RLIMIT_AS")
+def test_a_launch_without_memory_for_its_stacks_is_a_memory_error_and_the_next_one_runs():
+    # The stacks' address range was reserved once: a first launch that found no memory for it
+    # made every later launch fail too, even with memory back; and the error was a CudaError.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _STACKS_CHILD],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=Path(__file__).resolve().parents[3],  # not the repository: its gpumat/ is sources
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = proc.stdout.splitlines()
+    assert first.startswith("FIRST MemoryError") and "no memory for fiber stacks" in first, first
+    assert second == "SECOND 0.0"

@@ -17,7 +17,11 @@ namespace gpumat::GPUMAT_CUDA_NS {
 void check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return;
   cudaGetLastError();  // clear the sticky error so the next call starts clean
-  throw CudaError(std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+  std::string message = std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+  // Memory the runtime could not get (a launch's resources, the emulator's fiber stacks and
+  // shadows) is a MemoryError in Python, as a failed cudaMalloc is; the next call may succeed.
+  if (err == cudaErrorMemoryAllocation) throw OutOfMemory(message);
+  throw CudaError(message);
 }
 
 namespace {

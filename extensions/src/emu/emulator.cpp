@@ -127,49 +127,49 @@ bool use_asm_switch() {
 // One address range reserved at the first launch (virtual only: pages are committed as stacks use
 // them), cut into aligned slots of kSlotBytes that workers take and keep; and the slots' headers.
 
-std::atomic<size_t> g_slots_used{0};
-
-void reserve_slots() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    // 32 Gi of addresses (256 Gi with ASan's larger stacks): 128 workers with 1,024-thread blocks.
-    for (size_t bytes = kSlotBytes << 17; bytes >= kSlotBytes << 10; bytes >>= 1) {
-      void* p =
-          mmap(nullptr, bytes + kSlotBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (p == MAP_FAILED) continue;
-      void* h = mmap(nullptr, (bytes >> kSlotShift) * sizeof(SlotHeader), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (h == MAP_FAILED) {
-        munmap(p, bytes + kSlotBytes);
-        continue;
-      }
-      gpumat_emu_slots.headers = static_cast<SlotHeader*>(h);
-      gpumat_emu_slots.lo = (reinterpret_cast<uintptr_t>(p) + kSlotBytes - 1) & ~(kSlotBytes - 1);
-      gpumat_emu_slots.size = bytes;
-      return;
-    }
-  });
-}
-
+size_t g_slots_used = 0;  // slots handed out from the reservation (under g_slot_mutex)
 std::mutex g_slot_mutex;
 std::vector<char*>* g_returned_slots = new std::vector<char*>();  // given back by ended threads
 
-// A fresh slot: its stack made accessible, the guard page below it not.
-char* new_slot() {
-  {
-    std::lock_guard<std::mutex> lock(g_slot_mutex);
-    if (!g_returned_slots->empty()) {
-      char* slot = g_returned_slots->back();
-      g_returned_slots->pop_back();
-      return slot;
+// Reserves the range (under g_slot_mutex) unless it exists. A failure is not final: the next
+// launch tries again, so one launch refused for lack of memory does not refuse every later one.
+void reserve_slots() {
+  if (gpumat_emu_slots.size != 0) return;
+  // 32 Gi of addresses (256 Gi with ASan's larger stacks): 128 workers with 1,024-thread blocks.
+  for (size_t bytes = kSlotBytes << 17; bytes >= kSlotBytes << 10; bytes >>= 1) {
+    void* p =
+        mmap(nullptr, bytes + kSlotBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) continue;
+    void* h = mmap(nullptr, (bytes >> kSlotShift) * sizeof(SlotHeader), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (h == MAP_FAILED) {
+      munmap(p, bytes + kSlotBytes);
+      continue;
     }
+    gpumat_emu_slots.headers = static_cast<SlotHeader*>(h);
+    gpumat_emu_slots.lo = (reinterpret_cast<uintptr_t>(p) + kSlotBytes - 1) & ~(kSlotBytes - 1);
+    std::atomic_thread_fence(std::memory_order_release);  // the hooks test size last
+    gpumat_emu_slots.size = bytes;
+    return;
+  }
+}
+
+// A fresh slot: its stack made accessible, the guard page below it not. std::bad_alloc when there
+// is no memory for it; the slot's index is not used up then, so a later call can still have it.
+char* new_slot() {
+  std::lock_guard<std::mutex> lock(g_slot_mutex);
+  if (!g_returned_slots->empty()) {
+    char* slot = g_returned_slots->back();
+    g_returned_slots->pop_back();
+    return slot;
   }
   reserve_slots();
-  const size_t i = g_slots_used++;
+  const size_t i = g_slots_used;
   if (gpumat_emu_slots.size == 0 || (i + 1) * kSlotBytes > gpumat_emu_slots.size) throw std::bad_alloc();
   char* base = reinterpret_cast<char*>(gpumat_emu_slots.lo + i * kSlotBytes);
   const size_t page = detail::page_size();
   if (mprotect(base + page, kSlotBytes - page, PROT_READ | PROT_WRITE) != 0) throw std::bad_alloc();
+  g_slots_used = i + 1;
   return base;
 }
 
