@@ -41,6 +41,7 @@ from gpumat.graph.node import Node, PlaceholderOp, Undefined, Variable, shape_st
 from gpumat.graph.reverse_mode import find_topo_sort
 
 __all__ = [
+    "Saved",
     "VersionCounter",
     "backward",
     "current_trace",
