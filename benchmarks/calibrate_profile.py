@@ -48,13 +48,11 @@ from _common import (  # noqa: E402
 import gpumat  # noqa: E402
 from gpumat import profile  # noqa: E402
 
-#: the bench_ops device name's word -> the profile model of that GPU
-MODEL_OF_DEVICE = {"H200": "H200", "H100": "H100", "A100": "A100", "T4": "T4"}
-
 
 def model_for(device_name: str) -> str | None:
-    """The :data:`gpumat.profile.GPUS` key of a measured device's name ("NVIDIA H200" -> "H200")."""
-    return next((m for word, m in MODEL_OF_DEVICE.items() if word in device_name.upper()), None)
+    """The :data:`gpumat.profile.GPUS` key named in a measured device's name ("NVIDIA H200" ->
+    "H200"), or None."""
+    return next((m for m in profile.GPUS if m in device_name.upper()), None)
 
 
 def estimate_case(case: bench_ops.Case, gpu: str, rng) -> dict:

@@ -279,23 +279,35 @@ def _mpi_name(settings: dict) -> str:
     return " ".join(str(mpi).split()) if mpi else "no MPI library recorded"
 
 
+# Each benchmark's section: its heading in build()'s output, in this order.
+_SECTION_TITLES = {
+    "ops": "Kernels (`benchmarks/bench_ops.py`)",
+    "mnist": "MNIST training (`benchmarks/bench_mnist.py`)",
+    "frontend": "Front-end training steps (`benchmarks/bench_frontend.py`)",
+    "distributed": "Data-parallel training (`benchmarks/bench_distributed.py`)",
+    "emulator": "The emulated CUDA device (`benchmarks/bench_emulator.py`)",
+    "calibration": "The profile's calibration (`benchmarks/calibrate_profile.py`)",
+}
+
+
+def _section_body(kind: str, groups) -> Callable[[Path, dict], str]:
+    """How one run of benchmark ``kind`` is shown (kernel runs: the case ``groups``)."""
+    if kind == "ops":
+        return lambda f, d: ops_section(f, d, groups)
+    return {
+        "mnist": mnist_section,
+        "frontend": frontend_section,
+        "distributed": distributed_section,
+        "emulator": emulator_section,
+        "calibration": calibration_section,
+    }[kind]
+
+
 def build(runs, groups) -> str:
-    """The ``ops``, ``mnist``, ``frontend``, ``distributed`` and ``emulator`` sections of
-    ``runs``, headed."""
+    """Every benchmark's section of ``runs`` (:data:`_SECTION_TITLES`), headed."""
     out = []
-    for title, kind, body in (
-        ("Kernels (`benchmarks/bench_ops.py`)", "ops", lambda f, d: ops_section(f, d, groups)),
-        ("MNIST training (`benchmarks/bench_mnist.py`)", "mnist", mnist_section),
-        ("Front-end training steps (`benchmarks/bench_frontend.py`)", "frontend", frontend_section),
-        ("Data-parallel training (`benchmarks/bench_distributed.py`)", "distributed", None),
-        ("The emulated CUDA device (`benchmarks/bench_emulator.py`)", "emulator", emulator_section),
-        (
-            "The profile's calibration (`benchmarks/calibrate_profile.py`)",
-            "calibration",
-            calibration_section,
-        ),
-    ):
-        text = _sections(runs, kind, body or distributed_section)
+    for kind, title in _SECTION_TITLES.items():
+        text = _sections(runs, kind, _section_body(kind, groups))
         if text:
             out.append(f"### {title}\n\n{text}")
     if not out:
@@ -374,21 +386,20 @@ def block_mnist_summary(runs, doc_dir: Path) -> str:
     if not candidates:
         return "No MNIST training run in `benchmarks/results/` yet.\n"
 
-    newest_first = sorted(candidates, key=lambda r: r[1]["date"], reverse=True)
-    table, sources = [], {}
     has_gpu = any(r.get("backend") == "gpu" for _, d in candidates for r in d.get("runs", []))
-    for backend in ("gpu",) if has_gpu else ("cpu",):
-        source_of: dict[str, tuple[Path, dict]] = {}  # model -> the newest run that trained it
-        for f, d in newest_first:
-            for r in d.get("runs", []):
-                if r.get("backend") == backend:
-                    source_of.setdefault(r["model"], (f, d))
-        order = [m for m in ("logreg", "mlp", "cnn") if m in source_of]
-        order += sorted(m for m in source_of if m not in order)
-        for model in order:
-            path, d = source_of[model]
-            sources.setdefault(path, (d, []))[1].append(model)
-            table += _summary_rows(d, model, backend)
+    backend = "gpu" if has_gpu else "cpu"
+    source_of: dict[str, tuple[Path, dict]] = {}  # model -> the newest run that trained it
+    for f, d in sorted(candidates, key=lambda r: r[1]["date"], reverse=True):
+        for r in d.get("runs", []):
+            if r.get("backend") == backend:
+                source_of.setdefault(r["model"], (f, d))
+    order = [m for m in ("logreg", "mlp", "cnn") if m in source_of]
+    order += sorted(m for m in source_of if m not in order)
+    table, sources = [], {}
+    for model in order:
+        path, d = source_of[model]
+        sources.setdefault(path, (d, []))[1].append(model)
+        table += _summary_rows(d, model, backend)
     lines = "".join(
         f"{', '.join(models)}: MNIST, {mnist_settings(d)} " + device_line(path, d, doc_dir)
         for path, (d, models) in sources.items()
@@ -583,15 +594,7 @@ def block_profile_summary(runs, doc_dir: Path) -> str:
 
 def _block_sections(kind: str):
     def block(runs, doc_dir: Path) -> str:
-        body = {
-            "ops": lambda f, d: ops_section(f, d, DEFAULT_GROUPS),
-            "mnist": mnist_section,
-            "frontend": frontend_section,
-            "distributed": distributed_section,
-            "emulator": emulator_section,
-            "calibration": calibration_section,
-        }[kind]
-        text = _sections(select(runs, False, False), kind, body)
+        text = _sections(select(runs, False, False), kind, _section_body(kind, DEFAULT_GROUPS))
         return text or f"No `{kind}` run in `benchmarks/results/` yet.\n"
 
     block.__doc__ = f"benchmarks/README.md's ``{kind}`` tables: the latest run of each kind."

@@ -105,15 +105,11 @@ class _GradMode:
         return wrapper
 
 
-class _Mode:
+class _Mode(_GradMode):
+    """Grad mode ``mode`` for a block (what a decorated generator's resumptions run in)."""
+
     def __init__(self, mode: bool) -> None:
         self.mode = mode
-
-    def __enter__(self):
-        self.previous = _set_enabled(self.mode)
-
-    def __exit__(self, *exc) -> None:
-        _set_enabled(self.previous)
 
 
 def _generator_in_mode(fn, mode: bool):

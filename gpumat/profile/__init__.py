@@ -107,34 +107,31 @@ class GpuModel:
     smem_alloc_unit: int = 128
 
 
+_H100 = GpuModel(
+    name="NVIDIA H100 SXM5 80GB",
+    arch="sm_90",
+    sms=132,
+    dram_bytes_per_s=3.35e12,
+    fp32_flops_per_s=67e12,
+    max_warps_per_sm=64,
+    max_blocks_per_sm=32,
+    smem_per_sm=228 * 1024,
+    smem_reserved_per_block=1024,
+    source="NVIDIA H100 Tensor Core GPU data sheet (SXM: FP32 67 TFLOPS, 3.35 TB/s HBM3); "
+    "132 SMs: NVIDIA H100 Tensor Core GPU Architecture white paper; per-SM limits: CUDA C++ "
+    "Programming Guide, compute capability 9.0",
+)
+
 #: The GPUs the roofline model knows, by short name ("H100", "H200", "A100", "T4"): each a
 #: :class:`GpuModel` with its DRAM bandwidth (bytes/s), FP32 peak (FLOP/s), SM count and per-SM
 #: limits, from the sources its ``source`` field names.
 GPUS: dict[str, GpuModel] = {
-    "H100": GpuModel(
-        name="NVIDIA H100 SXM5 80GB",
-        arch="sm_90",
-        sms=132,
-        dram_bytes_per_s=3.35e12,
-        fp32_flops_per_s=67e12,
-        max_warps_per_sm=64,
-        max_blocks_per_sm=32,
-        smem_per_sm=228 * 1024,
-        smem_reserved_per_block=1024,
-        source="NVIDIA H100 Tensor Core GPU data sheet (SXM: FP32 67 TFLOPS, 3.35 TB/s HBM3); "
-        "132 SMs: NVIDIA H100 Tensor Core GPU Architecture white paper; per-SM limits: CUDA C++ "
-        "Programming Guide, compute capability 9.0",
-    ),
-    "H200": GpuModel(
+    "H100": _H100,
+    # The H100's Hopper processor with HBM3e: only the memory and its bandwidth differ.
+    "H200": dataclasses.replace(
+        _H100,
         name="NVIDIA H200 SXM 141GB",
-        arch="sm_90",
-        sms=132,
         dram_bytes_per_s=4.8e12,
-        fp32_flops_per_s=67e12,
-        max_warps_per_sm=64,
-        max_blocks_per_sm=32,
-        smem_per_sm=228 * 1024,
-        smem_reserved_per_block=1024,
         source="NVIDIA H200 Tensor Core GPU data sheet (SXM: FP32 67 TFLOPS, 4.8 TB/s HBM3e); "
         "the H100's Hopper processor (132 SMs); per-SM limits: CUDA C++ Programming Guide, "
         "compute capability 9.0",

@@ -323,24 +323,21 @@ def test_command_line_reports_once_where_the_caller_asked(tmp_path):
         "pid = os.fork()\n"
         "if pid:\n    os.waitpid(pid, 0)\n"
     )
-    run = [sys.executable, "-m", "gpumat.profile"]
-    r = subprocess.run(
-        [*run, "--json", "p.json", str(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+    def profile_cli(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "gpumat.profile", *args, str(script)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    r = profile_cli("--json", "p.json")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("map_kernel<relu>") == 1, r.stdout
     assert (tmp_path / "p.json").is_file() and not (elsewhere / "p.json").exists()
-    bad = subprocess.run(
-        [*run, "--top", "-1", str(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = profile_cli("--top", "-1")
     assert bad.returncode == 2 and "--top must be >= 1" in bad.stderr
     with gprof.profile() as prof:
         ops.relu(gpumat.array(np.ones((4, 4)), gpumat.emu(0)), gpumat.empty((4, 4), gpumat.emu(0)))
