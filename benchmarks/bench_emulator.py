@@ -18,7 +18,7 @@ how long checking CUDA code takes on a CPU, nothing about a GPU. Two modes per c
 
 Cases: single kernels on fixed random inputs, each timed by ``_common.time_calls`` (the device is
 synchronized around each sample; the same launch repeats, so in ``default`` mode all but the
-first three run unchecked): ``softmax`` and ``softmax_cross_entropy_with_gradient`` on MNIST
+first three run unchecked): ``softmax`` and ``cross_entropy_with_gradient`` on MNIST
 logits (1000, 10), the MLP's first-layer product (1000, 784) @ (784, 256) with bias and ReLU. And
 whole programs, in a subprocess per mode: ``python examples/mnist.py -m mlp|logreg -c emu -e 1``,
 whose epoch time (training only, batches of 1000) the program reports.
@@ -63,7 +63,7 @@ def kernel_cases(quick: bool):
         y[np.arange(rows), rng.integers(0, 10, rows)] = 1.0
         labels = gpumat.array(y, ctx)
         loss, grad = gpumat.empty((1,), ctx), gpumat.empty((rows, 10), ctx)
-        return lambda: ops.softmax_cross_entropy_with_gradient(x, labels, loss, grad)
+        return lambda: ops.cross_entropy_with_gradient(x, labels, loss, grad)
 
     k, n = (196, 64) if quick else (784, 256)
 
@@ -72,11 +72,11 @@ def kernel_cases(quick: bool):
         w = gpumat.array(rng.standard_normal((k, n)).astype(np.float32), ctx)
         b = gpumat.array(rng.standard_normal(n).astype(np.float32), ctx)
         out = gpumat.empty((rows, n), ctx)
-        return lambda: ops.matmul_bias(x, False, w, False, b, out, relu=True)
+        return lambda: ops.matmul_bias(x, w, b, out, False, False, relu=True)
 
     return [
         ("softmax", f"({rows}, 10)", softmax),
-        ("softmax_cross_entropy_with_gradient", f"({rows}, 10)", cross_entropy),
+        ("cross_entropy_with_gradient", f"({rows}, 10)", cross_entropy),
         ("matmul_bias (relu)", f"({rows}, {k}) @ ({k}, {n})", dense),
     ]
 

@@ -145,8 +145,8 @@ def _bytes(factor_in, factor_out):
 
 
 OPS = {
-    "array_set": OpSpec(
-        ours=lambda ins, out, p: ops.array_set(out, p["value"]),
+    "fill": OpSpec(
+        ours=lambda ins, out, p: ops.fill(out, p["value"]),
         ref64=lambda ins, p: np.full(p["shape"], p["value"]),
         work=lambda ins, out, p: ("bytes", 4 * _n(out)),
         tol=TOL_POINTWISE,
@@ -159,27 +159,27 @@ OPS = {
         tol=TOL_POINTWISE,
     ),
     "add": OpSpec(
-        ours=lambda ins, out, p: ops.matrix_elementwise_add(ins[0], ins[1], out),
+        ours=lambda ins, out, p: ops.add(ins[0], ins[1], out),
         ref64=lambda ins, p: ins[0] + ins[1],
         work=_bytes(2, 1),
         tol=TOL_POINTWISE,
         inputs=("signed", "signed"),
     ),
     "multiply": OpSpec(
-        ours=lambda ins, out, p: ops.matrix_elementwise_multiply(ins[0], ins[1], out),
+        ours=lambda ins, out, p: ops.mul(ins[0], ins[1], out),
         ref64=lambda ins, p: ins[0] * ins[1],
         work=_bytes(2, 1),
         tol=TOL_POINTWISE,
         inputs=("signed", "signed"),
     ),
     "add_const": OpSpec(
-        ours=lambda ins, out, p: ops.matrix_elementwise_add_by_const(ins[0], p["value"], out),
+        ours=lambda ins, out, p: ops.add_scalar(ins[0], p["value"], out),
         ref64=lambda ins, p: ins[0] + p["value"],
         work=_bytes(1, 1),
         tol=TOL_POINTWISE,
     ),
     "multiply_const": OpSpec(
-        ours=lambda ins, out, p: ops.matrix_elementwise_multiply_by_const(ins[0], p["value"], out),
+        ours=lambda ins, out, p: ops.mul_scalar(ins[0], p["value"], out),
         ref64=lambda ins, p: ins[0] * p["value"],
         work=_bytes(1, 1),
         tol=TOL_POINTWISE,
@@ -219,7 +219,7 @@ OPS = {
         inputs=("positive",),
     ),
     "divide": OpSpec(
-        ours=lambda ins, out, p: ops.matrix_elementwise_divide(ins[0], ins[1], out),
+        ours=lambda ins, out, p: ops.div(ins[0], ins[1], out),
         ref64=lambda ins, p: ins[0] / ins[1],
         work=_bytes(2, 1),
         tol=TOL_POINTWISE,
@@ -267,8 +267,8 @@ OPS = {
         work=_bytes(1, 1),
         tol=TOL_POINTWISE,
     ),
-    "reduce_sum_axis_zero": OpSpec(
-        ours=lambda ins, out, p: ops.reduce_sum_axis_zero(ins[0], out),
+    "sum_to_size": OpSpec(
+        ours=lambda ins, out, p: ops.sum_to_size(ins[0], out),
         ref64=lambda ins, p: ins[0].reshape(-1, _n(p["shape"])).sum(axis=0).reshape(p["shape"]),
         work=_bytes(1, 1),
         tol=TOL_SUM,
@@ -280,7 +280,7 @@ OPS = {
         tol=TOL_POINTWISE,
     ),
     "matmul": OpSpec(
-        ours=lambda ins, out, p: ops.matrix_multiply(ins[0], p["ta"], ins[1], p["tb"], out),
+        ours=lambda ins, out, p: ops.matmul(ins[0], ins[1], out, p["ta"], p["tb"]),
         ref64=lambda ins, p: _op_pair(ins[0], p["ta"]) @ _op_pair(ins[1], p["tb"]),
         work=lambda ins, out, p: ("flops", 2 * p["m"] * p["n"] * p["k"]),
         tol=TOL_SUM,
@@ -293,23 +293,23 @@ OPS = {
         tol=TOL_SUM,
         inputs=("logits",),
     ),
-    "softmax_cross_entropy": OpSpec(
-        ours=lambda ins, out, p: ops.softmax_cross_entropy(ins[0], ins[1], out),
+    "cross_entropy": OpSpec(
+        ours=lambda ins, out, p: ops.cross_entropy(ins[0], ins[1], out),
         ref64=lambda ins, p: _np_sce(ins[0], ins[1]),
         work=lambda ins, out, p: ("bytes", 4 * (2 * _n(ins[0]) + 1)),
         tol=TOL_SUM,
         inputs=("logits", "onehot"),
     ),
-    "random_uniform": OpSpec(
-        ours=lambda ins, out, p: ops.random_uniform(out, 0.0, 1.0, seed=p.get("seed", 1)),
+    "uniform": OpSpec(
+        ours=lambda ins, out, p: ops.uniform(out, 0.0, 1.0, seed=p.get("seed", 1)),
         ref64=None,
         work=lambda ins, out, p: ("bytes", 4 * _n(out)),
         tol=None,
         inputs=(),
         random="uniform",
     ),
-    "random_normal": OpSpec(
-        ours=lambda ins, out, p: ops.random_normal(out, 0.0, 1.0, seed=p.get("seed", 1)),
+    "normal": OpSpec(
+        ours=lambda ins, out, p: ops.normal(out, 0.0, 1.0, seed=p.get("seed", 1)),
         ref64=None,
         work=lambda ins, out, p: ("bytes", 4 * _n(out)),
         tol=None,
@@ -321,30 +321,30 @@ OPS = {
 
 # bench_ops op key -> the gpumat.ops function it times
 OP_FUNCTION = {
-    "array_set": "array_set",
+    "fill": "fill",
     "copy": "copy",
-    "add": "matrix_elementwise_add",
-    "multiply": "matrix_elementwise_multiply",
-    "add_const": "matrix_elementwise_add_by_const",
-    "multiply_const": "matrix_elementwise_multiply_by_const",
+    "add": "add",
+    "multiply": "mul",
+    "add_const": "add_scalar",
+    "multiply_const": "mul_scalar",
     "relu": "relu",
     "relu_gradient": "relu_gradient",
     "axpy": "axpy",
     "exp": "exp",
     "log": "log",
-    "divide": "matrix_elementwise_divide",
+    "divide": "div",
     "eq": "eq",
     "one_hot": "one_hot",
     "adadelta": "adadelta_update_multi",
     "transpose": "transpose",
     "broadcast_to": "broadcast_to",
-    "reduce_sum_axis_zero": "reduce_sum_axis_zero",
+    "sum_to_size": "sum_to_size",
     "argmax": "argmax",
-    "matmul": "matrix_multiply",
+    "matmul": "matmul",
     "softmax": "softmax",
-    "softmax_cross_entropy": "softmax_cross_entropy",
-    "random_uniform": "random_uniform",
-    "random_normal": "random_normal",
+    "cross_entropy": "cross_entropy",
+    "uniform": "uniform",
+    "normal": "normal",
 }
 
 
@@ -394,16 +394,14 @@ def _special(name, group, op, in_shape, out_shape, **params):
 
 
 def _set(name, group, shape, value):
-    return Case(
-        name, group, "array_set", [], shape, {"shape": shape, "value": value}, _shape_str(shape)
-    )
+    return Case(name, group, "fill", [], shape, {"shape": shape, "value": value}, _shape_str(shape))
 
 
 def _sce(name, group, shape):
     return Case(
         name,
         group,
-        "softmax_cross_entropy",
+        "cross_entropy",
         [shape, shape],
         (1,),
         {"shape": (1,)},
@@ -433,11 +431,9 @@ def build_cases(quick: bool) -> list[Case]:
     if not quick:
         s = "seed"  # the dlsys course's test sizes (the ledger's group name)
         cases += [
-            _set("array_set", s, (500, 200), 0.25),
+            _set("fill", s, (500, 200), 0.25),
             _special("broadcast_to", s, "broadcast_to", (200, 300), (130, 200, 300)),
-            _special(
-                "reduce_sum_axis_zero", s, "reduce_sum_axis_zero", (500, 200, 100), (200, 100)
-            ),
+            _special("sum_to_size", s, "sum_to_size", (500, 200, 100), (200, 100)),
             _binary("add", s, "add", (500, 200)),
             _unary("add_const", s, "add_const", (500, 200), value=0.5),
             _binary("multiply", s, "multiply", (500, 200)),
@@ -446,7 +442,7 @@ def build_cases(quick: bool) -> list[Case]:
             _unary("relu", s, "relu", (2000, 2500)),
             _binary("relu_gradient", s, "relu_gradient", (2000, 2500)),
             _unary("softmax", s, "softmax", (500, 1000)),
-            _sce("softmax_cross_entropy", s, (500, 1000)),
+            _sce("cross_entropy", s, (500, 1000)),
         ]
     g = "mnist"
     b = 1000
@@ -462,11 +458,11 @@ def build_cases(quick: bool) -> list[Case]:
         _matmul(g, b, 256, 100, tb=True, note="dH1"),
         _matmul(g, b, 100, 10, tb=True, note="dH2"),
         _special("broadcast_bias", g, "broadcast_to", (256,), (b, 256)),
-        _special("reduce_bias_grad", g, "reduce_sum_axis_zero", (b, 256), (256,)),
+        _special("reduce_bias_grad", g, "sum_to_size", (b, 256), (256,)),
         _unary("relu", g, "relu", (b, 256)),
         _binary("relu_gradient", g, "relu_gradient", (b, 256)),
         _unary("softmax", g, "softmax", (b, 10)),
-        _sce("softmax_cross_entropy", g, (b, 10)),
+        _sce("cross_entropy", g, (b, 10)),
         _special("argmax_predictions", g, "argmax", (b, 10), (b,), axis=1),
         _one_hot("one_hot_labels", g, b, 10),
         _adadelta("adadelta_W1", g, (784, 256)),
@@ -487,7 +483,7 @@ def build_cases(quick: bool) -> list[Case]:
     soft = (1024, 1024) if quick else (65536, 1024)
     cases += [
         _unary("copy", g, "copy", big),
-        _set("array_set", g, big, 0.25),
+        _set("fill", g, big, 0.25),
         _binary("add", g, "add", big),
         _binary("multiply", g, "multiply", big),
         _unary("add_const", g, "add_const", big, value=0.5),
@@ -502,14 +498,14 @@ def build_cases(quick: bool) -> list[Case]:
         _binary("eq", g, "eq", big),
         _unary("transpose", g, "transpose", big),
         _special("broadcast_to", g, "broadcast_to", (cols,), big),
-        _special("reduce_sum_axis_zero", g, "reduce_sum_axis_zero", big, (cols,)),
+        _special("sum_to_size", g, "sum_to_size", big, (cols,)),
         _special("argmax_rows", g, "argmax", big, (rows,), axis=1),
         _special("argmax_columns", g, "argmax", big, (cols,), axis=0),
         _one_hot("one_hot", g, rows, cols),
         _unary("softmax", g, "softmax", soft),
-        _sce("softmax_cross_entropy", g, soft),
-        _random("random_uniform", g, "random_uniform", big),
-        _random("random_normal", g, "random_normal", big),
+        _sce("cross_entropy", g, soft),
+        _random("uniform", g, "uniform", big),
+        _random("normal", g, "normal", big),
         *[_matmul(g, mm, mm, mm, ta, tb) for ta in (False, True) for tb in (False, True)],
     ]
     for c in cases:
@@ -554,7 +550,7 @@ class NumpyLike:
     def op(self, name):
         xp = self.xp
         table = {
-            "array_set": lambda ins, out, p: out.fill(p["value"]),
+            "fill": lambda ins, out, p: out.fill(p["value"]),
             "copy": lambda ins, out, p: xp.copyto(out, ins[0]),
             "add": lambda ins, out, p: xp.add(ins[0], ins[1], out=out),
             "multiply": lambda ins, out, p: xp.multiply(ins[0], ins[1], out=out),
@@ -577,7 +573,7 @@ class NumpyLike:
             "broadcast_to": lambda ins, out, p: xp.copyto(
                 out, ins[0].reshape(_strip_leading_ones(ins[0].shape))
             ),
-            "reduce_sum_axis_zero": lambda ins, out, p: xp.sum(
+            "sum_to_size": lambda ins, out, p: xp.sum(
                 ins[0].reshape(-1, out.size), axis=0, out=out.reshape(-1)
             ),
             "argmax": lambda ins, out, p: out.__setitem__(
@@ -587,11 +583,9 @@ class NumpyLike:
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out
             ),
             "softmax": self._softmax,
-            "softmax_cross_entropy": self._sce,
-            "random_uniform": lambda ins, out, p: self._rng.random(
-                out.shape, dtype=np.float32, out=out
-            ),
-            "random_normal": lambda ins, out, p: self._rng.standard_normal(
+            "cross_entropy": self._sce,
+            "uniform": lambda ins, out, p: self._rng.random(out.shape, dtype=np.float32, out=out),
+            "normal": lambda ins, out, p: self._rng.standard_normal(
                 out.shape, dtype=np.float32, out=out
             ),
         }
@@ -658,7 +652,7 @@ class Torch:
     def op(self, name):
         torch = self.torch
         table = {
-            "array_set": lambda ins, out, p: out.fill_(p["value"]),
+            "fill": lambda ins, out, p: out.fill_(p["value"]),
             "copy": lambda ins, out, p: out.copy_(ins[0]),
             "add": lambda ins, out, p: torch.add(ins[0], ins[1], out=out),
             "multiply": lambda ins, out, p: torch.mul(ins[0], ins[1], out=out),
@@ -681,7 +675,7 @@ class Torch:
             "broadcast_to": lambda ins, out, p: out.copy_(
                 ins[0].reshape(_strip_leading_ones(tuple(ins[0].shape)))
             ),
-            "reduce_sum_axis_zero": lambda ins, out, p: torch.sum(
+            "sum_to_size": lambda ins, out, p: torch.sum(
                 ins[0].reshape(-1, out.numel()), dim=0, out=out.view(-1)
             ),
             "argmax": lambda ins, out, p: torch.argmax(ins[0], dim=p["axis"]),
@@ -689,11 +683,11 @@ class Torch:
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out
             ),
             "softmax": lambda ins, out, p: torch.softmax(ins[0], dim=1),
-            "softmax_cross_entropy": lambda ins, out, p: torch.nn.functional.cross_entropy(
+            "cross_entropy": lambda ins, out, p: torch.nn.functional.cross_entropy(
                 ins[0], ins[1]
             ).reshape(1),
-            "random_uniform": lambda ins, out, p: out.uniform_(0.0, 1.0, generator=self._gen),
-            "random_normal": lambda ins, out, p: out.normal_(0.0, 1.0, generator=self._gen),
+            "uniform": lambda ins, out, p: out.uniform_(0.0, 1.0, generator=self._gen),
+            "normal": lambda ins, out, p: out.normal_(0.0, 1.0, generator=self._gen),
         }
         return table.get(name)
 
@@ -855,7 +849,7 @@ class Runner:
                 shape = case.in_shapes[j]
                 a = gpumat.empty(shape, self.ctx)
                 low, high = INPUT_RANGES[kind]
-                ops.random_uniform(a, low, high, seed=1000 * s + j + 1)
+                ops.uniform(a, low, high, seed=1000 * s + j + 1)
                 ins.append(a)
             out = ins[1] if spec.inplace else gpumat.empty(case.out_shape, self.ctx)
             sets.append((ins, out))
@@ -986,7 +980,7 @@ def measure_ceilings(runner: Runner, quick: bool, c: dict) -> dict:
 
     # gpumat's own copy
     src = gpumat.empty((n_copy,), runner.ctx)
-    ops.random_uniform(src, -1.0, 1.0, seed=3)
+    ops.uniform(src, -1.0, 1.0, seed=3)
     dst = gpumat.empty((n_copy,), runner.ctx)
     ops.copy(src, dst)
     if not np.array_equal(dst.asnumpy(), src.asnumpy()):

@@ -71,13 +71,13 @@ cdef extern from "gpumat/gpu_matrix.h" namespace "gpumat":
 # pointwise ops of kernels.def are declared in the generated _core_ops/pointwise.pxi.
 cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     # elementwise
-    void array_set(GpuMatrix&, float) except +gpumat_raise_py_error nogil
+    void fill "gpumat::ops::fill"(GpuMatrix&, float) except +gpumat_raise_py_error nogil
     void add(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void multiply(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void divide(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void mul "gpumat::ops::mul"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void div "gpumat::ops::div"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void eq(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void add_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void multiply_const(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void add_scalar "gpumat::ops::add_scalar"(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void mul_scalar "gpumat::ops::mul_scalar"(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
     void axpy(float, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void copy(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void exp "gpumat::ops::exp"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
@@ -93,38 +93,37 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void reshape(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void one_hot(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     # reduce
-    void reduce_sum_axis_zero(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void sum_to_size "gpumat::ops::sum_to_size"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void broadcast_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void reduce_sum(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
-    void reduce_mean(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
-    void reduce_max(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
-    void reduce_max_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+    void sum "gpumat::ops::sum"(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void mean "gpumat::ops::mean"(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void amax "gpumat::ops::amax"(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void amax_gradient "gpumat::ops::amax_gradient"(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
                              int64_t) except +gpumat_raise_py_error nogil
-    void broadcast_axis(const GpuMatrix&, GpuMatrix&, int64_t, float) except +gpumat_raise_py_error nogil
+    void broadcast_dim "gpumat::ops::broadcast_dim"(const GpuMatrix&, GpuMatrix&, int64_t, float) except +gpumat_raise_py_error nogil
     void argmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     # matmul
     void matmul(const GpuMatrix&, bool, const GpuMatrix&, bool, GpuMatrix&) except +gpumat_raise_py_error nogil
     void matmul_bias(const GpuMatrix&, bool, const GpuMatrix&, bool, const GpuMatrix&, GpuMatrix&,
                      bool) except +gpumat_raise_py_error nogil
     # softmax
-    void softmax(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void softmax_axis(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     void log_softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
-    void softmax_axis_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+    void softmax_gradient "gpumat::ops::softmax_gradient"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
                                int64_t) except +gpumat_raise_py_error nogil
     void log_softmax_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
                               int64_t) except +gpumat_raise_py_error nogil
     # loss
-    void softmax_cross_entropy(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void softmax_cross_entropy_with_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+    void cross_entropy "gpumat::ops::cross_entropy"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void cross_entropy_with_gradient "gpumat::ops::cross_entropy_with_gradient"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
                                              GpuMatrix&) except +gpumat_raise_py_error nogil
     void nll_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void nll_loss_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void mse_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
-    void mae_loss(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void l1_loss "gpumat::ops::l1_loss"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void mse_loss_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
                            GpuMatrix&) except +gpumat_raise_py_error nogil
-    void mae_loss_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+    void l1_loss_gradient "gpumat::ops::l1_loss_gradient"(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
                            GpuMatrix&) except +gpumat_raise_py_error nogil
     # conv
     void conv2d(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t,
@@ -152,8 +151,8 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void avg_pool2d_gradient(const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t, int64_t, int64_t,
                              int64_t) except +gpumat_raise_py_error nogil
     # random
-    void random_uniform(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
-    void random_normal(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
+    void uniform "gpumat::ops::uniform"(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
+    void normal "gpumat::ops::normal"(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
     # optim
     void adam_update(GpuMatrix&, const GpuMatrix&, GpuMatrix&, GpuMatrix&, float, float, float, float,
                      int64_t) except +gpumat_raise_py_error nogil

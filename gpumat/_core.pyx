@@ -390,7 +390,7 @@ cdef class PyGpuMatrix:
         if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
             value, (_PY_BOOL, np.bool_)
         ):
-            array_set_(self, float(value))
+            fill_(self, float(value))
             return
         self.copyfrom(value)
 
@@ -558,16 +558,16 @@ cdef class PyGpuMatrix:
 
     def multiply(self, B, C):
         """C = self * B elementwise (same shapes; C may be self or B)."""
-        _require(self, "multiply", "self")
-        self._legacy_check("multiply", B, "B", self.shape)
-        self._legacy_check("multiply", C, "C", self.shape)
-        multiply_(self, B, C)
+        _require(self, "mul", "self")
+        self._legacy_check("mul", B, "B", self.shape)
+        self._legacy_check("mul", C, "C", self.shape)
+        mul_(self, B, C)
 
     def negate(self, C):
         """C = -self elementwise (same shape; C may be self)."""
         _require(self, "negate", "self")
         self._legacy_check("negate", C, "C", self.shape)
-        multiply_const_(self, -1.0, C)
+        mul_scalar_(self, -1.0, C)
 
     def transpose(self, C):
         """C (cols, rows) = self (rows, cols) transposed; C must not be self."""
@@ -585,7 +585,7 @@ cdef class PyGpuMatrix:
         relu_(self, C)
 
     def randomInit(self, low=0.0, high=1.0, seed=0):  # noqa: N802 (the cuda-project's style)
-        """Fills self with uniform samples in [low, high) (gpumat.ops.random_uniform: the same
+        """Fills self with uniform samples in [low, high) (gpumat.ops.uniform: the same
         values on every device for one seed). Raises ValueError if low > high or the seed is not
         in [0, 2**64), TypeError for a non-int seed."""
         _require(self, "randomInit", "self")
@@ -593,7 +593,7 @@ cdef class PyGpuMatrix:
             raise TypeError(f"randomInit: seed must be an int, got {seed!r}")
         if not 0 <= seed < 2**64:
             raise ValueError(f"randomInit: seed must be in [0, 2**64), got {seed}")
-        random_uniform_(self, low, high, int(seed))
+        uniform_(self, low, high, int(seed))
 
 
 # ------------------------------------------------------------------------------------ ops

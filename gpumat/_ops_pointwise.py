@@ -9,12 +9,12 @@ from gpumat import _core  # gpumat.ops.trace_calls swaps this for its recorder
 __all__ = ["sigmoid", "sigmoid_gradient", "sqrt", "sqrt_gradient", "tanh", "tanh_gradient"]
 
 
-def sqrt(in_arr, out_arr) -> None:
-    """out_arr = sqrt(in_arr) elementwise; one shape (may be in place), float32.
+def sqrt(a, out) -> None:
+    """out = sqrt(a) elementwise; one shape (may be in place), float32.
 
     Correctly rounded on every device (nvcc's default -prec-sqrt=true); IEEE special values,
     as numpy: sqrt(-0) = -0, sqrt(x < 0) = NaN, sqrt(inf) = inf, NaN stays NaN."""
-    _core.sqrt_(in_arr, out_arr)
+    _core.sqrt_(a, out)
 
 
 def sqrt_gradient(y, dy, out) -> None:
@@ -23,15 +23,15 @@ def sqrt_gradient(y, dy, out) -> None:
     _core.sqrt_gradient_(y, dy, out)
 
 
-def tanh(in_arr, out_arr) -> None:
-    """out_arr = tanh(in_arr) elementwise (may be in place)."""
-    _core.tanh_(in_arr, out_arr)
+def tanh(a, out) -> None:
+    """out = tanh(a) elementwise (may be in place)."""
+    _core.tanh_(a, out)
 
 
-def sigmoid(in_arr, out_arr) -> None:
-    """out_arr = 1 / (1 + exp(-in_arr)) elementwise, computed through exp(-|x|) so that no
+def sigmoid(a, out) -> None:
+    """out = 1 / (1 + exp(-a)) elementwise, computed through exp(-|x|) so that no
     intermediate overflows for large |x| (may be in place)."""
-    _core.sigmoid_(in_arr, out_arr)
+    _core.sigmoid_(a, out)
 
 
 def tanh_gradient(y, dy, out) -> None:

@@ -333,9 +333,9 @@ def _sum(contribs: list, ctx):
     # compiled step (which differentiates with gradients()) sums bit for bit as backward does.
     first, second = contribs[0][1], contribs[1][1]
     total = empty(first.shape, ctx)
-    ops.matrix_elementwise_add(first, second, total)
+    ops.add(first, second, total)
     for _, value, _ in contribs[2:]:
-        ops.matrix_elementwise_add(total, value, total)
+        ops.add(total, value, total)
     return Variable("grad"), total, True
 
 

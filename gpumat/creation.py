@@ -123,14 +123,14 @@ def _random(op: str, size, fill, device, dtype, requires_grad) -> Tensor:
 def rand(*size, device=None, dtype=None, requires_grad: bool = False) -> Tensor:
     """Samples of U[0, 1) (float32) from gpumat's generator (:func:`manual_seed`)."""
     return _random(
-        "rand", size, lambda d, s: ops.random_uniform(d, 0.0, 1.0, s), device, dtype, requires_grad
+        "rand", size, lambda d, s: ops.uniform(d, 0.0, 1.0, s), device, dtype, requires_grad
     )
 
 
 def randn(*size, device=None, dtype=None, requires_grad: bool = False) -> Tensor:
     """Samples of N(0, 1) (float32; Box-Muller on gpumat's counter-based generator)."""
     return _random(
-        "randn", size, lambda d, s: ops.random_normal(d, 0.0, 1.0, s), device, dtype, requires_grad
+        "randn", size, lambda d, s: ops.normal(d, 0.0, 1.0, s), device, dtype, requires_grad
     )
 
 

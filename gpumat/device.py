@@ -225,7 +225,7 @@ def launch_count(ctx: Context | None = None) -> int:
 
     Every ``gpumat.ops`` call that passes its checks counts one: one kernel launch on CUDA and the
     emulated device, except the few ops that launch two or three (convolutions, loss means,
-    ``softmax_cross_entropy_with_gradient``); one host kernel call on cpu(). A fused op counts
+    ``cross_entropy_with_gradient``); one host kernel call on cpu(). A fused op counts
     one. Take the difference of two readings to count a training step's launches.
 
     Raises TypeError for a ctx that is not a Context, gpumat.CudaError for an unavailable GPU.

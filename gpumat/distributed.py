@@ -711,7 +711,7 @@ class GradientAverager:
                 t0 = time.perf_counter()
                 self._allreduce(MPI, g, f"allreduce of gradient {i} ({g.nbytes} bytes, device)")
                 self.allreduce_time_s += time.perf_counter() - t0
-                ops.matrix_elementwise_multiply_by_const(g, scale, g)
+                ops.mul_scalar(g, scale, g)
             return grads
         out = list(grads)
         for b, (idx, buf) in enumerate(zip(self.buckets, self._buffers, strict=True)):

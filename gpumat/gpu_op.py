@@ -1,4 +1,5 @@
-"""The dlsys course's ``gpu_op`` name for :mod:`gpumat.ops` (a face: it only re-exports)."""
+"""The dlsys course's ``gpu_op`` name for :mod:`gpumat.dlsys.gpu_op` (a face: it only
+re-exports)."""
 
-from gpumat.ops import *  # noqa: F403
-from gpumat.ops import __all__  # noqa: F401
+from gpumat.dlsys.gpu_op import *  # noqa: F403
+from gpumat.dlsys.gpu_op import __all__  # noqa: F401

@@ -1,25 +1,27 @@
-"""gpumat.ops: one call per kernel, outputs passed in (also ``gpumat.gpu_op``, the dlsys course's
-name).
+"""gpumat.ops: one call per kernel, outputs passed in.
 
-The names and argument order are the dlsys course's ``gpu_op`` module's, so its scripts run with
-only the import changed; the kernels it does not have follow the same style. Every array is a
-float32 :class:`gpumat.PyGpuMatrix`; all arrays of one call must be on the same device (the op runs
-there: host loops/BLAS on ``cpu()``, CUDA kernels on ``gpu(i)`` and ``emu(i)``, asynchronously
-until a result is copied back). The functions come in kernel families, in the order of the
-sections below (elementwise, activations, layout, reductions, matrix product, softmax, losses,
-convolution, pooling, random numbers, optimizers), the same families as ``extensions/src/cuda``
-and ``extensions/src/host``. The pointwise kernels declared by their shape in
-``extensions/src/kernels.def`` (tanh, sigmoid, sqrt and their gradients) come from the generated
-``gpumat._ops_pointwise``. :mod:`gpumat.reference` has the same functions on numpy arrays, and
-the graph ops of :mod:`gpumat.graph` call one or the other.
+The names and arguments are PyTorch's where PyTorch has the op (``add(a, b, out)``,
+``matmul(a, b, out)``, ``sum(a, out, dim)``, ``log_softmax(a, out, dim)``, ``cross_entropy``,
+``l1_loss``, ``conv2d``, ``max_pool2d``), with the output last instead of ``out=``; a gradient
+kernel is its op's name with ``_gradient``. The dlsys course's names (``matrix_elementwise_add``,
+``matrix_multiply``, ``array_set``, ...) are :mod:`gpumat.dlsys.gpu_op`'s. Every array is a
+float32 :class:`gpumat.PyGpuMatrix`; all arrays of one call must be on the same device (the op
+runs there: host loops/BLAS on ``cpu()``, CUDA kernels on ``gpu(i)`` and ``emu(i)``,
+asynchronously until a result is copied back). The functions come in kernel families, in the
+order of the sections below (elementwise, activations, layout, reductions, matrix product,
+softmax, losses, convolution, pooling, random numbers, optimizers), the same families as
+``extensions/src/cuda`` and ``extensions/src/host``. The pointwise kernels declared by their
+shape in ``extensions/src/kernels.def`` (tanh, sigmoid, sqrt and their gradients) come from the
+generated ``gpumat._ops_pointwise``. :mod:`gpumat.reference` has the same functions on numpy
+arrays, and the graph ops of :mod:`gpumat.graph` call one or the other.
 
 Errors, raised before any kernel runs:
 
 - TypeError: an argument is not a PyGpuMatrix (or a number where one is expected).
 - ValueError: shapes that do not fit the op (the message names the op and the shapes), arrays
   on different devices, or an output that is also an input of an op that cannot work in
-  place (matmul, softmax, softmax_cross_entropy, transpose, broadcast_to,
-  reduce_sum_axis_zero, argmax, one_hot, the convolutions and poolings and their gradients,
+  place (matmul, softmax, cross_entropy, transpose, broadcast_to, sum_to_size, the reductions
+  along a dim, argmax, one_hot, the convolutions and poolings and their gradients,
   reduce_sum_channels, the losses, adam_update). Elementwise ops and add_channel_bias
   may write in place. Impossible geometry (an empty convolution or pooling output, a
   channel mismatch, a wrong rank) is a ValueError too.
@@ -98,13 +100,16 @@ __all__ = [
     "adadelta_update_multi",
     "adam_update",
     "adam_update_multi",
+    "add",
     "add_channel_bias",
+    "add_scalar",
+    "amax",
+    "amax_gradient",
     "argmax",
-    "array_set",
     "avg_pool2d",
     "avg_pool2d_gradient",
     "axpy",
-    "broadcast_axis",
+    "broadcast_dim",
     "broadcast_to",
     "conv1d",
     "conv1d_gradient_filter",
@@ -113,36 +118,32 @@ __all__ = [
     "conv2d_gradient_filter",
     "conv2d_gradient_input",
     "copy",
+    "cross_entropy",
+    "cross_entropy_with_gradient",
+    "div",
     "dropout",
     "eq",
     "exp",
+    "fill",
+    "l1_loss",
+    "l1_loss_gradient",
     "log",
     "log_softmax",
     "log_softmax_gradient",
-    "mae_loss",
-    "mae_loss_gradient",
+    "matmul",
     "matmul_bias",
-    "matrix_elementwise_add",
-    "matrix_elementwise_add_by_const",
-    "matrix_elementwise_divide",
-    "matrix_elementwise_multiply",
-    "matrix_elementwise_multiply_by_const",
-    "matrix_multiply",
     "max_pool2d",
     "max_pool2d_gradient",
+    "mean",
     "momentum_sgd_update",
     "mse_loss",
     "mse_loss_gradient",
+    "mul",
+    "mul_scalar",
     "nll_loss",
     "nll_loss_gradient",
+    "normal",
     "one_hot",
-    "random_normal",
-    "random_uniform",
-    "reduce_max",
-    "reduce_max_gradient",
-    "reduce_mean",
-    "reduce_sum",
-    "reduce_sum_axis_zero",
     "reduce_sum_channels",
     "relu",
     "relu_bias_gradient",
@@ -151,12 +152,12 @@ __all__ = [
     "set_conv_workspace_limit",
     "sgd_update",
     "softmax",
-    "softmax_axis",
-    "softmax_axis_gradient",
-    "softmax_cross_entropy",
-    "softmax_cross_entropy_with_gradient",
+    "softmax_gradient",
+    "sum",
+    "sum_to_size",
     "trace_calls",
     "transpose",
+    "uniform",
 ]
 __all__ += _ops_pointwise.__all__
 
@@ -166,40 +167,40 @@ __all__ += _ops_pointwise.__all__
 # --------------------------------------------------------------------------------------------------
 
 
-def array_set(arr, value: float) -> None:
-    """Sets every element of ``arr`` (any shape) to ``value``."""
-    _core.array_set_(arr, value)
+def fill(out, value: float) -> None:
+    """Sets every element of ``out`` (any shape) to ``value`` (``Tensor.fill_``)."""
+    _core.fill_(out, value)
 
 
-def matrix_elementwise_add(matA, matB, matC) -> None:
-    """matC = matA + matB, all of one shape (matC may be matA or matB)."""
-    _core.add_(matA, matB, matC)
+def add(a, b, out) -> None:
+    """out = a + b elementwise, all of one shape (out may be a or b)."""
+    _core.add_(a, b, out)
 
 
-def matrix_elementwise_add_by_const(in_mat, val: float, out_mat) -> None:
-    """out_mat = in_mat + val, same shapes (may be in place)."""
-    _core.add_const_(in_mat, val, out_mat)
+def add_scalar(a, value: float, out) -> None:
+    """out = a + value, same shapes (may be in place)."""
+    _core.add_scalar_(a, value, out)
 
 
-def matrix_elementwise_multiply(matA, matB, matC) -> None:
-    """matC = matA * matB elementwise, all of one shape (matC may be matA or matB)."""
-    _core.multiply_(matA, matB, matC)
+def mul(a, b, out) -> None:
+    """out = a * b elementwise, all of one shape (out may be a or b)."""
+    _core.mul_(a, b, out)
 
 
-def matrix_elementwise_divide(matA, matB, matC) -> None:
-    """matC = matA / matB elementwise, all of one shape (matC may be matA or matB), float32.
+def div(a, b, out) -> None:
+    """out = a / b elementwise, all of one shape (out may be a or b), float32.
 
     IEEE division, correctly rounded on every device (nvcc's default ``-prec-div=true``): x / 0
     is +-inf by the signs of x and the zero, 0 / 0 and inf / inf are NaN, NaN propagates (as
     numpy's ``a / b`` and ``torch.div``). Raises ValueError for shapes that differ or arrays on
     different devices.
     """
-    _core.divide_(matA, matB, matC)
+    _core.div_(a, b, out)
 
 
-def matrix_elementwise_multiply_by_const(in_mat, val: float, out_mat) -> None:
-    """out_mat = in_mat * val, same shapes (may be in place)."""
-    _core.multiply_const_(in_mat, val, out_mat)
+def mul_scalar(a, value: float, out) -> None:
+    """out = a * value, same shapes (may be in place)."""
+    _core.mul_scalar_(a, value, out)
 
 
 def axpy(alpha: float, x, y) -> None:
@@ -207,42 +208,42 @@ def axpy(alpha: float, x, y) -> None:
     _core.axpy_(alpha, x, y)
 
 
-def copy(src, dst) -> None:
-    """dst = src, same shape and device (asynchronous on CUDA)."""
-    _core.copy_(src, dst)
+def copy(a, out) -> None:
+    """out = a, same shape and device (asynchronous on CUDA)."""
+    _core.copy_(a, out)
 
 
-def eq(matA, matB, matC) -> None:
-    """matC = 1.0 where matA == matB, else 0.0, elementwise; all of one shape (matC may be matA
-    or matB), float32.
+def eq(a, b, out) -> None:
+    """out = 1.0 where a == b, else 0.0, elementwise; all of one shape (out may be a or b),
+    float32.
 
     IEEE equality, as numpy's ``==`` and ``torch.eq``: NaN equals nothing (not even NaN),
     -0.0 equals +0.0, inf equals inf. Accuracy (``eq(argmax(logits), labels)``) and masks
     without a comparison on the host. Raises ValueError for shapes that differ or arrays on
     different devices.
     """
-    _core.eq_(matA, matB, matC)
+    _core.eq_(a, b, out)
 
 
-def exp(in_arr, out_arr) -> None:
-    """out_arr = exp(in_arr) elementwise; any shape, both of one shape (may be in place), float32.
+def exp(a, out) -> None:
+    """out = exp(a) elementwise; any shape, both of one shape (may be in place), float32.
 
     IEEE special values, as numpy: overflows to inf for x > ~88.72 and underflows to 0 for
     x < ~-103.97 (through the float32 denormals); exp(-inf) = 0, NaN stays NaN. CUDA's expf is
     within 2 ulp of the exact value, the host's C library within 1. Raises ValueError for shapes
     that differ or arrays on different devices.
     """
-    _core.exp_(in_arr, out_arr)
+    _core.exp_(a, out)
 
 
-def log(in_arr, out_arr) -> None:
-    """out_arr = log(in_arr), the natural logarithm, elementwise; one shape (may be in place).
+def log(a, out) -> None:
+    """out = log(a), the natural logarithm, elementwise; one shape (may be in place).
 
     IEEE special values, as numpy: log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays
     NaN. Within 1 ulp on CUDA (logf) and on the host. Raises ValueError for shapes that differ or
     arrays on different devices.
     """
-    _core.log_(in_arr, out_arr)
+    _core.log_(a, out)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -250,22 +251,23 @@ def log(in_arr, out_arr) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def relu(in_arr, out_arr) -> None:
-    """out_arr = max(in_arr, 0) elementwise (NaN stays NaN)."""
-    _core.relu_(in_arr, out_arr)
+def relu(a, out) -> None:
+    """out = max(a, 0) elementwise (NaN stays NaN)."""
+    _core.relu_(a, out)
 
 
-def relu_gradient(in_arr, in_grad_arr, out_arr) -> None:
-    """out_arr = in_grad_arr where in_arr > 0, else 0 (the subgradient at 0 is taken as 0).
+def relu_gradient(x, dy, out) -> None:
+    """out = dy where x > 0, else 0 (the subgradient at 0 is taken as 0); x is the ReLU's input
+    (or its output: x > 0 is the same mask).
 
-    A NaN in ``in_arr`` gives NaN, so a diverged activation is not silently hidden.
+    A NaN in ``x`` gives NaN, so a diverged activation is not silently hidden.
     """
-    _core.relu_gradient_(in_arr, in_grad_arr, out_arr)
+    _core.relu_gradient_(x, dy, out)
 
 
 def relu_bias_gradient(y, dy, dz, dbias) -> None:
     """The backward pass of ``relu(z + bias)`` in one kernel: dz = dy where y > 0, else 0
-    (:func:`relu_gradient`), and dbias = column sums of dz (:func:`reduce_sum_axis_zero`).
+    (:func:`relu_gradient`), and dbias = column sums of dz (:func:`sum_to_size`).
 
     y (the ReLU's output, or its input z: y > 0 is the same mask), dy and dz are (rows, cols);
     dbias is (cols,). dz may be dy; no other output may be an input. The column sums run in a
@@ -274,15 +276,15 @@ def relu_bias_gradient(y, dy, dz, dbias) -> None:
     _core.relu_bias_gradient_(y, dy, dz, dbias)
 
 
-def dropout(in_arr, out_arr, p: float, seed: int) -> None:
-    """Inverted dropout: out_arr[i] = 0 where uniform01(seed, i) < p, else in_arr[i] / (1 - p).
+def dropout(a, out, p: float, seed: int) -> None:
+    """Inverted dropout: out[i] = 0 where uniform01(seed, i) < p, else a[i] / (1 - p).
 
-    uniform01 is the counter-based generator of :func:`random_uniform` (SplitMix64 of (seed, i),
+    uniform01 is the counter-based generator of :func:`uniform` (SplitMix64 of (seed, i),
     24 bits), so every device and :func:`gpumat.reference.dropout` drop the same elements for a
     seed. 0 <= p <= 1 (p = 1 drops everything). The gradient is dropout of dy with the same seed
     and p. Elementwise (may be in place). TypeError / ValueError for a bad p or seed.
     """
-    _core.dropout_(in_arr, out_arr, as_probability(p, "dropout"), as_seed(seed, "dropout"))
+    _core.dropout_(a, out, as_probability(p, "dropout"), as_seed(seed, "dropout"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -290,98 +292,99 @@ def dropout(in_arr, out_arr, p: float, seed: int) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def transpose(in_arr, out_arr) -> None:
-    """out_arr (C, R) = in_arr (R, C) transposed."""
-    _core.transpose_(in_arr, out_arr)
+def transpose(a, out) -> None:
+    """out (C, R) = a (R, C) transposed."""
+    _core.transpose_(a, out)
 
 
-def reshape(in_arr, out_arr) -> None:
-    """out_arr = in_arr with out_arr's shape (a copy): same number of elements, same device."""
-    _core.reshape_(in_arr, out_arr)
+def reshape(a, out) -> None:
+    """out = a with out's shape (a copy): same number of elements, same device."""
+    _core.reshape_(a, out)
 
 
-def one_hot(indices, out_arr) -> None:
-    """out_arr (N, C) = the one-hot rows of ``indices`` (N,): out_arr[i, j] = 1.0 if
+def one_hot(indices, out) -> None:
+    """out (N, C) = the one-hot rows of ``indices`` (N,): out[i, j] = 1.0 if
     indices[i] == j, else 0.0 (``torch.nn.functional.one_hot``, with the classes C taken from
-    out_arr's shape and the result in float32).
+    out's shape and the result in float32).
 
     ``indices`` holds class numbers as float32 integers. An index outside [0, C), a non-integer or
     NaN gives a row of zeros: a kernel cannot raise, so check the range first where it matters
-    (PyTorch raises instead). -0.0 is class 0. out_arr must not be indices. Raises ValueError
-    for indices that are not 1-D, an out_arr that is not (N, C), C > 2**24 (float32 cannot name
+    (PyTorch raises instead). -0.0 is class 0. out must not be indices. Raises ValueError
+    for indices that are not 1-D, an out that is not (N, C), C > 2**24 (float32 cannot name
     every class) or aliasing.
     """
-    _core.one_hot_(indices, out_arr)
+    _core.one_hot_(indices, out)
 
 
 # --------------------------------------------------------------------------------------------------
-# Reductions and broadcasts, each the other's gradient. An ``axis`` is an int in [-ndim, ndim)
+# Reductions and broadcasts, each the other's gradient. A ``dim`` is an int in [-ndim, ndim)
 # (negative counts from the end); the kernels see the array as (outer, n, inner) around it, so any
-# axis works without a transpose.
+# dim works without a transpose.
 # --------------------------------------------------------------------------------------------------
 
 
-def reduce_sum_axis_zero(in_arr, out_arr) -> None:
-    """Sums ``in_arr`` over its leading axes into ``out_arr``.
+def sum_to_size(a, out) -> None:
+    """Sums ``a`` over its leading dims into ``out`` (``Tensor.sum_to_size(out.shape)`` where
+    out's shape ends a's).
 
-    ``out_arr``'s shape, after dropping leading 1s, must end ``in_arr``'s shape:
+    ``out``'s shape, after dropping leading 1s, must end ``a``'s shape:
     (500, 200, 100) -> (200, 100), (4, 5, 6) -> (6,), (8, 10) -> (1, 10). The inverse of
     :func:`broadcast_to` for gradients.
     """
-    _core.reduce_sum_axis_zero_(in_arr, out_arr)
+    _core.sum_to_size_(a, out)
 
 
-def broadcast_to(in_arr, out_arr) -> None:
-    """Repeats ``in_arr`` over the leading axes of ``out_arr``.
+def broadcast_to(a, out) -> None:
+    """Repeats ``a`` over the leading dims of ``out``.
 
-    ``in_arr``'s shape, after dropping leading 1s, must end ``out_arr``'s shape:
+    ``a``'s shape, after dropping leading 1s, must end ``out``'s shape:
     (200, 300) -> (130, 200, 300), (1, 10) -> (7, 10), (10,) -> (7, 10).
     """
-    _core.broadcast_to_(in_arr, out_arr)
+    _core.broadcast_to_(a, out)
 
 
-def reduce_sum(in_arr, out_arr, axis: int) -> None:
-    """out_arr = in_arr summed along ``axis``; out_arr has in_arr's shape with that axis removed
-    or kept as 1 (keepdims). Float32 sums in index order on both devices."""
-    _core.reduce_sum_(in_arr, out_arr, as_int(axis, "axis", "reduce_sum"))
+def sum(a, out, dim: int) -> None:  # noqa: A001 (torch.sum's name; this module never calls the builtin)
+    """out = a summed along ``dim``; out has a's shape with that dim removed or kept as 1
+    (keepdim). Float32 sums in index order on both devices."""
+    _core.sum_(a, out, as_int(dim, "dim", "sum"))
 
 
-def reduce_mean(in_arr, out_arr, axis: int) -> None:
-    """out_arr = the mean of in_arr along a non-empty ``axis`` (shapes as for reduce_sum)."""
-    _core.reduce_mean_(in_arr, out_arr, as_int(axis, "axis", "reduce_mean"))
+def mean(a, out, dim: int) -> None:
+    """out = the mean of a along a non-empty ``dim`` (shapes as for :func:`sum`)."""
+    _core.mean_(a, out, as_int(dim, "dim", "mean"))
 
 
-def reduce_max(in_arr, out_arr, axis: int) -> None:
-    """out_arr = the max of in_arr along a non-empty ``axis`` (shapes as for reduce_sum). A NaN in
-    a slice makes its max NaN."""
-    _core.reduce_max_(in_arr, out_arr, as_int(axis, "axis", "reduce_max"))
+def amax(a, out, dim: int) -> None:
+    """out = the max of a along a non-empty ``dim`` (shapes as for :func:`sum`; ``torch.amax``).
+    A NaN in a slice makes its max NaN."""
+    _core.amax_(a, out, as_int(dim, "dim", "amax"))
 
 
-def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
-    """out (x's shape) = dL/dx of y = reduce_max(x, axis) given y and dy (y's shape): each slice's
-    dy is shared equally by its tied maxima (x == y), the other elements get 0 (TensorFlow's
-    reduce_max gradient; PyTorch's amax does the same)."""
-    _core.reduce_max_gradient_(x, y, dy, out, as_int(axis, "axis", "reduce_max_gradient"))
+def amax_gradient(x, y, dy, out, dim: int) -> None:
+    """out (x's shape) = dL/dx of y = amax(x, dim) given y and dy (y's shape): each slice's dy is
+    shared equally by its tied maxima (x == y), the other elements get 0 (PyTorch's amax
+    gradient; TensorFlow's reduce_max does the same)."""
+    _core.amax_gradient_(x, y, dy, out, as_int(dim, "dim", "amax_gradient"))
 
 
-def argmax(in_arr, out_arr, axis: int) -> None:
-    """out_arr = the index along ``axis`` of each slice's maximum of in_arr, as float32 numbers
-    holding the integers (0 .. n-1); out_arr has in_arr's shape with that axis removed or kept
-    as 1 (keepdims), and must not be in_arr.
+def argmax(a, out, dim: int) -> None:
+    """out = the index along ``dim`` of each slice's maximum of a, as float32 numbers holding
+    the integers (0 .. n-1); out has a's shape with that dim removed or kept as 1 (keepdim),
+    and must not be a.
 
     PyTorch's rule (``torch.argmax``, and numpy's): the first maximum wins ties, and a NaN counts
-    as the maximum, so a slice with a NaN gives its first NaN's index. ``axis`` is an int in
-    [-ndim, ndim). Raises ValueError for a bad axis, an output of the wrong shape or aliasing the
-    input, an empty axis (when out_arr is not empty), or an axis longer than 2**24 (float32 holds
-    every index up to 2**24 exactly); TypeError for a non-integer axis.
+    as the maximum, so a slice with a NaN gives its first NaN's index. ``dim`` is an int in
+    [-ndim, ndim). Raises ValueError for a bad dim, an output of the wrong shape or aliasing the
+    input, an empty dim (when out is not empty), or a dim longer than 2**24 (float32 holds every
+    index up to 2**24 exactly); TypeError for a non-integer dim.
     """
-    _core.argmax_(in_arr, out_arr, as_int(axis, "axis", "argmax"))
+    _core.argmax_(a, out, as_int(dim, "dim", "argmax"))
 
 
-def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:
-    """out_arr = scale * in_arr repeated along ``axis`` of out_arr; in_arr is out_arr's shape with
-    that axis removed or 1. The gradient of reduce_sum (scale 1) and reduce_mean (scale 1/n)."""
-    _core.broadcast_axis_(in_arr, out_arr, as_int(axis, "axis", "broadcast_axis"), scale)
+def broadcast_dim(a, out, dim: int, scale: float = 1.0) -> None:
+    """out = scale * a repeated along ``dim`` of out; a is out's shape with that dim removed or
+    1. The gradient of :func:`sum` (scale 1) and :func:`mean` (scale 1/n)."""
+    _core.broadcast_dim_(a, out, as_int(dim, "dim", "broadcast_dim"), scale)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -389,66 +392,61 @@ def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def matrix_multiply(matA, transA: bool, matB, transB: bool, matC) -> None:
-    """matC (M, N) = op(matA) @ op(matB), op(X) = X.T when its flag is true.
+def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False) -> None:
+    """out (M, N) = op(a) @ op(b), op(X) = X.T when its flag is true (BLAS's transA/transB).
 
-    matA is (M, K), or (K, M) when transA; matB is (K, N), or (N, K) when transB; all 2-D.
+    a is (M, K), or (K, M) when trans_a; b is (K, N), or (N, K) when trans_b; all 2-D.
     K = 0 gives zeros. Host: BLAS sgemm; CUDA: shared-memory tiled kernel (see matmul.cu).
     FLOPs: 2·M·N·K. Raises TypeError for a flag that is not a bool (a truthy array or string
     would otherwise choose a transpose silently).
     """
-    ta = as_flag(transA, "transA", "matrix_multiply")
-    tb = as_flag(transB, "transB", "matrix_multiply")
-    _core.matmul_(matA, ta, matB, tb, matC)
+    ta = as_flag(trans_a, "trans_a", "matmul")
+    tb = as_flag(trans_b, "trans_b", "matmul")
+    _core.matmul_(a, ta, b, tb, out)
 
 
-def matmul_bias(matA, transA: bool, matB, transB: bool, bias, matC, relu: bool = False) -> None:
-    """matC (M, N) = op(matA) @ op(matB) + bias, then max(., 0) when ``relu``: a dense layer.
+def matmul_bias(
+    a, b, bias, out, trans_a: bool = False, trans_b: bool = False, relu: bool = False
+) -> None:
+    """out (M, N) = op(a) @ op(b) + bias, then max(., 0) when ``relu``: a dense layer.
 
-    Shapes as :func:`matrix_multiply`; ``bias`` is (N,), added to every row. One kernel on CUDA
-    (the tiled matmul with a bias/ReLU epilogue), sgemm plus one fused pass on the host; equal to
-    matrix_multiply, broadcast_to, matrix_elementwise_add (and relu). matC must not be an input.
-    Raises TypeError for a flag that is not a bool, ValueError for shapes that do not fit.
+    Shapes as :func:`matmul`; ``bias`` is (N,), added to every row. One kernel on CUDA (the tiled
+    matmul with a bias/ReLU epilogue), sgemm plus one fused pass on the host; equal to matmul,
+    broadcast_to, add (and relu). out must not be an input. Raises TypeError for a flag that is
+    not a bool, ValueError for shapes that do not fit.
     """
-    ta = as_flag(transA, "transA", "matmul_bias")
-    tb = as_flag(transB, "transB", "matmul_bias")
-    _core.matmul_bias_(matA, ta, matB, tb, bias, matC, as_flag(relu, "relu", "matmul_bias"))
+    ta = as_flag(trans_a, "trans_a", "matmul_bias")
+    tb = as_flag(trans_b, "trans_b", "matmul_bias")
+    _core.matmul_bias_(a, ta, b, tb, bias, out, as_flag(relu, "relu", "matmul_bias"))
 
 
 # --------------------------------------------------------------------------------------------------
-# Softmax: along the rows of a matrix or any axis.
+# Softmax: along any dim.
 # --------------------------------------------------------------------------------------------------
 
 
-def softmax(in_arr, out_arr) -> None:
-    """Row-wise softmax of a 2-D (N, C) array: exp(x - max_row) / sum(exp(x - max_row)).
-
-    NOTE: the row max is subtracted first so exp() cannot overflow.
-    """
-    _core.softmax_(in_arr, out_arr)
-
-
-def softmax_axis(in_arr, out_arr, axis: int = -1) -> None:
-    """out_arr = softmax of in_arr (any rank >= 1) along ``axis``: exp(x - max) / sum exp(x - max)
-    (max-subtracted: no overflow). Same shapes, out_arr not in_arr. ValueError for a bad axis."""
-    _core.softmax_axis_(in_arr, out_arr, as_int(axis, "axis", "softmax"))
+def softmax(a, out, dim: int = -1) -> None:
+    """out = softmax of a (any rank >= 1) along ``dim``: exp(x - max) / sum exp(x - max)
+    (max-subtracted: no overflow). Same shapes, out not a. A matrix along its rows runs the row
+    kernel (one block per row on CUDA). ValueError for a bad dim."""
+    _core.softmax_(a, out, as_int(dim, "dim", "softmax"))
 
 
-def softmax_axis_gradient(y, dy, out, axis: int = -1) -> None:
-    """out = y * (dy - sum_axis(y * dy)): dL/dx of y = softmax(x) along ``axis`` given y and
-    dy = dL/dy (the Jacobian diag(y) - y y^T applied along the axis). All of one shape."""
-    _core.softmax_axis_gradient_(y, dy, out, as_int(axis, "axis", "softmax_gradient"))
+def softmax_gradient(y, dy, out, dim: int = -1) -> None:
+    """out = y * (dy - sum_dim(y * dy)): dL/dx of y = softmax(x) along ``dim`` given y and
+    dy = dL/dy (the Jacobian diag(y) - y y^T applied along the dim). All of one shape."""
+    _core.softmax_gradient_(y, dy, out, as_int(dim, "dim", "softmax_gradient"))
 
 
-def log_softmax(in_arr, out_arr, axis: int = -1) -> None:
-    """out_arr = log_softmax of in_arr along ``axis``: x - max - log(sum exp(x - max)) (the
-    log-sum-exp trick; finite for any finite input). Same shapes, out_arr not in_arr."""
-    _core.log_softmax_(in_arr, out_arr, as_int(axis, "axis", "log_softmax"))
+def log_softmax(a, out, dim: int = -1) -> None:
+    """out = log_softmax of a along ``dim``: x - max - log(sum exp(x - max)) (the log-sum-exp
+    trick; finite for any finite input). Same shapes, out not a."""
+    _core.log_softmax_(a, out, as_int(dim, "dim", "log_softmax"))
 
 
-def log_softmax_gradient(y, dy, out, axis: int = -1) -> None:
-    """out = dy - exp(y) * sum_axis(dy): dL/dx of y = log_softmax(x) along ``axis``."""
-    _core.log_softmax_gradient_(y, dy, out, as_int(axis, "axis", "log_softmax_gradient"))
+def log_softmax_gradient(y, dy, out, dim: int = -1) -> None:
+    """out = dy - exp(y) * sum_dim(dy): dL/dx of y = log_softmax(x) along ``dim``."""
+    _core.log_softmax_gradient_(y, dy, out, as_int(dim, "dim", "log_softmax_gradient"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -456,27 +454,27 @@ def log_softmax_gradient(y, dy, out, axis: int = -1) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def softmax_cross_entropy(in_arr_a, in_arr_b, out_arr) -> None:
-    """out_arr (1,) = mean over rows of -sum_c y_[r, c] * log softmax(y)[r, c].
+def cross_entropy(logits, target, out) -> None:
+    """out (1,) = mean over rows of -sum_c target[r, c] * log softmax(logits)[r, c]
+    (``torch.nn.functional.cross_entropy`` with class-probability targets).
 
-    ``in_arr_a`` holds the logits y, ``in_arr_b`` the labels y_ (one-hot or probabilities), both
-    (N, C) with N >= 1. log softmax uses the log-sum-exp trick, so large logits are safe.
-    Unlike the dlsys course's skeleton, the value is the batch mean; see gpumat.graph.loss for
-    its gradient.
+    ``logits`` and ``target`` (one-hot or probabilities) are both (N, C) with N >= 1. log
+    softmax uses the log-sum-exp trick, so large logits are safe. The value is the batch mean
+    (the dlsys course's skeleton sums); see gpumat.graph.loss for its gradient.
     """
-    _core.softmax_cross_entropy_(in_arr_a, in_arr_b, out_arr)
+    _core.cross_entropy_(logits, target, out)
 
 
-def softmax_cross_entropy_with_gradient(logits, labels, loss, grad) -> None:
-    """:func:`softmax_cross_entropy` and its gradient from one read of the logits.
+def cross_entropy_with_gradient(logits, target, loss, grad) -> None:
+    """:func:`cross_entropy` and its gradient from one read of the logits.
 
-    logits, labels, grad: (N, C) with N, C >= 1; loss: (1,). Writes loss = mean over rows of
-    -sum_c labels log softmax(logits) and grad = (softmax(logits) - labels) / N, the gradient of
+    logits, target, grad: (N, C) with N, C >= 1; loss: (1,). Writes loss = mean over rows of
+    -sum_c target log softmax(logits) and grad = (softmax(logits) - target) / N, the gradient of
     that mean (gpumat.graph.loss's convention). Two launches on CUDA (per-row work, then a
     deterministic mean) instead of five. Raises ValueError for shapes that do not fit or outputs
     that alias an input or each other.
     """
-    _core.softmax_cross_entropy_with_gradient_(logits, labels, loss, grad)
+    _core.cross_entropy_with_gradient_(logits, target, loss, grad)
 
 
 def nll_loss(log_probs, target, out) -> None:
@@ -505,16 +503,16 @@ def mse_loss_gradient(pred, target, dloss, out) -> None:
     _core.mse_loss_gradient_(pred, target, dloss, out)
 
 
-def mae_loss(pred, target, out) -> None:
-    """out (1,) = mean(|pred - target|) over all elements; pred and target of one shape, not
-    empty."""
-    _core.mae_loss_(pred, target, out)
+def l1_loss(pred, target, out) -> None:
+    """out (1,) = mean(|pred - target|) over all elements (the mean absolute error,
+    ``torch.nn.functional.l1_loss``); pred and target of one shape, not empty."""
+    _core.l1_loss_(pred, target, out)
 
 
-def mae_loss_gradient(pred, target, dloss, out) -> None:
-    """out = dloss[0] * sign(pred - target) / n, the gradient of :func:`mae_loss` with respect to
+def l1_loss_gradient(pred, target, dloss, out) -> None:
+    """out = dloss[0] * sign(pred - target) / n, the gradient of :func:`l1_loss` with respect to
     pred. NOTE: sign(0) = 0, the subgradient PyTorch uses."""
-    _core.mae_loss_gradient_(pred, target, dloss, out)
+    _core.l1_loss_gradient_(pred, target, dloss, out)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -607,17 +605,17 @@ def set_conv_workspace_limit(nbytes: int) -> int:
     return _core.set_conv_workspace_limit_(as_int(nbytes, "nbytes", "set_conv_workspace_limit"))
 
 
-def add_channel_bias(in_arr, bias, out_arr) -> None:
-    """out_arr = in_arr + bias[c] along axis 1: in_arr (N, C, ...) of rank >= 2, bias (C,).
+def add_channel_bias(a, bias, out) -> None:
+    """out = a + bias[c] along dim 1: a (N, C, ...) of rank >= 2, bias (C,).
 
     The bias of a convolution (and, for (N, C), of a dense layer). May work in place.
     """
-    _core.add_channel_bias_(in_arr, bias, out_arr)
+    _core.add_channel_bias_(a, bias, out)
 
 
-def reduce_sum_channels(in_arr, out_arr) -> None:
-    """out_arr (C,) = sum of in_arr (N, C, ...) over every axis but axis 1: the bias gradient."""
-    _core.reduce_sum_channels_(in_arr, out_arr)
+def reduce_sum_channels(a, out) -> None:
+    """out (C,) = sum of a (N, C, ...) over every dim but dim 1: the bias gradient."""
+    _core.reduce_sum_channels_(a, out)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -670,23 +668,23 @@ def avg_pool2d_gradient(dy, out, kernel_size, stride=None, padding=0) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def random_uniform(out_arr, low: float = 0.0, high: float = 1.0, seed: int = 0) -> None:
-    """Fills out_arr with uniform samples in [low, high).
+def uniform(out, low: float = 0.0, high: float = 1.0, seed: int = 0) -> None:
+    """Fills out with uniform samples in [low, high) (``torch.nn.init.uniform_``'s a, b).
 
     Element i depends only on (seed, i) (SplitMix64 counter hashing), so cpu and gpu give the
     same values for the same seed. Raises ValueError if low > high, low or high is not finite, or
     the seed is not in [0, 2**64).
     """
-    _core.random_uniform_(out_arr, low, high, as_seed(seed, "random_uniform"))
+    _core.uniform_(out, low, high, as_seed(seed, "uniform"))
 
 
-def random_normal(out_arr, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
-    """Fills out_arr with normal samples N(mean, std**2) (Box-Muller on counter-hashed uniforms).
+def normal(out, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
+    """Fills out with normal samples N(mean, std**2) (Box-Muller on counter-hashed uniforms).
 
     Same seed, same values on every device (to float32 rounding of exp/log/cos). Raises
     ValueError if std < 0, mean or std is not finite, or the seed is not in [0, 2**64).
     """
-    _core.random_normal_(out_arr, mean, std, as_seed(seed, "random_normal"))
+    _core.normal_(out, mean, std, as_seed(seed, "normal"))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ def manual_seed(seed: int) -> None:
     The generator is numpy's PCG64 (O'Neill, "PCG: A Family of Simple Fast Space-Efficient
     Statistically Good Algorithms for Random Number Generation", 2014); each random tensor takes
     one 63-bit draw as the seed of gpumat's counter-based device generator
-    (``gpumat.ops.random_uniform``), so the values are the same on every device. They are not
+    (``gpumat.ops.uniform``), so the values are the same on every device. They are not
     PyTorch's values for the same seed.
 
     Raises:

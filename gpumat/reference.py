@@ -37,35 +37,35 @@ __all__ = sorted(set(ops.__all__) - {"set_conv_workspace_limit", "trace_calls"} 
 # --------------------------------------------------------------------------------------------------
 
 
-def array_set(arr, value: float) -> None:
-    """Sets every element of ``arr`` to ``value``."""
-    arr.fill(value)
+def fill(out, value: float) -> None:
+    """Sets every element of ``out`` to ``value``."""
+    out.fill(value)
 
 
-def matrix_elementwise_add(matA, matB, matC) -> None:  # noqa: N803 (the dlsys course's names)
-    """matC = matA + matB."""
-    np.add(matA, matB, out=matC)
+def add(a, b, out) -> None:
+    """out = a + b."""
+    np.add(a, b, out=out)
 
 
-def matrix_elementwise_add_by_const(in_mat, val: float, out_mat) -> None:
-    """out_mat = in_mat + val."""
-    np.add(in_mat, val, out=out_mat)
+def add_scalar(a, value: float, out) -> None:
+    """out = a + value."""
+    np.add(a, value, out=out)
 
 
-def matrix_elementwise_multiply(matA, matB, matC) -> None:  # noqa: N803
-    """matC = matA * matB."""
-    np.multiply(matA, matB, out=matC)
+def mul(a, b, out) -> None:
+    """out = a * b."""
+    np.multiply(a, b, out=out)
 
 
-def matrix_elementwise_divide(matA, matB, matC) -> None:  # noqa: N803
-    """matC = matA / matB (IEEE: x / 0 = +-inf, 0 / 0 = NaN, without warnings)."""
+def div(a, b, out) -> None:
+    """out = a / b (IEEE: x / 0 = +-inf, 0 / 0 = NaN, without warnings)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        np.divide(matA, matB, out=matC)
+        np.divide(a, b, out=out)
 
 
-def matrix_elementwise_multiply_by_const(in_mat, val: float, out_mat) -> None:
-    """out_mat = in_mat * val."""
-    np.multiply(in_mat, val, out=out_mat)
+def mul_scalar(a, value: float, out) -> None:
+    """out = a * value."""
+    np.multiply(a, value, out=out)
 
 
 def axpy(alpha: float, x, y) -> None:
@@ -73,32 +73,32 @@ def axpy(alpha: float, x, y) -> None:
     y += alpha * x
 
 
-def copy(src, dst) -> None:
-    """dst = src."""
-    np.copyto(dst, src)
+def copy(a, out) -> None:
+    """out = a."""
+    np.copyto(out, a)
 
 
-def eq(matA, matB, matC) -> None:  # noqa: N803
-    """matC = 1 where matA == matB, else 0 (NaN equals nothing)."""
-    matC[...] = matA == matB
+def eq(a, b, out) -> None:
+    """out = 1 where a == b, else 0 (NaN equals nothing)."""
+    out[...] = a == b
 
 
-def exp(in_arr, out_arr) -> None:
-    """out_arr = exp(in_arr) (overflow to inf and underflow to 0 without warnings)."""
+def exp(a, out) -> None:
+    """out = exp(a) (overflow to inf and underflow to 0 without warnings)."""
     with np.errstate(over="ignore", under="ignore"):
-        np.exp(in_arr, out=out_arr)
+        np.exp(a, out=out)
 
 
-def log(in_arr, out_arr) -> None:
-    """out_arr = log(in_arr): log(0) = -inf, log(x < 0) = NaN (without warnings)."""
+def log(a, out) -> None:
+    """out = log(a): log(0) = -inf, log(x < 0) = NaN (without warnings)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        np.log(in_arr, out=out_arr)
+        np.log(a, out=out)
 
 
-def sqrt(in_arr, out_arr) -> None:
-    """out_arr = sqrt(in_arr): sqrt(x < 0) = NaN (without warnings)."""
+def sqrt(a, out) -> None:
+    """out = sqrt(a): sqrt(x < 0) = NaN (without warnings)."""
     with np.errstate(invalid="ignore"):
-        np.sqrt(in_arr, out=out_arr)
+        np.sqrt(a, out=out)
 
 
 def sqrt_gradient(y, dy, out) -> None:
@@ -112,14 +112,14 @@ def sqrt_gradient(y, dy, out) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def relu(in_arr, out_arr) -> None:
-    """out_arr = max(in_arr, 0) (NaN stays NaN)."""
-    np.maximum(in_arr, 0.0, out=out_arr)
+def relu(a, out) -> None:
+    """out = max(a, 0) (NaN stays NaN)."""
+    np.maximum(a, 0.0, out=out)
 
 
-def relu_gradient(in_arr, in_grad_arr, out_arr) -> None:
-    """out_arr = in_grad_arr where in_arr > 0, else 0 (the subgradient at 0 is 0)."""
-    np.copyto(out_arr, np.where(in_arr > 0, in_grad_arr, 0.0))
+def relu_gradient(x, dy, out) -> None:
+    """out = dy where x > 0, else 0 (the subgradient at 0 is 0)."""
+    np.copyto(out, np.where(x > 0, dy, 0.0))
 
 
 def relu_bias_gradient(y, dy, dz, dbias) -> None:
@@ -128,9 +128,9 @@ def relu_bias_gradient(y, dy, dz, dbias) -> None:
     np.copyto(dbias, dz.sum(axis=0))
 
 
-def tanh(in_arr, out_arr) -> None:
-    """out_arr = tanh(in_arr)."""
-    np.tanh(in_arr, out=out_arr)
+def tanh(a, out) -> None:
+    """out = tanh(a)."""
+    np.tanh(a, out=out)
 
 
 def tanh_gradient(y, dy, out) -> None:
@@ -138,10 +138,10 @@ def tanh_gradient(y, dy, out) -> None:
     out[...] = dy * (1 - y * y)
 
 
-def sigmoid(in_arr, out_arr) -> None:
-    """out_arr = 1 / (1 + exp(-in_arr)) through exp(-|x|): no overflow for large |x|."""
-    e = np.exp(-np.abs(in_arr))
-    out_arr[...] = np.where(in_arr >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+def sigmoid(a, out) -> None:
+    """out = 1 / (1 + exp(-a)) through exp(-|x|): no overflow for large |x|."""
+    e = np.exp(-np.abs(a))
+    out[...] = np.where(a >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 def sigmoid_gradient(y, dy, out) -> None:
@@ -149,20 +149,20 @@ def sigmoid_gradient(y, dy, out) -> None:
     out[...] = dy * y * (1 - y)
 
 
-def dropout(in_arr, out_arr, p: float, seed: int) -> None:
-    """Inverted dropout with the devices' mask: out_arr[i] = 0 where uniform01(seed, i) < p
-    (compared in float32), else in_arr[i] / (1 - p); p = 1 drops everything."""
+def dropout(a, out, p: float, seed: int) -> None:
+    """Inverted dropout with the devices' mask: out[i] = 0 where uniform01(seed, i) < p
+    (compared in float32), else a[i] / (1 - p); p = 1 drops everything."""
     p = as_probability(p, "dropout")
-    drop = uniform01(as_seed(seed, "dropout"), in_arr.size).reshape(in_arr.shape) < np.float32(p)
+    drop = uniform01(as_seed(seed, "dropout"), a.size).reshape(a.shape) < np.float32(p)
     if p >= 1.0:
-        out_arr.fill(0)
+        out.fill(0)
         return
-    dtype = in_arr.dtype
+    dtype = a.dtype
     # NOTE: the devices compute the scale in float32; a float64 run keeps full precision.
     scale = (
         np.float32(1.0) / (np.float32(1.0) - np.float32(p)) if dtype == np.float32 else 1 / (1 - p)
     )
-    out_arr[...] = np.where(drop, dtype.type(0), in_arr * scale)
+    out[...] = np.where(drop, dtype.type(0), a * scale)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -170,20 +170,20 @@ def dropout(in_arr, out_arr, p: float, seed: int) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def transpose(in_arr, out_arr) -> None:
-    """out_arr (C, R) = in_arr (R, C) transposed."""
-    np.copyto(out_arr, in_arr.T)
+def transpose(a, out) -> None:
+    """out (C, R) = a (R, C) transposed."""
+    np.copyto(out, a.T)
 
 
-def reshape(in_arr, out_arr) -> None:
-    """out_arr = in_arr's values in row-major order, with out_arr's shape."""
-    np.copyto(out_arr, in_arr.reshape(out_arr.shape))
+def reshape(a, out) -> None:
+    """out = a's values in row-major order, with out's shape."""
+    np.copyto(out, a.reshape(out.shape))
 
 
-def one_hot(indices, out_arr) -> None:
-    """out_arr (N, C)[i, j] = 1 if indices[i] == j, else 0: a row of zeros for an index outside
+def one_hot(indices, out) -> None:
+    """out (N, C)[i, j] = 1 if indices[i] == j, else 0: a row of zeros for an index outside
     [0, C), a non-integer or NaN (the devices' rule)."""
-    out_arr[...] = indices.reshape(-1, 1) == np.arange(out_arr.shape[1]).reshape(1, -1)
+    out[...] = indices.reshape(-1, 1) == np.arange(out.shape[1]).reshape(1, -1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -198,60 +198,60 @@ def _strip_leading_ones(shape: tuple) -> tuple:
     return tuple(shape[i:])
 
 
-def reduce_sum_axis_zero(in_arr, out_arr) -> None:
-    """Sums ``in_arr`` over its leading axes into ``out_arr``, whose shape without leading 1s ends
-    in_arr's: (4, 5, 6) -> (6,), (8, 10) -> (1, 10)."""
-    lead = in_arr.ndim - len(_strip_leading_ones(out_arr.shape))
-    np.copyto(out_arr, np.sum(in_arr, axis=tuple(range(lead))).reshape(out_arr.shape))
+def sum_to_size(a, out) -> None:
+    """Sums ``a`` over its leading axes into ``out``, whose shape without leading 1s ends
+    a's: (4, 5, 6) -> (6,), (8, 10) -> (1, 10)."""
+    lead = a.ndim - len(_strip_leading_ones(out.shape))
+    np.copyto(out, np.sum(a, axis=tuple(range(lead))).reshape(out.shape))
 
 
-def broadcast_to(in_arr, out_arr) -> None:
-    """Repeats ``in_arr`` (its shape without leading 1s ending out_arr's) over out_arr's leading
+def broadcast_to(a, out) -> None:
+    """Repeats ``a`` (its shape without leading 1s ending out's) over out's leading
     axes."""
-    np.copyto(out_arr, in_arr.reshape(_strip_leading_ones(in_arr.shape)))
+    np.copyto(out, a.reshape(_strip_leading_ones(a.shape)))
 
 
-def _reduce(f, in_arr, out_arr, axis: int, op: str) -> None:
-    out_arr[...] = f(in_arr, axis=as_int(axis, "axis", op)).reshape(out_arr.shape)
+def _reduce(f, a, out, dim: int, op: str) -> None:
+    out[...] = f(a, axis=as_int(dim, "dim", op)).reshape(out.shape)
 
 
-def reduce_sum(in_arr, out_arr, axis: int) -> None:
-    """out_arr = in_arr summed along ``axis`` (out_arr: that axis removed or kept as 1)."""
-    _reduce(np.sum, in_arr, out_arr, axis, "reduce_sum")
+def sum(a, out, dim: int) -> None:
+    """out = a summed along ``dim`` (out: that dim removed or kept as 1)."""
+    _reduce(np.sum, a, out, dim, "sum")
 
 
-def reduce_mean(in_arr, out_arr, axis: int) -> None:
-    """out_arr = the mean of in_arr along ``axis``."""
-    _reduce(np.mean, in_arr, out_arr, axis, "reduce_mean")
+def mean(a, out, dim: int) -> None:
+    """out = the mean of a along ``dim``."""
+    _reduce(np.mean, a, out, dim, "mean")
 
 
-def reduce_max(in_arr, out_arr, axis: int) -> None:
-    """out_arr = the max of in_arr along ``axis`` (NaN wins)."""
-    _reduce(np.max, in_arr, out_arr, axis, "reduce_max")
+def amax(a, out, dim: int) -> None:
+    """out = the max of a along ``dim`` (NaN wins)."""
+    _reduce(np.max, a, out, dim, "amax")
 
 
-def reduce_max_gradient(x, y, dy, out, axis: int) -> None:
-    """out = dy / t at the t tied maxima (x == y, NaN ties NaN) of each slice along ``axis``, 0
-    elsewhere: the gradient of y = reduce_max(x, axis)."""
-    a = as_int(axis, "axis", "reduce_max_gradient") % x.ndim
+def amax_gradient(x, y, dy, out, dim: int) -> None:
+    """out = dy / t at the t tied maxima (x == y, NaN ties NaN) of each slice along ``dim``, 0
+    elsewhere: the gradient of y = amax(x, dim)."""
+    a = as_int(dim, "dim", "amax_gradient") % x.ndim
     yk = np.expand_dims(y.reshape(x.shape[:a] + x.shape[a + 1 :]), a)
     dyk = np.expand_dims(dy.reshape(yk.shape[:a] + yk.shape[a + 1 :]), a)
     tie = (x == yk) | (np.isnan(x) & np.isnan(yk))
     out[...] = np.where(tie, dyk / np.maximum(tie.sum(axis=a, keepdims=True), 1), 0)
 
 
-def argmax(in_arr, out_arr, axis: int) -> None:
-    """out_arr = the index along ``axis`` of each slice's first maximum (a NaN counts as the
-    maximum: numpy's and PyTorch's rule), as out_arr's dtype (out_arr: that axis removed or 1)."""
-    out_arr[...] = np.argmax(in_arr, axis=as_int(axis, "axis", "argmax")).reshape(out_arr.shape)
+def argmax(a, out, dim: int) -> None:
+    """out = the index along ``dim`` of each slice's first maximum (a NaN counts as the
+    maximum: numpy's and PyTorch's rule), as out's dtype (out: that dim removed or 1)."""
+    out[...] = np.argmax(a, axis=as_int(dim, "dim", "argmax")).reshape(out.shape)
 
 
-def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:
-    """out_arr = scale * in_arr repeated along ``axis`` of out_arr (in_arr: out_arr's shape with
-    that axis removed or 1)."""
-    a = as_int(axis, "axis", "broadcast_axis") % out_arr.ndim
-    shape = out_arr.shape
-    out_arr[...] = np.expand_dims(in_arr.reshape(shape[:a] + shape[a + 1 :]), a) * scale
+def broadcast_dim(a, out, dim: int, scale: float = 1.0) -> None:
+    """out = scale * a repeated along ``dim`` of out (a: out's shape with
+    that dim removed or 1)."""
+    d = as_int(dim, "dim", "broadcast_dim") % out.ndim
+    shape = out.shape
+    out[...] = np.expand_dims(a.reshape(shape[:d] + shape[d + 1 :]), d) * scale
 
 
 # --------------------------------------------------------------------------------------------------
@@ -259,17 +259,19 @@ def broadcast_axis(in_arr, out_arr, axis: int, scale: float = 1.0) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def matrix_multiply(matA, transA: bool, matB, transB: bool, matC) -> None:  # noqa: N803
-    """matC (M, N) = op(matA) @ op(matB), op(X) = X.T when its flag is true."""
-    np.matmul(matA.T if transA else matA, matB.T if transB else matB, out=matC)
+def matmul(a, b, out, trans_a: bool = False, trans_b: bool = False) -> None:
+    """out (M, N) = op(a) @ op(b), op(X) = X.T when its flag is true."""
+    np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)
 
 
-def matmul_bias(matA, transA: bool, matB, transB: bool, bias, matC, relu: bool = False) -> None:  # noqa: N803
-    """matC (M, N) = op(matA) @ op(matB) + bias (N,), then max(., 0) when ``relu``."""
-    np.matmul(matA.T if transA else matA, matB.T if transB else matB, out=matC)
-    matC += bias
+def matmul_bias(
+    a, b, bias, out, trans_a: bool = False, trans_b: bool = False, relu: bool = False
+) -> None:
+    """out (M, N) = op(a) @ op(b) + bias (N,), then max(., 0) when ``relu``."""
+    np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)
+    out += bias
     if relu:
-        np.maximum(matC, 0.0, out=matC)
+        np.maximum(out, 0.0, out=out)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -277,42 +279,37 @@ def matmul_bias(matA, transA: bool, matB, transB: bool, bias, matC, relu: bool =
 # --------------------------------------------------------------------------------------------------
 
 
-def _log_softmax(x, axis: int):
+def _log_softmax(x, dim: int):
     # NOTE: the log-sum-exp of max-shifted values: no overflow, no log(0).
-    z = x - x.max(axis=axis, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+    z = x - x.max(axis=dim, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=dim, keepdims=True))
 
 
-def _softmax(x, axis: int):
-    z = x - x.max(axis=axis, keepdims=True)  # NOTE: no overflow; softmax is shift-invariant
+def _softmax(x, dim: int):
+    z = x - x.max(axis=dim, keepdims=True)  # NOTE: no overflow; softmax is shift-invariant
     e = np.exp(z)
-    return e / e.sum(axis=axis, keepdims=True)
+    return e / e.sum(axis=dim, keepdims=True)
 
 
-def softmax(in_arr, out_arr) -> None:
-    """Row-wise softmax of a 2-D (N, C) array, max-subtracted."""
-    np.copyto(out_arr, _softmax(in_arr, 1))
+def softmax(a, out, dim: int = -1) -> None:
+    """out = softmax of a along ``dim``, max-subtracted."""
+    np.copyto(out, _softmax(a, as_int(dim, "dim", "softmax")))
 
 
-def softmax_axis(in_arr, out_arr, axis: int = -1) -> None:
-    """out_arr = softmax of in_arr along ``axis``, max-subtracted."""
-    np.copyto(out_arr, _softmax(in_arr, as_int(axis, "axis", "softmax")))
-
-
-def softmax_axis_gradient(y, dy, out, axis: int = -1) -> None:
-    """out = y * (dy - sum_axis(y * dy)), the gradient of y = softmax(x) along ``axis``."""
-    a = as_int(axis, "axis", "softmax_gradient")
+def softmax_gradient(y, dy, out, dim: int = -1) -> None:
+    """out = y * (dy - sum_dim(y * dy)), the gradient of y = softmax(x) along ``dim``."""
+    a = as_int(dim, "dim", "softmax_gradient")
     out[...] = y * (dy - (y * dy).sum(axis=a, keepdims=True))
 
 
-def log_softmax(in_arr, out_arr, axis: int = -1) -> None:
-    """out_arr = x - max - log(sum exp(x - max)) along ``axis``."""
-    out_arr[...] = _log_softmax(in_arr, as_int(axis, "axis", "log_softmax"))
+def log_softmax(a, out, dim: int = -1) -> None:
+    """out = x - max - log(sum exp(x - max)) along ``dim``."""
+    out[...] = _log_softmax(a, as_int(dim, "dim", "log_softmax"))
 
 
-def log_softmax_gradient(y, dy, out, axis: int = -1) -> None:
-    """out = dy - exp(y) * sum_axis(dy), the gradient of y = log_softmax(x) along ``axis``."""
-    a = as_int(axis, "axis", "log_softmax_gradient")
+def log_softmax_gradient(y, dy, out, dim: int = -1) -> None:
+    """out = dy - exp(y) * sum_dim(dy), the gradient of y = log_softmax(x) along ``dim``."""
+    a = as_int(dim, "dim", "log_softmax_gradient")
     out[...] = dy - np.exp(y) * dy.sum(axis=a, keepdims=True)
 
 
@@ -321,17 +318,16 @@ def log_softmax_gradient(y, dy, out, axis: int = -1) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def softmax_cross_entropy(in_arr_a, in_arr_b, out_arr) -> None:
-    """out_arr (1,) = mean over rows of -sum_c y_[r, c] log softmax(y)[r, c] (y = in_arr_a, the
-    logits; y_ = in_arr_b, the labels; both (N, C))."""
-    out_arr[...] = np.mean(-np.sum(in_arr_b * _log_softmax(in_arr_a, 1), axis=1))
+def cross_entropy(logits, target, out) -> None:
+    """out (1,) = mean over rows of -sum_c target[r, c] log softmax(logits)[r, c] (both (N, C))."""
+    out[...] = np.mean(-np.sum(target * _log_softmax(logits, 1), axis=1))
 
 
-def softmax_cross_entropy_with_gradient(logits, labels, loss, grad) -> None:
-    """loss (1,) = :func:`softmax_cross_entropy`; grad (N, C) = (softmax(logits) - labels) / N."""
+def cross_entropy_with_gradient(logits, target, loss, grad) -> None:
+    """loss (1,) = :func:`cross_entropy`; grad (N, C) = (softmax(logits) - target) / N."""
     log_sm = _log_softmax(logits, 1)
-    loss[...] = np.mean(-np.sum(labels * log_sm, axis=1))
-    np.copyto(grad, (np.exp(log_sm) - labels) / logits.shape[0])
+    loss[...] = np.mean(-np.sum(target * log_sm, axis=1))
+    np.copyto(grad, (np.exp(log_sm) - target) / logits.shape[0])
 
 
 def nll_loss(log_probs, target, out) -> None:
@@ -350,7 +346,7 @@ def mse_loss(pred, target, out) -> None:
     out[...] = np.mean(d * d)
 
 
-def mae_loss(pred, target, out) -> None:
+def l1_loss(pred, target, out) -> None:
     """out (1,) = mean(|pred - target|) over all elements."""
     out[...] = np.mean(np.abs(pred - target))
 
@@ -360,7 +356,7 @@ def mse_loss_gradient(pred, target, dloss, out) -> None:
     out[...] = (dloss[0] * (2.0 / pred.size)) * (pred - target)
 
 
-def mae_loss_gradient(pred, target, dloss, out) -> None:
+def l1_loss_gradient(pred, target, dloss, out) -> None:
     """out = dloss[0] * sign(pred - target) / n, sign(0) = 0."""
     out[...] = (dloss[0] / pred.size) * np.sign(pred - target)
 
@@ -460,14 +456,14 @@ def conv1d_gradient_filter(x, dy, out, stride: int = 1, padding: int = 0) -> Non
     )
 
 
-def add_channel_bias(in_arr, bias, out_arr) -> None:
-    """out_arr = in_arr + bias[c] along axis 1 of in_arr (N, C, ...)."""
-    np.add(in_arr, bias.reshape((1, bias.shape[0]) + (1,) * (in_arr.ndim - 2)), out=out_arr)
+def add_channel_bias(a, bias, out) -> None:
+    """out = a + bias[c] along dim 1 of a (N, C, ...)."""
+    np.add(a, bias.reshape((1, bias.shape[0]) + (1,) * (a.ndim - 2)), out=out)
 
 
-def reduce_sum_channels(in_arr, out_arr) -> None:
-    """out_arr (C,) = in_arr (N, C, ...) summed over every axis but 1."""
-    out_arr[...] = np.sum(in_arr, axis=(0,) + tuple(range(2, in_arr.ndim)))
+def reduce_sum_channels(a, out) -> None:
+    """out (C,) = a (N, C, ...) summed over every dim but 1."""
+    out[...] = np.sum(a, axis=(0,) + tuple(range(2, a.ndim)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -548,34 +544,34 @@ def _splitmix64(x):
 def uniform01(seed: int, n: int, start: int = 0) -> np.ndarray:
     """float32 (n,): uniform01(seed, i) of extensions/src/random.h for i in [start, start + n):
     the top 24 bits of SplitMix64(seed ^ SplitMix64(i)), times 2^-24 (the devices' dropout and
-    random_uniform draws, bit for bit)."""
+    uniform draws, bit for bit)."""
     with np.errstate(over="ignore"):
         counters = np.arange(start, start + n, dtype=np.uint64)
         bits = _splitmix64(np.uint64(seed) ^ _splitmix64(counters))
     return (bits >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
 
 
-def random_uniform(out_arr, low: float = 0.0, high: float = 1.0, seed: int = 0) -> None:
-    """Fills out_arr with low + (high - low) * uniform01(seed, i), element i in row-major order."""
+def uniform(out, low: float = 0.0, high: float = 1.0, seed: int = 0) -> None:
+    """Fills out with low + (high - low) * uniform01(seed, i), element i in row-major order."""
     if not (np.isfinite(low) and np.isfinite(high)) or low > high:
-        raise ValueError(f"random_uniform: need finite low <= high, got {low!r}, {high!r}")
-    u = uniform01(as_seed(seed, "random_uniform"), out_arr.size)
+        raise ValueError(f"uniform: need finite low <= high, got {low!r}, {high!r}")
+    u = uniform01(as_seed(seed, "uniform"), out.size)
     lo, hi = np.float32(low), np.float32(high)
     v = lo + (hi - lo) * u
     # NOTE: rounding can land on `high`; the devices keep the interval half-open the same way.
-    out_arr[...] = np.where(v < hi, v, lo).reshape(out_arr.shape)
+    out[...] = np.where(v < hi, v, lo).reshape(out.shape)
 
 
-def random_normal(out_arr, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
-    """Fills out_arr with mean + std * z_i, z_i = Box-Muller of uniform01(seed, 2i) and
+def normal(out, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
+    """Fills out with mean + std * z_i, z_i = Box-Muller of uniform01(seed, 2i) and
     uniform01(seed, 2i + 1) (the devices' formula; equal to float32 rounding of log and cos)."""
     if not (np.isfinite(mean) and np.isfinite(std)) or std < 0:
-        raise ValueError(f"random_normal: need finite mean and std >= 0, got {mean!r}, {std!r}")
-    u = uniform01(as_seed(seed, "random_normal"), 2 * out_arr.size)
+        raise ValueError(f"normal: need finite mean and std >= 0, got {mean!r}, {std!r}")
+    u = uniform01(as_seed(seed, "normal"), 2 * out.size)
     u1 = np.float32(1.0) - u[0::2]  # in (0, 1]: log(u1) is finite
     u2 = u[1::2]
     z = np.sqrt(np.float32(-2.0) * np.log(u1)) * np.cos(np.float32(6.283185307179586) * u2)
-    out_arr[...] = (np.float32(mean) + np.float32(std) * z).reshape(out_arr.shape)
+    out[...] = (np.float32(mean) + np.float32(std) * z).reshape(out.shape)
 
 
 # --------------------------------------------------------------------------------------------------

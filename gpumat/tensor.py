@@ -12,12 +12,8 @@ Dtypes (:mod:`gpumat.dtypes`): float32, and int64 and bool held as exact integer
 storage; an int64 tensor knows the range of its values, so ``nll_loss`` checks class indices
 without reading the device, and ``sum`` refuses what could round.
 
-Broadcasting (``+ - * / ==`` between tensors) follows numpy's rules where a kernel exists for the
-pair: the result must have one operand's shape, and the other operand must reach it by repeating
-over leading axes (``broadcastto_op``: a (C,) bias over (N, C)) or along one axis
-(``broadcast_axis_op``: (N, 1) over (N, C)); ``x + b`` with b of shape (C, 1, 1) over (N, C, H, W)
-is a channel bias (``add_channel_bias_op``). Other pairs are a ValueError naming the op and the
-shapes. A Python number is a constant (``x * 2``, ``1 - x``).
+Broadcasting (``+ - * / ==`` between tensors): :mod:`gpumat.broadcasting`. A Python number is a
+constant (``x * 2``, ``1 - x``).
 
 Errors follow the house rules: shape, dtype and device mismatches are ValueError / TypeError naming
 the op and the shapes; autograd misuse (``backward`` on a non-scalar without ``gradient``, a second
@@ -37,7 +33,7 @@ import numbers
 
 import numpy as np
 
-from gpumat import ops
+from gpumat import broadcasting, ops
 from gpumat._checks import as_int
 from gpumat._core import PyGpuMatrix
 from gpumat.arrays import array, empty
@@ -69,8 +65,6 @@ from gpumat.graph.matmul import matmul_op
 from gpumat.graph.node import TENSOR_METHODS, Node, PlaceholderOp, Variable, shape_str
 from gpumat.graph.reduce import (
     argmax_op,
-    broadcast_axis_op,
-    broadcastto_op,
     reduce_max_op,
     reduce_mean_op,
     reduce_sum_op,
@@ -356,14 +350,14 @@ class Tensor:
                 if len(contribs) == 1:
                     ops.copy(contribs[0][1], total)
                 else:
-                    ops.matrix_elementwise_add(contribs[0][1], contribs[1][1], total)
+                    ops.add(contribs[0][1], contribs[1][1], total)
                     for _, value, _ in contribs[2:]:
-                        ops.matrix_elementwise_add(total, value, total)
+                        ops.add(total, value, total)
             self._grad = Tensor._make(total, float32, self._ctx)
             return
         g._concrete("backward")
         for _, value, _ in contribs:
-            ops.matrix_elementwise_add(g._data, value, g._data)
+            ops.add(g._data, value, g._data)
         g._vc.value += 1
 
     # ---------------------------------------------------------------- host values
@@ -1010,14 +1004,14 @@ class Tensor:
     def zero_(self) -> Tensor:
         """Set every element to 0, in place."""
         self._check_inplace("zero_")
-        ops.array_set(self._data, 0.0)
+        ops.fill(self._data, 0.0)
         return self._changed((0, 0))
 
     def fill_(self, value) -> Tensor:
         """Set every element to ``value``, in place."""
         self._check_inplace("fill_")
         value = _scalar_for(self._dtype, value, "fill_")
-        ops.array_set(self._data, float(value))
+        ops.fill(self._data, float(value))
         return self._changed((int(value), int(value)) if self._dtype is not float32 else None)
 
     def _inplace_other(self, other, op: str):
@@ -1042,7 +1036,7 @@ class Tensor:
         if isinstance(other, Tensor):
             ops.axpy(float(alpha), other._data, self._data)
         else:
-            ops.matrix_elementwise_add_by_const(self._data, other * float(alpha), self._data)
+            ops.add_scalar(self._data, other * float(alpha), self._data)
         return self._changed()
 
     def sub_(self, other, alpha: float = 1) -> Tensor:
@@ -1054,9 +1048,9 @@ class Tensor:
         self._check_inplace("mul_")
         other = self._inplace_other(other, "mul_")
         if isinstance(other, Tensor):
-            ops.matrix_elementwise_multiply(self._data, other._data, self._data)
+            ops.mul(self._data, other._data, self._data)
         else:
-            ops.matrix_elementwise_multiply_by_const(self._data, other, self._data)
+            ops.mul_scalar(self._data, other, self._data)
         return self._changed()
 
     def copy_(self, src) -> Tensor:
@@ -1080,14 +1074,14 @@ class Tensor:
         """Fill with samples of U[a, b), in place, from gpumat's generator."""
         self._check_inplace("uniform_")
         _require_float("uniform_", self)
-        ops.random_uniform(self._data, float(a), float(b), draw_seed())
+        ops.uniform(self._data, float(a), float(b), draw_seed())
         return self._changed()
 
     def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
         """Fill with samples of N(mean, std**2), in place, from gpumat's generator."""
         self._check_inplace("normal_")
         _require_float("normal_", self)
-        ops.random_normal(self._data, float(mean), float(std), draw_seed())
+        ops.normal(self._data, float(mean), float(std), draw_seed())
         return self._changed()
 
 
@@ -1199,75 +1193,35 @@ def apply_op(
     return out
 
 
-def _strip_leading_ones(shape: tuple) -> tuple:
-    i = 0
-    while i < len(shape) and shape[i] == 1:
-        i += 1
-    return shape[i:]
-
-
-def _broadcast(op: str, a: Tensor, b: Tensor):
-    """(a', b') of one shape for a binary op, through broadcast graph ops (see the module
-    docstring for the pairs gpumat supports)."""
-    sa, sb = a._shape, b._shape
-    if sa == sb:
-        return a, b
-    try:
-        out = tuple(np.broadcast_shapes(sa, sb))
-    except ValueError:
-        raise ValueError(
-            f"{op}: shapes {shape_str(sa)} and {shape_str(sb)} cannot be broadcast together"
-        ) from None
-    if out == sa:
-        return a, _expand(op, b, a)
-    if out == sb:
-        return _expand(op, a, b), b
-    raise ValueError(
-        f"{op}: shapes {shape_str(sa)} and {shape_str(sb)} broadcast to {shape_str(out)}, the "
-        "shape of neither; gpumat broadcasts one operand to the other's shape (expand one first)"
-    )
-
-
 def _expand(op: str, x: Tensor, like: Tensor) -> Tensor:
-    """x repeated to like's shape: over leading axes, or along one axis."""
-    sx, s = x._shape, like._shape
-    if s[len(s) - len(_strip_leading_ones(sx)) :] == _strip_leading_ones(sx):
-        return apply_op(op, broadcastto_op, [x, like], x._dtype, x._range)
-    padded = (1,) * (len(s) - len(sx)) + sx
-    differ = [i for i in range(len(s)) if padded[i] != s[i]]
-    if len(differ) == 1:
-        k = differ[0]
-        if padded != sx:
-            x = x.reshape(padded)
-        return apply_op(
-            op, lambda g, ref: broadcast_axis_op(g, ref, k), [x, like], x._dtype, x._range
-        )
-    raise ValueError(
-        f"{op}: gpumat broadcasts {shape_str(sx)} to {shape_str(s)} over leading axes or along "
-        f"one axis only; this needs axes {differ} (expand it first)"
-    )
+    """x repeated to like's shape by the graph op :func:`gpumat.broadcasting.expansion` names."""
+    padded, make = broadcasting.expansion(op, x._shape, like._shape)
+    if padded != x._shape:
+        x = x.reshape(padded)
+    return apply_op(op, make, [x, like], x._dtype, x._range)
 
 
 def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differentiable=True):
     if out_dtype is float32:
         _require_float(op, a, b)
     _device_of(op, [a, b])
-    a2, b2 = _broadcast(op, a, b)
+    which = broadcasting.expanded_operand(op, a._shape, b._shape)
+    if which == 0:
+        a = _expand(op, a, b)
+    elif which == 1:
+        b = _expand(op, b, a)
     bounds = (0, 1) if out_dtype is bool_ else None
-    return apply_op(op, graph_op, [a2, b2], out_dtype, bounds, differentiable)
+    return apply_op(op, graph_op, [a, b], out_dtype, bounds, differentiable)
 
 
 def _add(a: Tensor, b: Tensor, op: str = "add") -> Tensor:
     _require_float(op, a, b)
     _device_of(op, [a, b])
-    for x, y in ((a, b), (b, a)):
-        # y of shape (C, 1, ..., 1) over x (N, C, H, ...): a channel bias (a convolution's).
-        sx, sy = x._shape, y._shape
-        is_channel = len(sx) >= 3 and len(sy) == len(sx) - 1 and sy[0] == sx[1]
-        if is_channel and all(d == 1 for d in sy[1:]) and sy != sx[1:]:
-            return apply_op(op, add_channel_bias_op, [x, y.reshape(sy[0])])
-    a2, b2 = _broadcast(op, a, b)
-    return apply_op(op, add_op, [a2, b2])
+    bias = broadcasting.channel_bias(a._shape, b._shape)
+    if bias is not None:  # a (C, 1, ..., 1) tensor over (N, C, ...): a convolution's bias
+        x, y = (b, a) if bias == 0 else (a, b)
+        return apply_op(op, add_channel_bias_op, [x, y.reshape(y._shape[0])])
+    return _binary(op, a, b, add_op)
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -1348,7 +1302,7 @@ def _filled(op: str, size, value, dtype, device, requires_grad) -> Tensor:
     value = _scalar_for(dt, value, op)
     ctx = as_device(device, op)
     data = empty(shape, ctx)
-    ops.array_set(data, float(value))
+    ops.fill(data, float(value))
     bounds = None if dt is float32 else (int(value), int(value))
     out = Tensor._make(data, dt, ctx, bounds)
     if requires_grad:
@@ -1369,5 +1323,5 @@ def reset_grad(t: Tensor, set_to_none: bool = True) -> None:
     g = t._grad
     if g._trace is None:
         g._concrete("zero_grad")
-        ops.array_set(g._data, 0.0)
+        ops.fill(g._data, 0.0)
         g._vc.value += 1

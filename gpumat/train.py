@@ -588,7 +588,7 @@ def _train_epoch(run: _Run, batches, bar) -> None:
     start = time.perf_counter()
     loss_sum = 0.0
     if run.loss_sum is not None:
-        ops.array_set(run.loss_sum, 0.0)
+        ops.fill(run.loss_sum, 0.0)
     if par.averager is not None:
         par.averager.reset_timers()
     for xb, yb in batches:

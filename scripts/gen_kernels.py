@@ -4,7 +4,7 @@ extensions/src/kernels.def.
 A pointwise kernel with the standard public op is declared there by its shape, with the docstring
 of its Python function (see kernels.def's header):
 
-    GPUMAT_UNARY(name, "doc")           out = f(in)     gpumat.ops.name(in_arr, out_arr)
+    GPUMAT_UNARY(name, "doc")           out = f(in)     gpumat.ops.name(a, out)
     GPUMAT_UNARY_GRADIENT(name, "doc")  out = g(y, dy)  gpumat.ops.name(y, dy, out)
 
 The C++ side reads the same lines through the preprocessor (the Backend table, the kernels'
@@ -33,7 +33,7 @@ PY = ROOT / "gpumat" / "_ops_pointwise.py"
 
 # The shapes of pointwise op: (Python parameters, C++ parameter types). Every array is one shape.
 KINDS = {
-    "UNARY": (("in_arr", "out_arr"), ("const GpuMatrix&", "GpuMatrix&")),
+    "UNARY": (("a", "out"), ("const GpuMatrix&", "GpuMatrix&")),
     "UNARY_GRADIENT": (("y", "dy", "out"), ("const GpuMatrix&", "const GpuMatrix&", "GpuMatrix&")),
 }
 

@@ -136,7 +136,7 @@ def check_op(
 
     ctx        a gpumat.Context (the fixture).
     op         op(*device_inputs, out) -> None, e.g.
-               ``lambda a, b, out: ops.matrix_multiply(a, False, b, True, out)``.
+               ``lambda a, b, out: ops.matmul(a, b, out, False, True)``.
     ref        ref(*float64_inputs) -> float64 numpy array of shape `out_shape`.
     inputs     a list whose items are shapes (tuples: drawn with `rand`, fresh each call) or numpy
                arrays (used as given, converted to float32).

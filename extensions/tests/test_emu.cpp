@@ -121,27 +121,26 @@ void elementwise_cases() {
   for (int64_t n : {1, 31, 257, 4099}) {
     const std::string t = " n=" + std::to_string(n);
     check("add" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::add(a[0], a[1], a[2]); });
-    check("multiply" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::multiply(a[0], a[1], a[2]); });
-    check("add_const" + t, {{n}}, {{n}}, [](Arrays& a) { ops::add_const(a[0], 0.75f, a[1]); });
-    check("multiply_const" + t, {{n}}, {{n}}, [](Arrays& a) { ops::multiply_const(a[0], -1.5f, a[1]); });
+    check("mul" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::mul(a[0], a[1], a[2]); });
+    check("add_scalar" + t, {{n}}, {{n}}, [](Arrays& a) { ops::add_scalar(a[0], 0.75f, a[1]); });
+    check("mul_scalar" + t, {{n}}, {{n}}, [](Arrays& a) { ops::mul_scalar(a[0], -1.5f, a[1]); });
     check("relu" + t, {{n}}, {{n}}, [](Arrays& a) { ops::relu(a[0], a[1]); });
     check("relu_gradient" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::relu_gradient(a[0], a[1], a[2]); });
     check("axpy" + t, {{n}, {n}}, {}, [](Arrays& a) { ops::axpy(0.3f, a[0], a[1]); });
-    check("array_set" + t, {}, {{n}}, [](Arrays& a) { ops::array_set(a[0], 2.5f); });
+    check("fill" + t, {}, {{n}}, [](Arrays& a) { ops::fill(a[0], 2.5f); });
     check("copy" + t, {{n}}, {{n}}, [](Arrays& a) { ops::copy(a[0], a[1]); });
-    check(
-        "random_uniform" + t, {}, {{n}}, [](Arrays& a) { ops::random_uniform(a[0], -2.0f, 3.0f, 77); }, 0.0f);
-    check("random_normal" + t, {}, {{n}}, [](Arrays& a) { ops::random_normal(a[0], 1.0f, 2.0f, 78); }, 1e-6f);
+    check("uniform" + t, {}, {{n}}, [](Arrays& a) { ops::uniform(a[0], -2.0f, 3.0f, 77); }, 0.0f);
+    check("normal" + t, {}, {{n}}, [](Arrays& a) { ops::normal(a[0], 1.0f, 2.0f, 78); }, 1e-6f);
     check(
         "adam_update" + t, {{n}, {n}, {n}, {n}}, {},
         [](Arrays& a) { ops::adam_update(a[0], a[1], a[2], a[3], 1e-3f, 0.9f, 0.999f, 1e-8f, 3); }, 1e-5f,
         0.01f, 1.0f);
     check("mse_loss" + t, {{n}, {n}}, {{1}}, [](Arrays& a) { ops::mse_loss(a[0], a[1], a[2]); }, 1e-5f);
-    check("mae_loss" + t, {{n}, {n}}, {{1}}, [](Arrays& a) { ops::mae_loss(a[0], a[1], a[2]); }, 1e-5f);
+    check("l1_loss" + t, {{n}, {n}}, {{1}}, [](Arrays& a) { ops::l1_loss(a[0], a[1], a[2]); }, 1e-5f);
     check("mse_loss_gradient" + t, {{n}, {n}, {1}}, {{n}},
           [](Arrays& a) { ops::mse_loss_gradient(a[0], a[1], a[2], a[3]); });
-    check("mae_loss_gradient" + t, {{n}, {n}, {1}}, {{n}},
-          [](Arrays& a) { ops::mae_loss_gradient(a[0], a[1], a[2], a[3]); });
+    check("l1_loss_gradient" + t, {{n}, {n}, {1}}, {{n}},
+          [](Arrays& a) { ops::l1_loss_gradient(a[0], a[1], a[2], a[3]); });
   }
 }
 
@@ -151,14 +150,13 @@ void layout_cases() {
     const std::string t = " " + dims({r, c});
     check("transpose" + t, {{r, c}}, {{c, r}}, [](Arrays& a) { ops::transpose(a[0], a[1]); });
     check("broadcast_to" + t, {{c}}, {{r, c}}, [](Arrays& a) { ops::broadcast_to(a[0], a[1]); });
+    check("sum_to_size" + t, {{r, c}}, {{c}}, [](Arrays& a) { ops::sum_to_size(a[0], a[1]); }, 1e-5f);
     check(
-        "reduce_sum_axis_zero" + t, {{r, c}}, {{c}}, [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); },
-        1e-5f);
+        "softmax" + t, {{r, c}}, {{r, c}}, [](Arrays& a) { ops::softmax(a[0], a[1], -1); }, 1e-5f, -20.0f,
+        20.0f);
     check(
-        "softmax" + t, {{r, c}}, {{r, c}}, [](Arrays& a) { ops::softmax(a[0], a[1]); }, 1e-5f, -20.0f, 20.0f);
-    check(
-        "softmax_cross_entropy" + t, {{r, c}, {r, c}}, {{1}},
-        [](Arrays& a) { ops::softmax_cross_entropy(a[0], a[1], a[2]); }, 1e-5f, 0.0f, 1.0f);
+        "cross_entropy" + t, {{r, c}, {r, c}}, {{1}}, [](Arrays& a) { ops::cross_entropy(a[0], a[1], a[2]); },
+        1e-5f, 0.0f, 1.0f);
   }
 }
 
@@ -201,9 +199,8 @@ void fused_cases() {
         "relu_bias_gradient" + t, {{r, c}, {r, c}}, {{r, c}, {c}},
         [](Arrays& a) { ops::relu_bias_gradient(a[0], a[1], a[2], a[3]); }, 1e-5f);
     check(
-        "softmax_cross_entropy_with_gradient" + t, {{r, c}, {r, c}}, {{1}, {r, c}},
-        [](Arrays& a) { ops::softmax_cross_entropy_with_gradient(a[0], a[1], a[2], a[3]); }, 1e-5f, 0.0f,
-        1.0f);
+        "cross_entropy_with_gradient" + t, {{r, c}, {r, c}}, {{1}, {r, c}},
+        [](Arrays& a) { ops::cross_entropy_with_gradient(a[0], a[1], a[2], a[3]); }, 1e-5f, 0.0f, 1.0f);
   }
   // 40 tensors: two launches of the 32-tensor table on emu, some tensors empty, every eighth past
   // 1,200 elements: under GPUMAT_EMU_MAX_BLOCKS=2 (grid_stride_cases) its threads stride several
@@ -264,7 +261,7 @@ void fused_cases() {
       GpuMatrix* out = &a[160 + 3 * i];
       ops::copy(a[4 * i], out[0]);
       ops::copy(a[4 * i + 2], out[1]);
-      ops::multiply(a[4 * i + 3], a[4 * i + 3], out[2]);
+      ops::mul(a[4 * i + 3], a[4 * i + 3], out[2]);
       params.push_back(&out[0]);
       m.push_back(&out[1]);
       v.push_back(&out[2]);
@@ -341,14 +338,14 @@ void layer_cases() {
     reduced.erase(reduced.begin() + a);
     const int64_t ax = c.axis;
     check(
-        "softmax_axis" + t, {c.shape}, {c.shape}, [ax](Arrays& v) { ops::softmax_axis(v[0], v[1], ax); },
-        1e-5f, -20.0f, 20.0f);
+        "softmax" + t, {c.shape}, {c.shape}, [ax](Arrays& v) { ops::softmax(v[0], v[1], ax); }, 1e-5f, -20.0f,
+        20.0f);
     check(
         "log_softmax" + t, {c.shape}, {c.shape}, [ax](Arrays& v) { ops::log_softmax(v[0], v[1], ax); }, 1e-5f,
         -20.0f, 20.0f);
     check(
-        "softmax_axis_gradient" + t, {c.shape, c.shape}, {c.shape},
-        [ax](Arrays& v) { ops::softmax_axis_gradient(v[0], v[1], v[2], ax); }, 1e-5f);
+        "softmax_gradient" + t, {c.shape, c.shape}, {c.shape},
+        [ax](Arrays& v) { ops::softmax_gradient(v[0], v[1], v[2], ax); }, 1e-5f);
     check(
         "log_softmax_gradient" + t, {c.shape, c.shape}, {c.shape},
         [ax](Arrays& v) {
@@ -360,18 +357,15 @@ void layer_cases() {
           ops::log_softmax_gradient(y, v[1], v[2], ax);
         },
         1e-5f);
-    check(
-        "reduce_sum" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::reduce_sum(v[0], v[1], ax); }, 1e-5f);
-    check(
-        "reduce_mean" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::reduce_mean(v[0], v[1], ax); },
-        1e-5f);
-    check("reduce_max" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::reduce_max(v[0], v[1], ax); });
-    check("broadcast_axis" + t, {reduced}, {c.shape},
-          [ax](Arrays& v) { ops::broadcast_axis(v[0], v[1], ax, 0.5f); });
+    check("sum" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::sum(v[0], v[1], ax); }, 1e-5f);
+    check("mean" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::mean(v[0], v[1], ax); }, 1e-5f);
+    check("amax" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::amax(v[0], v[1], ax); });
+    check("broadcast_dim" + t, {reduced}, {c.shape},
+          [ax](Arrays& v) { ops::broadcast_dim(v[0], v[1], ax, 0.5f); });
     // y is the true max of x (computed on each device), so the tie test selects real maxima.
-    check("reduce_max_gradient" + t, {c.shape, reduced}, {reduced, c.shape}, [ax](Arrays& v) {
-      ops::reduce_max(v[0], v[2], ax);
-      ops::reduce_max_gradient(v[0], v[2], v[1], v[3], ax);
+    check("amax_gradient" + t, {c.shape, reduced}, {reduced, c.shape}, [ax](Arrays& v) {
+      ops::amax(v[0], v[2], ax);
+      ops::amax_gradient(v[0], v[2], v[1], v[3], ax);
     });
   }
   for (auto [r, c] : {std::pair<int64_t, int64_t>{1, 1}, {33, 65}, {3, 1000}}) {
@@ -388,8 +382,8 @@ void numerics_cases() {
   namespace ops = gpumat::ops;
   for (auto [r, c] : {std::pair<int64_t, int64_t>{4000, 3}, {2000, 40}}) {
     check(
-        "reduce_sum_axis_zero with cancellation " + dims({r, c}), {{r, c}}, {{c}},
-        [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); }, 1e-7f, -1e4f, 1e4f);
+        "sum_to_size with cancellation " + dims({r, c}), {{r, c}}, {{c}},
+        [](Arrays& a) { ops::sum_to_size(a[0], a[1]); }, 1e-7f, -1e4f, 1e4f);
     check(
         "reduce_sum_channels with cancellation " + dims({r, c, 3}), {{r, c, 3}}, {{c}},
         [](Arrays& a) { ops::reduce_sum_channels(a[0], a[1]); }, 1e-7f, -1e4f, 1e4f);
@@ -435,14 +429,13 @@ void size_cases() {
       const std::string rc = " " + dims({r, c}) + t;
       check("transpose" + rc, {{r, c}}, {{c, r}}, [](Arrays& a) { ops::transpose(a[0], a[1]); });
       check(
-          "reduce_sum_axis_zero" + rc, {{r, c}}, {{c}},
-          [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); }, 1e-6f, 0.1f, 1.0f);
+          "sum_to_size" + rc, {{r, c}}, {{c}}, [](Arrays& a) { ops::sum_to_size(a[0], a[1]); }, 1e-6f, 0.1f,
+          1.0f);
     }
-    check("reduce_sum_axis_zero 0x5" + t, {{0, 5}}, {{5}},
-          [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); });
+    check("sum_to_size 0x5" + t, {{0, 5}}, {{5}}, [](Arrays& a) { ops::sum_to_size(a[0], a[1]); });
     check(
-        "reduce_sum_axis_zero 200000x1" + t, {{200000, 1}}, {{1}},
-        [](Arrays& a) { ops::reduce_sum_axis_zero(a[0], a[1]); }, 1e-6f, 0.1f, 1.0f);
+        "sum_to_size 200000x1" + t, {{200000, 1}}, {{1}}, [](Arrays& a) { ops::sum_to_size(a[0], a[1]); },
+        1e-6f, 0.1f, 1.0f);
     for (auto [n, ch, sp] : {std::tuple<int64_t, int64_t, int64_t>{50, 2, 100}, {3, 5, 1000}, {4000, 1, 1}}) {
       check(
           "reduce_sum_channels " + dims({n, ch, sp}) + t, {{n, ch, sp}}, {{ch}},
@@ -499,7 +492,7 @@ void frontend_kernel_cases() {
     check(
         "sqrt_gradient" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::sqrt_gradient(a[0], a[1], a[2]); }, 0.0f,
         0.01f, 10.0f);
-    check("divide" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::divide(a[0], a[1], a[2]); }, 0.0f);
+    check("div" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::div(a[0], a[1], a[2]); }, 0.0f);
     // eq of relu(x) and relu(y): equal (0 == 0) where both are negative, a quarter of the elements
     check(
         "eq" + t, {{n}, {n}}, {{n}, {n}, {n}},
@@ -531,10 +524,10 @@ void frontend_kernel_cases() {
         "one_hot n=" + std::to_string(n), {{n, 5}}, {{n}, {n}, {n, 4}, {n}, {n, 4}},
         [](Arrays& a) {
           ops::argmax(a[0], a[1], 1);
-          ops::multiply_const(a[1], 2.0f, a[2]);
-          ops::add_const(a[2], -3.0f, a[2]);
+          ops::mul_scalar(a[1], 2.0f, a[2]);
+          ops::add_scalar(a[2], -3.0f, a[2]);
           ops::one_hot(a[2], a[3]);
-          ops::multiply_const(a[1], 0.5f, a[4]);
+          ops::mul_scalar(a[1], 0.5f, a[4]);
           ops::one_hot(a[4], a[5]);
         },
         0.0f);
@@ -555,8 +548,8 @@ void frontend_kernel_cases() {
         for (int i = 0; i < 40; ++i) {
           GpuMatrix* out = &a[160 + 3 * i];
           ops::copy(a[4 * i], out[0]);
-          ops::multiply(a[4 * i + 2], a[4 * i + 2], out[1]);
-          ops::multiply(a[4 * i + 3], a[4 * i + 3], out[2]);
+          ops::mul(a[4 * i + 2], a[4 * i + 2], out[1]);
+          ops::mul(a[4 * i + 3], a[4 * i + 3], out[2]);
           params.push_back(&out[0]);
           square_avgs.push_back(&out[1]);
           acc_deltas.push_back(&out[2]);

@@ -34,7 +34,7 @@ static void exercise(Device dev) {
 
   // softmax rows sum to 1
   GpuMatrix ds({2, 3}, dev);
-  gpumat::ops::softmax(da, ds);
+  gpumat::ops::softmax(da, ds, -1);
   std::vector<float> s(6);
   ds.copy_to_host(s.data(), 6);
   EXPECT(std::fabs(s[0] + s[1] + s[2] - 1.0f) < 1e-6f);
@@ -60,7 +60,7 @@ static void exercise(Device dev) {
   {
     GpuMatrix foreign(dc.data(), {4}, dev);
     EXPECT(!foreign.owns_data() && foreign.data() == dc.data() && foreign.size() == 4);
-    gpumat::ops::array_set(foreign, 2.5f);
+    gpumat::ops::fill(foreign, 2.5f);
   }
   dc.copy_to_host(c.data(), 4);
   EXPECT(c[0] == 2.5f && c[3] == 2.5f);

@@ -2,10 +2,10 @@
 # and dispatched by extensions/src/ops/elementwise.cpp.
 
 
-def array_set_(PyGpuMatrix arr not None, float value):
-    _require(arr, "array_set", "arr")
+def fill_(PyGpuMatrix arr not None, float value):
+    _require(arr, "fill", "arr")
     with nogil:
-        array_set(arr.mat[0], value)
+        fill(arr.mat[0], value)
 
 
 def add_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
@@ -16,20 +16,20 @@ def add_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not Non
         add(a.mat[0], b.mat[0], out.mat[0])
 
 
-def multiply_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
-    _require(a, "multiply", "a")
-    _require(b, "multiply", "b")
-    _require(out, "multiply", "out")
+def mul_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
+    _require(a, "mul", "a")
+    _require(b, "mul", "b")
+    _require(out, "mul", "out")
     with nogil:
-        multiply(a.mat[0], b.mat[0], out.mat[0])
+        mul(a.mat[0], b.mat[0], out.mat[0])
 
 
-def divide_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
-    _require(a, "divide", "a")
-    _require(b, "divide", "b")
-    _require(out, "divide", "out")
+def div_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
+    _require(a, "div", "a")
+    _require(b, "div", "b")
+    _require(out, "div", "out")
     with nogil:
-        divide(a.mat[0], b.mat[0], out.mat[0])
+        div(a.mat[0], b.mat[0], out.mat[0])
 
 
 def eq_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
@@ -40,18 +40,18 @@ def eq_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None
         eq(a.mat[0], b.mat[0], out.mat[0])
 
 
-def add_const_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
-    _require(a, "add_const", "a")
-    _require(out, "add_const", "out")
+def add_scalar_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
+    _require(a, "add_scalar", "a")
+    _require(out, "add_scalar", "out")
     with nogil:
-        add_const(a.mat[0], value, out.mat[0])
+        add_scalar(a.mat[0], value, out.mat[0])
 
 
-def multiply_const_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
-    _require(a, "multiply_const", "a")
-    _require(out, "multiply_const", "out")
+def mul_scalar_(PyGpuMatrix a not None, float value, PyGpuMatrix out not None):
+    _require(a, "mul_scalar", "a")
+    _require(out, "mul_scalar", "out")
     with nogil:
-        multiply_const(a.mat[0], value, out.mat[0])
+        mul_scalar(a.mat[0], value, out.mat[0])
 
 
 def axpy_(float alpha, PyGpuMatrix x not None, PyGpuMatrix y not None):

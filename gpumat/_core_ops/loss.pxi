@@ -2,24 +2,24 @@
 # and dispatched by extensions/src/ops/loss.cpp.
 
 
-def softmax_cross_entropy_(PyGpuMatrix logits not None, PyGpuMatrix labels not None,
+def cross_entropy_(PyGpuMatrix logits not None, PyGpuMatrix labels not None,
                            PyGpuMatrix out not None):
-    _require(logits, "softmax_cross_entropy", "logits")
-    _require(labels, "softmax_cross_entropy", "labels")
-    _require(out, "softmax_cross_entropy", "out")
+    _require(logits, "cross_entropy", "logits")
+    _require(labels, "cross_entropy", "labels")
+    _require(out, "cross_entropy", "out")
     with nogil:
-        softmax_cross_entropy(logits.mat[0], labels.mat[0], out.mat[0])
+        cross_entropy(logits.mat[0], labels.mat[0], out.mat[0])
 
 
-def softmax_cross_entropy_with_gradient_(PyGpuMatrix logits not None, PyGpuMatrix labels not None,
+def cross_entropy_with_gradient_(PyGpuMatrix logits not None, PyGpuMatrix labels not None,
                                          PyGpuMatrix loss not None, PyGpuMatrix grad not None):
-    cdef str op = "softmax_cross_entropy_with_gradient"
+    cdef str op = "cross_entropy_with_gradient"
     _require(logits, op, "logits")
     _require(labels, op, "labels")
     _require(loss, op, "loss")
     _require(grad, op, "grad")
     with nogil:
-        softmax_cross_entropy_with_gradient(logits.mat[0], labels.mat[0], loss.mat[0], grad.mat[0])
+        cross_entropy_with_gradient(logits.mat[0], labels.mat[0], loss.mat[0], grad.mat[0])
 
 
 def nll_loss_(PyGpuMatrix log_probs not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
@@ -46,12 +46,12 @@ def mse_loss_(PyGpuMatrix pred not None, PyGpuMatrix target not None, PyGpuMatri
         mse_loss(pred.mat[0], target.mat[0], out.mat[0])
 
 
-def mae_loss_(PyGpuMatrix pred not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
-    _require(pred, "mae_loss", "pred")
-    _require(target, "mae_loss", "target")
-    _require(out, "mae_loss", "out")
+def l1_loss_(PyGpuMatrix pred not None, PyGpuMatrix target not None, PyGpuMatrix out not None):
+    _require(pred, "l1_loss", "pred")
+    _require(target, "l1_loss", "target")
+    _require(out, "l1_loss", "out")
     with nogil:
-        mae_loss(pred.mat[0], target.mat[0], out.mat[0])
+        l1_loss(pred.mat[0], target.mat[0], out.mat[0])
 
 
 def mse_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
@@ -64,11 +64,11 @@ def mse_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
         mse_loss_gradient(pred.mat[0], target.mat[0], dloss.mat[0], out.mat[0])
 
 
-def mae_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
+def l1_loss_gradient_(PyGpuMatrix pred not None, PyGpuMatrix target not None,
                        PyGpuMatrix dloss not None, PyGpuMatrix out not None):
-    _require(pred, "mae_loss_gradient", "pred")
-    _require(target, "mae_loss_gradient", "target")
-    _require(dloss, "mae_loss_gradient", "dloss")
-    _require(out, "mae_loss_gradient", "out")
+    _require(pred, "l1_loss_gradient", "pred")
+    _require(target, "l1_loss_gradient", "target")
+    _require(dloss, "l1_loss_gradient", "dloss")
+    _require(out, "l1_loss_gradient", "out")
     with nogil:
-        mae_loss_gradient(pred.mat[0], target.mat[0], dloss.mat[0], out.mat[0])
+        l1_loss_gradient(pred.mat[0], target.mat[0], dloss.mat[0], out.mat[0])

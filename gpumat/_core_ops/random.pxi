@@ -2,13 +2,13 @@
 # and dispatched by extensions/src/ops/random.cpp.
 
 
-def random_uniform_(PyGpuMatrix out not None, float low, float high, uint64_t seed):
-    _require(out, "random_uniform", "out")
+def uniform_(PyGpuMatrix out not None, float low, float high, uint64_t seed):
+    _require(out, "uniform", "out")
     with nogil:
-        random_uniform(out.mat[0], low, high, seed)
+        uniform(out.mat[0], low, high, seed)
 
 
-def random_normal_(PyGpuMatrix out not None, float mean, float stddev, uint64_t seed):
-    _require(out, "random_normal", "out")
+def normal_(PyGpuMatrix out not None, float mean, float stddev, uint64_t seed):
+    _require(out, "normal", "out")
     with nogil:
-        random_normal(out.mat[0], mean, stddev, seed)
+        normal(out.mat[0], mean, stddev, seed)

@@ -3,11 +3,11 @@
 # gradient.
 
 
-def reduce_sum_axis_zero_(PyGpuMatrix a not None, PyGpuMatrix out not None):
-    _require(a, "reduce_sum_axis_zero", "a")
-    _require(out, "reduce_sum_axis_zero", "out")
+def sum_to_size_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "sum_to_size", "a")
+    _require(out, "sum_to_size", "out")
     with nogil:
-        reduce_sum_axis_zero(a.mat[0], out.mat[0])
+        sum_to_size(a.mat[0], out.mat[0])
 
 
 def broadcast_to_(PyGpuMatrix a not None, PyGpuMatrix out not None):
@@ -17,41 +17,41 @@ def broadcast_to_(PyGpuMatrix a not None, PyGpuMatrix out not None):
         broadcast_to(a.mat[0], out.mat[0])
 
 
-def reduce_sum_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
-    _require(a, "reduce_sum", "a")
-    _require(out, "reduce_sum", "out")
+def sum_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
+    _require(a, "sum", "a")
+    _require(out, "sum", "out")
     with nogil:
-        reduce_sum(a.mat[0], out.mat[0], axis)
+        sum(a.mat[0], out.mat[0], axis)
 
 
-def reduce_mean_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
-    _require(a, "reduce_mean", "a")
-    _require(out, "reduce_mean", "out")
+def mean_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
+    _require(a, "mean", "a")
+    _require(out, "mean", "out")
     with nogil:
-        reduce_mean(a.mat[0], out.mat[0], axis)
+        mean(a.mat[0], out.mat[0], axis)
 
 
-def reduce_max_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
-    _require(a, "reduce_max", "a")
-    _require(out, "reduce_max", "out")
+def amax_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
+    _require(a, "amax", "a")
+    _require(out, "amax", "out")
     with nogil:
-        reduce_max(a.mat[0], out.mat[0], axis)
+        amax(a.mat[0], out.mat[0], axis)
 
 
-def reduce_max_gradient_(PyGpuMatrix x not None, PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
-    _require(x, "reduce_max_gradient", "x")
-    _require(y, "reduce_max_gradient", "y")
-    _require(dy, "reduce_max_gradient", "dy")
-    _require(out, "reduce_max_gradient", "out")
+def amax_gradient_(PyGpuMatrix x not None, PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
+    _require(x, "amax_gradient", "x")
+    _require(y, "amax_gradient", "y")
+    _require(dy, "amax_gradient", "dy")
+    _require(out, "amax_gradient", "out")
     with nogil:
-        reduce_max_gradient(x.mat[0], y.mat[0], dy.mat[0], out.mat[0], axis)
+        amax_gradient(x.mat[0], y.mat[0], dy.mat[0], out.mat[0], axis)
 
 
-def broadcast_axis_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis, float scale):
-    _require(a, "broadcast_axis", "a")
-    _require(out, "broadcast_axis", "out")
+def broadcast_dim_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis, float scale):
+    _require(a, "broadcast_dim", "a")
+    _require(out, "broadcast_dim", "out")
     with nogil:
-        broadcast_axis(a.mat[0], out.mat[0], axis, scale)
+        broadcast_dim(a.mat[0], out.mat[0], axis, scale)
 
 
 def argmax_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):

@@ -2,18 +2,11 @@
 # and dispatched by extensions/src/ops/softmax.cpp.
 
 
-def softmax_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+def softmax_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
     _require(a, "softmax", "a")
     _require(out, "softmax", "out")
     with nogil:
-        softmax(a.mat[0], out.mat[0])
-
-
-def softmax_axis_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
-    _require(a, "softmax", "a")
-    _require(out, "softmax", "out")
-    with nogil:
-        softmax_axis(a.mat[0], out.mat[0], axis)
+        softmax(a.mat[0], out.mat[0], axis)
 
 
 def log_softmax_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
@@ -23,12 +16,12 @@ def log_softmax_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis)
         log_softmax(a.mat[0], out.mat[0], axis)
 
 
-def softmax_axis_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
+def softmax_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
     _require(y, "softmax_gradient", "y")
     _require(dy, "softmax_gradient", "dy")
     _require(out, "softmax_gradient", "out")
     with nogil:
-        softmax_axis_gradient(y.mat[0], dy.mat[0], out.mat[0], axis)
+        softmax_gradient(y.mat[0], dy.mat[0], out.mat[0], axis)
 
 
 def log_softmax_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):

@@ -6,7 +6,7 @@ cut in a traced step).
 (broadcasting is explicit: add a bias with ``z + broadcastto_op(b, z)``); ``add_byconst_op`` /
 ``mul_byconst_op`` take a real constant. This module also defines the node operators (``x + y``,
 ``2 * x``, ``x - y``, ``-x``) on :class:`gpumat.graph.Node`, beside the ops they build. Kernels:
-:func:`gpumat.ops.matrix_elementwise_add` and the rest of the elementwise family.
+:func:`gpumat.ops.add` and the rest of the elementwise family.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class AddOp(_InfixOp):
     """``a + b`` elementwise; a and b have equal shapes."""
 
     name = "add_op"
-    kernel = "matrix_elementwise_add"
+    kernel = "add"
     inputs = ("node_A", "node_B")
 
     def gradient(self, node, output_grad):
@@ -94,7 +94,7 @@ class AddOp(_InfixOp):
 class AddByConstOp(_InfixOp):
     """``a + c`` for a real constant c (``node.const_attr``)."""
 
-    name, kernel = "add_byconst_op", "matrix_elementwise_add_by_const"
+    name, kernel = "add_byconst_op", "add_scalar"
     symbol = "+"
     inputs = ("node_A",)
     attrs = (Attr("const_attr", _constant("+"), type=float),)
@@ -107,7 +107,7 @@ class MulOp(_InfixOp):
     """``a * b`` elementwise; a and b have equal shapes."""
 
     name = "mul_op"
-    kernel = "matrix_elementwise_multiply"
+    kernel = "mul"
     symbol = "*"
     inputs = ("node_A", "node_B")
 
@@ -119,7 +119,7 @@ class MulOp(_InfixOp):
 class MulByConstOp(_InfixOp):
     """``a * c`` for a real constant c (``node.const_attr``)."""
 
-    name, kernel = "mul_byconst_op", "matrix_elementwise_multiply_by_const"
+    name, kernel = "mul_byconst_op", "mul_scalar"
     symbol = "*"
     inputs = ("node_A",)
     attrs = (Attr("const_attr", _constant("*"), type=float),)
@@ -135,7 +135,7 @@ class DivOp(_InfixOp):
     |b| past 1.8e19 or below 1e-19 where the gradient itself is finite)."""
 
     name = "div_op"
-    kernel = "matrix_elementwise_divide"
+    kernel = "div"
     symbol = "/"
     inputs = ("node_A", "node_B")
 
@@ -231,7 +231,7 @@ class ZerosLikeOp(Op):
     shape_only_inputs = (0,)
 
     def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).array_set(output_val, self.value)
+        kernels_for(ctx).fill(output_val, self.value)
 
     def gradient(self, node, output_grad):
         return [None]

@@ -18,7 +18,7 @@
 - ``softmaxcrossentropy_with_gradient_op(y, y_)``: the loss and its gradient from one kernel, made
   by the fusion pass (``gpumat.runtime.fusion``).
 
-Kernels: :func:`gpumat.ops.softmax_cross_entropy`, :func:`gpumat.ops.nll_loss`,
+Kernels: :func:`gpumat.ops.cross_entropy`, :func:`gpumat.ops.nll_loss`,
 :func:`gpumat.ops.mse_loss`, ... (the loss family). The softmax and log-softmax derivatives are
 the standard ones (Goodfellow, Bengio & Courville, *Deep Learning*, 6.2.2.3).
 """
@@ -78,7 +78,7 @@ class SoftmaxCrossEntropyOp(Op):
     """
 
     name = "softmaxcrossentropy_op"
-    kernel = "softmax_cross_entropy"
+    kernel = "cross_entropy"
 
     def gradient_op(self) -> Op:
         """The op of the gradient with respect to the logits (gpumat.dlsys: the course's)."""
@@ -119,9 +119,9 @@ class SoftmaxCrossEntropyGradientOp(Op):
     def compute(self, node, input_vals, output_val, ctx=None):
         y, y_ = input_vals
         k = kernels_for(ctx)
-        k.softmax(y, output_val)
+        k.softmax(y, output_val, -1)
         k.axpy(-1.0, y_, output_val)
-        k.matrix_elementwise_multiply_by_const(output_val, 1.0 / y.shape[0], output_val)
+        k.mul_scalar(output_val, 1.0 / y.shape[0], output_val)
 
     def infer_shape(self, node, input_shapes):
         SoftmaxCrossEntropyOp.infer_shape(self, node, input_shapes)  # same checks as the loss
@@ -142,7 +142,7 @@ class SoftmaxCrossEntropyWithGradientOp(Op):
     def compute(self, node, input_vals, output_val, ctx=None):
         y, y_ = input_vals
         grad, loss = output_val
-        kernels_for(ctx).softmax_cross_entropy_with_gradient(y, y_, loss, grad)
+        kernels_for(ctx).cross_entropy_with_gradient(y, y_, loss, grad)
 
     def infer_shape(self, node, input_shapes):
         return SoftmaxCrossEntropyGradientOp.infer_shape(self, node, input_shapes)
@@ -246,7 +246,7 @@ class MaeLossOp(_LossBase):
     name = "mae_loss_op"
     label = "MAELoss"
     kind = "mae"
-    kernel = "mae_loss"
+    kernel = "l1_loss"
 
 
 class _LossGradientBase(Op):
@@ -280,7 +280,7 @@ class MaeLossGradientOp(_LossGradientBase):
     name = "mae_loss_gradient_op"
     label = "MAELossGrad"
     kind = "mae"
-    kernel = "mae_loss_gradient"
+    kernel = "l1_loss_gradient"
 
 
 softmaxcrossentropy_op = SoftmaxCrossEntropyOp()

@@ -1,6 +1,6 @@
 """The matrix product as graph ops: ``matmul_op`` and the fused dense layer ``matmul_bias_op``.
 
-Kernels: :func:`gpumat.ops.matrix_multiply` (BLAS sgemm on the host, the tiled kernel of
+Kernels: :func:`gpumat.ops.matmul` (BLAS sgemm on the host, the tiled kernel of
 ``extensions/src/cuda/matmul.cu`` on CUDA) and :func:`gpumat.ops.matmul_bias` (the same with a
 bias and ReLU epilogue). The derivatives are the standard ones (Goodfellow, Bengio & Courville,
 *Deep Learning*, 6.5.4): each case is one matmul with transpose flags.
@@ -45,7 +45,7 @@ class MatMulOp(Op):
     def compute(self, node, input_vals, output_val, ctx=None):
         a, b = input_vals
         ta, tb = node.trans_A, node.trans_B
-        kernels_for(ctx).matrix_multiply(a, ta, b, tb, output_val)
+        kernels_for(ctx).matmul(a, b, output_val, ta, tb)
 
     def gradient(self, node, output_grad):
         # With C = op(A) op(B) and G = dL/dC: dL/dop(A) = G op(B)^T and dL/dop(B) = op(A)^T G; a
@@ -96,7 +96,7 @@ class MatMulBiasOp(Op):
     def compute(self, node, input_vals, output_val, ctx=None):
         a, b, bias = input_vals
         ta, tb = node.trans_A, node.trans_B
-        kernels_for(ctx).matmul_bias(a, ta, b, tb, bias, output_val, node.relu)
+        kernels_for(ctx).matmul_bias(a, b, bias, output_val, ta, tb, node.relu)
 
     def infer_shape(self, node, input_shapes):
         sa, sb, sbias = (tuple(s) for s in input_shapes)

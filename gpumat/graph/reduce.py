@@ -4,8 +4,8 @@ Over leading axes (the dlsys course's pair): ``reducesumaxiszero_op(a[, like])``
 ``broadcastto_op(a, like)``. Along one axis of any rank: ``reduce_sum_op``, ``reduce_mean_op``,
 ``reduce_max_op`` ``(x, axis, keepdims=False)``, their gradients ``broadcast_axis_op`` and
 ``reduce_max_gradient_op``, and ``argmax_op(x, axis, keepdims=False)`` (no gradient). Kernels:
-:func:`gpumat.ops.reduce_sum_axis_zero`, :func:`gpumat.ops.broadcast_to`,
-:func:`gpumat.ops.reduce_sum` and the rest of the family; the axis kernels see their input as
+:func:`gpumat.ops.sum_to_size`, :func:`gpumat.ops.broadcast_to`,
+:func:`gpumat.ops.sum` and the rest of the family; the axis kernels see their input as
 (outer, n, inner) around the axis, so any axis works without a transpose.
 """
 
@@ -72,7 +72,7 @@ class ReduceSumAxisZeroOp(Op):
     """
 
     name = "reducesumaxiszero_op"
-    kernel = "reduce_sum_axis_zero"
+    kernel = "sum_to_size"
     shape_only_inputs = (1,)  # like
     inputs = ("node_A", "like")
     optional_inputs = ("like",)
@@ -130,7 +130,7 @@ class _ReduceOp(AxisOp):
     the output drops that axis, or keeps it with length 1 when ``keepdims``."""
 
     kind = "sum"
-    kernel = "reduce_sum"
+    kernel = "sum"
     label = "ReduceSum"
     inputs = ("node_x",)
     attrs = (AXIS, KEEPDIMS)
@@ -163,7 +163,7 @@ class ReduceSumOp(_ReduceOp):
 
     name = "reduce_sum_op"
     kind = "sum"
-    kernel = "reduce_sum"
+    kernel = "sum"
 
 
 class ReduceMeanOp(_ReduceOp):
@@ -173,7 +173,7 @@ class ReduceMeanOp(_ReduceOp):
     name = "reduce_mean_op"
     label = "ReduceMean"
     kind = "mean"
-    kernel = "reduce_mean"
+    kernel = "mean"
 
 
 class ReduceMaxOp(_ReduceOp):
@@ -191,7 +191,7 @@ class ReduceMaxOp(_ReduceOp):
     name = "reduce_max_op"
     label = "ReduceMax"
     kind = "max"
-    kernel = "reduce_max"
+    kernel = "amax"
 
 
 class ArgmaxOp(AxisOp):
@@ -225,8 +225,8 @@ class ArgmaxOp(AxisOp):
 class BroadcastAxisOp(AxisOp):
     """``broadcast_axis_op(g, like, axis, mean=False)``: g (like's shape reduced along ``axis``,
     the axis dropped or kept as 1) repeated along ``axis`` to like's shape, times 1/n when
-    ``mean`` (n = like's length along the axis): the gradient of reduce_sum / reduce_mean. Only
-    ``like``'s shape is used. Linear in g: its gradient is reduce_sum / reduce_mean again."""
+    ``mean`` (n = like's length along the axis): the gradient of sum / mean. Only
+    ``like``'s shape is used. Linear in g: its gradient is sum / mean again."""
 
     name = "broadcast_axis_op"
     shape_only_inputs = (1,)
@@ -241,7 +241,7 @@ class BroadcastAxisOp(AxisOp):
         a = node.axis % output_val.ndim
         n = output_val.shape[a]
         scale = 1.0 / n if node.mean and n > 0 else 1.0
-        kernels_for(ctx).broadcast_axis(input_vals[0], output_val, a, scale)
+        kernels_for(ctx).broadcast_dim(input_vals[0], output_val, a, scale)
 
     def gradient(self, node, output_grad):
         g = node.inputs[0]
@@ -260,11 +260,11 @@ class BroadcastAxisOp(AxisOp):
 
 
 class ReduceMaxGradientOp(AxisOp):
-    """``reduce_max_gradient_op(x, y, dy, axis)``: dL/dx of y = reduce_max(x, axis) given y and
+    """``reduce_max_gradient_op(x, y, dy, axis)``: dL/dx of y = amax(x, axis) given y and
     dy: dy / t at the t tied maxima of each slice, 0 elsewhere (see ``reduce_max_op``)."""
 
     name = "reduce_max_gradient_op"
-    kernel = "reduce_max_gradient"
+    kernel = "amax_gradient"
     inputs = ("node_x", "node_y", "node_dy")
     attrs = (AXIS,)
 

@@ -5,7 +5,7 @@ both are max-subtracted (no overflow). Gradients: ``softmax_gradient_op(s, g, ax
 s * (g - sum_axis(s * g)), the Jacobian diag(s) - s s^T applied along the axis (Goodfellow, Bengio
 & Courville, *Deep Learning*, 6.2.2.3), and ``log_softmax_gradient_op(y, g, axis)`` =
 g - exp(y) * sum_axis(g). Kernels: :func:`gpumat.ops.softmax` (rows of a matrix),
-:func:`gpumat.ops.softmax_axis`, :func:`gpumat.ops.log_softmax` and their gradients.
+:func:`gpumat.ops.softmax`, :func:`gpumat.ops.log_softmax` and their gradients.
 """
 
 from __future__ import annotations
@@ -53,13 +53,7 @@ class SoftmaxOp(Op):
         return f"Softmax({short_name(node.inputs[0])}{suffix})"
 
     def compute(self, node, input_vals, output_val, ctx=None):
-        y = input_vals[0]
-        axis = node.axis
-        k = kernels_for(ctx)
-        if y.ndim == 2 and axis in (-1, 1):
-            k.softmax(y, output_val)  # the row kernel
-        else:
-            k.softmax_axis(y, output_val, axis)
+        kernels_for(ctx).softmax(input_vals[0], output_val, node.axis)
 
     def gradient(self, node, output_grad):
         return [softmax_gradient_op(node, output_grad, node.axis)]
@@ -80,7 +74,7 @@ class SoftmaxGradientOp(AxisOp):
     name = "softmax_gradient_op"
     no_gradient = "second derivatives of softmax"
     label = "SoftmaxGrad"
-    kernel = "softmax_axis_gradient"
+    kernel = "softmax_gradient"
     inputs = ("node_y", "node_dy")
     attrs = (dataclasses.replace(AXIS, default=-1),)
 

@@ -1,19 +1,18 @@
-"""gpumat.nn: PyTorch-style layers on gpumat tensors, and the graph ops ``gpumat.nn`` has always
-exported (a face: it only re-exports).
+"""gpumat.nn: PyTorch-style layers on gpumat tensors.
 
 - :class:`Module` (:mod:`gpumat.nn.module`), :class:`Parameter`, the layers (``Linear``,
   ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``ReLU``, ``Tanh``, ``Sigmoid``, ``Softmax``,
   ``LogSoftmax``, ``Dropout``, ``Flatten``, ``Identity``, ``Sequential``, ``ModuleList``) and the
   losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``), one module per kind;
   :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``) and :mod:`gpumat.nn.init`.
-- The graph ops ``conv2d_op``, ``max_pool2d_op``, ``log_softmax_op``, ``dropout_op``, ... of
-  :mod:`gpumat.graph`, where each op lives with its kernel family (their numpy references are
-  :mod:`gpumat.reference`).
+
+The graph ops this package used to re-export (``conv2d_op``, ``dropout_op``, ...) are
+:mod:`gpumat.graph`'s; ``gpumat.nn.conv2d_op`` still resolves there, with a DeprecationWarning.
 """
 
+import warnings
+
 from gpumat import graph as _graph
-from gpumat.graph import conv as _conv
-from gpumat.graph import pool as _pool
 from gpumat.nn import functional, init
 from gpumat.nn.activation import Dropout, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
 from gpumat.nn.container import ModuleList, Sequential
@@ -23,36 +22,6 @@ from gpumat.nn.loss import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from gpumat.nn.module import Module
 from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AvgPool2d, MaxPool2d
-
-# The graph ops gpumat.nn has always exported (the dlsys course's habit; they live in
-# gpumat.graph): every op of the conv and pool families, and these.
-_GRAPH_OPS = sorted(
-    {n for family in (_conv, _pool) for n in family.__all__ if n.islower()}
-    | {
-        "broadcast_axis_op",
-        "dropout_op",
-        "flatten_op",
-        "log_softmax_gradient_op",
-        "log_softmax_op",
-        "mae_loss_gradient_op",
-        "mae_loss_op",
-        "mse_loss_gradient_op",
-        "mse_loss_op",
-        "nll_loss_gradient_op",
-        "nll_loss_op",
-        "reduce_max_gradient_op",
-        "reduce_max_op",
-        "reduce_mean_op",
-        "reduce_sum_op",
-        "reshape_op",
-        "sigmoid_gradient_op",
-        "sigmoid_op",
-        "softmax_gradient_op",
-        "tanh_gradient_op",
-        "tanh_op",
-    }
-)
-globals().update((name, getattr(_graph, name)) for name in _GRAPH_OPS)
 
 __all__ = [
     "AvgPool2d",
@@ -77,5 +46,19 @@ __all__ = [
     "Tanh",
     "functional",
     "init",
-    *_GRAPH_OPS,
 ]
+
+
+def __getattr__(name: str):
+    """The graph ops gpumat.nn used to re-export (``conv2d_op``, ``dropout_op``, ...): each
+    is :mod:`gpumat.graph`'s, returned with a DeprecationWarning that says so. AttributeError for
+    any other name."""
+    if name.endswith("_op") and name in _graph.__all__:
+        warnings.warn(
+            f"gpumat.nn.{name} is gpumat.graph.{name}: import it from there (gpumat.nn holds the "
+            "PyTorch-style layers)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(_graph, name)
+    raise AttributeError(f"module 'gpumat.nn' has no attribute {name!r}")

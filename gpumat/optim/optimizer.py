@@ -67,7 +67,7 @@ def zeros_like(p):
     if isinstance(p, np.ndarray):
         return np.zeros_like(p)
     z = empty(p.shape, p.ctx)
-    ops.array_set(z, 0.0)
+    ops.fill(z, 0.0)
     return z
 
 

@@ -109,8 +109,8 @@ class SGD(Optimizer):
                 v += g
                 p -= lr * v
             else:
-                ops.matrix_elementwise_multiply_by_const(v, mu, v)
-                ops.matrix_elementwise_add(v, g, v)
+                ops.mul_scalar(v, mu, v)
+                ops.add(v, g, v)
                 ops.axpy(-lr, v, p)
 
 

@@ -18,10 +18,10 @@ The rules, all in this module (one function each, applied in this order):
     ``relu_gradient_op(y, g)`` and ``reducesumaxiszero_op`` of it to a (cols,) bias ->
     ``relu_bias_gradient_op(y, g)`` with two outputs, dz and dbias
     (:func:`gpumat.ops.relu_bias_gradient`): 2 -> 1.
-``softmax_cross_entropy``
+``cross_entropy``
     ``softmaxcrossentropy_op(y, y_)`` and ``softmaxcrossentropy_gradient_op(y, y_)`` of the same
     nodes -> ``softmaxcrossentropy_with_gradient_op(y, y_)`` with two outputs, the gradient and the
-    loss (:func:`gpumat.ops.softmax_cross_entropy_with_gradient`): 2 nodes (5 launches) -> 1 (2).
+    loss (:func:`gpumat.ops.cross_entropy_with_gradient`): 2 nodes (5 launches) -> 1 (2).
 
 A pattern is rewritten only when no value that disappears is fed, evaluated, or read by a node
 outside the pattern, so the fused graph computes the same eval values (to float32 rounding: the
@@ -239,7 +239,7 @@ def rule_relu_bias_gradient(rw: _Rewriter, node: Node) -> bool:
     return True
 
 
-def rule_softmax_cross_entropy(rw: _Rewriter, node: Node) -> bool:
+def rule_cross_entropy(rw: _Rewriter, node: Node) -> bool:
     """softmaxcrossentropy_op(y, y_) and its gradient op on the same nodes -> one fused op."""
     if not _is(node, SoftmaxCrossEntropyGradientOp) or not rw.free(node):
         return False
@@ -259,7 +259,7 @@ RULES: dict[str, Callable[[_Rewriter, Node], bool]] = {
     "dense_relu": rule_dense_relu,
     "dense": rule_dense,
     "relu_bias_gradient": rule_relu_bias_gradient,
-    "softmax_cross_entropy": rule_softmax_cross_entropy,
+    "cross_entropy": rule_cross_entropy,
 }
 
 

@@ -21,7 +21,7 @@ def poison(ctx, shapes, copies: int = 4) -> None:
     for n in sorted(sizes):
         for _ in range(copies):
             a = gpumat.empty((n,), ctx)
-            gpumat.ops.array_set(a, float("nan"))
+            gpumat.ops.fill(a, float("nan"))
             held.append(a)
     del held
 

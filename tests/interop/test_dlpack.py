@@ -58,7 +58,7 @@ def test_numpy_from_dlpack_shares_memory(shape):
     assert np.from_dlpack(a).ctypes.data == n.ctypes.data
     n[...] = 5.5  # numpy -> gpumat
     np.testing.assert_array_equal(a.asnumpy(), np.full(shape, 5.5, np.float32))
-    gpumat.ops.array_set(a, -2.0)  # gpumat -> numpy
+    gpumat.ops.fill(a, -2.0)  # gpumat -> numpy
     np.testing.assert_array_equal(n, np.full(shape, -2.0, np.float32))
 
 
@@ -72,7 +72,7 @@ def test_torch_from_dlpack_shares_memory(shape):
     np.testing.assert_array_equal(t.numpy(), x)
     t.mul_(3.0)
     np.testing.assert_array_equal(a.asnumpy(), x * np.float32(3.0))
-    gpumat.ops.matrix_elementwise_add_by_const(a, 1.0, a)
+    gpumat.ops.add_scalar(a, 1.0, a)
     np.testing.assert_array_equal(t.numpy(), x * np.float32(3.0) + np.float32(1.0))
 
 
@@ -85,7 +85,7 @@ def test_torch_utils_to_dlpack_roundtrip():
     # and back: torch's capsule into gpumat
     b = gpumat.from_dlpack(torch_dlpack.to_dlpack(t))
     assert data_ptr(b) == data_ptr(a)
-    gpumat.ops.array_set(b, 9.0)
+    gpumat.ops.fill(b, 9.0)
     assert float(t.sum()) == 9.0 * x.size and float(a.asnumpy().sum()) == 9.0 * x.size
 
 
@@ -165,7 +165,7 @@ def test_from_dlpack_numpy_zero_copy(shape):
     a = gpumat.from_dlpack(x)
     assert a.shape == shape and a.ctx == gpumat.cpu() and a.is_view
     assert data_ptr(a) == x.ctypes.data
-    gpumat.ops.array_set(a, 4.0)
+    gpumat.ops.fill(a, 4.0)
     np.testing.assert_array_equal(x, np.full(shape, 4.0, np.float32))
     x[...] = 1.5
     np.testing.assert_array_equal(a.asnumpy(), np.full(shape, 1.5, np.float32))
@@ -177,7 +177,7 @@ def test_from_dlpack_torch_zero_copy_and_ops():
     a, b = gpumat.from_dlpack(t), gpumat.from_dlpack(w)
     assert data_ptr(a) == t.data_ptr()
     out = gpumat.empty((8, 4))
-    gpumat.ops.matrix_multiply(a, False, b, False, out)
+    gpumat.ops.matmul(a, b, out)
     ref = t.numpy().astype(np.float64) @ w.numpy().astype(np.float64)
     np.testing.assert_allclose(out.asnumpy(), ref, rtol=1e-5, atol=1e-5)
     gpumat.ops.relu(a, a)  # in place on torch's memory
@@ -489,7 +489,7 @@ def test_cuda_torch_both_ways():
     u = torch.from_numpy(rand((64, 32))).cuda()
     b = gpumat.from_dlpack(u)
     assert b.ctx == gpumat.gpu(0) and b.__cuda_array_interface__["data"][0] == u.data_ptr()
-    gpumat.ops.array_set(b, 3.0)
+    gpumat.ops.fill(b, 3.0)
     gpumat.synchronize(gpumat.gpu(0))
     assert float(u.sum()) == 3.0 * u.numel()
     # lifetimes: delete the producers, use the consumers
@@ -533,7 +533,7 @@ def test_cuda_cupy_both_ways():
     y = cp.asarray(rand((32, 16)))
     b = gpumat.from_dlpack(y)
     assert b.__cuda_array_interface__["data"][0] == y.data.ptr
-    gpumat.ops.array_set(b, -1.0)
+    gpumat.ops.fill(b, -1.0)
     gpumat.synchronize(gpumat.gpu(0))
     assert float(y.sum()) == -1.0 * y.size
     del y
@@ -550,7 +550,7 @@ def test_roundtrip_through_gpumat_every_device(ctx):
     a = gpumat.array(x, ctx)
     b = gpumat.from_dlpack(a)
     assert b.__dlpack_device__() == a.__dlpack_device__()
-    gpumat.ops.matrix_elementwise_multiply_by_const(b, 2.0, b)
+    gpumat.ops.mul_scalar(b, 2.0, b)
     np.testing.assert_array_equal(a.asnumpy(), x * np.float32(2.0))
     del a
     gc.collect()
@@ -567,7 +567,7 @@ def test_an_exported_array_holds_the_values_of_work_still_queued(ctx, copy):
     a = gpumat.array(x, ctx)
     y = gpumat.empty(x.shape, ctx)
     for _ in range(3):  # a queue of work still running when the export is asked for
-        gpumat.ops.matrix_elementwise_multiply_by_const(a, 3.0, y)
+        gpumat.ops.mul_scalar(a, 3.0, y)
     t = torch.from_dlpack(y.__dlpack__(max_version=(1, 0), copy=copy))
     assert t.device.type == ("cuda" if ctx.device_type == "gpu" else "cpu")
     np.testing.assert_array_equal(t.cpu().numpy(), x * np.float32(3.0))

@@ -113,7 +113,7 @@ def test_gpu_op_is_an_alias_of_ops():
     import gpumat.gpu_op
     import gpumat.ops
 
-    for name in ("matrix_multiply", "softmax_cross_entropy", "broadcast_to", "array_set", "relu"):
+    for name in ("matmul", "cross_entropy", "broadcast_to", "fill", "relu"):
         assert getattr(gpumat.gpu_op, name) is getattr(gpumat.ops, name)
 
 
@@ -162,7 +162,7 @@ def test_interpreter_exit_with_live_arrays_is_clean(tmp_path):
         import numpy as np, gpumat, gpumat.ops as ops
         keep = [gpumat.array(np.ones((100, 100))) for _ in range(5)]
         out = gpumat.empty((100, 100), gpumat.cpu())
-        ops.matrix_multiply(keep[0], False, keep[1], True, out)
+        ops.matmul(keep[0], keep[1], out, False, True)
         try:
             gpumat.array(np.ones(3), gpumat.gpu(10_000))
         except gpumat.CudaError:
@@ -360,7 +360,7 @@ def test_array_from_pygpumatrix_copies(ctx):
     except TypeError:
         pytest.skip("gpumat.array does not take a PyGpuMatrix (allowed by the contract)")
     assert b is not a
-    gpumat.ops.array_set(a, 0.0)
+    gpumat.ops.fill(a, 0.0)
     np.testing.assert_array_equal(b.asnumpy(), x)
 
 
@@ -465,7 +465,7 @@ def test_copyfrom_array(ctx):
     dst = nan_array((4, 9), ctx)
     dst.copyfrom(src)
     np.testing.assert_array_equal(dst.asnumpy(), x)
-    gpumat.ops.array_set(src, 1.0)  # a copy, not a view
+    gpumat.ops.fill(src, 1.0)  # a copy, not a view
     np.testing.assert_array_equal(dst.asnumpy(), x)
 
 
@@ -681,24 +681,24 @@ def test_ops_in_steady_state_do_not_allocate(ctx, no_gc):
     ht = gpumat.empty((100, 64), ctx)
 
     def step():
-        ops.matrix_multiply(x, False, w, False, h)
+        ops.matmul(x, w, h)
         ops.broadcast_to(b, hb)
-        ops.matrix_elementwise_add(h, hb, h)
+        ops.add(h, hb, h)
         ops.relu(h, h)
         ops.softmax(h, p)
-        ops.softmax_cross_entropy(h, y, loss)
+        ops.cross_entropy(h, y, loss)
         ops.relu_gradient(h, p, hb)
-        ops.matrix_multiply(x, True, hb, False, gw)
-        ops.reduce_sum_axis_zero(hb, gb)
+        ops.matmul(x, hb, gw, True, False)
+        ops.sum_to_size(hb, gb)
         ops.transpose(hb, ht)
         ops.axpy(-0.01, gw, w)
-        ops.matrix_elementwise_multiply_by_const(gb, 0.5, gb)
-        ops.matrix_elementwise_add_by_const(gb, 0.1, gb)
-        ops.matrix_elementwise_multiply(gb, gb, gb)
-        ops.random_uniform(hb, -1.0, 1.0, 3)
-        ops.random_normal(hb, 0.0, 1.0, 4)
+        ops.mul_scalar(gb, 0.5, gb)
+        ops.add_scalar(gb, 0.1, gb)
+        ops.mul(gb, gb, gb)
+        ops.uniform(hb, -1.0, 1.0, 3)
+        ops.normal(hb, 0.0, 1.0, 4)
         ops.copy(hb, p)
-        ops.array_set(hb, 0.0)
+        ops.fill(hb, 0.0)
         return float(loss.asnumpy()[0])
 
     step()
@@ -748,7 +748,7 @@ def test_reshape_is_a_view_sharing_storage(ctx):
     v = a.reshape(3, 8)
     assert v.shape == (3, 8) and v.is_view and not a.is_view and v.ctx == ctx
     np.testing.assert_array_equal(v.asnumpy(), x.reshape(3, 8))
-    gpumat.ops.array_set(v, 2.5)  # writes through the view land in the base
+    gpumat.ops.fill(v, 2.5)  # writes through the view land in the base
     np.testing.assert_array_equal(a.asnumpy(), np.full((6, 4), 2.5, np.float32))
     assert a.reshape((24,)).shape == (24,)
 

@@ -18,7 +18,7 @@ from nn_helpers import check_device_gradients, check_fd_gradients, numeric_grad,
 
 import gpumat
 import gpumat.autodiff as ad
-from gpumat import nn, ops
+from gpumat import graph, nn, ops
 
 # --------------------------------------------------------------------------------------------------
 # float64 references: explicit im2col / col2im
@@ -418,7 +418,7 @@ GRAPH_CONV = [
 def test_conv2d_op_gradients_match_finite_differences(xs, ws, stride, pad):
     rng, _ = new_rng()
     check_fd_gradients(
-        lambda x, w: nn.conv2d_op(x, w, stride=stride, padding=pad),
+        lambda x, w: graph.conv2d_op(x, w, stride=stride, padding=pad),
         [rand64(rng, xs), rand64(rng, ws)],
         rng,
     )
@@ -427,7 +427,7 @@ def test_conv2d_op_gradients_match_finite_differences(xs, ws, stride, pad):
 def test_conv1d_op_and_bias_gradients_match_finite_differences():
     rng, _ = new_rng()
     check_fd_gradients(
-        lambda x, w, b: nn.add_channel_bias_op(nn.conv1d_op(x, w, stride=2, padding=1), b),
+        lambda x, w, b: graph.add_channel_bias_op(graph.conv1d_op(x, w, stride=2, padding=1), b),
         [rand64(rng, (2, 3, 9)), rand64(rng, (4, 3, 3)), rand64(rng, (4,))],
         rng,
     )
@@ -441,10 +441,10 @@ def test_conv_gradient_ops_are_differentiable():
     xs, ws, ys = (2, 2, 6, 5), (3, 2, 3, 2), (2, 3, 3, 3)
     x_val, w_val = rand64(rng, xs), rand64(rng, ws)
     dy_v, w_v = ad.Variable("dy"), ad.Variable("w")
-    out = nn.conv2d_gradient_input_op(dy_v, w_v, like_x, stride=2, padding=1)
+    out = graph.conv2d_gradient_input_op(dy_v, w_v, like_x, stride=2, padding=1)
     _fd_with_fixed(out, [dy_v, w_v], [rand64(rng, ys), w_val], {like_x: x_val}, rng)
     x_v = ad.Variable("x")
-    out = nn.conv2d_gradient_filter_op(x_v, dy_v, like_w, stride=2, padding=1)
+    out = graph.conv2d_gradient_filter_op(x_v, dy_v, like_w, stride=2, padding=1)
     _fd_with_fixed(out, [x_v, dy_v], [x_val, rand64(rng, ys)], {like_w: w_val}, rng)
 
 
@@ -465,11 +465,11 @@ def _fd_with_fixed(out, variables, values, fixed, rng):
 
 def small_cnn(x, w1, b1, w2, b2, wf, y_):
     """conv -> bias -> relu -> max-pool -> conv -> relu -> avg-pool -> flatten -> dense -> CE."""
-    h = ad.relu_op(nn.add_channel_bias_op(nn.conv2d_op(x, w1, padding=1), b1))
-    h = nn.max_pool2d_op(h, 2)
-    h = ad.relu_op(nn.add_channel_bias_op(nn.conv2d_op(h, w2, stride=1), b2))
-    h = nn.avg_pool2d_op(h, 2, stride=1)
-    logits = ad.matmul_op(nn.flatten_op(h), wf)
+    h = ad.relu_op(graph.add_channel_bias_op(graph.conv2d_op(x, w1, padding=1), b1))
+    h = graph.max_pool2d_op(h, 2)
+    h = ad.relu_op(graph.add_channel_bias_op(graph.conv2d_op(h, w2, stride=1), b2))
+    h = graph.avg_pool2d_op(h, 2, stride=1)
+    logits = ad.matmul_op(graph.flatten_op(h), wf)
     return ad.softmaxcrossentropy_op(logits, y_)
 
 
@@ -500,15 +500,16 @@ def test_conv_graph_on_device_matches_numpy(ctx):
     rng, _ = new_rng()
     check_device_gradients(
         ctx,
-        lambda x, w, b: nn.reshape_op(
-            nn.add_channel_bias_op(nn.conv2d_op(x, w, stride=(2, 1), padding=(1, 2)), b), (-1, 6)
+        lambda x, w, b: graph.reshape_op(
+            graph.add_channel_bias_op(graph.conv2d_op(x, w, stride=(2, 1), padding=(1, 2)), b),
+            (-1, 6),
         ),
         [rand64(rng, (4, 3, 9, 7)), rand64(rng, (6, 3, 3, 5)), rand64(rng, (6,))],
         rng,
     )
     check_device_gradients(
         ctx,
-        lambda x, w: nn.conv1d_op(x, w, stride=2, padding=2),
+        lambda x, w: graph.conv1d_op(x, w, stride=2, padding=2),
         [rand64(rng, (3, 4, 17)), rand64(rng, (5, 4, 5))],
         rng,
     )
@@ -516,24 +517,24 @@ def test_conv_graph_on_device_matches_numpy(ctx):
 
 def test_reshape_and_flatten_ops():
     rng, _ = new_rng()
-    check_fd_gradients(lambda x: nn.reshape_op(x, (3, -1)), [rand64(rng, (2, 3, 4))], rng)
-    check_fd_gradients(nn.flatten_op, [rand64(rng, (2, 3, 4))], rng)
+    check_fd_gradients(lambda x: graph.reshape_op(x, (3, -1)), [rand64(rng, (2, 3, 4))], rng)
+    check_fd_gradients(graph.flatten_op, [rand64(rng, (2, 3, 4))], rng)
     x = ad.Variable("x")
-    ex = ad.Executor([nn.flatten_op(x), nn.reshape_op(x, (4, 6)), nn.reshape_op(x, 24)])
+    ex = ad.Executor([graph.flatten_op(x), graph.reshape_op(x, (4, 6)), graph.reshape_op(x, 24)])
     a, b, c = ex.run({x: np.arange(24.0).reshape(2, 3, 4)})
     assert a.shape == (2, 12) and b.shape == (4, 6) and c.shape == (24,)
     np.testing.assert_array_equal(c, np.arange(24.0))
 
 
 GRAPH_ERRORS = [
-    (lambda x, w: nn.conv2d_op(x, w), [(2, 3, 8, 8), (4, 2, 3, 3)], "channel mismatch"),
-    (lambda x, w: nn.conv2d_op(x, w), [(2, 3, 8), (4, 3, 3, 3)], "4-D"),
-    (lambda x, w: nn.conv2d_op(x, w), [(2, 3, 4, 4), (4, 3, 5, 5)], "empty"),
-    (lambda x, w: nn.conv2d_op(x, w, stride=4), [(2, 3, 2, 8), (4, 3, 3, 3)], "empty"),
-    (lambda x, w: nn.conv1d_op(x, w), [(2, 3, 8, 8), (4, 3, 3)], "3-D"),
-    (lambda x, b: nn.add_channel_bias_op(x, b), [(2, 3, 8), (8,)], "bias"),
-    (lambda x, w: nn.reshape_op(x, (5, -1)), [(2, 3), (1,)], "cannot reshape"),
-    (lambda x, w: nn.reshape_op(x, (4, 2)), [(2, 3), (1,)], "cannot reshape"),
+    (lambda x, w: graph.conv2d_op(x, w), [(2, 3, 8, 8), (4, 2, 3, 3)], "channel mismatch"),
+    (lambda x, w: graph.conv2d_op(x, w), [(2, 3, 8), (4, 3, 3, 3)], "4-D"),
+    (lambda x, w: graph.conv2d_op(x, w), [(2, 3, 4, 4), (4, 3, 5, 5)], "empty"),
+    (lambda x, w: graph.conv2d_op(x, w, stride=4), [(2, 3, 2, 8), (4, 3, 3, 3)], "empty"),
+    (lambda x, w: graph.conv1d_op(x, w), [(2, 3, 8, 8), (4, 3, 3)], "3-D"),
+    (lambda x, b: graph.add_channel_bias_op(x, b), [(2, 3, 8), (8,)], "bias"),
+    (lambda x, w: graph.reshape_op(x, (5, -1)), [(2, 3), (1,)], "cannot reshape"),
+    (lambda x, w: graph.reshape_op(x, (4, 2)), [(2, 3), (1,)], "cannot reshape"),
 ]
 
 
@@ -550,22 +551,31 @@ def test_graph_shape_inference_errors(build, shapes, match):
 def test_graph_op_arguments_are_checked_when_building():
     x, w = ad.Variable("x"), ad.Variable("w")
     with pytest.raises(ValueError, match="stride"):
-        nn.conv2d_op(x, w, stride=0)
+        graph.conv2d_op(x, w, stride=0)
     with pytest.raises(ValueError, match="padding"):
-        nn.conv1d_op(x, w, padding=-1)
+        graph.conv1d_op(x, w, padding=-1)
     with pytest.raises(TypeError):
-        nn.conv2d_op(x, w, stride=1.0)
+        graph.conv2d_op(x, w, stride=1.0)
     with pytest.raises(TypeError):
-        nn.conv1d_op(x, w, stride=(1, 2))
+        graph.conv1d_op(x, w, stride=(1, 2))
     with pytest.raises(ValueError):
-        nn.reshape_op(x, (-1, -1))
+        graph.reshape_op(x, (-1, -1))
 
 
 def test_ops_are_reexported_from_autodiff():
     for name in ["conv2d_op", "conv1d_op", "max_pool2d_op", "avg_pool2d_op", "flatten_op"]:
-        assert getattr(ad, name) is getattr(nn, name)
+        assert getattr(ad, name) is getattr(graph, name)
     for name in ["reshape_op", "mse_loss_op", "mae_loss_op", "add_channel_bias_op"]:
-        assert getattr(ad, name) is getattr(nn, name)
+        assert getattr(ad, name) is getattr(graph, name)
+
+
+def test_graph_ops_through_gpumat_nn_still_resolve_with_a_deprecation_warning():
+    for name in ["conv2d_op", "max_pool2d_op", "reshape_op", "mae_loss_op"]:
+        with pytest.warns(DeprecationWarning, match=f"gpumat.graph.{name}"):
+            assert getattr(nn, name) is getattr(graph, name)
+    with pytest.raises(AttributeError, match="no_such_op"):
+        nn.no_such_op  # noqa: B018
+    assert not any(name.endswith("_op") for name in nn.__all__)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -213,7 +213,7 @@ def test_checked_and_unchecked_builds_compute_the_same_bits():
     s = gpumat.empty((70, 50), ctx=ctx)
     results = []
     for _ in range(6):
-        ops.matrix_multiply(a, False, b, False, c)
+        ops.matmul(a, b, c)
         ops.softmax(c, s)
         results.append((c.asnumpy(), s.asnumpy()))
     for c_i, s_i in results[1:]:
@@ -246,7 +246,7 @@ def test_a_queued_fault_is_reported_by_the_next_synchronization():
     with pytest.raises(gpumat.CudaError, match="write_past_end_kernel"):
         selftest("write_past_end")
     # Reported once: the device goes on working.
-    ops.array_set(a, 3.0)
+    ops.fill(a, 3.0)
     np.testing.assert_array_equal(a.asnumpy(), np.full(8, 3.0, dtype=np.float32))
 
 
@@ -257,7 +257,7 @@ def test_dlpack_export_waits_for_queued_kernels():
     a = gpumat.array(np.zeros(1000, dtype=np.float32), ctx)
     a.asnumpy()
     selftest("hold:300")  # the fill below stays queued for 300 ms
-    ops.array_set(a, 7.0)
+    ops.fill(a, 7.0)
     view = np.from_dlpack(a)
     np.testing.assert_array_equal(view, np.full(1000, 7.0, dtype=np.float32))
 
@@ -276,7 +276,7 @@ def test_grid_stride_loops_iterate_under_the_block_cap(monkeypatch, cap):
     y = rng.standard_normal((4099,)).astype(np.float32)
     ctx = gpumat.emu(0)
     out = gpumat.array(np.full(4099, np.nan, dtype=np.float32), ctx)
-    ops.matrix_elementwise_add(gpumat.array(x, ctx), gpumat.array(y, ctx), out)
+    ops.add(gpumat.array(x, ctx), gpumat.array(y, ctx), out)
     np.testing.assert_allclose(out.asnumpy(), x.astype(np.float64) + y, rtol=1e-6)
     logits = rng.standard_normal((700, 10)).astype(np.float32)
     probs = gpumat.array(np.full((700, 10), np.nan, dtype=np.float32), ctx)

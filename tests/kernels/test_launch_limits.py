@@ -11,7 +11,7 @@ launch that ignored the limit fails as it would on a GPU. The cpu device ignores
 serves as the reference that every device must match. extensions/tests/test_emu.cpp checks the
 hook itself (the reported limit, a launch over it refused).
 
-Reductions. reduce_sum_axis_zero and reduce_sum_channels accumulate in float64 on every device,
+Reductions. sum_to_size and reduce_sum_channels accumulate in float64 on every device,
 in blocks of rows then across blocks; the relative error against a float64 reference is then the
 final float32 rounding (<= 2^-24 ~ 6e-8) whatever the length, and the bound asserted here (1e-6)
 does not grow with N. The former CUDA kernel (16 float32 running sums per column) gave 1.4e-6 at
@@ -60,7 +60,7 @@ def test_matmul_more_row_tiles_than_grid_y(ctx, grid_y, m, n, k, trans_a, trans_
     a_in = a.T.copy() if trans_a else a
     b_in = b.T.copy() if trans_b else b
     out = nan_array((m, n), ctx)
-    ops.matrix_multiply(gpumat.array(a_in, ctx), trans_a, gpumat.array(b_in, ctx), trans_b, out)
+    ops.matmul(gpumat.array(a_in, ctx), gpumat.array(b_in, ctx), out, trans_a, trans_b)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     assert_close(out.asnumpy(), a64 @ b64, bound=matmul_bound(a64, b64))
 
@@ -97,7 +97,7 @@ def test_shapes_past_65535_row_tiles_on_a_gpu():
     np.testing.assert_array_equal(out.asnumpy(), x.T)
     a, b = rand((5_000_000, 10), rng), rand((10, 10), rng)
     c = nan_array((5_000_000, 10), ctx)
-    ops.matrix_multiply(gpumat.array(a, ctx), False, gpumat.array(b, ctx), False, c)
+    ops.matmul(gpumat.array(a, ctx), gpumat.array(b, ctx), c)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     assert_close(c.asnumpy(), a64 @ b64, bound=matmul_bound(a64, b64))
     y, g = rand((2_200_000, 10), rng, high=3.0), rand((2_200_000, 10), rng)
@@ -120,13 +120,13 @@ def test_long_column_sums_are_float64_accurate(ctx, rows, cols):
     x = rng.uniform(0.1, 1.0, size=(rows, cols)).astype(np.float32)
     out = nan_array((cols,), ctx)
     xd = gpumat.array(x, ctx)
-    ops.reduce_sum_axis_zero(xd, out)
+    ops.sum_to_size(xd, out)
     got = out.asnumpy()
     err = _rel_err(got, x.astype(np.float64).sum(axis=0))
     assert err.max() <= 1e-6, f"relative error {err.max():.3g} (seed {seed})"
     # Deterministic: a fixed order of additions, so the same bits every run.
     again = nan_array((cols,), ctx)
-    ops.reduce_sum_axis_zero(xd, again)
+    ops.sum_to_size(xd, again)
     np.testing.assert_array_equal(again.asnumpy(), got)
 
 
@@ -152,7 +152,7 @@ def test_reductions_with_lowered_grid_y(ctx, grid_y, shape):
     x64 = x.astype(np.float64)
     if len(shape) == 2:
         out = nan_array((shape[1],), ctx)
-        ops.reduce_sum_axis_zero(gpumat.array(x, ctx), out)
+        ops.sum_to_size(gpumat.array(x, ctx), out)
         expected = x64.sum(axis=0)
     else:
         out = nan_array((shape[1],), ctx)

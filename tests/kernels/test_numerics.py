@@ -1,6 +1,6 @@
 """Pinned numerics: inputs chosen so that a kernel that drifts from its documented arithmetic fails.
 
-Reductions. ``reduce_sum_axis_zero`` and ``reduce_sum_channels`` accumulate in float64 on every
+Reductions. ``sum_to_size`` and ``reduce_sum_channels`` accumulate in float64 on every
 device (extensions/src/cuda/reduce.cu, ../host/reduce.cpp), so their error is the final rounding to
 float32 plus the float64 accumulation error: at most half an ulp of the result plus
 (n - 1) * 2^-53 * sum |x| (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., 2002,
@@ -71,7 +71,7 @@ def test_reduce_sum_axis_zero_is_the_float64_sum_rounded(ctx, rows, cols):
     bound = float64_bound(x, exact)
     assert np.any(np.abs(float32_sequential(x) - exact) > bound), "the data must defeat float32"
     out = gpumat.array(np.full(cols, np.nan, dtype=np.float32), ctx)
-    ops.reduce_sum_axis_zero(gpumat.array(x, ctx), out)
+    ops.sum_to_size(gpumat.array(x, ctx), out)
     got = out.asnumpy().astype(np.float64)
     assert np.all(np.abs(got - exact) <= bound), np.max(np.abs(got - exact) / bound)
 

@@ -14,7 +14,7 @@ from nn_helpers import check_device_gradients, check_fd_gradients, numeric_grad,
 
 import gpumat
 import gpumat.autodiff as ad
-from gpumat import nn, ops
+from gpumat import graph, ops
 from gpumat.runtime import Executor
 
 # --------------------------------------------------------------------------------------------------
@@ -296,22 +296,24 @@ def test_pool_op_gradients_match_finite_differences(shape, k, s, p):
     rng, _ = new_rng()
     # distinct values: no ties, so max pooling is differentiable at the point
     x = rng.permutation(np.prod(shape)).reshape(shape) / np.prod(shape) + 0.01
-    check_fd_gradients(lambda a: nn.max_pool2d_op(a, k, s, p), [x.astype(np.float64)], rng)
-    check_fd_gradients(lambda a: nn.avg_pool2d_op(a, k, s, p), [rand64(rng, shape)], rng)
+    check_fd_gradients(lambda a: graph.max_pool2d_op(a, k, s, p), [x.astype(np.float64)], rng)
+    check_fd_gradients(lambda a: graph.avg_pool2d_op(a, k, s, p), [rand64(rng, shape)], rng)
 
 
 @pytest.mark.parametrize("shape,k,s,p", GRAPH_POOL)
 def test_pool_ops_on_device_match_numpy(ctx, shape, k, s, p):
     rng, _ = new_rng()
     x = rng.permutation(np.prod(shape)).reshape(shape) / np.prod(shape) + 0.01
-    check_device_gradients(ctx, lambda a: nn.max_pool2d_op(a, k, s, p), [x], rng)
-    check_device_gradients(ctx, lambda a: nn.avg_pool2d_op(a, k, s, p), [rand64(rng, shape)], rng)
+    check_device_gradients(ctx, lambda a: graph.max_pool2d_op(a, k, s, p), [x], rng)
+    check_device_gradients(
+        ctx, lambda a: graph.avg_pool2d_op(a, k, s, p), [rand64(rng, shape)], rng
+    )
 
 
 def test_avg_pool_gradient_op_is_differentiable():
     rng, _ = new_rng()
     x_like, dy = ad.Variable("x_like"), ad.Variable("dy")
-    out = nn.avg_pool2d_gradient_op(dy, x_like, 3, 2, 1)
+    out = graph.avg_pool2d_gradient_op(dy, x_like, 3, 2, 1)
     feeds = {x_like: np.zeros((2, 2, 7, 6)), dy: rand64(rng, (2, 2, 4, 3))}
     forward = ad.Executor([out])
     r = ad.Variable("R")
@@ -323,15 +325,15 @@ def test_avg_pool_gradient_op_is_differentiable():
 
 def test_max_pool_second_derivative_is_not_implemented():
     x = ad.Variable("x")
-    (g,) = ad.gradients(nn.max_pool2d_op(x, 2), [x])
+    (g,) = ad.gradients(graph.max_pool2d_op(x, 2), [x])
     with pytest.raises(NotImplementedError, match="max_pool2d_gradient_op"):
         ad.gradients(g * g, [x])
 
 
 GRAPH_POOL_ERRORS = [
-    (lambda x: nn.max_pool2d_op(x, 2), (2, 8, 8), "4-D"),
-    (lambda x: nn.avg_pool2d_op(x, 5), (1, 1, 4, 4), "empty"),
-    (lambda x: nn.max_pool2d_op(x, 3, 3), (1, 1, 2, 9), "empty"),
+    (lambda x: graph.max_pool2d_op(x, 2), (2, 8, 8), "4-D"),
+    (lambda x: graph.avg_pool2d_op(x, 5), (1, 1, 4, 4), "empty"),
+    (lambda x: graph.max_pool2d_op(x, 3, 3), (1, 1, 2, 9), "empty"),
 ]
 
 
@@ -347,12 +349,12 @@ def test_pool_shape_inference_errors(build, shape, match):
 def test_pool_op_arguments_are_checked_when_building():
     x = ad.Variable("x")
     with pytest.raises(ValueError, match="padding"):
-        nn.max_pool2d_op(x, 2, padding=2)
+        graph.max_pool2d_op(x, 2, padding=2)
     with pytest.raises(ValueError, match="stride"):
-        nn.avg_pool2d_op(x, 2, stride=0)
+        graph.avg_pool2d_op(x, 2, stride=0)
     with pytest.raises(TypeError):
-        nn.max_pool2d_op(x, 2.5)
-    node = nn.max_pool2d_op(x, (2, 3))
+        graph.max_pool2d_op(x, 2.5)
+    node = graph.max_pool2d_op(x, (2, 3))
     assert node.stride == (2, 3) and node.padding == (0, 0)
 
 
@@ -369,7 +371,7 @@ def test_max_pooling_an_empty_plane_with_padding_is_refused(ctx, x_shape):
         ops.max_pool2d(x, y, k, stride, pad)
     with pytest.raises(ValueError, match="empty spatial dimension"):
         ops.max_pool2d_gradient(x, y, gpumat.empty(x_shape, ctx), k, stride, pad)
-    node = nn.max_pool2d_op(ad.Variable("x"), k, stride, pad)
+    node = graph.max_pool2d_op(ad.Variable("x"), k, stride, pad)
     with pytest.raises(ValueError, match="empty spatial dimension"):
         Executor([node], ctx=None).run({node.inputs[0]: np.zeros(x_shape)})
     # Average pooling is defined there (padding counts as zeros): a plane of zeros.

@@ -96,7 +96,7 @@ def test_matmul_tile_loads_coalesced_and_tiles_conflict_free_in_all_transpose_ca
     ga, gb = gpumat.array(a, ctx), gpumat.array(b, ctx)
     gc = gpumat.array(np.full((m, n), np.nan, np.float32), ctx)
     with gprof.profile() as prof:
-        ops.matrix_multiply(ga, trans_a, gb, trans_b, gc)
+        ops.matmul(ga, gb, gc, trans_a, trans_b)
     ref = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
     np.testing.assert_allclose(gc.asnumpy(), ref, rtol=1e-4, atol=1e-4)
     (launch,) = prof.launches
@@ -125,7 +125,7 @@ def test_matmul_splits_k_when_its_tiles_cannot_fill_a_gpu(trans_a, trans_b, m, n
     with gprof.profile() as prof:
         for _ in range(2):
             gc = gpumat.array(np.full((m, n), np.nan, np.float32), ctx)
-            ops.matrix_multiply(ga, trans_a, gb, trans_b, gc)
+            ops.matmul(ga, gb, gc, trans_a, trans_b)
             outs.append(gc.asnumpy())
     ref = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
     np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-3)
@@ -181,7 +181,7 @@ def test_roofline_plot():
     a = gpumat.array(rng.standard_normal((64, 64)).astype(np.float32), ctx)
     c = gpumat.empty((64, 64), ctx)
     with gprof.profile() as prof:
-        ops.matrix_multiply(a, False, a, False, c)
+        ops.matmul(a, a, c)
         _core._emu_selftest("profile_copy", 0)
     ax = prof.plot("A100")
     labels = [t.get_text() for t in ax.get_legend().get_texts()]

@@ -1,4 +1,4 @@
-"""Regression losses: gpumat.ops.mse_loss / mae_loss and their gradients, the graph ops
+"""Regression losses: gpumat.ops.mse_loss / l1_loss and their gradients, the graph ops
 mse_loss_op / mae_loss_op, and the fused Adam kernel with gpumat.optim.Adam and MomentumSGD.
 
 Kernels against float64 numpy with NaN-poisoned outputs (sizes from 1 to past one CUDA reduction
@@ -14,7 +14,7 @@ from nn_helpers import check_device_gradients, check_fd_gradients, rand64
 
 import gpumat
 import gpumat.autodiff as ad
-from gpumat import nn, ops
+from gpumat import graph, ops
 from gpumat.optim import Adam, MomentumSGD
 
 LOSS_SHAPES = [(1,), (7,), (37, 129), (3, 4, 5), (2, 3, 8, 8), (300_001,)]
@@ -30,7 +30,7 @@ def test_loss_and_gradient_match_float64(ctx, kind, shape):
     loss_fn, grad_fn = (
         (ops.mse_loss, ops.mse_loss_gradient)
         if kind == "mse"
-        else (ops.mae_loss, ops.mae_loss_gradient)
+        else (ops.l1_loss, ops.l1_loss_gradient)
     )
     terms = d * d if kind == "mse" else np.abs(d)
     expected = np.array([terms.mean()])
@@ -52,13 +52,13 @@ def test_mae_gradient_at_zero_is_zero_and_nan_propagates(ctx):
     p = np.array([1.0, 2.0, 3.0, np.nan, 5.0], np.float32)
     t = np.array([1.0, 1.0, 4.0, 0.0, 5.0], np.float32)
     g = nan_array((5,), ctx)
-    ops.mae_loss_gradient(
+    ops.l1_loss_gradient(
         gpumat.array(p, ctx), gpumat.array(t, ctx), gpumat.array(np.ones(1, np.float32), ctx), g
     )
     got = g.asnumpy()
     np.testing.assert_array_equal(got[[0, 1, 2, 4]], np.array([0.0, 0.2, -0.2, 0.0], np.float32))
     assert np.isnan(got[3])
-    for fn in (ops.mse_loss, ops.mae_loss):
+    for fn in (ops.mse_loss, ops.l1_loss):
         out = nan_array((1,), ctx)
         fn(gpumat.array(p, ctx), gpumat.array(t, ctx), out)
         assert np.isnan(out.asnumpy()[0])
@@ -66,7 +66,7 @@ def test_mae_gradient_at_zero_is_zero_and_nan_propagates(ctx):
 
 def test_loss_of_equal_arrays_is_zero(ctx):
     x = gpumat.array(rand((64, 10)), ctx)
-    for fn in (ops.mse_loss, ops.mae_loss):
+    for fn in (ops.mse_loss, ops.l1_loss):
         out = nan_array((1,), ctx)
         fn(x, x, out)
         assert out.asnumpy()[0] == 0.0
@@ -78,10 +78,10 @@ def _a(ctx, *shape):
 
 BAD_LOSS = [
     ("mse_loss", lambda c: ops.mse_loss(_a(c, 3, 4), _a(c, 4, 3), _a(c, 1))),
-    ("mae_loss", lambda c: ops.mae_loss(_a(c, 3, 4), _a(c, 3, 4), _a(c, 1, 1))),
+    ("l1_loss", lambda c: ops.l1_loss(_a(c, 3, 4), _a(c, 3, 4), _a(c, 1, 1))),
     ("mse_loss", lambda c: ops.mse_loss(_a(c, 0, 4), _a(c, 0, 4), _a(c, 1))),
     ("mse_loss_gradient", lambda c: ops.mse_loss_gradient(_a(c, 3), _a(c, 3), _a(c, 2), _a(c, 3))),
-    ("mae_loss_gradient", lambda c: ops.mae_loss_gradient(_a(c, 3), _a(c, 3), _a(c, 1), _a(c, 4))),
+    ("l1_loss_gradient", lambda c: ops.l1_loss_gradient(_a(c, 3), _a(c, 3), _a(c, 1), _a(c, 4))),
     ("mse_loss", lambda c: (lambda x: ops.mse_loss(x, _a(c, 1), x))(_a(c, 1))),
     (
         "mse_loss_gradient",
@@ -104,7 +104,7 @@ def test_bad_loss_shapes_raise_value_error(ctx, name, call):
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("loss", [nn.mse_loss_op, nn.mae_loss_op], ids=["mse", "mae"])
+@pytest.mark.parametrize("loss", [graph.mse_loss_op, graph.mae_loss_op], ids=["mse", "mae"])
 def test_loss_op_gradients_match_finite_differences(loss):
     rng, _ = new_rng()
     # |pred - target| >= 0.2 elementwise keeps mae away from its kink
@@ -117,7 +117,7 @@ def test_loss_op_gradients_match_finite_differences(loss):
     check_fd_gradients(lambda x_, w_, y_: loss(ad.matmul_op(x_, w_), y_) * 3.0, [x, w, y], rng)
 
 
-@pytest.mark.parametrize("loss", [nn.mse_loss_op, nn.mae_loss_op], ids=["mse", "mae"])
+@pytest.mark.parametrize("loss", [graph.mse_loss_op, graph.mae_loss_op], ids=["mse", "mae"])
 def test_loss_ops_on_device_match_numpy(ctx, loss):
     rng, _ = new_rng()
     x, w = rand64(rng, (16, 5)), rand64(rng, (5, 3))
@@ -129,7 +129,7 @@ def test_loss_ops_on_device_match_numpy(ctx, loss):
 
 def test_loss_shape_inference_errors():
     p, t = ad.Variable("p"), ad.Variable("t")
-    for build in (nn.mse_loss_op, nn.mae_loss_op):
+    for build in (graph.mse_loss_op, graph.mae_loss_op):
         node = build(p, t)
         with pytest.raises(ValueError, match="differ in shape") as info:
             ad.Executor([node]).run({p: np.ones((3, 4)), t: np.ones((4, 3))})
@@ -145,7 +145,7 @@ def test_regression_trains_with_mse_on_device(ctx):
     w_true = rng.standard_normal((4, 1)).astype(np.float32)
     y_val = x_val @ w_true + 0.01 * rng.standard_normal((64, 1)).astype(np.float32)
     x, y, w = ad.Variable("x"), ad.Variable("y"), ad.Variable("w")
-    loss = nn.mse_loss_op(ad.matmul_op(x, w), y)
+    loss = graph.mse_loss_op(ad.matmul_op(x, w), y)
     ex = ad.Executor([loss, *ad.gradients(loss, [w])], ctx=ctx)
     w_dev = gpumat.array(np.zeros((4, 1), np.float32), ctx)
     opt = Adam([w_dev], lr=0.05)

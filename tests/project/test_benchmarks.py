@@ -72,7 +72,7 @@ def _tiny_cases():
     """One small case per op, shapes that are not multiples of anything."""
     C, b = bench_ops.Case, bench_ops
     return [
-        b._set("array_set", "t", (5, 7), 0.25),
+        b._set("fill", "t", (5, 7), 0.25),
         b._unary("copy", "t", "copy", (5, 7)),
         b._binary("add", "t", "add", (5, 7)),
         b._binary("multiply", "t", "multiply", (5, 7)),
@@ -89,13 +89,13 @@ def _tiny_cases():
         b._adadelta("adadelta", "t", (5, 7)),
         C("transpose", "t", "transpose", [(5, 7)], (7, 5), {"shape": (7, 5)}, "5x7"),
         b._special("broadcast_to", "t", "broadcast_to", (7,), (5, 7)),
-        b._special("reduce_sum_axis_zero", "t", "reduce_sum_axis_zero", (5, 7), (7,)),
+        b._special("sum_to_size", "t", "sum_to_size", (5, 7), (7,)),
         b._special("argmax", "t", "argmax", (5, 7), (5,), axis=1),
         b._special("argmax0", "t", "argmax", (5, 7), (7,), axis=0),
         b._unary("softmax", "t", "softmax", (5, 7)),
-        b._sce("softmax_cross_entropy", "t", (5, 7)),
-        b._random("random_uniform", "t", "random_uniform", (100, 100)),
-        b._random("random_normal", "t", "random_normal", (100, 100)),
+        b._sce("cross_entropy", "t", (5, 7)),
+        b._random("uniform", "t", "uniform", (100, 100)),
+        b._random("normal", "t", "normal", (100, 100)),
         *[b._matmul("t", 5, 7, 3, ta, tb) for ta in (False, True) for tb in (False, True)],
     ]
 

@@ -50,7 +50,7 @@ CHILD = """
         a = gpumat.array(np.random.rand(4, 5, 6), gpumat.cpu())
         b = gpumat.array(np.random.rand(5), gpumat.cpu())
         try:
-            ops.reduce_sum_axis_zero(a, b)
+            ops.sum_to_size(a, b)
         except ValueError as exc:
             return str(exc)
 

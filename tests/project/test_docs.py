@@ -143,10 +143,10 @@ def test_the_name_parser_finds_the_api_lists():
     # Guards the test above against a parser that finds nothing: the API page lists every kernel
     # and graph op, README's example uses a dozen names.
     api = doc_names((ROOT / "docs/api.md").read_text())
-    assert {"gpumat.ops.matrix_multiply", "gpumat.graph.conv2d_op", "gpumat.optim.Adam"} <= api
+    assert {"gpumat.ops.matmul", "gpumat.graph.conv2d_op", "gpumat.optim.Adam"} <= api
     assert len(api) > 100
     readme = doc_names((ROOT / "README.md").read_text())
-    assert {"gpumat.runtime.Executor", "gpumat.ops.matrix_multiply", "gpumat.cpu"} <= readme
+    assert {"gpumat.runtime.Executor", "gpumat.ops.matmul", "gpumat.cpu"} <= readme
     assert "gpumat.nn.no_such_op" in doc_names("`gpumat.nn.no_such_op(x)`")
     with pytest.raises(AttributeError):
         resolve("gpumat.nn.no_such_op")

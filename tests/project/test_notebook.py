@@ -97,7 +97,7 @@ def test_kernels_notebook(run_notebook):
     text = _outputs(nb)
     assert "devices: cpu(0), emu(0)" in text
     table = re.findall(r"^\s+(\w+) \|\s+([\d.e+-]+) \|\s+([\d.e+-]+)$", text, re.M)
-    assert {row[0] for row in table} >= {"matrix_multiply", "softmax", "sigmoid"}
+    assert {row[0] for row in table} >= {"matmul", "softmax", "sigmoid"}
     assert all(float(e) < 1e-4 for row in table for e in row[1:]), table
     # The CUDA source beside its host twin.
     assert "void relu(int dev, const float* in" in text and "void relu(int, const float* in" in text

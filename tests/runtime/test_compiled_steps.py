@@ -114,7 +114,7 @@ def test_graph_recaptures_when_fed_arrays_move(gpu_ctx):
 
 def test_dropout_graph_in_evaluation_mode_and_seeds_in_training(gpu_ctx):
     x = ad.Variable("x")
-    y = gpumat.nn.dropout_op(x, 0.5, seed=7) * 2.0
+    y = gpumat.graph.dropout_op(x, 0.5, seed=7) * 2.0
     data = np.random.default_rng(1).random((30, 20), dtype=np.float32)
     ex = Executor([y], ctx=gpu_ctx, training=False)
     for _ in range(3):
@@ -164,7 +164,7 @@ class _UserAdd(ad.Op):
         if ctx is None:
             np.add(input_vals[0], input_vals[1], out=output_val)
         else:
-            ops.matrix_elementwise_add(input_vals[0], input_vals[1], output_val)
+            ops.add(input_vals[0], input_vals[1], output_val)
 
     def gradient(self, node, output_grad):
         return [output_grad, output_grad]
@@ -244,7 +244,7 @@ def test_trace_calls_records_the_calls_and_runs_them(ctx):
     b = gpumat.array(rng.normal(size=(4, 2)), ctx)
     c = gpumat.empty((3, 2), ctx)
     with ops.trace_calls() as calls:
-        ops.matrix_multiply(a, False, b, False, c)
+        ops.matmul(a, b, c)
         with pytest.raises(RuntimeError, match="another trace"):
             with ops.trace_calls():
                 pass
@@ -372,7 +372,7 @@ def test_another_threads_kernels_are_never_captured(gpu_ctx):
     def other_thread():
         n = 0
         while not stop.is_set():
-            ops.matrix_elementwise_add_by_const(counter, 1.0, counter)
+            ops.add_scalar(counter, 1.0, counter)
             n += 1
         increments.append(n)
 

@@ -11,7 +11,7 @@
 //
 // Grouped by kernel family, as the sources are: src/ops/<family>.cpp (checks and dispatch),
 // src/cuda/<family>.cu and src/host/<family>.cpp (kernels). The fused ops (matmul_bias,
-// relu_bias_gradient, softmax_cross_entropy_with_gradient, the multi-tensor optimizer steps) each
+// relu_bias_gradient, cross_entropy_with_gradient, the multi-tensor optimizer steps) each
 // equal a sequence of the others in one kernel launch (or two, where noted) instead of several.
 #pragma once
 
@@ -35,16 +35,16 @@ namespace gpumat::ops {
 // ---------------------------------------------------------------------------- elementwise
 
 // arr[...] = value.
-void array_set(GpuMatrix& arr, float value);
+void fill(GpuMatrix& arr, float value);
 
-// All shapes equal. divide: out = a / b, IEEE division (x / 0 = +-inf, 0 / 0 = NaN).
+// All shapes equal. div: out = a / b, IEEE division (x / 0 = +-inf, 0 / 0 = NaN).
 void add(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
-void multiply(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
-void divide(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+void mul(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+void div(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
 // out = 1 where a == b, else 0 (IEEE equality: NaN equals nothing, -0 equals +0). All shapes equal.
 void eq(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
-void add_const(const GpuMatrix& in, float value, GpuMatrix& out);
-void multiply_const(const GpuMatrix& in, float value, GpuMatrix& out);
+void add_scalar(const GpuMatrix& in, float value, GpuMatrix& out);
+void mul_scalar(const GpuMatrix& in, float value, GpuMatrix& out);
 
 // y += alpha * x (in place), same shapes.
 void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y);
@@ -71,7 +71,7 @@ void relu_gradient(const GpuMatrix& in, const GpuMatrix& grad, GpuMatrix& out);
 void dropout(const GpuMatrix& in, GpuMatrix& out, float p, uint64_t seed);
 
 // dz = dy * (y > 0) (relu_gradient with y the forward output or the pre-activation) and dbias =
-// column sums of dz (reduce_sum_axis_zero), in one launch. y, dy, dz are (rows, cols), dbias is
+// column sums of dz (sum_to_size), in one launch. y, dy, dz are (rows, cols), dbias is
 // (cols,); dz may be dy; dbias must not be any of the others.
 void relu_bias_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dz, GpuMatrix& dbias);
 
@@ -93,22 +93,21 @@ void one_hot(const GpuMatrix& indices, GpuMatrix& out);
 
 // Sums over leading axes. out's shape must be a suffix of in's shape (leading 1s in out are
 // allowed): (500,200,100)->(200,100), (4,5,6)->(6,), (8,10)->(1,10).
-void reduce_sum_axis_zero(const GpuMatrix& in, GpuMatrix& out);
+void sum_to_size(const GpuMatrix& in, GpuMatrix& out);
 
 // out = in repeated over leading axes. in's shape, after dropping leading 1s, must be a suffix of
 // out's shape: (200,300)->(130,200,300), (1,10)->(7,10), (10,)->(7,10).
 void broadcast_to(const GpuMatrix& in, GpuMatrix& out);
 
 // Reductions along `axis`: out has in's shape with that axis removed, or kept with length 1
-// (keepdims; the two layouts are identical in memory). reduce_mean and reduce_max need the axis
-// to be non-empty. reduce_max: NaN wins. reduce_max_gradient: dx[..., j, ...] = dy / t where
+// (keepdims; the two layouts are identical in memory). mean and amax need the axis
+// to be non-empty. amax: NaN wins. amax_gradient: dx[..., j, ...] = dy / t where
 // x == y (the max), t the number of tied maxima in that slice, else 0 (ties share equally, as
-// TensorFlow's reduce_max and PyTorch's amax do).
-void reduce_sum(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
-void reduce_mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
-void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
-void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
-                         int64_t axis);
+// TensorFlow's amax and PyTorch's amax do).
+void sum(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void amax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void amax_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
 
 // out (in's shape with `axis` removed, or kept with length 1) = the index along `axis` of each slice's
 // maximum, as a float holding the integer (PyTorch's argmax rule: the first maximum wins and a NaN
@@ -117,8 +116,8 @@ void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix
 void argmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
 
 // out (in's shape with `axis` inserted or filled back to out.dim(axis)) = scale * in repeated along
-// axis: the gradient of reduce_sum (scale 1) and reduce_mean (scale 1/n).
-void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale);
+// axis: the gradient of sum (scale 1) and mean (scale 1/n).
+void broadcast_dim(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale);
 
 // ---------------------------------------------------------------------------- matmul
 
@@ -133,30 +132,28 @@ void matmul_bias(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool tran
 
 // ---------------------------------------------------------------------------- softmax
 
-// Row-wise softmax of a 2-D (rows, cols) array, max-subtracted for stability.
-void softmax(const GpuMatrix& in, GpuMatrix& out);
-
 // Softmax / log-softmax along `axis` of an N-d array (rank >= 1), max-subtracted (the log-sum-exp
-// trick): log_softmax = x - max - log sum exp(x - max). in and out have one shape and differ.
-// softmax_axis_gradient: dx = y * (dy - sum_axis y*dy) from y = softmax(x); log_softmax_gradient:
+// trick): log_softmax = x - max - log sum exp(x - max). in and out have one shape and differ. A
+// matrix's softmax along its rows runs the row kernel (one block per row).
+// softmax_gradient: dx = y * (dy - sum_axis y*dy) from y = softmax(x); log_softmax_gradient:
 // dx = dy - exp(y) * sum_axis dy from y = log_softmax(x). An axis of length 0 leaves out empty.
-void softmax_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void softmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
 void log_softmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
-void softmax_axis_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
+void softmax_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
 void log_softmax_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
 
 // ---------------------------------------------------------------------------- loss
 
 // out (1,) = mean over rows of -sum_c labels[r,c] * log_softmax(logits)[r,c]; logits and labels
 // are (rows, cols) with rows >= 1. log_softmax uses the log-sum-exp trick.
-void softmax_cross_entropy(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& out);
+void cross_entropy(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& out);
 
-// loss (1,) = softmax_cross_entropy(logits, labels) and grad (rows, cols) = (softmax(logits) -
+// loss (1,) = cross_entropy(logits, labels) and grad (rows, cols) = (softmax(logits) -
 // labels) / rows, the gradient of that mean loss: one launch on CUDA (the last block to finish
 // takes the mean), instead of five. logits and labels are (rows, cols) with rows, cols >= 1; the outputs are
 // distinct from the inputs and from each other.
-void softmax_cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& loss,
-                                         GpuMatrix& grad);
+void cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& loss,
+                                 GpuMatrix& grad);
 
 // Negative log-likelihood with one-hot (or any probability-row) targets: log_probs and target are
 // (rows, cols), rows >= 1; out (1,) = -sum target * log_probs / rows. nll_loss_gradient: out_grad
@@ -165,15 +162,15 @@ void nll_loss(const GpuMatrix& log_probs, const GpuMatrix& target, GpuMatrix& ou
 void nll_loss_gradient(const GpuMatrix& target, const GpuMatrix& dloss, GpuMatrix& out_grad);
 
 // Regression losses: pred and target of one shape with >= 1 element, out (1,).
-// mse_loss = mean (pred - target)^2; mae_loss = mean |pred - target|. The gradients with respect
+// mse_loss = mean (pred - target)^2; l1_loss = mean |pred - target|. The gradients with respect
 // to pred, times the loss's output gradient dloss (1,): 2 (pred - target) / n * dloss and
 // sign(pred - target) / n * dloss (sign(0) = 0, the subgradient PyTorch uses); out_grad has pred's shape.
 void mse_loss(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out);
-void mae_loss(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out);
+void l1_loss(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out);
 void mse_loss_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,
                        GpuMatrix& out_grad);
-void mae_loss_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,
-                       GpuMatrix& out_grad);
+void l1_loss_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,
+                      GpuMatrix& out_grad);
 
 // ---------------------------------------------------------------------------- conv
 
@@ -231,8 +228,8 @@ void avg_pool2d_gradient(const GpuMatrix& dy, GpuMatrix& dx, int64_t kernel_h, i
 
 // Counter-based random fills: element i depends only on (seed, i), so host and CUDA give the same
 // values for the same seed. uniform in [low, high); normal through Box-Muller.
-void random_uniform(GpuMatrix& out, float low, float high, uint64_t seed);
-void random_normal(GpuMatrix& out, float mean, float stddev, uint64_t seed);
+void uniform(GpuMatrix& out, float low, float high, uint64_t seed);
+void normal(GpuMatrix& out, float mean, float stddev, uint64_t seed);
 
 // ---------------------------------------------------------------------------- optim
 

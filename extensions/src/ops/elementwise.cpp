@@ -1,5 +1,5 @@
-// The elementwise family's ops (gpumat/ops.h): array_set, add, multiply, add_const, multiply_const,
-// axpy, copy, exp, log, divide, eq. Checks here and in checks.h; kernels in ../cuda/elementwise.cu,
+// The elementwise family's ops (gpumat/ops.h): fill, add, mul, div, eq, add_scalar, mul_scalar, axpy,
+// copy, exp, log. Checks here and in checks.h; kernels in ../cuda/elementwise.cu,
 // ../host/elementwise.cpp.
 #include "gpumat/ops.h"
 
@@ -7,38 +7,39 @@
 
 namespace gpumat::ops {
 
-void array_set(GpuMatrix& arr, float value) {
-  const Backend& be = same_device("array_set", arr);
+void fill(GpuMatrix& arr, float value) {
+  const Backend& be = same_device("fill", arr);
   if (arr.size() > 0) be.array_set(arr.device().index, arr.data(), arr.size(), value);
   finish(arr);
 }
 
-#define GPUMAT_BINARY_OP(NAME, OPNAME)                                                         \
-  void NAME(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out) {                          \
-    const Backend& be = same_device(OPNAME, a, b, out);                                        \
-    same_shape(OPNAME, a, b);                                                                  \
-    same_shape(OPNAME, a, out);                                                                \
-    in_place_or_disjoint(OPNAME, a, out);                                                      \
-    in_place_or_disjoint(OPNAME, b, out);                                                      \
-    if (out.size() > 0) be.NAME(a.device().index, a.data(), b.data(), out.data(), out.size()); \
-    finish(out);                                                                               \
+// NAME: the op (ops.h), KERNEL: its backend kernel (kernels.def).
+#define GPUMAT_BINARY_OP(NAME, KERNEL)                                                           \
+  void NAME(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out) {                            \
+    const Backend& be = same_device(#NAME, a, b, out);                                           \
+    same_shape(#NAME, a, b);                                                                     \
+    same_shape(#NAME, a, out);                                                                   \
+    in_place_or_disjoint(#NAME, a, out);                                                         \
+    in_place_or_disjoint(#NAME, b, out);                                                         \
+    if (out.size() > 0) be.KERNEL(a.device().index, a.data(), b.data(), out.data(), out.size()); \
+    finish(out);                                                                                 \
   }
-GPUMAT_BINARY_OP(add, "matrix_elementwise_add")
-GPUMAT_BINARY_OP(multiply, "matrix_elementwise_multiply")
-GPUMAT_BINARY_OP(divide, "matrix_elementwise_divide")
-GPUMAT_BINARY_OP(eq, "eq")
+GPUMAT_BINARY_OP(add, add)
+GPUMAT_BINARY_OP(mul, multiply)
+GPUMAT_BINARY_OP(div, divide)
+GPUMAT_BINARY_OP(eq, eq)
 #undef GPUMAT_BINARY_OP
 
-#define GPUMAT_CONST_OP(NAME, OPNAME)                                                         \
-  void NAME(const GpuMatrix& in, float value, GpuMatrix& out) {                               \
-    const Backend& be = same_device(OPNAME, in, out);                                         \
-    same_shape(OPNAME, in, out);                                                              \
-    in_place_or_disjoint(OPNAME, in, out);                                                    \
-    if (out.size() > 0) be.NAME(in.device().index, in.data(), value, out.data(), out.size()); \
-    finish(out);                                                                              \
+#define GPUMAT_CONST_OP(NAME, KERNEL)                                                           \
+  void NAME(const GpuMatrix& in, float value, GpuMatrix& out) {                                 \
+    const Backend& be = same_device(#NAME, in, out);                                            \
+    same_shape(#NAME, in, out);                                                                 \
+    in_place_or_disjoint(#NAME, in, out);                                                       \
+    if (out.size() > 0) be.KERNEL(in.device().index, in.data(), value, out.data(), out.size()); \
+    finish(out);                                                                                \
   }
-GPUMAT_CONST_OP(add_const, "matrix_elementwise_add_by_const")
-GPUMAT_CONST_OP(multiply_const, "matrix_elementwise_multiply_by_const")
+GPUMAT_CONST_OP(add_scalar, add_const)
+GPUMAT_CONST_OP(mul_scalar, multiply_const)
 #undef GPUMAT_CONST_OP
 
 void axpy(float alpha, const GpuMatrix& x, GpuMatrix& y) {

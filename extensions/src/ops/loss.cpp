@@ -1,5 +1,5 @@
-// The loss family's ops (gpumat/ops.h): softmax_cross_entropy (alone and with its gradient),
-// nll_loss, mse_loss, mae_loss and their gradients. Checks here and in checks.h; kernels in
+// The loss family's ops (gpumat/ops.h): cross_entropy (alone and with its gradient),
+// nll_loss, mse_loss, l1_loss and their gradients. Checks here and in checks.h; kernels in
 // ../cuda/loss.cu and ../host/loss.cpp.
 #include "gpumat/ops.h"
 
@@ -41,8 +41,8 @@ void check_scalar(const char* op, const char* what, const GpuMatrix& m) {
 
 }  // namespace
 
-void softmax_cross_entropy(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& out) {
-  const char* op = "softmax_cross_entropy";
+void cross_entropy(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& out) {
+  const char* op = "cross_entropy";
   const Backend& be = same_device(op, logits, labels, out);
   check_row_mean_loss(op, "the logits", logits, labels, "the output", out);
   be.softmax_cross_entropy(logits.device().index, logits.data(), labels.data(), out.data(), logits.dim(0),
@@ -50,9 +50,9 @@ void softmax_cross_entropy(const GpuMatrix& logits, const GpuMatrix& labels, Gpu
   finish(out);
 }
 
-void softmax_cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& loss,
-                                         GpuMatrix& grad) {
-  const char* op = "softmax_cross_entropy_with_gradient";
+void cross_entropy_with_gradient(const GpuMatrix& logits, const GpuMatrix& labels, GpuMatrix& loss,
+                                 GpuMatrix& grad) {
+  const char* op = "cross_entropy_with_gradient";
   const Backend& be = same_device(op, logits, labels, loss, grad);
   check_row_mean_loss(op, "the logits", logits, labels, "the loss", loss);
   same_shape(op, logits, grad);
@@ -88,32 +88,33 @@ void nll_loss_gradient(const GpuMatrix& target, const GpuMatrix& dloss, GpuMatri
   finish(out_grad);
 }
 
-#define GPUMAT_LOSS_OP(NAME)                                                                               \
-  void NAME(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out) {                              \
-    const Backend& be = same_device(#NAME, pred, target, out);                                             \
-    check_loss(#NAME, pred, target);                                                                       \
-    check_scalar(#NAME, "the output", out);                                                                \
-    not_aliased(#NAME, pred, out);                                                                         \
-    not_aliased(#NAME, target, out);                                                                       \
-    be.NAME(out.device().index, pred.data(), target.data(), out.data(), pred.size());                      \
-    finish(out);                                                                                           \
-  }                                                                                                        \
-  void NAME##_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,             \
-                       GpuMatrix& out_grad) {                                                              \
-    const char* op = #NAME "_gradient";                                                                    \
-    const Backend& be = same_device(op, pred, target, dloss, out_grad);                                    \
-    check_loss(op, pred, target);                                                                          \
-    check_scalar(op, "the loss gradient dloss", dloss);                                                    \
-    same_shape(op, pred, out_grad);                                                                        \
-    not_aliased(op, dloss, out_grad); /* every element reads dloss[0] */                                   \
-    in_place_or_disjoint(op, pred, out_grad);                                                              \
-    in_place_or_disjoint(op, target, out_grad);                                                            \
-    be.NAME##_gradient(out_grad.device().index, pred.data(), target.data(), dloss.data(), out_grad.data(), \
-                       pred.size());                                                                       \
-    finish(out_grad);                                                                                      \
+#define GPUMAT_LOSS_OP(NAME, KERNEL)                                                                         \
+  void NAME(const GpuMatrix& pred, const GpuMatrix& target, GpuMatrix& out) {                                \
+    const Backend& be = same_device(#NAME, pred, target, out);                                               \
+    check_loss(#NAME, pred, target);                                                                         \
+    check_scalar(#NAME, "the output", out);                                                                  \
+    not_aliased(#NAME, pred, out);                                                                           \
+    not_aliased(#NAME, target, out);                                                                         \
+    be.KERNEL(out.device().index, pred.data(), target.data(), out.data(), pred.size());                      \
+    finish(out);                                                                                             \
+  }                                                                                                          \
+  void NAME##_gradient(const GpuMatrix& pred, const GpuMatrix& target, const GpuMatrix& dloss,               \
+                       GpuMatrix& out_grad) {                                                                \
+    const char* op = #NAME "_gradient";                                                                      \
+    const Backend& be = same_device(op, pred, target, dloss, out_grad);                                      \
+    check_loss(op, pred, target);                                                                            \
+    check_scalar(op, "the loss gradient dloss", dloss);                                                      \
+    same_shape(op, pred, out_grad);                                                                          \
+    not_aliased(op, dloss, out_grad); /* every element reads dloss[0] */                                     \
+    in_place_or_disjoint(op, pred, out_grad);                                                                \
+    in_place_or_disjoint(op, target, out_grad);                                                              \
+    be.KERNEL##_gradient(out_grad.device().index, pred.data(), target.data(), dloss.data(), out_grad.data(), \
+                         pred.size());                                                                       \
+    finish(out_grad);                                                                                        \
   }
-GPUMAT_LOSS_OP(mse_loss)
-GPUMAT_LOSS_OP(mae_loss)
+// NAME: the op (ops.h), KERNEL: its backend kernels' stem (kernels.def).
+GPUMAT_LOSS_OP(mse_loss, mse_loss)
+GPUMAT_LOSS_OP(l1_loss, mae_loss)
 #undef GPUMAT_LOSS_OP
 
 }  // namespace gpumat::ops

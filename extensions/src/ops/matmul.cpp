@@ -55,7 +55,7 @@ Product check_product(const char* op, const GpuMatrix& a, bool trans_a, const Gp
 }  // namespace
 
 void matmul(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, GpuMatrix& c) {
-  const char* op = "matrix_multiply";
+  const char* op = "matmul";
   const Backend& be = same_device(op, a, b, c);
   const Product p = check_product(op, a, trans_a, b, trans_b, c);
   if (c.size() == 0) return finish(c);

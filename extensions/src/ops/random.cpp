@@ -1,4 +1,4 @@
-// The random family's ops (gpumat/ops.h): random_uniform, random_normal. Checks here and in
+// The random family's ops (gpumat/ops.h): uniform, normal. Checks here and in
 // checks.h; kernels in ../cuda/random.cu and ../host/random.cpp.
 #include "gpumat/ops.h"
 
@@ -9,25 +9,24 @@
 
 namespace gpumat::ops {
 
-void random_uniform(GpuMatrix& out, float low, float high, uint64_t seed) {
-  const Backend& be = same_device("random_uniform", out);
+void uniform(GpuMatrix& out, float low, float high, uint64_t seed) {
+  const Backend& be = same_device("uniform", out);
   if (!std::isfinite(low) || !std::isfinite(high))
-    throw ShapeError("random_uniform: low and high must be finite, got [" + std::to_string(low) + ", " +
+    throw ShapeError("uniform: low and high must be finite, got [" + std::to_string(low) + ", " +
                      std::to_string(high) + ")");
   if (!(low <= high))
-    throw ShapeError("random_uniform: low must not exceed high, got [" + std::to_string(low) + ", " +
+    throw ShapeError("uniform: low must not exceed high, got [" + std::to_string(low) + ", " +
                      std::to_string(high) + ")");
   if (out.size() > 0) be.random_uniform(out.device().index, out.data(), out.size(), low, high, seed);
   finish(out);
 }
 
-void random_normal(GpuMatrix& out, float mean, float stddev, uint64_t seed) {
-  const Backend& be = same_device("random_normal", out);
+void normal(GpuMatrix& out, float mean, float stddev, uint64_t seed) {
+  const Backend& be = same_device("normal", out);
   if (!std::isfinite(mean) || !std::isfinite(stddev))
-    throw ShapeError("random_normal: mean and stddev must be finite, got " + std::to_string(mean) + " and " +
+    throw ShapeError("normal: mean and stddev must be finite, got " + std::to_string(mean) + " and " +
                      std::to_string(stddev));
-  if (!(stddev >= 0.0f))
-    throw ShapeError("random_normal: stddev must be >= 0, got " + std::to_string(stddev));
+  if (!(stddev >= 0.0f)) throw ShapeError("normal: stddev must be >= 0, got " + std::to_string(stddev));
   if (out.size() > 0) be.random_normal(out.device().index, out.data(), out.size(), mean, stddev, seed);
   finish(out);
 }

@@ -1,6 +1,6 @@
 // The reduce family's ops (gpumat/ops.h): reductions and broadcasts, each the other's gradient:
-// reduce_sum_axis_zero, broadcast_to, reduce_sum, reduce_mean, reduce_max, reduce_max_gradient,
-// broadcast_axis, argmax. Checks here and in checks.h; kernels in ../cuda/reduce.cu and ../host/reduce.cpp.
+// sum_to_size, broadcast_to, sum, mean, amax, amax_gradient, broadcast_dim, argmax. Checks here and in
+// checks.h; kernels in ../cuda/reduce.cu and ../host/reduce.cpp.
 #include "gpumat/ops.h"
 
 #include <string>
@@ -9,8 +9,8 @@
 
 namespace gpumat::ops {
 
-void reduce_sum_axis_zero(const GpuMatrix& in, GpuMatrix& out) {
-  const char* op = "reduce_sum_axis_zero";
+void sum_to_size(const GpuMatrix& in, GpuMatrix& out) {
+  const char* op = "sum_to_size";
   const Backend& be = same_device(op, in, out);
   not_aliased(op, in, out);
   if (!is_suffix(strip_leading_ones(out.shape()), in.shape()))
@@ -50,17 +50,11 @@ void reduce_common(const char* op, const GpuMatrix& in, GpuMatrix& out, int64_t 
 
 }  // namespace
 
-void reduce_sum(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
-  reduce_common("reduce_sum", in, out, axis, 0);
-}
+void sum(const GpuMatrix& in, GpuMatrix& out, int64_t axis) { reduce_common("sum", in, out, axis, 0); }
 
-void reduce_mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
-  reduce_common("reduce_mean", in, out, axis, 1);
-}
+void mean(const GpuMatrix& in, GpuMatrix& out, int64_t axis) { reduce_common("mean", in, out, axis, 1); }
 
-void reduce_max(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
-  reduce_common("reduce_max", in, out, axis, 2);
-}
+void amax(const GpuMatrix& in, GpuMatrix& out, int64_t axis) { reduce_common("amax", in, out, axis, 2); }
 
 // argmax writes indices as floats: exact up to 2^24 (float32's 24-bit significand).
 constexpr int64_t kMaxArgmaxAxis = int64_t{1} << 24;
@@ -82,9 +76,8 @@ void argmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
   finish(out);
 }
 
-void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx,
-                         int64_t axis) {
-  const char* op = "reduce_max_gradient";
+void amax_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis) {
+  const char* op = "amax_gradient";
   const Backend& be = same_device(op, x, y, dy, dx);
   same_shape(op, x, dx);
   same_shape(op, y, dy);
@@ -99,8 +92,8 @@ void reduce_max_gradient(const GpuMatrix& x, const GpuMatrix& y, const GpuMatrix
   finish(dx);
 }
 
-void broadcast_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale) {
-  const char* op = "broadcast_axis";
+void broadcast_dim(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale) {
+  const char* op = "broadcast_dim";
   const Backend& be = same_device(op, in, out);
   not_aliased(op, in, out);
   int64_t a = 0;

@@ -1,20 +1,10 @@
-// The softmax family's ops (gpumat/ops.h): softmax, softmax_axis, log_softmax and their gradients.
+// The softmax family's ops (gpumat/ops.h): softmax, log_softmax and their gradients.
 // Checks here and in checks.h; kernels in ../cuda/softmax.cu and ../host/softmax.cpp.
 #include "gpumat/ops.h"
 
 #include "checks.h"
 
 namespace gpumat::ops {
-
-void softmax(const GpuMatrix& in, GpuMatrix& out) {
-  const char* op = "softmax";
-  const Backend& be = same_device(op, in, out);
-  require_ndim(op, "the input", in, 2);
-  same_shape(op, in, out);
-  not_aliased(op, in, out);
-  if (out.size() > 0) be.softmax(in.device().index, in.data(), out.data(), in.dim(0), in.dim(1));
-  finish(out);
-}
 
 namespace {
 
@@ -23,7 +13,10 @@ void softmax_common(const char* op, const GpuMatrix& in, GpuMatrix& out, int64_t
   same_shape(op, in, out);
   not_aliased(op, in, out);
   AxisView v = axis_view(op, in, axis);
-  if (out.size() > 0) be.softmax_axis(in.device().index, in.data(), out.data(), v.outer, v.n, v.inner, log);
+  if (out.size() > 0 && !log && in.ndim() == 2 && v.outer == in.dim(0) && v.inner == 1)  // along rows
+    be.softmax(in.device().index, in.data(), out.data(), in.dim(0), in.dim(1));
+  else if (out.size() > 0)
+    be.softmax_axis(in.device().index, in.data(), out.data(), v.outer, v.n, v.inner, log);
   finish(out);
 }
 
@@ -42,7 +35,7 @@ void softmax_gradient_common(const char* op, const GpuMatrix& y, const GpuMatrix
 
 }  // namespace
 
-void softmax_axis(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
+void softmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
   softmax_common("softmax", in, out, axis, false);
 }
 
@@ -50,7 +43,7 @@ void log_softmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis) {
   softmax_common("log_softmax", in, out, axis, true);
 }
 
-void softmax_axis_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis) {
+void softmax_gradient(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis) {
   softmax_gradient_common("softmax_gradient", y, dy, dx, axis, false);
 }
 
