@@ -240,6 +240,17 @@ def _signature(value, tensors: list, objects: list):
 _NO_KWARGS = _signature({}, [], [])
 
 
+def _aliasing(tensors: list):
+    """Which tensor arguments are the same tensor: None when all differ, else the position of
+    each one's first occurrence. A trace makes one input of a tensor passed twice, so ``f(x, x)``
+    and ``f(x, y)`` are different traces."""
+    ids = [id(t) for t in tensors]
+    if len(set(ids)) == len(ids):
+        return None
+    first: dict = {}
+    return tuple([first.setdefault(i, k) for k, i in enumerate(ids)])
+
+
 def _replace(value, fn):
     """``value`` with every tensor replaced by ``fn(tensor)`` (tuples, lists, dicts walked)."""
     if isinstance(value, Tensor):
@@ -269,6 +280,10 @@ class _Entry:
         self.slots = slots  # eval node -> its index among the executor's values
         self.objects = objects  # kept alive: the signature holds their ids
         self.feeds = [(t, node, t.requires_grad) for t, node in trace.feeds.values()]
+        # Which arguments were tensors the step also reads directly (f(w) reading the parameter
+        # w too): the two uses are separate inputs, so the pattern is part of the guard.
+        self._fed_ids = {id(t) for t, _ in trace.feeds.values()}
+        self._arg_is_fed = [id(a) in self._fed_ids for a in args]
         ctx = trace.ctx
         # On CUDA and emulated devices the arguments are copied into the step's own buffers, so
         # a captured CUDA graph's addresses stay valid; on the host they are fed in place.
@@ -321,15 +336,17 @@ class _Entry:
         self._grad_cache = made
         return made
 
-    def holds(self) -> bool:
-        """Whether the modules' modes and the fed tensors' requires_grad are as traced."""
+    def holds(self, args: list) -> bool:
+        """Whether the modules' modes, the fed tensors' requires_grad and which tensor arguments
+        are tensors the step reads directly are as traced."""
         for module, training in self.modules:
             if module.training != training:
                 return False
         for t, _, rg in self.feeds:
             if t._requires_grad != rg:
                 return False
-        return True
+        fed = self._fed_ids
+        return [id(a) in fed for a in args] == self._arg_is_fed
 
     def run(self, args: list):
         """One call: check, feed, run the graph, update, set the gradients, return results."""
@@ -393,9 +410,10 @@ class CompiledFunction:
             _signature(args, tensors, objects),
             _signature(kwargs, tensors, objects) if kwargs else _NO_KWARGS,
             is_grad_enabled(),
+            _aliasing(tensors),
         )
         for entry in self._cache.get(key, ()):
-            if entry.holds():
+            if entry.holds(tensors):
                 self.executor = entry.executor
                 return entry.run(tensors)
         entry = self._trace(args, kwargs, tensors, objects)
@@ -406,7 +424,9 @@ class CompiledFunction:
 
     def _trace(self, args, kwargs, tensors: list, objects: list) -> _Entry:
         trace = Trace()
-        index = {id(t): i for i, t in enumerate(tensors)}
+        index: dict = {}
+        for i, t in enumerate(tensors):  # a tensor passed twice is one input, at its first place
+            index.setdefault(id(t), i)
         symbolic = {}
 
         def to_symbolic(t: Tensor) -> Tensor:
