@@ -268,6 +268,7 @@ class _Entry:
     def __init__(
         self,
         trace: Trace,
+        final: dict,
         outputs,
         executor: Executor,
         slots: dict,
@@ -297,8 +298,8 @@ class _Entry:
         ]
         position = {id(args[pos]): pos for pos, _ in trace.inputs}
         self.grads = []  # (tensor, or the position of a tensor argument; slot or None)
-        for t, _ in trace.touched.values():
-            g = t._grad
+        for k, (t, _) in trace.touched.items():
+            g = final[k]
             owner = position.get(id(t), t)
             self.grads.append((owner, None if g is None else slots[g._tnode]))
         # self.grads by owner kind: (tensor, j) and (argument position, j), j its index there.
@@ -417,10 +418,22 @@ class CompiledFunction:
                 self.executor = entry.executor
                 return entry.run(tensors)
         entry = self._trace(args, kwargs, tensors, objects)
+        # The first run may fail (a full device): then nothing is kept or changed, and the next
+        # call traces again. The trace left every .grad as it was; the optimizers' state made for
+        # the trace is dropped.
+        fresh = [opt for opt, _ in entry.trace.steps if opt._state is None]
+        try:
+            for opt in fresh:
+                opt._ensure_state()
+            out = entry.run(tensors)
+        except BaseException:
+            for opt in fresh:
+                opt._state = None
+            raise
         self._cache.setdefault(key, []).append(entry)
         self.traces += 1
         self.executor = entry.executor
-        return entry.run(tensors)
+        return out
 
     def _trace(self, args, kwargs, tensors: list, objects: list) -> _Entry:
         trace = Trace()
@@ -447,12 +460,14 @@ class CompiledFunction:
                         "gpumat.compile: the step assigns a .grad computed outside it; gradients "
                         "inside a compiled step come from its backward()"
                     )
-        except BaseException:
-            for t, grad in trace.touched.values():
-                t._grad = grad
-            raise
         finally:
             set_trace(previous)
+            # Every .grad goes back to its value before the trace: each call, the first
+            # included, sets them from its own run (a failed run leaves no placeholder behind).
+            final = {}
+            for k, (t, grad) in trace.touched.items():
+                final[k] = t._grad
+                t._grad = grad
         if trace.ctx is None:
             raise TypeError("gpumat.compile: the step uses no tensors; there is nothing to compile")
         nodes: list = []
@@ -464,18 +479,16 @@ class CompiledFunction:
                 nodes.append(node)
 
         _replace(outputs, lambda t: want(t._tnode) if t._trace is trace else None)
-        for t, _ in trace.touched.values():
-            if t._grad is not None:
-                want(t._grad._tnode)
+        for g in final.values():
+            if g is not None:
+                want(g._tnode)
         for _, pairs in trace.steps:
             for _, g in pairs:
                 want(g)
-        for opt, _ in trace.steps:
-            opt._ensure_state()
         executor = Executor(
             nodes, ctx=trace.ctx, fusion=self._fusion, compiled=True, cuda_graph=self._cuda_graph
         )
-        return _Entry(trace, outputs, executor, slots, tensors, objects)
+        return _Entry(trace, final, outputs, executor, slots, tensors, objects)
 
     @property
     def schedule_report(self):

@@ -112,3 +112,63 @@ def test_an_argument_that_is_also_a_parameter_the_step_reads(ctx):
         assert got.item() == pytest.approx(want.item(), rel=1e-5), msg
         np.testing.assert_allclose(got_grads[0], w.grad.numpy(), rtol=1e-5, err_msg=msg)
         np.testing.assert_allclose(got_grads[1], arg.grad.numpy(), rtol=1e-5, err_msg=msg)
+
+
+# --------------------------------------------------------------------------- a failed first call
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def twins(ctx, make_opt=lambda p: gpumat.optim.SGD(p, lr=0.1, momentum=0.9)):
+    a, b = mlp(), mlp()
+    b.load_state_dict(a.state_dict())
+    a.to(ctx)
+    b.to(ctx)
+    return a, b, make_opt(a.parameters()), make_opt(b.parameters())
+
+
+def train_step(model, opt):
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def test_a_failed_first_call_changes_nothing(ctx, monkeypatch):
+    """The executor runs out of memory on the first call: no .grad is left a traced placeholder,
+    the optimizer makes no state, eager training goes on, and the next call traces again."""
+    rng, seed = new_rng()
+    model, twin, opt, twin_opt = twins(ctx)
+    real = gpumat.compiler.Executor
+
+    class FullDevice(real):
+        def run(self, *args, **kwargs):
+            raise MemoryError("out of memory on the device (simulated)")
+
+    monkeypatch.setattr(gpumat.compiler, "Executor", FullDevice)
+    step = gpumat.compile(train_step(model, opt))
+    x, y = t(rng, (4, 6), ctx), gpumat.tensor(rng.integers(0, 3, 4), device=ctx)
+    with pytest.raises(MemoryError):
+        step(x, y)
+    assert all(p.grad is None for p in model.parameters())
+    assert opt._state is None and step.traces == 0
+    # Eager backward works without zero_grad(), and so does the next compiled call.
+    F.cross_entropy(model(x), y).backward()
+    F.cross_entropy(twin(x), y).backward()
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        close(p.grad, q.grad, f"seed={seed}")
+    monkeypatch.setattr(gpumat.compiler, "Executor", real)
+    eager = train_step(twin, twin_opt)
+    for _ in range(2):
+        x, y = t(rng, (4, 6), ctx), gpumat.tensor(rng.integers(0, 3, 4), device=ctx)
+        got, want = step(x, y), eager(x, y)
+        assert got.item() == pytest.approx(want.item(), rel=1e-5), f"seed={seed}"
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        close(p.detach(), q.detach(), f"seed={seed}")
+    assert step.traces == 1
