@@ -77,6 +77,13 @@ class Trace:
         self.leaves: dict = {}  # placeholder -> tensor that requires a gradient
         self.inputs: list = []  # (argument position, placeholder)
         self.touched: dict = {}  # id(tensor) -> (tensor, its grad before the trace)
+        # .grad as eagerly: which gradients the step replaced (grad = ..., zero_grad()), which it
+        # set in any way, which it read as they were before the call (each call checks whether
+        # those are None), and placeholders fed with a .grad's value at each call.
+        self.replaced: set = set()
+        self.changed: set = set()
+        self.read: set = set()
+        self.grad_inputs: dict = {}  # id(tensor) -> (tensor, placeholder of its .grad)
         self.steps: list = []  # (optimizer, [(parameter index, gradient node)])
         self.updated: set = set()
         self.module_guards: dict = {}
@@ -154,9 +161,46 @@ class Trace:
         self.module_guards[id(module)] = (module, module.training)
 
     def touch_grad(self, t: Tensor) -> None:
-        """Remember ``t.grad`` before the trace changes it (restored if tracing fails)."""
-        if id(t) not in self.touched and t._trace is None:
+        """``t.grad`` is assigned inside the step (``t.grad = g``, ``zero_grad()``): remember its
+        value before the trace (put back after it) and that the step replaced it."""
+        if t._trace is None:
+            self._touch(t)
+            self.replaced.add(id(t))
+            self.changed.add(id(t))
+
+    def _touch(self, t: Tensor) -> None:
+        if id(t) not in self.touched:
             self.touched[id(t)] = (t, t._grad)
+
+    def grad_node(self, t: Tensor, op: str):
+        """The node of ``t.grad`` as the step sees it, or None when it has none.
+
+        A gradient ``t`` had before the call (one the step has not set) is read at each call: a
+        placeholder fed with its value, and each call checks that it is None, or not, as now.
+
+        Raises:
+            RuntimeError: ``t.grad`` is a tensor from outside the step that the step assigned, or
+                a tensor of another trace.
+        """
+        self._touch(t)
+        k = id(t)
+        if k not in self.changed:
+            self.read.add(k)
+        g = t._grad
+        if g is None:
+            return None
+        if g._trace is self:
+            return g._tnode
+        if g._trace is not None or k in self.replaced:
+            raise RuntimeError(
+                f"{op}: the step assigns a .grad computed outside it; gradients inside a compiled "
+                "step come from its backward()"
+            )
+        entry = self.grad_inputs.get(k)
+        if entry is None:
+            self._use(t._ctx, op)
+            entry = self.grad_inputs[k] = (t, Variable(f"{getattr(t, '_name', 'tensor')}.grad"))
+        return entry[1]
 
     def backward(self, root: Tensor, gradient, retain_graph: bool) -> None:
         """Add the gradient graph of ``root`` and accumulate symbolic gradients in ``.grad``."""
@@ -180,40 +224,32 @@ class Trace:
         grads = gradients(root._tnode, leaves, output_grad=seed) if leaves else []
         for leaf, g in zip(leaves, grads, strict=True):
             t = self.leaves[leaf]
-            previous = t._grad
-            if previous is None:
-                node = g
-            elif previous._trace is self:
-                node = add_op(previous._tnode, g)
-            else:
-                raise RuntimeError(
-                    "backward: a compiled step would add to a .grad computed outside it; call "
-                    "optimizer.zero_grad() (or model.zero_grad()) at the start of the step"
-                )
-            t.grad = Tensor._symbolic(self, node, t._shape, float32, t._ctx)
+            previous = self.grad_node(t, "backward")  # accumulate, as eagerly
+            node = g if previous is None else add_op(previous, g)
+            t._grad = Tensor._symbolic(self, node, t._shape, float32, t._ctx)
+            self.changed.add(id(t))
         if not retain_graph:
             self.freed |= path
 
     def zeros_grad(self, t: Tensor) -> None:
-        """``t.grad`` = zeros inside the step (``zero_grad(set_to_none=False)``)."""
-        t.grad = Tensor._symbolic(
-            self, zeroslike_op(self.node_of(t, "zero_grad")), t._shape, float32, t._ctx
-        )
+        """``t.grad`` (not None) = zeros inside the step (``zero_grad(set_to_none=False)``): in
+        place, as eagerly, so the tensor stays ``t.grad``."""
+        self._touch(t)
+        if id(t) not in self.changed:
+            self.read.add(id(t))  # zero_grad found a gradient: each call checks there is one
+        node = zeroslike_op(self.node_of(t, "zero_grad"))
+        t._grad = Tensor._symbolic(self, node, t._shape, float32, t._ctx)
+        self.changed.add(id(t))
 
     def record_step(self, optimizer, params: list) -> None:
         """``optimizer.step()`` inside the step: the update of each parameter with a gradient."""
         pairs = []
         for i, p in enumerate(params):
-            g = p._grad
+            g = self.grad_node(p, "optimizer.step")
             if g is None:
                 continue
-            if g._trace is not self:
-                raise RuntimeError(
-                    "optimizer.step(): inside a compiled step the gradients must come from the "
-                    "step's own backward(); call optimizer.zero_grad() at its start"
-                )
             self.node_of(p, "optimizer.step")
-            pairs.append((i, g._tnode))
+            pairs.append((i, g))
         self.steps.append((optimizer, pairs))
         self.updated |= {id(params[i]) for i, _ in pairs}
 
@@ -296,16 +332,32 @@ class _Entry:
         self.steps = [
             (opt, [i for i, _ in pairs], [slots[g] for _, g in pairs]) for opt, pairs in trace.steps
         ]
+        # A gradient's owner: a tensor, or the position of a tensor argument (int).
         position = {id(args[pos]): pos for pos, _ in trace.inputs}
-        self.grads = []  # (tensor, or the position of a tensor argument; slot or None)
-        for k, (t, _) in trace.touched.items():
+        # What each call does to each .grad the step touched, as the eager step would:
+        # (owner, None) set it to None; (owner, slot) replace it with a tensor over the
+        # executor's buffer; self.grads_in_place: (owner, slot) write the buffer into the
+        # .grad tensor the owner has (the step accumulated into it, or zeroed it, in place).
+        self.grads = []
+        self.grads_in_place = []
+        for k, (t, before) in trace.touched.items():
             g = final[k]
             owner = position.get(id(t), t)
-            self.grads.append((owner, None if g is None else slots[g._tnode]))
-        # self.grads by owner kind: (tensor, j) and (argument position, j), j its index there.
-        owners = [(o, j) for j, (o, _) in enumerate(self.grads)]
-        self._grad_params = [(o, j) for o, j in owners if not isinstance(o, int)]
-        self._grad_args = [(o, j) for o, j in owners if isinstance(o, int)]
+            if g is None:
+                if k in trace.changed:
+                    self.grads.append((owner, None))
+            elif g._trace is trace:
+                in_place = before is not None and k not in trace.replaced
+                (self.grads_in_place if in_place else self.grads).append((owner, slots[g._tnode]))
+        # The .grad values read as they were before the call, and whether each was None.
+        self.grad_inputs = [
+            (position.get(k, t), node) for k, (t, node) in trace.grad_inputs.items()
+        ]
+        self.grad_guards = [
+            (position.get(k, t), t._grad is None)
+            for k, (t, _) in trace.touched.items()
+            if k in trace.read
+        ]
         self.modules = list(trace.module_guards.values())
         self._grad_cache = None  # the .grad tensors of the last call (see _grad_tensors)
         # The trace-time arguments are not kept (only the parameters and constants it reads).
@@ -338,13 +390,18 @@ class _Entry:
         return made
 
     def holds(self, args: list) -> bool:
-        """Whether the modules' modes, the fed tensors' requires_grad and which tensor arguments
-        are tensors the step reads directly are as traced."""
+        """Whether the modules' modes, the fed tensors' requires_grad, the gradients the step
+        reads (None or not) and which tensor arguments are tensors the step reads directly are
+        as traced."""
         for module, training in self.modules:
             if module.training != training:
                 return False
         for t, _, rg in self.feeds:
             if t._requires_grad != rg:
+                return False
+        for owner, none in self.grad_guards:
+            t = args[owner] if owner.__class__ is int else owner
+            if (t._grad is None) != none:
                 return False
         fed = self._fed_ids
         return [id(a) in fed for a in args] == self._arg_is_fed
@@ -361,6 +418,9 @@ class _Entry:
                     f"{op}: value {bad} of a compiled step's argument is outside [{lo}, {hi}]"
                 )
         feed = {node: t._data for t, node, _ in self.feeds}
+        for owner, node in self.grad_inputs:
+            t = args[owner] if owner.__class__ is int else owner
+            feed[node] = t._grad._data
         for pos, node, staging in self.inputs:
             data = args[pos]._data
             if staging is not None:
@@ -372,10 +432,13 @@ class _Entry:
             opt._apply_compiled(idx, [vals[k] for k in slots])
         ctx = self.trace.ctx
         grads = self._grad_tensors(vals, ctx)
-        for t, j in self._grad_params:
-            t._grad = grads[j]
-        for pos, j in self._grad_args:
-            args[pos]._grad = grads[j]
+        for (owner, _), g in zip(self.grads, grads, strict=True):
+            t = args[owner] if owner.__class__ is int else owner
+            t._grad = g
+        for owner, k in self.grads_in_place:
+            g = (args[owner] if owner.__class__ is int else owner)._grad
+            ops.copy(vals[k], g._data)
+            g._vc.value += 1
 
         def result(sym: Tensor):
             if sym._trace is not self.trace:
@@ -454,8 +517,8 @@ class CompiledFunction:
         try:
             outputs = self._fn(*sym_args, **sym_kwargs)
             _check_outputs(outputs, trace)
-            for t, _ in trace.touched.values():
-                if t._grad is not None and t._grad._trace is not trace:
+            for k, (t, _) in trace.touched.items():
+                if k in trace.replaced and t._grad is not None and t._grad._trace is not trace:
                     raise RuntimeError(
                         "gpumat.compile: the step assigns a .grad computed outside it; gradients "
                         "inside a compiled step come from its backward()"
@@ -480,7 +543,7 @@ class CompiledFunction:
 
         _replace(outputs, lambda t: want(t._tnode) if t._trace is trace else None)
         for g in final.values():
-            if g is not None:
+            if g is not None and g._trace is trace:
                 want(g._tnode)
         for _, pairs in trace.steps:
             for _, g in pairs:

@@ -172,3 +172,108 @@ def test_a_failed_first_call_changes_nothing(ctx, monkeypatch):
     for p, q in zip(model.parameters(), twin.parameters(), strict=True):
         close(p.detach(), q.detach(), f"seed={seed}")
     assert step.traces == 1
+
+
+# --------------------------------------------------------------------------- .grad as eagerly
+
+
+def test_an_inputs_grad_accumulates_over_calls(ctx):
+    rng, seed = new_rng()
+    w = t(rng, (3, 4), ctx)
+
+    def f(x):
+        loss = (x @ w).tanh().sum()
+        loss.backward()
+        return loss
+
+    compiled = gpumat.compile(f)
+    xc = t(rng, (2, 3), ctx, requires_grad=True)
+    xe = xc.detach().requires_grad_()
+    for i in range(3):
+        compiled(xc)
+        f(xe)
+        close(xc.grad, xe.grad, f"call {i} on {ctx} (seed={seed})")
+    xc.grad = None
+    xe.grad = None
+    compiled(xc)
+    f(xe)
+    close(xc.grad, xe.grad, f"after grad = None on {ctx} (seed={seed})")
+
+
+def test_gradient_accumulation_over_micro_batches(ctx):
+    """zero_grad(); two compiled forward-backward micro-steps; optimizer.step() outside."""
+    rng, seed = new_rng()
+    model, twin, opt, twin_opt = twins(ctx)
+
+    def micro(m):
+        def step(x, y):
+            loss = F.cross_entropy(m(x), y) * 0.5
+            loss.backward()
+            return loss
+
+        return step
+
+    compiled, eager = gpumat.compile(micro(model)), micro(twin)
+    for r in range(3):
+        opt.zero_grad()
+        twin_opt.zero_grad()
+        for _ in range(2):
+            x, y = t(rng, (4, 6), ctx), gpumat.tensor(rng.integers(0, 3, 4), device=ctx)
+            compiled(x, y)
+            eager(x, y)
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            close(p.grad, q.grad, f"round {r} on {ctx} (seed={seed})")
+        opt.step()
+        twin_opt.step()
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        close(p.detach(), q.detach(), f"parameters on {ctx} (seed={seed})")
+    assert compiled.traces == 2  # .grad None, then .grad holding the first micro-batch's
+
+
+@pytest.mark.parametrize("zero", ["none", "set_to_none", "zeros"])
+def test_a_whole_step_keeps_grad_semantics(ctx, zero):
+    """A step that never zeroes the gradients accumulates them (its updates use the running
+    sums); zero_grad() replaces them; zero_grad(set_to_none=False) zeroes the same tensors."""
+    rng, seed = new_rng()
+    model, twin, opt, twin_opt = twins(ctx)
+
+    def make(m, o):
+        def step(x, y):
+            if zero != "none":
+                o.zero_grad(set_to_none=zero == "set_to_none")
+            loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            o.step()
+            return loss
+
+        return step
+
+    compiled, eager = gpumat.compile(make(model, opt)), make(twin, twin_opt)
+    for i in range(4):
+        x, y = t(rng, (4, 6), ctx), gpumat.tensor(rng.integers(0, 3, 4), device=ctx)
+        before = [p.grad for p in model.parameters()]
+        got, want = compiled(x, y), eager(x, y)
+        msg = f"step {i}, zero={zero} on {ctx} (seed={seed})"
+        assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-6), msg
+        for p, q, g in zip(model.parameters(), twin.parameters(), before, strict=True):
+            close(p.grad, q.grad, msg)
+            close(p.detach(), q.detach(), msg)
+            if zero in ("none", "zeros") and g is not None:
+                assert p.grad is g, msg  # accumulated or zeroed in place, as eagerly
+
+
+def test_a_compiled_optimizer_step_reads_the_gradients_of_the_call(ctx):
+    """Gradients computed eagerly, the update compiled: each call uses the current .grad."""
+    rng, seed = new_rng()
+    model, twin, opt, twin_opt = twins(ctx, lambda p: gpumat.optim.Adam(p, lr=1e-2))
+    update = gpumat.compile(opt.step)
+    for i in range(3):
+        x, y = t(rng, (4, 6), ctx), gpumat.tensor(rng.integers(0, 3, 4), device=ctx)
+        for m, o in ((model, opt), (twin, twin_opt)):
+            o.zero_grad()
+            F.cross_entropy(m(x), y).backward()
+        update()
+        twin_opt.step()
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            close(p.detach(), q.detach(), f"step {i} on {ctx} (seed={seed})")
+    assert update.traces == 1
