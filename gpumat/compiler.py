@@ -41,6 +41,11 @@ from __future__ import annotations
 
 import functools
 import numbers
+import sys
+import sysconfig
+import types
+
+import numpy as np
 
 from gpumat import ops
 from gpumat.arrays import empty
@@ -51,6 +56,8 @@ from gpumat.dtypes import float32
 from gpumat.graph.elementwise import add_op, detach_op, zeroslike_op
 from gpumat.graph.node import Node, PlaceholderOp, Variable, shape_str
 from gpumat.graph.reverse_mode import find_topo_sort, gradients
+from gpumat.nn.module import Module
+from gpumat.optim.optimizer import Optimizer
 from gpumat.runtime import Executor
 from gpumat.tensor import Tensor, check_backward
 
@@ -84,6 +91,7 @@ class Trace:
         self.changed: set = set()
         self.read: set = set()
         self.grad_inputs: dict = {}  # id(tensor) -> (tensor, placeholder of its .grad)
+        self.grad_owner: dict = {}  # id(a .grad before the call) -> the tensor it belongs to
         self.steps: list = []  # (optimizer, [(parameter index, gradient node)])
         self.updated: set = set()
         self.module_guards: dict = {}
@@ -122,6 +130,12 @@ class Trace:
                 f"{op}: the step reads a parameter after optimizer.step() updated it; a compiled "
                 "step runs the update after its graph, so read parameters before the step"
             )
+        owner = self.grad_owner.get(id(t))
+        if owner is not None and owner._grad is t:
+            # The step reads a .grad from before the call: read it at each call, not this one.
+            node = self.grad_node(owner, op)
+            if node is not None:
+                return node
         if t._requires_grad and not t.is_leaf:
             raise RuntimeError(
                 f"{op}: the step uses a tensor that was computed outside it with a gradient "
@@ -250,8 +264,306 @@ class Trace:
                 continue
             self.node_of(p, "optimizer.step")
             pairs.append((i, g))
-        self.steps.append((optimizer, pairs))
+        # The hyper-parameters now: the first call's update uses them, in case the step changes
+        # them after optimizer.step() (a scheduler's step()).
+        hyper = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+        self.steps.append((optimizer, pairs, hyper))
         self.updated |= {id(params[i]) for i, _ in pairs}
+
+
+# ------------------------------------------------------------------------------------------------
+# Guards on Python state. A trace runs the step's Python once; what it read then is baked into the
+# graph (a float becomes an op's constant, a module's attribute picks a layer, a global picks the
+# optimizer). Like torch.compile's guards, each call checks that state first and traces again when
+# it changed. Without a bytecode interpreter the sources a step may read are found by walking what
+# its code can name: the globals its code (and the code of the functions it reaches) names, its
+# closure cells and defaults, a bound method's object, the methods of user classes, and from each
+# object the attributes those codes name. Modules (all their attributes, parameters, buffers and
+# submodules) and optimizers (their parameter lists) are walked whole: library code reads them.
+
+#: How many traces one compiled function makes (``torch._dynamo.config.cache_size_limit``): a
+#: call that matches none of them once the limit is reached runs eagerly (a warning, once).
+cache_size_limit = 8
+
+# Values compared by value (immutable); anything else by identity, then walked.
+_ATOMIC = (type(None), bool, int, float, complex, str, bytes, np.generic, Context)
+# Library code (gpumat, the standard library, installed packages): its globals are not the step's
+# state; only its closures are walked (a decorator's wrapper holds the step).
+_LIBRARY_DIRS = tuple(
+    {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+)
+_MAX_ITEMS = 256  # items of a list, tuple, dict or set guarded one by one
+_MAX_DEPTH = 4  # levels of attributes and items below a global, a cell or an argument
+
+_IS, _EQ, _ARRAY = 0, 1, 2
+_NUMBERS = "biufc"  # numpy dtype kinds compared by value
+
+
+def _same(a, b) -> bool:
+    """``a == b`` for guards: same type, equal, or both NaN."""
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b) or (a != a and b != b)
+    except Exception:
+        return False
+
+
+@functools.cache
+def _library_module(name: str) -> bool:
+    top = name.partition(".")[0]
+    if top in ("gpumat", "builtins") or top in sys.stdlib_module_names:
+        return True
+    path = getattr(sys.modules.get(name) or sys.modules.get(top), "__file__", None) or ""
+    return path.startswith(_LIBRARY_DIRS)
+
+
+def _library(obj) -> bool:
+    """Whether ``obj`` (a function, class or Python module) is library code."""
+    name = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
+    return _library_module(name) if isinstance(name, str) else True
+
+
+def _code_names(code, out: set) -> None:
+    """The names ``code`` (and the code nested in it) may read: globals, attributes, strings."""
+    out.update(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, str):
+            out.add(c)
+        elif isinstance(c, types.CodeType):
+            _code_names(c, out)
+
+
+class _Guards:
+    """The Python state a trace read: ``checks`` hold on every call that may replay it;
+    ``watches`` (values a replay need not check) and ``checks`` both hold after the trace unless
+    the step changed them (a side effect a replay would not repeat)."""
+
+    def __init__(self, names: set) -> None:
+        self.names = names  # attribute names the step's code may read
+        self.checks: list = []  # (kind, getter, expected, description)
+        self.watches: list = []  # (getter, value, description)
+        self.tensors: list = []  # every tensor met (their .grad may be read)
+        self.modules: set = set()  # ids of the nn.Modules walked (their mode is guarded here)
+        self.grew = False  # names found after a filtered walk: walk again
+        self._filtered = False
+        self._seen: set = set()
+        self._keep: list = []  # what the guards name, kept alive (ids stay unique)
+
+    def failure(self):
+        """The description of the first check that fails now, or None."""
+        for kind, get, want, what in self.checks:
+            try:
+                value = get()
+            except Exception:
+                return what
+            if kind == _IS:
+                if value is not want:
+                    return what
+            elif kind == _EQ:
+                if not _same(value, want):
+                    return what
+            elif not (
+                type(value) is np.ndarray
+                and value.shape == want.shape
+                and value.dtype == want.dtype
+                and np.array_equal(value, want, equal_nan=want.dtype.kind in "fc")
+            ):
+                return what
+        return None
+
+    def changed(self):
+        """What the trace itself changed (a watch or a check that no longer holds), or None."""
+        for get, value, what in self.watches:
+            try:
+                if not _same(get(), value):
+                    return what
+            except Exception:
+                return what
+        return self.failure()
+
+    # ---------------------------------------------------------------- the walk
+
+    def value(self, get, value, what: str, depth: int) -> None:
+        """Guard that ``get()`` gives ``value`` (by value when immutable, else by identity) and
+        walk what ``value`` holds."""
+        if isinstance(value, _ATOMIC) or (
+            type(value) is tuple and all(isinstance(v, _ATOMIC) for v in value)
+        ):
+            self.checks.append((_EQ, get, value, what))
+            return
+        self.checks.append((_IS, get, value, what))
+        self.contents(value, what, depth)
+
+    def _items(self, get_item, items, what: str, depth: int) -> None:
+        for key, v in items:
+            self.value(functools.partial(get_item, key), v, f"{what}[{key!r}]", depth + 1)
+
+    def contents(self, value, what: str, depth: int) -> None:
+        """Guard what ``value`` (itself guarded by identity) holds."""
+        if id(value) in self._seen:
+            return
+        self._seen.add(id(value))
+        self._keep.append(value)
+        if isinstance(value, Tensor):
+            self.tensors.append(value)  # its storage, shape and requires_grad: the feed guards
+        elif isinstance(value, np.ndarray):
+            if value.dtype.kind in _NUMBERS:  # numbers: by value (a copy kept), on every call
+                self.checks.append((_ARRAY, lambda: value, value.copy(), f"{what} (values)"))
+        elif isinstance(value, Module):
+            self._class(type(value))
+            self._module(value, what)
+        elif isinstance(value, Optimizer):
+            self._optimizer(value, what)
+        elif isinstance(value, CompiledFunction):
+            pass  # another compiled function: it has its own guards
+        elif isinstance(value, types.FunctionType):
+            self._function(value, what)
+        elif isinstance(value, types.MethodType):
+            self.value(lambda: value.__self__, value.__self__, f"{what}.__self__", depth)
+            self.value(lambda: value.__func__, value.__func__, f"{what}.__func__", depth)
+        elif isinstance(value, (staticmethod, classmethod)):
+            self.value(lambda: value.__func__, value.__func__, what, depth)
+        elif isinstance(value, property):
+            for f in (value.fget, value.fset):
+                if f is not None:
+                    self.contents(f, what, depth)
+        elif isinstance(value, functools.partial):
+            self.value(lambda: value.func, value.func, f"{what}.func", depth)
+            self.value(lambda: value.args, value.args, f"{what}.args", depth)
+            self.value(lambda: value.keywords, value.keywords, f"{what}.keywords", depth)
+        elif isinstance(value, types.ModuleType):
+            self._namespace(vars(value), what, depth, walk=not _library(value))
+        elif isinstance(value, type):
+            if not _library(value):
+                self._class(value)
+                self._namespace(value.__dict__, what, depth, walk=True)
+        elif depth >= _MAX_DEPTH:
+            return
+        elif isinstance(value, (list, tuple)):
+            self.checks.append((_EQ, lambda: len(value), len(value), f"len({what})"))
+            if len(value) <= _MAX_ITEMS:
+                self._items(value.__getitem__, enumerate(value), what, depth)
+        elif isinstance(value, dict):
+            keys = tuple(value)
+            self.checks.append((_EQ, lambda: tuple(value), keys, f"the keys of {what}"))
+            if len(value) <= _MAX_ITEMS:
+                self._items(value.__getitem__, value.items(), what, depth)
+        elif isinstance(value, (set, frozenset)):
+            if len(value) <= _MAX_ITEMS and all(isinstance(v, _ATOMIC) for v in value):
+                frozen = frozenset(value)
+                self.checks.append((_EQ, lambda: frozenset(value), frozen, what))
+        else:
+            attrs = getattr(value, "__dict__", None)
+            if isinstance(attrs, dict):
+                self._class(type(value))
+                self._object(attrs, what, depth)
+
+    def _object(self, attrs: dict, what: str, depth: int) -> None:
+        # The attributes the step's code names are guarded; the other plain values are watched
+        # (a step that changes them, as a scheduler's step() does, is never replayed).
+        self._filtered = True
+        for name, v in list(attrs.items()):
+            if name in self.names:
+                get = functools.partial(attrs.__getitem__, name)
+                self.value(get, v, f"{what}.{name}", depth + 1)
+            elif isinstance(v, _ATOMIC):
+                self.watches.append((functools.partial(attrs.__getitem__, name), v, what))
+
+    def _namespace(self, names: dict, what: str, depth: int, walk: bool) -> None:
+        # A Python module's or a class's attributes that the step's code names.
+        self._filtered = True
+        for name in sorted(self.names & names.keys()):
+            v = names[name]
+            get = functools.partial(names.__getitem__, name)
+            if walk:
+                self.value(get, v, f"{what}.{name}", depth + 1)
+            elif isinstance(v, _ATOMIC):
+                self.checks.append((_EQ, get, v, f"{what}.{name}"))
+            else:
+                self.checks.append((_IS, get, v, f"{what}.{name}"))
+
+    def _module(self, m, what: str) -> None:
+        # Every attribute: library code (Module.__call__, forward) reads them, the parameters,
+        # buffers and submodules included; depth starts again (networks nest deep).
+        self.modules.add(id(m))
+        attrs = m.__dict__
+        self.checks.append((_EQ, lambda: tuple(attrs), tuple(attrs), f"the attributes of {what}"))
+        for name, v in list(attrs.items()):
+            self.value(functools.partial(attrs.__getitem__, name), v, f"{what}.{name}", 0)
+
+    def _optimizer(self, opt, what: str) -> None:
+        # Which parameters it updates; its hyper-parameters are read by every call's update
+        # (not guarded), watched only: a step that changes them is never replayed.
+        groups = opt.param_groups
+        self.checks.append((_IS, lambda: opt.param_groups, groups, f"{what}.param_groups"))
+        self.checks.append((_EQ, lambda: len(groups), len(groups), f"len({what}.param_groups)"))
+        for g, group in enumerate(groups):
+            where = f"{what}.param_groups[{g}]"
+            self.checks.append((_IS, functools.partial(groups.__getitem__, g), group, where))
+            params = group["params"]
+            self.value(lambda group=group: group["params"], params, f"{where}['params']", 0)
+            for key, v in group.items():
+                if key != "params":
+                    self.watches.append((functools.partial(group.get, key), v, f"{where}[{key!r}]"))
+
+    def _function(self, fn, what: str) -> None:
+        code = fn.__code__
+        for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue  # not bound yet
+            self.value(lambda cell=cell: cell.cell_contents, v, f"{name!r} of {what}", 0)
+        for i, v in enumerate(fn.__defaults__ or ()):
+            get = functools.partial(lambda i: fn.__defaults__[i], i)
+            self.value(get, v, f"default {i} of {what}", 0)
+        for name, v in (fn.__kwdefaults__ or {}).items():
+            get = functools.partial(lambda name: fn.__kwdefaults__[name], name)
+            self.value(get, v, f"default {name!r} of {what}", 0)
+        wrapped = getattr(fn, "__wrapped__", None)
+        if wrapped is not None:
+            self.value(lambda: fn.__wrapped__, wrapped, f"{what}.__wrapped__", 0)
+        if _library(fn):
+            return
+        names: set = set()
+        _code_names(code, names)
+        if not names <= self.names:
+            self.grew |= self._filtered
+            self.names |= names
+        g = fn.__globals__
+        for name in sorted(names & g.keys()):
+            self.value(functools.partial(g.__getitem__, name), g[name], f"global {name!r}", 0)
+
+    def _class(self, cls) -> None:
+        # The methods of user classes (a Module subclass's forward): the globals they read.
+        for c in cls.__mro__:
+            if _library(c) or id(c) in self._seen:
+                continue
+            self._seen.add(id(c))
+            self._keep.append(c)
+            for name, v in list(vars(c).items()):
+                if isinstance(v, (types.FunctionType, staticmethod, classmethod, property)):
+                    get = functools.partial(vars(c).__getitem__, name)
+                    self.checks.append((_IS, get, v, f"{c.__qualname__}.{name}"))
+                    self.contents(v, f"{c.__qualname__}.{name}", 0)
+
+
+def _guards(fn, objects: list) -> _Guards:
+    """The guards of a call of ``fn`` whose non-tensor arguments are ``objects`` (each guarded
+    by identity through the call's signature)."""
+    names: set = set()
+    for _ in range(4):  # again while walking finds code naming attributes already passed over
+        guards = _Guards(set(names))
+        guards.contents(fn, getattr(fn, "__qualname__", "the step"), 0)
+        for i, obj in enumerate(objects):
+            if isinstance(obj, np.ndarray) and obj.dtype.kind in _NUMBERS:
+                continue  # numpy arguments: by value, against each call's (see _Entry)
+            guards.contents(obj, f"argument object {i} ({type(obj).__name__})", 0)
+        if not guards.grew:
+            break
+        names = guards.names
+    return guards
 
 
 def _signature(value, tensors: list, objects: list):
@@ -270,6 +582,8 @@ def _signature(value, tensors: list, objects: list):
     if value is None or isinstance(value, (bool, numbers.Number, str, bytes, Context)):
         return ("=", type(value).__name__, value)
     objects.append(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind in _NUMBERS:
+        return ("np", value.shape, value.dtype.str)  # and its values: _Entry.holds
     return ("id", id(value))
 
 
@@ -310,13 +624,25 @@ class _Entry:
         slots: dict,
         args: list,
         objects: list,
+        guards: _Guards,
     ) -> None:
         self.trace = trace
         self.executor = executor
         self.outputs = outputs  # the step's result, with symbolic tensors in it
         self.slots = slots  # eval node -> its index among the executor's values
         self.objects = objects  # kept alive: the signature holds their ids
-        self.feeds = [(t, node, t.requires_grad) for t, node in trace.feeds.values()]
+        self.guards = guards
+        # numpy arguments: compared by value with each call's (the trace made constants of them)
+        self.arrays = [
+            (i, a.copy())
+            for i, a in enumerate(objects)
+            if isinstance(a, np.ndarray) and a.dtype.kind in _NUMBERS
+        ]
+        # A fed tensor whose storage was replaced (.data = ...) must keep the traced layout.
+        self.feeds = [
+            (t, node, t._requires_grad, t._shape, t._dtype, t._ctx)
+            for t, node in trace.feeds.values()
+        ]
         # Which arguments were tensors the step also reads directly (f(w) reading the parameter
         # w too): the two uses are separate inputs, so the pattern is part of the guard.
         self._fed_ids = {id(t) for t, _ in trace.feeds.values()}
@@ -330,7 +656,8 @@ class _Entry:
             for pos, node in trace.inputs
         ]
         self.steps = [
-            (opt, [i for i, _ in pairs], [slots[g] for _, g in pairs]) for opt, pairs in trace.steps
+            (opt, [i for i, _ in pairs], [slots[g] for _, g in pairs], hyper)
+            for opt, pairs, hyper in trace.steps
         ]
         # A gradient's owner: a tensor, or the position of a tensor argument (int).
         position = {id(args[pos]): pos for pos, _ in trace.inputs}
@@ -358,7 +685,10 @@ class _Entry:
             for k, (t, _) in trace.touched.items()
             if k in trace.read
         ]
-        self.modules = list(trace.module_guards.values())
+        # Modules the step calls that the guards did not reach: their mode when called.
+        self.modules = [
+            (m, mode) for m, mode in trace.module_guards.values() if id(m) not in guards.modules
+        ]
         self._grad_cache = None  # the .grad tensors of the last call (see _grad_tensors)
         # The trace-time arguments are not kept (only the parameters and constants it reads).
         trace.touched.clear()
@@ -389,25 +719,36 @@ class _Entry:
         self._grad_cache = made
         return made
 
-    def holds(self, args: list) -> bool:
-        """Whether the modules' modes, the fed tensors' requires_grad, the gradients the step
-        reads (None or not) and which tensor arguments are tensors the step reads directly are
-        as traced."""
+    def failure(self, args: list, objects: list):
+        """Why this trace may not run the call with tensor arguments ``args`` and other
+        arguments ``objects`` (see :func:`_signature`), or None when every guard holds: the
+        Python state it read (:class:`_Guards`), the modes of the modules it called, the fed
+        tensors' requires_grad and layout, the gradients the step reads (None or not), which
+        tensor arguments are tensors the step reads directly, the numpy arguments' values."""
         for module, training in self.modules:
             if module.training != training:
-                return False
-        for t, _, rg in self.feeds:
-            if t._requires_grad != rg:
-                return False
+                return f"the mode of a {type(module).__name__} (training={training})"
+        for t, _, rg, shape, dt, ctx in self.feeds:
+            if t._requires_grad != rg or t._shape != shape or t._dtype is not dt:
+                return f"a tensor the step reads (requires_grad={rg}, shape {shape_str(shape)})"
+            if t._ctx != ctx or t._data is None:
+                return f"a tensor the step reads (on {ctx})"
         for owner, none in self.grad_guards:
             t = args[owner] if owner.__class__ is int else owner
             if (t._grad is None) != none:
-                return False
+                return f"a .grad the step reads ({'None' if none else 'not None'})"
         fed = self._fed_ids
-        return [id(a) in fed for a in args] == self._arg_is_fed
+        if [id(a) in fed for a in args] != self._arg_is_fed:
+            return "which arguments are tensors the step also reads"
+        for i, want in self.arrays:
+            if not np.array_equal(objects[i], want, equal_nan=want.dtype.kind in "fc"):
+                return f"the values of numpy argument {i}"
+        return self.guards.failure()
 
-    def run(self, args: list):
-        """One call: check, feed, run the graph, update, set the gradients, return results."""
+    def run(self, args: list, first: bool = False):
+        """One call: check, feed, run the graph, update, set the gradients, return results.
+        ``first``: the traced call (its updates use the hyper-parameters optimizer.step() saw).
+        """
         for src, lo, hi, op, error in self.trace.range_guards:
             a_lo, a_hi = args[src]._range
             if a_lo < lo or a_hi > hi:
@@ -417,7 +758,7 @@ class _Entry:
                 raise error(
                     f"{op}: value {bad} of a compiled step's argument is outside [{lo}, {hi}]"
                 )
-        feed = {node: t._data for t, node, _ in self.feeds}
+        feed = {f[1]: f[0]._data for f in self.feeds}
         for owner, node in self.grad_inputs:
             t = args[owner] if owner.__class__ is int else owner
             feed[node] = t._grad._data
@@ -428,8 +769,18 @@ class _Entry:
                 data = staging
             feed[node] = data
         vals = self.executor.run(feed)
-        for opt, idx, slots in self.steps:
-            opt._apply_compiled(idx, [vals[k] for k in slots])
+        for opt, idx, slots, hyper in self.steps:
+            grads = [vals[k] for k in slots]
+            group = opt.param_groups[0]
+            now = {k: group.get(k) for k in hyper}
+            if not first or now == hyper:
+                opt._apply_compiled(idx, grads)
+                continue
+            group.update(hyper)  # the step changed them after optimizer.step()
+            try:
+                opt._apply_compiled(idx, grads)
+            finally:
+                group.update(now)
         ctx = self.trace.ctx
         grads = self._grad_tensors(vals, ctx)
         for (owner, _), g in zip(self.grads, grads, strict=True):
@@ -477,29 +828,38 @@ class CompiledFunction:
             _aliasing(tensors),
         )
         for entry in self._cache.get(key, ()):
-            if entry.holds(tensors):
+            if entry.failure(tensors, objects) is None:
                 self.executor = entry.executor
                 return entry.run(tensors)
-        entry = self._trace(args, kwargs, tensors, objects)
+        entry, changed = self._trace(args, kwargs, tensors, objects)
         # The first run may fail (a full device): then nothing is kept or changed, and the next
         # call traces again. The trace left every .grad as it was; the optimizers' state made for
         # the trace is dropped.
-        fresh = [opt for opt, _ in entry.trace.steps if opt._state is None]
+        fresh = [opt for opt, _, _ in entry.trace.steps if opt._state is None]
         try:
             for opt in fresh:
                 opt._ensure_state()
-            out = entry.run(tensors)
+            out = entry.run(tensors, first=True)
         except BaseException:
             for opt in fresh:
                 opt._state = None
             raise
-        self._cache.setdefault(key, []).append(entry)
         self.traces += 1
+        if changed is None:
+            self._cache.setdefault(key, []).append(entry)
+        # else the step changed Python state it reads (a counter, a scheduler's step()): this
+        # call is right (its Python ran once), a replay would not be: the next call traces again.
         self.executor = entry.executor
         return out
 
-    def _trace(self, args, kwargs, tensors: list, objects: list) -> _Entry:
+    def _trace(self, args, kwargs, tensors: list, objects: list):
+        """A new trace of the call: (its entry, what Python state the step changed or None)."""
+        guards = _guards(self._fn, objects)  # the state before the step's Python runs
         trace = Trace()
+        for t in (*guards.tensors, *tensors):
+            g = t._grad
+            if g is not None and g._trace is None:
+                trace.grad_owner[id(g)] = t
         index: dict = {}
         for i, t in enumerate(tensors):  # a tensor passed twice is one input, at its first place
             index.setdefault(id(t), i)
@@ -533,6 +893,7 @@ class CompiledFunction:
                 t._grad = grad
         if trace.ctx is None:
             raise TypeError("gpumat.compile: the step uses no tensors; there is nothing to compile")
+        changed = guards.changed()
         nodes: list = []
         slots: dict = {}
 
@@ -545,13 +906,13 @@ class CompiledFunction:
         for g in final.values():
             if g is not None and g._trace is trace:
                 want(g._tnode)
-        for _, pairs in trace.steps:
+        for _, pairs, _ in trace.steps:
             for _, g in pairs:
                 want(g)
         executor = Executor(
             nodes, ctx=trace.ctx, fusion=self._fusion, compiled=True, cuda_graph=self._cuda_graph
         )
-        return _Entry(trace, final, outputs, executor, slots, tensors, objects)
+        return _Entry(trace, final, outputs, executor, slots, tensors, objects, guards), changed
 
     @property
     def schedule_report(self):

@@ -277,3 +277,223 @@ def test_a_compiled_optimizer_step_reads_the_gradients_of_the_call(ctx):
         for p, q in zip(model.parameters(), twin.parameters(), strict=True):
             close(p.detach(), q.detach(), f"step {i} on {ctx} (seed={seed})")
     assert update.traces == 1
+
+
+# --------------------------------------------------------------------------- Python state
+# Each scenario runs twice from one seed, its step compiled and eager, changing Python state
+# between calls; the losses and the parameters must agree (compiled vs eager).
+
+G_MODEL = None
+G_OPT = None
+G_SCALE = 0.5
+G_TABLE = None
+G_CALLS = 0
+
+
+def global_step(x, y):
+    G_OPT.zero_grad()
+    loss = F.cross_entropy(G_MODEL(x) * G_SCALE, y)
+    loss.backward()
+    G_OPT.step()
+    return loss
+
+
+def scaled(v):
+    return v * G_SCALE  # a helper the step calls reads a global too
+
+
+def run_scenario(scenario, wrap, seed, ctx):
+    rng = np.random.default_rng(seed)
+    gpumat.manual_seed(seed % 2**31)
+    model = mlp().to(ctx)
+    opt = gpumat.optim.SGD(model.parameters(), lr=0.1)
+    batches = [
+        (t(rng, (4, 6), ctx), gpumat.tensor(rng.integers(0, 3, 4), device=ctx)) for _ in range(4)
+    ]
+    losses = scenario(model, opt, batches, wrap, rng, ctx)
+    return [float(v) for v in losses], [p.detach().numpy() for p in model.parameters()]
+
+
+def replace_a_parameter(model, opt, batches, wrap, rng, ctx):
+    step = wrap(train_step(model, opt))
+    losses = [step(*batches[0]).item()]
+    model[2].weight = nn.Parameter(t(rng, (3, 8), ctx))  # the optimizer keeps the old one
+    losses.append(step(*batches[1]).item())
+    opt.param_groups[0]["params"] = list(model.parameters())  # now it trains the new one
+    losses += [step(*b).item() for b in batches[2:]]
+    return losses
+
+
+def rebind_the_global_optimizer(model, opt, batches, wrap, rng, ctx):
+    global G_MODEL, G_OPT, G_SCALE
+    G_MODEL, G_OPT, G_SCALE = model, opt, 0.5
+    step = wrap(global_step)
+    losses = [step(*batches[0]).item()]
+    G_OPT = gpumat.optim.SGD(model.parameters(), lr=0.0)  # frozen weights
+    losses += [step(*batches[1]).item(), step(*batches[2]).item()]
+    G_SCALE = 2.0  # a global float
+    losses.append(step(*batches[3]).item())
+    return losses
+
+
+def rebind_a_closure_variable(model, opt, batches, wrap, rng, ctx):
+    factor = 0.5
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x) * factor, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = wrap(step)
+    losses = [compiled(*batches[0]).item()]
+    factor = 3.0
+    losses.append(compiled(*batches[1]).item())
+    model = mlp().to(ctx)  # the closure's model: another network, not trained by opt
+    losses += [compiled(*b).item() for b in batches[2:]]
+    return losses
+
+
+class Scaled(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.scale = 1.5
+
+    def forward(self, x):
+        return self.inner(x) * self.scale
+
+
+def change_a_module_attribute(model, opt, batches, wrap, rng, ctx):
+    net = Scaled(model)
+    step = wrap(train_step(net, opt))
+    losses = [step(*batches[0]).item()]
+    net.scale = 0.25
+    losses.append(step(*batches[1]).item())
+    model.eval()
+    losses.append(step(*batches[2]).item())
+    model.train()
+    with gpumat.no_grad():
+        losses.append(wrap(lambda x, y: F.cross_entropy(net(x), y))(*batches[3]).item())
+    return losses
+
+
+def numpy_values(model, opt, batches, wrap, rng, ctx):
+    global G_TABLE
+    G_TABLE = rand((3,), rng)
+
+    def step(x, y, weights):
+        opt.zero_grad()
+        out = model(x) * gpumat.tensor(weights, device=ctx) + gpumat.tensor(G_TABLE, device=ctx)
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+        return scaled(loss)
+
+    compiled = wrap(step)
+    weights = rand((3,), rng)
+    losses = [compiled(*batches[0], weights).item()]
+    weights *= 2.0  # a numpy argument changed in place
+    losses.append(compiled(*batches[1], weights).item())
+    G_TABLE[1] = 7.0  # a global numpy array changed in place
+    losses.append(compiled(*batches[2], weights).item())
+    return losses
+
+
+def lr_changes(model, opt, batches, wrap, rng, ctx):
+    sched = gpumat.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.1)
+
+    def step(x, y):
+        loss = train_step(model, opt)(x, y)
+        sched.step()  # inside the step: the learning rate changes every other call
+        return loss
+
+    compiled = wrap(step)
+    losses = [compiled(*b).item() for b in batches[:3]]
+    opt.lr = 0.05  # outside the step: the next update uses it
+    losses.append(compiled(*batches[3]).item())
+    return [*losses, opt.lr, sched.last_epoch]
+
+
+def a_counter_the_step_changes(model, opt, batches, wrap, rng, ctx):
+    global G_CALLS
+    G_CALLS = 0
+
+    def step(x):
+        global G_CALLS
+        G_CALLS += 1
+        return (model(x) * float(G_CALLS)).sum()
+
+    compiled = wrap(gpumat.no_grad()(step))
+    return [compiled(batches[i % 4][0]).item() for i in range(10)] + [G_CALLS]
+
+
+class Trainer:
+    def __init__(self, model, opt):
+        self.model, self.opt, self.temperature, self.steps = model, opt, 2.0, 0
+
+    def step(self, x, y):
+        self.opt.zero_grad()
+        loss = F.cross_entropy(self.model(x) / self.temperature, y)
+        loss.backward()
+        self.opt.step()
+        return loss
+
+
+def a_bound_methods_object(model, opt, batches, wrap, rng, ctx):
+    trainer = Trainer(model, opt)
+    step = wrap(trainer.step)
+    losses = [step(*batches[0]).item()]
+    trainer.steps += 1  # not read by the step: no effect either way
+    trainer.temperature = 0.5
+    losses.append(step(*batches[1]).item())
+    trainer.opt = gpumat.optim.SGD(model.parameters(), lr=0.0)
+    losses += [step(*b).item() for b in batches[2:]]
+    return losses
+
+
+SCENARIOS = {
+    f.__name__: f
+    for f in (
+        a_bound_methods_object,
+        replace_a_parameter,
+        rebind_the_global_optimizer,
+        rebind_a_closure_variable,
+        change_a_module_attribute,
+        numpy_values,
+        lr_changes,
+        a_counter_the_step_changes,
+    )
+}
+
+
+@pytest.mark.filterwarnings("ignore:gpumat.compile")
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_python_state_is_guarded(ctx, name):
+    _, seed = new_rng()
+    scenario = SCENARIOS[name]
+    got_losses, got_params = run_scenario(scenario, gpumat.compile, seed, ctx)
+    want_losses, want_params = run_scenario(scenario, lambda f: f, seed, ctx)
+    msg = f"{name} on {ctx} (seed={seed})"
+    np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5, atol=1e-6, err_msg=msg)
+    for got, want in zip(got_params, want_params, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=msg)
+
+
+def test_hyper_parameters_are_read_by_every_call(ctx):
+    """A learning rate changed between calls (a scheduler outside the step) is used by the next
+    update without tracing again."""
+    rng, seed = new_rng()
+    model, twin, opt, twin_opt = twins(ctx, lambda p: gpumat.optim.Adam(p, lr=1e-2))
+    step, eager = gpumat.compile(train_step(model, opt)), train_step(twin, twin_opt)
+    scheds = [gpumat.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5) for o in (opt, twin_opt)]
+    for i in range(4):
+        x, y = t(rng, (4, 6), ctx), gpumat.tensor(rng.integers(0, 3, 4), device=ctx)
+        got, want = step(x, y), eager(x, y)
+        assert got.item() == pytest.approx(want.item(), rel=1e-5), f"step {i} (seed={seed})"
+        for s in scheds:
+            s.step()
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        close(p.detach(), q.detach(), f"seed={seed}")
+    assert step.traces == 1
