@@ -44,6 +44,7 @@ import numbers
 import sys
 import sysconfig
 import types
+import warnings
 
 import numpy as np
 
@@ -804,7 +805,7 @@ class CompiledFunction:
     """A function compiled by :func:`gpumat.compile` (callable like it).
 
     Attributes:
-        traces: how many signatures have been traced.
+        traces: how many traces have been made (at most ``gpumat.compiler.cache_size_limit``).
         executor: the executor of the most recent call's trace (its ``schedule_report``,
             ``fusion_report`` and ``memory_plan`` say how the step runs); None before a call.
     """
@@ -816,6 +817,8 @@ class CompiledFunction:
         self._cache: dict = {}
         self.traces = 0
         self.executor = None
+        self._warned = False
+        self._discarded: dict = {}  # key -> why its last trace was not kept
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
@@ -827,10 +830,33 @@ class CompiledFunction:
             is_grad_enabled(),
             _aliasing(tensors),
         )
-        for entry in self._cache.get(key, ()):
+        entries = self._cache.get(key, ())
+        for entry in entries:
             if entry.failure(tensors, objects) is None:
                 self.executor = entry.executor
                 return entry.run(tensors)
+        if self.traces >= cache_size_limit:
+            # torch.compile's recompile limit: new specialisations run eagerly, never traced.
+            if not self._warned:
+                self._warned = True
+                if entries:
+                    why = entries[-1].failure(tensors, objects)
+                elif key in self._discarded:
+                    why = f"the step changes Python state it reads: {self._discarded[key]}"
+                else:
+                    why = (
+                        "a new signature (argument shapes, dtypes, devices, requires_grad, values "
+                        "of other arguments, aliasing, grad mode)"
+                    )
+                warnings.warn(
+                    f"gpumat.compile: {getattr(self._fn, '__qualname__', 'a function')} reached "
+                    f"cache_size_limit ({cache_size_limit}) traces; calls that match none of "
+                    f"them run eagerly from now on (last change: {why}). Raise "
+                    "gpumat.compiler.cache_size_limit, or pass changing numbers as tensors.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            return self._fn(*args, **kwargs)
         entry, changed = self._trace(args, kwargs, tensors, objects)
         # The first run may fail (a full device): then nothing is kept or changed, and the next
         # call traces again. The trace left every .grad as it was; the optimizers' state made for
@@ -847,6 +873,8 @@ class CompiledFunction:
         self.traces += 1
         if changed is None:
             self._cache.setdefault(key, []).append(entry)
+        else:
+            self._discarded[key] = changed
         # else the step changed Python state it reads (a counter, a scheduler's step()): this
         # call is right (its Python ran once), a replay would not be: the next call traces again.
         self.executor = entry.executor

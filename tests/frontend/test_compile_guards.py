@@ -497,3 +497,37 @@ def test_hyper_parameters_are_read_by_every_call(ctx):
     for p, q in zip(model.parameters(), twin.parameters(), strict=True):
         close(p.detach(), q.detach(), f"seed={seed}")
     assert step.traces == 1
+
+
+# --------------------------------------------------------------------------- the cache limit
+
+
+def test_traces_stop_at_the_cache_size_limit(ctx):
+    """Different float arguments each call: eight traces, one warning, then eager calls (the
+    traces made are still replayed), every result equal to eager's."""
+    rng, seed = new_rng()
+    w = t(rng, (4, 3), ctx)
+
+    def f(x, scale):
+        return (x @ w * scale).tanh()
+
+    compiled = gpumat.compile(f)
+    x = t(rng, (2, 4), ctx)
+    scales = rng.uniform(0.5, 2.0, 20)
+    with pytest.warns(UserWarning, match=r"cache_size_limit \(8\)") as caught:
+        for s in [*scales, *scales[:3]]:
+            close(compiled(x, float(s)), f(x, float(s)), f"scale {s} on {ctx} (seed={seed})")
+    assert len([w for w in caught if "cache_size_limit" in str(w.message)]) == 1
+    assert compiled.traces == gpumat.compiler.cache_size_limit == 8
+    assert sum(len(v) for v in compiled._cache.values()) == 8
+
+
+def test_the_cache_size_limit_is_read_at_each_call(ctx, monkeypatch):
+    rng, seed = new_rng()
+    monkeypatch.setattr(gpumat.compiler, "cache_size_limit", 2)
+    compiled = gpumat.compile(lambda x, s: x * s)
+    x = t(rng, (3,), ctx)
+    with pytest.warns(UserWarning, match="run eagerly"):
+        for s in (1.5, 2.5, 3.5, 4.5):
+            close(compiled(x, s), x * s, f"seed={seed}")
+    assert compiled.traces == 2
