@@ -43,6 +43,7 @@ import functools
 import numbers
 import sys
 import sysconfig
+import threading
 import types
 import warnings
 
@@ -589,6 +590,7 @@ def _signature(value, tensors: list, objects: list):
 
 
 _NO_KWARGS = _signature({}, [], [])
+_EAGER = object()  # past the cache size limit: the call runs the function itself
 
 
 def _aliasing(tensors: list):
@@ -650,12 +652,11 @@ class _Entry:
         self._arg_is_fed = [id(a) in self._fed_ids for a in args]
         ctx = trace.ctx
         # On CUDA and emulated devices the arguments are copied into the step's own buffers, so
-        # a captured CUDA graph's addresses stay valid; on the host they are fed in place.
-        staged = ctx.device_type != "cpu"
-        self.inputs = [
-            (pos, node, empty(args[pos].shape, ctx) if staged else None)
-            for pos, node in trace.inputs
-        ]
+        # a captured CUDA graph's addresses stay valid; on the host they are fed in place. Each
+        # thread has its buffers (as it has its executor plan): concurrent calls never share one.
+        self._staged = ctx.device_type != "cpu"
+        self.inputs = [(pos, node, args[pos].shape) for pos, node in trace.inputs]
+        self._local = threading.local()  # per thread: staging buffers, the last .grad tensors
         self.steps = [
             (opt, [i for i, _ in pairs], [slots[g] for _, g in pairs], hyper)
             for opt, pairs, hyper in trace.steps
@@ -690,7 +691,6 @@ class _Entry:
         self.modules = [
             (m, mode) for m, mode in trace.module_guards.values() if id(m) not in guards.modules
         ]
-        self._grad_cache = None  # the .grad tensors of the last call (see _grad_tensors)
         # The trace-time arguments are not kept (only the parameters and constants it reads).
         trace.touched.clear()
         trace.leaves.clear()
@@ -703,7 +703,7 @@ class _Entry:
         their version counters advance, as this call wrote their values in place, so a graph
         that read an earlier ``.grad`` refuses to backward instead of using the new values.
         """
-        cached = self._grad_cache
+        cached = getattr(self._local, "grads", None)
         if cached is not None:
             for (_, k), g in zip(self.grads, cached, strict=True):  # a plain loop: per step
                 if g is None:
@@ -717,7 +717,7 @@ class _Entry:
                         g._vc.value += 1
                 return cached
         made = [None if k is None else Tensor._make(vals[k], float32, ctx) for _, k in self.grads]
-        self._grad_cache = made
+        self._local.grads = made
         return made
 
     def failure(self, args: list, objects: list):
@@ -763,12 +763,17 @@ class _Entry:
         for owner, node in self.grad_inputs:
             t = args[owner] if owner.__class__ is int else owner
             feed[node] = t._grad._data
-        for pos, node, staging in self.inputs:
-            data = args[pos]._data
-            if staging is not None:
-                ops.copy(data, staging)
-                data = staging
-            feed[node] = data
+        if self._staged:
+            staging = getattr(self._local, "staging", None)
+            if staging is None:
+                ctx = self.trace.ctx
+                staging = self._local.staging = [empty(shape, ctx) for _, _, shape in self.inputs]
+            for (pos, node, _), buf in zip(self.inputs, staging, strict=True):
+                ops.copy(args[pos]._data, buf)
+                feed[node] = buf
+        else:
+            for pos, node, _ in self.inputs:
+                feed[node] = args[pos]._data
         vals = self.executor.run(feed)
         for opt, idx, slots, hyper in self.steps:
             grads = [vals[k] for k in slots]
@@ -819,6 +824,7 @@ class CompiledFunction:
         self.executor = None
         self._warned = False
         self._discarded: dict = {}  # key -> why its last trace was not kept
+        self._lock = threading.RLock()  # one thread traces at a time (replays run concurrently)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
@@ -830,8 +836,21 @@ class CompiledFunction:
             is_grad_enabled(),
             _aliasing(tensors),
         )
+        for entry in self._cache.get(key, ()):
+            if entry.failure(tensors, objects) is None:
+                self.executor = entry.executor
+                return entry.run(tensors)
+        with self._lock:
+            out = self._trace_and_run(key, args, kwargs, tensors, objects)
+        if out is _EAGER:
+            return self._fn(*args, **kwargs)
+        return out
+
+    def _trace_and_run(self, key, args, kwargs, tensors: list, objects: list):
+        """A call that no trace may run (under the lock): trace it and run the trace, or
+        ``_EAGER`` past the cache size limit."""
         entries = self._cache.get(key, ())
-        for entry in entries:
+        for entry in entries:  # another thread may have traced it meanwhile
             if entry.failure(tensors, objects) is None:
                 self.executor = entry.executor
                 return entry.run(tensors)
@@ -854,9 +873,9 @@ class CompiledFunction:
                     f"them run eagerly from now on (last change: {why}). Raise "
                     "gpumat.compiler.cache_size_limit, or pass changing numbers as tensors.",
                     UserWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
-            return self._fn(*args, **kwargs)
+            return _EAGER
         entry, changed = self._trace(args, kwargs, tensors, objects)
         # The first run may fail (a full device): then nothing is kept or changed, and the next
         # call traces again. The trace left every .grad as it was; the optimizers' state made for
@@ -874,9 +893,9 @@ class CompiledFunction:
         if changed is None:
             self._cache.setdefault(key, []).append(entry)
         else:
+            # The step changed Python state it reads (a counter, a scheduler's step()): this
+            # call is right (its Python ran once), a replay would not be: the next one traces.
             self._discarded[key] = changed
-        # else the step changed Python state it reads (a counter, a scheduler's step()): this
-        # call is right (its Python ran once), a replay would not be: the next call traces again.
         self.executor = entry.executor
         return out
 

@@ -531,3 +531,56 @@ def test_the_cache_size_limit_is_read_at_each_call(ctx, monkeypatch):
         for s in (1.5, 2.5, 3.5, 4.5):
             close(compiled(x, s), x * s, f"seed={seed}")
     assert compiled.traces == 2
+
+
+# --------------------------------------------------------------------------- threads
+
+
+@pytest.mark.parametrize("first_call", ["main_thread", "concurrent"])
+def test_calls_from_two_threads_get_their_own_results(gpu_ctx, first_call):
+    """Each thread's arguments are staged in its own buffers: no call sees another's inputs."""
+    import threading
+
+    rng, seed = new_rng()
+    w = t(rng, (16, 8), gpu_ctx)
+
+    @gpumat.compile
+    @gpumat.no_grad()
+    def infer(x):
+        return (x @ w).tanh() * 2.0
+
+    inputs = [[t(rng, (32, 16), gpu_ctx) for _ in range(3)] for _ in range(2)]
+    wants = [[(x @ w).tanh() * 2.0 for x in xs] for xs in inputs]
+    barrier = threading.Barrier(2)
+    if first_call == "main_thread":
+        infer(inputs[0][0])
+        # Each thread's first replay waits in the executor until both have staged their input:
+        # shared staging buffers would then hold one thread's input for both.
+        run, waited = infer.executor.run, set()
+
+        def run_after_both_staged(*args, **kwargs):
+            if threading.get_ident() not in waited:
+                waited.add(threading.get_ident())
+                barrier.wait(timeout=60)
+            return run(*args, **kwargs)
+
+        infer.executor.run = run_after_both_staged
+    errors = []
+
+    def work(k):
+        try:
+            if first_call == "concurrent":
+                barrier.wait(timeout=60)
+            for _ in range(15):
+                for x, want in zip(inputs[k], wants[k], strict=True):
+                    close(infer(x), want, f"thread {k} on {gpu_ctx} (seed={seed})")
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+    assert infer.traces == 1
