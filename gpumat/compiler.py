@@ -152,8 +152,18 @@ class Trace:
                 self.leaves[node] = t
         return entry[1]
 
-    def apply(self, op, make, inputs, out_dtype, bounds, differentiable) -> Tensor:
-        """The symbolic result of one op (see :func:`apply_op`)."""
+    def apply(
+        self, op, make, inputs, out_dtype, bounds=None, differentiable: bool = True
+    ) -> Tensor:
+        """The symbolic result of one op (see :func:`apply_op`, whose defaults these are).
+
+        Raises:
+            ValueError: the op's shape rule rejects the shapes, or the inputs are on another
+                device than the step's.
+            RuntimeError: an input the trace may not read (see :meth:`node_of`).
+        """
+        if out_dtype is float32:
+            bounds = None  # value ranges are kept for int64 and bool tensors only
         nodes = [self.node_of(t, op) for t in inputs]
         node = make(*nodes)
         try:
@@ -656,6 +666,7 @@ class _Entry:
         # thread has its buffers (as it has its executor plan): concurrent calls never share one.
         self._staged = ctx.device_type != "cpu"
         self.inputs = [(pos, node, args[pos].shape) for pos, node in trace.inputs]
+        self._returned_inputs = {node: pos for pos, node in trace.inputs}
         self._local = threading.local()  # per thread: staging buffers, the last .grad tensors
         self.steps = [
             (opt, [i for i, _ in pairs], [slots[g] for _, g in pairs], hyper)
@@ -799,7 +810,10 @@ class _Entry:
 
         def result(sym: Tensor):
             if sym._trace is not self.trace:
-                return sym
+                return sym  # a tensor from outside the step (a parameter): itself, as eagerly
+            pos = self._returned_inputs.get(sym._tnode)
+            if pos is not None:
+                return args[pos]  # an argument returned unchanged: that very tensor, as eagerly
             out = vals[self.slots[sym._tnode]]._clone()  # a copy: the buffer is rewritten
             return Tensor._make(out, sym.dtype, ctx, sym._range)
 

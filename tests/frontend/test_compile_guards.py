@@ -584,3 +584,62 @@ def test_calls_from_two_threads_get_their_own_results(gpu_ctx, first_call):
         th.join()
     assert not errors, errors[0]
     assert infer.traces == 1
+
+
+# --------------------------------------------------------------------------- dtypes, results
+
+
+def test_dtype_conversions_inside_a_step(ctx):
+    """one_hot(y).float() as a regression target, eq(...).long() as a count."""
+    rng, seed = new_rng()
+    model, twin, opt, twin_opt = twins(ctx)
+
+    def make(m, o):
+        def step(x, y):
+            o.zero_grad()
+            out = m(x)
+            loss = F.mse_loss(out, F.one_hot(y, 3).float())
+            loss.backward()
+            o.step()
+            hits = out.argmax(dim=1).eq(y).long().sum()
+            return loss, hits, y.float() * 0.5
+
+        return step
+
+    compiled, eager = gpumat.compile(make(model, opt)), make(twin, twin_opt)
+    for i in range(3):
+        x, y = t(rng, (6, 6), ctx), gpumat.tensor(rng.integers(0, 3, 6), device=ctx)
+        (lc, hc, fc), (le, he, fe) = compiled(x, y), eager(x, y)
+        msg = f"step {i} on {ctx} (seed={seed})"
+        assert lc.item() == pytest.approx(le.item(), rel=1e-5), msg
+        assert hc.dtype == he.dtype == gpumat.int64 and hc.item() == he.item(), msg
+        assert fc.dtype == gpumat.float32
+        close(fc, fe, msg)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        close(p.detach(), q.detach(), f"seed={seed}")
+    with pytest.raises(RuntimeError, match="no value yet"):
+        gpumat.compile(lambda v: (v * 2.0).long())(t(rng, (3,), ctx))  # through the host
+
+
+def test_returned_parameters_and_arguments_are_the_objects_eager_returns(ctx):
+    """Returning a parameter, or an argument unchanged, returns that very tensor (as eagerly
+    and as torch.compile): the updated parameter, still requiring a gradient."""
+    rng, seed = new_rng()
+    model, twin, opt, twin_opt = twins(ctx)
+
+    def make(m, o):
+        def step(x, y):
+            loss = train_step(m, o)(x, y)
+            return loss, m[0].weight, x, {"y": y}
+
+        return step
+
+    compiled, eager = gpumat.compile(make(model, opt)), make(twin, twin_opt)
+    for i in range(2):
+        x, y = t(rng, (4, 6), ctx), gpumat.tensor(rng.integers(0, 3, 4), device=ctx)
+        got, want = compiled(x, y), eager(x, y)
+        msg = f"step {i} on {ctx} (seed={seed})"
+        assert got[1] is model[0].weight and want[1] is twin[0].weight, msg
+        assert got[1].requires_grad and want[1].requires_grad
+        close(got[1].detach(), want[1].detach(), msg)
+        assert got[2] is x and want[2] is x and got[3]["y"] is y and want[3]["y"] is y, msg
