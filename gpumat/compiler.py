@@ -109,12 +109,26 @@ class Trace:
             )
 
     def input(self, position: int, arg: Tensor) -> Tensor:
-        """A symbolic tensor standing for tensor argument ``arg`` (at ``position``)."""
+        """A symbolic tensor standing for tensor argument ``arg`` (at ``position``).
+
+        Raises:
+            RuntimeError: ``arg`` requires a gradient and was computed outside the step (a view
+                of a leaf), with grad mode on: its gradient would flow through a graph recorded
+                outside the step, which the trace cannot extend.
+        """
         arg._concrete("gpumat.compile")
+        if arg._requires_grad and not arg.is_leaf and is_grad_enabled():
+            raise RuntimeError(
+                f"gpumat.compile: argument {position} was computed outside the step with a "
+                "gradient history; pass the leaf it comes from and compute it inside the step, "
+                "or detach() it"
+            )
         self._use(arg._ctx, "gpumat.compile")
         node = Variable(f"input{position}")
         self.inputs.append((position, node))
         t = Tensor._symbolic(self, node, arg._shape, arg._dtype, arg._ctx, arg._range)
+        t.__class__ = _Argument  # its .grad is the argument's (after _fill set its own)
+        t._arg = arg
         t._range_src = len(self.inputs) - 1
         if arg._requires_grad:
             t._requires_grad = True
@@ -576,6 +590,28 @@ def _guards(fn, objects: list) -> _Guards:
             break
         names = guards.names
     return guards
+
+
+class _Argument(Tensor):
+    """A tensor argument inside a trace: ``.grad`` reads and sets the argument's own (eagerly
+    they are one tensor), so ``x.grad = None`` in the step resets the gradient backward adds to,
+    and a parameter passed as an argument has one gradient."""
+
+    @property
+    def grad(self):
+        return self._arg.grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        self._arg.grad = value
+
+    @property
+    def _grad(self):
+        return self._arg._grad
+
+    @_grad.setter
+    def _grad(self, value) -> None:
+        self._arg._grad = value
 
 
 def _signature(value, tensors: list, objects: list):
