@@ -11,17 +11,52 @@ multi-tensor update (one native call). Parameters are fed in place (no copies); 
 arguments are copied into the step's own buffers on CUDA and emulated devices, so a CUDA graph's
 addresses never change.
 
-A call whose signature differs (tensor shapes, dtypes, devices, ``requires_grad``; other
-arguments by value, objects by identity; grad mode) traces again and keeps both. A trace also
-records the train/eval mode of every module it called, and the ``requires_grad`` of every tensor
-it read; a call that finds one changed traces again.
+A call that no trace's guards accept traces again and keeps the new trace beside the others, up
+to ``cache_size_limit`` (8, as ``torch._dynamo.config.cache_size_limit``): past it a warning,
+once, and calls that match no trace run the function eagerly. The guards (what a trace
+specialised on, checked on every call):
 
-What a compiled step returns: its tensors as new tensors (copies of the step's buffers), and
-the parameters' ``.grad`` set to the step's gradient buffers (overwritten by the next call, as
-the next eager step would replace them; the next call reuses those ``.grad`` tensors and
-advances their version counters, so a graph that read an earlier gradient refuses to
-backward). Returned tensors never require a gradient: a compiled function is a whole step
-(forward, backward, update), or runs under ``no_grad``.
+- tensor arguments: shape, dtype, device, ``requires_grad``; which arguments are one tensor
+  (``f(x, x)`` is not ``f(x, y)``); which are tensors the step also reads directly (a parameter
+  passed as an argument); class indices of int64 arguments (checked: an error, not a trace);
+- other arguments: numbers, strings, None and devices by value; numpy arrays of numbers by
+  value (a copy is kept); other objects by identity, and what they hold, as below;
+- grad mode; the ``.grad`` the step reads from before the call: whether it is None;
+- the Python state the step's code can name: the globals named by its code and by the code of
+  the user functions it reaches (helpers, closures, methods of user classes such as a module's
+  ``forward``), its closure cells and defaults, a bound method's object. Numbers, strings, tuples
+  of them and numpy arrays by value; anything else by identity, then the attributes the code
+  names (of user objects, classes, Python modules) and the items of lists, tuples, dicts and sets
+  (up to 256 items, 4 levels deep); modules (:class:`gpumat.nn.Module`) whole: train/eval mode,
+  every attribute, parameters, buffers and submodules by identity; optimizers by identity and
+  the parameters they update. Hyper-parameters (``lr`` ...) are not guarded: every call's update
+  reads them (a scheduler stepped outside the step needs no new trace);
+- the tensors the step reads: their layout and ``requires_grad``; modules the step calls that the
+  walk above did not reach: their mode.
+
+A trace whose step changed that state while it ran (a counter, an ``lr_scheduler``'s
+``step()``, ``model.train()`` of a module in eval mode) runs for its call and is not kept: a
+replay would not repeat the change. Not guarded: state only library code reaches (gpumat, the
+standard library, installed packages: their globals), C-level state (random generators, clocks,
+files: values drawn from them inside the step are constants of the trace), attributes named only
+at run time (``getattr(obj, name)``), items past the limits above, and values the step computes
+from hyper-parameters (``loss * opt.lr``). Python side effects the guards do not see (printing,
+writing files) happen only when the step is traced.
+
+``.grad`` as eagerly: a step adds to the gradients its leaves had before the call (each call
+reads their current values), ``zero_grad()`` / ``.grad = None`` inside the step replaces them
+and ``zero_grad(set_to_none=False)`` zeroes them in place. A gradient the step makes anew is a
+tensor over the step's gradient buffer, reused by the next call of that trace (rewritten in
+place, its version counter advanced, so a graph that read it refuses to backward); eagerly it
+would be a new tensor: ``clone()`` one to keep it.
+
+What a compiled step returns: its computed tensors as new tensors (copies of the step's
+buffers) that do not require a gradient (a compiled function is a whole step: forward,
+backward, update; or it runs under ``no_grad``); a parameter, or an argument returned
+unchanged, as that very tensor, as eagerly. Calls from several threads are right (each thread
+has its own staging buffers and executor plan; one thread traces at a time). A call that fails
+the first time (a full device) changes nothing: every ``.grad`` and the optimizers' state are as
+before, and the next call traces again.
 
 Equal to eager execution: with ``fusion=False`` a compiled step runs the very kernels, in the
 same order and on the same values, that the eager step runs (the same ops; gradients summed in
@@ -33,8 +68,10 @@ eager step's masks: both are fresh each step, with the same distribution.
 
 What cannot be traced is an error at the first call, never a silently wrong replay: reading a
 value (``item()``, ``numpy()``, ``if loss > 0``), in-place ops, random tensors made inside the
-step, a step that adds to ``.grad`` computed outside it, reading a parameter after
-``optimizer.step()``, or returning Python numbers (they would be constants of the first call).
+step, a ``.grad`` assigned from outside the step, reading a parameter after
+``optimizer.step()``, an argument with a gradient history (a view of a leaf that requires a
+gradient), ``.long()`` of a float tensor (it goes through the host), or returning Python
+numbers (they would be constants of the first call).
 """
 
 from __future__ import annotations
@@ -878,6 +915,16 @@ class CompiledFunction:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
+        """Run the function: replay a trace whose guards hold, else trace the call (or, past
+        ``cache_size_limit`` traces, call the function eagerly, warning once).
+
+        Raises:
+            RuntimeError: the step does what cannot be traced (see the module docstring).
+            TypeError: the step uses no tensors, or returns other values than tensors.
+            ValueError: its ops' shape rules or devices reject the inputs; an int64 argument's
+                values are out of the range the step checks (IndexError for class indices).
+            MemoryError: the device is full; nothing was changed, the next call traces again.
+        """
         tensors: list = []
         objects: list = []
         key = (

@@ -212,7 +212,7 @@ def test_what_cannot_be_traced_is_an_error(ctx):
         return None
 
     # Adding to a .grad computed outside the step was refused here; it now accumulates, as
-    # eagerly (issue 41; tests/frontend/test_compile_guards.py has the cases).
+    # eagerly (tests/frontend/test_compile_guards.py has the cases).
     gpumat.compile(accumulates)(x)
     np.testing.assert_array_equal(w.grad.numpy(), [2.0, 2.0, 2.0])
     with pytest.raises(TypeError):

@@ -1,4 +1,4 @@
-"""gpumat.compile never replays a trace wrongly: the guards of issue 41.
+"""gpumat.compile never replays a trace wrongly: its guards and eager semantics.
 
 Each test compares a compiled function with the same function run eagerly, on fresh random inputs,
 after changing what the first trace specialised on: the aliasing of its arguments, the ``.grad``
