@@ -77,7 +77,9 @@ numbers (they would be constants of the first call).
 from __future__ import annotations
 
 import functools
+import itertools
 import numbers
+import operator
 import sys
 import sysconfig
 import threading
@@ -358,7 +360,6 @@ _LIBRARY_DIRS = tuple(
 _MAX_ITEMS = 256  # items of a list, tuple, dict or set guarded one by one
 _MAX_DEPTH = 4  # levels of attributes and items below a global, a cell or an argument
 
-_IS, _EQ, _ARRAY = 0, 1, 2
 _NUMBERS = "biufc"  # numpy dtype kinds compared by value
 
 
@@ -370,6 +371,24 @@ def _same(a, b) -> bool:
         return bool(a == b) or (a != a and b != b)
     except Exception:
         return False
+
+
+def _atomic(value) -> bool:
+    """Immutable: guarded by value (numbers, strings, None, devices, tuples of them)."""
+    return isinstance(value, _ATOMIC) or (
+        type(value) is tuple and all(isinstance(v, _ATOMIC) for v in value)
+    )
+
+
+def _reader(container, keys: tuple):
+    """A function reading ``container[k]`` for each key, as a tuple, in C (KeyError if one is
+    gone)."""
+    if not keys:
+        return tuple
+    if len(keys) == 1:
+        key = keys[0]
+        return lambda: (container[key],)
+    return functools.partial(operator.itemgetter(*keys), container)
 
 
 @functools.cache
@@ -398,13 +417,18 @@ def _code_names(code, out: set) -> None:
 
 
 class _Guards:
-    """The Python state a trace read: ``checks`` hold on every call that may replay it;
-    ``watches`` (values a replay need not check) and ``checks`` both hold after the trace unless
-    the step changed them (a side effect a replay would not repeat)."""
+    """The Python state a trace read: ``groups`` and ``arrays`` hold on every call that may
+    replay it; ``watches`` (values a replay need not check) and the others all hold after the
+    trace unless the step changed them (a side effect a replay would not repeat)."""
 
     def __init__(self, names: set) -> None:
         self.names = names  # attribute names the step's code may read
-        self.checks: list = []  # (kind, getter, expected, description)
+        # (reader of a tuple, expected values, their descriptions, the reader's): a value, or
+        # a container's items, each by value when immutable, else by identity. In steady state
+        # they are the very objects traced: one identity pass over all of them, in C.
+        self.groups: list = []
+        self.arrays: list = []  # (numpy array, its values when traced, description)
+        self._flat = None  # all groups' expected values in one tuple (see failure)
         self.watches: list = []  # (getter, value, description)
         self.tensors: list = []  # every tensor met (their .grad may be read)
         self.modules: set = set()  # ids of the nn.Modules walked (their mode is guarded here)
@@ -414,25 +438,44 @@ class _Guards:
         self._keep: list = []  # what the guards name, kept alive (ids stay unique)
 
     def failure(self):
-        """The description of the first check that fails now, or None."""
-        for kind, get, want, what in self.checks:
-            try:
-                value = get()
-            except Exception:
+        """The description of the first guard that fails now, or None."""
+        if self._flat is None:
+            self._reads = [g[0] for g in self.groups]
+            self._lens = tuple([len(g[1]) for g in self.groups])
+            self._flat = tuple(itertools.chain.from_iterable(g[1] for g in self.groups))
+        try:
+            now = [read() for read in self._reads]
+            same = tuple(map(len, now)) == self._lens and all(
+                map(operator.is_, itertools.chain.from_iterable(now), self._flat)
+            )
+        except Exception:
+            same = False
+        if not same:
+            what = self._group_failure()
+            if what is not None:
                 return what
-            if kind == _IS:
-                if value is not want:
-                    return what
-            elif kind == _EQ:
-                if not _same(value, want):
-                    return what
-            elif not (
-                type(value) is np.ndarray
-                and value.shape == want.shape
+        for value, want, what in self.arrays:
+            if not (
+                value.shape == want.shape
                 and value.dtype == want.dtype
                 and np.array_equal(value, want, equal_nan=want.dtype.kind in "fc")
             ):
                 return what
+        return None
+
+    def _group_failure(self):
+        # Item by item: an immutable value equal to the traced one (not the same object) holds.
+        for read, want, whats, where in self.groups:
+            try:
+                now = read()
+            except Exception:
+                return where
+            if len(now) != len(want):
+                return where
+            if not all(map(operator.is_, now, want)):
+                for a, b, what in zip(now, want, whats, strict=True):
+                    if a is not b and not (_atomic(b) and _same(a, b)):
+                        return what
         return None
 
     def changed(self):
@@ -450,17 +493,48 @@ class _Guards:
     def value(self, get, value, what: str, depth: int) -> None:
         """Guard that ``get()`` gives ``value`` (by value when immutable, else by identity) and
         walk what ``value`` holds."""
-        if isinstance(value, _ATOMIC) or (
-            type(value) is tuple and all(isinstance(v, _ATOMIC) for v in value)
-        ):
-            self.checks.append((_EQ, get, value, what))
-            return
-        self.checks.append((_IS, get, value, what))
-        self.contents(value, what, depth)
+        self.group(lambda: (get(),), (value,), (what,), what, depth)
 
-    def _items(self, get_item, items, what: str, depth: int) -> None:
-        for key, v in items:
-            self.value(functools.partial(get_item, key), v, f"{what}[{key!r}]", depth + 1)
+    def same(self, get, value, what: str) -> None:
+        """Guard that ``get()`` is ``value``, without walking what it holds."""
+        self.groups.append((lambda: (get(),), (value,), (what,), what))
+
+    def holds(self, test, what: str) -> None:
+        """Guard that ``test()`` is True."""
+        self.groups.append((lambda: (test(),), (True,), (what,), what))
+
+    def group(self, read, values: tuple, whats: tuple, where: str, depth: int) -> None:
+        """Guard that ``read()`` gives ``values``, each by value when immutable, else by
+        identity (``whats`` describe them, ``where`` their container), and walk what they
+        hold."""
+        self.groups.append((read, values, whats, where))
+        for v, what in zip(values, whats, strict=True):
+            if not _atomic(v):
+                self.contents(v, what, depth)
+
+    def _dict(self, d: dict, what: str, depth: int, attributes: bool) -> None:
+        # Its keys and (up to _MAX_ITEMS) its values, read in one go.
+        keys = tuple(d)
+        kinds = "attributes" if attributes else "keys"
+        if len(d) > _MAX_ITEMS:
+            self.group(lambda: tuple(d), keys, (f"the {kinds} of {what}",) * len(keys), what, depth)
+            return
+        whats = tuple([f"{what}.{k}" if attributes else f"{what}[{k!r}]" for k in keys])
+        self.group(
+            lambda: (*d, *d.values()),
+            (*keys, *d.values()),
+            (f"the {kinds} of {what}",) * len(keys) + whats,
+            f"the {kinds} of {what}",
+            depth,
+        )
+
+    def _keys(self, mapping, keys: tuple, what: str, depth: int, attributes: bool) -> None:
+        # The items of ``mapping`` under ``keys`` (described as attributes of ``what``, or items)
+        if not keys:
+            return
+        whats = tuple([f"{what}.{k}" if attributes else f"{what}[{k!r}]" for k in keys])
+        values = tuple([mapping[k] for k in keys])
+        self.group(_reader(mapping, keys), values, whats, what, depth)
 
     def contents(self, value, what: str, depth: int) -> None:
         """Guard what ``value`` (itself guarded by identity) holds."""
@@ -472,7 +546,7 @@ class _Guards:
             self.tensors.append(value)  # its storage, shape and requires_grad: the feed guards
         elif isinstance(value, np.ndarray):
             if value.dtype.kind in _NUMBERS:  # numbers: by value (a copy kept), on every call
-                self.checks.append((_ARRAY, lambda: value, value.copy(), f"{what} (values)"))
+                self.arrays.append((value, value.copy(), f"{what} (values)"))
         elif isinstance(value, Module):
             self._class(type(value))
             self._module(value, what)
@@ -504,18 +578,18 @@ class _Guards:
         elif depth >= _MAX_DEPTH:
             return
         elif isinstance(value, (list, tuple)):
-            self.checks.append((_EQ, lambda: len(value), len(value), f"len({what})"))
             if len(value) <= _MAX_ITEMS:
-                self._items(value.__getitem__, enumerate(value), what, depth)
+                whats = tuple([f"{what}[{i}]" for i in range(len(value))])
+                self.group(lambda: tuple(value), tuple(value), whats, f"len({what})", depth + 1)
+            else:
+                n = len(value)
+                self.holds(lambda: len(value) == n, f"len({what})")
         elif isinstance(value, dict):
-            keys = tuple(value)
-            self.checks.append((_EQ, lambda: tuple(value), keys, f"the keys of {what}"))
-            if len(value) <= _MAX_ITEMS:
-                self._items(value.__getitem__, value.items(), what, depth)
+            self._dict(value, what, depth + 1, attributes=False)
         elif isinstance(value, (set, frozenset)):
             if len(value) <= _MAX_ITEMS and all(isinstance(v, _ATOMIC) for v in value):
                 frozen = frozenset(value)
-                self.checks.append((_EQ, lambda: frozenset(value), frozen, what))
+                self.holds(lambda: frozenset(value) == frozen, what)
         else:
             attrs = getattr(value, "__dict__", None)
             if isinstance(attrs, dict):
@@ -526,44 +600,39 @@ class _Guards:
         # The attributes the step's code names are guarded; the other plain values are watched
         # (a step that changes them, as a scheduler's step() does, is never replayed).
         self._filtered = True
+        named = tuple([name for name in attrs if name in self.names])
+        self._keys(attrs, named, what, depth + 1, attributes=True)
         for name, v in list(attrs.items()):
-            if name in self.names:
-                get = functools.partial(attrs.__getitem__, name)
-                self.value(get, v, f"{what}.{name}", depth + 1)
-            elif isinstance(v, _ATOMIC):
+            if name not in self.names and isinstance(v, _ATOMIC):
                 self.watches.append((functools.partial(attrs.__getitem__, name), v, what))
 
     def _namespace(self, names: dict, what: str, depth: int, walk: bool) -> None:
         # A Python module's or a class's attributes that the step's code names.
         self._filtered = True
-        for name in sorted(self.names & names.keys()):
-            v = names[name]
-            get = functools.partial(names.__getitem__, name)
-            if walk:
-                self.value(get, v, f"{what}.{name}", depth + 1)
-            elif isinstance(v, _ATOMIC):
-                self.checks.append((_EQ, get, v, f"{what}.{name}"))
-            else:
-                self.checks.append((_IS, get, v, f"{what}.{name}"))
+        keys = tuple(sorted(self.names & names.keys()))
+        if walk:
+            self._keys(names, keys, what, depth + 1, attributes=True)
+        elif keys:  # a library's attributes: themselves, not what they hold
+            values = tuple([names[k] for k in keys])
+            whats = tuple([f"{what}.{k}" for k in keys])
+            self.groups.append((_reader(names, keys), values, whats, what))
 
     def _module(self, m, what: str) -> None:
         # Every attribute: library code (Module.__call__, forward) reads them, the parameters,
         # buffers and submodules included; depth starts again (networks nest deep).
         self.modules.add(id(m))
-        attrs = m.__dict__
-        self.checks.append((_EQ, lambda: tuple(attrs), tuple(attrs), f"the attributes of {what}"))
-        for name, v in list(attrs.items()):
-            self.value(functools.partial(attrs.__getitem__, name), v, f"{what}.{name}", 0)
+        self._dict(m.__dict__, what, 0, attributes=True)
 
     def _optimizer(self, opt, what: str) -> None:
         # Which parameters it updates; its hyper-parameters are read by every call's update
         # (not guarded), watched only: a step that changes them is never replayed.
         groups = opt.param_groups
-        self.checks.append((_IS, lambda: opt.param_groups, groups, f"{what}.param_groups"))
-        self.checks.append((_EQ, lambda: len(groups), len(groups), f"len({what}.param_groups)"))
+        self.same(lambda: opt.param_groups, groups, f"{what}.param_groups")
+        n = len(groups)
+        self.holds(lambda: len(groups) == n, f"len({what}.param_groups)")
         for g, group in enumerate(groups):
             where = f"{what}.param_groups[{g}]"
-            self.checks.append((_IS, functools.partial(groups.__getitem__, g), group, where))
+            self.same(functools.partial(groups.__getitem__, g), group, where)
             params = group["params"]
             self.value(lambda group=group: group["params"], params, f"{where}['params']", 0)
             for key, v in group.items():
@@ -595,8 +664,10 @@ class _Guards:
             self.grew |= self._filtered
             self.names |= names
         g = fn.__globals__
-        for name in sorted(names & g.keys()):
-            self.value(functools.partial(g.__getitem__, name), g[name], f"global {name!r}", 0)
+        keys = tuple(sorted(names & g.keys()))
+        values = tuple([g[k] for k in keys])
+        whats = tuple([f"global {k!r}" for k in keys])
+        self.group(_reader(g, keys), values, whats, f"the globals of {what}", 0)
 
     def _class(self, cls) -> None:
         # The methods of user classes (a Module subclass's forward): the globals they read.
@@ -605,11 +676,9 @@ class _Guards:
                 continue
             self._seen.add(id(c))
             self._keep.append(c)
-            for name, v in list(vars(c).items()):
-                if isinstance(v, (types.FunctionType, staticmethod, classmethod, property)):
-                    get = functools.partial(vars(c).__getitem__, name)
-                    self.checks.append((_IS, get, v, f"{c.__qualname__}.{name}"))
-                    self.contents(v, f"{c.__qualname__}.{name}", 0)
+            kinds = (types.FunctionType, staticmethod, classmethod, property)
+            keys = tuple([k for k, v in vars(c).items() if isinstance(v, kinds)])
+            self._keys(vars(c), keys, c.__qualname__, 0, attributes=True)
 
 
 def _guards(fn, objects: list) -> _Guards:
