@@ -71,7 +71,10 @@
 // - Faults found while a kernel runs (barrier divergence, bad warp masks, a deadlock, an exception)
 //   abandon the launch and are returned by the next cudaGetLastError() as cudaErrorLaunchFailure;
 //   cudaGetErrorString() then appends the details (kernel, block, thread, what). They are not
-//   sticky: unlike a GPU context, the emulated device stays usable.
+//   sticky: unlike a GPU context, the emulated device stays usable. A launch that finds no host
+//   memory for its fiber stacks or for a shadow the checks allocate as it runs (racecheck's, at
+//   the first plain write to an allocation) fails with cudaErrorMemoryAllocation instead, once:
+//   the next launch tries again.
 #pragma once
 
 #include <cstddef>
