@@ -409,3 +409,78 @@ def test_no_memory_for_the_racecheck_shadow_fails_the_launch_and_the_next_launch
         assert "GPUMAT_EMU_CHECKS=memcheck,initcheck" in line, line
     assert room == "ROOM ran"
     assert values == "VALUES 0.0"
+
+
+# Allocations under GPUMAT_EMU_HOST_MEMORY_BYTES = 64 MiB: each is charged 13/4 host bytes per byte.
+# The 32 MiB device capacity is filled by one 32 MiB tensor, as gpumat.zeros(2**31) fills the
+# default 8 GiB; then 8 MiB tensors (26 MiB each), and a 10 MiB one once a cached block is freed.
+_HOST_LIMIT_CHILD = """
+import gpumat
+
+
+def zeros(tag, mib):
+    try:
+        t = gpumat.zeros(mib << 18, device="emu")
+        print(tag, "allocated", float(t.numpy().max()))
+        return t
+    except MemoryError as exc:
+        print(tag, "MemoryError", exc)
+
+
+zeros("CAPACITY", 32)
+a = zeros("A", 8)
+b = zeros("B", 8)
+zeros("C", 8)
+del b  # cached by gpumat's allocator, still charged: given back when cudaMalloc refuses
+d = zeros("D", 10)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="runs a child process")
+def test_an_allocation_the_host_memory_limit_cannot_back_is_a_memory_error():
+    # The shadows' host memory was not counted anywhere: a tensor of the emulated device's whole
+    # capacity (8 GiB by default) used 26 GiB of host memory, and the OOM killer ended the process.
+    lines = _run_child(
+        _HOST_LIMIT_CHILD,
+        GPUMAT_EMU_MEMORY_BYTES=str(32 << 20),
+        GPUMAT_EMU_HOST_MEMORY_BYTES=str(64 << 20),
+    )
+    capacity, a, b, c, d = lines
+    assert capacity.startswith("CAPACITY MemoryError"), capacity
+    assert (
+        "cudaMalloc of 33554432 bytes: the host cannot back it: it needs 109051904 bytes of host "
+        "memory" in capacity
+    ), capacity
+    assert "hold 0 of the 67108864 bytes GPUMAT_EMU_HOST_MEMORY_BYTES allows" in capacity, capacity
+    assert a == "A allocated 0.0" and b == "B allocated 0.0"
+    assert c.startswith("C MemoryError"), c
+    assert "hold 54525952 of the 67108864 bytes" in c, c  # 2 x 26 MiB
+    assert d == "D allocated 0.0"
+
+
+# A tensor of half the host's available memory, with room for the device (a 1 PiB capacity) but
+# not for 3.25 host bytes per byte. The address-space limit keeps a refusal that fails from using
+# this machine's memory: an allocation past it fails as the host being out of memory.
+_MEM_AVAILABLE_CHILD = """
+import resource
+import gpumat
+
+with open("/proc/meminfo") as f:
+    available = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:")) * 1024
+with open("/proc/self/status") as f:
+    vm = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), hard))
+try:
+    gpumat.empty((available // 8,), gpumat.emu(0))  # float32: available / 2 bytes
+    print("allocated")
+except MemoryError as exc:
+    print("MemoryError", exc)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc and RLIMIT_AS")
+def test_an_allocation_the_available_host_memory_cannot_back_is_a_memory_error():
+    (line,) = _run_child(_MEM_AVAILABLE_CHILD, GPUMAT_EMU_MEMORY_BYTES=str(1 << 50))
+    assert line.startswith("MemoryError"), line
+    assert "the host cannot back it" in line and "bytes available (MemAvailable)" in line, line

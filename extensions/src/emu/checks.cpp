@@ -142,7 +142,10 @@ uint64_t* race_shadow(Active& a, Segment* s) {
   const size_t shadow_bytes = s->capacity / 4 * sizeof(uint64_t);
   if (s->race_failed.load(std::memory_order_relaxed) != a.launch_seq) {
     if (auto* fresh = new (std::nothrow) uint64_t[s->capacity / 4]()) {
-      if (s->race.compare_exchange_strong(r, fresh, std::memory_order_acq_rel)) return fresh;
+      if (s->race.compare_exchange_strong(r, fresh, std::memory_order_acq_rel)) {
+        race_shadow_made(s);
+        return fresh;
+      }
       delete[] fresh;
       return r;
     }

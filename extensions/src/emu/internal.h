@@ -61,6 +61,8 @@ struct Segment {
 
 // The segment whose host allocation holds address p, or nullptr (takes the registry's read lock).
 Segment* segment_at(uintptr_t p);
+// Racecheck's shadow of s has been made: cudaMalloc charged its host memory in advance.
+void race_shadow_made(const Segment* s);
 // Says where p lies relative to the device's allocations, for reports ("12 bytes past the end of
 // the 40-byte allocation at 0x...").
 std::string describe_device_address(uintptr_t p, size_t n);
