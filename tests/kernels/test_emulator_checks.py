@@ -299,6 +299,33 @@ def test_loss_partial_sums_cover_every_element_under_the_block_cap(monkeypatch):
 
 
 # ---------------------------------------------------------------------------- host memory
+# Each case runs in a child process that limits its own address space (RLIMIT_AS), so that what
+# runs out is that child's memory, never this machine's.
+
+# The gpumat under test (installed, or built in place), for the children to import.
+_GPUMAT_ROOT = str(Path(gpumat.__file__).resolve().parents[1])
+
+
+def _run_child(code, **env):
+    """Runs ``code`` in a fresh interpreter (one OpenMP thread, every check on) and returns its
+    stdout lines; fails the test with the child's stderr if it did not exit cleanly."""
+    child_env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
+    for name in ("GPUMAT_EMU_CHECKS", "GPUMAT_EMU_CHECK_REPEATS"):
+        child_env.pop(name, None)
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_GPUMAT_ROOT, os.environ.get("PYTHONPATH")) if p
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env,
+        cwd=Path(__file__).resolve().parents[3],  # not the repository: its gpumat/ is sources
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.splitlines()
+
 
 _STACKS_CHILD = """
 import resource, sys
@@ -328,16 +355,132 @@ print("SECOND", float(y.asnumpy().sum()))
 def test_a_launch_without_memory_for_its_stacks_is_a_memory_error_and_the_next_one_runs():
     # The stacks' address range was reserved once: a first launch that found no memory for it
     # made every later launch fail too, even with memory back; and the error was a CudaError.
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _STACKS_CHILD],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=Path(__file__).resolve().parents[3],  # not the repository: its gpumat/ is sources
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    first, second = proc.stdout.splitlines()
+    first, second = _run_child(_STACKS_CHILD)
     assert first.startswith("FIRST MemoryError") and "no memory for fiber stacks" in first, first
     assert second == "SECOND 0.0"
+
+
+# A 64 MiB array (every numpy temporary above glibc's mmap threshold, so freed memory goes back to
+# the system and the limit measures what is in use); racecheck's shadow of it is 128 MiB, allocated
+# at the first plain kernel write. Two launches with no room for it, then one with room.
+_RACE_SHADOW_CHILD = """
+import resource
+import numpy as np
+import gpumat
+from gpumat import ops
+
+ctx = gpumat.emu(0)
+warm = gpumat.array(np.ones(64, np.float32), ctx)
+ops.relu(warm, warm)  # the fiber stacks are reserved by the first launch
+x = gpumat.array(-np.ones(16 << 20, np.float32), ctx)
+gpumat.synchronize(ctx)
+with open("/proc/self/status") as f:
+    vm = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+
+
+def relu(tag):
+    try:
+        ops.relu(x, x)
+        gpumat.synchronize(ctx)
+        print(tag, "ran")
+    except MemoryError as exc:
+        print(tag, "MemoryError", exc)
+
+
+resource.setrlimit(resource.RLIMIT_AS, (vm + (32 << 20), hard))
+relu("FIRST")
+relu("AGAIN")
+resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+relu("ROOM")
+print("VALUES", float(x.asnumpy().max()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc and RLIMIT_AS")
+def test_no_memory_for_the_racecheck_shadow_fails_the_launch_and_the_next_launch_tries_again():
+    # The shadow's allocation was tried at every plain write and, failing, skipped racecheck for
+    # the allocation: the launch ran unchecked (with a 256 MiB array, retrying spun for minutes).
+    first, again, room, values = _run_child(_RACE_SHADOW_CHILD)
+    for line in (first, again):
+        assert line.split()[1] == "MemoryError", line
+        assert "racecheck: no host memory for the 134217728-byte shadow" in line, line
+        assert "of the 67108864-byte allocation at 0x" in line, line
+        assert "GPUMAT_EMU_CHECKS=memcheck,initcheck" in line, line
+    assert room == "ROOM ran"
+    assert values == "VALUES 0.0"
+
+
+# Allocations under GPUMAT_EMU_HOST_MEMORY_BYTES = 64 MiB: each is charged 13/4 host bytes per byte.
+# The 32 MiB device capacity is filled by one 32 MiB tensor, as gpumat.zeros(2**31) fills the
+# default 8 GiB; then 8 MiB tensors (26 MiB each), and a 10 MiB one once a cached block is freed.
+_HOST_LIMIT_CHILD = """
+import gpumat
+
+
+def zeros(tag, mib):
+    try:
+        t = gpumat.zeros(mib << 18, device="emu")
+        print(tag, "allocated", float(t.numpy().max()))
+        return t
+    except MemoryError as exc:
+        print(tag, "MemoryError", exc)
+
+
+zeros("CAPACITY", 32)
+a = zeros("A", 8)
+b = zeros("B", 8)
+zeros("C", 8)
+del b  # cached by gpumat's allocator, still charged: given back when cudaMalloc refuses
+d = zeros("D", 10)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="runs a child process")
+def test_an_allocation_the_host_memory_limit_cannot_back_is_a_memory_error():
+    # The shadows' host memory was not counted anywhere: a tensor of the emulated device's whole
+    # capacity (8 GiB by default) used 26 GiB of host memory, and the OOM killer ended the process.
+    lines = _run_child(
+        _HOST_LIMIT_CHILD,
+        GPUMAT_EMU_MEMORY_BYTES=str(32 << 20),
+        GPUMAT_EMU_HOST_MEMORY_BYTES=str(64 << 20),
+    )
+    capacity, a, b, c, d = lines
+    assert capacity.startswith("CAPACITY MemoryError"), capacity
+    assert (
+        "cudaMalloc of 33554432 bytes: the host cannot back it: it needs 109051904 bytes of host "
+        "memory" in capacity
+    ), capacity
+    assert "hold 0 of the 67108864 bytes GPUMAT_EMU_HOST_MEMORY_BYTES allows" in capacity, capacity
+    assert a == "A allocated 0.0" and b == "B allocated 0.0"
+    assert c.startswith("C MemoryError"), c
+    assert "hold 54525952 of the 67108864 bytes" in c, c  # 2 x 26 MiB
+    assert d == "D allocated 0.0"
+
+
+# A tensor of half the host's available memory, with room for the device (a 1 PiB capacity) but
+# not for 3.25 host bytes per byte. The address-space limit keeps a refusal that fails from using
+# this machine's memory: an allocation past it fails as the host being out of memory.
+_MEM_AVAILABLE_CHILD = """
+import resource
+import gpumat
+
+with open("/proc/meminfo") as f:
+    available = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:")) * 1024
+with open("/proc/self/status") as f:
+    vm = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), hard))
+try:
+    gpumat.empty((available // 8,), gpumat.emu(0))  # float32: available / 2 bytes
+    print("allocated")
+except MemoryError as exc:
+    print("MemoryError", exc)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc and RLIMIT_AS")
+def test_an_allocation_the_available_host_memory_cannot_back_is_a_memory_error():
+    (line,) = _run_child(_MEM_AVAILABLE_CHILD, GPUMAT_EMU_MEMORY_BYTES=str(1 << 50))
+    assert line.startswith("MemoryError"), line
+    assert "the host cannot back it" in line and "bytes available (MemAvailable)" in line, line

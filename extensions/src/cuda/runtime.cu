@@ -79,8 +79,9 @@ void* malloc_device(int dev, size_t nbytes) {
   void* ptr = nullptr;
   cudaError_t err = cudaMalloc(&ptr, nbytes);
   if (err == cudaErrorMemoryAllocation) {
+    const std::string why = cudaGetErrorString(err);  // the emulator's says which limit refused it
     cudaGetLastError();
-    throw OutOfMemory("cudaMalloc of " + std::to_string(nbytes) + " bytes failed");
+    throw OutOfMemory("cudaMalloc of " + std::to_string(nbytes) + " bytes failed: " + why);
   }
   check(err, "cudaMalloc");
   return ptr;

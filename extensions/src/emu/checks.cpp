@@ -133,14 +133,28 @@ constexpr uint64_t writer_tag(uint32_t launch, uint64_t block, uint32_t thread) 
   return uint64_t{launch} << 32 | (block & 0x3FFFFF) << 10 | thread;
 }
 
-uint64_t* race_shadow(Segment* s) {
+// Racecheck's shadow of segment s, allocated at the first plain kernel write to it. Without host
+// memory for it the launch fails as out of memory (not unchecked): tried once per launch (the
+// launch's other threads fail without trying again), and again by the next launch.
+uint64_t* race_shadow(Active& a, Segment* s) {
   uint64_t* r = s->race.load(std::memory_order_acquire);
   if (r != nullptr) return r;
-  auto* fresh = new (std::nothrow) uint64_t[s->capacity / 4]();
-  if (fresh == nullptr) return nullptr;  // no racecheck for this segment rather than no launch
-  if (s->race.compare_exchange_strong(r, fresh, std::memory_order_acq_rel)) return fresh;
-  delete[] fresh;
-  return r;
+  const size_t shadow_bytes = s->capacity / 4 * sizeof(uint64_t);
+  if (s->race_failed.load(std::memory_order_relaxed) != a.launch_seq) {
+    if (auto* fresh = new (std::nothrow) uint64_t[s->capacity / 4]()) {
+      if (s->race.compare_exchange_strong(r, fresh, std::memory_order_acq_rel)) {
+        race_shadow_made(s);
+        return fresh;
+      }
+      delete[] fresh;
+      return r;
+    }
+    s->race_failed.store(a.launch_seq, std::memory_order_relaxed);
+  }
+  fault_running_thread("racecheck: no host memory for the " + std::to_string(shadow_bytes) +
+                           "-byte shadow of the " + std::to_string(s->bytes) + "-byte allocation at " +
+                           hex(s->base) + " (GPUMAT_EMU_CHECKS=memcheck,initcheck runs without racecheck)",
+                       /*out_of_memory=*/true);
 }
 
 // Whether racecheck's writer tag `old` of a word this thread (tag `me`) writes is another block's
@@ -195,8 +209,7 @@ void global_access(Active& a, Active::CachedSegment& c, uintptr_t p, size_t n, u
   // Racecheck: a plain write of 4 or more bytes to a word that another block of this launch wrote
   // (per 4-byte word, so smaller writes are not compared).
   if ((kind & kAtomic) || !(a.checks & kRacecheck) || n < 4) return;
-  if (c.race == nullptr) c.race = race_shadow(c.seg);
-  if (c.race == nullptr) return;
+  if (c.race == nullptr) c.race = race_shadow(a, c.seg);  // or the launch ends here
   const uint64_t me = writer_tag(a.launch_seq, a.block_linear, a.thread);
   for (size_t w = off >> 2, e = (off + n + 3) >> 2; w < e; ++w) {
     const uint64_t old = __atomic_exchange_n(&c.race[w], me, __ATOMIC_RELAXED);

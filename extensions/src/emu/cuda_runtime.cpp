@@ -39,6 +39,12 @@ size_t memory_capacity() {
   static const size_t bytes = static_cast<size_t>(env_u64("GPUMAT_EMU_MEMORY_BYTES", size_t{8} << 30));
   return bytes;
 }
+// GPUMAT_EMU_HOST_MEMORY_BYTES: a cap on the host memory all emulated allocations may hold, data
+// and shadows (see host_bytes); SIZE_MAX when unset.
+size_t host_memory_limit() {
+  static const size_t bytes = static_cast<size_t>(env_u64("GPUMAT_EMU_HOST_MEMORY_BYTES", SIZE_MAX));
+  return bytes;
+}
 int device_count() {
   static const int n =
       static_cast<int>(std::min<uint64_t>(std::max<uint64_t>(env_u64("GPUMAT_EMU_DEVICES", 1), 1), 8));
@@ -97,6 +103,40 @@ std::map<uintptr_t, size_t> g_pinned;                      // live cudaHostAlloc
 size_t g_bytes_in_use[8] = {};
 std::atomic<uint64_t> g_memory_epoch{0};  // see memory_epoch()
 
+// Device memory is host memory with the checks' shadows beside it. Per byte of an allocation
+// (rounded up to 256 bytes): the byte itself, 1/4 byte of initcheck's shadow (made with it) and 2
+// bytes of racecheck's (made at the first plain kernel write): 13/4 host bytes. cudaMalloc charges
+// all of it at once and refuses what the host cannot back, so that a later write finds the memory
+// instead of the OOM killer finding the process.
+constexpr size_t host_bytes(size_t rounded) { return rounded / 4 * 13; }
+constexpr size_t race_shadow_bytes(size_t rounded) { return rounded / 4 * sizeof(uint64_t); }
+size_t g_host_charged = 0;              // host_bytes of the live allocations, all devices
+std::atomic<size_t> g_host_pending{0};  // the part not allocated yet (racecheck's shadows to come)
+
+// MemAvailable of /proc/meminfo in bytes (what the host can give without swapping), or SIZE_MAX
+// where it is not known.
+size_t host_memory_available() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return SIZE_MAX;
+  char line[256];
+  unsigned long long kib = 0;
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f) != nullptr)
+    found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+  std::fclose(f);
+  return found ? static_cast<size_t>(kib) * 1024 : SIZE_MAX;
+}
+
+// The host bytes new allocations may be charged: what the host has available less what earlier
+// allocations are charged but do not hold yet, and at most what GPUMAT_EMU_HOST_MEMORY_BYTES leaves.
+// `available`: host_memory_available(). Caller holds g_mem_mutex.
+size_t host_bytes_free(size_t available) {
+  const size_t pending = g_host_pending.load(std::memory_order_relaxed);
+  const size_t by_host = available > pending ? available - pending : 0;
+  const size_t by_limit = host_memory_limit() > g_host_charged ? host_memory_limit() - g_host_charged : 0;
+  return std::min(by_host, by_limit);
+}
+
 // The segment that holds [p, p + bytes) within what cudaMalloc was asked for, or nullptr. Caller
 // holds g_mem_mutex.
 Segment* segment_holding(uintptr_t p, size_t bytes) {
@@ -130,6 +170,10 @@ cudaError_t check_device_range(const void* p, size_t bytes, const char* what) {
 }  // namespace
 
 uint64_t memory_epoch() { return g_memory_epoch.load(std::memory_order_acquire); }
+
+void race_shadow_made(const Segment* s) {
+  g_host_pending.fetch_sub(race_shadow_bytes(s->capacity), std::memory_order_relaxed);
+}
 
 Segment* segment_at(uintptr_t p) {
   std::shared_lock<std::shared_mutex> lock(g_mem_mutex);
@@ -875,20 +919,48 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (cudaError_t e = emu::unsafe_during_capture("cudaMalloc"); e != cudaSuccess) return e;
   if (bytes == 0) return cudaSuccess;
   const int dev = emu::t_device;
+  if (bytes > SIZE_MAX / 4 - 255)  // host_bytes would overflow
+    return fail(cudaErrorMemoryAllocation,
+                "cudaMalloc of " + std::to_string(bytes) + " bytes: more than the host's address space");
+  const size_t rounded = (bytes + 255) / 256 * 256;
+  const size_t host = emu::host_bytes(rounded);
+  const size_t available = emu::host_memory_available();  // read outside the lock
   {
-    std::shared_lock<std::shared_mutex> lock(emu::g_mem_mutex);
+    // The device's capacity and the host's memory, both charged before anything is allocated.
+    std::unique_lock<std::shared_mutex> lock(emu::g_mem_mutex);
     if (bytes > emu::memory_capacity() - emu::g_bytes_in_use[dev])
       return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: " +
                                                  std::to_string(emu::g_bytes_in_use[dev]) + " of " +
                                                  std::to_string(emu::memory_capacity()) + " bytes in use");
+    if (host > emu::host_bytes_free(available)) {
+      const size_t pending = emu::g_host_pending.load(std::memory_order_relaxed);
+      std::string why = "cudaMalloc of " + std::to_string(bytes) +
+                        " bytes: the host cannot back it: it needs " + std::to_string(host) +
+                        " bytes of host memory (13/4 per byte rounded up to 256: the data, initcheck's and "
+                        "racecheck's shadows), and ";
+      if (available != SIZE_MAX && host + pending > available)
+        why += "the host has " + std::to_string(available) + " bytes available (MemAvailable), " +
+               std::to_string(pending) + " of them promised to earlier allocations' shadows";
+      else
+        why += "the emulated devices' allocations hold " + std::to_string(emu::g_host_charged) + " of the " +
+               std::to_string(emu::host_memory_limit()) + " bytes GPUMAT_EMU_HOST_MEMORY_BYTES allows";
+      return fail(cudaErrorMemoryAllocation, why);
+    }
+    emu::g_bytes_in_use[dev] += bytes;
+    emu::g_host_charged += host;
+    emu::g_host_pending += host;
   }
-  const size_t rounded = (bytes + 255) / 256 * 256;
   void* p = std::aligned_alloc(256, rounded);
   auto seg = std::make_unique<emu::Segment>();
   seg->init.reset(new (std::nothrow) uint8_t[rounded / 4]());
   if (p == nullptr || seg->init == nullptr) {
     std::free(p);
-    return fail(cudaErrorMemoryAllocation, "cudaMalloc: the host is out of memory");
+    std::unique_lock<std::shared_mutex> lock(emu::g_mem_mutex);
+    emu::g_bytes_in_use[dev] -= bytes;
+    emu::g_host_charged -= host;
+    emu::g_host_pending -= host;
+    return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) +
+                                               " bytes: the host is out of memory (its allocation failed)");
   }
   std::memset(p, 0xFF, rounded);  // NaN: uninitialised device memory reads show
   seg->base = reinterpret_cast<uintptr_t>(p);
@@ -898,7 +970,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   seg->live = bytes;
   std::unique_lock<std::shared_mutex> lock(emu::g_mem_mutex);
   emu::g_segments[seg->base] = std::move(seg);
-  emu::g_bytes_in_use[dev] += bytes;
+  emu::g_host_pending -= host - emu::race_shadow_bytes(rounded);  // the data and initcheck's shadow are held
   ++emu::g_memory_epoch;
   *ptr = p;
   return cudaSuccess;
@@ -923,6 +995,9 @@ cudaError_t cudaFree(void* ptr) {
     if (it == emu::g_segments.end())
       return fail(cudaErrorInvalidDevicePointer, "cudaFree of a pointer cudaMalloc did not return");
     emu::g_bytes_in_use[it->second->dev] -= it->second->bytes;
+    emu::g_host_charged -= emu::host_bytes(it->second->capacity);
+    if (it->second->race.load() == nullptr)
+      emu::g_host_pending -= emu::race_shadow_bytes(it->second->capacity);
     seg = std::move(it->second);
     emu::g_segments.erase(it);
     ++emu::g_memory_epoch;
@@ -964,10 +1039,13 @@ cudaError_t cudaFreeHost(void* ptr) {
   return cudaSuccess;
 }
 
+// free: what the device's capacity leaves, and at most what the host can back (see host_bytes).
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  const size_t available = emu::host_memory_available();
   std::shared_lock<std::shared_mutex> lock(emu::g_mem_mutex);
   *total_bytes = emu::memory_capacity();
-  *free_bytes = *total_bytes - emu::g_bytes_in_use[emu::t_device];
+  const size_t backed = emu::host_bytes_free(available) / 13 * 4 / 256 * 256;
+  *free_bytes = std::min(*total_bytes - emu::g_bytes_in_use[emu::t_device], backed);
   return cudaSuccess;
 }
 

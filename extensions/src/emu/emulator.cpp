@@ -229,6 +229,10 @@ struct Launch {
   std::mutex fault_mutex;
   uint64_t fault_block = UINT64_MAX;
   std::string fault_msg;
+  // Host memory ran out (fiber stacks, the checks' shadows): the launch fails with
+  // cudaErrorMemoryAllocation, and the next launch tries again.
+  std::atomic<bool> out_of_memory{false};
+  std::string oom_msg;  // the first such report (under fault_mutex)
 
   void record_fault(uint64_t block, const std::string& msg) {
     std::lock_guard<std::mutex> lock(fault_mutex);
@@ -237,6 +241,11 @@ struct Launch {
       fault_msg = msg;
     }
     faulted = true;
+  }
+  void record_out_of_memory(const std::string& msg) {
+    std::lock_guard<std::mutex> lock(fault_mutex);
+    if (!out_of_memory) oom_msg = msg;
+    out_of_memory = true;
   }
 };
 
@@ -251,6 +260,7 @@ struct Worker {
   Launch* launch = nullptr;
   BlockGeometry geometry;
   bool fault = false;
+  bool fault_oom = false;  // the fault is host memory running out (see Launch::out_of_memory)
   std::string fault_msg;
   int nthreads = 0, at_block_barrier = 0, done = 0;
   std::vector<int> order, ready, next;  // round 1's order; a later round's; released for the next
@@ -446,9 +456,10 @@ std::string where(const Worker& w, const Fiber* f) {
 }
 
 // Marks the block faulted; the scheduler abandons it after the running fiber yields.
-void block_fault(Worker& w, const std::string& msg) {
+void block_fault(Worker& w, const std::string& msg, bool out_of_memory = false) {
   if (!w.fault) {
     w.fault = true;
+    w.fault_oom = out_of_memory;
     w.fault_msg = msg;
   }
 }
@@ -542,6 +553,9 @@ void run_thread(Worker& w, Fiber& f) {
     w.active.quiet = !L.checked;
     (L.checked ? L.spec->body : L.spec->unchecked)(L.spec->args.get());
     w.active.quiet = true;
+  } catch (const std::bad_alloc&) {  // the checks' or the profiler's bookkeeping: not a kernel fault
+    w.active.quiet = true;
+    block_fault(w, where(w, &f) + ": no host memory for the checks' or the profiler's state", true);
   } catch (const std::exception& e) {
     w.active.quiet = true;
     block_fault(w, where(w, &f) + ": exception in the kernel: " + e.what());
@@ -622,14 +636,27 @@ void run_block(Launch& L, uint64_t linear) {
   w.ensure(n);
   w.launch = &L;
   w.fault = false;
+  w.fault_oom = false;
   w.fault_msg.clear();
   w.nthreads = n;
   w.at_block_barrier = 0;
   w.done = 0;
-  if (spec.smem > 0) {
-    w.smem.resize(spec.smem + 16);
-    std::memset(w.smem.data(), 0xFF, w.smem.size());  // NaN: a read before any write shows
+  try {
+    if (spec.smem > 0) w.smem.resize(spec.smem + 16);
+    if (!w.prepared) {
+      detail::prepare_worker(w.active);
+      w.prepared = true;
+    }
+    detail::prepare_block(
+        w.active, spec.smem,
+        spec.smem > 0 ? (reinterpret_cast<uintptr_t>(w.smem.data()) + 15) & ~uintptr_t{15} : 0);
+  } catch (const std::bad_alloc&) {  // a later launch tries again
+    L.record_out_of_memory(where(w, nullptr) +
+                           ": no host memory for its shared memory and the checks' shadow of it");
+    w.launch = nullptr;
+    return;
   }
+  if (spec.smem > 0) std::memset(w.smem.data(), 0xFF, w.smem.size());  // NaN: a read before any write shows
   for (int i = 0; i < n; ++i) {
     Fiber& f = w.fibers[static_cast<size_t>(i)];
     f.tid = uint3{static_cast<unsigned>(i) % b.x, (static_cast<unsigned>(i) / b.x) % b.y,
@@ -644,10 +671,6 @@ void run_block(Launch& L, uint64_t linear) {
   }
   // The checks' view of this block.
   detail::Active& a = w.active;
-  if (!w.prepared) {
-    detail::prepare_worker(a);
-    w.prepared = true;
-  }
   a.kernel = spec.name;
   a.launch_seq = L.seq;
   if (w.interval > 0xFFFF0000u) {  // the interval numbers wrap: forget every shadow entry first
@@ -659,8 +682,6 @@ void run_block(Launch& L, uint64_t linear) {
   a.params_lo = reinterpret_cast<uintptr_t>(spec.args.get());
   a.params_size = spec.args_bytes;
   a.checks = spec.checks;
-  detail::prepare_block(
-      a, spec.smem, spec.smem > 0 ? (reinterpret_cast<uintptr_t>(w.smem.data()) + 15) & ~uintptr_t{15} : 0);
   detail::profile_block_begin(a, L.profile);
 
   Rng rng{splitmix64(schedule_seed() ^ L.geometry_hash ^ splitmix64(linear)) | 1};
@@ -704,7 +725,10 @@ void run_block(Launch& L, uint64_t linear) {
     // Abandoned fibers leave poisoned frames behind; the next block reuses these stacks.
     for (char* slot : w.slots) ASAN_UNPOISON_MEMORY_REGION(stack_of(slot), stack_bytes());
 #endif
-    L.record_fault(linear, w.fault_msg);
+    if (w.fault_oom)
+      L.record_out_of_memory(w.fault_msg);
+    else
+      L.record_fault(linear, w.fault_msg);
   }
   detail::profile_block_end(a, w.fault);
   w.launch = nullptr;
@@ -826,11 +850,11 @@ std::string block_coords(uint64_t linear) {
                       static_cast<unsigned>(linear / (static_cast<uint64_t>(g.x) * g.y))});
 }
 
-void fault_running_thread(const std::string& what) {
+void fault_running_thread(const std::string& what, bool out_of_memory) {
   Fiber& f = running_fiber("a memory check");
   Worker& w = running_worker();
   w.active.quiet = true;
-  block_fault(w, where(w, &f) + ": " + what);
+  block_fault(w, where(w, &f) + ": " + what, out_of_memory);
   f.state = State::Done;
   die(w);
 }
@@ -848,19 +872,19 @@ cudaError_t execute(const LaunchSpec& spec, std::string* detail) {
       fnv1a(spec.name) ^ splitmix64((uint64_t{grid.x} << 32) ^ grid.y) ^
       splitmix64((uint64_t{grid.z} << 40) ^ (uint64_t{block.x} << 20) ^ (uint64_t{block.y} << 10) ^ block.z));
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
-  std::atomic<bool> oom{false};
 #pragma omp parallel for schedule(dynamic, 1) if (blocks > 1)
   for (int64_t blk = 0; blk < blocks; ++blk) {
-    if (L.faulted.load(std::memory_order_relaxed) || oom.load(std::memory_order_relaxed)) continue;
+    if (L.faulted.load(std::memory_order_relaxed) || L.out_of_memory.load(std::memory_order_relaxed))
+      continue;
     try {
       run_block(L, static_cast<uint64_t>(blk));
     } catch (const std::bad_alloc&) {
-      oom = true;
+      L.record_out_of_memory(std::string("launch of ") + spec.name + ": no memory for fiber stacks");
     }
   }
-  detail::profile_launch_end(L.profile, !oom && !L.faulted);
-  if (oom) {
-    *detail = std::string("launch of ") + spec.name + ": no memory for fiber stacks";
+  detail::profile_launch_end(L.profile, !L.out_of_memory && !L.faulted);
+  if (L.out_of_memory) {
+    *detail = L.oom_msg;
     return cudaErrorMemoryAllocation;
   }
   if (L.faulted) {

@@ -65,13 +65,19 @@
 // - Device memory is host memory owned by the emulator: allocations are filled with 0xFF (NaN),
 //   memcpy/memset ranges are checked against live allocations, and the device has a capacity
 //   (GPUMAT_EMU_MEMORY_BYTES, default 8 GiB) past which cudaMalloc fails with
-//   cudaErrorMemoryAllocation. The AddressSanitizer build (make emu-sanitize) cannot have the
-//   checks' instrumentation; there ASan reports an out-of-range access, naming the kernel, block
-//   and thread (the death callback in emulator.cpp).
+//   cudaErrorMemoryAllocation. It fails so too when the host cannot back the allocation: each is
+//   charged 13/4 host bytes per byte (the data, initcheck's and racecheck's shadows) against
+//   MemAvailable and GPUMAT_EMU_HOST_MEMORY_BYTES (docs/emulator.md, "Host memory"). The
+//   AddressSanitizer build (make emu-sanitize) cannot have the checks' instrumentation; there ASan
+//   reports an out-of-range access, naming the kernel, block and thread (the death callback in
+//   emulator.cpp).
 // - Faults found while a kernel runs (barrier divergence, bad warp masks, a deadlock, an exception)
 //   abandon the launch and are returned by the next cudaGetLastError() as cudaErrorLaunchFailure;
 //   cudaGetErrorString() then appends the details (kernel, block, thread, what). They are not
-//   sticky: unlike a GPU context, the emulated device stays usable.
+//   sticky: unlike a GPU context, the emulated device stays usable. A launch that finds no host
+//   memory for its fiber stacks or for a shadow the checks allocate as it runs (racecheck's, at
+//   the first plain write to an allocation) fails with cudaErrorMemoryAllocation instead, once:
+//   the next launch tries again.
 #pragma once
 
 #include <cstddef>

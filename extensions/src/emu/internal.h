@@ -52,6 +52,7 @@ struct Segment {
   std::unique_ptr<uint8_t[]> init;       // initcheck: per 4-byte word, the bytes written (low 4 bits)
   std::atomic<uint64_t*> race{nullptr};  // racecheck: per 4-byte word, the last plain write's launch
                                          // and thread (allocated at the first plain kernel write)
+  std::atomic<uint32_t> race_failed{0};  // the launch (launch_seq) that found no memory for `race`
   ~Segment() { delete[] race.load(); }
   Segment() = default;
   Segment(const Segment&) = delete;
@@ -60,6 +61,8 @@ struct Segment {
 
 // The segment whose host allocation holds address p, or nullptr (takes the registry's read lock).
 Segment* segment_at(uintptr_t p);
+// Racecheck's shadow of s has been made: cudaMalloc charged its host memory in advance.
+void race_shadow_made(const Segment* s);
 // Says where p lies relative to the device's allocations, for reports ("12 bytes past the end of
 // the 40-byte allocation at 0x...").
 std::string describe_device_address(uintptr_t p, size_t n);
@@ -188,8 +191,10 @@ std::string where_running();
 // "thread (x, y, z)" of thread `linear` of the running block; "block (x, y, z)" of block `linear`.
 std::string thread_coords(uint32_t linear);
 std::string block_coords(uint64_t linear);
-// Reports a fault in the running thread and abandons its block (the launch fails).
-[[noreturn]] void fault_running_thread(const std::string& what);
+// Reports a fault in the running thread and abandons its block (the launch fails). `out_of_memory`:
+// the fault is host memory the checks could not get, and the launch fails with
+// cudaErrorMemoryAllocation (a MemoryError in Python) rather than as a bug of the kernel.
+[[noreturn]] void fault_running_thread(const std::string& what, bool out_of_memory = false);
 
 // ============================================================================ profiling
 // profile.cpp: gpumat.profile's counters (emulator.h's profile_* functions). A launch that runs
