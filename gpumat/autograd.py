@@ -44,11 +44,13 @@ __all__ = [
     "Saved",
     "VersionCounter",
     "backward",
+    "check_backward",
     "current_trace",
     "enable_grad",
     "is_grad_enabled",
     "no_grad",
     "record",
+    "reset_grad",
     "run_node",
     "set_grad_enabled",
     "set_trace",
@@ -406,3 +408,34 @@ def backward(root: Node, seed, ctx, retain_graph: bool) -> None:
         if not retain_graph:
             node.saved.value = None
             node.saved.freed = True
+
+
+def check_backward(root, gradient) -> None:
+    """The checks eager and traced ``backward`` share (PyTorch's errors), on a
+    :class:`gpumat.Tensor` ``root``: RuntimeError when it does not require a gradient, or has more
+    than one element and no ``gradient``."""
+    if not root._requires_grad:
+        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+    if gradient is None and root.numel() != 1:
+        raise RuntimeError(
+            "grad can be implicitly created only for scalar outputs (this tensor has shape "
+            f"{shape_str(root._shape)}: pass gradient=)"
+        )
+
+
+def reset_grad(t, set_to_none: bool = True) -> None:
+    """Reset a :class:`gpumat.Tensor`'s ``t.grad`` for ``zero_grad``: to None (``set_to_none``,
+    PyTorch's default), else to zeros in place (inside a compiled step, symbolic zeros); a missing
+    gradient stays None."""
+    if set_to_none or t._grad is None:
+        t.grad = None
+        return
+    trace = current_trace()
+    if trace is not None:
+        trace.zeros_grad(t)
+        return
+    g = t._grad
+    if g._trace is None:
+        g._concrete("zero_grad")
+        ops.fill(g._data, 0.0)
+        g._vc.value += 1

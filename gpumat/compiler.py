@@ -90,7 +90,7 @@ import numpy as np
 
 from gpumat import ops
 from gpumat.arrays import empty
-from gpumat.autograd import is_grad_enabled, set_trace
+from gpumat.autograd import check_backward, is_grad_enabled, set_trace
 from gpumat.creation import tensor
 from gpumat.device import Context
 from gpumat.dtypes import float32
@@ -100,7 +100,7 @@ from gpumat.graph.reverse_mode import find_topo_sort, gradients
 from gpumat.nn.module import Module
 from gpumat.optim.optimizer import Optimizer
 from gpumat.runtime import Executor
-from gpumat.tensor import Tensor, check_backward
+from gpumat.tensor import Tensor
 
 __all__ = ["CompiledFunction", "Trace", "compile"]
 

@@ -39,6 +39,7 @@ from gpumat._core import PyGpuMatrix
 from gpumat.arrays import array, empty
 from gpumat.autograd import (
     VersionCounter,
+    check_backward,
     current_trace,
     is_grad_enabled,
     leaf_node,
@@ -72,7 +73,7 @@ from gpumat.graph.reduce import (
 from gpumat.graph.softmax import log_softmax_op, softmax_op
 from gpumat.random import draw_seed
 
-__all__ = ["Tensor", "apply_op", "check_backward", "reset_grad"]
+__all__ = ["Tensor", "apply_op"]
 
 # --------------------------------------------------------------------------------------------------
 # Tensor
@@ -1090,18 +1091,6 @@ for _op in TENSOR_METHODS:
     setattr(Tensor, _op.tensor_method, _pointwise(_op.tensor_method, _op, _op.tensor_doc))
 
 
-def check_backward(root: Tensor, gradient) -> None:
-    """The checks eager and traced ``backward`` share (PyTorch's errors): RuntimeError when
-    ``root`` does not require a gradient, or has more than one element and no ``gradient``."""
-    if not root._requires_grad:
-        raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
-    if gradient is None and root.numel() != 1:
-        raise RuntimeError(
-            "grad can be implicitly created only for scalar outputs (this tensor has shape "
-            f"{shape_str(root._shape)}: pass gradient=)"
-        )
-
-
 def _flat(shape) -> tuple:
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
 
@@ -1308,20 +1297,3 @@ def _filled(op: str, size, value, dtype, device, requires_grad) -> Tensor:
     if requires_grad:
         out.requires_grad = True
     return out
-
-
-def reset_grad(t: Tensor, set_to_none: bool = True) -> None:
-    """Reset ``t.grad`` for ``zero_grad``: to None (``set_to_none``, PyTorch's default), else to
-    zeros in place (inside a compiled step, symbolic zeros); a missing gradient stays None."""
-    if set_to_none or t._grad is None:
-        t.grad = None
-        return
-    trace = current_trace()
-    if trace is not None:
-        trace.zeros_grad(t)
-        return
-    g = t._grad
-    if g._trace is None:
-        g._concrete("zero_grad")
-        ops.fill(g._data, 0.0)
-        g._vc.value += 1

@@ -33,9 +33,9 @@ import numpy as np
 
 from gpumat import ops
 from gpumat.arrays import empty, is_device_array
-from gpumat.autograd import current_trace, enable_grad
+from gpumat.autograd import current_trace, enable_grad, reset_grad
 from gpumat.dtypes import float32
-from gpumat.tensor import Tensor, reset_grad
+from gpumat.tensor import Tensor
 
 __all__ = ["Optimizer"]
 
