@@ -89,7 +89,7 @@ def worker(args) -> int:
     hist = train.fit(
         models.mlp(),
         (train_set, valid_set, test_set),
-        ctx=args.ctx,
+        device=args.ctx,
         epochs=args.epochs,
         verbose=False,
         progress=False,

@@ -179,7 +179,7 @@ GPUMAT_VARIANTS = {
 def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, variant="gpumat"):
     flags = GPUMAT_VARIANTS[variant]
     batch_size, spec = recipe(name, batch_size, lr)
-    ctx = train.get_context(ctx_name)
+    ctx = train.get_device(ctx_name)
     model = build_model(name)
     steps = len(data[0][0]) // batch_size
     probe = {}
@@ -196,7 +196,7 @@ def run_gpumat(name, data, ctx_name, epochs, batch_size, lr, variant="gpumat"):
     hist = train.fit(
         model,
         data,
-        ctx=ctx,
+        device=ctx,
         epochs=epochs,
         batch_size=batch_size,
         optimizer=factory,

@@ -35,7 +35,7 @@ def profile_step(name: str, batch: int, gpu: str) -> dict:
     params = model.init_params(ctx)
     values = list(params.values())
     opt = model.optimizer(values) if model.optimizer else optim.SGD(values, lr=0.1)
-    ex = Executor([model.loss, *model.grads], ctx=ctx)
+    ex = Executor([model.loss, *model.grads], device=ctx)
     x = rng.standard_normal((batch, *model.input_shape)).astype(np.float32)
     y = one_hot(rng.integers(0, model.num_classes, batch), model.num_classes)
     feed = {model.x: gpumat.array(x, ctx), model.y_: gpumat.array(y, ctx)}

@@ -49,7 +49,8 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "-c",
-        "--ctx",
+        "--device",
+        "--device",
         "--executor_context",
         default="numpy",
         choices=["numpy", "cpu", "gpu", "emu", "auto"],
@@ -144,13 +145,13 @@ def main(argv=None) -> int:
             print(f"distributed: {distributed.world_size()} ranks")
     # ----------------------------------------------------------------------------------------------
 
-    if args.distributed and args.ctx in ("gpu", "auto"):
+    if args.distributed and args.device in ("gpu", "auto"):
         import gpumat
 
-        if args.ctx == "gpu" or gpumat.cuda_available():
-            args.ctx = f"gpu:{distributed.local_rank()}"  # one GPU per rank on each node
+        if args.device == "gpu" or gpumat.cuda_available():
+            args.device = f"gpu:{distributed.local_rank()}"  # one GPU per rank on each node
     try:
-        ctx = train.get_context(args.ctx)
+        device = train.get_device(args.device)
     except RuntimeError as exc:
         parser.error(str(exc))
     if not root:
@@ -166,12 +167,12 @@ def main(argv=None) -> int:
     for name in names:
         extra = {} if args.dropout is None else {"dropout": args.dropout}
         model = models.BUILDERS[name](seed=args.seed, **extra)
-        backend = "numpy" if ctx is None else str(ctx)
+        backend = "numpy" if device is None else str(device)
         print(f"=== {name} on {backend}: {model.num_parameters} parameters")
         history = train.fit(
             model,
             (train_set, valid_set, test_set),
-            ctx=ctx,
+            device=device,
             epochs=args.epochs,
             batch_size=args.batch_size,
             lr=args.lr,

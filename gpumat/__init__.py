@@ -74,7 +74,7 @@ from gpumat.creation import (  # noqa: E402
     zeros_like,
 )
 from gpumat.device import (  # noqa: E402
-    Context,
+    Device,
     __version__,
     build_info,
     cpu,
@@ -82,7 +82,7 @@ from gpumat.device import (  # noqa: E402
     empty_cache,
     emu,
     gpu,
-    is_gpu_ctx,
+    is_gpu_device,
     launch_count,
     memory_stats,
     reset_peak_memory_stats,
@@ -99,7 +99,7 @@ from gpumat.tensor import Tensor  # noqa: E402
 
 __all__ = [
     "__version__",
-    "Context",
+    "Device",
     "CudaError",
     "Executor",
     "PyGpuMatrix",
@@ -128,7 +128,7 @@ __all__ = [
     "gpu_op",
     "graph",
     "int64",
-    "is_gpu_ctx",
+    "is_gpu_device",
     "is_grad_enabled",
     "launch_count",
     "load",

@@ -172,7 +172,7 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
 
 cdef class PyGpuMatrix:
     cdef GpuMatrix* mat
-    cdef object _ctx
+    cdef object _device
     cdef object _base  # the array a view shares storage with (kept alive by this reference)
     cdef object _host  # the numpy array of PyGpuMatrix(host, rows, cols), for loadFromDevice
 

@@ -104,8 +104,8 @@ _PY_BOOL = type(True)
 
 _EMPTY_MESSAGE = (
     "this PyGpuMatrix holds no array (it was made with PyGpuMatrix.__new__ or an __init__ that "
-    "failed); make arrays with gpumat.array(x, ctx), gpumat.empty(shape, ctx) or "
-    "PyGpuMatrix(host_array, rows, cols[, ctx])"
+    "failed); make arrays with gpumat.array(x, device), gpumat.empty(shape, device) or "
+    "PyGpuMatrix(host_array, rows, cols[, device])"
 )
 
 
@@ -128,11 +128,11 @@ def _legacy_dim(value, str what):
 cdef class PyGpuMatrix:
     """An N-d, row-major, contiguous float32 array on one device (gpumat's NDArray).
 
-    Create with gpumat.array(x, ctx) or gpumat.empty(shape, ctx). The buffer comes from the
+    Create with gpumat.array(x, device) or gpumat.empty(shape, device). The buffer comes from the
     device's caching allocator and goes back to it when the object is collected.
 
-    ``PyGpuMatrix(host_array, rows, cols[, ctx])`` is the cuda-project constructor: it copies a
-    (rows, cols) floating-point numpy array to ``ctx`` (default: ``gpumat.gpu(0)`` when
+    ``PyGpuMatrix(host_array, rows, cols[, device])`` is the cuda-project constructor: it copies a
+    (rows, cols) floating-point numpy array to ``device`` (default: ``gpumat.gpu(0)`` when
     ``gpumat.cuda_available()``, else ``gpumat.cpu()``) and remembers the array, so that
     :meth:`loadFromDevice` can copy results back into it in place.
 
@@ -145,14 +145,14 @@ cdef class PyGpuMatrix:
     def __cinit__(self):
         self.mat = NULL
 
-    def __init__(self, host_array=None, rows=None, cols=None, ctx=None):
+    def __init__(self, host_array=None, rows=None, cols=None, device=None):
         if self.mat != NULL:
             raise TypeError("PyGpuMatrix.__init__: this array is already initialised")
         if host_array is None or rows is None or cols is None:
             raise TypeError(
-                "PyGpuMatrix(host_array, rows, cols[, ctx]) needs a (rows, cols) numpy array and "
-                "its rows and cols; for other shapes use gpumat.array(x, ctx) or "
-                "gpumat.empty(shape, ctx)"
+                "PyGpuMatrix(host_array, rows, cols[, device]) needs a (rows, cols) numpy array and "
+                "its rows and cols; for other shapes use gpumat.array(x, device) or "
+                "gpumat.empty(shape, device)"
             )
         if not isinstance(host_array, np.ndarray):
             raise TypeError(
@@ -172,13 +172,13 @@ cdef class PyGpuMatrix:
             )
         import gpumat
 
-        if ctx is None:
-            ctx = gpumat.gpu(0) if gpumat.cuda_available() else gpumat.cpu()
-        cdef PyGpuMatrix src = gpumat.array(host_array, ctx)
+        if device is None:
+            device = gpumat.gpu(0) if gpumat.cuda_available() else gpumat.cpu()
+        cdef PyGpuMatrix src = gpumat.array(host_array, device)
         # Take over the new array's native matrix, so this object is a plain array too.
         self.mat = src.mat
         src.mat = NULL
-        self._ctx = src._ctx
+        self._device = src._device
         self._host = host_array
 
     def __dealloc__(self):
@@ -188,13 +188,13 @@ cdef class PyGpuMatrix:
             self.mat = NULL
 
     @staticmethod
-    def _empty(shape, ctx, int kind, int index):
+    def _empty(shape, device, int kind, int index):
         cdef vector[int64_t] dims
         for d in shape:
             dims.push_back(d)
         cdef PyGpuMatrix out = PyGpuMatrix.__new__(PyGpuMatrix)
         out.mat = new GpuMatrix(dims, make_device(kind, index))
-        out._ctx = ctx
+        out._device = device
         return out
 
     def _clone(self):
@@ -205,7 +205,7 @@ cdef class PyGpuMatrix:
         _require(self, "_clone", "self")
         cdef PyGpuMatrix out = PyGpuMatrix.__new__(PyGpuMatrix)
         out.mat = new GpuMatrix(self.mat[0].shape(), self.mat[0].device())
-        out._ctx = self._ctx
+        out._device = self._device
         with nogil:
             copy(self.mat[0], out.mat[0])
         return out
@@ -222,7 +222,7 @@ cdef class PyGpuMatrix:
             dims.push_back(d)
         cdef PyGpuMatrix out = PyGpuMatrix.__new__(PyGpuMatrix)
         out.mat = new GpuMatrix(self.mat[0], dims)
-        out._ctx = self._ctx
+        out._device = self._device
         out._base = self if self._base is None else self._base
         return out
 
@@ -305,9 +305,14 @@ cdef class PyGpuMatrix:
         return self.mat.nbytes()
 
     @property
+    def device(self):
+        """The gpumat.Device the array lives on (None for an object that holds no array)."""
+        return self._device
+
+    @property
     def ctx(self):
-        """The gpumat.Context the array lives on (None for an object that holds no array)."""
-        return self._ctx
+        """:attr:`device` under the dlsys course's name (its ``NDArray.ctx``)."""
+        return self._device
 
     @property
     def dtype(self):
@@ -351,7 +356,7 @@ cdef class PyGpuMatrix:
     def copyto(self, target):
         """Copies this array into ``target`` and returns it (the dlsys course's ``NDArray.copyto``).
 
-        ``target`` is a PyGpuMatrix of the same shape (on any device), or a gpumat.Context, in
+        ``target`` is a PyGpuMatrix of the same shape (on any device), or a gpumat.Device, in
         which case a new array is made there. Raises ValueError for a shape mismatch, TypeError
         for any other target.
         """
@@ -359,9 +364,9 @@ cdef class PyGpuMatrix:
         if not isinstance(target, PyGpuMatrix):
             import gpumat
 
-            if not isinstance(target, gpumat.Context):
+            if not isinstance(target, gpumat.Device):
                 raise TypeError(
-                    "copyto: target must be a PyGpuMatrix or a gpumat.Context, got "
+                    "copyto: target must be a PyGpuMatrix or a gpumat.Device, got "
                     f"{type(target).__name__}"
                 )
             target = gpumat.empty(self.shape, target)
@@ -489,7 +494,7 @@ cdef class PyGpuMatrix:
     def __repr__(self):
         if self.mat == NULL:
             return "PyGpuMatrix(<empty: holds no array>)"
-        return f"PyGpuMatrix(shape={self.shape}, dtype=float32, ctx={self._ctx!r})"
+        return f"PyGpuMatrix(shape={self.shape}, dtype=float32, device={self._device!r})"
 
     # ---------------------------------------------------------------------------------------
     # The cuda-project contract: PyGpuMatrix(host, rows, cols), mul, loadFromDevice, and its

@@ -33,9 +33,9 @@ DLPACK_VERSION = (1, 0)
 _DLPACK_DTYPE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque", 4: "bfloat", 5: "complex",
                        6: "bool"}
 
-# Set by gpumat/__init__.py: (kind, index) -> gpumat.Context, so that arrays made here know their
-# context without _core importing the Python package.
-_context_of = None
+# Set by gpumat/__init__.py: (kind, index) -> gpumat.Device, so that arrays made here know their
+# device without _core importing the Python package.
+_device_from_native = None
 
 
 def _dlpack_device_of(int kind, int index):
@@ -282,11 +282,11 @@ def _dlpack_export(PyGpuMatrix self, stream, max_version, dl_device, copy):
     src = self
     copied = False
     if target != own:
-        src = PyGpuMatrix._empty(self.shape, _context_of(0, 0), 0, 0)
+        src = PyGpuMatrix._empty(self.shape, _device_from_native(0, 0), 0, 0)
         src._copy_from_array(self)  # a device-to-host copy waits for gpumat's stream
         copied = True
     elif copy is True:
-        src = PyGpuMatrix._empty(self.shape, self._ctx, kind, index)
+        src = PyGpuMatrix._empty(self.shape, self._device, kind, index)
         src._copy_from_array(self)
         copied = True
     if own[0] == <int>kDLCUDA and target == own and stream != -1:
@@ -435,7 +435,7 @@ def _from_dlpack_capsule(capsule):
     cdef float* data = <float*>(<char*>t.data + t.byte_offset)
     cdef PyGpuMatrix out = PyGpuMatrix.__new__(PyGpuMatrix)
     out.mat = new GpuMatrix(data, dims, make_device(kind, index))
-    out._ctx = _context_of(kind, index)
+    out._device = _device_from_native(kind, index)
     out._base = owner
     return out, read_only
 
@@ -452,7 +452,7 @@ def _cuda_array_interface(PyGpuMatrix self):
     if _dlpack_device_of(kind, index)[0] != <int>kDLCUDA:
         raise AttributeError(
             f"__cuda_array_interface__: only arrays in CUDA memory have it; this one is on "
-            f"{self._ctx!r} (use __dlpack__ or __array__)"
+            f"{self._device!r} (use __dlpack__ or __array__)"
         )
     return {
         "shape": self.shape,
@@ -475,7 +475,7 @@ def _array_export(PyGpuMatrix self, dtype, copy):
         out = np.from_dlpack(self)  # a view; its base (the capsule's owner) keeps self alive
     else:
         if copy is False and not host:
-            raise ValueError(f"__array__: an array on {self._ctx!r} cannot be viewed by numpy "
+            raise ValueError(f"__array__: an array on {self._device!r} cannot be viewed by numpy "
                              "without a copy (copy=False)")
         out = self.asnumpy()
     if dtype is not None and np.dtype(dtype) != out.dtype:

@@ -10,23 +10,23 @@ from __future__ import annotations
 import numpy as np
 
 from gpumat._core import PyGpuMatrix, _as_float32
-from gpumat.device import Context, check_ctx
+from gpumat.device import Device, check_device
 
 __all__ = ["array", "empty", "is_device_array"]
 
 
-def empty(shape, ctx: Context | None = None) -> PyGpuMatrix:
+def empty(shape, device: Device | None = None) -> PyGpuMatrix:
     """A new uninitialised float32 array.
 
     Args:
         shape: an int or a sequence of ints >= 0 (a 0 dimension gives an empty array).
-        ctx: the device, default ``gpumat.cpu()``.
+        device: the device, default ``gpumat.cpu()``.
 
     Raises:
-        ValueError: a negative dimension. TypeError: a non-integer dimension or a bad ctx.
+        ValueError: a negative dimension. TypeError: a non-integer dimension or a bad device.
         MemoryError: the device is out of memory. gpumat.CudaError: the GPU does not exist.
     """
-    ctx = check_ctx(ctx)
+    device = check_device(device)
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     try:
@@ -36,30 +36,30 @@ def empty(shape, ctx: Context | None = None) -> PyGpuMatrix:
     if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in dims):
         raise TypeError(f"shape must contain only ints, got {shape!r}")
     dims = tuple(int(d) for d in dims)
-    kind, index = ctx._native
-    return PyGpuMatrix._empty(dims, ctx, kind, index)
+    kind, index = device._native
+    return PyGpuMatrix._empty(dims, device, kind, index)
 
 
-def array(x, ctx: Context | None = None) -> PyGpuMatrix:
-    """A new float32 array on ``ctx`` holding a copy of ``x``.
+def array(x, device: Device | None = None) -> PyGpuMatrix:
+    """A new float32 array on ``device`` holding a copy of ``x``.
 
     Args:
         x: a numpy array, a PyGpuMatrix, or anything ``numpy.asarray`` accepts. float64, integer
             and bool data are converted to float32 (float64 values round to nearest); any layout
             (non-contiguous, negative strides) is accepted and copied.
-        ctx: the device, default ``gpumat.cpu()``.
+        device: the device, default ``gpumat.cpu()``.
 
     Raises:
-        TypeError: complex, object or string data, or a bad ctx.
+        TypeError: complex, object or string data, or a bad device.
         MemoryError, gpumat.CudaError: as for :func:`empty`.
     """
-    ctx = check_ctx(ctx)
+    device = check_device(device)
     if isinstance(x, PyGpuMatrix):
-        out = empty(x.shape, ctx)
+        out = empty(x.shape, device)
         out._copy_from_array(x)
         return out
     src = _as_float32(x)
-    out = empty(src.shape, ctx)
+    out = empty(src.shape, device)
     out._copy_from_numpy(src)
     return out
 

@@ -208,8 +208,8 @@ class VersionCounter:
         self.value = 0
 
 
-def run_node(node: Node, input_vals: list, ctx):
-    """Evaluate one graph node now: its value as a new array on ``ctx``.
+def run_node(node: Node, input_vals: list, device):
+    """Evaluate one graph node now: its value as a new array on ``device``.
 
     The output shape comes from ``node.op.infer_shape`` (whose ValueError names the op, the node
     and the shapes) and the value from ``node.op.compute`` into a fresh array, so the output never
@@ -218,17 +218,17 @@ def run_node(node: Node, input_vals: list, ctx):
     in training mode at step 0 (their masks come from the node's seed).
 
     Returns:
-        A ``PyGpuMatrix`` of the inferred shape on ``ctx``.
+        A ``PyGpuMatrix`` of the inferred shape on ``device``.
     """
     op = node.op
     shape = op.infer_shape(node, [v.shape for v in input_vals])
     if isinstance(op, ReshapeOp):
         return input_vals[0]._view(tuple(shape))
-    out = empty(tuple(shape), ctx)
+    out = empty(tuple(shape), device)
     if getattr(op, "takes_run_state", False):
-        op.compute(node, input_vals, out, ctx, training=True, step=0)
+        op.compute(node, input_vals, out, device, training=True, step=0)
     else:
-        op.compute(node, input_vals, out, ctx)
+        op.compute(node, input_vals, out, device)
     return out
 
 
@@ -294,7 +294,7 @@ def _forward_value(node: Node, expected: dict, shape_only: bool):
     return value
 
 
-def _evaluate(target: Node, memo: dict, fresh: set, expected: dict, ctx):
+def _evaluate(target: Node, memo: dict, fresh: set, expected: dict, device):
     """The value of gradient node ``target``: its inputs are recorded forward nodes (values kept
     by the graph) or nodes in ``memo``; new nodes are computed inputs first and memoised. Arrays
     allocated here are added to ``fresh`` (by id; views are not fresh)."""
@@ -319,14 +319,14 @@ def _evaluate(target: Node, memo: dict, fresh: set, expected: dict, ctx):
             memo[i] if i in memo else _forward_value(i, expected, k in shape_only)
             for k, i in enumerate(node.inputs)
         ]
-        out = run_node(node, vals, ctx)
+        out = run_node(node, vals, device)
         if not isinstance(node.op, ReshapeOp):
             fresh.add(id(out))
         memo[node] = out
     return memo[target]
 
 
-def _sum(contribs: list, ctx):
+def _sum(contribs: list, device):
     """(node, value, fresh) for the sum of ``contribs`` [(node, value, fresh), ...]: the only one,
     or a new placeholder node holding a new array (summed in list order)."""
     if len(contribs) == 1:
@@ -334,21 +334,21 @@ def _sum(contribs: list, ctx):
     # NOTE: the same additions, in the same order, as gpumat.graph.gradients' add_op chain, so a
     # compiled step (which differentiates with gradients()) sums bit for bit as backward does.
     first, second = contribs[0][1], contribs[1][1]
-    total = empty(first.shape, ctx)
+    total = empty(first.shape, device)
     ops.add(first, second, total)
     for _, value, _ in contribs[2:]:
         ops.add(total, value, total)
     return Variable("grad"), total, True
 
 
-def backward(root: Node, seed, ctx, retain_graph: bool) -> None:
+def backward(root: Node, seed, device, retain_graph: bool) -> None:
     """Differentiate the recorded graph that ends at ``root`` and accumulate into the leaves.
 
     Args:
         root: the recorded node of the tensor backward was called on.
         seed: (node, array, fresh): the gradient of root (``oneslike_op(root)`` evaluated, or the
             ``gradient`` tensor given to backward).
-        ctx: the device of the values.
+        device: the device of the values.
         retain_graph: keep the values the gradient read, so backward can run through the graph
             again.
 
@@ -361,12 +361,12 @@ def backward(root: Node, seed, ctx, retain_graph: bool) -> None:
     relevant: set[Node] = set()
     for node in topo:
         leaf = node.saved is not None and node.saved.leaf is not None
-        if leaf and node.saved.leaf.device != ctx:
+        if leaf and node.saved.leaf.device != device:
             # Checked before any gradient is accumulated, so a refused backward changes nothing
             # (PyTorch's AccumulateGrad raises too).
             raise RuntimeError(
                 f"backward: a leaf of shape {shape_str(node.saved.leaf.shape)} is on "
-                f"{node.saved.leaf.device} but its gradient would be on {ctx} (was it moved "
+                f"{node.saved.leaf.device} but its gradient would be on {device} (was it moved "
                 "between forward and backward? move it before the forward pass)"
             )
         if leaf or any(i in relevant for i in node.inputs):
@@ -382,7 +382,7 @@ def backward(root: Node, seed, ctx, retain_graph: bool) -> None:
             continue
         if node.saved.freed:
             raise RuntimeError(_FREED)
-        grad_node, grad_value, grad_fresh = _sum(contribs, ctx)
+        grad_node, grad_value, grad_fresh = _sum(contribs, device)
         expected = dict(zip(node.inputs, node.saved.in_vers, strict=True))
         expected[node] = node.saved.ver
         input_grads = node.op.gradient(node, grad_node)
@@ -398,7 +398,7 @@ def backward(root: Node, seed, ctx, retain_graph: bool) -> None:
                 continue
             if isinstance(g, Undefined):
                 raise NotImplementedError(f"{g.reason} (needed by backward)")
-            handed.append((inp, g, _evaluate(g, memo, fresh, expected, ctx)))
+            handed.append((inp, g, _evaluate(g, memo, fresh, expected, device)))
         counts: dict[int, int] = {}
         for _, _, value in handed:
             counts[id(value)] = counts.get(id(value), 0) + 1

@@ -421,21 +421,22 @@ def _check_expected(path, arrays: Mapping[str, np.ndarray], expected: Mapping, w
             )
 
 
-def load(path, ctx=None, expected: Mapping | None = None) -> dict:
+def load(path, device=None, expected: Mapping | None = None) -> dict:
     """Read the float32 arrays of a safetensors file onto a device.
 
     Args:
         path: a file written by :func:`save`, ``safetensors.torch.save_file`` or
             ``safetensors.numpy.save_file`` (float32 tensors only).
-        ctx: the device of the returned arrays, default ``gpumat.cpu()``.
+        device: the device of the returned arrays, default ``gpumat.cpu()``.
         expected: optional name -> shape (a tuple, or anything with ``.shape``, e.g. the
             model's arrays): the file must hold exactly these names with these shapes.
 
     Returns:
-        name -> new ``PyGpuMatrix`` on ``ctx``, in name order (the order of safetensors' readers).
+        name -> new ``PyGpuMatrix`` on ``device``, in name order (the order of safetensors'
+        readers).
 
     The file is read (never memory-mapped) into memory, verified and parsed there, then copied to
-    ``ctx``: peak host memory is the file's size plus the largest tensor's copy on ``ctx``.
+    ``device``: peak host memory is the file's size plus the largest tensor's copy on ``device``.
 
     Raises:
         FileNotFoundError: no such file.
@@ -443,13 +444,13 @@ def load(path, ctx=None, expected: Mapping | None = None) -> dict:
             safetensors, holds a non-float32 tensor, or does not match ``expected``; it changed
             size while being read (another process writing or truncating it); the message names
             the file.
-        MemoryError: the file, or an array on ``ctx``, does not fit in the memory left.
+        MemoryError: the file, or an array on ``device``, does not fit in the memory left.
         gpumat.CudaError: as for ``gpumat.array``.
     """
     arrays, _ = _read(path)
     if expected is not None:
         _check_expected(path, arrays, expected, "expected tensors")
-    return {name: array(arr, ctx) for name, arr in arrays.items()}
+    return {name: array(arr, device) for name, arr in arrays.items()}
 
 
 # ------------------------------------------------------------------------------- training states

@@ -92,7 +92,7 @@ from gpumat import ops
 from gpumat.arrays import empty
 from gpumat.autograd import check_backward, is_grad_enabled, set_trace
 from gpumat.creation import tensor
-from gpumat.device import Context
+from gpumat.device import Device
 from gpumat.dtypes import float32
 from gpumat.graph.elementwise import add_op, detach_op, zeroslike_op
 from gpumat.graph.node import Node, PlaceholderOp, Variable, shape_str
@@ -120,7 +120,7 @@ class Trace:
     """
 
     def __init__(self) -> None:
-        self.ctx = None
+        self.device = None
         self.feeds: dict = {}  # id(tensor) -> (tensor, placeholder)
         self.leaves: dict = {}  # placeholder -> tensor that requires a gradient
         self.inputs: list = []  # (argument position, placeholder)
@@ -139,12 +139,12 @@ class Trace:
         self.range_guards: list = []  # (input position, lo, hi, op, error class)
         self.freed: set = set()
 
-    def _use(self, ctx: Context, op: str) -> None:
-        if self.ctx is None:
-            self.ctx = ctx
-        elif ctx != self.ctx:
+    def _use(self, device: Device, op: str) -> None:
+        if self.device is None:
+            self.device = device
+        elif device != self.device:
             raise ValueError(
-                f"{op}: a compiled step runs on one device; it uses {self.ctx} and {ctx}"
+                f"{op}: a compiled step runs on one device; it uses {self.device} and {device}"
             )
 
     def input(self, position: int, arg: Tensor) -> Tensor:
@@ -162,10 +162,10 @@ class Trace:
                 "gradient history; pass the leaf it comes from and compute it inside the step, "
                 "or detach() it"
             )
-        self._use(arg._ctx, "gpumat.compile")
+        self._use(arg._device, "gpumat.compile")
         node = Variable(f"input{position}")
         self.inputs.append((position, node))
-        t = Tensor._symbolic(self, node, arg._shape, arg._dtype, arg._ctx, arg._range)
+        t = Tensor._symbolic(self, node, arg._shape, arg._dtype, arg._device, arg._range)
         t.__class__ = _Argument  # its .grad is the argument's (after _fill set its own)
         t._arg = arg
         t._range_src = len(self.inputs) - 1
@@ -196,7 +196,7 @@ class Trace:
                 f"{op}: the step uses a tensor that was computed outside it with a gradient "
                 "history; compute it inside the step, or detach() it"
             )
-        self._use(t._ctx, op)
+        self._use(t._device, op)
         entry = self.feeds.get(id(t))
         if entry is None:
             node = Variable(getattr(t, "_name", "tensor"))
@@ -227,7 +227,7 @@ class Trace:
         grad = differentiable and is_grad_enabled() and wants_grad
         if wants_grad and not grad and node.op is not detach_op:
             node = detach_op(node)  # no gradient through this value, as eagerly
-        out = Tensor._symbolic(self, node, shape, out_dtype, inputs[0]._ctx, bounds)
+        out = Tensor._symbolic(self, node, shape, out_dtype, inputs[0]._device, bounds)
         out._requires_grad = grad
         return out
 
@@ -277,7 +277,7 @@ class Trace:
             )
         entry = self.grad_inputs.get(k)
         if entry is None:
-            self._use(t._ctx, op)
+            self._use(t._device, op)
             entry = self.grad_inputs[k] = (t, Variable(f"{getattr(t, '_name', 'tensor')}.grad"))
         return entry[1]
 
@@ -286,7 +286,7 @@ class Trace:
         check_backward(root, gradient)
         seed = None
         if gradient is not None:
-            g = gradient if isinstance(gradient, Tensor) else tensor(gradient, device=root._ctx)
+            g = gradient if isinstance(gradient, Tensor) else tensor(gradient, device=root._device)
             if g._shape != root._shape or g._dtype is not float32:
                 raise ValueError(
                     f"backward: gradient must be a float32 tensor of shape {shape_str(root._shape)}"
@@ -305,7 +305,7 @@ class Trace:
             t = self.leaves[leaf]
             previous = self.grad_node(t, "backward")  # accumulate, as eagerly
             node = g if previous is None else add_op(previous, g)
-            t._grad = Tensor._symbolic(self, node, t._shape, float32, t._ctx)
+            t._grad = Tensor._symbolic(self, node, t._shape, float32, t._device)
             self.changed.add(id(t))
         if not retain_graph:
             self.freed |= path
@@ -317,7 +317,7 @@ class Trace:
         if id(t) not in self.changed:
             self.read.add(id(t))  # zero_grad found a gradient: each call checks there is one
         node = zeroslike_op(self.node_of(t, "zero_grad"))
-        t._grad = Tensor._symbolic(self, node, t._shape, float32, t._ctx)
+        t._grad = Tensor._symbolic(self, node, t._shape, float32, t._device)
         self.changed.add(id(t))
 
     def record_step(self, optimizer, params: list) -> None:
@@ -351,7 +351,7 @@ class Trace:
 cache_size_limit = 8
 
 # Values compared by value (immutable); anything else by identity, then walked.
-_ATOMIC = (type(None), bool, int, float, complex, str, bytes, np.generic, Context)
+_ATOMIC = (type(None), bool, int, float, complex, str, bytes, np.generic, Device)
 # Library code (gpumat, the standard library, installed packages): its globals are not the step's
 # state; only its closures are walked (a decorator's wrapper holds the step).
 _LIBRARY_DIRS = tuple(
@@ -727,13 +727,22 @@ def _signature(value, tensors: list, objects: list):
         if value._data is None:
             value._concrete("gpumat.compile")
         tensors.append(value)
-        ctx = value._ctx  # by its fields, which hash and compare in C (a Context does in Python)
-        return ("T", value._shape, value._dtype.name, ctx._kind, ctx.index, value._requires_grad)
+        device = (
+            value._device
+        )  # by its fields, which hash and compare in C (a Device does in Python)
+        return (
+            "T",
+            value._shape,
+            value._dtype.name,
+            device._kind,
+            device.index,
+            value._requires_grad,
+        )
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple([_signature(v, tensors, objects) for v in value]))
     if isinstance(value, dict):
         return ("dict", tuple([(k, _signature(v, tensors, objects)) for k, v in value.items()]))
-    if value is None or isinstance(value, (bool, numbers.Number, str, bytes, Context)):
+    if value is None or isinstance(value, (bool, numbers.Number, str, bytes, Device)):
         return ("=", type(value).__name__, value)
     objects.append(value)
     if isinstance(value, np.ndarray) and value.dtype.kind in _NUMBERS:
@@ -795,18 +804,18 @@ class _Entry:
         ]
         # A fed tensor whose storage was replaced (.data = ...) must keep the traced layout.
         self.feeds = [
-            (t, node, t._requires_grad, t._shape, t._dtype, t._ctx)
+            (t, node, t._requires_grad, t._shape, t._dtype, t._device)
             for t, node in trace.feeds.values()
         ]
         # Which arguments were tensors the step also reads directly (f(w) reading the parameter
         # w too): the two uses are separate inputs, so the pattern is part of the guard.
         self._fed_ids = {id(t) for t, _ in trace.feeds.values()}
         self._arg_is_fed = [id(a) in self._fed_ids for a in args]
-        ctx = trace.ctx
+        device = trace.device
         # On CUDA and emulated devices the arguments are copied into the step's own buffers, so
         # a captured CUDA graph's addresses stay valid; on the host they are fed in place. Each
         # thread has its buffers (as it has its executor plan): concurrent calls never share one.
-        self._staged = ctx.device_type != "cpu"
+        self._staged = device.device_type != "cpu"
         self.inputs = [(pos, node, args[pos].shape) for pos, node in trace.inputs]
         self._returned_inputs = {node: pos for pos, node in trace.inputs}
         self._local = threading.local()  # per thread: staging buffers, the last .grad tensors
@@ -848,7 +857,7 @@ class _Entry:
         trace.touched.clear()
         trace.leaves.clear()
 
-    def _grad_tensors(self, vals: list, ctx) -> list:
+    def _grad_tensors(self, vals: list, device) -> list:
         """The ``.grad`` tensors of this call, over the executor's gradient buffers ``vals``.
 
         The tensors of the last call are reused when they wrap the same buffers (the executor
@@ -869,7 +878,9 @@ class _Entry:
                     if g is not None:
                         g._vc.value += 1
                 return cached
-        made = [None if k is None else Tensor._make(vals[k], float32, ctx) for _, k in self.grads]
+        made = [
+            None if k is None else Tensor._make(vals[k], float32, device) for _, k in self.grads
+        ]
         self._local.grads = made
         return made
 
@@ -882,11 +893,11 @@ class _Entry:
         for module, training in self.modules:
             if module.training != training:
                 return f"the mode of a {type(module).__name__} (training={training})"
-        for t, _, rg, shape, dt, ctx in self.feeds:
+        for t, _, rg, shape, dt, device in self.feeds:
             if t._requires_grad != rg or t._shape != shape or t._dtype is not dt:
                 return f"a tensor the step reads (requires_grad={rg}, shape {shape_str(shape)})"
-            if t._ctx != ctx or t._data is None:
-                return f"a tensor the step reads (on {ctx})"
+            if t._device != device or t._data is None:
+                return f"a tensor the step reads (on {device})"
         for owner, none in self.grad_guards:
             t = args[owner] if owner.__class__ is int else owner
             if (t._grad is None) != none:
@@ -919,8 +930,10 @@ class _Entry:
         if self._staged:
             staging = getattr(self._local, "staging", None)
             if staging is None:
-                ctx = self.trace.ctx
-                staging = self._local.staging = [empty(shape, ctx) for _, _, shape in self.inputs]
+                device = self.trace.device
+                staging = self._local.staging = [
+                    empty(shape, device) for _, _, shape in self.inputs
+                ]
             for (pos, node, _), buf in zip(self.inputs, staging, strict=True):
                 ops.copy(args[pos]._data, buf)
                 feed[node] = buf
@@ -940,8 +953,8 @@ class _Entry:
                 opt._apply_compiled(idx, grads)
             finally:
                 group.update(now)
-        ctx = self.trace.ctx
-        grads = self._grad_tensors(vals, ctx)
+        device = self.trace.device
+        grads = self._grad_tensors(vals, device)
         for (owner, _), g in zip(self.grads, grads, strict=True):
             t = args[owner] if owner.__class__ is int else owner
             t._grad = g
@@ -957,7 +970,7 @@ class _Entry:
             if pos is not None:
                 return args[pos]  # an argument returned unchanged: that very tensor, as eagerly
             out = vals[self.slots[sym._tnode]]._clone()  # a copy: the buffer is rewritten
-            return Tensor._make(out, sym.dtype, ctx, sym._range)
+            return Tensor._make(out, sym.dtype, device, sym._range)
 
         return _replace(self.outputs, result)
 
@@ -1104,7 +1117,7 @@ class CompiledFunction:
             for k, (t, grad) in trace.touched.items():
                 final[k] = t._grad
                 t._grad = grad
-        if trace.ctx is None:
+        if trace.device is None:
             raise TypeError("gpumat.compile: the step uses no tensors; there is nothing to compile")
         changed = guards.changed()
         nodes: list = []
@@ -1123,7 +1136,11 @@ class CompiledFunction:
             for _, g in pairs:
                 want(g)
         executor = Executor(
-            nodes, ctx=trace.ctx, fusion=self._fusion, compiled=True, cuda_graph=self._cuda_graph
+            nodes,
+            device=trace.device,
+            fusion=self._fusion,
+            compiled=True,
+            cuda_graph=self._cuda_graph,
         )
         return _Entry(trace, final, outputs, executor, slots, tensors, objects, guards), changed
 

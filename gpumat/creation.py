@@ -3,7 +3,7 @@
 PyTorch's names and arguments; and ``flatten``.
 
 Every function takes ``dtype`` (``gpumat.float32``, ``gpumat.int64``, ``gpumat.bool`` or a name of
-one), ``device`` (a ``gpumat.Context`` or a name: :func:`gpumat.device.as_device`) and
+one), ``device`` (a ``gpumat.Device`` or a name: :func:`gpumat.device.as_device`) and
 ``requires_grad`` where PyTorch does; random values come from gpumat's generator
 (:func:`gpumat.manual_seed`), the same on every device.
 """
@@ -111,10 +111,10 @@ def _random(op: str, size, fill, device, dtype, requires_grad) -> Tensor:
     dt = as_dtype(dtype, op)
     if dt not in (None, float32):
         raise TypeError(f"{op}: random tensors are float32, got dtype {dt}")
-    ctx = as_device(device, op)
-    data = empty(_size_args(size, op), ctx)
+    device = as_device(device, op)
+    data = empty(_size_args(size, op), device)
     fill(data, draw_seed())
-    out = Tensor._make(data, float32, ctx)
+    out = Tensor._make(data, float32, device)
     if requires_grad:
         out.requires_grad = True
     return out

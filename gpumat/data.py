@@ -82,7 +82,8 @@ class TensorDataset(Dataset):
         """The dataset's tensors, one per column."""
         if self._tensors is None:
             self._tensors = tuple(
-                Tensor._make(array(v, ctx), dt, ctx, bounds) for v, dt, ctx, bounds in self._columns
+                Tensor._make(array(v, device), dt, device, bounds)
+                for v, dt, device, bounds in self._columns
             )
         return self._tensors
 
@@ -100,12 +101,12 @@ class TensorDataset(Dataset):
     def _batch(self, rows: np.ndarray, squeeze: bool = False) -> tuple:
         """The samples at ``rows`` (an int array), one tensor per column, stacked on axis 0."""
         out = []
-        for values, dt, ctx, bounds in self._columns:
+        for values, dt, device, bounds in self._columns:
             part = values[rows]
             if squeeze:
                 part = part[0]
             # The column's range bounds every batch's (class checks need no device read).
-            out.append(Tensor._make(array(part, ctx), dt, ctx, bounds))
+            out.append(Tensor._make(array(part, device), dt, device, bounds))
         return tuple(out)
 
 

@@ -738,14 +738,16 @@ class MNIST(TensorDataset):
         splits = ("train", "valid", "test")
         if split not in splits:
             raise ValueError(f"MNIST: split must be one of {splits}, got {split!r}")
-        ctx = as_device(device, "MNIST")
+        device = as_device(device, "MNIST")
         data = load_mnist(path, cache_dir=cache_dir, progress=progress, sources=sources)
         images, labels = data[splits.index(split)]
         self.split = split
         self.images = np.ascontiguousarray(images.reshape(-1, 1, 28, 28), dtype=np.float32)
         self.labels = np.asarray(labels, dtype=np.int64)
         bounds = (int(self.labels.min()), int(self.labels.max())) if self.labels.size else (0, 0)
-        self._set_columns([(self.images, float32, ctx, None), (self.labels, int64, ctx, bounds)])
+        self._set_columns(
+            [(self.images, float32, device, None), (self.labels, int64, device, bounds)]
+        )
         self._tensors = None
 
     def __repr__(self) -> str:

@@ -705,8 +705,8 @@ class GradientAverager:
             return grads
         scale = 1.0 / world
         if self._device_path(grads):
-            for ctx in {g.ctx for g in grads}:
-                synchronize(ctx)
+            for device in {g.device for g in grads}:
+                synchronize(device)
             for i, g in enumerate(grads):
                 t0 = time.perf_counter()
                 self._allreduce(MPI, g, f"allreduce of gradient {i} ({g.nbytes} bytes, device)")

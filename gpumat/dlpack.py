@@ -115,5 +115,5 @@ def from_dlpack(x, *, copy: bool | None = None):
             "gpumat arrays are writable"
         )
     if copy or read_only:
-        return array(arr, arr.ctx)
+        return array(arr, arr.device)
     return arr

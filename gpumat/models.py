@@ -99,11 +99,11 @@ class Model:
         if not self.grads:
             self.grads = graph.gradients(self.loss, list(self.params.values()))
 
-    def init_params(self, ctx=None) -> dict:
+    def init_params(self, device=None) -> dict:
         """Fresh copies of the initial parameter values.
 
         Args:
-            ctx: None for numpy arrays (the numpy backend), else a ``gpumat.Context``: each value
+            device: None for numpy arrays (the numpy backend), else a ``gpumat.Device``: each value
                 is then a new float32 ``PyGpuMatrix`` on that device (one host-to-device copy).
 
         Returns:
@@ -111,11 +111,11 @@ class Model:
             arrays are the caller's: training updates them in place.
 
         Raises:
-            gpumat.CudaError: ``ctx`` is a GPU that does not exist. MemoryError: out of memory.
+            gpumat.CudaError: ``device`` is a GPU that does not exist. MemoryError: out of memory.
         """
-        if ctx is None:
+        if device is None:
             return {k: v.copy() for k, v in self.initial_values.items()}
-        return {k: array(v, ctx) for k, v in self.initial_values.items()}
+        return {k: array(v, device) for k, v in self.initial_values.items()}
 
     @property
     def num_parameters(self) -> int:

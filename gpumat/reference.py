@@ -4,10 +4,11 @@ against.
 Same function names, same arguments in the same order, same meaning, outputs passed in; the arrays
 are numpy arrays instead of ``PyGpuMatrix``, and the arithmetic runs in their dtype (the
 executor's numpy backend runs float32, or float64 when a feed is float64: the finite-difference
-gradient checks use that). The graph ops of :mod:`gpumat.graph` call ``kernels_for(ctx)``, which is
-this module for ``ctx=None`` and :mod:`gpumat.ops` for a device, so an op's ``compute`` is written
-once. Every function here is the plain formula; where a device kernel has a documented choice
-(ties, NaN, the subgradient at 0, counter-based random numbers), this module makes the same one,
+gradient checks use that). The graph ops of :mod:`gpumat.graph` call ``kernels_for(device)``,
+which is this module for ``device=None`` and :mod:`gpumat.ops` for a device, so an op's
+``compute`` is written once. Every function here is the plain formula; where a device kernel has
+a documented choice (ties, NaN, the subgradient at 0, counter-based random numbers), this module
+makes the same one,
 so numpy, cpu, emu and gpu agree to float32 rounding (bit for bit for the random draws and
 dropout masks).
 

@@ -70,7 +70,7 @@ def load(f, map_location=None, expected: Mapping | None = None) -> dict:
 
     Args:
         f: the file path.
-        map_location: the device of the returned tensors: a ``gpumat.Context`` or a name
+        map_location: the device of the returned tensors: a ``gpumat.Device`` or a name
             (``"cpu"``, ``"cuda"``, ``"emu"``); default the host.
         expected: optional name -> shape (or anything with ``.shape``): the file must hold
             exactly these names and shapes.
@@ -82,6 +82,6 @@ def load(f, map_location=None, expected: Mapping | None = None) -> dict:
         FileNotFoundError, ValueError, MemoryError: as for :func:`gpumat.checkpoint.load` (a
             truncated, corrupt or non-float32 file is a ValueError naming it).
     """
-    ctx = as_device(map_location, "load")
-    arrays = checkpoint.load(f, ctx, expected)
-    return {name: Tensor._make(a, float32, ctx) for name, a in arrays.items()}
+    device = as_device(map_location, "load")
+    arrays = checkpoint.load(f, device, expected)
+    return {name: Tensor._make(a, float32, device) for name, a in arrays.items()}

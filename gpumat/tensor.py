@@ -47,7 +47,7 @@ from gpumat.autograd import (
     run_node,
 )
 from gpumat.autograd import backward as _engine_backward
-from gpumat.device import Context, as_device
+from gpumat.device import Device, as_device
 from gpumat.dtypes import DTYPE_NAMES, EXACT_INT, as_dtype, bool_, dtype, float32, int64
 from gpumat.graph.conv import add_channel_bias_op
 from gpumat.graph.elementwise import (
@@ -118,7 +118,7 @@ class Tensor:
     Attributes:
         shape: a tuple of ints (also ``size()``); ``ndim``, ``dim()``, ``numel()``.
         dtype: ``gpumat.float32``, ``gpumat.int64`` or ``gpumat.bool``.
-        device: the :class:`gpumat.Context` the values live on.
+        device: the :class:`gpumat.Device` the values live on.
         requires_grad: whether backward computes a gradient for it (float32 leaves only may be
             set; op results require one when an input does and grad mode is on).
         grad: the accumulated gradient (a float32 tensor of the same shape), or None.
@@ -142,14 +142,14 @@ class Tensor:
 
     def __init__(self, data, dtype=None, device=None, requires_grad: bool = False) -> None:
         made = _copy_of(data, as_dtype(dtype, "tensor"), device, "tensor")
-        self._fill(made._data, made._dtype, made._ctx, made._range)
+        self._fill(made._data, made._dtype, made._device, made._range)
         self.requires_grad = requires_grad
 
-    def _fill(self, data, dt, ctx, bounds=None, vc=None) -> None:
+    def _fill(self, data, dt, device, bounds=None, vc=None) -> None:
         self._data = data
         self._shape = tuple(data.shape) if data is not None else ()
         self._dtype = dt
-        self._ctx = ctx
+        self._device = device
         self._requires_grad = False
         self._grad = None
         self._node = None
@@ -160,15 +160,15 @@ class Tensor:
         self._tnode = None
 
     @classmethod
-    def _make(cls, data, dt, ctx, bounds=None, vc=None) -> Tensor:
+    def _make(cls, data, dt, device, bounds=None, vc=None) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t._fill(data, dt, ctx, bounds, vc)
+        t._fill(data, dt, device, bounds, vc)
         return t
 
     @classmethod
-    def _symbolic(cls, trace, node, shape, dt, ctx, bounds=None) -> Tensor:
+    def _symbolic(cls, trace, node, shape, dt, device, bounds=None) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t._fill(None, dt, ctx, bounds)
+        t._fill(None, dt, device, bounds)
         t._shape = tuple(int(d) for d in shape)
         t._trace = trace
         t._tnode = node
@@ -206,9 +206,9 @@ class Tensor:
         return self._dtype
 
     @property
-    def device(self) -> Context:
-        """The :class:`gpumat.Context` of the values."""
-        return self._ctx
+    def device(self) -> Device:
+        """The :class:`gpumat.Device` of the values."""
+        return self._device
 
     @property
     def is_leaf(self) -> bool:
@@ -262,10 +262,10 @@ class Tensor:
         if value is not None:
             if not isinstance(value, Tensor):
                 raise TypeError(f"grad must be a Tensor or None, got {type(value).__name__}")
-            if value._shape != self._shape or value._ctx != self._ctx:
+            if value._shape != self._shape or value._device != self._device:
                 raise ValueError(
-                    f"grad: assigned a {shape_str(value._shape)} tensor on {value._ctx} to the "
-                    f"grad of a {shape_str(self._shape)} tensor on {self._ctx}"
+                    f"grad: assigned a {shape_str(value._shape)} tensor on {value._device} to the "
+                    f"grad of a {shape_str(self._shape)} tensor on {self._device}"
                 )
             if value._dtype is not float32:
                 raise TypeError(f"grad must be a float32 tensor, got {value._dtype}")
@@ -292,7 +292,7 @@ class Tensor:
         value._concrete("data")
         self._concrete("data")
         self._data, self._shape = value._data, value._shape
-        self._dtype, self._ctx, self._range = value._dtype, value._ctx, value._range
+        self._dtype, self._device, self._range = value._dtype, value._device, value._range
         if self._node is not None and isinstance(self._node.op, PlaceholderOp):
             self._node = None  # the next op makes a leaf node for the new storage
 
@@ -347,14 +347,14 @@ class Tensor:
             if len(contribs) == 1 and contribs[0][2]:
                 total = contribs[0][1]
             else:
-                total = empty(self._shape, self._ctx)
+                total = empty(self._shape, self._device)
                 if len(contribs) == 1:
                     ops.copy(contribs[0][1], total)
                 else:
                     ops.add(contribs[0][1], contribs[1][1], total)
                     for _, value, _ in contribs[2:]:
                         ops.add(total, value, total)
-            self._grad = Tensor._make(total, float32, self._ctx)
+            self._grad = Tensor._make(total, float32, self._device)
             return
         g._concrete("backward")
         for _, value, _ in contribs:
@@ -431,8 +431,8 @@ class Tensor:
 
     def __repr__(self) -> str:
         extras = []
-        if self._ctx.device_type != "cpu":
-            extras.append(f"device='{self._ctx.device_type}:{self._ctx.index}'")
+        if self._device.device_type != "cpu":
+            extras.append(f"device='{self._device.device_type}:{self._device.index}'")
         if self._dtype is not float32:
             extras.append(f"dtype={self._dtype}")
         if self.grad_fn is not None:
@@ -457,7 +457,7 @@ class Tensor:
             if not self._requires_grad:
                 return self
             return trace.apply("detach", detach_op, [self], self._dtype, self._range, False)
-        return Tensor._make(self._data, self._dtype, self._ctx, self._range, self._vc)
+        return Tensor._make(self._data, self._dtype, self._device, self._range, self._vc)
 
     def detach_(self) -> Tensor:
         """Make this tensor a leaf that does not require a gradient, in place; returns self."""
@@ -498,17 +498,17 @@ class Tensor:
         root = self._graph_node()
         if gradient is None:
             seed_node = oneslike_op(root)
-            seed = (seed_node, run_node(seed_node, [self._data], self._ctx), True)
+            seed = (seed_node, run_node(seed_node, [self._data], self._device), True)
         else:
             g = self._gradient_arg(gradient)
             seed = (Variable("gradient"), g._data, False)
-        _engine_backward(root, seed, self._ctx, bool(retain_graph))
+        _engine_backward(root, seed, self._device, bool(retain_graph))
 
     def _gradient_arg(self, gradient) -> Tensor:
         g = (
             gradient
             if isinstance(gradient, Tensor)
-            else _copy_of(gradient, None, self._ctx, "tensor")
+            else _copy_of(gradient, None, self._device, "tensor")
         )
         g._concrete("backward")
         if g._shape != self._shape:
@@ -516,8 +516,8 @@ class Tensor:
                 f"backward: gradient has shape {shape_str(g._shape)}, the tensor "
                 f"{shape_str(self._shape)}"
             )
-        if g._ctx != self._ctx:
-            raise ValueError(f"backward: gradient is on {g._ctx}, the tensor on {self._ctx}")
+        if g._device != self._device:
+            raise ValueError(f"backward: gradient is on {g._device}, the tensor on {self._device}")
         if g._dtype is not float32:
             raise TypeError(f"backward: gradient must be float32, got {g._dtype}")
         return g
@@ -541,7 +541,7 @@ class Tensor:
             if a is None:
                 continue
             if isinstance(a, Tensor):
-                device, dt = a._ctx, a._dtype
+                device, dt = a._device, a._dtype
             elif isinstance(a, (dtype, type, np.dtype)) or (
                 isinstance(a, str) and a in DTYPE_NAMES
             ):
@@ -553,11 +553,11 @@ class Tensor:
         out = self
         if dt is not None and dt is not self._dtype:
             out = out._cast(dt)
-        if device is not None and device != out._ctx:
+        if device is not None and device != out._device:
             out = out._move(device)
         return out
 
-    def _move(self, device: Context) -> Tensor:
+    def _move(self, device: Device) -> Tensor:
         self._concrete("to")
         if self._requires_grad and is_grad_enabled():
             raise RuntimeError(
@@ -574,20 +574,20 @@ class Tensor:
                 trace = self._trace
                 return trace.apply("to", lambda n: mul_byconst_op(n, 1.0), [self], dt, self._range)
             self._concrete("to")
-            out = empty(self._shape, self._ctx)
+            out = empty(self._shape, self._device)
             ops.copy(self._data, out)
-            return Tensor._make(out, dt, self._ctx, self._range if dt is not float32 else None)
+            return Tensor._make(out, dt, self._device, self._range if dt is not float32 else None)
         self._concrete("to")
         if self._requires_grad and is_grad_enabled():
             raise RuntimeError(f"to({dt}): conversions to {dt} are not recorded for backward")
         values = self._host_values()
         if dt is int64:
-            return _from_host(np.trunc(values), int64, self._ctx, "to")
-        return _from_host(values != 0, bool_, self._ctx, "to")
+            return _from_host(np.trunc(values), int64, self._device, "to")
+        return _from_host(values != 0, bool_, self._device, "to")
 
     def cpu(self) -> Tensor:
         """``to(gpumat.cpu())``."""
-        return self.to(Context("cpu", 0))
+        return self.to(Device("cpu", 0))
 
     def float(self) -> Tensor:
         """``to(gpumat.float32)``."""
@@ -624,7 +624,7 @@ class Tensor:
         if _is_number(other):
             return float(other)
         if isinstance(other, (np.ndarray, list, tuple)):
-            return _copy_of(other, None, self._ctx, "tensor")
+            return _copy_of(other, None, self._device, "tensor")
         return NotImplemented
 
     def __add__(self, other):
@@ -677,7 +677,7 @@ class Tensor:
         _require_float("div", self)
         # A true division by float32(c), as PyTorch computes it: x * (1/c) is not the same
         # function (with c = 1e-39, 1/c overflows to inf, so 0 / c became NaN and 1e-10 / c inf).
-        divisor = _filled("full", ((),), other, float32, self._ctx, False)
+        divisor = _filled("full", ((),), other, float32, self._device, False)
         return _binary("div", self, divisor, div_op)
 
     def __rtruediv__(self, other):
@@ -687,7 +687,9 @@ class Tensor:
         if isinstance(other, Tensor):
             return other.__truediv__(self)
         _require_float("div", self)
-        return _binary("div", _filled("full", ((),), other, None, self._ctx, False), self, div_op)
+        return _binary(
+            "div", _filled("full", ((),), other, None, self._device, False), self, div_op
+        )
 
     def div(self, other) -> Tensor:
         """``self / other``."""
@@ -778,7 +780,7 @@ class Tensor:
             raise TypeError(f"eq: cannot compare a tensor with a {type(other).__name__}")
         other = value
         if not isinstance(other, Tensor):
-            other = _filled("full", ((),), other, None, self._ctx, False)
+            other = _filled("full", ((),), other, None, self._device, False)
         return _binary("eq", self, other, eq_op, out_dtype=bool_, differentiable=False)
 
     def ne(self, other) -> Tensor:
@@ -1019,10 +1021,10 @@ class Tensor:
         if isinstance(other, Tensor):
             other._concrete(op)
             _require_float(op, self, other)
-            if other._shape != self._shape or other._ctx != self._ctx:
+            if other._shape != self._shape or other._device != self._device:
                 raise ValueError(
-                    f"{op}: the other tensor is {shape_str(other._shape)} on {other._ctx}, this "
-                    f"one {shape_str(self._shape)} on {self._ctx}"
+                    f"{op}: the other tensor is {shape_str(other._shape)} on {other._device}, this "
+                    f"one {shape_str(self._shape)} on {self._device}"
                 )
             return other
         if _is_number(other):
@@ -1122,16 +1124,16 @@ def _require_float(op: str, *tensors) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _device_of(op: str, inputs) -> Context:
-    ctx = inputs[0]._ctx
+def _device_of(op: str, inputs) -> Device:
+    device = inputs[0]._device
     for t in inputs[1:]:
-        if t._ctx != ctx:
+        if t._device != device:
             raise ValueError(
-                f"{op}: tensors on different devices: {shape_str(inputs[0]._shape)} on {ctx} "
-                f"and {shape_str(t._shape)} on {t._ctx}; devices are never mixed implicitly: "
+                f"{op}: tensors on different devices: {shape_str(inputs[0]._shape)} on {device} "
+                f"and {shape_str(t._shape)} on {t._device}; devices are never mixed implicitly: "
                 "move one with .to()"
             )
-    return ctx
+    return device
 
 
 def apply_op(
@@ -1162,7 +1164,7 @@ def apply_op(
         ValueError: devices differ, or the op's shape rule rejects the shapes (the message names
             ``op``, the graph op and the shapes).
     """
-    ctx = _device_of(op, inputs)
+    device = _device_of(op, inputs)
     trace = current_trace()
     if trace is not None or any(t._trace is not None for t in inputs):
         if trace is None:
@@ -1171,10 +1173,10 @@ def apply_op(
     grad = differentiable and is_grad_enabled() and any(t._requires_grad for t in inputs)
     node = make(*[t._graph_node() for t in inputs])
     try:
-        value = run_node(node, [t._data for t in inputs], ctx)
+        value = run_node(node, [t._data for t in inputs], device)
     except ValueError as exc:
         raise ValueError(f"{op}: {exc}") from None
-    out = Tensor._make(value, out_dtype, ctx, bounds, inputs[0]._vc if view else None)
+    out = Tensor._make(value, out_dtype, device, bounds, inputs[0]._vc if view else None)
     if grad:
         out._requires_grad = True
         record(node, value, out._vc, tuple(t._vc.value for t in inputs))
@@ -1235,7 +1237,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 # --------------------------------------------------------------------------------------------------
 
 
-def _from_host(data, dt, ctx: Context, op: str) -> Tensor:
+def _from_host(data, dt, device: Device, op: str) -> Tensor:
     arr = np.asarray(data)
     if arr.dtype.kind not in "biuf":
         raise TypeError(
@@ -1262,7 +1264,7 @@ def _from_host(data, dt, ctx: Context, op: str) -> Tensor:
             lo = hi = 0
         bounds = (lo, hi)
         arr = values
-    return Tensor._make(array(arr, ctx), dt, ctx, bounds)
+    return Tensor._make(array(arr, device), dt, device, bounds)
 
 
 def _copy_of(data, dt, device, op: str) -> Tensor:
@@ -1270,8 +1272,8 @@ def _copy_of(data, dt, device, op: str) -> Tensor:
     ``device`` (default: the Tensor's, else the host) and of dtype ``dt`` (default: the data's)."""
     if isinstance(data, Tensor):
         data._concrete(op)
-        ctx = data._ctx if device is None else as_device(device, op)
-        out = Tensor._make(array(data._data, ctx), data._dtype, ctx, data._range)
+        device = data._device if device is None else as_device(device, op)
+        out = Tensor._make(array(data._data, device), data._dtype, device, data._range)
         return out if dt is None or dt is out._dtype else out.to(dt)
     if isinstance(data, PyGpuMatrix):
         data = data.asnumpy()
@@ -1289,11 +1291,11 @@ def _filled(op: str, size, value, dtype, device, requires_grad) -> Tensor:
         else:
             dt = float32
     value = _scalar_for(dt, value, op)
-    ctx = as_device(device, op)
-    data = empty(shape, ctx)
+    device = as_device(device, op)
+    data = empty(shape, device)
     ops.fill(data, float(value))
     bounds = None if dt is float32 else (int(value), int(value))
-    out = Tensor._make(data, dt, ctx, bounds)
+    out = Tensor._make(data, dt, device, bounds)
     if requires_grad:
         out.requires_grad = True
     return out

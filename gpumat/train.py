@@ -5,7 +5,7 @@ mini-batch SGD over the training set for a number of epochs, then accuracy on he
 epoch it records the mean training loss, the wall-clock time of the training steps in seconds, and
 the validation accuracy, in a :class:`History`; :func:`plot_history` draws the curves.
 
-Backends (``ctx``): ``None`` or ``"numpy"`` runs the graph with numpy (the reference);
+Backends (``device``): ``None`` or ``"numpy"`` runs the graph with numpy (the reference);
 ``gpumat.cpu()`` / ``"cpu"`` on gpumat's host kernels; ``gpumat.gpu(i)`` / ``"gpu"`` on CUDA. On a
 gpumat device the parameters live on the device for the whole run: they are ``PyGpuMatrix``
 arrays fed to the executor as they are and updated in place by the optimizer (one ``axpy`` kernel
@@ -47,7 +47,7 @@ __all__ = [
     "History",
     "evaluate",
     "fit",
-    "get_context",
+    "get_device",
     "plot_history",
     "predict",
 ]
@@ -58,8 +58,8 @@ DEFAULT_BATCH_SIZE = 1000
 DEFAULT_LR = 1e-3 * DEFAULT_BATCH_SIZE
 
 
-def get_context(device=None):
-    """The executor context for a backend name or context (parsed by
+def get_device(device=None):
+    """The executor's device for a backend name or device (parsed by
     :func:`gpumat.device.as_device`, the front end's parser, with the numpy backend added).
 
     Args:
@@ -67,18 +67,18 @@ def get_context(device=None):
             ``"gpu"``, ``"gpu:i"``, ``"cuda"``, ``"cuda:i"`` (``gpumat.gpu(i)``), ``"emu"`` or
             ``"emu:i"`` (the emulated CUDA device ``gpumat.emu(i)``: the CUDA kernels on the
             CPU, slow), ``"auto"`` (``gpu(0)`` when :func:`gpumat.cuda_available`, else
-            ``cpu()``), or a ``gpumat.Context`` (returned as is).
+            ``cpu()``), or a ``gpumat.Device`` (returned as is).
 
     Returns:
-        ``None`` for numpy, else a ``gpumat.Context``.
+        ``None`` for numpy, else a ``gpumat.Device``.
 
     Raises:
         ValueError: an unknown name. RuntimeError: a GPU was asked for but
             ``gpumat.cuda_available()`` is false (the message says whether gpumat was built
             without CUDA or no device is visible).
     """
-    ctx = as_device(device, "get_context", numpy=True)
-    if isinstance(device, str) and ctx is not None and ctx.device_type == "gpu":
+    parsed = as_device(device, "get_device", numpy=True)
+    if isinstance(device, str) and parsed is not None and parsed.device_type == "gpu":
         if not cuda_available():
             why = (
                 "no CUDA device is visible"
@@ -86,7 +86,7 @@ def get_context(device=None):
                 else "gpumat was built without CUDA"
             )
             raise RuntimeError(f"device {device!r} asked for, but {why}; use 'cpu' or 'numpy'")
-    return ctx
+    return parsed
 
 
 _EXECUTOR_OPTIONS = ("fusion", "compiled", "cuda_graph")
@@ -101,8 +101,8 @@ def _executor_options(options: Mapping | None) -> dict:
     return {k: bool(v) for k, v in options.items()}
 
 
-def _backend_name(ctx) -> str:
-    return "numpy" if ctx is None else str(ctx)
+def _backend_name(device) -> str:
+    return "numpy" if device is None else str(device)
 
 
 @dataclasses.dataclass
@@ -232,12 +232,12 @@ class _Predictor:
     memory once; only the logits come back to the host.
     """
 
-    def __init__(self, model: Model, ctx, batch_size: int) -> None:
+    def __init__(self, model: Model, device, batch_size: int) -> None:
         self.model = model
-        self.ctx = ctx
+        self.device = device
         self.batch_size = _check_positive_int(batch_size, "batch_size")
         # Evaluation mode: dropout layers are the identity when predicting.
-        self.executor = Executor([model.logits], ctx=ctx, training=False)
+        self.executor = Executor([model.logits], device=device, training=False)
         self._pad = None
 
     def predict(self, params: Mapping, images: np.ndarray) -> np.ndarray:
@@ -264,15 +264,17 @@ class _Predictor:
         return out
 
 
-def predict(model: Model, params: Mapping, images, ctx=None, batch_size: int = 1000) -> np.ndarray:
+def predict(
+    model: Model, params: Mapping, images, device=None, batch_size: int = 1000
+) -> np.ndarray:
     """Predicted classes: the argmax of ``model.logits`` for each image.
 
     Args:
         model: a :class:`~gpumat.models.Model`.
         params: parameter name -> value: numpy arrays (any backend; copied in per batch) or, on a
-            gpumat device, ``PyGpuMatrix`` arrays on ``ctx`` (used in place).
+            gpumat device, ``PyGpuMatrix`` arrays on ``device`` (used in place).
         images: float32-convertible array of shape ``(n, 784)`` or ``(n, *model.input_shape)``.
-        ctx: the backend, as for :func:`get_context` (``None``/"numpy", "cpu", "gpu", a Context).
+        device: the backend, as for :func:`get_device` (``None``/"numpy", "cpu", "gpu", a Device).
         batch_size: images per forward pass (the last batch is padded, so one memory plan).
 
     Returns:
@@ -280,18 +282,18 @@ def predict(model: Model, params: Mapping, images, ctx=None, batch_size: int = 1
 
     Raises:
         ValueError: images of the wrong size, a missing parameter, or device arrays on another
-            device than ``ctx``. TypeError: a non-integer ``batch_size``.
+            device than ``device``. TypeError: a non-integer ``batch_size``.
     """
-    return _Predictor(model, get_context(ctx), batch_size).predict(params, images)
+    return _Predictor(model, get_device(device), batch_size).predict(params, images)
 
 
 def evaluate(
-    model: Model, params: Mapping, images, labels, ctx=None, batch_size: int = 1000
+    model: Model, params: Mapping, images, labels, device=None, batch_size: int = 1000
 ) -> float:
     """Classification accuracy of ``model`` with ``params`` on ``(images, labels)``.
 
     Args:
-        model, params, images, ctx, batch_size: as for :func:`predict`.
+        model, params, images, device, batch_size: as for :func:`predict`.
         labels: integer class labels of shape ``(n,)``.
 
     Returns:
@@ -304,14 +306,14 @@ def evaluate(
     images, labels = _split((images, labels), "evaluate")
     if len(labels) == 0:
         return math.nan
-    return float(np.mean(predict(model, params, images, ctx, batch_size) == labels))
+    return float(np.mean(predict(model, params, images, device, batch_size) == labels))
 
 
 def fit(
     model: Model,
     data: Sequence,
     *,
-    ctx=None,
+    device=None,
     epochs: int = 10,
     batch_size: int | None = None,
     lr: float | None = None,
@@ -341,8 +343,8 @@ def fit(
             :func:`gpumat.datasets.load_mnist` returns them: images float32 ``(n, 784)`` (or
             ``(n, *model.input_shape)``), labels integer ``(n,)``. ``valid`` or ``test`` may be
             ``None`` to skip that evaluation.
-        ctx: the backend: ``None``/"numpy", "cpu", "gpu", "gpu:i", "auto" or a ``gpumat.Context``
-            (see :func:`get_context`).
+        device: the backend: ``None``/"numpy", "cpu", "gpu", "gpu:i", "auto" or a ``gpumat.Device``
+            (see :func:`get_device`).
         epochs: the number of passes over the training data (>= 1).
         batch_size: training samples per step (<= the number of training samples); default the
             model's recommendation (``model.batch_size``), else :data:`DEFAULT_BATCH_SIZE`.
@@ -354,8 +356,8 @@ def fit(
             (``model.optimizer``, with its ``model.lr_schedule`` applied per epoch) is used, else
             SGD with :data:`DEFAULT_LR` = 1.0, the dlsys course's 1e-3 at batch size 1000 (module
             docstring).
-        params: initial parameter values (name -> numpy array, or ``PyGpuMatrix`` on ``ctx``);
-            default ``model.init_params(ctx)``. Device arrays given here are updated in place;
+        params: initial parameter values (name -> numpy array, or ``PyGpuMatrix`` on ``device``);
+            default ``model.init_params(device)``. Device arrays given here are updated in place;
             numpy arrays are copied to the device first (on the numpy backend they are updated
             in place).
         shuffle: visit the training samples in a new random order each epoch; default the
@@ -400,19 +402,19 @@ def fit(
     Raises:
         ValueError: both ``lr`` and ``optimizer`` given; fewer training samples than
             ``batch_size``; images that do not fit the model; labels outside
-            ``0 .. model.num_classes - 1``; an unknown ``ctx`` name; a missing parameter; a
+            ``0 .. model.num_classes - 1``; an unknown ``device`` name; a missing parameter; a
             ``resume`` checkpoint that is truncated or corrupt, or was written for another model,
             optimizer, batch size or shuffling (the message names the file).
         TypeError: a non-integer ``epochs`` or ``batch_size``; ``checkpoint`` with an optimizer
             that has no ``state_dict``.
         FileNotFoundError: no ``resume`` file.
-        RuntimeError: ``ctx`` asks for a GPU and none is available.
+        RuntimeError: ``device`` asks for a GPU and none is available.
         ValueError: with ``distributed``, ``batch_size`` not a multiple of the number of ranks.
         ImportError: ``distributed`` without mpi4py (``pip install ".[distributed]"``).
     """
     if lr is not None and optimizer is not None:
         raise ValueError("fit: give lr (plain SGD) or optimizer, not both")
-    ctx = get_context(ctx)
+    device = get_device(device)
     batch_size = _check_positive_int(
         batch_size or model.batch_size or DEFAULT_BATCH_SIZE, "batch_size"
     )
@@ -420,7 +422,7 @@ def fit(
     shuffle = bool(model.shuffle) if shuffle is None else shuffle
     train_x, train_y, valid, test = _prepare_data(model, data, batch_size)
     values = _param_list(
-        model, model.init_params(ctx) if params is None else _on_device(params, ctx)
+        model, model.init_params(device) if params is None else _on_device(params, device)
     )
     opt, schedule, sgd_lr = _make_optimizer(model, values, lr, optimizer)
     base_lr = opt.lr if schedule is not None else None  # before a resume restores a scheduled lr
@@ -433,16 +435,16 @@ def fit(
 
     run = _Run(
         model=model,
-        ctx=ctx,
+        device=device,
         opt=opt,
         par=par,
-        executor=Executor([model.loss, *model.grads], ctx=ctx, **_executor_options(executor)),
-        predictor=_Predictor(model, ctx, eval_batch_size),
+        executor=Executor([model.loss, *model.grads], device=device, **_executor_options(executor)),
+        predictor=_Predictor(model, device, eval_batch_size),
         feed=dict(zip(model.params.values(), values, strict=True)),
         rng=np.random.default_rng(seed) if shuffle else None,
         history=History(
             model=model.name,
-            backend=_backend_name(ctx),
+            backend=_backend_name(device),
             batch_size=batch_size,
             lr=sgd_lr,
             optimizer=repr(opt),
@@ -451,7 +453,7 @@ def fit(
             world_size=par.world,
         ),
         n_batches=len(train_x) // batch_size,
-        loss_sum=None if ctx is None else empty((1,), ctx),
+        loss_sum=None if device is None else empty((1,), device),
     )
 
     if checkpoint is not None and not hasattr(opt, "state_dict"):
@@ -511,7 +513,7 @@ class _Run:
     """What the steps of :func:`fit` share."""
 
     model: Model
-    ctx: object
+    device: object
     opt: object
     par: _DataParallel
     executor: Executor
@@ -542,11 +544,11 @@ def _prepare_data(model: Model, data: Sequence, batch_size: int):
     return train_x, train_y, valid, test
 
 
-def _on_device(params: Mapping, ctx) -> Mapping:
-    """Device arrays stay as they are (updated in place); numpy arrays are copied to ``ctx``."""
-    if ctx is None:
+def _on_device(params: Mapping, device) -> Mapping:
+    """Device arrays stay as they are (updated in place); numpy arrays are copied to ``device``."""
+    if device is None:
         return params
-    return {k: v if is_device_array(v) else array(v, ctx) for k, v in params.items()}
+    return {k: v if is_device_array(v) else array(v, device) for k, v in params.items()}
 
 
 def _make_optimizer(model: Model, values: list, lr, optimizer):

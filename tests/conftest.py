@@ -67,7 +67,7 @@ def make_ctx(name):
 
 @pytest.fixture(params=DEVICE_PARAMS, scope="session")
 def ctx(request):
-    """A gpumat.Context for each available device. Session scope: contexts are immutable values, and
+    """A gpumat.Device for each available device. Session scope: contexts are immutable values, and
     hypothesis refuses function-scoped fixtures in @given tests."""
     return make_ctx(request.param)
 

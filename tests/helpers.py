@@ -134,7 +134,7 @@ def check_op(
 ):
     """Run `op` on gpumat and `ref` on numpy with the same inputs and compare.
 
-    ctx        a gpumat.Context (the fixture).
+    ctx        a gpumat.Device (the fixture).
     op         op(*device_inputs, out) -> None, e.g.
                ``lambda a, b, out: ops.matmul(a, b, out, False, True)``.
     ref        ref(*float64_inputs) -> float64 numpy array of shape `out_shape`.

@@ -84,7 +84,7 @@ def check_device_gradients(ctx, build, inputs, rng, wrt=None, rtol=2e-4, atol_sc
     feeds64 = {**dict(zip(xs, [x.astype(np.float64) for x in inputs32], strict=True)), r: r_val}
     feeds32 = {**dict(zip(xs, inputs32, strict=True)), r: r_val}
     ref = ad.Executor(nodes).run({k: np.asarray(v, np.float64) for k, v in feeds64.items()})
-    got = ad.Executor(nodes, ctx=ctx).run(feeds32, convert_to_numpy_ret_vals=True)
+    got = ad.Executor(nodes, device=ctx).run(feeds32, convert_to_numpy_ret_vals=True)
     names = ["value"] + [f"gradient w.r.t. input {i}" for i in wrt]
     for name, g, e in zip(names, got, ref, strict=True):
         assert g.dtype == np.float32 and g.shape == e.shape, f"{name}: {g.dtype} {g.shape}"

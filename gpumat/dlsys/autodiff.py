@@ -24,6 +24,7 @@ import numpy as np
 
 from gpumat import graph as _graph
 from gpumat import reference as _reference
+from gpumat.device import Device
 from gpumat.graph import (  # noqa: F401 (re-exported: the dlsys course's names)
     AddByConstOp,
     AddOp,
@@ -119,9 +120,9 @@ class SoftmaxCrossEntropyGradientOp(_graph.SoftmaxCrossEntropyGradientOp):
     """``softmaxcrossentropy_gradient_op(y, y_)``: softmax(y) - y_ for (N, C) y and y_, the course's
     gradient (summed over the batch, no 1/N)."""
 
-    def compute(self, node, input_vals, output_val, ctx=None):
+    def compute(self, node, input_vals, output_val, device=None):
         y, y_ = input_vals
-        k = _kernels_for(ctx)
+        k = _kernels_for(device)
         k.softmax(y, output_val)
         k.axpy(-1.0, y_, output_val)
 
@@ -192,11 +193,28 @@ class Executor(_GpumatExecutor):
     """gpumat's executor with the dlsys course's API: ``Executor(eval_node_list, ctx=None)``,
     ``run(feed_dict, convert_to_numpy_ret_vals=False)``, ``infer_shape(feed_shapes)``,
     ``memory_plan(feed_shapes)`` (a method here), ``node_to_shape_map``, ``node_to_arr_map``,
-    ``topo_order``, ``feed_shapes``. ``ctx`` is None (numpy), ``ndarray.cpu(0)`` or
-    ``ndarray.gpu(i)`` (or any ``gpumat.Context``). The plan's statistics are ``plan_stats``.
+    ``topo_order``, ``feed_shapes``, ``ctx``. ``ctx`` (the course's name for gpumat's
+    ``device``) is None (numpy), ``ndarray.cpu(0)`` or ``ndarray.gpu(i)`` (or any
+    ``gpumat.Device``; gpumat's ``device=`` is accepted too). The plan's statistics are
+    ``plan_stats``; gpumat's keyword options (``fusion``, ``compiled``, ...) pass through.
 
-    Raises as :class:`gpumat.runtime.Executor` (TypeError for a ctx that is not a context).
+    Raises as :class:`gpumat.runtime.Executor` (TypeError for a ctx that is not a device).
     """
+
+    def __init__(self, eval_node_list, ctx=None, *, device=None, **options) -> None:
+        if ctx is not None and device is not None:
+            raise TypeError("Executor: pass ctx (the course's name) or device, not both")
+        if ctx is not None and not isinstance(ctx, Device):
+            raise TypeError(
+                f"Executor: ctx must be None (numpy) or a device such as ndarray.cpu(0) or "
+                f"ndarray.gpu(0), got {ctx!r}"
+            )
+        super().__init__(eval_node_list, device if ctx is None else ctx, **options)
+
+    @property
+    def ctx(self):
+        """The device the executor runs on (None: numpy), the course's name for ``device``."""
+        return self.device
 
     def memory_plan(self, feed_shapes: Mapping) -> dict:
         """Plans and allocates an array for every node except the fed ones, for fed nodes of

@@ -1,7 +1,7 @@
 """The dlsys course's ``ndarray`` module: contexts with integer device types, and gpumat's arrays.
 
 ``cpu(i)`` and ``gpu(i)`` return :class:`DLContext` values whose ``device_type`` is the course's
-1 (cpu) or 2 (gpu). They are ``gpumat.Context`` values too (a ``DLContext(0, 1)`` equals
+1 (cpu) or 2 (gpu). They are ``gpumat.Device`` values too (a ``DLContext(0, 1)`` equals
 ``gpumat.cpu()``), so arrays and executors accept them everywhere. ``NDArray`` is
 :class:`gpumat.PyGpuMatrix`, which has the course's ``shape``, ``asnumpy()``, ``copyto(target)``,
 ``a[:] = numpy_array`` and ``ctx``.
@@ -12,16 +12,16 @@ import numpy as np
 from gpumat import arrays as _arrays
 from gpumat._core import CudaError
 from gpumat._core import PyGpuMatrix as NDArray
-from gpumat.device import Context, build_info
+from gpumat.device import Device, build_info
 
 __all__ = ["DLContext", "NDArray", "array", "cpu", "empty", "gpu", "is_gpu_ctx"]
 
 
-class DLContext(Context):
+class DLContext(Device):
     """A device as the dlsys course names it: ``DLContext(device_id, device_type)``.
 
     ``device_type`` is 1 for the host (cpu) and 2 for a CUDA GPU; ``device_id`` is the device
-    ordinal. Equal to, and hashing as, the ``gpumat.Context`` of the same device.
+    ordinal. Equal to, and hashing as, the ``gpumat.Device`` of the same device.
 
     Raises:
         ValueError: a device_type other than 1 or 2, or a negative device_id.
@@ -77,18 +77,19 @@ def gpu(dev_id: int = 0) -> DLContext:
 
 def is_gpu_ctx(ctx) -> bool:
     """True if ``ctx`` is a GPU context (device_type 2); False for None and the host."""
-    return isinstance(ctx, Context) and ctx._kind == "gpu"
+    return isinstance(ctx, Device) and ctx._kind == "gpu"
 
 
-def array(arr, ctx: Context | None = None) -> NDArray:
-    """A new float32 array on ``ctx`` (default the host) holding a copy of ``arr``.
+def array(arr, ctx: Device | None = None) -> NDArray:
+    """A new float32 array on ``ctx`` (the course's name for the device; default the host)
+    holding a copy of ``arr``.
 
     Raises TypeError for non-numeric data or a bad ctx (see :func:`gpumat.array`).
     """
     return _arrays.array(arr, cpu(0) if ctx is None else ctx)
 
 
-def empty(shape, ctx: Context | None = None) -> NDArray:
+def empty(shape, ctx: Device | None = None) -> NDArray:
     """A new uninitialised float32 array of ``shape`` on ``ctx`` (default the host).
 
     Raises ValueError/TypeError for a bad shape or ctx (see :func:`gpumat.empty`).

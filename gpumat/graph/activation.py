@@ -166,8 +166,8 @@ class DropoutOp(Op):
     def node_name(self, node):
         return f"Dropout({short_name(node.inputs[0])},p={node.p:g},seed={node.seed})"
 
-    def compute(self, node, input_vals, output_val, ctx=None, training=True, step=0):
-        k = kernels_for(ctx)
+    def compute(self, node, input_vals, output_val, device=None, training=True, step=0):
+        k = kernels_for(device)
         if not training or node.p == 0.0:
             k.copy(input_vals[0], output_val)
         else:

@@ -69,10 +69,10 @@ class _InfixOp(Op):
         right = repr(node.const_attr) if self.attrs else short_name(node.inputs[1])
         return f"({short_name(node.inputs[0])}{self.symbol}{right})"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
+    def compute(self, node, input_vals, output_val, device=None):
         if not self.attrs:
-            return Op.compute(self, node, input_vals, output_val, ctx)
-        getattr(kernels_for(ctx), self.kernel)(input_vals[0], node.const_attr, output_val)
+            return Op.compute(self, node, input_vals, output_val, device)
+        getattr(kernels_for(device), self.kernel)(input_vals[0], node.const_attr, output_val)
 
     def infer_shape(self, node, input_shapes):
         if len(input_shapes) == 1:  # a node and a constant
@@ -230,8 +230,8 @@ class ZerosLikeOp(Op):
     inputs = ("node_A",)
     shape_only_inputs = (0,)
 
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).fill(output_val, self.value)
+    def compute(self, node, input_vals, output_val, device=None):
+        kernels_for(device).fill(output_val, self.value)
 
     def gradient(self, node, output_grad):
         return [None]

@@ -116,9 +116,9 @@ class SoftmaxCrossEntropyGradientOp(Op):
     inputs = ("node_A", "node_B")
     label = "SoftmaxXEntropyGrad"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
+    def compute(self, node, input_vals, output_val, device=None):
         y, y_ = input_vals
-        k = kernels_for(ctx)
+        k = kernels_for(device)
         k.softmax(y, output_val, -1)
         k.axpy(-1.0, y_, output_val)
         k.mul_scalar(output_val, 1.0 / y.shape[0], output_val)
@@ -139,10 +139,10 @@ class SoftmaxCrossEntropyWithGradientOp(Op):
     inputs = ("node_A", "node_B")
     label = "SoftmaxXEntropyWithGrad"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
+    def compute(self, node, input_vals, output_val, device=None):
         y, y_ = input_vals
         grad, loss = output_val
-        kernels_for(ctx).cross_entropy_with_gradient(y, y_, loss, grad)
+        kernels_for(device).cross_entropy_with_gradient(y, y_, loss, grad)
 
     def infer_shape(self, node, input_shapes):
         return SoftmaxCrossEntropyGradientOp.infer_shape(self, node, input_shapes)
@@ -258,9 +258,9 @@ class _LossGradientBase(Op):
     inputs = ("node_pred", "node_target", "node_dloss")
     label = "MSELossGrad"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
+    def compute(self, node, input_vals, output_val, device=None):
         p, t, dl = input_vals
-        getattr(kernels_for(ctx), self.kernel)(p, t, dl, output_val)
+        getattr(kernels_for(device), self.kernel)(p, t, dl, output_val)
 
     @property
     def no_gradient(self) -> str:

@@ -42,10 +42,10 @@ class MatMulOp(Op):
         a, b = (short_name(i) for i in node.inputs)
         return f"MatMul({a},{b},{node.trans_A},{node.trans_B})"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
+    def compute(self, node, input_vals, output_val, device=None):
         a, b = input_vals
         ta, tb = node.trans_A, node.trans_B
-        kernels_for(ctx).matmul(a, b, output_val, ta, tb)
+        kernels_for(device).matmul(a, b, output_val, ta, tb)
 
     def gradient(self, node, output_grad):
         # With C = op(A) op(B) and G = dL/dC: dL/dop(A) = G op(B)^T and dL/dop(B) = op(A)^T G; a
@@ -93,10 +93,10 @@ class MatMulBiasOp(Op):
         kind = "DenseRelu" if node.relu else "Dense"
         return f"{kind}({','.join(short_name(i) for i in node.inputs)})"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
+    def compute(self, node, input_vals, output_val, device=None):
         a, b, bias = input_vals
         ta, tb = node.trans_A, node.trans_B
-        kernels_for(ctx).matmul_bias(a, b, bias, output_val, ta, tb, node.relu)
+        kernels_for(device).matmul_bias(a, b, bias, output_val, ta, tb, node.relu)
 
     def infer_shape(self, node, input_shapes):
         sa, sb, sbias = (tuple(s) for s in input_shapes)

@@ -5,9 +5,9 @@ A graph is built from :func:`Variable` nodes (placeholders fed at run time), nod
 (``matmul_op``, ``relu_op``, ``conv2d_op``, ...). Nothing is computed while building:
 :func:`gpumat.graph.gradients` adds the gradient graph (itself made of ops, so it can be
 evaluated, printed or differentiated again where the ops allow), and the executor
-(:class:`gpumat.runtime.Executor`) infers shapes, plans memory and runs it on numpy (``ctx=None``,
-the reference), on the host device (``gpumat.cpu()``) or on CUDA (``gpumat.gpu(i)``,
-``gpumat.emu(i)``).
+(:class:`gpumat.runtime.Executor`) infers shapes, plans memory and runs it on numpy
+(``device=None``, the reference), on the host device (``gpumat.cpu()``) or on CUDA
+(``gpumat.gpu(i)``, ``gpumat.emu(i)``).
 
 Every op is one :class:`Op` subclass, together in the file of its kernel family (needle's
 ``ops_mathematic.py``; micrograd's operator beside its backward). It declares what a node of it
@@ -17,11 +17,11 @@ holds and writes three methods; the base class builds the node (``Op.__call__``)
   may be None and are then left out); ``attrs``: its :class:`Attr` declarations, each checked and
   converted once when the node is built and kept in the node's frozen ``attrs`` record (read as
   ``node.axis``); ``label``: the node name's prefix (``node_name`` for other names).
-- ``compute(node, input_vals, output_val, ctx)`` writes the node's value into ``output_val`` through
-  one kernel API, ``kernels_for(ctx)``: :mod:`gpumat.reference` (numpy arrays) when ``ctx`` is
-  None, :mod:`gpumat.ops` (``PyGpuMatrix`` on ``ctx``) otherwise. The same function names, so an op
-  never branches on the backend. The executor guarantees that ``output_val`` never shares storage
-  with an input.
+- ``compute(node, input_vals, output_val, device)`` writes the node's value into
+  ``output_val`` through one kernel API, ``kernels_for(device)``: :mod:`gpumat.reference` (numpy
+  arrays) when ``device`` is None, :mod:`gpumat.ops` (``PyGpuMatrix`` on ``device``) otherwise.
+  The same function names, so an op never branches on the backend. The executor guarantees
+  that ``output_val`` never shares storage with an input.
 - ``gradient(node, output_grad)`` returns one entry per input: a graph node for the gradient of the
   output with respect to that input (times ``output_grad``), ``None`` when the value does not depend
   on that input's values (only on its shape, as for ``zeroslike_op``), or :class:`Undefined` when
@@ -281,26 +281,27 @@ class Op:
     seeded_scalars: dict = {}
 
     #: The kernel that computes the node from its inputs' values, in order, then the output:
-    #: ``kernels_for(ctx).<kernel>(*values, output_val, *kernel_args(node))`` (the default
+    #: ``kernels_for(device).<kernel>(*values, output_val, *kernel_args(node))`` (the default
     #: ``compute``), where the values leave out the ``shape_only_inputs`` (and a fused op's
     #: outputs follow in their order).
     kernel = ""
 
-    def compute(self, node: Node, input_vals: list, output_val, ctx=None) -> None:
+    def compute(self, node: Node, input_vals: list, output_val, device=None) -> None:
         """Write the value of ``node`` into ``output_val``: by default the op's ``kernel``.
 
         Args:
             node: the node being computed.
-            input_vals: its inputs' values, numpy arrays when ``ctx`` is None, else ``PyGpuMatrix``.
+            input_vals: its inputs' values, numpy arrays when ``device`` is None, else
+                ``PyGpuMatrix``.
             output_val: preallocated output of the inferred shape (same kind); it never shares
                 storage with an input.
-            ctx: None for numpy, else the ``gpumat.Context`` the values live on.
+            device: None for numpy, else the ``gpumat.Device`` the values live on.
         """
         if not self.kernel:
             raise NotImplementedError(f"{type(self).__name__}.compute")
         values = [v for k, v in enumerate(input_vals) if k not in self.shape_only_inputs]
         outputs = list(output_val) if self.num_outputs > 1 else [output_val]
-        getattr(kernels_for(ctx), self.kernel)(*values, *outputs, *self.kernel_args(node))
+        getattr(kernels_for(device), self.kernel)(*values, *outputs, *self.kernel_args(node))
 
     def kernel_args(self, node: Node) -> tuple:
         """The attributes the default ``compute`` passes to ``kernel`` after the output."""
@@ -339,7 +340,7 @@ class PlaceholderOp(Op):
 
     name = "placeholder_op"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
+    def compute(self, node, input_vals, output_val, device=None):
         raise RuntimeError(f"placeholder {node.name!r} is fed, never computed")
 
     def gradient(self, node, output_grad):
@@ -417,7 +418,7 @@ class UnaryGradientOp(Op):
         return self._same_shapes(node, input_shapes[0], input_shapes[1])
 
 
-def kernels_for(ctx):
-    """The kernel module for a backend: :mod:`gpumat.reference` (numpy) for ``ctx=None``,
-    :mod:`gpumat.ops` for a ``gpumat.Context``. Both have the same functions and arguments."""
-    return reference if ctx is None else ops
+def kernels_for(device):
+    """The kernel module for a backend: :mod:`gpumat.reference` (numpy) for ``device=None``,
+    :mod:`gpumat.ops` for a ``gpumat.Device``. Both have the same functions and arguments."""
+    return reference if device is None else ops

@@ -237,11 +237,11 @@ class BroadcastAxisOp(AxisOp):
         g, like = (short_name(i) for i in node.inputs)
         return f"BroadcastAxis({g},{like},axis={node.axis}{',mean' if node.mean else ''})"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
+    def compute(self, node, input_vals, output_val, device=None):
         a = node.axis % output_val.ndim
         n = output_val.shape[a]
         scale = 1.0 / n if node.mean and n > 0 else 1.0
-        kernels_for(ctx).broadcast_dim(input_vals[0], output_val, a, scale)
+        kernels_for(device).broadcast_dim(input_vals[0], output_val, a, scale)
 
     def gradient(self, node, output_grad):
         g = node.inputs[0]

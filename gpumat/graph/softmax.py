@@ -52,8 +52,8 @@ class SoftmaxOp(Op):
         suffix = "" if node.axis == -1 else f",axis={node.axis}"
         return f"Softmax({short_name(node.inputs[0])}{suffix})"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
-        kernels_for(ctx).softmax(input_vals[0], output_val, node.axis)
+    def compute(self, node, input_vals, output_val, device=None):
+        kernels_for(device).softmax(input_vals[0], output_val, node.axis)
 
     def gradient(self, node, output_grad):
         return [softmax_gradient_op(node, output_grad, node.axis)]

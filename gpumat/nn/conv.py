@@ -51,7 +51,7 @@ class Conv2d(Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        ctx = _factory("Conv2d", device, dtype)
+        device = _factory("Conv2d", device, dtype)
         for what, v in (("in_channels", in_channels), ("out_channels", out_channels)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"Conv2d: {what} must be an int >= 1, got {v!r}")
@@ -70,7 +70,7 @@ class Conv2d(Module):
                 f"Conv2d: kernel_size and stride must be >= 1, got {self.kernel_size} and "
                 f"{self.stride}"
             )
-        self._weight_and_bias((out_channels, in_channels, *self.kernel_size), bias, ctx)
+        self._weight_and_bias((out_channels, in_channels, *self.kernel_size), bias, device)
 
     def reset_parameters(self) -> None:
         """Draw the parameters again (PyTorch's initialisation, above)."""

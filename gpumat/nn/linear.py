@@ -47,10 +47,10 @@ class Linear(Module):
         self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None
     ) -> None:
         super().__init__()
-        ctx = _factory("Linear", device, dtype)
+        device = _factory("Linear", device, dtype)
         self.in_features = _positive(in_features, "in_features", "Linear")
         self.out_features = _positive(out_features, "out_features", "Linear")
-        self._weight_and_bias((out_features, in_features), bias, ctx)
+        self._weight_and_bias((out_features, in_features), bias, device)
 
     def reset_parameters(self) -> None:
         """Draw the parameters again (PyTorch's initialisation, above)."""

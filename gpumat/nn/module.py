@@ -125,12 +125,13 @@ class Module:
             if name not in self._modules:
                 raise KeyError(f"attribute '{name}' already exists")
 
-    def _weight_and_bias(self, weight_shape: tuple, bias: bool, ctx) -> None:
-        """Zero ``weight`` of ``weight_shape`` and ``bias`` (weight_shape[0],) parameters on ``ctx``
-        (or no bias), then the layer's ``reset_parameters``: the dense and conv layers' start."""
-        self.weight = Parameter(zeros(*weight_shape, device=ctx))
+    def _weight_and_bias(self, weight_shape: tuple, bias: bool, device) -> None:
+        """Zero ``weight`` of ``weight_shape`` and ``bias`` (weight_shape[0],) parameters on
+        ``device`` (or no bias), then the layer's ``reset_parameters``: the dense and conv layers'
+        start."""
+        self.weight = Parameter(zeros(*weight_shape, device=device))
         if bias:
-            self.bias = Parameter(zeros(weight_shape[0], device=ctx))
+            self.bias = Parameter(zeros(weight_shape[0], device=device))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -302,7 +303,7 @@ class Module:
 
     def to(self, *args, **kwargs) -> Module:
         """Move every parameter and buffer to a device, in place: ``to(device)`` (a
-        ``gpumat.Context`` or a name such as ``"cuda"``, ``"emu"``); a dtype, if given, must be
+        ``gpumat.Device`` or a name such as ``"cuda"``, ``"emu"``); a dtype, if given, must be
         float32. The parameters stay the same objects (their storage moves), so an optimizer made
         before keeps them; their gradients move too. Returns self.
 
@@ -324,14 +325,14 @@ class Module:
             raise TypeError(f"Module.to: parameters are float32, cannot convert to {dt}")
         if device is None:
             return self
-        ctx = as_device(device, "Module.to")
+        device = as_device(device, "Module.to")
         with no_grad():
             for t in [*self.parameters(), *self.buffers()]:
                 t._concrete("Module.to")
-                if t.device != ctx:
-                    t.data = t.to(ctx)
+                if t.device != device:
+                    t.data = t.to(device)
                     if t.grad is not None:
-                        t._grad = t.grad.to(ctx)
+                        t._grad = t.grad.to(device)
         return self
 
     def cpu(self) -> Module:

@@ -29,7 +29,7 @@ class Parameter(Tensor):
         if not isinstance(data, Tensor):
             raise TypeError(f"Parameter: data must be a Tensor, got {type(data).__name__}")
         data._concrete("Parameter")
-        self._fill(data._data, data._dtype, data._ctx, data._range, data._vc)
+        self._fill(data._data, data._dtype, data._device, data._range, data._vc)
         self.requires_grad = requires_grad
 
     def __repr__(self) -> str:

@@ -66,7 +66,7 @@ def zeros_like(p):
     """A zero array with p's shape, on p's device (numpy for numpy parameters)."""
     if isinstance(p, np.ndarray):
         return np.zeros_like(p)
-    z = empty(p.shape, p.ctx)
+    z = empty(p.shape, p.device)
     ops.fill(z, 0.0)
     return z
 
@@ -140,8 +140,9 @@ def _check_grads(name: str, params: list, grads: Sequence) -> list:
                 )
         elif not is_device_array(g):
             raise TypeError(
-                f"{name}.step: parameter {i} is a PyGpuMatrix on {p.ctx} but its gradient is a "
-                f"{type(g).__name__}; run the executor on {p.ctx} so gradients stay on the device"
+                f"{name}.step: parameter {i} is a PyGpuMatrix on {p.device} but its gradient is a "
+                f"{type(g).__name__}; run the executor on {p.device} so gradients stay on the "
+                "device"
             )
     return grads
 
@@ -179,7 +180,7 @@ class Optimizer:
             # Arrays: the state exists from the start (the executor API's optimizers always had
             # their buffers), and a step is one multi-tensor call when one device holds them all.
             self._one_device = not any(isinstance(p, np.ndarray) for p in params) and (
-                len({p.ctx for p in params}) == 1
+                len({p.device for p in params}) == 1
             )
             self._ensure_state()
 
@@ -383,11 +384,11 @@ class Optimizer:
         if not self._tensors:
             one_device = self._one_device
         elif arrays:
-            c0 = arrays[0].ctx
+            c0 = arrays[0].device
             one_device = True
             for a in arrays:  # a plain loop: this runs every step
-                ctx = a.ctx
-                if ctx is not c0 and ctx != c0:
+                device = a.device
+                if device is not c0 and device != c0:
                     one_device = False
                     break
         else:

@@ -384,8 +384,8 @@ class Profiler:
         global _active
         if _active is not None:
             raise RuntimeError("gpumat.profile: a profiler is already active (they do not nest)")
-        for ctx in _emu_devices():  # queued kernels belong to the code before the profiler
-            synchronize(ctx)
+        for device in _emu_devices():  # queued kernels belong to the code before the profiler
+            synchronize(device)
         _core._emu_profile_take()
         _core._emu_profile_enable(True)
         _active = self
@@ -394,8 +394,8 @@ class Profiler:
     def __exit__(self, *exc) -> None:
         global _active
         try:
-            for ctx in _emu_devices():
-                synchronize(ctx)
+            for device in _emu_devices():
+                synchronize(device)
         finally:
             _core._emu_profile_enable(False)
             _active = None

@@ -80,12 +80,12 @@ _SCALARS = (bool, int, float, np.integer, np.floating, np.bool_)
 
 
 def build_program(
-    ctx, cuda_graph: bool, plan: Plan, buffers: list, vals: list, segments: list, step: int
+    device, cuda_graph: bool, plan: Plan, buffers: list, vals: list, segments: list, step: int
 ):
     """A ``gpumat._core.NativeProgram`` making the traced calls on the planned arrays.
 
     Args:
-        ctx: the device.
+        device: the device.
         cuda_graph: capture the program into a CUDA graph (CUDA and emulated devices).
         plan: the plan that was traced.
         buffers: the plan's allocated buffers (flat device arrays).
@@ -98,7 +98,7 @@ def build_program(
         NotCompilable: the trace names an array outside the plan, a non-scalar argument, an array
             fed to two nodes, an op that made no calls, or a call the native table does not have.
     """
-    prog = _core.NativeProgram(*ctx._native)
+    prog = _core.NativeProgram(*device._native)
     prog.set_graphs(cuda_graph)
     number: dict[int, int] = {}  # id(PyGpuMatrix value) -> the program's array number
     for i, b in plan.assignment.items():

@@ -10,7 +10,7 @@ device the plan's first run is traced and later runs replay it natively, as one 
 on a CUDA or emulated device (:mod:`gpumat.runtime.compiled`). Steady-state runs allocate nothing
 on the device.
 
-Backends (``ctx``):
+Backends (``device``):
 
 - ``None``: numpy, the reference (:mod:`gpumat.reference`). Float32, unless a numpy feed is
   float64, in which case every value of the run is float64 (finite-difference gradient checks
@@ -30,7 +30,7 @@ import numpy as np
 
 from gpumat import ops
 from gpumat.arrays import empty, is_device_array
-from gpumat.device import Context
+from gpumat.device import Device
 from gpumat.graph.node import Node
 from gpumat.graph.reverse_mode import find_topo_sort
 from gpumat.runtime.compiled import (
@@ -90,11 +90,11 @@ class _ThreadState:
 
 
 class Executor:
-    """Evaluates graph nodes on numpy (``ctx=None``), the host device or a CUDA device.
+    """Evaluates graph nodes on numpy (``device=None``), the host device or a CUDA device.
 
     Args:
         eval_node_list: the nodes to evaluate, e.g. ``[loss, *gradients(loss, params)]``.
-        ctx: None for the numpy backend, else a ``gpumat.Context`` (``gpumat.cpu()``,
+        device: None for the numpy backend, else a ``gpumat.Device`` (``gpumat.cpu()``,
             ``gpumat.gpu(i)``, ``gpumat.emu(i)``).
         training: the mode seen by ops that depend on it (``dropout_op``): True (the
             default) applies dropout, False (evaluation, prediction) makes it the identity.
@@ -144,15 +144,15 @@ class Executor:
             (the dlsys course's name; None before the first run).
 
     Raises:
-        TypeError: ``eval_node_list`` holds something that is not a graph node, ``ctx`` is
-            neither None nor a ``gpumat.Context`` (e.g. the string ``"gpu"``), or ``training`` is
+        TypeError: ``eval_node_list`` holds something that is not a graph node, ``device`` is
+            neither None nor a ``gpumat.Device`` (e.g. the string ``"gpu"``), or ``training`` is
             not a bool (nor are fusion, compiled, cuda_graph).
 
     Example (training with parameters kept on the device)::
 
-        ctx = gpumat.gpu(0)
-        ex = Executor([loss, *gradients(loss, params)], ctx=ctx)
-        dev = [gpumat.array(p, ctx) for p in init_values]
+        device = gpumat.gpu(0)
+        ex = Executor([loss, *gradients(loss, params)], device=device)
+        dev = [gpumat.array(p, device) for p in init_values]
         opt = gpumat.optim.SGD(dev, lr=1.0)
         for X, Y in batches:
             loss_val, *grads = ex.run({x: X, y_: Y, **dict(zip(params, dev))})
@@ -162,7 +162,7 @@ class Executor:
     def __init__(
         self,
         eval_node_list: Sequence[Node],
-        ctx=None,
+        device=None,
         training: bool = True,
         fusion: bool = True,
         compiled: bool = True,
@@ -181,17 +181,17 @@ class Executor:
                 raise TypeError(
                     f"Executor: eval_node_list holds a {type(node).__name__}, expected graph nodes"
                 )
-        if ctx is not None and not isinstance(ctx, Context):
+        if device is not None and not isinstance(device, Device):
             raise TypeError(
-                f"Executor: ctx must be None (numpy) or a gpumat.Context such as gpumat.cpu() "
-                f"or gpumat.gpu(0), got {ctx!r}"
+                f"Executor: device must be None (numpy) or a gpumat.Device such as gpumat.cpu() "
+                f"or gpumat.gpu(0), got {device!r}"
             )
         if not isinstance(training, (bool, np.bool_)):
             raise TypeError(f"Executor: training must be a bool, got {training!r}")
         for flag, value in (("fusion", fusion), ("compiled", compiled), ("cuda_graph", cuda_graph)):
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"Executor: {flag} must be a bool, got {value!r}")
-        self.ctx = ctx
+        self.device = device
         self.fusion = bool(fusion)
         self.compiled = bool(compiled)
         self.cuda_graph = bool(cuda_graph)
@@ -265,8 +265,8 @@ class Executor:
     def __repr__(self) -> str:
         names = ", ".join(n.name for n in self.eval_node_list[:4])
         more = ", ..." if len(self.eval_node_list) > 4 else ""
-        backend = "numpy" if self.ctx is None else str(self.ctx)
-        return f"Executor([{names}{more}], ctx={backend})"
+        backend = "numpy" if self.device is None else str(self.device)
+        return f"Executor([{names}{more}], device={backend})"
 
     def infer_shape(self, feed_shapes: Mapping[Node, tuple]) -> dict[Node, tuple]:
         """Shapes of every node needed for the eval nodes, given the fed nodes' shapes.
@@ -320,15 +320,15 @@ class Executor:
             if node not in self._graph_nodes:
                 continue
             if is_device_array(value):
-                if self.ctx is None:
+                if self.device is None:
                     raise ValueError(
-                        f"feed for {node.name!r} is a device array on {value.ctx}, but this "
-                        "executor runs on numpy (ctx=None): feed a numpy array (value.asnumpy())"
+                        f"feed for {node.name!r} is a device array on {value.device}, but this "
+                        "executor runs on numpy (device=None): feed a numpy array (value.asnumpy())"
                     )
-                if value.ctx is not self.ctx and value.ctx != self.ctx:
+                if value.device is not self.device and value.device != self.device:
                     raise ValueError(
-                        f"feed for {node.name!r} is on {value.ctx}, but this executor runs on "
-                        f"{self.ctx}; devices are never mixed implicitly: copy it explicitly"
+                        f"feed for {node.name!r} is on {value.device}, but this executor runs on "
+                        f"{self.device}; devices are never mixed implicitly: copy it explicitly"
                     )
                 fed = feeds[node] = (value, not self._in_own_buffers(st, value))
                 record[node] = entry = (value, fed, value.shape)
@@ -356,7 +356,7 @@ class Executor:
         """Make the plan for these feeds and allocate its buffers (the first run, or a changed
         feed signature) in the thread state ``st``. Raises ValueError from shape inference before
         allocating."""
-        plan = make_plan(self.eval_node_list, feeds, dtype, self.ctx is not None, self.fusion)
+        plan = make_plan(self.eval_node_list, feeds, dtype, self.device is not None, self.fusion)
         # Past planning the old plan is given up; if allocating fails, the next run replans.
         st.plan_key = None
         st.plan = None
@@ -365,14 +365,14 @@ class Executor:
         st.buffers = []
         st.template = []
         itemsize = plan.memory_plan.itemsize
-        if self.ctx is None:
+        if self.device is None:
             buffers = [np.empty(b // itemsize, dtype=dtype) for b in plan.buffer_bytes]
 
             def value_buffer(node, b):
                 size = int(np.prod(plan.shapes[node], dtype=np.int64))
                 return buffers[b][:size].reshape(plan.shapes[node])
         else:
-            buffers = [empty((b // itemsize,), self.ctx) for b in plan.buffer_bytes]
+            buffers = [empty((b // itemsize,), self.device) for b in plan.buffer_bytes]
 
             def value_buffer(node, b):
                 # Device values are views over flat planned buffers, so any buffer that is large
@@ -380,7 +380,7 @@ class Executor:
                 return buffers[b]._view(plan.shapes[node])
 
         st.buffers = buffers
-        if self.ctx is not None:
+        if self.device is not None:
             ranges = sorted(b._address_range() for b in buffers if b.size)
             st.buffer_starts = [r[0] for r in ranges]
             st.buffer_ends = [r[1] for r in ranges]
@@ -424,8 +424,8 @@ class Executor:
         """
         st = self._state
         feeds, record, same = self._normalise_feeds(st, feed_dict)
-        if not same or self.ctx is None:  # numpy: the run's dtype depends on the feeds' too
-            if self.ctx is None:
+        if not same or self.device is None:  # numpy: the run's dtype depends on the feeds' too
+            if self.device is None:
                 dtype = (
                     np.float64
                     if any(v.dtype == np.float64 for v, ext in feeds.values())
@@ -444,14 +444,14 @@ class Executor:
                 record = None  # checked against the old buffers: check again next run
         st.last_feeds = record
 
-        ctx = self.ctx
+        device = self.device
         training = self.training
         with self._step_lock:  # each training run, from any thread, gets its own step
             step = self.step
             if training:
                 self.step += 1
         try:
-            if ctx is not None and self.compiled:
+            if device is not None and self.compiled:
                 if st.program_training != training:
                     # Run-state ops trace differently per mode (dropout is a copy when evaluating).
                     st.program, st.compile_reason = None, ""
@@ -471,7 +471,7 @@ class Executor:
             raise
 
         results = [vals[i] for i in st.plan.eval_index]
-        if ctx is None:
+        if device is None:
             return [np.array(v, copy=True) for v in results]
         if convert_to_numpy_ret_vals:
             return [v.asnumpy() for v in results]
@@ -485,7 +485,7 @@ class Executor:
         if st.plan_key is None:
             return None
         n_ops = sum(1 for s in st.plan.steps if s.kind == COMPUTE)
-        if self.ctx is None:
+        if self.device is None:
             return ScheduleReport("numpy", n_ops)
         prog = st.program
         if prog is None:
@@ -496,7 +496,7 @@ class Executor:
         graph_reason = prog.graph_status
         if not graph_reason and not self.cuda_graph:
             graph_reason = "cuda_graph=False"
-        elif not graph_reason and self.ctx.device_type == "cpu":
+        elif not graph_reason and self.device.device_type == "cpu":
             graph_reason = "no CUDA graphs on cpu"
         mode = "cuda-graph" if prog.mode == "cuda-graph" else "compiled"
         return ScheduleReport(mode, prog.num_steps, prog.graph_nodes, prog.captures, graph_reason)
@@ -505,7 +505,7 @@ class Executor:
         """One run with a Python call per op; ``trace`` (a list being filled by
         ``gpumat.ops.trace_calls``) makes it record each compute step's slice of the calls in
         ``st.segments``."""
-        ctx = self.ctx
+        device = self.device
         vals = list(st.template)
         st.segments = []
         for kind, i, node, inputs, extra in st.plan.steps:
@@ -514,15 +514,15 @@ class Executor:
                 first = len(trace) if trace is not None else 0
                 if getattr(node.op, "takes_run_state", False):
                     node.op.compute(
-                        node, [vals[j] for j in inputs], out, ctx, training=training, step=step
+                        node, [vals[j] for j in inputs], out, device, training=training, step=step
                     )
                 else:
-                    node.op.compute(node, [vals[j] for j in inputs], out, ctx)
+                    node.op.compute(node, [vals[j] for j in inputs], out, device)
                 if trace is not None:
                     st.segments.append((node, trace[first:]))
             elif kind == FEED_COPY:
                 value = feeds[node][0]
-                if ctx is None:
+                if device is None:
                     np.copyto(vals[i], value, casting="unsafe")
                 else:
                     vals[i].copyfrom(value)  # converts to float32 on the way, no device allocation
@@ -556,7 +556,7 @@ class Executor:
             vals = self._run_python(st, feeds, training, step, trace=trace)
         try:
             st.program = build_program(
-                self.ctx, self.cuda_graph, st.plan, st.buffers, vals, st.segments, step
+                self.device, self.cuda_graph, st.plan, st.buffers, vals, st.segments, step
             )
         except NotCompilable as exc:
             st.compile_reason = str(exc)

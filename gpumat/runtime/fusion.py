@@ -98,7 +98,7 @@ class FusedOutputOp(Op):
     def node_name(self, node):
         return f"Output{node.index}({short_name(node.inputs[0])})"
 
-    def compute(self, node, input_vals, output_val, ctx=None):
+    def compute(self, node, input_vals, output_val, device=None):
         raise RuntimeError(
             f"fused_output_op at node {node.name!r}: written by its fused node; not run on its own"
         )

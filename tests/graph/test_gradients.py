@@ -2,7 +2,7 @@
 differences for every op and for logistic-regression and MLP losses, shape inference errors,
 deep graphs.
 
-Everything here runs on the numpy backend (``Executor(..., ctx=None)``), the reference, where a
+Everything here runs on the numpy backend (``Executor(..., device=None)``), the reference, where a
 float64 feed makes the whole run float64, so central differences are accurate to ~1e-9.
 Device backends are compared with this reference in test_executor.py.
 """

@@ -518,7 +518,7 @@ def _adam_mlp():
 @pytest.mark.parametrize("backend", ["numpy", "cpu"])
 def test_fit_resume_is_bitwise_identical(backend, tmp_path):
     data = _small_data()
-    kw = dict(ctx=backend, seed=7, verbose=False, progress=False)
+    kw = dict(device=backend, seed=7, verbose=False, progress=False)
     straight = train.fit(_adam_mlp(), data, epochs=4, **kw)
     ck = tmp_path / "run.safetensors"
     first = train.fit(_adam_mlp(), data, epochs=2, checkpoint=ck, **kw)
@@ -539,7 +539,7 @@ def test_fit_resume_is_bitwise_identical(backend, tmp_path):
 
 def test_fit_resume_refuses_mismatches(tmp_path):
     data = _small_data()
-    kw = dict(ctx="cpu", seed=7, verbose=False, progress=False)
+    kw = dict(device="cpu", seed=7, verbose=False, progress=False)
     ck = tmp_path / "run.safetensors"
     train.fit(_adam_mlp(), data, epochs=1, checkpoint=ck, **kw)
     with pytest.raises(ValueError, match="model's parameters"):
@@ -623,7 +623,7 @@ _METADATA_EDITS = {
 @pytest.mark.parametrize("backend", ["numpy", "cpu"])
 def test_resume_from_edited_metadata_is_a_value_error_that_changes_nothing(backend, edit, tmp_path):
     data = _small_data(n=200)
-    kw = dict(ctx=backend, seed=7, verbose=False, progress=False)
+    kw = dict(device=backend, seed=7, verbose=False, progress=False)
     ck = tmp_path / "run.safetensors"
     train.fit(_adam_mlp(), data, epochs=1, checkpoint=ck, **kw)
     _edit_training_metadata(ck, _METADATA_EDITS[edit])

@@ -145,7 +145,7 @@ def test_nll_of_log_softmax_equals_softmax_cross_entropy(ctx):
     a = graph.nll_loss_op(graph.log_softmax_op(yv), tv)
     b = ad.softmaxcrossentropy_op(yv, tv)
     ga, gb = ad.gradients(a, [yv])[0], ad.gradients(b, [yv])[0]
-    va, vb, dga, dgb = Executor([a, b, ga, gb], ctx=ctx).run({yv: y, tv: t}, True)
+    va, vb, dga, dgb = Executor([a, b, ga, gb], device=ctx).run({yv: y, tv: t}, True)
     np.testing.assert_allclose(va, vb, rtol=1e-5)
     np.testing.assert_allclose(dga, dgb, rtol=1e-4, atol=1e-7)
 
@@ -215,7 +215,7 @@ def test_nll_loss_gradients(ctx, shape):
             2 * eps
         )
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-9)
-    got_val, got_grad = Executor([loss, g], ctx=ctx).run(
+    got_val, got_grad = Executor([loss, g], device=ctx).run(
         {xs: y.astype(np.float32), target: t.astype(np.float32)}, True
     )
     np.testing.assert_allclose(got_val, val, rtol=1e-5)
@@ -273,7 +273,7 @@ def test_dropout_gradient_fd_and_devices(ctx, shape):
             vals.append(np.sum(fwd.run({x: xx, r: rv})[0] * rv))
         fd[idx] = (vals[0] - vals[1]) / (2 * eps)
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-9)
-    dval, dgrad = Executor([y, g], ctx=ctx).run(
+    dval, dgrad = Executor([y, g], device=ctx).run(
         {x: xv.astype(np.float32), r: rv.astype(np.float32)}, True
     )
     keep = val != 0
@@ -286,16 +286,16 @@ def test_dropout_fresh_mask_per_step_and_off_in_evaluation(ctx):
     rng, _ = new_rng()
     xv = rand((40, 50), rng)
     x, _, y, _ = _dropout_graph(p=0.5, seed=3)
-    ex = Executor([y], ctx=ctx)
+    ex = Executor([y], device=ctx)
     masks = [ex.run({x: xv}, True)[0] != 0 for _ in range(3)]
     assert ex.step == 3
     assert not np.array_equal(masks[0], masks[1]) and not np.array_equal(masks[1], masks[2])
     for step, m in enumerate(masks):  # step t uses seed + t, on every backend
         expected = reference("dropout", xv, Out(xv.shape, xv.dtype), 0.5, 3 + step)
         np.testing.assert_array_equal(m, expected != 0)
-    again = Executor([y], ctx=ctx)
+    again = Executor([y], device=ctx)
     np.testing.assert_array_equal(again.run({x: xv}, True)[0] != 0, masks[0])  # reproducible
-    ev = Executor([y], ctx=ctx, training=False)
+    ev = Executor([y], device=ctx, training=False)
     np.testing.assert_array_equal(ev.run({x: xv}, True)[0], xv)
     assert ev.step == 0
 
@@ -329,7 +329,7 @@ def test_dropout_mlp_trains(ctx):
     hist = train.fit(
         m,
         ((images, labels), None, (images, labels)),
-        ctx=ctx,
+        device=ctx,
         epochs=5,
         batch_size=50,
         lr=0.1,
@@ -555,7 +555,7 @@ def test_argmax_op_values_and_no_gradient(ctx, shape, axis, keepdims):
     assert ad.argmax_op.gradient(am, ad.oneslike_op(am)) == [None]
     (g,) = ad.gradients(am, [xv])  # argmax is piecewise constant: zeros, like zeroslike_op
     want = _argmax_ref(x, axis, keepdims)
-    for ex in (Executor([am, g]), Executor([am, g], ctx=ctx)):
+    for ex in (Executor([am, g]), Executor([am, g], device=ctx)):
         got = ex.run({xv: x}, convert_to_numpy_ret_vals=True)
         np.testing.assert_array_equal(got[0], want)
         np.testing.assert_array_equal(got[1], np.zeros(shape))

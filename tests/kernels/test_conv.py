@@ -618,7 +618,7 @@ def test_cnn_loss_and_gradients_on_device_match_numpy(ctx):
     feeds32 = {k: np.asarray(v, np.float32) for k, v in feeds64.items()}
     nodes = [m.loss, *m.grads]
     ref = ad.Executor(nodes).run({k: v.astype(np.float64) for k, v in feeds32.items()})
-    got = ad.Executor(nodes, ctx=ctx).run(feeds32, convert_to_numpy_ret_vals=True)
+    got = ad.Executor(nodes, device=ctx).run(feeds32, convert_to_numpy_ret_vals=True)
     for name, g, r in zip(["loss", *m.params], got, ref, strict=True):
         atol = 1e-5 * max(float(np.abs(r).max()), 1e-30)
         np.testing.assert_allclose(g, r, rtol=2e-4, atol=atol, err_msg=name)

@@ -207,10 +207,10 @@ def test_checked_and_unchecked_builds_compute_the_same_bits():
     # The same launches run checked (the first three) and unchecked (the rest): results identical.
     rng = np.random.default_rng()
     ctx = gpumat.emu(0)
-    a = gpumat.array(rng.standard_normal((70, 300)).astype(np.float32), ctx=ctx)
-    b = gpumat.array(rng.standard_normal((300, 50)).astype(np.float32), ctx=ctx)
-    c = gpumat.empty((70, 50), ctx=ctx)
-    s = gpumat.empty((70, 50), ctx=ctx)
+    a = gpumat.array(rng.standard_normal((70, 300)).astype(np.float32), device=ctx)
+    b = gpumat.array(rng.standard_normal((300, 50)).astype(np.float32), device=ctx)
+    c = gpumat.empty((70, 50), device=ctx)
+    s = gpumat.empty((70, 50), device=ctx)
     results = []
     for _ in range(6):
         ops.matmul(a, b, c)

@@ -75,7 +75,7 @@ def test_softmax_backward_long_batch(ctx, monkeypatch):
     yv, gv = ad.Variable("y"), ad.Variable("g")
     s = ad.softmax_op(yv)
     (grad,) = ad.gradients(s * gv, [yv])  # output gradient: ones
-    (got,) = ad.Executor([grad], ctx=ctx).run({yv: y, gv: g}, convert_to_numpy_ret_vals=True)
+    (got,) = ad.Executor([grad], device=ctx).run({yv: y, gv: g}, convert_to_numpy_ret_vals=True)
     y64, g64 = y.astype(np.float64), g.astype(np.float64)
     z = np.exp(y64 - y64.max(axis=1, keepdims=True))
     p = z / z.sum(axis=1, keepdims=True)
@@ -103,7 +103,7 @@ def test_shapes_past_65535_row_tiles_on_a_gpu():
     y, g = rand((2_200_000, 10), rng, high=3.0), rand((2_200_000, 10), rng)
     yv, gv = ad.Variable("y"), ad.Variable("g")
     (grad,) = ad.gradients(ad.softmax_op(yv) * gv, [yv])
-    (got,) = ad.Executor([grad], ctx=ctx).run({yv: y, gv: g}, convert_to_numpy_ret_vals=True)
+    (got,) = ad.Executor([grad], device=ctx).run({yv: y, gv: g}, convert_to_numpy_ret_vals=True)
     y64, g64 = y.astype(np.float64), g.astype(np.float64)
     z = np.exp(y64 - y64.max(axis=1, keepdims=True))
     p = z / z.sum(axis=1, keepdims=True)

@@ -1682,7 +1682,7 @@ def test_eq_op_values_and_no_gradient(ctx):
     x, y = _tied((6, 7), rng)
     z = rand((6, 7), rng)
     want = (x == y).astype(np.float32)
-    for ex in (ad.Executor(nodes), ad.Executor(nodes, ctx=ctx)):
+    for ex in (ad.Executor(nodes), ad.Executor(nodes, device=ctx)):
         got = ex.run({a: x, b: y, c: z}, convert_to_numpy_ret_vals=True)
         np.testing.assert_array_equal(got[0], want * z)
         np.testing.assert_array_equal(got[1], np.zeros((6, 7)))
@@ -1817,7 +1817,7 @@ def test_one_hot_op_values_and_no_gradient(ctx):
     idx = rng.integers(-1, 7, size=9).astype(np.float32)  # some out of range: zero rows
     w = rand((9, 6), rng)
     want = _one_hot64(idx, 6)
-    for ex in (ad.Executor(nodes), ad.Executor(nodes, ctx=ctx)):
+    for ex in (ad.Executor(nodes), ad.Executor(nodes, device=ctx)):
         got = ex.run({iv: idx, wv: w}, convert_to_numpy_ret_vals=True)
         np.testing.assert_array_equal(got[0], want)
         np.testing.assert_array_equal(got[1], np.zeros(9))  # no gradient through one_hot

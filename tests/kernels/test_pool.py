@@ -373,7 +373,7 @@ def test_max_pooling_an_empty_plane_with_padding_is_refused(ctx, x_shape):
         ops.max_pool2d_gradient(x, y, gpumat.empty(x_shape, ctx), k, stride, pad)
     node = graph.max_pool2d_op(ad.Variable("x"), k, stride, pad)
     with pytest.raises(ValueError, match="empty spatial dimension"):
-        Executor([node], ctx=None).run({node.inputs[0]: np.zeros(x_shape)})
+        Executor([node], device=None).run({node.inputs[0]: np.zeros(x_shape)})
     # Average pooling is defined there (padding counts as zeros): a plane of zeros.
     ops.avg_pool2d(x, y, k, stride, pad)
     np.testing.assert_array_equal(y.asnumpy(), np.zeros((n, c, oh, ow), np.float32))

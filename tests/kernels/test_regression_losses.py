@@ -146,7 +146,7 @@ def test_regression_trains_with_mse_on_device(ctx):
     y_val = x_val @ w_true + 0.01 * rng.standard_normal((64, 1)).astype(np.float32)
     x, y, w = ad.Variable("x"), ad.Variable("y"), ad.Variable("w")
     loss = graph.mse_loss_op(ad.matmul_op(x, w), y)
-    ex = ad.Executor([loss, *ad.gradients(loss, [w])], ctx=ctx)
+    ex = ad.Executor([loss, *ad.gradients(loss, [w])], device=ctx)
     w_dev = gpumat.array(np.zeros((4, 1), np.float32), ctx)
     opt = Adam([w_dev], lr=0.05)
     for _ in range(400):
@@ -208,7 +208,7 @@ def test_adam_update_rejects_bad_arguments(ctx, what, call):
 
 
 def _optimizer_run(ctx, make, steps=5, seed=0):
-    """Parameters after `steps` updates with fixed gradients, on numpy (ctx=None) or a device."""
+    """Parameters after `steps` updates with fixed gradients, on numpy (device=None) or a device."""
     rng = np.random.default_rng(seed)
     params = [rand((3, 4), rng), rand((5,), rng)]
     grads = [[rand(p.shape, rng) for p in params] for _ in range(steps)]

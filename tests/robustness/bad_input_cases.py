@@ -1647,8 +1647,8 @@ def batch_graph():
         "one_hot_op": lambda u, v: ad.one_hot_op(u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
-        "Executor": lambda u, v: ad.Executor(u, ctx=v),
-        "dlsys Executor": lambda u, v: dlsys_ad.Executor(u, ctx=v),
+        "Executor": lambda u, v: ad.Executor(u, device=v),
+        "dlsys Executor": lambda u, v: dlsys_ad.Executor(u, device=v),
         "topo_sort_dfs": lambda u, v: dlsys_ad.topo_sort_dfs(u, set(), []),
         "sum_node_list": lambda u, v: dlsys_ad.sum_node_list(u),
     }
@@ -1661,8 +1661,8 @@ def batch_graph():
         def check(result):
             # Building succeeded: it must be because the arguments were fit for it.
             if name in ("Executor", "dlsys Executor"):
-                ok = isinstance(u, list) and (v is None or isinstance(v, gpumat.Context))
-                return None if ok else f"{name} accepted ctx={v!r}, nodes={u!r}"
+                ok = isinstance(u, list) and (v is None or isinstance(v, gpumat.Device))
+                return None if ok else f"{name} accepted device={v!r}, nodes={u!r}"
             if name in ("gradients", "sum_node_list"):
                 nodes_in = [u] if name == "gradients" else []
                 nodes_in += list(v) if name == "gradients" else list(u)
@@ -1736,7 +1736,7 @@ def batch_graph():
     )
     def executor_runs(feed_x, feed_w, ctx, key):
         y = ad.matmul_op(x, w)
-        ex = ad.Executor([y], ctx=ctx)
+        ex = ad.Executor([y], device=ctx)
         feeds = {x: feed_x, w: feed_w}
         if key == "str":
             feeds["x"] = feed_x
@@ -1842,8 +1842,8 @@ def batch_optim():
         ):
 
             def check(_, fn=fn):
-                ok = ctx is None or isinstance(ctx, gpumat.Context)
-                return None if ok else f"{fn.__name__} accepted ctx={ctx!r}"
+                ok = ctx is None or isinstance(ctx, gpumat.Device)
+                return None if ok else f"{fn.__name__} accepted device={ctx!r}"
 
             _record(_expect_error_or(lambda fn=fn: fn(ctx), check, fn.__name__))
 

@@ -27,7 +27,7 @@ def _feeds(model, batch, seed):
 
 def _train(model, ctx, runs, batch, **flags):
     """Loss and gradients of `runs` SGD steps (numpy copies), and the executor."""
-    ex = Executor([model.loss, *model.grads], ctx=ctx, **flags)
+    ex = Executor([model.loss, *model.grads], device=ctx, **flags)
     params = [gpumat.array(v, ctx) for v in model.initial_values.values()]
     opt = SGD(params, lr=0.1)
     history = []
@@ -71,9 +71,9 @@ def test_compiled_runs_equal_python_runs(ctx, name):
 def test_graph_step_matches_float64_numpy(gpu_ctx):
     model = models.mlp()
     params = {k: v.astype(np.float64) for k, v in model.initial_values.items()}
-    ex = Executor([model.loss, *model.grads], ctx=gpu_ctx)
+    ex = Executor([model.loss, *model.grads], device=gpu_ctx)
     dev = {model.params[k]: gpumat.array(v, gpu_ctx) for k, v in params.items()}
-    ref = Executor([model.loss, *model.grads], ctx=None)
+    ref = Executor([model.loss, *model.grads], device=None)
     for run in range(4):
         x, y = _feeds(model, 40, seed=100 + run)
         got = ex.run({model.x: x, model.y_: y, **dev}, convert_to_numpy_ret_vals=True)
@@ -91,8 +91,8 @@ def test_graph_step_matches_float64_numpy(gpu_ctx):
 
 def test_graph_recaptures_when_fed_arrays_move(gpu_ctx):
     model = models.logreg()
-    ex = Executor([model.loss, *model.grads], ctx=gpu_ctx)
-    ref = Executor([model.loss, *model.grads], ctx=gpu_ctx, compiled=False)
+    ex = Executor([model.loss, *model.grads], device=gpu_ctx)
+    ref = Executor([model.loss, *model.grads], device=gpu_ctx, compiled=False)
     captures = []
     for run in range(9):
         x, y = _feeds(model, 16, seed=run)
@@ -116,13 +116,13 @@ def test_dropout_graph_in_evaluation_mode_and_seeds_in_training(gpu_ctx):
     x = ad.Variable("x")
     y = gpumat.graph.dropout_op(x, 0.5, seed=7) * 2.0
     data = np.random.default_rng(1).random((30, 20), dtype=np.float32)
-    ex = Executor([y], ctx=gpu_ctx, training=False)
+    ex = Executor([y], device=gpu_ctx, training=False)
     for _ in range(3):
         (out,) = ex.run({x: data}, convert_to_numpy_ret_vals=True)
         np.testing.assert_array_equal(out, data * np.float32(2.0))
     assert ex.schedule_report.mode == "cuda-graph"
     ex.training = True
-    ref = Executor([y], ctx=gpu_ctx, compiled=False)
+    ref = Executor([y], device=gpu_ctx, compiled=False)
     ref.step = ex.step
     masks = []
     for _ in range(4):
@@ -136,8 +136,8 @@ def test_dropout_graph_in_evaluation_mode_and_seeds_in_training(gpu_ctx):
 
 def test_new_feed_shape_replans_and_recompiles(ctx):
     model = models.mlp()
-    ex = Executor([model.loss, *model.grads], ctx=ctx)
-    ref = Executor([model.loss, *model.grads], ctx=ctx, compiled=False)
+    ex = Executor([model.loss, *model.grads], device=ctx)
+    ref = Executor([model.loss, *model.grads], device=ctx, compiled=False)
     params = {model.params[k]: gpumat.array(v, ctx) for k, v in model.initial_values.items()}
     for run, batch in enumerate([32, 32, 32, 16, 16, 16, 32]):
         x, y = _feeds(model, batch, seed=run)
@@ -181,7 +181,7 @@ class _CompilableUserAdd(_UserAdd):
 def test_user_ops_compile_only_when_they_opt_in(ctx, op_class):
     a, b = ad.Variable("a"), ad.Variable("b")
     out = ad.relu_op(op_class()(a, b))
-    ex = Executor([out], ctx=ctx)
+    ex = Executor([out], device=ctx)
     rng = np.random.default_rng(3)
     for _ in range(3):
         va, vb = rng.normal(size=(5, 7)), rng.normal(size=(5, 7))
@@ -200,7 +200,7 @@ def test_graph_replays_count_their_launches(gpu_ctx):
     x, y = _feeds(model, 24, seed=5)
     counts = {}
     for compiled in (False, True):
-        ex = Executor([model.loss, *model.grads], ctx=gpu_ctx, compiled=compiled)
+        ex = Executor([model.loss, *model.grads], device=gpu_ctx, compiled=compiled)
         deltas = []
         for _ in range(4):
             before = gpumat.launch_count(gpu_ctx)
@@ -217,7 +217,7 @@ def test_flags_turn_compilation_and_graphs_off(gpu_ctx):
     x, y = _feeds(model, 8, seed=0)
     modes = {}
     for flags in ({"compiled": False}, {"cuda_graph": False}, {}):
-        ex = Executor([model.loss], ctx=gpu_ctx, **flags)
+        ex = Executor([model.loss], device=gpu_ctx, **flags)
         for _ in range(3):
             ex.run({model.x: x, model.y_: y, **params})
         modes[tuple(flags)] = (ex.schedule_report.mode, ex.schedule_report.reason)
@@ -225,9 +225,9 @@ def test_flags_turn_compilation_and_graphs_off(gpu_ctx):
     assert modes[("cuda_graph",)] == ("compiled", "cuda_graph=False")
     assert modes[()] == ("cuda-graph", "")
     with pytest.raises(TypeError, match="compiled"):
-        Executor([model.loss], ctx=gpu_ctx, compiled="yes")
+        Executor([model.loss], device=gpu_ctx, compiled="yes")
     with pytest.raises(TypeError, match="cuda_graph"):
-        Executor([model.loss], ctx=gpu_ctx, cuda_graph=1)
+        Executor([model.loss], device=gpu_ctx, cuda_graph=1)
 
 
 def test_numpy_executor_reports_numpy():
@@ -289,7 +289,7 @@ def test_a_trace_on_another_thread_delays_compilation(ctx):
     import threading
 
     x = ad.Variable("x")
-    ex = Executor([ad.relu_op(x * 3.0)], ctx=ctx)
+    ex = Executor([ad.relu_op(x * 3.0)], device=ctx)
     data = np.random.default_rng(4).normal(size=(6, 5))
     results, reports = [], []
 
@@ -323,7 +323,7 @@ from gpumat.runtime import Executor
 ctx = {"emu": gpumat.emu(0), "gpu": gpumat.gpu(0)}[sys.argv[1]]
 rng = np.random.default_rng()
 x, w = ad.Variable("x"), ad.Variable("w")
-ex = Executor([ad.relu_op(ad.conv2d_op(x, w, 1, 1))], ctx=ctx)
+ex = Executor([ad.relu_op(ad.conv2d_op(x, w, 1, 1))], device=ctx)
 xn, wn = rng.normal(size=(2, 1, 8, 8)), rng.normal(size=(3, 1, 3, 3))
 wd = gpumat.array(wn, ctx)
 for _ in range(3):
@@ -382,7 +382,7 @@ def test_another_threads_kernels_are_never_captured(gpu_ctx):
     try:
         for _ in range(12):  # each executor captures once (on its second run)
             x = ad.Variable("x")
-            ex = Executor([ad.relu_op(x * 2.0) + 1.0], ctx=gpu_ctx)
+            ex = Executor([ad.relu_op(x * 2.0) + 1.0], device=gpu_ctx)
             xn = rng.normal(size=(16, 16))
             for _ in range(4):
                 (out,) = ex.run({x: xn}, convert_to_numpy_ret_vals=True)
@@ -409,8 +409,8 @@ def test_frontend_ops_compile_and_replay(ctx, name):
     a, b = ad.Variable("a"), ad.Variable("b")
     out = FRONTEND_GRAPHS[name](a, b)
     grads = ad.gradients(out, [a, b])
-    ex = Executor([out, *grads], ctx=ctx)
-    ref = Executor([out, *grads], ctx=ctx, compiled=False)
+    ex = Executor([out, *grads], device=ctx)
+    ref = Executor([out, *grads], device=ctx, compiled=False)
     rng = np.random.default_rng(11)
     for _ in range(4):
         feeds = {a: rng.uniform(-2, 2, (7, 5)), b: rng.uniform(-2, 2, (7, 5))}

@@ -1,7 +1,7 @@
 """gpumat.runtime.Executor: every backend against the float64 numpy reference, shape errors before
 any kernel, feeds, the memory plan, steady-state allocation, deep graphs.
 
-The ``ctx`` fixture here overrides conftest's: it adds the numpy backend (``ctx=None``, run in
+The ``ctx`` fixture here overrides conftest's: it adds the numpy backend (``device=None``, run in
 float32 here, compared with the same graph in float64) to conftest's cpu and gpu (gpu skipped, with
 the reason shown by -ra, where no CUDA device is usable).
 """
@@ -62,7 +62,7 @@ def run_against_reference(ctx, nodes, feeds32, feeds64=None):
     """Run `nodes` on `ctx` with float32 feeds and on numpy in float64; compare every value."""
     feeds64 = feeds64 or {k: np.asarray(v, dtype=np.float64) for k, v in feeds32.items()}
     ref = Executor(nodes).run(feeds64)
-    got = Executor(nodes, ctx=ctx).run(feeds32, convert_to_numpy_ret_vals=True)
+    got = Executor(nodes, device=ctx).run(feeds32, convert_to_numpy_ret_vals=True)
     for g, r, n in zip(got, ref, nodes, strict=True):
         assert r.dtype == np.float64
         assert_float32_close(g, r, n.name)
@@ -284,7 +284,7 @@ def test_shape_errors_raise_before_any_kernel(ctx, case):
     else:
         feeds[y_] = one_hot(rng, 999, 10)
         match = r"softmaxcrossentropy_op .*logits \(1000, 10\) and labels \(999, 10\)"
-    ex = Executor(eval_nodes, ctx=ctx)
+    ex = Executor(eval_nodes, device=ctx)
     before = alloc_requests(ctx)
     with pytest.raises(ValueError, match=match):
         ex.run(feeds)
@@ -297,7 +297,7 @@ def test_error_on_second_run_with_new_shape_keeps_executor_usable(ctx):
     rng = np.random.default_rng()
     x, w = ad.Variable("x"), ad.Variable("w")
     y = ad.matmul_op(x, w)
-    ex = Executor([y], ctx=ctx)
+    ex = Executor([y], device=ctx)
     xv, wv = rand(rng, (4, 3)).astype(np.float32), rand(rng, (3, 2)).astype(np.float32)
     ex.run({x: xv, w: wv})
     plan = ex.memory_plan
@@ -321,7 +321,7 @@ def test_device_array_feeds_are_used_in_place(device_ctx):
     y = ad.matmul_op(x, w)
     wv = rand(rng, (3, 2)).astype(np.float32)
     w_dev = gpumat.array(wv, device_ctx)
-    ex = Executor([y, w], ctx=device_ctx)
+    ex = Executor([y, w], device=device_ctx)
     xv = rand(rng, (4, 3)).astype(np.float32)
     y_val, w_val = ex.run({x: xv, w: w_dev})
     assert w_val is w_dev  # not copied
@@ -336,7 +336,7 @@ def test_returned_device_values_belong_to_the_executor(device_ctx):
     rng = np.random.default_rng()
     x = ad.Variable("x")
     y = x * 2
-    ex = Executor([y], ctx=device_ctx)
+    ex = Executor([y], device=device_ctx)
     a, b = rand(rng, (3, 4)).astype(np.float32), rand(rng, (3, 4)).astype(np.float32)
     (first,) = ex.run({x: a})
     first_np = ex.run({x: a}, convert_to_numpy_ret_vals=True)[0]
@@ -357,7 +357,7 @@ def test_numpy_backend_returns_fresh_arrays():
 
 def test_feeds_are_copied(ctx):
     x = ad.Variable("x")
-    ex = Executor([x, x + 1], ctx=ctx)
+    ex = Executor([x, x + 1], device=ctx)
     xv = np.arange(6, dtype=np.float32).reshape(2, 3)
     got = ex.run({x: xv}, convert_to_numpy_ret_vals=True)
     xv[:] = -1
@@ -380,7 +380,7 @@ def test_host_array_fed_to_gpu_executor_is_rejected(gpu_ctx):
     x = ad.Variable("pixels")
     arr = gpumat.array(np.ones((2, 2), dtype=np.float32), gpumat.cpu())
     with pytest.raises(ValueError, match=rf"'pixels' is on .*cpu.*runs on .*{gpu_ctx.device_type}"):
-        Executor([x * 2], ctx=gpu_ctx).run({x: arr})
+        Executor([x * 2], device=gpu_ctx).run({x: arr})
 
 
 def test_feeding_an_intermediate_node_skips_its_inputs(ctx):
@@ -388,13 +388,13 @@ def test_feeding_an_intermediate_node_skips_its_inputs(ctx):
     h = ad.matmul_op(x, w)
     y = ad.relu_op(h)
     hv = np.array([[-1.0, 2.0], [3.0, -4.0]], dtype=np.float32)
-    (got,) = Executor([y], ctx=ctx).run({h: hv}, convert_to_numpy_ret_vals=True)  # x, w not fed
+    (got,) = Executor([y], device=ctx).run({h: hv}, convert_to_numpy_ret_vals=True)  # x, w not fed
     np.testing.assert_array_equal(to_numpy(got), np.maximum(hv, 0))
 
 
 def test_feeds_of_nodes_outside_the_graph_are_ignored(ctx):
     x, other = ad.Variable("x"), ad.Variable("other")
-    (got,) = Executor([x + 1], ctx=ctx).run(
+    (got,) = Executor([x + 1], device=ctx).run(
         {x: np.zeros(2, dtype=np.float32), other: np.ones(5)}, convert_to_numpy_ret_vals=True
     )
     np.testing.assert_array_equal(to_numpy(got), [1.0, 1.0])
@@ -423,7 +423,7 @@ def test_deep_chain_runs_without_recursion_error(ctx):
         h = h * 1.0 + x  # after k steps h = (k + 1) x
     (gx,) = ad.gradients(h, [x])
     xv = np.array([0.5, -0.25, 1.0], dtype=np.float32)
-    ex = Executor([h, gx], ctx=ctx)
+    ex = Executor([h, gx], device=ctx)
     y, g = ex.run({x: xv}, convert_to_numpy_ret_vals=True)
     np.testing.assert_allclose(to_numpy(y), (depth + 1) * xv, rtol=1e-5)
     np.testing.assert_allclose(to_numpy(g), np.full(3, depth + 1.0), rtol=1e-5)
@@ -535,7 +535,7 @@ def test_planned_values_are_correct_under_sharing(ctx):
         outs.append(ad.reducesumaxiszero_op(t))
     nodes = [h, *outs, *ad.gradients(h, [x, w])]
     feeds = {x: rand(rng, (9, 9)).astype(np.float32), w: rand(rng, (9, 9)).astype(np.float32)}
-    ex = Executor(nodes, ctx=ctx)
+    ex = Executor(nodes, device=ctx)
     run_against_reference(ctx, nodes, feeds)
     ex.run(feeds)
     plan = ex.memory_plan
@@ -548,7 +548,7 @@ def test_mlp_training_plan_numbers(name):
     """The MNIST MLP (784-256-100-10, batch 1000) training graph: loss and 6 gradients."""
     rng = np.random.default_rng()
     x, y_, params, nodes, feeds = mlp_problem(rng, 1000, [784, 256, 100, 10])
-    ex = Executor(nodes, ctx=make_ctx(name))
+    ex = Executor(nodes, device=make_ctx(name))
     ex.run(feeds)
     plan = ex.memory_plan
     print(f"\nMLP 784-256-100-10, batch 1000, {name}: {plan}")
@@ -562,7 +562,7 @@ def test_mlp_training_plan_numbers(name):
     if name == "cpu":
         import gpumat
 
-        dev = {p: gpumat.array(feeds[p], ex.ctx) for p in params}
+        dev = {p: gpumat.array(feeds[p], ex.device) for p in params}
         ex.run({**feeds, **dev})
         plan2 = ex.memory_plan
         print(f"  parameters fed as device arrays: {plan2}")
@@ -572,7 +572,7 @@ def test_mlp_training_plan_numbers(name):
 def test_plan_is_made_once_and_remade_when_a_feed_shape_changes(ctx):
     rng = np.random.default_rng()
     x, y_, params, nodes, feeds = mlp_problem(rng, 8, [6, 5, 3])
-    ex = Executor(nodes, ctx=ctx)
+    ex = Executor(nodes, device=ctx)
     ex.run(feeds)
     plan, order = ex.memory_plan, ex.topo_order
     for _ in range(3):
@@ -592,7 +592,7 @@ def test_training_steps_allocate_nothing_after_the_first(device_ctx):
     x, y_, params, nodes, feeds = mlp_problem(rng, 100, [784, 256, 100, 10])
     dev_params = [gpumat.array(feeds[p], device_ctx) for p in params]
     opt = SGD(dev_params, lr=0.5)
-    ex = Executor(nodes, ctx=device_ctx)
+    ex = Executor(nodes, device=device_ctx)
     batches = [
         (rng.uniform(0, 1, (100, 784)).astype(np.float32), one_hot(rng, 100, 10).astype(np.float32))
         for _ in range(6)
@@ -632,7 +632,7 @@ x, W = g.Variable("x"), g.Variable("W")
 # A chain long enough that the plan reuses buffers (a shared buffer would be overwritten).
 y = g.relu_op(g.matmul_op(x, W)) * 2.0 + 1.0
 loss = g.reduce_sum_op(y * y, axis=1)
-ex = Executor([y, loss, *g.gradients(loss, [W])], ctx=ctx)
+ex = Executor([y, loss, *g.gradients(loss, [W])], device=ctx)
 errors, done = [], []
 
 def work(t):
@@ -682,7 +682,7 @@ def test_threads_each_see_their_own_plan_and_schedule(device_ctx):
     import threading
 
     x = ad.Variable("x")
-    ex = Executor([ad.relu_op(x * 3.0)], ctx=device_ctx)
+    ex = Executor([ad.relu_op(x * 3.0)], device=device_ctx)
     ex.run({x: np.ones((4, 5))})
     seen = []
     worker = threading.Thread(target=lambda: seen.append((ex.memory_plan, ex.topo_order)))
@@ -710,7 +710,7 @@ def test_a_failed_training_run_gives_its_step_back():
             return input_shapes[0]
 
     x = ad.Variable("x")
-    ex = Executor([FailingOp()(x)], ctx=None)
+    ex = Executor([FailingOp()(x)], device=None)
     ex.run({x: np.ones((2, 2))})
     assert ex.step == 1
     with pytest.raises(RuntimeError, match="negative input"):
@@ -730,7 +730,7 @@ def test_a_returned_array_fed_back_is_never_overwritten_mid_run(device_ctx, fusi
     x, w, b = ad.Variable("x"), ad.Variable("W"), ad.Variable("b")
     z = ad.matmul_op(x, w)
     h = ad.tanh_op(ad.relu_op(z + ad.broadcastto_op(b, z)) * 0.5) + x
-    ex = Executor([h], ctx=device_ctx, fusion=fusion)
+    ex = Executor([h], device=device_ctx, fusion=fusion)
     rng = np.random.default_rng()
     wn, bn = rng.normal(size=(8, 8)), rng.normal(size=(8,))
     wd, bd = gpumat.array(wn, device_ctx), gpumat.array(bn, device_ctx)
@@ -754,7 +754,7 @@ def test_repeated_feeds_keep_every_check(device_ctx):
 
     rng = np.random.default_rng()
     x, w = ad.Variable("x"), ad.Variable("w")
-    ex = Executor([ad.matmul_op(x, w)], ctx=device_ctx)
+    ex = Executor([ad.matmul_op(x, w)], device=device_ctx)
     wn = rand(rng, (3, 2))
     wd = gpumat.array(wn, device_ctx)
     xn = rand(rng, (4, 3))

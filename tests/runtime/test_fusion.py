@@ -262,7 +262,7 @@ def test_user_graph_is_not_modified():
     m = models.mlp()
     before = {n: list(n.inputs) for n in ad.find_topo_sort([m.loss, *m.grads])}
     feed = mlp_feed(m, 8)
-    Executor([m.loss, *m.grads], ctx=gpumat.cpu()).run(feed)
+    Executor([m.loss, *m.grads], device=gpumat.cpu()).run(feed)
     after = {n: list(n.inputs) for n in ad.find_topo_sort([m.loss, *m.grads])}
     assert before == after
 
@@ -299,7 +299,7 @@ def test_mlp_fused_matches_unfused_and_float64(backend):
         close(f, r, 1e-12)
     results = {}
     for fuse in (False, True):
-        ex = Executor(evals, ctx=backend, fusion=fuse)
+        ex = Executor(evals, device=backend, fusion=fuse)
         out = ex.run(feed, convert_to_numpy_ret_vals=True) if backend else ex.run(feed)
         results[fuse] = out
         for r, got in zip(ref, out, strict=True):
@@ -321,7 +321,7 @@ def test_fused_training_steps_match_unfused(backend):
     feed = mlp_feed(m, 40)
     final = {}
     for fuse in (False, True):
-        ex = Executor([m.loss, *m.grads], ctx=backend, fusion=fuse)
+        ex = Executor([m.loss, *m.grads], device=backend, fusion=fuse)
         params = [dev(v, backend) if backend else v.copy() for v in m.initial_values.values()]
         opt = SGD(params, lr=0.5)
         f = dict(feed)
@@ -336,13 +336,13 @@ def test_fused_training_steps_match_unfused(backend):
 
 def test_fusion_report_and_flag():
     m = models.mlp()
-    ex = Executor([m.loss, *m.grads], ctx=gpumat.cpu())
+    ex = Executor([m.loss, *m.grads], device=gpumat.cpu())
     assert ex.fusion and ex.fusion_report is None
     ex.run(mlp_feed(m, 4))
     r = ex.fusion_report
     assert r.enabled and (r.ops_before, r.ops_after) == (23, 12)
     assert "23 ops -> 12 ops" in str(r)
-    off = Executor([m.loss, *m.grads], ctx=gpumat.cpu(), fusion=False)
+    off = Executor([m.loss, *m.grads], device=gpumat.cpu(), fusion=False)
     off.run(mlp_feed(m, 4))
     assert not off.fusion_report.enabled
     assert off.fusion_report.ops_before == off.fusion_report.ops_after == 23
@@ -355,7 +355,7 @@ def test_fused_step_launches_fewer_kernels(ctx):
     feed = mlp_feed(m, 16)
     counts = {}
     for fuse in (False, True):
-        ex = Executor([m.loss, *m.grads], ctx=ctx, fusion=fuse)
+        ex = Executor([m.loss, *m.grads], device=ctx, fusion=fuse)
         ex.run(feed)
         before = gpumat.launch_count(ctx)
         ex.run(feed)

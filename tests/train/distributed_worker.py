@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     history = train.fit(
         model,
         (make_data(steps, batch), None),
-        ctx=backend,
+        device=backend,
         epochs=1,
         batch_size=batch,
         optimizer=lambda ps: FailingSGD(ps, lr),
@@ -93,7 +93,7 @@ def main(argv: list[str]) -> int:
     shapes = [v.shape for v in params.values()]
     averager = distributed.GradientAverager(shapes, bucket_bytes=64 * 1024)
     mine = [np.random.default_rng(100 + rank).standard_normal(s, dtype=np.float32) for s in shapes]
-    ctx = train.get_context(backend)
+    ctx = train.get_device(backend)
     arrays = [m.copy() if ctx is None else gpumat.array(m, ctx) for m in mine]
     averaged = averager.average(arrays)
     extra = {f"mine_{i}": m for i, m in enumerate(mine)}

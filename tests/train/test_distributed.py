@@ -111,7 +111,7 @@ def single_process_reference(backend: str):
 
     Returns (initial params, final params, sum_k lr * S_k), numpy float arrays per name.
     """
-    ctx = train.get_context(backend)
+    ctx = train.get_device(backend)
     model = models.mlp(seed=worker.MODEL_SEED)
     images, labels = worker.make_data(STEPS, BATCH)
     onehot = datasets.one_hot(labels, model.num_classes)
@@ -120,8 +120,8 @@ def single_process_reference(backend: str):
     initial = {
         k: np.array(v if isinstance(v, np.ndarray) else v.asnumpy()) for k, v in params.items()
     }
-    executor = Executor([model.loss, *model.grads], ctx=ctx)
-    per_sample = Executor(list(model.grads), ctx=None)
+    executor = Executor([model.loss, *model.grads], device=ctx)
+    per_sample = Executor(list(model.grads), device=None)
     opt = optim.SGD(values, LR)
     abs_sum = {k: np.zeros(v.shape) for k, v in initial.items()}
     for k in range(STEPS):
@@ -202,7 +202,7 @@ def test_bound_catches_missing_allreduce():
     history = train.fit(
         model,
         ((images[keep], labels[keep]), None),
-        ctx=None,
+        device=None,
         epochs=1,
         batch_size=half,
         lr=LR,

@@ -97,7 +97,7 @@ def test_training_on_device_matches_numpy_reference(device_ctx):
     ref_params = [w0.astype(np.float64), b0.astype(np.float64)]
     ref_opt, ref_ex = SGD(ref_params, lr=0.5), Executor(nodes)
     dev_params = [gpumat.array(w0, device_ctx), gpumat.array(b0, device_ctx)]
-    dev_opt, dev_ex = SGD(dev_params, lr=0.5), Executor(nodes, ctx=device_ctx)
+    dev_opt, dev_ex = SGD(dev_params, lr=0.5), Executor(nodes, device=device_ctx)
     ref_losses, dev_losses = [], []
     for xb, yb in batches:
         loss_val, *grads = ref_ex.run(

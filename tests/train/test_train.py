@@ -127,7 +127,7 @@ def test_one_step_equals_seed_update(backend, mnist):
     h = train.fit(
         models.logreg(),
         ((tx[:1000], ty[:1000]), None),
-        ctx=backend_ctx(backend),
+        device=backend_ctx(backend),
         epochs=1,
         verbose=False,
         progress=False,
@@ -152,7 +152,12 @@ def test_one_step_equals_seed_update(backend, mnist):
 def test_fit_logreg_subset(backend, subset):
     # Measured: 0.86 validation accuracy after 3 epochs of 5,000 images (15 steps of 1000).
     h = train.fit(
-        models.logreg(), subset, ctx=backend_ctx(backend), epochs=3, verbose=False, progress=False
+        models.logreg(),
+        subset,
+        device=backend_ctx(backend),
+        epochs=3,
+        verbose=False,
+        progress=False,
     )
     assert h.epochs == 3 and len(h.valid_accuracy) == 3 and len(h.epoch_time_s) == 3
     assert h.loss[0] > h.loss[-1]
@@ -168,7 +173,7 @@ def test_fit_mlp_subset(backend, subset):
     h = train.fit(
         models.mlp(),
         subset,
-        ctx=backend_ctx(backend),
+        device=backend_ctx(backend),
         epochs=2,
         batch_size=100,
         lr=0.2,
@@ -182,7 +187,9 @@ def test_fit_mlp_subset(backend, subset):
 def test_backends_agree(subset):
     """The numpy reference and gpumat's host kernels train to the same losses and accuracies."""
     runs = {
-        name: train.fit(models.logreg(), subset, ctx=ctx, epochs=2, verbose=False, progress=False)
+        name: train.fit(
+            models.logreg(), subset, device=ctx, epochs=2, verbose=False, progress=False
+        )
         for name, ctx in [("numpy", None), ("cpu", gpumat.cpu())]
     }
     np.testing.assert_allclose(runs["numpy"].loss, runs["cpu"].loss, rtol=1e-4)
@@ -192,7 +199,7 @@ def test_backends_agree(subset):
 def test_params_stay_on_device_and_are_updated_in_place(ctx, subset):
     m = models.logreg()
     params = m.init_params(ctx)
-    h = train.fit(m, subset, ctx=ctx, params=params, epochs=1, verbose=False, progress=False)
+    h = train.fit(m, subset, device=ctx, params=params, epochs=1, verbose=False, progress=False)
     for k, v in params.items():
         assert h.params[k] is v  # the caller's arrays, updated in place
         assert isinstance(v, gpumat.PyGpuMatrix) and v.ctx == ctx
@@ -208,7 +215,7 @@ def test_device_allocations_do_not_grow_with_epochs(ctx, subset):
         gc.collect()
         gpumat.empty_cache(ctx)
         before = gpumat.memory_stats(ctx)["device_malloc_calls"]
-        train.fit(models.mlp(), subset, ctx=ctx, epochs=epochs, verbose=False, progress=False)
+        train.fit(models.mlp(), subset, device=ctx, epochs=epochs, verbose=False, progress=False)
         return gpumat.memory_stats(ctx)["device_malloc_calls"] - before
 
     assert mallocs_for(3) == mallocs_for(1)
@@ -223,7 +230,7 @@ def test_custom_optimizer_factory(subset):
         return opt
 
     h = train.fit(
-        models.logreg(), subset, ctx="cpu", epochs=1, optimizer=factory, verbose=False,
+        models.logreg(), subset, device="cpu", epochs=1, optimizer=factory, verbose=False,
         progress=False,
     )  # fmt: skip
     assert len(made) == 1 and made[0].params == list(h.params.values())
@@ -233,9 +240,9 @@ def test_custom_optimizer_factory(subset):
 def test_model_optimizer_is_the_default(subset):
     m = models.logreg()
     m.optimizer = lambda values: gpumat.optim.SGD(values, lr=0.25)
-    h = train.fit(m, subset, ctx="cpu", epochs=1, verbose=False, progress=False)
+    h = train.fit(m, subset, device="cpu", epochs=1, verbose=False, progress=False)
     assert h.lr is None and h.optimizer == "SGD(2 params, lr=0.25)"
-    h = train.fit(m, subset, ctx="cpu", epochs=1, lr=0.5, verbose=False, progress=False)
+    h = train.fit(m, subset, device="cpu", epochs=1, lr=0.5, verbose=False, progress=False)
     assert h.lr == 0.5 and h.optimizer == "SGD(2 params, lr=0.5)"
     with pytest.raises(ValueError, match="not both"):
         train.fit(m, subset, lr=0.5, optimizer=m.optimizer)
@@ -253,16 +260,16 @@ def test_model_recipe_batch_size_shuffle_and_lr_schedule(subset):
     m = models.logreg()
     m.optimizer = lambda values: RecordingSGD(values, lr=0.5)
     m.batch_size, m.shuffle, m.lr_schedule = 1000, True, lambda epoch: 0.1**epoch
-    h = train.fit(m, subset, ctx="cpu", epochs=3, seed=0, verbose=False, progress=False)
+    h = train.fit(m, subset, device="cpu", epochs=3, seed=0, verbose=False, progress=False)
     steps = len(subset[0][0]) // 1000
     assert h.batch_size == 1000 and len(seen) == 3 * steps
     np.testing.assert_allclose(seen, np.repeat([0.5, 0.05, 0.005], steps))
-    in_order = train.fit(m, subset, ctx="cpu", epochs=1, shuffle=False, verbose=False,
+    in_order = train.fit(m, subset, device="cpu", epochs=1, shuffle=False, verbose=False,
                          progress=False)  # fmt: skip
-    shuffled = train.fit(m, subset, ctx="cpu", epochs=1, seed=0, verbose=False, progress=False)
+    shuffled = train.fit(m, subset, device="cpu", epochs=1, seed=0, verbose=False, progress=False)
     assert in_order.loss != shuffled.loss  # model.shuffle applied unless overridden
     seen.clear()
-    h = train.fit(m, subset, ctx="cpu", epochs=2, lr=0.5, batch_size=2500, verbose=False,
+    h = train.fit(m, subset, device="cpu", epochs=2, lr=0.5, batch_size=2500, verbose=False,
                   progress=False)  # fmt: skip
     assert h.batch_size == 2500 and seen == []  # an explicit lr: plain SGD, no schedule
 
@@ -305,11 +312,11 @@ def test_predict_pads_the_last_batch(backend, subset):
     ctx = backend_ctx(backend)
     m = models.mlp()
     params = m.init_params(ctx)
-    whole = train.predict(m, params, vx[:1234], ctx=ctx, batch_size=1234)
-    batched = train.predict(m, params, vx[:1234], ctx=ctx, batch_size=500)
+    whole = train.predict(m, params, vx[:1234], device=ctx, batch_size=1234)
+    batched = train.predict(m, params, vx[:1234], device=ctx, batch_size=500)
     assert whole.dtype == np.int64 and whole.shape == (1234,)
     np.testing.assert_array_equal(whole, batched)
-    acc = train.evaluate(m, params, vx[:1234], vy[:1234], ctx=ctx, batch_size=500)
+    acc = train.evaluate(m, params, vx[:1234], vy[:1234], device=ctx, batch_size=500)
     assert acc == pytest.approx(np.mean(whole == vy[:1234]))
 
 
@@ -336,22 +343,22 @@ def test_fit_errors(subset):
     with pytest.raises(TypeError, match="batch_size must be an int"):
         train.fit(m, subset, batch_size=10.0)
     with pytest.raises(ValueError, match="unknown device"):
-        train.fit(m, subset, ctx="tpu")
+        train.fit(m, subset, device="tpu")
     with pytest.raises(ValueError, match="train, valid"):
         train.fit(m, (subset[0],))
 
 
-def test_get_context():
-    assert train.get_context(None) is None
-    assert train.get_context("numpy") is None
-    assert train.get_context("cpu") == gpumat.cpu()
-    assert train.get_context(gpumat.cpu()) == gpumat.cpu()
-    assert train.get_context("auto") == (gpumat.gpu(0) if HAS_GPU else gpumat.cpu())
+def test_get_device():
+    assert train.get_device(None) is None
+    assert train.get_device("numpy") is None
+    assert train.get_device("cpu") == gpumat.cpu()
+    assert train.get_device(gpumat.cpu()) == gpumat.cpu()
+    assert train.get_device("auto") == (gpumat.gpu(0) if HAS_GPU else gpumat.cpu())
     if HAS_GPU:
-        assert train.get_context("gpu:0") == gpumat.gpu(0)
+        assert train.get_device("gpu:0") == gpumat.gpu(0)
     else:
         with pytest.raises(RuntimeError, match="gpu"):
-            train.get_context("gpu")
+            train.get_device("gpu")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -361,7 +368,7 @@ def test_get_context():
 
 def test_history_json_and_plot(subset, tmp_path):
     runs = [
-        train.fit(models.logreg(), subset, ctx=ctx, epochs=2, verbose=False, progress=False)
+        train.fit(models.logreg(), subset, device=ctx, epochs=2, verbose=False, progress=False)
         for ctx in ("numpy", "cpu")
     ]
     d = runs[0].to_dict()
