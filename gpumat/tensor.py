@@ -153,8 +153,11 @@ class Tensor:
         self._requires_grad = False
         self._grad = None
         self._node = None
-        self._vc = VersionCounter() if vc is None else vc
-        self._range = bounds
+        if vc is None:
+            self._vc = VersionCounter()
+            self._range = bounds
+        else:  # a tensor over another's storage keeps the range that storage has
+            self._vc = vc
         self._range_src = None
         self._trace = None
         self._tnode = None
@@ -282,7 +285,9 @@ class Tensor:
     @property
     def data(self) -> Tensor:
         """A detached tensor sharing this one's storage; assigning a tensor replaces the storage
-        (shape, dtype and device follow it), as PyTorch's ``.data``."""
+        (shape, dtype and device follow it), as PyTorch's ``.data``. The version counter and the
+        value range follow the storage too (PyTorch keeps the tensor's own counter): both describe
+        the storage, so a later in-place change through ``value`` shows in this tensor."""
         return self.detach()
 
     @data.setter
@@ -292,9 +297,54 @@ class Tensor:
         value._concrete("data")
         self._concrete("data")
         self._data, self._shape = value._data, value._shape
-        self._dtype, self._ctx, self._range = value._dtype, value._ctx, value._range
+        self._dtype, self._ctx, self._vc = value._dtype, value._ctx, value._vc
         if self._node is not None and isinstance(self._node.op, PlaceholderOp):
             self._node = None  # the next op makes a leaf node for the new storage
+
+    @property
+    def _range(self):
+        """``(lo, hi)`` bounds of the values of an int64 or bool tensor (None for float32), which
+        class-index checks and integer sums rely on instead of reading the device.
+
+        They live on the version counter, which every tensor over one storage shares, so a write
+        through any view or alias is seen by all; they hold for the version they were set at.
+        After an in-place change that declared no bounds they are read from the device once
+        (synchronizing), so a stale range is never used.
+
+        Raises:
+            ValueError: the storage holds a value its dtype cannot (not a whole number within
+                2**24 for int64, not 0 or 1 for bool): it was written around the front end.
+        """
+        if self._dtype is float32:
+            return None
+        vc = self._vc
+        if vc.bounds is None or vc.bounds_version != vc.value:
+            if self._data is None:
+                return None  # a traced value: its op gave no bounds
+            self._range = self._measured_range()
+        return vc.bounds
+
+    @_range.setter
+    def _range(self, bounds) -> None:
+        vc = self._vc
+        vc.bounds, vc.bounds_version = bounds, vc.value
+
+    def _measured_range(self) -> tuple:
+        """The bounds of the values read from the device (see ``_range``)."""
+        values = self._data.asnumpy()
+        if values.size == 0:
+            return (0, 0)
+        limit = 1 if self._dtype is bool_ else EXACT_INT
+        low = 0 if self._dtype is bool_ else -EXACT_INT
+        whole = np.isfinite(values) & (values == np.trunc(values))
+        bad = ~whole | (values < low) | (values > limit)
+        if bad.any():
+            raise ValueError(
+                f"a {self._dtype} tensor of shape {shape_str(self._shape)} holds "
+                f"{values[bad][0].item()!r}, which its dtype cannot (its storage was written "
+                "around gpumat's checks)"
+            )
+        return (int(values.min()), int(values.max()))
 
     @property
     def T(self) -> Tensor:  # noqa: N802 (PyTorch's name)
@@ -457,7 +507,7 @@ class Tensor:
             if not self._requires_grad:
                 return self
             return trace.apply("detach", detach_op, [self], self._dtype, self._range, False)
-        return Tensor._make(self._data, self._dtype, self._ctx, self._range, self._vc)
+        return Tensor._make(self._data, self._dtype, self._ctx, None, self._vc)
 
     def detach_(self) -> Tensor:
         """Make this tensor a leaf that does not require a gradient, in place; returns self."""
@@ -997,6 +1047,9 @@ class Tensor:
             )
 
     def _changed(self, bounds=None) -> Tensor:
+        """Record an in-place change of the storage: a new version and, for int64 and bool
+        tensors, the values' new bounds (None: unknown, read from the device when needed). Every
+        tensor over the storage sees both (``_range``)."""
         self._vc.value += 1
         if self._dtype is not float32:
             self._range = bounds
