@@ -10,7 +10,9 @@ program ports by replacing ``torch`` with ``gpumat``.
 
 Dtypes (:mod:`gpumat.dtypes`): float32, and int64 and bool held as exact integers in float32
 storage; an int64 tensor knows the range of its values, so ``nll_loss`` checks class indices
-without reading the device, and ``sum`` refuses what could round.
+without reading the device, and ``sum`` refuses what could round. The range is kept with the
+storage (``_range``), so a write through any view or alias counts for all of them, and writes
+convert floats as PyTorch does (toward zero into int64, ``!= 0`` into bool).
 
 Broadcasting (``+ - * / ==`` between tensors): :mod:`gpumat.broadcasting`. A Python number is a
 constant (``x * 2``, ``1 - x``).
@@ -1062,9 +1064,16 @@ class Tensor:
         return self._changed((0, 0))
 
     def fill_(self, value) -> Tensor:
-        """Set every element to ``value``, in place."""
+        """Set every element to ``value``, in place. An int64 tensor takes a float truncated
+        toward zero and a bool tensor ``value != 0``, as PyTorch's ``fill_``.
+
+        Raises:
+            TypeError: not a number. ValueError: for an int64 tensor, a NaN, an infinity or a
+                value beyond 2**24 in magnitude (float32 storage holds integers exactly up to
+                there).
+        """
         self._check_inplace("fill_")
-        value = _scalar_for(self._dtype, value, "fill_")
+        value = _scalar_for(self._dtype, value, "fill_", truncate=True)
         ops.fill(self._data, float(value))
         return self._changed((int(value), int(value)) if self._dtype is not float32 else None)
 
@@ -1109,20 +1118,57 @@ class Tensor:
 
     def copy_(self, src) -> Tensor:
         """Copy ``src`` (a tensor of this shape on any device, or array-like data) into this
-        tensor's storage, in place; its dtype is kept."""
+        tensor's storage, in place; its dtype is kept, and the values are converted as PyTorch's
+        ``copy_`` converts them (see ``_converted``: into int64, floats truncate toward zero).
+
+        Raises:
+            ValueError: another shape; for an int64 tensor, a NaN, an infinity or a value
+                beyond 2**24 in magnitude. TypeError: non-numeric data.
+        """
         self._check_inplace("copy_")
         if not isinstance(src, Tensor):
-            src = _copy_of(src, self._dtype, None, "tensor")
+            src = self._converted(src, "copy_")
         src._concrete("copy_")
         if src._shape != self._shape:
             raise ValueError(
                 f"copy_: source has shape {shape_str(src._shape)}, destination "
                 f"{shape_str(self._shape)}"
             )
-        if src._dtype is float32 and self._dtype is not float32:
-            return self.copy_(src.to(self._dtype))
+        src = self._converted(src, "copy_")
+        bounds = src._range if self._dtype is not float32 else None
         self._data.copyfrom(src._data)
-        return self._changed(src._range if self._dtype is not float32 else None)
+        return self._changed(bounds)
+
+    def _converted(self, src, op: str) -> Tensor:
+        """``src`` (a Tensor, a ``PyGpuMatrix`` or host data) as a tensor of this one's dtype,
+        holding what PyTorch's ``copy_`` would store: into int64, floats truncated toward zero;
+        into bool, ``value != 0``; int64 and bool into float32, and bool into int64, as they are
+        (``src`` itself when it is a tensor that needs no conversion). Host data is made on this
+        tensor's device; a tensor to convert is read through the host (it synchronizes).
+
+        Raises:
+            ValueError (naming ``op``): into int64, a NaN, an infinity or a value beyond 2**24
+                in magnitude. TypeError: non-numeric data.
+        """
+        dt = self._dtype
+        if isinstance(src, Tensor):
+            src._concrete(op)
+            if src._dtype is dt or dt is float32 or (dt is int64 and src._dtype is bool_):
+                return src  # the float32 storage already holds the values
+            values, ctx = src._data.asnumpy(), src._ctx
+        else:
+            values = src.asnumpy() if isinstance(src, PyGpuMatrix) else np.asarray(src)
+            ctx = self._ctx
+            if dt is float32 or values.dtype.kind not in "f":
+                return _from_host(values, dt, ctx, op)
+        if dt is int64:
+            finite = np.isfinite(values)
+            if not finite.all():
+                raise ValueError(
+                    f"{op}: cannot convert {values[~finite].flat[0].item()!r} to an {dt} value"
+                )
+            values = np.trunc(values)
+        return _from_host(values, dt, ctx, op)
 
     def uniform_(self, a: float = 0.0, b: float = 1.0) -> Tensor:
         """Fill with samples of U[a, b), in place, from gpumat's generator."""
@@ -1148,17 +1194,36 @@ def _flat(shape) -> tuple:
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
 
 
-def _scalar_for(dt, value, op: str):
+def _scalar_for(dt, value, op: str, truncate: bool = False):
+    """``value`` as the number a ``dt`` tensor stores: a float, or an int for int64 and bool.
+
+    With ``truncate`` (``fill_``), PyTorch's conversion: a float truncated toward zero for
+    int64, ``value != 0`` for bool; without it a value that is not a whole number is refused.
+
+    Raises:
+        TypeError: not a number. ValueError: for int64 or bool, a value beyond 2**24 in
+            magnitude, NaN or infinity (bool with ``truncate`` takes them as True), or, without
+            ``truncate``, one that is not a whole number.
+    """
     if not _is_number(value) and not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{op}: expected a number, got {type(value).__name__}")
     if dt is float32:
         return float(value)
-    # NaN and infinities first: int() of them raises OverflowError or a message without the op
-    if not math.isfinite(float(value)) or float(value) != int(value) or abs(int(value)) > EXACT_INT:
+    if truncate and dt is bool_:
+        return int(bool(value))  # NaN is nonzero: True, as PyTorch's
+    if isinstance(value, (numbers.Integral, np.bool_)):
+        whole = int(value)  # not through float(), which rounds (or overflows) past 2**53
+    else:
+        f = float(value)
+        if truncate and math.isfinite(f):
+            f = math.trunc(f)
+        # NaN and infinities are tested first: int() of them raises without the op's name
+        whole = int(f) if math.isfinite(f) and f == math.trunc(f) else None
+    if whole is None or abs(whole) > EXACT_INT:
         raise ValueError(f"{op}: {value!r} is not an integer within 2**24 for a {dt} tensor")
     if dt is bool_:
-        return int(bool(value))
-    return int(value)
+        return int(bool(whole))
+    return whole
 
 
 def _require_float(op: str, *tensors) -> None:
