@@ -200,12 +200,24 @@ def set_trace(trace):
 
 
 class VersionCounter:
-    """How many in-place changes a tensor's storage has seen (shared by a tensor and its views)."""
+    """How many in-place changes a tensor's storage has seen, and what is known of its values:
+    one object per storage, shared by every tensor over it (views, ``detach()``, ``.data``,
+    ``Parameter``).
 
-    __slots__ = ("value",)
+    Attributes:
+        value: the version, increased by every in-place change.
+        bounds: ``(lo, hi)`` bounds of the values of an int64 or bool storage, or None; valid
+            only while ``value == bounds_version``, so that a change which does not declare the
+            new bounds makes them unknown rather than stale (:attr:`gpumat.Tensor._range`).
+        bounds_version: the version ``bounds`` describe.
+    """
+
+    __slots__ = ("value", "bounds", "bounds_version")
 
     def __init__(self) -> None:
         self.value = 0
+        self.bounds = None
+        self.bounds_version = 0
 
 
 def run_node(node: Node, input_vals: list, device):

@@ -151,7 +151,7 @@ def as_device(device, op: str = "device", *, numpy: bool = False) -> Device | No
 
 
 def is_gpu_device(device) -> bool:
-    """True if ``device`` is a CUDA device (the dlsys course's ``ndarray.is_gpu_ctx``)."""
+    """True if ``device`` is a CUDA device (the dlsys course's ``ndarray.is_gpu_device``)."""
     return isinstance(device, Device) and device._kind == "gpu"
 
 

@@ -15,10 +15,23 @@ n gives [0, n - 1]), which lets ``nll_loss`` check class indices without reading
 from __future__ import annotations
 
 import builtins
+import math
+import numbers
 
 import numpy as np
 
-__all__ = ["DTYPE_NAMES", "EXACT_INT", "as_dtype", "bool_", "dtype", "float32", "int64"]
+__all__ = [
+    "DTYPE_NAMES",
+    "EXACT_INT",
+    "as_dtype",
+    "bool_",
+    "dtype",
+    "float32",
+    "host_storage",
+    "int64",
+    "scalar_for",
+    "value_bounds",
+]
 
 #: Integers of magnitude up to this are exact in float32 storage (2**24).
 EXACT_INT = 2**24
@@ -78,3 +91,93 @@ def as_dtype(value, op: str = "dtype"):
         if npd == d._numpy:
             return d
     raise TypeError(f"{op}: gpumat tensors are float32, int64 or bool; got dtype {value!r}")
+
+
+def scalar_for(dt, value, op: str, truncate: bool = False):
+    """``value`` as the number a ``dt`` tensor stores: a float, or an int for int64 and bool.
+
+    With ``truncate`` (``fill_``), PyTorch's conversion: a float truncated toward zero for
+    int64, ``value != 0`` for bool; without it a value that is not a whole number is refused.
+
+    Raises:
+        TypeError: not a number. ValueError: for int64 or bool, a value beyond 2**24 in
+            magnitude, NaN or infinity (bool with ``truncate`` takes them as True), or, without
+            ``truncate``, one that is not a whole number.
+    """
+    if not isinstance(value, (numbers.Real, np.bool_)) or isinstance(value, np.ndarray):
+        raise TypeError(f"{op}: expected a number, got {type(value).__name__}")
+    if dt is float32:
+        return float(value)
+    if truncate and dt is bool_:
+        return int(bool(value))  # NaN is nonzero: True, as PyTorch's
+    if isinstance(value, (numbers.Integral, np.bool_)):
+        whole = int(value)  # not through float(), which rounds (or overflows) past 2**53
+    else:
+        f = float(value)
+        if truncate and math.isfinite(f):
+            f = math.trunc(f)
+        # NaN and infinities are tested first: int() of them raises without the op's name
+        whole = int(f) if math.isfinite(f) and f == math.trunc(f) else None
+    if whole is None or abs(whole) > EXACT_INT:
+        raise ValueError(f"{op}: {value!r} is not an integer within 2**24 for a {dt} tensor")
+    if dt is bool_:
+        return int(bool(whole))
+    return whole
+
+
+def value_bounds(values: np.ndarray, dt) -> tuple:
+    """``(lo, hi)`` of ``values`` (numpy, any shape), the storage of an int64 or bool tensor, read
+    back when its range is unknown; ``(0, 0)`` when empty.
+
+    Raises:
+        ValueError: a value ``dt`` cannot hold (not a whole number within 2**24 for int64, not 0
+            or 1 for bool): the storage was written around gpumat's checks.
+    """
+    if values.size == 0:
+        return (0, 0)
+    limit = 1 if dt is bool_ else EXACT_INT
+    low = 0 if dt is bool_ else -EXACT_INT
+    whole = np.isfinite(values) & (values == np.trunc(values))
+    bad = ~whole | (values < low) | (values > limit)
+    if bad.any():
+        raise ValueError(
+            f"a {dt} tensor of shape {tuple(values.shape)} holds {values[bad][0].item()!r}, which "
+            "its dtype cannot (its storage was written around gpumat's checks)"
+        )
+    return (int(values.min()), int(values.max()))
+
+
+def host_storage(data, dt, op: str) -> tuple:
+    """``(values, dt, bounds)``: host data (any array-like of numbers) as the values a tensor of
+    dtype ``dt`` stores (None: inferred, bool data -> bool, integers -> int64, floats ->
+    float32), its dtype, and for int64 and bool the ``(lo, hi)`` bounds of the values (else None).
+
+    Raises:
+        TypeError: data that is not numbers. ValueError (naming ``op``): int64 or bool data that
+            is not whole numbers, or is beyond 2**24 in magnitude (float32 storage holds integers
+            exactly up to there).
+    """
+    arr = np.asarray(data)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{op}: expected numbers (bool, int or float data), got numpy dtype {arr.dtype}"
+        )
+    if dt is None:
+        kind = arr.dtype.kind
+        dt = bool_ if kind == "b" else int64 if kind in "iu" else float32
+    if dt is float32:
+        return arr, dt, None
+    values = arr.astype(np.float64)
+    if dt is bool_:
+        values = (values != 0).astype(np.float64)
+    if not values.size:
+        return values, dt, (0, 0)
+    if not np.all(np.isfinite(values)) or np.any(values != np.trunc(values)):
+        raise ValueError(f"{op}: {dt} data must be whole numbers")
+    lo, hi = int(values.min()), int(values.max())
+    if max(abs(lo), abs(hi)) > EXACT_INT:
+        raise ValueError(
+            f"{op}: {dt} values must lie within +-2**24 (gpumat keeps them in float32 "
+            f"storage, exact up to there), got values in [{lo}, {hi}]"
+        )
+    return values, dt, (lo, hi)

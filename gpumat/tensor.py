@@ -10,7 +10,9 @@ program ports by replacing ``torch`` with ``gpumat``.
 
 Dtypes (:mod:`gpumat.dtypes`): float32, and int64 and bool held as exact integers in float32
 storage; an int64 tensor knows the range of its values, so ``nll_loss`` checks class indices
-without reading the device, and ``sum`` refuses what could round.
+without reading the device, and ``sum`` refuses what could round. The range is kept with the
+storage (``_range``), so a write through any view or alias counts for all of them, and writes
+convert floats as PyTorch does (toward zero into int64, ``!= 0`` into bool).
 
 Broadcasting (``+ - * / ==`` between tensors): :mod:`gpumat.broadcasting`. A Python number is a
 constant (``x * 2``, ``1 - x``).
@@ -48,7 +50,18 @@ from gpumat.autograd import (
 )
 from gpumat.autograd import backward as _engine_backward
 from gpumat.device import Device, as_device
-from gpumat.dtypes import DTYPE_NAMES, EXACT_INT, as_dtype, bool_, dtype, float32, int64
+from gpumat.dtypes import (
+    DTYPE_NAMES,
+    EXACT_INT,
+    as_dtype,
+    bool_,
+    dtype,
+    float32,
+    host_storage,
+    int64,
+    scalar_for,
+    value_bounds,
+)
 from gpumat.graph.conv import add_channel_bias_op
 from gpumat.graph.elementwise import (
     add_byconst_op,
@@ -153,8 +166,11 @@ class Tensor:
         self._requires_grad = False
         self._grad = None
         self._node = None
-        self._vc = VersionCounter() if vc is None else vc
-        self._range = bounds
+        if vc is None:
+            self._vc = VersionCounter()
+            self._range = bounds
+        else:  # a tensor over another's storage keeps the range that storage has
+            self._vc = vc
         self._range_src = None
         self._trace = None
         self._tnode = None
@@ -282,7 +298,9 @@ class Tensor:
     @property
     def data(self) -> Tensor:
         """A detached tensor sharing this one's storage; assigning a tensor replaces the storage
-        (shape, dtype and device follow it), as PyTorch's ``.data``."""
+        (shape, dtype and device follow it), as PyTorch's ``.data``. The version counter and the
+        value range follow the storage too (PyTorch keeps the tensor's own counter): both describe
+        the storage, so a later in-place change through ``value`` shows in this tensor."""
         return self.detach()
 
     @data.setter
@@ -292,9 +310,37 @@ class Tensor:
         value._concrete("data")
         self._concrete("data")
         self._data, self._shape = value._data, value._shape
-        self._dtype, self._device, self._range = value._dtype, value._device, value._range
+        self._dtype, self._device, self._vc = value._dtype, value._device, value._vc
         if self._node is not None and isinstance(self._node.op, PlaceholderOp):
             self._node = None  # the next op makes a leaf node for the new storage
+
+    @property
+    def _range(self):
+        """``(lo, hi)`` bounds of the values of an int64 or bool tensor (None for float32), which
+        class-index checks and integer sums rely on instead of reading the device.
+
+        They live on the version counter, which every tensor over one storage shares, so a write
+        through any view or alias is seen by all; they hold for the version they were set at.
+        After an in-place change that declared no bounds they are read from the device once
+        (synchronizing), so a stale range is never used.
+
+        Raises:
+            ValueError: the storage holds a value its dtype cannot (not a whole number within
+                2**24 for int64, not 0 or 1 for bool): it was written around the front end.
+        """
+        if self._dtype is float32:
+            return None
+        vc = self._vc
+        if vc.bounds is None or vc.bounds_version != vc.value:
+            if self._data is None:
+                return None  # a traced value: its op gave no bounds
+            self._range = value_bounds(self._data.asnumpy(), self._dtype)
+        return vc.bounds
+
+    @_range.setter
+    def _range(self, bounds) -> None:
+        vc = self._vc
+        vc.bounds, vc.bounds_version = bounds, vc.value
 
     @property
     def T(self) -> Tensor:  # noqa: N802 (PyTorch's name)
@@ -457,7 +503,7 @@ class Tensor:
             if not self._requires_grad:
                 return self
             return trace.apply("detach", detach_op, [self], self._dtype, self._range, False)
-        return Tensor._make(self._data, self._dtype, self._device, self._range, self._vc)
+        return Tensor._make(self._data, self._dtype, self._device, None, self._vc)
 
     def detach_(self) -> Tensor:
         """Make this tensor a leaf that does not require a gradient, in place; returns self."""
@@ -999,6 +1045,9 @@ class Tensor:
             )
 
     def _changed(self, bounds=None) -> Tensor:
+        """Record an in-place change of the storage: a new version and, for int64 and bool
+        tensors, the values' new bounds (None: unknown, read from the device when needed). Every
+        tensor over the storage sees both (``_range``)."""
         self._vc.value += 1
         if self._dtype is not float32:
             self._range = bounds
@@ -1011,9 +1060,16 @@ class Tensor:
         return self._changed((0, 0))
 
     def fill_(self, value) -> Tensor:
-        """Set every element to ``value``, in place."""
+        """Set every element to ``value``, in place. An int64 tensor takes a float truncated
+        toward zero and a bool tensor ``value != 0``, as PyTorch's ``fill_``.
+
+        Raises:
+            TypeError: not a number. ValueError: for an int64 tensor, a NaN, an infinity or a
+                value beyond 2**24 in magnitude (float32 storage holds integers exactly up to
+                there).
+        """
         self._check_inplace("fill_")
-        value = _scalar_for(self._dtype, value, "fill_")
+        value = scalar_for(self._dtype, value, "fill_", truncate=True)
         ops.fill(self._data, float(value))
         return self._changed((int(value), int(value)) if self._dtype is not float32 else None)
 
@@ -1058,20 +1114,57 @@ class Tensor:
 
     def copy_(self, src) -> Tensor:
         """Copy ``src`` (a tensor of this shape on any device, or array-like data) into this
-        tensor's storage, in place; its dtype is kept."""
+        tensor's storage, in place; its dtype is kept, and the values are converted as PyTorch's
+        ``copy_`` converts them (see ``_converted``: into int64, floats truncate toward zero).
+
+        Raises:
+            ValueError: another shape; for an int64 tensor, a NaN, an infinity or a value
+                beyond 2**24 in magnitude. TypeError: non-numeric data.
+        """
         self._check_inplace("copy_")
         if not isinstance(src, Tensor):
-            src = _copy_of(src, self._dtype, None, "tensor")
+            src = self._converted(src, "copy_")
         src._concrete("copy_")
         if src._shape != self._shape:
             raise ValueError(
                 f"copy_: source has shape {shape_str(src._shape)}, destination "
                 f"{shape_str(self._shape)}"
             )
-        if src._dtype is float32 and self._dtype is not float32:
-            return self.copy_(src.to(self._dtype))
+        src = self._converted(src, "copy_")
+        bounds = src._range if self._dtype is not float32 else None
         self._data.copyfrom(src._data)
-        return self._changed(src._range if self._dtype is not float32 else None)
+        return self._changed(bounds)
+
+    def _converted(self, src, op: str) -> Tensor:
+        """``src`` (a Tensor, a ``PyGpuMatrix`` or host data) as a tensor of this one's dtype,
+        holding what PyTorch's ``copy_`` would store: into int64, floats truncated toward zero;
+        into bool, ``value != 0``; int64 and bool into float32, and bool into int64, as they are
+        (``src`` itself when it is a tensor that needs no conversion). Host data is made on this
+        tensor's device; a tensor to convert is read through the host (it synchronizes).
+
+        Raises:
+            ValueError (naming ``op``): into int64, a NaN, an infinity or a value beyond 2**24
+                in magnitude. TypeError: non-numeric data.
+        """
+        dt = self._dtype
+        if isinstance(src, Tensor):
+            src._concrete(op)
+            if src._dtype is dt or dt is float32 or (dt is int64 and src._dtype is bool_):
+                return src  # the float32 storage already holds the values
+            values, device = src._data.asnumpy(), src._device
+        else:
+            values = src.asnumpy() if isinstance(src, PyGpuMatrix) else np.asarray(src)
+            device = self._device
+            if dt is float32 or values.dtype.kind not in "f":
+                return _from_host(values, dt, device, op)
+        if dt is int64:
+            finite = np.isfinite(values)
+            if not finite.all():
+                raise ValueError(
+                    f"{op}: cannot convert {values[~finite].flat[0].item()!r} to an {dt} value"
+                )
+            values = np.trunc(values)
+        return _from_host(values, dt, device, op)
 
     def uniform_(self, a: float = 0.0, b: float = 1.0) -> Tensor:
         """Fill with samples of U[a, b), in place, from gpumat's generator."""
@@ -1095,19 +1188,6 @@ for _op in TENSOR_METHODS:
 
 def _flat(shape) -> tuple:
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-
-
-def _scalar_for(dt, value, op: str):
-    if not _is_number(value) and not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{op}: expected a number, got {type(value).__name__}")
-    if dt is float32:
-        return float(value)
-    # NaN and infinities first: int() of them raises OverflowError or a message without the op
-    if not math.isfinite(float(value)) or float(value) != int(value) or abs(int(value)) > EXACT_INT:
-        raise ValueError(f"{op}: {value!r} is not an integer within 2**24 for a {dt} tensor")
-    if dt is bool_:
-        return int(bool(value))
-    return int(value)
 
 
 def _require_float(op: str, *tensors) -> None:
@@ -1238,33 +1318,8 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 
 
 def _from_host(data, dt, device: Device, op: str) -> Tensor:
-    arr = np.asarray(data)
-    if arr.dtype.kind not in "biuf":
-        raise TypeError(
-            f"{op}: expected numbers (bool, int or float data), got numpy dtype {arr.dtype}"
-        )
-    if dt is None:
-        kind = arr.dtype.kind
-        dt = bool_ if kind == "b" else int64 if kind in "iu" else float32
-    bounds = None
-    if dt is not float32:
-        values = arr.astype(np.float64)
-        if dt is bool_:
-            values = (values != 0).astype(np.float64)
-        if values.size:
-            if not np.all(np.isfinite(values)) or np.any(values != np.trunc(values)):
-                raise ValueError(f"{op}: {dt} data must be whole numbers")
-            lo, hi = int(values.min()), int(values.max())
-            if max(abs(lo), abs(hi)) > EXACT_INT:
-                raise ValueError(
-                    f"{op}: {dt} values must lie within +-2**24 (gpumat keeps them in float32 "
-                    f"storage, exact up to there), got values in [{lo}, {hi}]"
-                )
-        else:
-            lo = hi = 0
-        bounds = (lo, hi)
-        arr = values
-    return Tensor._make(array(arr, device), dt, device, bounds)
+    values, dt, bounds = host_storage(data, dt, op)
+    return Tensor._make(array(values, device), dt, device, bounds)
 
 
 def _copy_of(data, dt, device, op: str) -> Tensor:
@@ -1290,7 +1345,7 @@ def _filled(op: str, size, value, dtype, device, requires_grad) -> Tensor:
             dt = int64
         else:
             dt = float32
-    value = _scalar_for(dt, value, op)
+    value = scalar_for(dt, value, op)
     device = as_device(device, op)
     data = empty(shape, device)
     ops.fill(data, float(value))

@@ -375,7 +375,9 @@ class Module:
 
     def load_state_dict(self, state_dict: Mapping, strict: bool = True):
         """Copy ``state_dict``'s values into the parameters and buffers of the same names, in
-        place (the tensors keep their identity and device).
+        place (the tensors keep their identity, device and dtype: an int64 or bool buffer takes
+        the values as :meth:`gpumat.Tensor.copy_` converts them, floats truncated toward zero
+        into int64, as PyTorch's ``load_state_dict``).
 
         Args:
             state_dict: name -> value: a Tensor (any device), a numpy array or a
@@ -389,7 +391,8 @@ class Module:
 
         Raises:
             TypeError: ``state_dict`` is not a mapping, or a value is not numeric.
-            ValueError: names differ (``strict``), or a shape differs. Nothing is copied unless
+            ValueError: names differ (``strict``), a shape differs, or a value for an int64
+                buffer is NaN, infinite or beyond 2**24 in magnitude. Nothing is copied unless
                 every check passes.
         """
         if not isinstance(state_dict, Mapping):
@@ -429,14 +432,18 @@ class Module:
                     f"size mismatch for {name}: copying a param with shape {shape_str(shape)} "
                     f"from checkpoint, the shape in current model is {shape_str(dst.shape)}"
                 )
+            dst._concrete("load_state_dict")
+            if dst.dtype is not float32:
+                # Converted (and checked) before anything is copied, as Tensor.copy_ converts.
+                src = dst._converted(src, f"load_state_dict: {name!r}")
             sources[name] = src
         with no_grad():
             for name, src in sources.items():
                 dst = own[name]
-                dst._concrete("load_state_dict")
+                bounds = src._range if dst.dtype is not float32 else None
                 data = src._data if isinstance(src, Tensor) else src
                 dst._data.copyfrom(data)
-                dst._vc.value += 1
+                dst._changed(bounds)  # a new version, and the range every alias of dst reads
         return _IncompatibleKeys(missing, unexpected)
 
     # ---------------------------------------------------------------- printing

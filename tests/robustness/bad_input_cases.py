@@ -2350,6 +2350,64 @@ def batch_frontend():
 
     @_settings(factor=3)
     @given(
+        method=st.sampled_from(["fill_", "copy_", "zero_", "add_", "mul_", "load_state_dict"]),
+        dtype=st.sampled_from(["int64", "bool"]),
+        through=st.sampled_from(["self", "view", "detach", "data", "Parameter"]),
+        value=st.one_of(
+            ANY_VALUES,
+            st.floats(-40, 40),
+            st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=4, max_size=4),
+            st.lists(st.integers(-(2**26), 2**26), min_size=4, max_size=4),
+        ),
+    )
+    def integer_writes(method, dtype, through, value):
+        """A write into an int64 or bool tensor through it or an alias: the storage holds what
+        its dtype can (PyTorch's conversion: toward zero, != 0) and every alias's range bounds
+        it; or a clear error that changed nothing."""
+        y = gpumat.tensor([0, 3, 1, 2], dtype=dtype)
+        aliases = [y, y.view(2, 2), y.detach(), y.data, gnn.Parameter(y, requires_grad=False)]
+        target = {"self": y, "view": y.view(4), "detach": y.detach(), "data": y.data,
+                  "Parameter": gnn.Parameter(y, requires_grad=False)}[through]  # fmt: skip
+
+        def call():
+            if method == "load_state_dict":
+                m = gnn.Module()
+                m.register_buffer("idx", target)
+                return m.load_state_dict({"idx": value})
+            return getattr(target, method)(*(() if method == "zero_" else (value,)))
+
+        def check(_):
+            got = y.float().numpy()
+            try:
+                if method == "zero_":
+                    want = np.zeros(4)
+                elif method == "fill_" and dtype == "bool":
+                    want = np.full(4, float(bool(value)))  # NaN is True, as PyTorch's
+                elif method == "fill_":
+                    whole = isinstance(value, numbers.Integral)
+                    want = np.full(4, float(int(value) if whole else math.trunc(float(value))))
+                elif dtype == "bool":
+                    want = np.asarray(value, dtype=np.float64).reshape(4) != 0
+                else:
+                    want = np.trunc(np.asarray(value, dtype=np.float64).reshape(4))
+            except (TypeError, ValueError, OverflowError) as exc:
+                return f"int {method}({value!r}) accepted what numpy rejects ({exc})"
+            if method in ("add_", "mul_"):
+                return f"{dtype} {method} accepted integer arithmetic"
+            if not np.array_equal(got, want.astype(np.float64)):
+                return f"{dtype} {method}({value!r}) through {through} stored {got}, not {want}"
+            for a in aliases:
+                lo, hi = a._range
+                if got.min() < lo or got.max() > hi:
+                    return f"{dtype} {method} through {through}: range {(lo, hi)} misses {got}"
+            return None
+
+        _record(_expect_frontend(call, check, f"{dtype} Tensor.{method}", [y]))
+
+    integer_writes()
+
+    @_settings(factor=3)
+    @given(
         which=st.sampled_from(["linear", "conv2d", "max_pool2d", "avg_pool2d", "dropout",
                                "nll_loss", "cross_entropy", "mse_loss", "l1_loss", "one_hot",
                                "softmax"]),
