@@ -136,7 +136,7 @@ class Trace:
         self.steps: list = []  # (optimizer, [(parameter index, gradient node)])
         self.updated: set = set()
         self.module_guards: dict = {}
-        self.range_guards: list = []  # (input position, lo, hi, op, error class)
+        self.range_guards: list = []  # (input position or tensor, lo, hi, op, error class)
         self.freed: set = set()
 
     def _use(self, device: Device, op: str) -> None:
@@ -231,8 +231,9 @@ class Trace:
         out._requires_grad = grad
         return out
 
-    def guard_range(self, source: int, lo: int, hi: int, op: str, error) -> None:
-        """Each call must check that int64 argument number ``source`` lies in [lo, hi]."""
+    def guard_range(self, source, lo: int, hi: int, op: str, error) -> None:
+        """Each call must check that the values of ``source`` lie in [lo, hi]: an int64 argument
+        (its input number) or a tensor the step reads (whose storage may change between calls)."""
         self.range_guards.append((source, lo, hi, op, error))
 
     def guard_module(self, module) -> None:
@@ -915,7 +916,7 @@ class _Entry:
         ``first``: the traced call (its updates use the hyper-parameters optimizer.step() saw).
         """
         for src, lo, hi, op, error in self.trace.range_guards:
-            a_lo, a_hi = args[src]._range
+            a_lo, a_hi = (args[src] if src.__class__ is int else src)._range
             if a_lo < lo or a_hi > hi:
                 bad = a_lo if a_lo < lo else a_hi
                 if error is IndexError:

@@ -887,9 +887,11 @@ class Tensor:
                 f"sum: the sum of {n} values in [{lo}, {hi}] may exceed 2**24 in magnitude, "
                 f"beyond what an {self._dtype} tensor holds exactly (convert with .float())"
             )
-        if self._range_src is not None:
-            limit = EXACT_INT // max(n, 1)
+        limit = EXACT_INT // max(n, 1)
+        if self._range_src is not None:  # an argument of a compiled step: checked on every call
             self._trace.guard_range(self._range_src, -limit, limit, "sum", ValueError)
+        elif self._trace is None and current_trace() is not None:  # a tensor the step reads
+            current_trace().guard_range(self, -limit, limit, "sum", ValueError)
         bounds = (min(0, n * lo), max(0, n * hi))
         return self._reduce("sum", reduce_sum_op, dim, keepdim, int64, bounds)
 

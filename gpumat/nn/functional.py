@@ -19,6 +19,7 @@ from __future__ import annotations
 import numbers
 
 from gpumat._checks import as_pair, as_probability
+from gpumat.autograd import current_trace
 from gpumat.dtypes import bool_, float32, int64
 from gpumat.graph.activation import dropout_op
 from gpumat.graph.conv import add_channel_bias_op, conv2d_op
@@ -264,6 +265,8 @@ def _check_classes(target: Tensor, num_classes: int, op: str) -> None:
         raise IndexError(f"{op}: Target {hi} is out of bounds (classes 0..{num_classes - 1}).")
     if target._range_src is not None:  # an argument of a compiled step: checked on every call
         target._trace.guard_range(target._range_src, 0, num_classes - 1, op, IndexError)
+    elif target._trace is None and current_trace() is not None:  # a tensor the step reads
+        current_trace().guard_range(target, 0, num_classes - 1, op, IndexError)
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

@@ -427,3 +427,32 @@ def test_compiled_sum_guard_reads_the_storage_range(ctx):
     y.detach().fill_(2**23)
     with pytest.raises(ValueError, match="sum"):
         step(y)
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
+def test_compiled_step_checks_a_target_it_reads_directly(ctx, loss):
+    # The targets are a global of the step, not an argument: their range is checked every call.
+    rng, seed = new_rng()
+    w = nn.Parameter(gpumat.tensor(rand((N, C), rng), device=ctx))
+    targets = gpumat.tensor(rng.integers(0, C, N), device=ctx)
+    fn = getattr(F, loss)
+    step = gpumat.compile(lambda x: fn((x @ w).log_softmax(1), targets))
+    x = gpumat.tensor(rand((N, N), rng), device=ctx)
+    step(x)
+    targets.fill_(9)
+    with pytest.raises(IndexError, match=f"{loss}: Target 9 is out of bounds"):
+        step(x)
+    good = rng.integers(0, C, N)
+    targets.copy_(gpumat.tensor(good, device=ctx))
+    with gpumat.no_grad():
+        want = fn((x @ w).log_softmax(1), gpumat.tensor(good, device=ctx)).item()
+    assert step(x).item() == pytest.approx(want, rel=1e-5), f"seed={seed}"
+
+
+def test_compiled_sum_checks_a_tensor_it_reads_directly(ctx):
+    y = gpumat.tensor([0, 1, 2, 1], device=ctx)
+    step = gpumat.compile(lambda: y.sum())
+    assert step().item() == 4
+    y.fill_(2**23)
+    with pytest.raises(ValueError, match="sum"):
+        step()
