@@ -174,6 +174,7 @@ class Tensor:
         self._range_src = None
         self._trace = None
         self._tnode = None
+        self._copy_of_view = None  # the op whose result PyTorch makes a view (see t())
 
     @classmethod
     def _make(cls, data, dt, device, bounds=None, vc=None) -> Tensor:
@@ -503,7 +504,9 @@ class Tensor:
             if not self._requires_grad:
                 return self
             return trace.apply("detach", detach_op, [self], self._dtype, self._range, False)
-        return Tensor._make(self._data, self._dtype, self._device, None, self._vc)
+        out = Tensor._make(self._data, self._dtype, self._device, None, self._vc)
+        out._copy_of_view = self._copy_of_view  # PyTorch's would still view the original
+        return out
 
     def detach_(self) -> Tensor:
         """Make this tensor a leaf that does not require a gradient, in place; returns self."""
@@ -656,8 +659,9 @@ class Tensor:
         return apply_op("clone", lambda n: mul_byconst_op(n, 1.0), [self], self._dtype, self._range)
 
     def contiguous(self) -> Tensor:
-        """Self: gpumat tensors are always contiguous."""
-        return self
+        """Self (gpumat tensors are always contiguous), or a copy of a ``t()`` result, as
+        PyTorch's ``contiguous()`` of a transposed view is one: in place ops may change it."""
+        return self.clone() if self._copy_of_view is not None else self
 
     # ---------------------------------------------------------------- arithmetic
 
@@ -962,8 +966,11 @@ class Tensor:
         return out
 
     def view(self, *shape) -> Tensor:
-        """``reshape`` (gpumat tensors are contiguous, so every view is possible)."""
-        return self.reshape(*shape)
+        """``reshape`` (gpumat tensors are contiguous, so every view is possible). A view of a
+        ``t()`` result refuses in-place ops as that result does."""
+        out = self.reshape(*shape)
+        out._copy_of_view = self._copy_of_view
+        return out
 
     def view_as(self, other: Tensor) -> Tensor:
         """``reshape(other.shape)``."""
@@ -1001,14 +1008,24 @@ class Tensor:
         return self.reshape(self._shape[:d] + (1,) + self._shape[d:])
 
     def t(self) -> Tensor:
-        """The transpose of a 2-D tensor (a copy); 0-d and 1-d tensors are returned as they are."""
+        """The transpose of a 2-D tensor; 0-d and 1-d tensors are returned as they are.
+
+        PyTorch returns a view, which gpumat's contiguous storage cannot be yet: the result is a
+        copy, and an in-place op on it is a RuntimeError (it would not reach this tensor, as it
+        would in PyTorch). Use it out of place, or ``.clone()`` it first.
+
+        Raises:
+            ValueError: a tensor of more than 2 dims.
+        """
         if self.ndim < 2:
             return self
         if self.ndim != 2:
             raise ValueError(
                 f"t(): expects a tensor of at most 2 dims, got {shape_str(self._shape)}"
             )
-        return apply_op("t", transpose_op, [self], self._dtype, self._range)
+        out = apply_op("t", transpose_op, [self], self._dtype, self._range)
+        out._copy_of_view = "t()"
+        return out
 
     def transpose(self, dim0: int, dim1: int) -> Tensor:
         """Swap two axes: ``transpose(0, 1)`` of a 2-D tensor (gpumat's transpose kernel is 2-D).
@@ -1029,6 +1046,12 @@ class Tensor:
     # ---------------------------------------------------------------- in-place ops
 
     def _check_inplace(self, op: str) -> None:
+        if self._copy_of_view is not None:
+            raise RuntimeError(
+                f"{op}: this tensor is a copy made by {self._copy_of_view}, where PyTorch makes a "
+                "view, so an in-place change would not reach the original; change it out of "
+                "place, or .clone() it first"
+            )
         if self._trace is not None or current_trace() is not None:
             raise RuntimeError(
                 f"{op}: in-place ops are not traced by gpumat.compile; make the change outside "

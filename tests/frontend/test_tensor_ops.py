@@ -434,3 +434,45 @@ def test_integer_powers_are_new_tensors_with_pytorchs_gradients(ctx):
         compiled(finite)
     want = 1.0 + 3.0 * values[3:].astype(np.float64) ** 2
     np.testing.assert_allclose(finite.grad.numpy(), want, rtol=1e-6)
+
+
+TRANSPOSES = [
+    lambda x: x.t(),
+    lambda x: x.T,
+    lambda x: x.transpose(0, 1),
+    lambda x: x.transpose(-2, -1),
+]
+
+
+@pytest.mark.parametrize("make", TRANSPOSES)
+def test_an_inplace_change_of_a_transpose_is_refused_not_lost(ctx, make):
+    # PyTorch's transpose is a view, so x.t().add_(1) changes x; gpumat's is a copy (its storage
+    # is contiguous), where the change used to vanish silently. Now a RuntimeError, through
+    # every alias of the copy; out of place, clone() and contiguous() work as in PyTorch.
+    rng, _ = new_rng()
+    values = rand((3, 4), rng)
+    x = gpumat.tensor(values, device=ctx)
+    with gpumat.no_grad():
+        for change in (
+            lambda y: y.add_(1.0),
+            lambda y: y.mul_(2.0),
+            lambda y: y.fill_(0.0),
+            lambda y: y.zero_(),
+            lambda y: y.copy_(gpumat.zeros(4, 3, device=ctx)),
+            lambda y: y.detach().add_(1.0),
+            lambda y: y.view(-1).add_(1.0),
+        ):
+            y = make(x)
+            with pytest.raises(RuntimeError, match="where PyTorch makes a view"):
+                change(y)
+            np.testing.assert_array_equal(x.numpy(), values)
+            np.testing.assert_array_equal(y.numpy(), values.T)
+    t = torch.from_numpy(values.copy())
+    for ours, theirs in (
+        (make(x).clone().add_(1.0), make(t).clone().add_(1.0)),
+        (make(x).contiguous().add_(1.0), make(t).contiguous().add_(1.0)),
+        (make(x) + 1.0, make(t) + 1.0),
+        (make(x).reshape(-1) * 2.0, make(t).reshape(-1) * 2.0),
+    ):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    np.testing.assert_array_equal(x.numpy(), values)

@@ -218,6 +218,7 @@ def test_device_allocations_do_not_grow_with_epochs(ctx, subset):
         train.fit(models.mlp(), subset, device=ctx, epochs=epochs, verbose=False, progress=False)
         return gpumat.memory_stats(ctx)["device_malloc_calls"] - before
 
+    mallocs_for(1)  # a process's first run also makes the device's kept workspaces, once
     assert mallocs_for(3) == mallocs_for(1)
 
 
