@@ -1137,6 +1137,50 @@ class Tensor:
             ops.mul_scalar(self._data, other, self._data)
         return self._changed()
 
+    def div_(self, other) -> Tensor:
+        """``self /= other`` in place (a tensor of this shape, or a number), IEEE division as
+        ``/`` (a number divides, it does not multiply by its reciprocal)."""
+        self._check_inplace("div_")
+        other = self._inplace_other(other, "div_")
+        if isinstance(other, Tensor):
+            ops.div(self._data, other._data, self._data)
+        else:
+            divisor = empty(self._shape, self._device)
+            ops.fill(divisor, other)
+            ops.div(self._data, divisor, self._data)
+        return self._changed()
+
+    def _augmented(self, op: str, other, inplace, out_of_place):
+        """``x op= other``: in place, as PyTorch (the tutorials' ``p -= p.grad * lr`` under
+        ``no_grad()`` updates ``p``). gpumat's autograd records no in-place op, so on a tensor in
+        a recorded graph or a compiled step ``x op= y`` rebinds ``x`` to ``x op y`` (an alias
+        made before keeps the old value); a leaf that requires a gradient is refused with grad
+        mode on, as PyTorch refuses it."""
+        recorded = self._requires_grad and is_grad_enabled() and not self.is_leaf
+        if self._trace is not None or current_trace() is not None or recorded:
+            return out_of_place(other)
+        if isinstance(other, Tensor) and other._shape != self._shape:
+            result = out_of_place(other)  # broadcast as the binary op does, then store
+            if result._shape != self._shape:
+                raise RuntimeError(
+                    f"{op}: output with shape {shape_str(self._shape)} doesn't match the "
+                    f"broadcast shape {shape_str(result._shape)}"
+                )
+            return self.copy_(result)
+        return inplace(other)
+
+    def __iadd__(self, other):
+        return self._augmented("add_", other, self.add_, self.__add__)
+
+    def __isub__(self, other):
+        return self._augmented("sub_", other, self.sub_, self.__sub__)
+
+    def __imul__(self, other):
+        return self._augmented("mul_", other, self.mul_, self.__mul__)
+
+    def __itruediv__(self, other):
+        return self._augmented("div_", other, self.div_, self.__truediv__)
+
     def copy_(self, src) -> Tensor:
         """Copy ``src`` (a tensor of this shape on any device, or array-like data) into this
         tensor's storage, in place; its dtype is kept, and the values are converted as PyTorch's

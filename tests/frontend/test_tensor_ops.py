@@ -8,6 +8,7 @@ gpumat or torch, with ``lib.F`` their functional modules, so one expression serv
 gradient is that of sum(out * R) for a fixed random R (``backward(gradient=R)``).
 """
 
+import operator
 import types
 
 import numpy as np
@@ -476,3 +477,65 @@ def test_an_inplace_change_of_a_transpose_is_refused_not_lost(ctx, make):
     ):
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
     np.testing.assert_array_equal(x.numpy(), values)
+
+
+def test_the_tutorials_update_loop_updates_the_parameters_in_place(ctx):
+    # "What is torch.nn really?": with no_grad(), p -= p.grad * lr. Without __isub__ the loop
+    # rebound p each step and trained nothing (the loss stayed at 2.34 where PyTorch's fell).
+    rng, seed = new_rng()
+    x = rand((64, 20), rng)
+    y = rng.integers(0, 10, 64)
+    w0, b0 = rand((20, 10), rng) * 0.1, np.zeros(10, np.float32)
+    losses = {}
+    for lib, make in (("gpumat", lambda a: gpumat.tensor(a, device=ctx)), ("torch", torch.tensor)):
+        L = gpumat if lib == "gpumat" else torch
+        functional = F if lib == "gpumat" else TF
+        weights, bias = make(w0.copy()), make(b0.copy())
+        weights.requires_grad_()
+        bias.requires_grad_()
+        params = [weights, bias]
+        xs, ys, history = make(x), make(y), []
+        for _ in range(5):
+            loss = functional.cross_entropy(xs @ weights + bias, ys)
+            loss.backward()
+            with L.no_grad():
+                weights -= weights.grad * 0.5
+                bias -= bias.grad * 0.5
+                weights.grad.zero_()
+                bias.grad.zero_()
+            history.append(loss.item())
+        assert params[0] is weights and params[1] is bias  # updated in place, not rebound
+        losses[lib] = (history, weights.detach().numpy(), bias.detach().numpy())
+    (ours, w, b), (theirs, tw, tb) = losses["gpumat"], losses["torch"]
+    assert ours[-1] < ours[0] - 0.1, f"seed={seed}: {ours}"
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, err_msg=f"seed={seed}")
+    np.testing.assert_allclose(w, tw, rtol=1e-4, atol=1e-6, err_msg=f"seed={seed}")
+    np.testing.assert_allclose(b, tb, rtol=1e-4, atol=1e-6, err_msg=f"seed={seed}")
+
+
+def test_augmented_assignments_change_the_tensor_as_pytorchs_do(ctx):
+    rng, seed = new_rng()
+    a, b, row = rand((4, 5), rng), rand((4, 5), rng) + 2.0, rand((5,), rng)
+    for op in (operator.iadd, operator.isub, operator.imul, operator.itruediv):
+        for other in ("tensor", "row", "number"):
+            ours, theirs = gpumat.tensor(a, device=ctx), torch.tensor(a)
+            values = {"tensor": b, "row": row, "number": 3.0}[other]
+            o = gpumat.tensor(values, device=ctx) if other != "number" else values
+            t = torch.tensor(values) if other != "number" else values
+            assert op(ours, o) is ours and op(theirs, t) is theirs  # in place, twice
+            np.testing.assert_array_equal(
+                ours.numpy(), theirs.numpy(), err_msg=f"{op.__name__} {other} (seed={seed})"
+            )
+    x = gpumat.tensor(a, device=ctx, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        x += 1.0
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        row_t = gpumat.tensor(row, device=ctx)
+        row_t += gpumat.tensor(a, device=ctx)
+    # a tensor of a recorded graph: x += y is x + y (gpumat's autograd records no in-place op)
+    y = x * 2.0
+    before = y
+    y += 1.0
+    assert y is not before
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(a.shape, 2.0, np.float32))
