@@ -14,6 +14,7 @@ Arrays are float32, row-major, contiguous, on ``cpu()`` (the host), ``gpu(i)`` (
 
 # NOTE: no `from __future__ import annotations` and private aliases for os and numpy: the
 # gpumat namespace exports only gpumat's own names (dir(gpumat) is what a user explores).
+import builtins as _builtins
 import os as _os
 
 # NOTE: libgomp reads this when _core loads it. Spinning OpenMP workers fight OpenBLAS's threads and
@@ -35,7 +36,7 @@ def _threads_per_local_rank() -> int | None:
         except ValueError:
             continue
         if local > 1:
-            return max(1, (_os.cpu_count() or 1) // local)
+            return _builtins.max(1, (_os.cpu_count() or 1) // local)
     return None
 
 
@@ -45,8 +46,10 @@ if "OMP_NUM_THREADS" not in _os.environ and _threads_per_local_rank() is not Non
 
 from gpumat import (  # noqa: E402
     autodiff,
+    cuda,
     data,
     datasets,
+    functions,
     gpu_op,
     graph,
     nn,
@@ -92,6 +95,9 @@ from gpumat.dlpack import from_dlpack  # noqa: E402
 from gpumat.dtypes import bool_ as bool  # noqa: E402, A004
 from gpumat.dtypes import dtype, float32, int64  # noqa: E402
 from gpumat.dtypes import int64 as long  # noqa: E402
+
+# torch's tensor functions: gpumat.exp(x), gpumat.sum(x, 1), gpumat.matmul(a, b), ...
+from gpumat.functions import *  # noqa: E402, F403, A004
 from gpumat.random import manual_seed  # noqa: E402
 from gpumat.runtime import Executor  # noqa: E402
 from gpumat.serialization import load, save  # noqa: E402
@@ -111,6 +117,7 @@ __all__ = [
     "build_info",
     "compile",
     "cpu",
+    "cuda",
     "cuda_available",
     "data",
     "datasets",
@@ -124,6 +131,7 @@ __all__ = [
     "from_dlpack",
     "from_numpy",
     "full",
+    "functions",
     "gpu",
     "gpu_op",
     "graph",
@@ -154,3 +162,4 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+__all__ += functions.__all__

@@ -34,7 +34,7 @@ FACES = {
 # The layers, bottom up (docs/ARCHITECTURE.md). A module may import its own layer and those below.
 LAYERS = [
     {"gpumat._core", "gpumat._build_config", "gpumat._checks"},
-    {"gpumat.device", "gpumat.dtypes", "gpumat.random"},
+    {"gpumat.device", "gpumat.dtypes", "gpumat.random", "gpumat.cuda"},
     {"gpumat.arrays"},
     {
         "gpumat.ops",
@@ -48,7 +48,7 @@ LAYERS = [
     {"gpumat.runtime"},  # and gpumat.runtime.*
     {"gpumat.autograd"},
     {"gpumat.tensor"},
-    {"gpumat.creation"},
+    {"gpumat.creation", "gpumat.functions"},
     {"gpumat.nn", "gpumat.optim", "gpumat.data", "gpumat.serialization", "gpumat.compiler"},
     {"gpumat.distributed", "gpumat.datasets"},
     {"gpumat.models"},

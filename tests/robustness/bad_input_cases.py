@@ -34,6 +34,7 @@ import faulthandler
 import json
 import math
 import numbers
+import operator
 import os
 import sys
 import traceback
@@ -2181,6 +2182,11 @@ def _operand_kind(value):
     return None
 
 
+def _fresh(a):
+    """A copy of a numpy array or a tensor, for an in-place op that must leave ``a`` as it is."""
+    return a.copy() if isinstance(a, np.ndarray) else a.clone()
+
+
 def batch_frontend():
     """The front end's entry points with bad arguments: every call raises a clear exception or
     agrees with numpy."""
@@ -2243,7 +2249,9 @@ def batch_frontend():
     @_settings(factor=2)
     @given(
         other=st.one_of(ANY_VALUES, st.sampled_from(BAD_TENSOR_ARGS + ["ok", "row", "col"])),
-        op=st.sampled_from(["+", "-", "*", "/", "@", "==", "**", "r-", "r/"]),
+        op=st.sampled_from(
+            ["+", "-", "*", "/", "@", "==", "**", "r-", "r/", "+=", "-=", "*=", "/="]
+        ),
         seed=st.integers(0, 2**32 - 1),
     )
     def binary(other, op, seed):
@@ -2260,6 +2268,11 @@ def batch_frontend():
             "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
             "/": lambda a, b: a / b, "@": lambda a, b: a @ b, "==": lambda a, b: a == b,
             "**": lambda a, b: a**b, "r-": lambda a, b: b - a, "r/": lambda a, b: b / a,
+            # augmented: in place on a copy (numpy's too), so x itself stays as drawn
+            "+=": lambda a, b: operator.iadd(_fresh(a), b),
+            "-=": lambda a, b: operator.isub(_fresh(a), b),
+            "*=": lambda a, b: operator.imul(_fresh(a), b),
+            "/=": lambda a, b: operator.itruediv(_fresh(a), b),
         }  # fmt: skip
 
         def check(result):
@@ -2268,6 +2281,8 @@ def batch_frontend():
             if not isinstance(result, gpumat.Tensor):
                 return f"x {op} {other!r} returned a {type(result).__name__}"
             on = other.detach().numpy() if isinstance(other, gpumat.Tensor) else other
+            if isinstance(on, int) and not isinstance(on, bool) and abs(on) >= 2**63:
+                on = float(on)  # a real number past int64: numpy would hold it as an object
             try:
                 on = np.asarray(on)
                 if on.dtype.kind not in "biuf":

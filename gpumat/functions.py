@@ -1,0 +1,72 @@
+"""The tensor functions of PyTorch's ``torch`` namespace: ``gpumat.exp(x)`` is ``x.exp()``.
+
+PyTorch programs call both spellings (``torch.exp(x)`` and ``x.exp()``, ``torch.sum(x, 1)`` and
+``x.sum(1)``), so each function here is its :class:`gpumat.Tensor` method, with PyTorch's
+argument names (``input``, ``dim``, ``keepdim``): the pointwise ones (``exp``, ``log``, ``sqrt``,
+``relu``, ``tanh``, ``sigmoid``: one per graph op that names a tensor method), ``neg``,
+``softmax``, ``log_softmax``, ``sum``, ``mean``, ``max``, ``argmax``, ``reshape``, ``squeeze``,
+``unsqueeze``, ``t``, ``transpose`` and ``matmul``. Shapes, dtypes and errors are the methods'.
+
+Raises (every function): TypeError when ``input`` is not a :class:`gpumat.Tensor`, naming the
+function; otherwise what the method raises.
+"""
+
+from __future__ import annotations
+
+from gpumat.graph.node import TENSOR_METHODS
+from gpumat.tensor import Tensor, matmul  # noqa: F401 (torch.matmul)
+
+_POINTWISE = [op.tensor_method for op in TENSOR_METHODS]
+__all__ = sorted(
+    [
+        *_POINTWISE,
+        "argmax",
+        "log_softmax",
+        "matmul",
+        "max",
+        "mean",
+        "neg",
+        "reshape",
+        "softmax",
+        "squeeze",
+        "sum",
+        "t",
+        "transpose",
+        "unsqueeze",
+    ]
+)
+
+
+def _tensor(input, name: str) -> Tensor:  # noqa: A002 (PyTorch's argument name)
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{name}: expected a Tensor, got {type(input).__name__}")
+    return input
+
+
+def _method(name: str, doc: str):
+    """``name(input, *args, **kwargs)`` calling ``input.name(*args, **kwargs)``."""
+
+    def function(input, *args, **kwargs):  # noqa: A002
+        return getattr(_tensor(input, name), name)(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = name
+    function.__module__ = __name__
+    function.__doc__ = f"{doc} (``torch.{name}``; :meth:`gpumat.Tensor.{name}`)."
+    return function
+
+
+for _op in TENSOR_METHODS:
+    globals()[_op.tensor_method] = _method(_op.tensor_method, f"``input.{_op.tensor_method}()``")
+
+neg = _method("neg", "``-input``")
+softmax = _method("softmax", "``input.softmax(dim)``")
+log_softmax = _method("log_softmax", "``input.log_softmax(dim)``")
+sum = _method("sum", "``input.sum(dim=None, keepdim=False)``")  # noqa: A001 (torch.sum)
+mean = _method("mean", "``input.mean(dim=None, keepdim=False)``")
+max = _method("max", "``input.max(dim=None, keepdim=False)``")  # noqa: A001 (torch.max)
+argmax = _method("argmax", "``input.argmax(dim=None, keepdim=False)``")
+reshape = _method("reshape", "``input.reshape(shape)``")
+squeeze = _method("squeeze", "``input.squeeze(dim=None)``")
+unsqueeze = _method("unsqueeze", "``input.unsqueeze(dim)``")
+t = _method("t", "``input.t()``")
+transpose = _method("transpose", "``input.transpose(dim0, dim1)``")

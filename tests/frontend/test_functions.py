@@ -1,0 +1,77 @@
+"""gpumat's torch-namespace functions (``gpumat.exp(x)``, ``gpumat.sum(x, 1)``, ...) and
+``gpumat.cuda``: each function is its Tensor method, and agrees with PyTorch's on fresh random
+inputs; a non-tensor argument is a TypeError naming the function."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import new_rng
+
+import gpumat
+from gpumat import functions
+
+CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise function, no args
+    "neg": ((), {}),
+    "softmax": ((1,), {}),
+    "log_softmax": ((0,), {}),
+    "sum": ((1,), {"keepdim": True}),
+    "mean": ((), {"dim": 0}),
+    "max": ((), {}),
+    "argmax": ((1,), {}),
+    "reshape": (((6, 2),), {}),
+    "squeeze": ((), {}),
+    "unsqueeze": ((0,), {}),
+    "t": ((), {}),
+    "transpose": ((0, 1), {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(set(functions.__all__) - {"matmul"}))
+def test_each_function_is_its_method_and_pytorchs(ctx, name):
+    rng, seed = new_rng()
+    values = rng.uniform(0.1, 2.0, (3, 4)).astype(np.float32)  # positive: log and sqrt
+    args, kwargs = CASES.get(name, ((), {}))
+    x = gpumat.tensor(values, device=ctx)
+    ours = getattr(gpumat, name)(x, *args, **kwargs)
+    method = getattr(gpumat.tensor(values, device=ctx), name)(*args, **kwargs)
+    theirs = getattr(torch, name)(torch.from_numpy(values.copy()), *args, **kwargs)
+    np.testing.assert_array_equal(ours.numpy(), method.numpy())
+    np.testing.assert_allclose(
+        ours.numpy().astype(np.float64),
+        theirs.numpy().astype(np.float64),
+        rtol=2e-6,
+        atol=1e-7,
+        err_msg=f"{name} (seed={seed})",
+    )
+    with pytest.raises(TypeError, match=f"{name}: expected a Tensor, got ndarray"):
+        getattr(gpumat, name)(values, *args, **kwargs)
+
+
+def test_matmul_and_gradients_through_the_functions(ctx):
+    rng, seed = new_rng()
+    a, b = rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal((5, 2))
+    x = gpumat.tensor(a, device=ctx, requires_grad=True)
+    w = gpumat.tensor(b.astype(np.float32), device=ctx)
+    gpumat.sum(gpumat.tanh(gpumat.matmul(x, w))).backward()
+    t = torch.from_numpy(a.copy()).requires_grad_()
+    torch.sum(torch.tanh(torch.matmul(t, torch.from_numpy(b.astype(np.float32))))).backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_cuda_namespace():
+    assert gpumat.cuda.is_available() == gpumat.cuda_available()
+    count = gpumat.cuda.device_count()
+    assert count == (gpumat.build_info()["cuda_device_count"] if gpumat.build_info()["cuda"] else 0)
+    assert gpumat.cuda.current_device() == 0
+    gpumat.cuda.manual_seed(5)
+    a = gpumat.rand(4)
+    gpumat.cuda.manual_seed_all(5)
+    np.testing.assert_array_equal(gpumat.rand(4).numpy(), a.numpy())
+    with pytest.raises(ValueError, match="expected a CUDA device"):
+        gpumat.cuda.synchronize("emu")
+    if count == 0:
+        with pytest.raises(gpumat.CudaError):
+            gpumat.cuda.synchronize()
+    else:
+        gpumat.cuda.synchronize()
+        gpumat.cuda.synchronize(count - 1)
