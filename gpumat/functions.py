@@ -51,7 +51,7 @@ def _method(name: str, doc: str):
 
     function.__name__ = function.__qualname__ = name
     function.__module__ = __name__
-    function.__doc__ = f"{doc} (``torch.{name}``; :meth:`gpumat.Tensor.{name}`)."
+    function.__doc__ = f"{doc} (``torch.{name}``; ``Tensor.{name}``)."
     return function
 
 

@@ -376,7 +376,7 @@ class Module:
     def load_state_dict(self, state_dict: Mapping, strict: bool = True):
         """Copy ``state_dict``'s values into the parameters and buffers of the same names, in
         place (the tensors keep their identity, device and dtype: an int64 or bool buffer takes
-        the values as :meth:`gpumat.Tensor.copy_` converts them, floats truncated toward zero
+        the values as ``Tensor.copy_`` converts them, floats truncated toward zero
         into int64, as PyTorch's ``load_state_dict``).
 
         Args:
