@@ -14,7 +14,7 @@ function; otherwise what the method raises.
 from __future__ import annotations
 
 from gpumat.graph.node import TENSOR_METHODS
-from gpumat.tensor import Tensor, matmul  # noqa: F401 (torch.matmul)
+from gpumat.tensor import Tensor
 
 _POINTWISE = [op.tensor_method for op in TENSOR_METHODS]
 __all__ = sorted(
@@ -70,3 +70,4 @@ squeeze = _method("squeeze", "``input.squeeze(dim=None)``")
 unsqueeze = _method("unsqueeze", "``input.unsqueeze(dim)``")
 t = _method("t", "``input.t()``")
 transpose = _method("transpose", "``input.transpose(dim0, dim1)``")
+matmul = _method("matmul", "``input @ other`` for 2-D float32 tensors")
