@@ -345,13 +345,13 @@ MEMCHECK_FILES=("$REPO/tests/kernels/test_ops.py" "$REPO/tests/kernels/test_conv
   "$REPO/tests/kernels/test_pool.py" "$REPO/tests/kernels/test_optimizer_kernels.py"
   "$REPO/tests/kernels/test_axis_ops_and_activations.py" "$REPO/tests/kernels/test_regression_losses.py"
   "$REPO/tests/runtime/test_compiled_steps.py")
-MEMCHECK_TESTS="(matmul or softmax or cross_entropy or reduce or conv2d or pool2d or optimizer \
+MEMCHECK_TESTS="(matrix_multiply or softmax or cross_entropy or reduce or conv2d or pool2d or optimizer \
   or adam or adadelta or momentum or argmax or dropout or transpose or nll or compiled or frontend_ops) \
   and not large and not property and not raise and not impossible and not huge and not past_one_cuda_grid \
   and not 1500x2000 and not 100000 and not mnist_shape and not torch and not test_argmax_kernel \
   and not test_axis_ops_on_devices"
 # The kernels with shared memory, barriers and warp collectives, at shapes racecheck gets through.
-SYNC_KERNEL_TESTS="(matmul or sum or softmax or transpose) and not large and not property \
+SYNC_KERNEL_TESTS="(matrix_multiply or reduce_sum or softmax or transpose) and not large and not property \
   and not mnist_shape and not raises and not 1500x2000 and not 100000"
 
 if [ "$BUILD_OK" -eq 1 ]; then
