@@ -10,8 +10,10 @@ Cases come in three groups: ``seed`` (the dlsys course's test sizes, e.g. 500x70
 group keeps the name it has in the ledger's files), ``mnist`` (the shapes of one MNIST training
 step at batch 1000 of the 784-256-100-10 MLP and of logistic regression, the transposed gradient
 products included) and ``large`` (4096^3 matrix products, 64M-element elementwise ops, 8192x8192
-transposes, 65536x1024 softmax). ``--quick`` runs the mnist group and a shrunk large group (1M
-elements, 256^3) with few repeats.
+transposes, 65536x1024 softmax). A case keeps the name it has in the ledger's files
+(``array_set``, ``reduce_sum_axis_zero``, ...) when the op it runs was renamed (``fill``,
+``sum_to_size``), so runs compare across the ledger. ``--quick`` runs the mnist group and a
+shrunk large group (1M elements, 256^3) with few repeats.
 
 For each case, in the style of llm.c's ``dev/cuda`` benchmarks:
 
@@ -431,9 +433,9 @@ def build_cases(quick: bool) -> list[Case]:
     if not quick:
         s = "seed"  # the dlsys course's test sizes (the ledger's group name)
         cases += [
-            _set("fill", s, (500, 200), 0.25),
+            _set("array_set", s, (500, 200), 0.25),
             _special("broadcast_to", s, "broadcast_to", (200, 300), (130, 200, 300)),
-            _special("sum_to_size", s, "sum_to_size", (500, 200, 100), (200, 100)),
+            _special("reduce_sum_axis_zero", s, "sum_to_size", (500, 200, 100), (200, 100)),
             _binary("add", s, "add", (500, 200)),
             _unary("add_const", s, "add_const", (500, 200), value=0.5),
             _binary("multiply", s, "multiply", (500, 200)),
@@ -442,7 +444,7 @@ def build_cases(quick: bool) -> list[Case]:
             _unary("relu", s, "relu", (2000, 2500)),
             _binary("relu_gradient", s, "relu_gradient", (2000, 2500)),
             _unary("softmax", s, "softmax", (500, 1000)),
-            _sce("cross_entropy", s, (500, 1000)),
+            _sce("softmax_cross_entropy", s, (500, 1000)),
         ]
     g = "mnist"
     b = 1000
@@ -462,7 +464,7 @@ def build_cases(quick: bool) -> list[Case]:
         _unary("relu", g, "relu", (b, 256)),
         _binary("relu_gradient", g, "relu_gradient", (b, 256)),
         _unary("softmax", g, "softmax", (b, 10)),
-        _sce("cross_entropy", g, (b, 10)),
+        _sce("softmax_cross_entropy", g, (b, 10)),
         _special("argmax_predictions", g, "argmax", (b, 10), (b,), axis=1),
         _one_hot("one_hot_labels", g, b, 10),
         _adadelta("adadelta_W1", g, (784, 256)),
@@ -483,7 +485,7 @@ def build_cases(quick: bool) -> list[Case]:
     soft = (1024, 1024) if quick else (65536, 1024)
     cases += [
         _unary("copy", g, "copy", big),
-        _set("fill", g, big, 0.25),
+        _set("array_set", g, big, 0.25),
         _binary("add", g, "add", big),
         _binary("multiply", g, "multiply", big),
         _unary("add_const", g, "add_const", big, value=0.5),
@@ -498,14 +500,14 @@ def build_cases(quick: bool) -> list[Case]:
         _binary("eq", g, "eq", big),
         _unary("transpose", g, "transpose", big),
         _special("broadcast_to", g, "broadcast_to", (cols,), big),
-        _special("sum_to_size", g, "sum_to_size", big, (cols,)),
+        _special("reduce_sum_axis_zero", g, "sum_to_size", big, (cols,)),
         _special("argmax_rows", g, "argmax", big, (rows,), axis=1),
         _special("argmax_columns", g, "argmax", big, (cols,), axis=0),
         _one_hot("one_hot", g, rows, cols),
         _unary("softmax", g, "softmax", soft),
-        _sce("cross_entropy", g, soft),
-        _random("uniform", g, "uniform", big),
-        _random("normal", g, "normal", big),
+        _sce("softmax_cross_entropy", g, soft),
+        _random("random_uniform", g, "uniform", big),
+        _random("random_normal", g, "normal", big),
         *[_matmul(g, mm, mm, mm, ta, tb) for ta in (False, True) for tb in (False, True)],
     ]
     for c in cases:
