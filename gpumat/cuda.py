@@ -31,7 +31,7 @@ def is_available() -> bool:
 
 def device_count() -> int:
     """The number of usable CUDA GPUs (0 in a build without CUDA)."""
-    return int(_core.cuda_device_count_()) if _core.built_with_cuda_() else 0
+    return int(_core.cuda_device_count_())
 
 
 def current_device() -> int:

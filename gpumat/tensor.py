@@ -892,10 +892,11 @@ class Tensor:
                 f"beyond what an {self._dtype} tensor holds exactly (convert with .float())"
             )
         limit = EXACT_INT // max(n, 1)
+        trace = current_trace()
         if self._range_src is not None:  # an argument of a compiled step: checked on every call
             self._trace.guard_range(self._range_src, -limit, limit, "sum", ValueError)
-        elif self._trace is None and current_trace() is not None:  # a tensor the step reads
-            current_trace().guard_range(self, -limit, limit, "sum", ValueError)
+        elif self._trace is None and trace is not None:  # a tensor the step reads
+            trace.guard_range(self, -limit, limit, "sum", ValueError)
         bounds = (min(0, n * lo), max(0, n * hi))
         return self._reduce("sum", reduce_sum_op, dim, keepdim, int64, bounds)
 
@@ -1355,13 +1356,14 @@ def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differen
 
 
 def _add(a: Tensor, b: Tensor, op: str = "add") -> Tensor:
+    bias = broadcasting.channel_bias(a._shape, b._shape)
+    if bias is None:
+        return _binary(op, a, b, add_op)  # its checks, once
     _require_float(op, a, b)
     _device_of(op, [a, b])
-    bias = broadcasting.channel_bias(a._shape, b._shape)
-    if bias is not None:  # a (C, 1, ..., 1) tensor over (N, C, ...): a convolution's bias
-        x, y = (b, a) if bias == 0 else (a, b)
-        return apply_op(op, add_channel_bias_op, [x, y.reshape(y._shape[0])])
-    return _binary(op, a, b, add_op)
+    # a (C, 1, ..., 1) tensor over (N, C, ...): a convolution's bias
+    x, y = (b, a) if bias == 0 else (a, b)
+    return apply_op(op, add_channel_bias_op, [x, y.reshape(y._shape[0])])
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:

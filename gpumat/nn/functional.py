@@ -265,8 +265,8 @@ def _check_classes(target: Tensor, num_classes: int, op: str) -> None:
         raise IndexError(f"{op}: Target {hi} is out of bounds (classes 0..{num_classes - 1}).")
     if target._range_src is not None:  # an argument of a compiled step: checked on every call
         target._trace.guard_range(target._range_src, 0, num_classes - 1, op, IndexError)
-    elif target._trace is None and current_trace() is not None:  # a tensor the step reads
-        current_trace().guard_range(target, 0, num_classes - 1, op, IndexError)
+    elif target._trace is None and (trace := current_trace()) is not None:  # read by the step
+        trace.guard_range(target, 0, num_classes - 1, op, IndexError)
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

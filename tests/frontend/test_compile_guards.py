@@ -62,23 +62,9 @@ def autoencoder():
 def test_autoencoder_step_on_clean_then_noisy_inputs(ctx):
     """step(x, x) then step(noisy, x): the second call's loss is the denoising loss, as eagerly."""
     rng, seed = new_rng()
-    a, b = autoencoder(), autoencoder()
-    b.load_state_dict(a.state_dict())
-    a.to(ctx)
-    b.to(ctx)
-    opts = [gpumat.optim.SGD(m.parameters(), lr=0.1) for m in (a, b)]
-
-    def make(model, opt):
-        def step(inp, target):
-            opt.zero_grad()
-            loss = F.mse_loss(model(inp), target)
-            loss.backward()
-            opt.step()
-            return loss
-
-        return step
-
-    eager, compiled = make(a, opts[0]), gpumat.compile(make(b, opts[1]))
+    a, b, opt_a, opt_b = twins(ctx, lambda p: gpumat.optim.SGD(p, lr=0.1), autoencoder)
+    eager = train_step(a, opt_a, F.mse_loss)
+    compiled = gpumat.compile(train_step(b, opt_b, F.mse_loss))
     for i in range(3):
         x = t(rng, (5, 6), ctx)
         noisy = t(rng, (5, 6), ctx)
@@ -123,18 +109,19 @@ def mlp():
     return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
 
 
-def twins(ctx, make_opt=lambda p: gpumat.optim.SGD(p, lr=0.1, momentum=0.9)):
-    a, b = mlp(), mlp()
+def twins(ctx, make_opt=lambda p: gpumat.optim.SGD(p, lr=0.1, momentum=0.9), build=mlp):
+    """Two models made by ``build`` with equal parameters on ``ctx``, and an optimizer each."""
+    a, b = build(), build()
     b.load_state_dict(a.state_dict())
     a.to(ctx)
     b.to(ctx)
     return a, b, make_opt(a.parameters()), make_opt(b.parameters())
 
 
-def train_step(model, opt):
+def train_step(model, opt, loss_fn=F.cross_entropy):
     def step(x, y):
         opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
+        loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         return loss
