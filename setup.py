@@ -76,7 +76,10 @@ class BuildWithLibgpumat(build_ext):
         ldlibs = subprocess.check_output([*make, "-s", "print-ldlibs"], text=True).split()
         cuda_arch = subprocess.check_output([*make, "-s", "print-cuda-arch"], text=True).split()
         openmp = "-fopenmp" in ldlibs
-        self.write_build_config(cuda, cuda_arch if cuda else [], openmp)
+        emu_flags = subprocess.check_output(
+            [*make, "-s", "print-emu-kernel-flags"], text=True
+        ).split()
+        self.write_build_config(cuda, cuda_arch if cuda else [], openmp, emu_flags)
         if cuda:
             self.record_kernel_resources()
         # One line that says what was built. NOTE: pip shows a build's output only with -v (or
@@ -156,13 +159,16 @@ class BuildWithLibgpumat(build_ext):
             return out[1]
         return None
 
-    def write_build_config(self, cuda: bool, cuda_arch, openmp: bool):
+    def write_build_config(self, cuda: bool, cuda_arch, openmp: bool, emu_flags):
         text = (
             '"""Written by setup.py at build time: what this build of gpumat contains."""\n\n'
             f"CUDA = {cuda!r}\n"
             f"CUDA_ARCH = {tuple(cuda_arch)!r}\n"
             'BLAS = "OpenBLAS (scipy-openblas32)"\n'
             f"OPENMP = {openmp!r}\n"
+            "# The flags the emulated kernels are compiled with (extensions/Makefile's\n"
+            "# EMU_KERNEL_FLAGS): gpumat.cuda builds users' kernels for the emulated device so too.\n"
+            f"EMU_KERNEL_FLAGS = {tuple(emu_flags)!r}\n"
         )
         for target in (ROOT / "gpumat", Path(self.build_lib) / "gpumat"):
             target.mkdir(parents=True, exist_ok=True)
@@ -198,13 +204,18 @@ extension = Extension(
 class BuildPyFresh(build_py):
     """Copies the Python sources into a clean build/lib/gpumat: setuptools only adds files there,
     so a module deleted or moved in the source tree would otherwise still be installed from an
-    earlier build."""
+    earlier build. Also installs the emulated device's two headers as gpumat/_emu_include/, which
+    gpumat.cuda compiles users' kernels against."""
 
     def run(self):
         stale = Path(self.build_lib) / "gpumat"
         for path in sorted(stale.rglob("*.py")) if stale.exists() else []:
             path.unlink()
         super().run()
+        include = stale / "_emu_include"
+        include.mkdir(parents=True, exist_ok=True)
+        for name in ("cuda_runtime.h", "emulator.h"):
+            shutil.copy(EXT_DIR / "src" / "emu" / name, include / name)
 
 
 setup(

@@ -1,10 +1,15 @@
-"""The ``torch.cuda`` calls PyTorch programs make first: ``gpumat.cuda.is_available()``, ...
+"""CUDA from Python: the ``torch.cuda`` calls PyTorch programs make first, and users' own kernels.
 
 ``is_available()`` (a usable CUDA GPU and a build with CUDA), ``device_count()``,
 ``current_device()`` (0: gpumat runs on the device an array lives on, with no current-device
 state), ``synchronize(device=None)`` and ``manual_seed`` / ``manual_seed_all`` (gpumat's one
 generator, :func:`gpumat.manual_seed`, seeds every device). The emulated CUDA device
 (``gpumat.emu(i)``) is not a CUDA GPU here: ``is_available()`` is false without a real one.
+
+Users' own CUDA C++ kernels, with CuPy's conventions: :class:`RawKernel` and :class:`RawModule`
+(compiled by nvcc for a GPU, or by the host compiler against gpumat's emulator for ``emu``, where
+every access is checked), :class:`CompileError`, and :class:`Stream` / :func:`current_stream`, the
+stream gpumat queues a device's work on (:mod:`gpumat.cuda.kernel`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,12 @@ from gpumat.device import synchronize as _synchronize
 from gpumat.random import manual_seed as _manual_seed
 
 __all__ = [
+    "CompileError",
+    "RawKernel",
+    "RawModule",
+    "Stream",
     "current_device",
+    "current_stream",
     "device_count",
     "is_available",
     "manual_seed",
@@ -63,3 +73,6 @@ def manual_seed(seed: int) -> None:
 def manual_seed_all(seed: int) -> None:
     """As :func:`manual_seed`: one generator serves every device."""
     _manual_seed(seed)
+
+
+from gpumat.cuda.kernel import CompileError, RawKernel, RawModule, Stream, current_stream  # noqa: E402
