@@ -167,7 +167,7 @@ class BuildWithLibgpumat(build_ext):
             'BLAS = "OpenBLAS (scipy-openblas32)"\n'
             f"OPENMP = {openmp!r}\n"
             "# The flags the emulated kernels are compiled with (extensions/Makefile's\n"
-            "# EMU_KERNEL_FLAGS): gpumat.cuda builds users' kernels for the emulated device so too.\n"
+            "# EMU_KERNEL_FLAGS): gpumat.cuda builds users' emulated kernels with them too.\n"
             f"EMU_KERNEL_FLAGS = {tuple(emu_flags)!r}\n"
         )
         for target in (ROOT / "gpumat", Path(self.build_lib) / "gpumat"):

@@ -159,10 +159,9 @@ def _core_library() -> Path:
 # per-block thread_local storage, so the emulated build reads the launch's dynamic shared memory
 # through emulator::dynamic_smem() instead; #line keeps the user's line numbers.
 _DYNAMIC_SHARED = re.compile(
-    r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?"
-    r"([A-Za-z_][\w:]*(?:\s+[A-Za-z_][\w:]*)*\s*\**)\s*"
-    r"(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_]\w*)\s*\[\s*\]\s*;"
+    r"extern\s+__shared__\s+([^;\[\]{}()]*?(?:\([^;()]*\)[^;\[\]{}()]*?)*)\[\s*\]\s*;"
 )
+_ALIGN = re.compile(r"__align__\s*\(\s*\d+\s*\)")
 _EXTERN_C_KERNEL = re.compile(
     r'extern\s+"C"\s*(?:\{[^}]*?)?(?:__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void'
     r"|void\s+__global__)\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\("
@@ -221,7 +220,10 @@ def _emulated_source(code: str) -> tuple[str, list[str]]:
 
     def replace(m: re.Match) -> str:
         line = code.count("\n", 0, m.end()) + 1
-        ctype, name = " ".join(m.group(1).split()), m.group(2)
+        decl = _ALIGN.sub(" ", m.group(1)).replace("*", " * ").split()
+        if len(decl) < 2 or not re.fullmatch(r"[A-Za-z_]\w*", decl[-1]):
+            return m.group()  # not a declaration this rewrite understands: the compiler will say
+        ctype, name = " ".join(decl[:-1]).replace(" *", "*"), decl[-1]
         pointer = f"reinterpret_cast<{ctype}*>(::gpumat::emulator::dynamic_smem())"
         if _in_function_body(code, m.start()):
             return f"{ctype}* const {name} = {pointer};"
@@ -261,7 +263,8 @@ template <typename... P, size_t... I>
 int launch_params(void (*f)(P...), const char* name, dim3 g, dim3 b, size_t smem, void* stream,
                   void** args, std::index_sequence<I...>) {
   return static_cast<int>(::gpumat::emulator::launch_kernel(
-      f, name, g, b, smem, static_cast<cudaStream_t>(stream), *static_cast<std::decay_t<P>*>(args[I])...));
+      f, name, g, b, smem, static_cast<cudaStream_t>(stream),
+      *static_cast<std::decay_t<P>*>(args[I])...));
 }
 #endif
 template <typename... P>
@@ -292,7 +295,8 @@ int attributes(F* f, int device, long long* out) {
   e = cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(f));
   if (e != cudaSuccess) return static_cast<int>(e);
   const long long v[] = {a.maxThreadsPerBlock, static_cast<long long>(a.sharedSizeBytes),
-                         static_cast<long long>(a.constSizeBytes), static_cast<long long>(a.localSizeBytes),
+                         static_cast<long long>(a.constSizeBytes),
+                         static_cast<long long>(a.localSizeBytes),
                          a.numRegs, a.ptxVersion, a.binaryVersion, a.maxDynamicSharedSizeBytes};
   for (int i = 0; i < 8; ++i) out[i] = v[i];
   return 0;
@@ -302,7 +306,8 @@ template <typename F>
 int set_max_dynamic_smem(F* f, int device, int bytes) {
   cudaError_t e = cudaSetDevice(device);
   if (e != cudaSuccess) return static_cast<int>(e);
-  return static_cast<int>(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return static_cast<int>(e);
 }
 }  // namespace gpumat_rawkernel
 
@@ -316,7 +321,8 @@ extern "C" int gpumat_rawkernel_device_limits(int device, long long* out) {
   cudaDeviceProp p;
   cudaError_t e = cudaGetDeviceProperties(&p, device);
   if (e != cudaSuccess) return static_cast<int>(e);
-  const long long v[] = {p.maxThreadsPerBlock, p.maxThreadsDim[0], p.maxThreadsDim[1], p.maxThreadsDim[2],
+  const long long v[] = {p.maxThreadsPerBlock,
+                         p.maxThreadsDim[0], p.maxThreadsDim[1], p.maxThreadsDim[2],
                          p.maxGridSize[0],     p.maxGridSize[1],   p.maxGridSize[2],
                          static_cast<long long>(p.sharedMemPerBlock),
                          static_cast<long long>(p.sharedMemPerBlockOptin), p.major, p.minor};
@@ -333,8 +339,8 @@ _LAUNCHER_PER_KERNEL = r"""
 extern "C" int gpumat_rawkernel_signature_{i}(int* kinds, long long* sizes, int max) {{
   return gpumat_rawkernel::signature(&{expr}, kinds, sizes, max);
 }}
-extern "C" int gpumat_rawkernel_launch_{i}(int device, const unsigned* g, const unsigned* b, size_t smem,
-                                           void* stream, void** args) {{
+extern "C" int gpumat_rawkernel_launch_{i}(int device, const unsigned* g, const unsigned* b,
+                                           size_t smem, void* stream, void** args) {{
   return gpumat_rawkernel::launch(&{expr}, {label}, device, g, b, smem, stream, args);
 }}
 extern "C" int gpumat_rawkernel_attributes_{i}(int device, long long* out) {{
@@ -379,7 +385,9 @@ def _split_options(options: tuple[str, ...], emulated: bool) -> list[str]:
         else:
             raise ValueError(
                 f"option {opt!r} has no meaning on the emulated device: it takes -D, -U, -I, "
-                "-std=, -O, -w, -Werror and drops nvcc's own (" + ", ".join(_NVCC_ONLY[:6]) + ", ...)"
+                "-std=, -O, -w, -Werror and drops nvcc's own ("
+                + ", ".join(_NVCC_ONLY[:6])
+                + ", ...)"
             )
     return kept
 
@@ -563,7 +571,8 @@ _memo: dict[str, Library] = {}
 
 
 def _gpu_arch(device: int) -> str:
-    """The compute capability of CUDA device ``device`` as nvcc spells it ("90"), from the driver."""
+    """The compute capability of CUDA device ``device`` as nvcc spells it ("90"), from the
+    driver."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError as e:
@@ -579,7 +588,9 @@ def _gpu_arch(device: int) -> str:
     return f"{major.value}{minor.value}"
 
 
-def build(code: str, names: list[str], options: tuple[str, ...], target: str, device: int) -> Library:
+def build(
+    code: str, names: list[str], options: tuple[str, ...], target: str, device: int
+) -> Library:
     """The library of ``code`` with launchers for ``names``, for ``target`` ("gpu" or "emu"),
     from this process's memo, the cache, or the compiler.
 

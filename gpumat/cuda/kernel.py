@@ -79,7 +79,9 @@ class Stream:
     def __init__(self, device):
         device = as_device(device, "Stream")
         if device.device_type == "cpu":
-            raise ValueError("Stream: the cpu device has no CUDA stream; use a 'cuda' or 'emu' device")
+            raise ValueError(
+                "Stream: the cpu device has no CUDA stream; use a 'cuda' or 'emu' device"
+            )
         self.device = device
         self.ptr = int(_core.cuda_stream_(*device._native))
 
@@ -159,7 +161,9 @@ def _array(arg, where: str):
                 "to the emulated device or a GPU first (e.g. gpumat.asarray(x, device='emu'))"
             )
         return arg._address_range()[0], arg.device, None
-    cai = getattr(arg, "__cuda_array_interface__", None) if not isinstance(arg, np.ndarray) else None
+    cai = (
+        getattr(arg, "__cuda_array_interface__", None) if not isinstance(arg, np.ndarray) else None
+    )
     if isinstance(cai, dict):
         shape, typestr = tuple(cai["shape"]), np.dtype(cai["typestr"])
         strides = cai.get("strides")
@@ -168,7 +172,10 @@ def _array(arg, where: str):
             for d in reversed(shape):
                 expected.append(step)
                 step *= d
-            if any(d != 1 and s != e for d, s, e in zip(shape, strides, reversed(expected))):
+            if any(
+                d != 1 and s != e
+                for d, s, e in zip(shape, strides, reversed(expected), strict=True)
+            ):
                 raise ValueError(
                     f"{where}: a non-contiguous CUDA array (strides {tuple(strides)}); pass a "
                     "contiguous copy (.contiguous(), cupy.ascontiguousarray)"
@@ -183,8 +190,15 @@ def _array(arg, where: str):
         else:
             index = _cuda_pointer_device(ptr) if ptr else 0
         stream = cai.get("stream")
-        return ptr, Device("gpu", index), (int(stream) if isinstance(stream, int) and stream > 2 else None)
-    if isinstance(arg, np.ndarray) or hasattr(arg, "__array_interface__") or hasattr(arg, "__dlpack__"):
+        # CUDA array interface v3: work on the producer's stream (1: legacy default, 2: per-thread
+        # default, else a handle) must be done before a consumer's stream uses the memory.
+        ordered = int(stream) if isinstance(stream, int) and stream >= 1 else None
+        return ptr, Device("gpu", index), ordered
+    if (
+        isinstance(arg, np.ndarray)
+        or hasattr(arg, "__array_interface__")
+        or hasattr(arg, "__dlpack__")
+    ):
         raise TypeError(
             f"{where}: {type(arg).__name__} is host memory, not device memory: pass a gpumat "
             "array or tensor on the emulated device or a GPU, or a CUDA array (CuPy, PyTorch)"
@@ -277,7 +291,9 @@ class RawModule:
 
     def __init__(self, code: str | None = None, *, options=(), name_expressions=None, jitify=False):
         if not isinstance(code, str):
-            raise TypeError(f"RawModule: code must be a str of CUDA C++ source, got {type(code).__name__}")
+            raise TypeError(
+                f"RawModule: code must be a str of CUDA C++ source, got {type(code).__name__}"
+            )
         if isinstance(options, str) or not all(isinstance(o, str) for o in options):
             raise TypeError(f"RawModule: options must be a tuple of str, got {options!r}")
         if not isinstance(jitify, bool):
@@ -378,7 +394,9 @@ class RawKernel:
         if not isinstance(name, str) or not name.strip():
             raise TypeError(f"RawKernel: name must be a non-empty str, got {name!r}")
         self.name = name.strip()
-        self.module = _module if _module is not None else RawModule(code, options=options, jitify=jitify)
+        self.module = (
+            _module if _module is not None else RawModule(code, options=options, jitify=jitify)
+        )
         self.code, self.options = self.module.code, self.module.options
         self._max_dynamic_smem: int | None = None
         self._applied: dict[tuple[str, int], int] = {}
@@ -414,11 +432,11 @@ class RawKernel:
     @property
     def attributes(self) -> dict:
         """The kernel's attributes on the default device (``cudaFuncGetAttributes``; CuPy's keys):
-        ``max_threads_per_block``, ``shared_size_bytes`` (static shared memory), ``const_size_bytes``,
-        ``local_size_bytes``, ``num_regs``, ``ptx_version``, ``binary_version``,
-        ``max_dynamic_shared_size_bytes``. On the emulated device, which allocates no registers,
-        only ``max_threads_per_block`` and ``max_dynamic_shared_size_bytes`` are known; the others
-        are None."""
+        ``max_threads_per_block``, ``shared_size_bytes`` (static shared memory),
+        ``const_size_bytes``, ``local_size_bytes``, ``num_regs``, ``ptx_version``,
+        ``binary_version``, ``max_dynamic_shared_size_bytes``. On the emulated device, which
+        allocates no registers, only ``max_threads_per_block`` and
+        ``max_dynamic_shared_size_bytes`` are known; the others are None."""
         return self.attributes_on(_default_device())
 
     def attributes_on(self, device) -> dict:
@@ -445,7 +463,7 @@ class RawKernel:
             return values
         if code:
             raise CudaError(f"{self.name}: cudaFuncGetAttributes: {lib.error_string(code)}")
-        return dict(zip(keys, (int(v) for v in out)))
+        return dict(zip(keys, (int(v) for v in out), strict=True))
 
     # ------------------------------------------------------------------ launch
 
@@ -456,7 +474,9 @@ class RawKernel:
         if shared_mem < 0:
             raise ValueError(f"shared_mem must be >= 0 bytes, got {shared_mem}")
         if not isinstance(args, (tuple, list)):
-            raise TypeError(f"{self.name}: args must be a tuple of arguments, got {type(args).__name__}")
+            raise TypeError(
+                f"{self.name}: args must be a tuple of arguments, got {type(args).__name__}"
+            )
         args = tuple(args)
         arrays = [(i, _array(a, f"{self.name} argument {i}")) for i, a in enumerate(args)]
         devices = {}
@@ -474,7 +494,7 @@ class RawKernel:
                 f"{self.name}: the kernel takes {len(signature)} arguments, got {len(args)}"
             )
         buffers = []
-        for (i, found), (kind, size) in zip(arrays, signature):
+        for (i, found), (kind, size) in zip(arrays, signature, strict=True):
             where = f"{self.name} argument {i}"
             if kind == POINTER:
                 if found is None:
@@ -486,7 +506,8 @@ class RawKernel:
             else:
                 if found is not None:
                     raise TypeError(
-                        f"{where}: the kernel takes {_KIND_NAMES[kind]} of {size} bytes, got an array"
+                        f"{where}: the kernel takes {_KIND_NAMES[kind]} of {size} bytes, "
+                        "got an array"
                     )
                 data = _scalar_bytes(args[i], kind, size, where)
                 buffers.append(ctypes.create_string_buffer(data, len(data)))
@@ -510,11 +531,11 @@ class RawKernel:
             )
 
     def _check_limits(self, lib, index, device, grid3, block3, shared_mem: int) -> None:
-        (max_threads, bx, by, bz, gx, gy, gz, _smem, smem_optin, _major, _minor) = lib.device_limits(
-            device.index
+        (max_threads, bx, by, bz, gx, gy, gz, _smem, smem_optin, _major, _minor) = (
+            lib.device_limits(device.index)
         )
         for what, dims, limits in (("block", block3, (bx, by, bz)), ("grid", grid3, (gx, gy, gz))):
-            for axis, d, lim in zip("xyz", dims, limits):
+            for axis, d, lim in zip("xyz", dims, limits, strict=True):
                 if d > lim:
                     raise ValueError(
                         f"{self.name}: {what}.{axis} = {d} is over {device}'s limit of {lim}"
