@@ -65,6 +65,7 @@ from gpumat.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enab
 from gpumat.compiler import compile  # noqa: E402, A004
 from gpumat.creation import (  # noqa: E402
     arange,
+    empty_like,
     flatten,
     from_numpy,
     full,
@@ -124,6 +125,7 @@ __all__ = [
     "dtype",
     "empty",
     "empty_cache",
+    "empty_like",
     "emu",
     "enable_grad",
     "flatten",

@@ -24,6 +24,7 @@ from gpumat.tensor import Tensor, _copy_of, _filled, _from_host, _is_number, _si
 
 __all__ = [
     "arange",
+    "empty_like",
     "flatten",
     "from_numpy",
     "full",
@@ -93,6 +94,29 @@ def zeros_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) 
     return zeros(
         t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad
     )
+
+
+def empty_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A float32 tensor of ``t``'s shape and device (unless given) whose values are not set
+    (PyTorch's ``empty_like``): the output of a kernel that writes every element, such as a
+    :class:`gpumat.cuda.RawKernel`. On the emulated device its memory reads as NaN and initcheck
+    reports a kernel reading it before a write.
+
+    Raises:
+        TypeError: ``dtype`` other than float32 (int64 and bool tensors carry the range of their
+            values, which unset memory has not: use :func:`zeros_like`).
+    """
+    dt = as_dtype(dtype, "empty_like") or t.dtype
+    if dt is not float32:
+        raise TypeError(
+            f"empty_like: only float32 ({dt} tensors know their values' range, which unset "
+            "memory has not; use zeros_like)"
+        )
+    dev = as_device(device, "empty_like") if device is not None else t.device
+    out = Tensor._make(empty(t.shape, dev), float32, dev)
+    if requires_grad:
+        out.requires_grad = True
+    return out
 
 
 def ones_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
