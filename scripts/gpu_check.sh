@@ -28,7 +28,7 @@
 #   |              tests (matmul, reductions, softmax, transpose; small shapes: racecheck is slow)
 #   | examples     examples/mnist.py -m all -c gpu -e 2, examples/mnist_net.py --epochs 1 eager
 #   |              and --compile: accuracies
-#   interop        from pytest's report: the interop tests ran on the GPU, none skipped
+#   interop        from pytest's report: the interop and RawKernel tests ran on the GPU, none skipped
 #   speed, one at a time (nothing else on the GPU):
 #   ladder         benchmarks/sgemm/run_ladder.sh: every kernel checked, MNIST shapes and 4096^3
 #                  against cuBLAS FP32
@@ -380,8 +380,9 @@ else
   for step in pytest memcheck racecheck examples; do skip_without_build "$step"; done
 fi
 
-# interop: the DLPack / __cuda_array_interface__ / checkpoint tests, read from pytest's report:
-# each must have run on the GPU (none skipped: torch and CuPy are on the machine).
+# interop: the DLPack / __cuda_array_interface__ / checkpoint tests and users' kernels (RawKernel,
+# with gpumat, torch and CuPy arrays), read from pytest's report: each must have run on the GPU
+# (none skipped: torch, CuPy and nvcc are on the machine).
 if wanted interop && [ -f "$LOGS/pytest.xml" ]; then
   "$PY" - "$LOGS/pytest.xml" >"$LOGS/interop.log" 2>&1 <<'EOF'
 import sys
@@ -390,7 +391,7 @@ import xml.etree.ElementTree as ET
 counts, bad = {"passed": 0, "failed": 0, "skipped": 0}, []
 for case in ET.parse(sys.argv[1]).iter("testcase"):
     where = case.get("classname", "")
-    if "interop" not in where and "state_dict_interop" not in where:
+    if "interop" not in where and "raw_kernel" not in where:
         continue
     kind = next((k for k in ("failure", "error", "skipped") if case.find(k) is not None), "passed")
     key = {"failure": "failed", "error": "failed"}.get(kind, kind)
