@@ -1,30 +1,7 @@
-"""``gpumat.Tensor``: a value on a device with PyTorch's methods, eager autograd and tracing.
+"""The :class:`gpumat.Tensor` class and how its ops run (``apply_op``), with the helpers that make
+tensors from data.
 
-A tensor is a :class:`gpumat.PyGpuMatrix` (float32, row-major, on ``gpumat.cpu()``,
-``gpumat.emu(i)`` or ``gpumat.gpu(i)``) with a dtype, a version counter and, when it takes part
-in a recorded computation, a :mod:`gpumat.graph` node. Each op builds the graph node the graph API
-builds (``matmul_op``, ``relu_op``, ...) and runs its kernel at once through
-:func:`gpumat.autograd.run_node`; ``backward()`` differentiates with the ops' own ``gradient``
-methods (:mod:`gpumat.autograd`). Names, argument orders and semantics are PyTorch's, so a PyTorch
-program ports by replacing ``torch`` with ``gpumat``.
-
-Dtypes (:mod:`gpumat.dtypes`): float32, and int64 and bool held as exact integers in float32
-storage; an int64 tensor knows the range of its values, so ``nll_loss`` checks class indices
-without reading the device, and ``sum`` refuses what could round. The range is kept with the
-storage (``_range``), so a write through any view or alias counts for all of them, and writes
-convert floats as PyTorch does (toward zero into int64, ``!= 0`` into bool).
-
-Broadcasting (``+ - * / ==`` between tensors): :mod:`gpumat.broadcasting`. A Python number is a
-constant (``x * 2``, ``1 - x``).
-
-Errors follow the house rules: shape, dtype and device mismatches are ValueError / TypeError naming
-the op and the shapes; autograd misuse (``backward`` on a non-scalar without ``gradient``, a second
-``backward`` through released values, a value changed in place since the graph read it, an in-place
-op on a leaf that requires a gradient) is RuntimeError with PyTorch's wording.
-
-Under :func:`gpumat.compile` a step is traced (:class:`Trace`): the same ops build nodes over
-placeholders and produce symbolic tensors (shape, dtype and device, no value), which the compiler
-hands to the executor.
+:mod:`gpumat.tensor` (this package) re-exports what other modules use; the code is here.
 """
 
 from __future__ import annotations
@@ -85,8 +62,6 @@ from gpumat.graph.reduce import (
 )
 from gpumat.graph.softmax import log_softmax_op, softmax_op
 from gpumat.random import draw_seed
-
-__all__ = ["Tensor", "apply_op"]
 
 # --------------------------------------------------------------------------------------------------
 # Tensor
