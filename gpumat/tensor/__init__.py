@@ -25,12 +25,24 @@ op on a leaf that requires a gradient) is RuntimeError with PyTorch's wording.
 Under :func:`gpumat.compile` a step is traced (:class:`Trace`): the same ops build nodes over
 placeholders and produce symbolic tensors (shape, dtype and device, no value), which the compiler
 hands to the executor.
+
+Where the code is: the class, with construction, host values, autograd, devices and dtypes, and
+``apply_op``, in ``gpumat/tensor/_tensor.py``; its other methods by topic beside it: operators and
+math (``_arithmetic.py``), reductions (``_reductions.py``), shapes (``_layout.py``) and in-place
+ops (``_inplace.py``), added to the class when this package is imported.
 """
 
 from __future__ import annotations
 
+import types
+
 # as_device and the underscored helpers: imported from here by gpumat.creation and the tests.
 from gpumat.device import as_device  # noqa: F401
+from gpumat.graph.node import TENSOR_METHODS
+from gpumat.tensor._arithmetic import ArithmeticMethods, _pointwise, matmul
+from gpumat.tensor._inplace import InplaceMethods
+from gpumat.tensor._layout import LayoutMethods
+from gpumat.tensor._reductions import ReductionMethods
 from gpumat.tensor._tensor import (  # noqa: F401
     Tensor,
     _copy_of,
@@ -39,10 +51,30 @@ from gpumat.tensor._tensor import (  # noqa: F401
     _is_number,
     _size_args,
     apply_op,
-    matmul,
 )
 
 __all__ = ["Tensor", "apply_op"]
+
+
+def _add_methods(methods: type) -> None:
+    """Give Tensor the functions of a topic class's body, as if they were written in Tensor's."""
+    for name, value in vars(methods).items():
+        if not isinstance(value, types.FunctionType):
+            continue  # the class's own attributes (and the __hash__ = None its __eq__ implies)
+        if name in vars(Tensor):
+            raise RuntimeError(f"Tensor.{name}: defined by Tensor and by {methods.__name__}")
+        value.__qualname__ = f"Tensor.{value.__name__}"  # what errors and reprs name
+        setattr(Tensor, name, value)
+
+
+# Added, not inherited: the topic classes use Tensor itself, so they are defined after it.
+for _methods in (ArithmeticMethods, ReductionMethods, LayoutMethods, InplaceMethods):
+    _add_methods(_methods)
+
+# The pointwise methods (relu, tanh, sigmoid, exp, log, sqrt, ...): one per graph op that names one.
+for _op in TENSOR_METHODS:
+    setattr(Tensor, _op.tensor_method, _pointwise(_op.tensor_method, _op, _op.tensor_doc))
+
 
 # Their public home, whatever file holds them: reprs, pickles and the API reference name it.
 Tensor.__module__ = apply_op.__module__ = matmul.__module__ = __name__
