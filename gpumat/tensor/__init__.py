@@ -1,0 +1,80 @@
+"""``gpumat.Tensor``: a value on a device with PyTorch's methods, eager autograd and tracing.
+
+A tensor is a :class:`gpumat.PyGpuMatrix` (float32, row-major, on ``gpumat.cpu()``,
+``gpumat.emu(i)`` or ``gpumat.gpu(i)``) with a dtype, a version counter and, when it takes part
+in a recorded computation, a :mod:`gpumat.graph` node. Each op builds the graph node the graph API
+builds (``matmul_op``, ``relu_op``, ...) and runs its kernel at once through
+:func:`gpumat.autograd.run_node`; ``backward()`` differentiates with the ops' own ``gradient``
+methods (:mod:`gpumat.autograd`). Names, argument orders and semantics are PyTorch's, so a PyTorch
+program ports by replacing ``torch`` with ``gpumat``.
+
+Dtypes (:mod:`gpumat.dtypes`): float32, and int64 and bool held as exact integers in float32
+storage; an int64 tensor knows the range of its values, so ``nll_loss`` checks class indices
+without reading the device, and ``sum`` refuses what could round. The range is kept with the
+storage (``_range``), so a write through any view or alias counts for all of them, and writes
+convert floats as PyTorch does (toward zero into int64, ``!= 0`` into bool).
+
+Broadcasting (``+ - * / ==`` between tensors): :mod:`gpumat.broadcasting`. A Python number is a
+constant (``x * 2``, ``1 - x``).
+
+Errors follow the house rules: shape, dtype and device mismatches are ValueError / TypeError naming
+the op and the shapes; autograd misuse (``backward`` on a non-scalar without ``gradient``, a second
+``backward`` through released values, a value changed in place since the graph read it, an in-place
+op on a leaf that requires a gradient) is RuntimeError with PyTorch's wording.
+
+Under :func:`gpumat.compile` a step is traced (:class:`Trace`): the same ops build nodes over
+placeholders and produce symbolic tensors (shape, dtype and device, no value), which the compiler
+hands to the executor.
+
+Where the code is: the class, with construction, host values, autograd, devices and dtypes, and
+``apply_op``, in ``gpumat/tensor/_tensor.py``; its other methods by topic beside it: operators and
+math (``_arithmetic.py``), reductions (``_reductions.py``), shapes (``_layout.py``) and in-place
+ops (``_inplace.py``), added to the class when this package is imported.
+"""
+
+from __future__ import annotations
+
+import types
+
+# as_device and the underscored helpers: imported from here by gpumat.creation and the tests.
+from gpumat.device import as_device  # noqa: F401
+from gpumat.graph.node import TENSOR_METHODS
+from gpumat.tensor._arithmetic import ArithmeticMethods, _pointwise, matmul
+from gpumat.tensor._inplace import InplaceMethods
+from gpumat.tensor._layout import LayoutMethods
+from gpumat.tensor._reductions import ReductionMethods
+from gpumat.tensor._tensor import (  # noqa: F401
+    Tensor,
+    _copy_of,
+    _filled,
+    _from_host,
+    _is_number,
+    _size_args,
+    apply_op,
+)
+
+__all__ = ["Tensor", "apply_op"]
+
+
+def _add_methods(methods: type) -> None:
+    """Give Tensor the functions of a topic class's body, as if they were written in Tensor's."""
+    for name, value in vars(methods).items():
+        if not isinstance(value, types.FunctionType):
+            continue  # the class's own attributes (and the __hash__ = None its __eq__ implies)
+        if name in vars(Tensor):
+            raise RuntimeError(f"Tensor.{name}: defined by Tensor and by {methods.__name__}")
+        value.__qualname__ = f"Tensor.{value.__name__}"  # what errors and reprs name
+        setattr(Tensor, name, value)
+
+
+# Added, not inherited: the topic classes use Tensor itself, so they are defined after it.
+for _methods in (ArithmeticMethods, ReductionMethods, LayoutMethods, InplaceMethods):
+    _add_methods(_methods)
+
+# The pointwise methods (relu, tanh, sigmoid, exp, log, sqrt, ...): one per graph op that names one.
+for _op in TENSOR_METHODS:
+    setattr(Tensor, _op.tensor_method, _pointwise(_op.tensor_method, _op, _op.tensor_doc))
+
+
+# Their public home, whatever file holds them: reprs, pickles and the API reference name it.
+Tensor.__module__ = apply_op.__module__ = matmul.__module__ = __name__

@@ -1,0 +1,297 @@
+"""Tensor's operators and math methods: ``+ - * / ** @ == !=`` and their named forms (``add``,
+``div``, ``pow``, ``eq``, ...), ``matmul``, ``softmax`` and ``log_softmax``, with the broadcasting
+binary op they share (``_binary``) and the maker of the pointwise methods (``relu``, ``exp``, ...).
+
+One topic of the class, apart so that each file stays readable; :mod:`gpumat.tensor` adds
+``ArithmeticMethods``' methods and the pointwise ones to :class:`gpumat.Tensor`.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from gpumat import broadcasting
+from gpumat.dtypes import bool_, float32
+from gpumat.graph.conv import add_channel_bias_op
+from gpumat.graph.elementwise import (
+    add_byconst_op,
+    add_op,
+    div_op,
+    eq_op,
+    mul_byconst_op,
+    mul_op,
+    pow_zero_op,
+)
+from gpumat.graph.matmul import matmul_op
+from gpumat.graph.node import shape_str
+from gpumat.graph.softmax import log_softmax_op, softmax_op
+from gpumat.tensor._tensor import (
+    Tensor,
+    _copy_of,
+    _device_of,
+    _filled,
+    _is_number,
+    _require_float,
+    apply_op,
+)
+
+
+def _pointwise(name: str, graph_op, doc: str):
+    """A float32 tensor method applying the one-input graph op ``graph_op`` elementwise."""
+
+    def method(self: Tensor) -> Tensor:
+        _require_float(name, self)
+        return apply_op(name, graph_op, [self])
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = doc
+    return method
+
+
+class ArithmeticMethods:
+    """The operators, matmul and elementwise functions of Tensor."""
+
+    # ---------------------------------------------------------------- arithmetic
+
+    def _operand(self, other, op: str):
+        """A tensor or a float for the other side of a binary op, or NotImplemented."""
+        if isinstance(other, Tensor):
+            return other
+        if isinstance(other, (bool, np.bool_)):
+            return float(other)
+        if _is_number(other):
+            return float(other)
+        if isinstance(other, (np.ndarray, list, tuple)):
+            return _copy_of(other, None, self._device, "tensor")
+        return NotImplemented
+
+    def __add__(self, other):
+        other = self._operand(other, "add")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            return _add(self, other)
+        _require_float("add", self)
+        return apply_op("add", lambda n: add_byconst_op(n, other), [self])
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        other = self._operand(other, "sub")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            _require_float("sub", self, other)
+            return _add(self, other.__neg__(), "sub")
+        _require_float("sub", self)
+        return apply_op("sub", lambda n: add_byconst_op(n, -other), [self])
+
+    def __rsub__(self, other):
+        other = self._operand(other, "sub")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            return other.__sub__(self)
+        _require_float("sub", self)
+        return apply_op("sub", lambda n: add_byconst_op(n, other), [-self])
+
+    def __mul__(self, other):
+        other = self._operand(other, "mul")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            return _binary("mul", self, other, mul_op)
+        _require_float("mul", self)
+        return apply_op("mul", lambda n: mul_byconst_op(n, other), [self])
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        other = self._operand(other, "div")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            return _binary("div", self, other, div_op)
+        _require_float("div", self)
+        # A true division by float32(c), as PyTorch computes it: x * (1/c) is not the same
+        # function (with c = 1e-39, 1/c overflows to inf, so 0 / c became NaN and 1e-10 / c inf).
+        divisor = _filled("full", ((),), other, float32, self._device, False)
+        return _binary("div", self, divisor, div_op)
+
+    def __rtruediv__(self, other):
+        other = self._operand(other, "div")
+        if other is NotImplemented:
+            return other
+        if isinstance(other, Tensor):
+            return other.__truediv__(self)
+        _require_float("div", self)
+        return _binary(
+            "div", _filled("full", ((),), other, None, self._device, False), self, div_op
+        )
+
+    def div(self, other) -> Tensor:
+        """``self / other``."""
+        return self.__truediv__(other)
+
+    def add(self, other, alpha: float = 1) -> Tensor:
+        """``self + alpha * other``."""
+        return self + (other * alpha if alpha != 1 else other)
+
+    def sub(self, other, alpha: float = 1) -> Tensor:
+        """``self - alpha * other``."""
+        return self - (other * alpha if alpha != 1 else other)
+
+    def mul(self, other) -> Tensor:
+        """``self * other``."""
+        return self * other
+
+    def __neg__(self):
+        _require_float("neg", self)
+        return apply_op("neg", lambda n: mul_byconst_op(n, -1.0), [self])
+
+    def neg(self) -> Tensor:
+        """``-self``."""
+        return -self
+
+    def __pos__(self):
+        return self
+
+    def __pow__(self, exponent):
+        """``self ** n`` for an integer n >= 0, as repeated products (exact as PyTorch's x * x
+        for n = 2); always a new tensor (n = 1: a copy; n = 0: ones, whose gradient is zero).
+        Raises TypeError for other exponents (gpumat has no pow kernel)."""
+        if isinstance(exponent, bool) or not isinstance(exponent, (numbers.Integral, float)):
+            return NotImplemented
+        if float(exponent) != int(exponent) or exponent < 0:
+            raise TypeError(
+                f"pow: gpumat supports integer exponents >= 0 (products), got {exponent!r}"
+            )
+        n = int(exponent)
+        _require_float("pow", self)
+        if n == 0:  # ones (also for inf and NaN, as PyTorch), recorded so backward reaches self
+            return apply_op("pow", lambda node: pow_zero_op(node), [self])
+        if n == 1:  # a new tensor, as PyTorch's: an in-place change of the result leaves self
+            return self * 1.0
+        result, base = None, self
+        while n:
+            if n & 1:
+                result = base if result is None else result * base
+            n >>= 1
+            if n:
+                base = base * base
+        return result
+
+    def pow(self, exponent) -> Tensor:
+        """``self ** exponent`` (see ``__pow__``)."""
+        return self.__pow__(exponent)
+
+    def __matmul__(self, other):
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return matmul(self, other)
+
+    def matmul(self, other) -> Tensor:
+        """``self @ other``: 2-D tensors (N, K) @ (K, M) -> (N, M)."""
+        return matmul(self, other)
+
+    def mm(self, other) -> Tensor:
+        """``self @ other`` for 2-D tensors."""
+        return matmul(self, other)
+
+    def __eq__(self, other):
+        other = self._operand(other, "eq")
+        if other is NotImplemented:
+            return other
+        return self.eq(other)
+
+    def __ne__(self, other):
+        other = self._operand(other, "ne")
+        if other is NotImplemented:
+            return other
+        return self.ne(other)
+
+    def eq(self, other) -> Tensor:
+        """A bool tensor: True where ``self == other`` (a tensor, broadcast as for ``+``, or a
+        number). NaN equals nothing. Not differentiable."""
+        value = self._operand(other, "eq")
+        if value is NotImplemented:
+            raise TypeError(f"eq: cannot compare a tensor with a {type(other).__name__}")
+        other = value
+        if not isinstance(other, Tensor):
+            other = _filled("full", ((),), other, None, self._device, False)
+        return _binary("eq", self, other, eq_op, out_dtype=bool_, differentiable=False)
+
+    def ne(self, other) -> Tensor:
+        """A bool tensor: True where ``self != other`` (``1 - eq``)."""
+        e = self.eq(other)
+        negated = apply_op("ne", lambda n: mul_byconst_op(n, -1.0), [e], bool_, (-1, 0), False)
+        return apply_op("ne", lambda n: add_byconst_op(n, 1.0), [negated], bool_, (0, 1), False)
+
+    # ---------------------------------------------------------------- elementwise functions
+
+    def softmax(self, dim: int) -> Tensor:
+        """exp(x) / sum exp(x) along ``dim`` (max-subtracted: no overflow)."""
+        _require_float("softmax", self)
+        axis = self._axis(dim, "softmax")
+        if self.ndim == 0:  # over its one element, as PyTorch: 1
+            return self.reshape(1).softmax(0).reshape(())
+        return apply_op("softmax", lambda n: softmax_op(n, axis), [self])
+
+    def log_softmax(self, dim: int) -> Tensor:
+        """x - log(sum exp(x)) along ``dim`` (the log-sum-exp trick: finite for finite x)."""
+        _require_float("log_softmax", self)
+        axis = self._axis(dim, "log_softmax")
+        if self.ndim == 0:  # over its one element, as PyTorch: 0
+            return self.reshape(1).log_softmax(0).reshape(())
+        return apply_op("log_softmax", lambda n: log_softmax_op(n, axis), [self])
+
+
+def _expand(op: str, x: Tensor, like: Tensor) -> Tensor:
+    """x repeated to like's shape by the graph op :func:`gpumat.broadcasting.expansion` names."""
+    padded, make = broadcasting.expansion(op, x._shape, like._shape)
+    if padded != x._shape:
+        x = x.reshape(padded)
+    return apply_op(op, make, [x, like], x._dtype, x._range)
+
+
+def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differentiable=True):
+    if out_dtype is float32:
+        _require_float(op, a, b)
+    _device_of(op, [a, b])
+    which = broadcasting.expanded_operand(op, a._shape, b._shape)
+    if which == 0:
+        a = _expand(op, a, b)
+    elif which == 1:
+        b = _expand(op, b, a)
+    bounds = (0, 1) if out_dtype is bool_ else None
+    return apply_op(op, graph_op, [a, b], out_dtype, bounds, differentiable)
+
+
+def _add(a: Tensor, b: Tensor, op: str = "add") -> Tensor:
+    bias = broadcasting.channel_bias(a._shape, b._shape)
+    if bias is None:
+        return _binary(op, a, b, add_op)  # its checks, once
+    _require_float(op, a, b)
+    _device_of(op, [a, b])
+    # a (C, 1, ..., 1) tensor over (N, C, ...): a convolution's bias
+    x, y = (b, a) if bias == 0 else (a, b)
+    return apply_op(op, add_channel_bias_op, [x, y.reshape(y._shape[0])])
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` for 2-D float32 tensors: (N, K) @ (K, M) -> (N, M).
+
+    Raises:
+        TypeError: not tensors, or not float32. ValueError: not 2-D, or the inner sizes differ.
+    """
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError("matmul: expected two Tensors")
+    _require_float("matmul", a, b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(
+            f"matmul: gpumat multiplies 2-D tensors, got {shape_str(a._shape)} @ "
+            f"{shape_str(b._shape)}"
+        )
+    return apply_op("matmul", matmul_op, [a, b])

@@ -1,0 +1,118 @@
+"""Tensor's shape methods: ``reshape``, ``view``, ``view_as``, ``flatten``, ``squeeze``,
+``unsqueeze`` (views: they share the storage), and ``t`` and ``transpose`` (copies).
+
+One topic of the class, apart so that each file stays readable; :mod:`gpumat.tensor` adds
+``LayoutMethods``' methods to :class:`gpumat.Tensor`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpumat._checks import as_int
+from gpumat.graph.layout import reshape_op, transpose_op
+from gpumat.graph.node import shape_str
+from gpumat.tensor._tensor import Tensor, apply_op
+
+
+def _flat(shape) -> tuple:
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+
+
+class LayoutMethods:
+    """The shape methods of Tensor."""
+
+    # ---------------------------------------------------------------- shapes (views)
+
+    def reshape(self, *shape) -> Tensor:
+        """The same values in row-major order with a new shape (one entry may be -1). A view: it
+        shares the storage and the version counter."""
+        node_shape = tuple(as_int(d, "shape", "reshape") for d in _flat(shape))
+        out = apply_op(
+            "reshape",
+            lambda n: reshape_op(n, node_shape),
+            [self],
+            self._dtype,
+            self._range,
+            view=True,
+        )
+        out._range_src = self._range_src
+        return out
+
+    def view(self, *shape) -> Tensor:
+        """``reshape`` (gpumat tensors are contiguous, so every view is possible). A view of a
+        ``t()`` result refuses in-place ops as that result does."""
+        out = self.reshape(*shape)
+        out._copy_of_view = self._copy_of_view
+        return out
+
+    def view_as(self, other: Tensor) -> Tensor:
+        """``reshape(other.shape)``."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"view_as: expected a Tensor, got {type(other).__name__}")
+        return self.reshape(other._shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Axes ``start_dim`` to ``end_dim`` merged into one (a view)."""
+        if not self._shape:
+            return self.reshape(1)
+        s = self._axis(start_dim, "flatten")
+        e = self._axis(end_dim, "flatten")
+        if s > e:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        shape = self._shape[:s] + (math.prod(self._shape[s : e + 1]),) + self._shape[e + 1 :]
+        return self.reshape(shape)
+
+    def squeeze(self, dim=None) -> Tensor:
+        """Axes of length 1 removed (all, or ``dim`` if it has length 1); a view."""
+        if dim is None:
+            return self.reshape(tuple(d for d in self._shape if d != 1))
+        a = self._axis(dim, "squeeze")
+        if self._shape and self._shape[a] == 1:
+            return self.reshape(self._shape[:a] + self._shape[a + 1 :])
+        return self
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        """A new axis of length 1 at ``dim`` (in [-ndim - 1, ndim]); a view."""
+        d = as_int(dim, "dim", "unsqueeze")
+        nd = self.ndim
+        if not -nd - 1 <= d <= nd:
+            raise IndexError(f"unsqueeze: dim {d} is out of range for {nd + 1} dimensions")
+        d %= nd + 1
+        return self.reshape(self._shape[:d] + (1,) + self._shape[d:])
+
+    def t(self) -> Tensor:
+        """The transpose of a 2-D tensor; 0-d and 1-d tensors are returned as they are.
+
+        PyTorch returns a view, which gpumat's contiguous storage cannot be yet: the result is a
+        copy, and an in-place op on it is a RuntimeError (it would not reach this tensor, as it
+        would in PyTorch). Use it out of place, or ``.clone()`` it first.
+
+        Raises:
+            ValueError: a tensor of more than 2 dims.
+        """
+        if self.ndim < 2:
+            return self
+        if self.ndim != 2:
+            raise ValueError(
+                f"t(): expects a tensor of at most 2 dims, got {shape_str(self._shape)}"
+            )
+        out = apply_op("t", transpose_op, [self], self._dtype, self._range)
+        out._copy_of_view = "t()"
+        return out
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """Swap two axes: ``transpose(0, 1)`` of a 2-D tensor (gpumat's transpose kernel is 2-D).
+
+        Raises:
+            ValueError: other axes of a tensor of rank > 2.
+        """
+        a, b = self._axis(dim0, "transpose"), self._axis(dim1, "transpose")
+        if a == b:
+            return self
+        if self.ndim != 2:
+            raise ValueError(
+                f"transpose: gpumat transposes 2-D tensors only, got {shape_str(self._shape)} "
+                f"with dims ({dim0}, {dim1})"
+            )
+        return self.t()
