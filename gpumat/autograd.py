@@ -888,14 +888,14 @@ class _Backward:
                     )
                 out.append(_NOT_TENSOR)
                 continue
-            if g is None or not self.ctx.needs_input_grad[i]:
-                out.append(None)
-                continue
-            if not _is_tensor(g):
+            if g is not None and not _is_tensor(g):
                 raise TypeError(
                     f"function {name}Backward returned a {type(g).__name__} as the gradient at "
                     f"index {i}; expected a Tensor or None"
                 )
+            if g is None or not self.ctx.needs_input_grad[i]:
+                out.append(None)  # PyTorch ignores a gradient no input needs, unchecked
+                continue
             shape, device = meta
             if g._shape != shape:
                 raise RuntimeError(

@@ -284,6 +284,32 @@ def test_materialize_grads_off_and_non_tensor_outputs(ctx):
     np.testing.assert_allclose(x.grad.numpy(), np.full(3, 2.0), rtol=1e-6)
 
 
+def test_non_differentiable_outputs(ctx):
+    rng, _ = new_rng()
+    seen = []
+
+    class WithIndex(Function):
+        @staticmethod
+        def forward(ctx_, x):
+            y, i = x * 2.0, x.argmax(0)
+            m = x * 0.5
+            ctx_.mark_non_differentiable(m)
+            return y, i, m
+
+        @staticmethod
+        def backward(ctx_, gy, gi, gm):
+            seen.append(gm.numpy())
+            return gy * 2.0
+
+    x = gpumat.tensor(rand((4,), rng), device=ctx, requires_grad=True)
+    y, i, m = WithIndex.apply(x)
+    assert y.requires_grad and not i.requires_grad and not m.requires_grad
+    assert i.dtype == gpumat.int64
+    y.sum().backward()
+    np.testing.assert_array_equal(seen[0], np.zeros(4, np.float32))
+    np.testing.assert_allclose(x.grad.numpy(), np.full(4, 2.0))
+
+
 def test_ctx_attributes_needs_input_grad_kwargs_and_setup_context(ctx):
     rng, _ = new_rng()
     x = gpumat.tensor(rand((2, 3), rng), device=ctx, requires_grad=True)
