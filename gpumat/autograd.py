@@ -22,6 +22,10 @@ users expect:
   the nodes backward went through are released, and a second backward through them raises
   RuntimeError.
 
+- **Custom functions** (:class:`Function`, PyTorch's ``torch.autograd.Function``): a user's
+  ``forward`` and ``backward``, recorded as the nodes of :mod:`gpumat.graph.function`; backward
+  calls the user's ``backward`` once with the gradients of all the function's outputs.
+
 :class:`no_grad`, :class:`enable_grad` and :class:`set_grad_enabled` switch recording off and on
 per thread (PyTorch's names; context managers and decorators). The active trace of
 :func:`gpumat.compile` is kept here too (:func:`current_trace`), so that tensor ops know whether to
@@ -36,11 +40,16 @@ import threading
 
 from gpumat import ops
 from gpumat.arrays import empty
+from gpumat.dtypes import float32
+from gpumat.graph.elementwise import zeroslike_op
+from gpumat.graph.function import FunctionOp, FunctionOutputOp, function_output_op
 from gpumat.graph.layout import ReshapeOp
 from gpumat.graph.node import Node, PlaceholderOp, Undefined, Variable, shape_str
 from gpumat.graph.reverse_mode import find_topo_sort
 
 __all__ = [
+    "Function",
+    "FunctionCtx",
     "Saved",
     "VersionCounter",
     "backward",
@@ -394,6 +403,9 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
             continue
         if node.saved.freed:
             raise RuntimeError(_FREED)
+        if isinstance(node.op, (FunctionOp, FunctionOutputOp)):
+            _function_step(node, contribs, contributions, relevant, device, retain_graph)
+            continue
         grad_node, grad_value, grad_fresh = _sum(contribs, device)
         expected = dict(zip(node.inputs, node.saved.in_vers, strict=True))
         expected[node] = node.saved.ver
@@ -420,6 +432,27 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
         if not retain_graph:
             node.saved.value = None
             node.saved.freed = True
+
+
+def _function_step(node, contribs, contributions, relevant, device, retain_graph) -> None:
+    """backward at a node of a custom function (:mod:`gpumat.graph.function`): an output hands
+    its summed gradient to its function node; the function node, reached after all its outputs,
+    calls its ``vjp`` once with them and hands each input its gradient."""
+    if isinstance(node.op, FunctionOutputOp):
+        _, value, _ = _sum(contribs, device)
+        function_node = node.inputs[0]
+        if function_node in relevant:
+            contributions.setdefault(function_node, []).append((node.index, value))
+    else:
+        input_grads = node.op.vjp(dict(contribs))
+        for inp, value in zip(node.inputs, input_grads, strict=True):
+            if value is not None and inp in relevant:
+                contributions.setdefault(inp, []).append((Variable("grad"), value, False))
+        if not retain_graph and node.op.release is not None:
+            node.op.release()
+    if not retain_graph:
+        node.saved.value = None
+        node.saved.freed = True
 
 
 def check_backward(root, gradient) -> None:
@@ -451,3 +484,440 @@ def reset_grad(t, set_to_none: bool = True) -> None:
         g._concrete("zero_grad")
         ops.fill(g._data, 0.0)
         g._vc.value += 1
+
+
+# --------------------------------------------------------------------------------------------------
+# Custom functions: gpumat.autograd.Function
+# --------------------------------------------------------------------------------------------------
+
+
+def _is_tensor(x) -> bool:
+    """Whether ``x`` is a :class:`gpumat.Tensor` (or a subclass such as ``nn.Parameter``). This
+    module lies below :mod:`gpumat.tensor` and does not import it: a tensor is the object with a
+    :class:`VersionCounter`."""
+    return isinstance(getattr(x, "_vc", None), VersionCounter)
+
+
+def _shape_of(t) -> str:
+    return shape_str(t._shape)
+
+
+class FunctionCtx:
+    """The ``ctx`` that a :class:`Function`'s ``forward`` and ``backward`` receive (PyTorch's
+    ``torch.autograd.function.FunctionCtx``). Any attribute may be set on it in ``forward``
+    (``ctx.k = 3``) and read in ``backward``.
+
+    Attributes:
+        needs_input_grad: a tuple of bools, one per argument of ``forward`` (after ``ctx``): whether
+            backward must compute that argument's gradient (a tensor that requires a gradient,
+            with grad mode on); ``backward`` may return None for the others.
+    """
+
+    def __init__(self, name: str, needs_input_grad: tuple) -> None:
+        self.needs_input_grad = needs_input_grad
+        self._fn_name = name
+        self._to_save: tuple = ()
+        self._saved = None  # [(tensor, version)] from the end of forward on
+        self._released = False
+        self._non_differentiable: set = set()
+        self._materialize = True
+
+    def save_for_backward(self, *tensors) -> None:
+        """Keep ``tensors`` (or None) for ``backward``, which reads them from
+        :attr:`saved_tensors`. Call it once, in ``forward`` (or ``setup_context``); a second call
+        replaces the first.
+
+        Raises:
+            TypeError: an argument is neither a tensor nor None.
+        """
+        for i, t in enumerate(tensors):
+            if t is not None and not _is_tensor(t):
+                raise TypeError(
+                    f"{self._fn_name}: save_for_backward can only save tensors or None, but "
+                    f"argument {i} is a {type(t).__name__}"
+                )
+        self._to_save = tensors
+
+    @property
+    def saved_tensors(self) -> tuple:
+        """The tensors given to :meth:`save_for_backward`, in order.
+
+        Raises:
+            RuntimeError: one of them was changed in place since ``forward`` returned (its
+                version counter moved: the gradient would read other values), or backward has
+                already released them (a backward without ``retain_graph``).
+        """
+        if self._released:
+            raise RuntimeError(_FREED)
+        if self._saved is None:  # still in forward
+            return tuple(self._to_save)
+        for i, (t, version) in enumerate(self._saved):
+            if t is not None and t._vc.value != version:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by "
+                    f"an inplace operation: the {_shape_of(t)} tensor saved by "
+                    f"{self._fn_name}.save_for_backward at position {i} is at version "
+                    f"{t._vc.value}; expected version {version}. Make the change out of place, "
+                    "or after backward()"
+                )
+        return tuple(t for t, _ in self._saved)
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        """Outputs of ``forward`` (given here as the tensors it returns) that are not
+        differentiable: they do not require a gradient, and ``backward`` receives zeros for them
+        (or None with ``set_materialize_grads(False)``)."""
+        self._non_differentiable |= {id(t) for t in tensors}
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """Whether ``backward`` receives zeros (True, the default) or None for the gradient of an
+        output that got none (a non-tensor output always gets None)."""
+        self._materialize = bool(value)
+
+    def mark_dirty(self, *tensors) -> None:
+        """Not supported: a gpumat Function's ``forward`` must not change its inputs in place.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError(
+            f"{self._fn_name}: mark_dirty (a forward that changes its inputs in place) is not "
+            "supported by gpumat; return a new tensor"
+        )
+
+    def _finish(self) -> None:
+        """End of forward: remember the saved tensors' versions (the ones backward may read)."""
+        self._saved = [(t, None if t is None else t._vc.value) for t in self._to_save]
+
+    def _release(self) -> None:
+        self._released = True
+        self._saved = None
+        self._to_save = ()
+
+
+_LEGACY = (
+    "{name}: a Function is not instantiated or called; apply it with {name}.apply(...) "
+    "(forward and backward are static methods, as PyTorch's new-style autograd.Function)"
+)
+
+
+class Function:
+    """A differentiable function with its own ``forward`` and ``backward``: PyTorch's
+    ``torch.autograd.Function``.
+
+    Subclass it with two static methods and apply it with :meth:`apply`::
+
+        class MyExp(gpumat.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                y = x.exp()
+                ctx.save_for_backward(y)
+                return y
+
+            @staticmethod
+            def backward(ctx, grad_out):
+                (y,) = ctx.saved_tensors
+                return grad_out * y
+
+        y = MyExp.apply(x)
+
+    - ``forward(ctx, *args)`` runs with grad mode off (nothing inside it is recorded). Its
+      arguments are :meth:`apply`'s: tensors and anything else (numbers, strings, None...). It
+      returns a tensor or a tuple (of tensors, and other values, which get no gradient). It may
+      keep tensors for backward with ``ctx.save_for_backward`` and anything as an attribute of
+      ``ctx`` (:class:`FunctionCtx`). ``setup_context(ctx, inputs, output)`` may do that instead,
+      with a ``forward(*args)`` that takes no ``ctx``, as in PyTorch.
+    - ``backward(ctx, *grad_outputs)`` receives one float32 gradient per output of forward, of
+      that output's shape (zeros for an output that got none, unless
+      ``ctx.set_materialize_grads(False)``; None for a non-tensor output), runs with grad mode
+      off, and returns one gradient per argument of forward (a tensor alone for one argument):
+      a float32 tensor of the argument's shape, on its device, or None (no gradient).
+      ``ctx.needs_input_grad`` says which are needed; a gradient for a tensor argument that does
+      not require one is ignored; extra trailing Nones are allowed.
+
+    The outputs of :meth:`apply` are new tensors (over forward's results: the same storage and
+    version counter) that require a gradient when an argument does and grad mode is on; their
+    ``grad_fn`` is a graph node of the function (:mod:`gpumat.graph.function`). ``backward()``
+    through them calls the Function's ``backward`` once, with the gradients of all its outputs,
+    and sums what it returns into the arguments' gradients like any other op's.
+
+    **Under** :func:`gpumat.compile` the function is traced through: ``forward``'s tensor ops are
+    recorded into the step's graph like the rest of the step (with no gradient through them),
+    and at the step's ``backward()`` the Function's ``backward`` is called once on the symbolic
+    gradients, so that its tensor ops become the step's gradient graph. A compiled step thus
+    runs the very kernels the eager step runs, and its values and gradients are the eager ones.
+    A forward or backward that cannot be traced (one that reads values, ``item()`` or
+    ``numpy()``, or launches its own kernel on a tensor's array) fails at the step's first call
+    with the tracing error, noted as coming from the Function: apply such a Function outside
+    the compiled step. (An opaque graph node running the Python forward on arrays was not chosen:
+    the step's graph is planned before any value exists, so the node's output shapes would be
+    unknown.)
+
+    Raises:
+        TypeError: (from :meth:`apply`) forward returned something other than a tensor or a
+            tuple; arguments that do not fit forward's signature; (from backward) a gradient that
+            is not a tensor or None, or not float32.
+        RuntimeError: ``Function()`` with arguments, or calling an instance (legacy
+            functions); (from backward) a wrong number of gradients, a gradient for an argument
+            that is not a tensor, of another shape or device; ``ctx.saved_tensors`` after an
+            in-place change of a saved tensor or after backward released them.
+        NotImplementedError: ``forward`` or ``backward`` is not defined.
+        Whatever ``forward`` or ``backward`` raises propagates.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        if args or kwargs:
+            raise RuntimeError(_LEGACY.format(name=type(self).__name__))
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(_LEGACY.format(name=type(self).__name__))
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        """The function's value (override it as a static method, see :class:`Function`).
+
+        Raises:
+            NotImplementedError: not overridden.
+        """
+        raise NotImplementedError("You must implement the forward function for custom Function.")
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple, output) -> None:
+        """Optional: save what backward needs from forward's ``inputs`` and ``output``, for a
+        ``forward(*args)`` that takes no ``ctx`` (PyTorch's split style)."""
+        raise NotImplementedError("setup_context is not implemented.")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        """The gradients of the arguments from those of the outputs (override it as a static
+        method, see :class:`Function`).
+
+        Raises:
+            NotImplementedError: not overridden.
+        """
+        raise NotImplementedError(
+            "You must implement the backward method for your custom Function to use it with "
+            "backward()."
+        )
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        """Run ``forward`` on ``args`` (and ``kwargs``, bound to forward's parameters) and record
+        the function for backward: see :class:`Function`.
+
+        Returns:
+            What forward returned: a tensor, or a tuple whose tensors are new tensors over
+            forward's results, requiring a gradient when an argument does and grad mode is on.
+        """
+        return _apply(cls, args, kwargs)
+
+
+def _trace_note(exc: BaseException, name: str, method: str) -> None:
+    exc.add_note(
+        f"(raised while gpumat.compile traced {name}.{method}: inside a compiled step a "
+        "Function's forward and backward are traced like the rest of the step, so they may use "
+        "tensor operations only; apply a Function that reads values or launches its own kernels "
+        "outside the compiled step)"
+    )
+
+
+def _apply(cls, args: tuple, kwargs: dict):
+    name = cls.__name__
+    if cls.forward is Function.forward:
+        raise NotImplementedError(
+            f"{name}: You must implement the forward function for custom Function."
+        )
+    separate = cls.setup_context is not Function.setup_context
+    keywords: dict = {}
+    if kwargs or separate:  # bound to forward's parameters, defaults included (as PyTorch)
+        try:
+            sig = inspect.signature(cls.forward)
+            bound = sig.bind(*args, **kwargs) if separate else sig.bind(None, *args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{name}.apply: {exc}") from None
+        bound.apply_defaults()
+        args = bound.args if separate else bound.args[1:]
+        keywords = bound.kwargs
+        for k, v in keywords.items():
+            if _is_tensor(v):
+                raise TypeError(
+                    f"{name}.apply: tensor argument {k!r} is keyword-only in forward; tensors "
+                    "are passed positionally (each gets a gradient from backward)"
+                )
+    tensors = [a for a in args if _is_tensor(a)]
+    trace = current_trace()
+    if trace is None and any(t._trace is not None for t in tensors):
+        raise RuntimeError(f"{name}.apply: a tensor of a finished gpumat.compile trace")
+    grad = is_grad_enabled() and any(t._requires_grad for t in tensors)
+    needs = tuple(grad and _is_tensor(a) and a._requires_grad for a in args)
+    ctx = FunctionCtx(name, needs)
+    with no_grad():
+        try:
+            if separate:
+                output = cls.forward(*args, **keywords)
+                cls.setup_context(ctx, args, output)
+            else:
+                output = cls.forward(ctx, *args, **keywords)
+        except Exception as exc:
+            if trace is not None:
+                _trace_note(exc, name, "forward")
+            raise
+    outs = output if isinstance(output, tuple) else (output,)
+    if not isinstance(output, tuple) and not _is_tensor(output):
+        raise TypeError(
+            f"{name}.forward must return a Tensor or a tuple of Tensors, got "
+            f"{type(output).__name__}"
+        )
+    for o in outs:
+        if _is_tensor(o) and o._trace is not None and o._trace is not trace:
+            raise RuntimeError(f"{name}.forward returned a tensor of another gpumat.compile trace")
+    ctx._finish()
+    if not grad:
+        return output
+    backward_fn = _Backward(cls, ctx, args, outs, trace)
+    op = FunctionOp(name, backward_fn.vjp, len(tensors), backward_fn.release)
+    results = list(outs)
+    if trace is None:
+        fn_node = op.node([t._graph_node() for t in tensors])
+        fn_node.saved = Saved(ctx, VersionCounter(), tuple(t._vc.value for t in tensors))
+    else:
+        fn_node = op.node([trace.node_of(t, name) for t in tensors])
+    for k, o in enumerate(outs):
+        if not backward_fn.differentiable[k]:
+            continue
+        if trace is None:
+            node = function_output_op(fn_node, None, index=k)
+            t = o._make(o._data, o._dtype, o._device, None, o._vc)
+            t._copy_of_view = o._copy_of_view
+            record(node, t._data, t._vc, (0,))
+            t._node = node
+        else:
+            node = function_output_op(fn_node, trace.node_of(o, name), index=k)
+            t = o._symbolic(trace, node, o._shape, o._dtype, o._device)
+        t._requires_grad = True
+        backward_fn.nodes[k] = node
+        results[k] = t
+    return tuple(results) if isinstance(output, tuple) else results[0]
+
+
+class _Backward:
+    """The ``vjp`` of one application of a Function: calls its ``backward`` and checks what it
+    returns (what the function node keeps; the arguments themselves are not kept)."""
+
+    def __init__(self, cls, ctx: FunctionCtx, args: tuple, outs: tuple, trace) -> None:
+        self.cls = cls
+        self.name = cls.__name__
+        self.ctx = ctx
+        self.trace = trace
+        # Per argument: None for a non-tensor, else (shape, device).
+        self.args = [(a._shape, a._device) if _is_tensor(a) else None for a in args]
+        # Per output: None for a non-tensor, else (shape, device); and its graph node.
+        self.outs = [(o._shape, o._device) if _is_tensor(o) else None for o in outs]
+        self.differentiable = [
+            _is_tensor(o) and o._dtype.is_floating_point and id(o) not in ctx._non_differentiable
+            for o in outs
+        ]
+        self.nodes: list = [None] * len(outs)
+        # The tensor class (gpumat.Tensor: _make and _symbolic make plain tensors), not a tensor:
+        # the graph must not keep an output's storage alive after backward released it.
+        self.tensor = next((type(o) for o in outs if _is_tensor(o)), None)
+        self.values = {}  # non-differentiable outputs' nodes in a trace, for their zeros
+        if trace is not None:
+            for k, o in enumerate(outs):
+                if _is_tensor(o) and not self.differentiable[k]:
+                    self.values[k] = trace.node_of(o, self.name)
+
+    def release(self) -> None:
+        self.ctx._release()
+
+    def _grad_output(self, k: int, grads: dict):
+        meta = self.outs[k]
+        if meta is None:
+            return None
+        shape, device = meta
+        g = grads.get(k)
+        if g is None and not self.ctx._materialize:
+            return None
+        if self.trace is not None:
+            if g is None:
+                g = zeroslike_op(self.nodes[k] if self.nodes[k] is not None else self.values[k])
+            return self.tensor._symbolic(self.trace, g, shape, float32, device)
+        if g is None:
+            g = empty(shape, device)
+            ops.fill(g, 0.0)
+        return self.tensor._make(g, float32, device)
+
+    def vjp(self, grads: dict) -> list:
+        """The tensor arguments' gradients (graph nodes in a trace, else arrays) from the
+        outputs' (``{output index: gradient}``, of the same kind), by the Function's backward."""
+        name = self.name
+        if self.trace is not None and current_trace() is not self.trace:
+            raise RuntimeError(
+                f"{name}: a Function applied in a step traced by gpumat.compile is differentiated "
+                "by that step's backward()"
+            )
+        grad_outputs = [self._grad_output(k, grads) for k in range(len(self.outs))]
+        with no_grad():
+            try:
+                result = self.cls.backward(self.ctx, *grad_outputs)
+            except Exception as exc:
+                if self.trace is not None:
+                    _trace_note(exc, name, "backward")
+                raise
+        return [g for g in self._check(result) if g is not _NOT_TENSOR]
+
+    def _check(self, result) -> list:
+        """Per argument: the gradient's array or node, None, or _NOT_TENSOR for a non-tensor
+        argument; PyTorch's checks (a wrong count, a gradient for a non-tensor, a wrong shape)."""
+        name = self.name
+        if not isinstance(result, tuple):
+            result = (result,)
+        n = len(self.args)
+        if len(result) < n or any(g is not None for g in result[n:]):
+            raise RuntimeError(
+                f"function {name}Backward returned an incorrect number of gradients (expected "
+                f"{n}, got {len(result)})"
+            )
+        out: list = []
+        for i, (meta, g) in enumerate(zip(self.args, result[:n], strict=True)):
+            if meta is None:
+                if g is not None:
+                    raise RuntimeError(
+                        f"function {name}Backward returned a gradient different than None at "
+                        f"index {i}, but the corresponding forward input was not a Tensor (a "
+                        f"{type(g).__name__})"
+                    )
+                out.append(_NOT_TENSOR)
+                continue
+            if g is not None and not _is_tensor(g):
+                raise TypeError(
+                    f"function {name}Backward returned a {type(g).__name__} as the gradient at "
+                    f"index {i}; expected a Tensor or None"
+                )
+            if g is None or not self.ctx.needs_input_grad[i]:
+                out.append(None)  # PyTorch ignores a gradient no input needs, unchecked
+                continue
+            shape, device = meta
+            if g._shape != shape:
+                raise RuntimeError(
+                    f"Function {name}Backward returned an invalid gradient at index {i} - got "
+                    f"{_shape_of(g)} but expected shape {shape_str(shape)}"
+                )
+            if g._device != device:
+                raise RuntimeError(
+                    f"Function {name}Backward returned an invalid gradient at index {i} - "
+                    f"expected device {device} but got {g._device}"
+                )
+            if g._dtype is not float32:
+                raise TypeError(
+                    f"Function {name}Backward returned an invalid gradient at index {i} - "
+                    f"expected dtype float32 but got {g._dtype}"
+                )
+            if self.trace is not None:
+                out.append(self.trace.node_of(g, name))
+            else:
+                g._concrete(f"{name}.backward")
+                out.append(g._data)
+        return out
+
+
+_NOT_TENSOR = object()

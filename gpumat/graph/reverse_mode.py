@@ -3,8 +3,10 @@
 :func:`gradients` walks the graph in reverse topological order from the output, asks each node's
 ``Op.gradient`` for its inputs' gradient nodes, and sums the contributions that reach a node along
 several paths (micrograd's ``engine.py``: gradients summed, never overwritten). The result is more
-graph: the same executor evaluates, fuses and plans it. The topological order is iterative, so a
-10,000-deep chain needs no recursion limit.
+graph: the same executor evaluates, fuses and plans it. A custom function's nodes
+(:mod:`gpumat.graph.function`) are differentiated together: its outputs hand their gradients to
+its function node, whose ``vjp`` gives its inputs' gradients in one call. The topological order is
+iterative, so a 10,000-deep chain needs no recursion limit.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from gpumat.graph.elementwise import add_op, oneslike_op, zeroslike_op
+from gpumat.graph.function import FunctionOp, FunctionOutputOp
 from gpumat.graph.node import Node, Undefined
 
 __all__ = [
@@ -111,11 +114,20 @@ def gradients(
         grads = contributions.pop(node, None)
         if not grads:
             continue
-        grad = _sum_node_list(grads)
-        node_to_grad[node] = grad
-        if not any(i in relevant for i in node.inputs):
-            continue
-        input_grads = node.op.gradient(node, grad)
+        if isinstance(node.op, FunctionOp):
+            # Reached after all its outputs, which handed it their gradients: (index, node).
+            input_grads = node.op.vjp(dict(grads))
+        else:
+            grad = _sum_node_list(grads)
+            node_to_grad[node] = grad
+            if not any(i in relevant for i in node.inputs):
+                continue
+            if isinstance(node.op, FunctionOutputOp):
+                function_node = node.inputs[0]
+                if function_node in relevant:
+                    contributions.setdefault(function_node, []).append((node.index, grad))
+                continue
+            input_grads = node.op.gradient(node, grad)
         if input_grads is None or len(input_grads) != len(node.inputs):
             raise RuntimeError(
                 f"{node.op.name}.gradient returned {input_grads!r} for {len(node.inputs)} inputs"

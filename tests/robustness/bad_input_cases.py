@@ -2585,8 +2585,52 @@ def batch_frontend():
         _record(_expect_frontend(lambda: step(arg), None, "compiled step", [w]))
         _record(_expect_frontend(lambda: gnn.Linear(3, 2).load_state_dict(arg), None,
                                  "load_state_dict"))  # fmt: skip
+        custom_functions(arg, w)
 
     autograd_and_compile()
+
+
+def custom_functions(arg, w) -> None:
+    """A gpumat.autograd.Function given ``arg`` as an argument, as forward's result and as
+    backward's: a clear exception (TypeError, PyTorch's RuntimeError) or a result."""
+    from gpumat.autograd import Function
+
+    class Scale(Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            ctx.k = k
+            return x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.k, None
+
+    class Returns(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return arg
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class GradIs(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return arg
+
+    for what, run in [
+        ("Function.apply(w, arg)", lambda: Scale.apply(w, arg).sum().backward()),
+        ("Function forward returns arg", lambda: Returns.apply(w)),
+        ("Function backward returns arg", lambda: GradIs.apply(w).sum().backward()),
+        ("compiled Function backward returns arg",
+         lambda: gpumat.compile(lambda t: GradIs.apply(t).sum().backward())(w)),
+    ]:  # fmt: skip
+        _record(_expect_frontend(run, None, what, [w]))
 
 
 BATCHES = {
