@@ -606,6 +606,33 @@ class Tensor:
         PyTorch's ``contiguous()`` of a transposed view is one: in place ops may change it."""
         return self.clone() if self._copy_of_view is not None else self
 
+    def data_ptr(self) -> int:
+        """The address of the first element in device (or host) memory, as an int; 0 for an
+        empty tensor (PyTorch's ``data_ptr``).
+
+        Raises:
+            RuntimeError: a tensor of a step being traced by gpumat.compile (it has no memory yet).
+        """
+        self._concrete("data_ptr")
+        return self._data._address_range()[0]
+
+    def _kernel_argument(self, where: str):
+        """The storage a user CUDA kernel (gpumat.cuda.RawKernel) receives for this tensor.
+
+        Raises:
+            TypeError: an int64 or bool tensor (stored as float32 values: a kernel would read
+                them as the wrong type).
+            RuntimeError: a tensor of a step being traced by gpumat.compile (a kernel launch
+                needs memory; trace it through gpumat.autograd.Function's ops instead).
+        """
+        self._concrete(where)
+        if self._dtype is not float32:
+            raise TypeError(
+                f"{where}: a {self._dtype} tensor is stored as float32 values; pass a float32 "
+                "tensor (convert with .float()) and read the values as float in the kernel"
+            )
+        return self._data
+
 
 def _require_float(op: str, *tensors) -> None:
     for t in tensors:

@@ -455,3 +455,23 @@ def test_extern_c_kernels_are_found():
     assert found == ["matmul_naive", "matmul_tiled", "histogram", "histogram_int"]
     block = 'extern "C" {\n__global__ void a(float* x) {}\n/* __global__ void c() */\n}\n'
     assert _build.extern_c_kernels(block) == ["a"]
+
+
+def test_tensors_as_arguments(gpu_ctx):
+    x = gpumat.tensor(rand(300), device=gpu_ctx)
+    y = gpumat.empty_like(x)
+    assert y.dtype == gpumat.float32 and y.shape == x.shape and y.data_ptr() != x.data_ptr()
+    copy = RawKernel(
+        r"""extern "C" __global__ void twice(const float* x, float* y, long long n) {
+          long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+          if (i < n) y[i] = 2.0f * x[i];
+        }""",
+        "twice",
+    )
+    copy((3,), (128,), (x, y, x.numel()))
+    np.testing.assert_allclose(y.numpy(), 2.0 * x.numpy().astype(np.float64), rtol=1e-7)
+    labels = gpumat.tensor(np.arange(4), device=gpu_ctx)  # int64: stored as float32 values
+    with pytest.raises(TypeError, match="int64 tensor is stored as float32"):
+        copy((1,), (4,), (labels, y, 4))
+    with pytest.raises(TypeError, match="empty_like: only float32"):
+        gpumat.empty_like(x, dtype=gpumat.int64)
