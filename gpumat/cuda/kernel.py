@@ -85,6 +85,9 @@ class Stream:
         self.device = device
         self.ptr = int(_core.cuda_stream_(*device._native))
 
+    def __repr__(self):
+        return f"<gpumat.cuda.Stream {self.ptr:#x} on {self.device}>"
+
     @property
     def cuda_stream(self) -> int:
         """PyTorch's name for :attr:`ptr`."""
@@ -104,13 +107,11 @@ class Stream:
         synchronize(self.device)
 
     def __eq__(self, other):
-        return isinstance(other, Stream) and other.device == self.device and other.ptr == self.ptr
+        # one stream per device: equal devices, equal streams
+        return isinstance(other, Stream) and (other.device, other.ptr) == (self.device, self.ptr)
 
     def __hash__(self):
         return hash((self.device, self.ptr))
-
-    def __repr__(self):
-        return f"<gpumat.cuda.Stream {self.ptr:#x} on {self.device}>"
 
 
 def current_stream(device=None) -> Stream:
