@@ -10,9 +10,9 @@ script when it builds with CUDA, and the committed file serves builds without nv
 """
 
 import argparse
+import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,30 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXT = ROOT / "extensions"
 
-ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+)'")
-STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-USED = re.compile(r"Used (\d+) registers")
-SMEM = re.compile(r"(\d+) bytes smem")  # after the barriers and any "cumulative stack size"
-
-
-def normalise(name: str) -> str:
-    """A kernel's name without its namespace, parameter list and spaces: the key both the
-    emulator's names ("gpumat::emu::k<false, 1>") and ptxas' ("gpumat::cuda::k<false, 1>(...)")
-    map to."""
-    name = re.sub(r"\bgpumat::(cuda|emu)::", "", name)
-    depth, cut = 0, len(name)
-    for i, ch in enumerate(name):  # drop the parameter list: the first '(' outside template args
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            cut = i
-            break
-    name = name[:cut]
-    name = re.sub(r"\(anonymous namespace\)::", "", name)
-    name = re.sub(r"^void\s+", "", name.strip())  # c++filt prints a template's return type
-    return name.replace(" ", "")
+# The report's parser, shared with gpumat.cuda (users' kernels); loaded by path, since gpumat
+# itself is not importable while setup.py builds it.
+_spec = importlib.util.spec_from_file_location("_ptxas", ROOT / "gpumat" / "cuda" / "_ptxas.py")
+ptxas = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ptxas)
 
 
 def nvcc_path() -> str:
@@ -55,27 +36,6 @@ def nvcc_path() -> str:
         if cand and Path(cand).exists():
             return str(cand)
     sys.exit("kernel_resources: nvcc not found (set CUDA_HOME or PATH)")
-
-
-def parse(text: str, demangle) -> dict:
-    """{arch: {normalised kernel name: resources}} from ptxas -v output."""
-    out: dict = {}
-    current = None
-    for line in text.splitlines():
-        if m := ENTRY.search(line):
-            current = (demangle(m.group(1)), m.group(2))
-            out.setdefault(current[1], {})[normalise(current[0])] = {}
-        elif current and (m := STACK.search(line)):
-            entry = out[current[1]][normalise(current[0])]
-            entry["stack_bytes"] = int(m.group(1))
-            entry["spill_bytes"] = int(m.group(2)) + int(m.group(3))
-        elif current and (m := USED.search(line)):
-            entry = out[current[1]][normalise(current[0])]
-            entry["registers"] = int(m.group(1))
-            smem = SMEM.search(line)
-            entry["static_smem_bytes"] = int(smem.group(1)) if smem else 0
-            current = None
-    return out
 
 
 def main(argv=None) -> int:
@@ -110,13 +70,11 @@ def main(argv=None) -> int:
         if r.returncode != 0:
             sys.exit(f"kernel_resources: {' '.join(cmd)} failed:\n{r.stderr}")
         raw.append(r.stderr)
-        names.update(m[0] for m in ENTRY.findall(r.stderr))
-    mangled = sorted(names)
-    filt = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True)
-    table = dict(zip(mangled, filt.stdout.splitlines(), strict=True))
+        names.update(m[0] for m in ptxas.ENTRY.findall(r.stderr))
+    table = ptxas.demangle(names)
     result: dict = {}
     for text in raw:
-        for arch, kernels in parse(text, lambda m: table.get(m, m)).items():
+        for arch, kernels in ptxas.parse(text, lambda m: table.get(m, m)).items():
             result.setdefault(arch, {}).update(kernels)
     doc = {
         "source": "ptxas -v (nvcc -O3 -cubin -Xptxas -v), per kernel",

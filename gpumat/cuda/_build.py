@@ -34,9 +34,18 @@ import warnings
 from pathlib import Path
 
 from gpumat import _build_config, _core
+from gpumat.cuda import _ptxas
 from gpumat.device import __version__
 
-__all__ = ["CompileError", "Library", "build", "cache_dir", "extern_c_kernels"]
+__all__ = [
+    "CompileError",
+    "Library",
+    "build",
+    "cache_dir",
+    "extern_c_kernels",
+    "ptxas_resources",
+    "user_kernel_resources",
+]
 
 # Compilers' own time limit (seconds): a template explosion must not hang a notebook forever.
 COMPILE_TIMEOUT_S = 600
@@ -630,6 +639,8 @@ def build(
                 errors="replace"
             ):
                 lib = Library(_load(data), names, True, target)
+                if emulated:
+                    remember_user_kernels(code, names, options)
                 _memo[key] = lib
                 return lib
             warnings.warn(
@@ -639,6 +650,8 @@ def build(
                 stacklevel=4,
             )
         data = _compile(code, tu, compiler, opts, emulated, extra)
+        if emulated:
+            remember_user_kernels(code, names, options)
         _write_atomic(so_path, data)
         _write_atomic(hash_path, hashlib.sha256(data).hexdigest().encode())
         lib = Library(_load(data), names, False, target)
@@ -693,3 +706,71 @@ def _summary(log: str, compiler: str) -> str:
             "'my_kernel<float>')"
         )
     return f"{Path(compiler).name} could not compile the kernel source:\n{head}{more}{hint}"
+
+
+# ---------------------------------------------------------------------------------- resources
+
+_resources_lock = threading.Lock()
+_resources: dict[tuple, dict] = {}
+# The emulated launches' kernel names -> (source, names, options) of the module that built them,
+# so the profile can ask ptxas about a user's kernel it saw run (user_kernel_resources).
+_user_kernels: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def ptxas_resources(code: str, names: list[str], options: tuple[str, ...], arch: str) -> dict:
+    """{name: resources} of the kernels ``names`` of ``code`` compiled for ``arch`` ("sm_90"), as
+    ptxas reports them: ``registers`` (per thread), ``static_smem_bytes``, ``stack_bytes``,
+    ``spill_bytes``. Empty when nvcc is missing or the source does not compile for a GPU. One
+    nvcc run per (source, options, arch), remembered for the process.
+    """
+    key = (code, tuple(names), tuple(options), arch)
+    with _resources_lock:
+        if key in _resources:
+            return _resources[key]
+    result: dict = {}
+    try:
+        nvcc = _nvcc()
+    except CompileError:
+        nvcc = None
+    if nvcc is not None:
+        opts = [o for o in options if o.split("=")[0] not in ("-arch", "--gpu-architecture")]
+        with tempfile.TemporaryDirectory(prefix="gpumat-ptxas-") as tmp:
+            (Path(tmp) / SOURCE_NAME).write_text(_translation_unit(code, names, False))
+            command = [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-cubin", "-Xptxas", "-v"]
+            command += [*opts, "-o", "kernel.cubin", SOURCE_NAME]
+            try:
+                run = subprocess.run(
+                    command, cwd=tmp, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S
+                )
+            except (OSError, subprocess.SubprocessError):
+                run = None
+        if run is not None and run.returncode == 0:
+            report = run.stderr + run.stdout
+            table = _ptxas.demangle(m[0] for m in _ptxas.ENTRY.findall(report))
+            found = _ptxas.parse(report, lambda m: table.get(m, m)).get(arch, {})
+            for name in names:
+                entry = found.get(_ptxas.normalise(name))
+                if entry is not None:
+                    result[name] = entry
+    with _resources_lock:
+        _resources[key] = result
+    return result
+
+
+def remember_user_kernels(code: str, names: list[str], options: tuple[str, ...]) -> None:
+    """Notes which source built the emulated kernels ``names`` (for user_kernel_resources)."""
+    with _resources_lock:
+        for name in names:
+            _user_kernels[name] = (code, tuple(names), tuple(options))
+
+
+def user_kernel_resources(kernel: str, arch: str) -> dict | None:
+    """ptxas' resources for ``arch`` of a user's kernel that ran on the emulated device under this
+    name (its ``extern "C"`` name or name expression), or None: not a user's kernel, or no nvcc.
+    """
+    with _resources_lock:
+        built = _user_kernels.get(kernel)
+    if built is None:
+        return None
+    code, names, options = built
+    return ptxas_resources(code, list(names), options, arch).get(kernel)

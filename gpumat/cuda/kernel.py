@@ -436,8 +436,9 @@ class RawKernel:
         ``max_threads_per_block``, ``shared_size_bytes`` (static shared memory),
         ``const_size_bytes``, ``local_size_bytes``, ``num_regs``, ``ptx_version``,
         ``binary_version``, ``max_dynamic_shared_size_bytes``. On the emulated device, which
-        allocates no registers, only ``max_threads_per_block`` and
-        ``max_dynamic_shared_size_bytes`` are known; the others are None."""
+        allocates no registers, ``num_regs``, ``shared_size_bytes`` and ``local_size_bytes``
+        (its stack frame) are what ptxas reports for an H100 (sm_90) when nvcc is installed
+        (None without it), beside the launch limits; the others are None."""
         return self.attributes_on(_default_device())
 
     def attributes_on(self, device) -> dict:
@@ -456,11 +457,18 @@ class RawKernel:
             "binary_version",
             "max_dynamic_shared_size_bytes",
         )
-        if code == -1:  # the emulated device
+        if code == -1:  # the emulated device: what ptxas would allocate on an H100 (sm_90)
             limits = lib.device_limits(device.index)
             values = dict.fromkeys(keys)
             values["max_threads_per_block"] = int(limits[0])
             values["max_dynamic_shared_size_bytes"] = self.max_dynamic_shared_size_bytes
+            res = _build.ptxas_resources(self.code, [self.name], self.options, "sm_90").get(
+                self.name
+            )
+            if res is not None:
+                values["num_regs"] = res.get("registers")
+                values["shared_size_bytes"] = res.get("static_smem_bytes")
+                values["local_size_bytes"] = res.get("stack_bytes")
             return values
         if code:
             raise CudaError(f"{self.name}: cudaFuncGetAttributes: {lib.error_string(code)}")

@@ -53,6 +53,7 @@ import sys
 from pathlib import Path
 
 from gpumat import _core
+from gpumat.cuda._build import user_kernel_resources
 from gpumat.device import emu, synchronize
 
 __all__ = [
@@ -208,7 +209,9 @@ def _resource_table() -> dict:
 def kernel_resources(name: str, arch: str) -> dict | None:
     """Registers per thread and static shared memory (bytes) of kernel ``name`` (an emulator or
     ptxas name) compiled for ``arch`` (``"sm_90"``), as ptxas reported them; None when the build
-    recorded none (no nvcc when ``gpumat/kernel_resources.json`` was written).
+    recorded none (no nvcc when ``gpumat/kernel_resources.json`` was written). A user's
+    :class:`gpumat.cuda.RawKernel` that ran on the emulated device is asked of ptxas on demand
+    (when nvcc is installed).
 
     Returns a dict with ``registers``, ``static_smem_bytes``, ``spill_bytes``, ``stack_bytes`` and
     ``match``: ``"exact"``, or ``"family"`` when only the kernel's base name (before its template
@@ -218,6 +221,9 @@ def kernel_resources(name: str, arch: str) -> dict | None:
     key = short_name(name)
     if key in table:
         return {**table[key], "match": "exact"}
+    user = user_kernel_resources(name, arch)  # a gpumat.cuda.RawKernel (ptxas, when nvcc exists)
+    if user is not None:
+        return {**user, "match": "exact"}
     base = key.split("<", 1)[0]
     family = [v for k, v in table.items() if k.split("<", 1)[0] == base]
     if not family:

@@ -475,3 +475,36 @@ def test_tensors_as_arguments(gpu_ctx):
         copy((1,), (4,), (labels, y, 4))
     with pytest.raises(TypeError, match="empty_like: only float32"):
         gpumat.empty_like(x, dtype=gpumat.int64)
+
+
+needs_nvcc = pytest.mark.skipif(
+    _build.shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"),
+    reason="ptxas' resource report needs nvcc",
+)
+
+
+@needs_nvcc
+def test_attributes_on_the_emulated_device_come_from_ptxas():
+    module = RawModule(code=MODULE)
+    tiled = module.get_function("matmul_tiled").attributes_on(emulated())
+    naive = module.get_function("matmul_naive").attributes_on(emulated())
+    assert tiled["shared_size_bytes"] == 2 * 16 * 16 * 4  # its two static tiles
+    assert naive["shared_size_bytes"] == 0
+    assert 0 < naive["num_regs"] <= 255 and 0 < tiled["num_regs"] <= 255
+    assert tiled["max_threads_per_block"] == 1024 and tiled["ptx_version"] is None
+
+
+@needs_nvcc
+def test_profile_shows_a_user_kernels_registers_and_occupancy():
+    from gpumat.profile import profile
+
+    module = RawModule(code=MODULE)
+    a = gpumat.array(rand(32, 32), emulated())
+    c = gpumat.empty((32, 32), emulated())
+    with profile() as prof:
+        module.get_function("matmul_tiled")((2, 2), (16, 16), (a, a, c, 32, 32, 32))
+    (row,) = [k for k in prof.kernels("H100") if k["name"] == "matmul_tiled"]
+    attributes = module.get_function("matmul_tiled").attributes_on(emulated())
+    assert row["resources"]["registers"] == attributes["num_regs"]
+    assert row["resources"]["static_smem_bytes"] == 2 * 16 * 16 * 4
+    assert row["occupancy"] is not None
