@@ -28,10 +28,13 @@ __all__ = [
     "flatten",
     "from_numpy",
     "full",
+    "full_like",
     "ones",
     "ones_like",
     "rand",
+    "rand_like",
     "randn",
+    "randn_like",
     "tensor",
     "zeros",
     "zeros_like",
@@ -119,6 +122,19 @@ def empty_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) 
     return out
 
 
+def full_like(
+    t: Tensor, fill_value, dtype=None, device=None, requires_grad: bool = False
+) -> Tensor:
+    """``fill_value`` in ``t``'s shape, dtype and device (unless given), PyTorch's ``full_like``.
+
+    Raises:
+        ValueError / TypeError: a value the dtype cannot hold (NaN or a fraction into int64).
+    """
+    return _filled(
+        "full_like", (t.shape,), fill_value, dtype or t.dtype, device or t.device, requires_grad
+    )
+
+
 def ones_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """Ones of ``t``'s shape, dtype and device (unless given)."""
     return ones(
@@ -186,3 +202,25 @@ def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:  # 
     if not isinstance(input, Tensor):
         raise TypeError(f"flatten: expected a Tensor, got {type(input).__name__}")
     return input.flatten(start_dim, end_dim)
+
+
+def rand_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """:func:`rand` in ``t``'s shape, dtype and device (unless given): float32 only.
+
+    Raises:
+        TypeError: a dtype other than float32.
+        RuntimeError: inside a step traced by gpumat.compile (see :func:`rand`).
+    """
+    dt = dtype or t.dtype
+    return rand(t.shape, device=device or t.device, dtype=dt, requires_grad=requires_grad)
+
+
+def randn_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """:func:`randn` in ``t``'s shape, dtype and device (unless given): float32 only.
+
+    Raises:
+        TypeError: a dtype other than float32.
+        RuntimeError: inside a step traced by gpumat.compile (see :func:`randn`).
+    """
+    dt = dtype or t.dtype
+    return randn(t.shape, device=device or t.device, dtype=dt, requires_grad=requires_grad)

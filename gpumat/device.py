@@ -68,6 +68,11 @@ class Device:
         return self._kind
 
     @property
+    def type(self) -> str:
+        """PyTorch's ``device.type``: ``"cuda"`` for a GPU, else ``"cpu"`` or ``"emu"``."""
+        return "cuda" if self._kind == "gpu" else self._kind
+
+    @property
     def device_id(self) -> int:
         """The dlsys course's name for ``index``."""
         return self.index

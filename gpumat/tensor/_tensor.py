@@ -606,6 +606,67 @@ class Tensor:
         PyTorch's ``contiguous()`` of a transposed view is one: in place ops may change it."""
         return self.clone() if self._copy_of_view is not None else self
 
+    # ---------------------------------------------------------------- new tensors like this one
+
+    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+        """``fill_value`` in shape ``size``, of this tensor's dtype and device unless given
+        (PyTorch's ``new_full``).
+
+        Raises:
+            TypeError / ValueError: a bad size; a value the dtype cannot hold.
+        """
+        return _filled(
+            "new_full",
+            (size,),
+            fill_value,
+            dtype or self._dtype,
+            self._device if device is None else device,
+            requires_grad,
+        )
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+        """Zeros of shape ``size`` (``new_zeros(2, 3)`` or ``new_zeros((2, 3))``), of this
+        tensor's dtype and device unless given."""
+        shape = _size_args(size, "new_zeros")
+        return self.new_full(shape, 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+        """Ones of shape ``size``, of this tensor's dtype and device unless given."""
+        shape = _size_args(size, "new_ones")
+        return self.new_full(shape, 1, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+        """A float32 tensor of shape ``size`` with unset values, on this tensor's device unless
+        given (PyTorch's ``new_empty``; see :func:`gpumat.empty_like`).
+
+        Raises:
+            TypeError: a dtype other than float32 (int64 and bool tensors know their range).
+        """
+        dt = as_dtype(dtype, "new_empty") or self._dtype
+        if dt is not float32:
+            raise TypeError(
+                f"new_empty: only float32 ({dt} tensors know their values' range, which unset "
+                "memory has not; use new_zeros)"
+            )
+        dev = self._device if device is None else as_device(device, "new_empty")
+        out = Tensor._make(empty(_size_args(size, "new_empty"), dev), float32, dev)
+        if requires_grad:
+            out.requires_grad = True
+        return out
+
+    def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+        """A copy of ``data`` (host data or a tensor), of this tensor's dtype and device unless
+        given (PyTorch's ``new_tensor``: the copy never shares memory or gradient history)."""
+        dt = as_dtype(dtype, "new_tensor") or self._dtype
+        dev = self._device if device is None else as_device(device, "new_tensor")
+        if isinstance(data, Tensor):
+            data._concrete("new_tensor")
+            data = data._host_values()
+        out = _from_host(data, dt, dev, "new_tensor")
+        if requires_grad:
+            out.requires_grad = True
+        return out
+
     def data_ptr(self) -> int:
         """The address of the first element in device (or host) memory, as an int; 0 for an
         empty tensor (PyTorch's ``data_ptr``).

@@ -109,3 +109,63 @@ def test_full_of_integers_refuses_what_no_integer_holds(ctx, value, dtype):
     # inf used to escape as OverflowError from int(); every such value is a ValueError naming full
     with pytest.raises(ValueError, match="full: .* is not an integer"):
         gpumat.full((2, 3), value, dtype=getattr(gpumat, dtype), device=ctx)
+
+
+def test_like_and_new_tensors_follow_pytorch(ctx):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng()
+    values = rng.standard_normal((3, 4)).astype(np.float32)
+    x, tx = gpumat.tensor(values, device=ctx), torch.tensor(values)
+    labels = gpumat.tensor(rng.integers(0, 9, 5), device=ctx)
+    fill = float(rng.standard_normal())
+    pairs = [
+        (gpumat.full_like(x, fill), torch.full_like(tx, fill)),
+        (gpumat.full_like(labels, 7), torch.full_like(torch.zeros(5, dtype=torch.int64), 7)),
+        (x.new_zeros(2, 3), tx.new_zeros(2, 3)),
+        (x.new_ones((2,)), tx.new_ones((2,))),
+        (x.new_full((1, 2), fill), tx.new_full((1, 2), fill)),
+        (labels.new_zeros(3), torch.zeros(5, dtype=torch.int64).new_zeros(3)),
+        (x.new_tensor([[1, 2]]), tx.new_tensor([[1, 2]])),
+        (labels.new_tensor([3.0]), torch.zeros(1, dtype=torch.int64).new_tensor([3.0])),
+    ]
+    for got, want in pairs:
+        assert got.shape == tuple(want.shape) and got.device == ctx
+        assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    made = x.new_tensor(x, requires_grad=True)  # a copy: its own storage, a leaf
+    assert made.is_leaf and made.requires_grad and made.data_ptr() != x.data_ptr()
+    empty = x.new_empty(2, 5)
+    assert empty.shape == (2, 5) and empty.dtype == gpumat.float32 and empty.device == ctx
+    with pytest.raises(TypeError, match="new_empty: only float32"):
+        labels.new_empty(2)
+    with pytest.raises(ValueError, match="sizes must be >= 0"):
+        x.new_zeros(-1)
+    with pytest.raises(ValueError, match="new_tensor: gpumat.int64 data must be whole numbers"):
+        labels.new_tensor([3.7])  # as gpumat.tensor(data, dtype=int64): never a silent truncation
+    gpumat.manual_seed(0)
+    r = gpumat.rand_like(x)
+    n = gpumat.randn_like(x, device=gpumat.cpu())
+    assert r.shape == n.shape == (3, 4) and r.device == ctx and n.device == gpumat.cpu()
+    assert 0.0 <= r.numpy().min() and r.numpy().max() < 1.0
+    with pytest.raises(TypeError, match="random tensors are float32"):
+        gpumat.rand_like(labels)
+
+
+def test_device_type_and_accelerator_are_pytorchs():
+    torch = pytest.importorskip("torch")
+    for name in ("cpu", "cuda:1"):
+        assert gpumat.tensor([1.0]).device.type == "cpu"
+        assert gpumat.device.as_device(name).type == torch.device(name).type
+    assert gpumat.emu(0).type == "emu"
+    accelerator = gpumat.accelerator
+    assert accelerator.is_available() == gpumat.cuda.is_available()
+    assert accelerator.device_count() == gpumat.cuda.device_count()
+    assert accelerator.current_device_index() == 0
+    current = accelerator.current_accelerator(check_available=True)
+    if gpumat.cuda.is_available():
+        assert current == gpumat.gpu(0) and current.type == "cuda"
+    else:
+        assert current is None
+        # the examples' idiom picks the host
+        device = current if accelerator.is_available() else "cpu"
+        assert gpumat.zeros(2, device=device).device == gpumat.cpu()
