@@ -39,10 +39,14 @@ _KINDS = {"cpu": 0, "gpu": 1, "emu": 2}
 class Device:
     """A device: ``device_type`` is ``"cpu"``, ``"gpu"`` or ``"emu"``, ``index`` the device ordinal.
 
-    Contexts compare equal by value and are hashable. The dlsys course calls this DLContext.
+    Also built as PyTorch builds ``torch.device``: ``Device("cuda:1")``, ``Device("cuda", 1)``,
+    ``Device("cpu")``, ``Device("emu:0")`` (``"cuda"`` is ``"gpu"``; names are case-insensitive;
+    a Device is returned as an equal one). Devices compare equal by value and are hashable;
+    ``type`` is PyTorch's name of the kind. The dlsys course calls this DLContext.
 
     Raises:
-        ValueError: an unknown device_type or a negative index.
+        ValueError: an unknown device type or name, an index given twice, a negative index.
+        TypeError: a device type that is neither a string nor a Device.
     """
 
     # NOTE: the kind is stored as _kind and read through the device_type property, so that
@@ -50,10 +54,23 @@ class Device:
     # 2 gpu) while every gpumat layer keeps reading the string.
     __slots__ = ("_kind", "index")
 
-    def __init__(self, device_type: str, index: int = 0):
-        if device_type not in _KINDS:
-            raise ValueError(f"device_type must be 'cpu', 'gpu' or 'emu', got {device_type!r}")
-        index = int(index)
+    def __init__(self, device_type, index: int | None = None):
+        if isinstance(device_type, Device):
+            device_type, index = _index_once(device_type._kind, device_type.index, index)
+        elif isinstance(device_type, str) and device_type not in _KINDS:
+            kind, sep, number = device_type.strip().lower().partition(":")
+            bad_cpu = kind == "cpu" and number not in ("", "0")
+            if kind not in _DEVICE_KINDS or (sep and not number.isdigit()) or bad_cpu:
+                raise ValueError(
+                    f"unknown device {device_type!r}; use 'cpu', 'cuda', 'cuda:N', 'gpu:N', "
+                    "'emu' or 'emu:N'"
+                )
+            device_type, index = _index_once(
+                _DEVICE_KINDS[kind], int(number) if sep else None, index
+            )
+        elif not isinstance(device_type, str):
+            raise TypeError(f"device type must be a string or a Device, got {device_type!r}")
+        index = 0 if index is None else int(index)
         if index < 0:
             raise ValueError(f"device index must be >= 0, got {index}")
         object.__setattr__(self, "_kind", device_type)
@@ -90,6 +107,13 @@ class Device:
 
     def __repr__(self):
         return f"{self._kind}({self.index})"
+
+
+def _index_once(kind: str, parsed: int | None, given: int | None) -> tuple[str, int | None]:
+    """(kind, index) from a name's index and an explicit one, which may not both be given."""
+    if parsed is not None and given is not None:
+        raise ValueError(f"device index given twice: {parsed} in the name and {given}")
+    return kind, given if parsed is None else parsed
 
 
 def cpu(index: int = 0) -> Device:

@@ -169,3 +169,42 @@ def test_device_type_and_accelerator_are_pytorchs():
         # the examples' idiom picks the host
         device = current if accelerator.is_available() else "cpu"
         assert gpumat.zeros(2, device=device).device == gpumat.cpu()
+
+
+@pytest.mark.parametrize(
+    "args, want",
+    [
+        (("cuda:1",), gpumat.gpu(1)),
+        (("cuda", 1), gpumat.gpu(1)),
+        (("CUDA",), gpumat.gpu(0)),
+        (("cpu",), gpumat.cpu()),
+        (("emu:0",), gpumat.emu(0)),
+        ((gpumat.emu(2),), gpumat.emu(2)),
+        (("gpu", 3), gpumat.gpu(3)),
+    ],
+)
+def test_devices_are_built_as_pytorch_builds_them(args, want):
+    torch = pytest.importorskip("torch")
+    device = gpumat.Device(*args)
+    assert device == want and hash(device) == hash(want)
+    if isinstance(args[0], str) and args[0].startswith(("cuda", "cpu")):  # torch: lower case
+        assert device.type == torch.device(*args).type and device.index == (
+            torch.device(*args).index or 0
+        )
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (("cuda:0", 1), "index given twice"),
+        (("tpu",), "unknown device"),
+        (("cuda:x",), "unknown device"),
+        (("cpu:1",), "unknown device"),
+        (("cpu", -1), "must be >= 0"),
+    ],
+)
+def test_bad_devices_are_value_errors(args, error):
+    with pytest.raises(ValueError, match=error):
+        gpumat.Device(*args)
+    with pytest.raises(TypeError, match="string or a Device"):
+        gpumat.Device(3)
