@@ -3,9 +3,13 @@
 PyTorch programs call both spellings (``torch.exp(x)`` and ``x.exp()``, ``torch.sum(x, 1)`` and
 ``x.sum(1)``), so each function here is its :class:`gpumat.Tensor` method, with PyTorch's
 argument names (``input``, ``dim``, ``keepdim``): the pointwise ones (``exp``, ``log``, ``sqrt``,
-``relu``, ``tanh``, ``sigmoid``: one per graph op that names a tensor method), ``neg``,
-``softmax``, ``log_softmax``, ``sum``, ``mean``, ``max``, ``argmax``, ``reshape``, ``squeeze``,
-``unsqueeze``, ``t``, ``transpose`` and ``matmul``. Shapes, dtypes and errors are the methods'.
+``abs``, ``sign``, ``sin``, ``cos``, ``erf``, ``log1p``, ``rsqrt``, ``relu``, ``tanh``,
+``sigmoid``: one per graph op that names a tensor method), ``neg``, the comparisons ``eq``,
+``ne``, ``lt``, ``le``, ``gt``, ``ge``, ``logical_not``, ``logical_and``, ``logical_or``,
+``clamp`` / ``clip``, ``minimum``, ``maximum``, ``masked_fill``, ``softmax``, ``log_softmax``,
+``sum``, ``mean``, ``max``, ``argmax``, ``reshape``, ``squeeze``, ``unsqueeze``, ``t``,
+``transpose`` and ``matmul``; and ``where(condition, input, other)``, whose first argument is the
+condition (:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
 
 Raises (every function): TypeError when ``input`` is not a :class:`gpumat.Tensor`, naming the
 function; otherwise what the method raises.
@@ -14,13 +18,28 @@ function; otherwise what the method raises.
 from __future__ import annotations
 
 from gpumat.graph.node import TENSOR_METHODS
-from gpumat.tensor import Tensor
+from gpumat.tensor import Tensor, where  # noqa: F401 (gpumat.where, in __all__)
 
 _POINTWISE = [op.tensor_method for op in TENSOR_METHODS]
 __all__ = sorted(
     [
         *_POINTWISE,
         "argmax",
+        "clamp",
+        "clip",
+        "eq",
+        "ge",
+        "gt",
+        "le",
+        "logical_and",
+        "logical_not",
+        "logical_or",
+        "lt",
+        "masked_fill",
+        "maximum",
+        "minimum",
+        "ne",
+        "where",
         "log_softmax",
         "matmul",
         "max",
@@ -71,3 +90,17 @@ unsqueeze = _method("unsqueeze", "``input.unsqueeze(dim)``")
 t = _method("t", "``input.t()``")
 transpose = _method("transpose", "``input.transpose(dim0, dim1)``")
 matmul = _method("matmul", "``input @ other`` for 2-D float32 tensors")
+eq = _method("eq", "``input == other``, a bool tensor")
+ne = _method("ne", "``input != other``, a bool tensor")
+lt = _method("lt", "``input < other``, a bool tensor")
+le = _method("le", "``input <= other``, a bool tensor")
+gt = _method("gt", "``input > other``, a bool tensor")
+ge = _method("ge", "``input >= other``, a bool tensor")
+logical_not = _method("logical_not", "``input.logical_not()``, a bool tensor")
+logical_and = _method("logical_and", "``input.logical_and(other)``, a bool tensor")
+logical_or = _method("logical_or", "``input.logical_or(other)``, a bool tensor")
+clamp = _method("clamp", "``input.clamp(min=None, max=None)`` with number bounds")
+clip = _method("clip", "``input.clamp(min=None, max=None)`` (PyTorch's alias)")
+minimum = _method("minimum", "``input.minimum(other)``")
+maximum = _method("maximum", "``input.maximum(other)``")
+masked_fill = _method("masked_fill", "``input.masked_fill(mask, value)``")

@@ -23,6 +23,8 @@ Adadelta as in Zeiler (2012), Algorithm 1, with PyTorch's lr factor.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -106,6 +108,115 @@ def sqrt_gradient(y, dy, out) -> None:
     """out = dy / (2 y), given y = sqrt(x): dy / 0 at y = 0 (without warnings)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         np.divide(dy, 2 * y, out=out)
+
+
+def abs(a, out) -> None:  # noqa: A001 (the op's name, PyTorch's)
+    """out = |a|."""
+    np.abs(a, out=out)
+
+
+def sign(a, out) -> None:
+    """out = 1, -1 or 0 by the sign of a; 0 for +-0 and for NaN, as PyTorch (numpy's is NaN)."""
+    out[...] = (a > 0).astype(out.dtype) - (a < 0).astype(out.dtype)
+
+
+def sin(a, out) -> None:
+    """out = sin(a) (NaN at +-inf, without warnings)."""
+    with np.errstate(invalid="ignore"):
+        np.sin(a, out=out)
+
+
+def cos(a, out) -> None:
+    """out = cos(a) (NaN at +-inf, without warnings)."""
+    with np.errstate(invalid="ignore"):
+        np.cos(a, out=out)
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(a, out) -> None:
+    """out = erf(a), by Python's math.erf in float64 (numpy has no erf), rounded to out's dtype."""
+    out[...] = _erf(np.asarray(a, np.float64)).astype(np.float64) if a.size else a
+
+
+def log1p(a, out) -> None:
+    """out = log(1 + a): -inf at -1, NaN below (without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.log1p(a, out=out)
+
+
+def rsqrt(a, out) -> None:
+    """out = 1 / sqrt(a): +-inf at +-0, NaN for a < 0 (without warnings)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.divide(1, np.sqrt(a), out=out)
+
+
+def rsqrt_gradient(y, dy, out) -> None:
+    """out = -0.5 * dy * y**3, given y = rsqrt(x) (inf * 0 = NaN without warnings)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.multiply(-0.5 * dy, y * y * y, out=out)
+
+
+def lt(a, b, out) -> None:
+    """out = 1 where a < b, else 0 (a NaN compares false)."""
+    out[...] = a < b
+
+
+def le(a, b, out) -> None:
+    """out = 1 where a <= b, else 0 (a NaN compares false)."""
+    out[...] = a <= b
+
+
+def gt(a, b, out) -> None:
+    """out = 1 where a > b, else 0 (a NaN compares false)."""
+    out[...] = a > b
+
+
+def ge(a, b, out) -> None:
+    """out = 1 where a >= b, else 0 (a NaN compares false)."""
+    out[...] = a >= b
+
+
+def logical_not(a, out) -> None:
+    """out = 1 where a == 0, else 0 (NaN is true)."""
+    out[...] = a == 0
+
+
+def logical_and(a, b, out) -> None:
+    """out = 1 where a != 0 and b != 0, else 0 (NaN is true)."""
+    out[...] = (a != 0) & (b != 0)
+
+
+def logical_or(a, b, out) -> None:
+    """out = 1 where a != 0 or b != 0, else 0 (NaN is true)."""
+    out[...] = (a != 0) | (b != 0)
+
+
+def minimum(a, b, out) -> None:
+    """out = the smaller of a and b; NaN where either is NaN (numpy's minimum, PyTorch's)."""
+    np.minimum(a, b, out=out)
+
+
+def maximum(a, b, out) -> None:
+    """out = the larger of a and b; NaN where either is NaN (numpy's maximum, PyTorch's)."""
+    np.maximum(a, b, out=out)
+
+
+def where(cond, a, b, out) -> None:
+    """out = a where cond != 0, else b."""
+    out[...] = np.where(cond != 0, a, b)
+
+
+def clamp(a, lo, hi, out) -> None:
+    """out = min(max(a, lo), hi): hi where lo > hi; a NaN in a stays NaN."""
+    low = np.where(a < lo, np.asarray(lo, a.dtype), a)
+    out[...] = np.where(low > hi, np.asarray(hi, a.dtype), low)
+
+
+def clamp_gradient(x, dy, lo, hi, out) -> None:
+    """out = dy where lo <= x <= hi, else 0 (0 at a NaN x)."""
+    out[...] = np.where((x >= lo) & (x <= hi), dy, np.zeros((), dy.dtype))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -6,6 +6,11 @@ of its Python function (see kernels.def's header):
 
     GPUMAT_UNARY(name, "doc")           out = f(in)     gpumat.ops.name(a, out)
     GPUMAT_UNARY_GRADIENT(name, "doc")  out = g(y, dy)  gpumat.ops.name(y, dy, out)
+    GPUMAT_BINARY(name, "doc")          out = f(a, b)   gpumat.ops.name(a, b, out)
+    GPUMAT_TERNARY(name, "doc")         out = f(c, a, b)  gpumat.ops.name(cond, a, b, out)
+    GPUMAT_UNARY_BOUNDS(name, "doc")    out = f(in; lo, hi)  gpumat.ops.name(a, lo, hi, out)
+    GPUMAT_UNARY_BOUNDS_GRADIENT(name, "doc")
+                                        out = g(x, dy; lo, hi)  gpumat.ops.name(x, dy, lo, hi, out)
 
 The C++ side reads the same lines through the preprocessor (the Backend table, the kernels'
 declarations, ops.h, src/ops/pointwise.cpp, program.cpp's step table). This script writes what
@@ -31,14 +36,23 @@ KERNELS_DEF = ROOT / "extensions" / "src" / "kernels.def"
 PXI = ROOT / "gpumat" / "_core_ops" / "pointwise.pxi"
 PY = ROOT / "gpumat" / "_ops_pointwise.py"
 
-# The shapes of pointwise op: (Python parameters, C++ parameter types). Every array is one shape.
+_IN, _OUT, _FLOAT = "const GpuMatrix&", "GpuMatrix&", "float"
+
+# The shapes of pointwise op: (Python parameters, C++ parameter types). Every array is one shape;
+# a float parameter is a scalar (passed as a C float), the others arrays.
 KINDS = {
-    "UNARY": (("a", "out"), ("const GpuMatrix&", "GpuMatrix&")),
-    "UNARY_GRADIENT": (("y", "dy", "out"), ("const GpuMatrix&", "const GpuMatrix&", "GpuMatrix&")),
+    "UNARY": (("a", "out"), (_IN, _OUT)),
+    "UNARY_GRADIENT": (("y", "dy", "out"), (_IN, _IN, _OUT)),
+    "BINARY": (("a", "b", "out"), (_IN, _IN, _OUT)),
+    "TERNARY": (("cond", "a", "b", "out"), (_IN, _IN, _IN, _OUT)),
+    "UNARY_BOUNDS": (("a", "lo", "hi", "out"), (_IN, _FLOAT, _FLOAT, _OUT)),
+    "UNARY_BOUNDS_GRADIENT": (("x", "dy", "lo", "hi", "out"), (_IN, _IN, _FLOAT, _FLOAT, _OUT)),
 }
 
 _ENTRY = re.compile(
-    r"^GPUMAT_(UNARY|UNARY_GRADIENT)\(\s*(\w+)\s*,\s*((?:\"(?:[^\"\\]|\\.)*\"\s*)+)\)", re.M
+    r"^GPUMAT_(" + "|".join(sorted(KINDS, key=len, reverse=True)) + r")\(\s*(\w+)\s*,\s*"
+    r"((?:\"(?:[^\"\\]|\\.)*\"\s*)+)\)",
+    re.M,
 )
 _STRING = re.compile(r"\"((?:[^\"\\]|\\.)*)\"")
 
@@ -57,7 +71,7 @@ def entries(text: str) -> list[tuple[str, str, str]]:
 def pxi(found) -> str:
     lines = [
         f"# {HEADER}",
-        "# The pointwise ops of kernels.def's GPUMAT_UNARY / GPUMAT_UNARY_GRADIENT lines: their",
+        "# The pointwise ops of kernels.def's GPUMAT_UNARY, GPUMAT_BINARY, ... lines: their",
         "# declarations (ops.h) and wrappers, included by gpumat/_core.pyx.",
         "",
         "",
@@ -69,26 +83,31 @@ def pxi(found) -> str:
             f'    void {name} "gpumat::ops::{name}"({types}) except +gpumat_raise_py_error nogil'
         )
     for kind, name, _ in found:
-        args = ("a", "out") if kind == "UNARY" else ("y", "dy", "out")
-        params = ", ".join(f"PyGpuMatrix {a} not None" for a in args)
+        args, types = KINDS[kind]
+        scalar = {a for a, t in zip(args, types, strict=True) if t == _FLOAT}
+        params = ", ".join(
+            f"float {a}" if a in scalar else f"PyGpuMatrix {a} not None" for a in args
+        )
         lines += ["", "", f"def {name}_({params}):"]
-        lines += [f'    _require({a}, "{name}", "{a}")' for a in args]
-        lines += ["    with nogil:", f"        {name}({', '.join(f'{a}.mat[0]' for a in args)})"]
+        lines += [f'    _require({a}, "{name}", "{a}")' for a in args if a not in scalar]
+        call = ", ".join(a if a in scalar else f"{a}.mat[0]" for a in args)
+        lines += ["    with nogil:", f"        {name}({call})"]
     return "\n".join(lines) + "\n"
 
 
 def py(found) -> str:
-    names = ", ".join(f'"{name}"' for _, name, _ in sorted(found, key=lambda e: e[1]))
+    names = "".join(f'    "{name}",\n' for _, name, _ in sorted(found, key=lambda e: e[1]))
     out = [
         f"# {HEADER}",
         '"""The pointwise kernels of :mod:`gpumat.ops` declared in ``extensions/src/kernels.def``',
-        "(``GPUMAT_UNARY``, ``GPUMAT_UNARY_GRADIENT``): every array one shape, float32, on one",
-        "device; the output may be an input (in place). :mod:`gpumat.ops` re-exports them.",
+        "(``GPUMAT_UNARY``, ``GPUMAT_UNARY_GRADIENT``, ``GPUMAT_BINARY``, ``GPUMAT_TERNARY``,",
+        "``GPUMAT_UNARY_BOUNDS`` and its gradient): every array one shape, float32, on one device;",
+        "the output may be an input (in place). :mod:`gpumat.ops` re-exports them.",
         '"""',
         "",
         "from gpumat import _core  # gpumat.ops.trace_calls swaps this for its recorder",
         "",
-        f"__all__ = [{names}]",
+        f"__all__ = [\n{names}]",
     ]
     for kind, name, doc in found:
         params = KINDS[kind][0]

@@ -87,10 +87,14 @@ struct StepOf<void (*)(P...)> {
 // family as ops.h is.
 const std::map<std::string, OpEntry>& op_table() {
   static const std::map<std::string, OpEntry> table = {
-  // the pointwise ops of kernels.def (GPUMAT_UNARY, GPUMAT_UNARY_GRADIENT), in every family
+  // the pointwise ops of kernels.def (GPUMAT_UNARY, GPUMAT_BINARY, ... by shape), in every family
 #define GPUMAT_KERNEL(name, params)
 #define GPUMAT_UNARY(name, doc) GPUMAT_STEP(name),
 #define GPUMAT_UNARY_GRADIENT(name, doc) GPUMAT_STEP(name),
+#define GPUMAT_BINARY(name, doc) GPUMAT_STEP(name),
+#define GPUMAT_TERNARY(name, doc) GPUMAT_STEP(name),
+#define GPUMAT_UNARY_BOUNDS(name, doc) GPUMAT_STEP(name),
+#define GPUMAT_UNARY_BOUNDS_GRADIENT(name, doc) GPUMAT_STEP(name),
 #include "kernels.def"
       // elementwise
       GPUMAT_STEP(fill),

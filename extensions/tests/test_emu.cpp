@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -500,6 +501,63 @@ void frontend_kernel_cases() {
           ops::relu(a[0], a[2]);
           ops::relu(a[1], a[3]);
           ops::eq(a[2], a[3], a[4]);
+        },
+        0.0f);
+  }
+  // The everyday pointwise ops: the same C library functions on both devices here (the emulated
+  // device compiles sinf, erff, ... with the host compiler), so equal bit for bit. Comparisons, logic
+  // and where of relu'd inputs (ties at 0, a quarter of the elements); clamp with open and inverted
+  // bounds.
+  for (int64_t n : {1, 31, 257, 4099, 300001}) {
+    const std::string t = " n=" + std::to_string(n);
+    using Unary = void (*)(const gpumat::GpuMatrix&, gpumat::GpuMatrix&);
+    const std::pair<const char*, Unary> unary[] = {{"abs", ops::abs},
+                                                   {"sign", ops::sign},
+                                                   {"sin", ops::sin},
+                                                   {"cos", ops::cos},
+                                                   {"erf", ops::erf},
+                                                   {"log1p", ops::log1p},
+                                                   {"logical_not", ops::logical_not}};
+    for (const auto& [name, f] : unary) {
+      check(name + t, {{n}}, {{n}}, [f](Arrays& a) { f(a[0], a[1]); }, 0.0f, -4.0f, 4.0f);
+    }
+    check("rsqrt" + t, {{n}}, {{n}}, [](Arrays& a) { ops::rsqrt(a[0], a[1]); }, 0.0f, 0.01f, 100.0f);
+    check(
+        "rsqrt_gradient" + t, {{n}, {n}}, {{n}}, [](Arrays& a) { ops::rsqrt_gradient(a[0], a[1], a[2]); },
+        0.0f, 0.1f, 10.0f);
+    using Binary = void (*)(const gpumat::GpuMatrix&, const gpumat::GpuMatrix&, gpumat::GpuMatrix&);
+    const std::pair<const char*, Binary> binary[] = {{"lt", ops::lt},
+                                                     {"le", ops::le},
+                                                     {"gt", ops::gt},
+                                                     {"ge", ops::ge},
+                                                     {"logical_and", ops::logical_and},
+                                                     {"logical_or", ops::logical_or},
+                                                     {"minimum", ops::minimum},
+                                                     {"maximum", ops::maximum}};
+    for (const auto& [name, f] : binary) {
+      check(
+          name + t, {{n}, {n}}, {{n}, {n}, {n}},
+          [f](Arrays& a) {
+            ops::relu(a[0], a[2]);
+            ops::relu(a[1], a[3]);
+            f(a[2], a[3], a[4]);
+          },
+          0.0f);
+    }
+    check(
+        "where" + t, {{n}, {n}, {n}}, {{n}, {n}, {n}},
+        [](Arrays& a) {
+          ops::relu(a[0], a[3]);
+          ops::where(a[3], a[1], a[2], a[4]);
+          ops::where(a[3], a[4], a[4], a[5]);  // out aliasing both values
+        },
+        0.0f);
+    check(
+        "clamp" + t, {{n}, {n}}, {{n}, {n}, {n}},
+        [](Arrays& a) {
+          ops::clamp(a[0], -0.5f, 0.25f, a[2]);
+          ops::clamp(a[0], 0.5f, -0.5f, a[3]);  // inverted: hi everywhere
+          ops::clamp_gradient(a[0], a[1], -0.5f, std::numeric_limits<float>::infinity(), a[4]);
         },
         0.0f);
   }

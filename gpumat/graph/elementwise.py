@@ -1,8 +1,11 @@
 """Elementwise graph ops: ``+``, ``*``, ``/`` with nodes or constants, ``exp``, ``log``, ``sqrt``,
-equality tests, arrays of zeros or ones, and ``detach_op`` (a copy with no gradient: the front end's
-cut in a traced step).
+``abs``, ``sign``, ``sin``, ``cos``, ``erf``, ``log1p``, ``rsqrt``, comparisons (``eq``, ``lt``,
+``le``, ``gt``, ``ge``) and logic (``logical_not/and/or``) giving 1.0 / 0.0, ``minimum``,
+``maximum``, ``where``, ``clamp``, arrays of zeros or ones, and ``detach_op`` (a copy with no
+gradient: the front end's cut in a traced step).
 
-``add_op(a, b)``, ``mul_op(a, b)``, ``div_op(a, b)`` and ``eq_op(a, b)`` need equal shapes
+``add_op(a, b)``, ``mul_op(a, b)``, ``div_op(a, b)``, the comparisons, ``minimum_op``,
+``maximum_op`` and ``where_op(cond, a, b)`` need equal shapes
 (broadcasting is explicit: add a bias with ``z + broadcastto_op(b, z)``); ``add_byconst_op`` /
 ``mul_byconst_op`` take a real constant. This module also defines the node operators (``x + y``,
 ``2 * x``, ``x - y``, ``-x``) on :class:`gpumat.graph.Node`, beside the ops they build. Kernels:
@@ -10,6 +13,11 @@ cut in a traced step).
 """
 
 from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
 
 from gpumat.graph.node import (
     Attr,
@@ -23,33 +31,73 @@ from gpumat.graph.node import (
 )
 
 __all__ = [
+    "AbsOp",
     "AddByConstOp",
     "AddOp",
+    "ClampGradientOp",
+    "ClampOp",
+    "CosOp",
     "DetachOp",
     "DivOp",
     "EqOp",
+    "ErfOp",
     "ExpOp",
+    "GeOp",
+    "GtOp",
+    "LeOp",
+    "Log1pOp",
     "LogOp",
+    "LogicalAndOp",
+    "LogicalNotOp",
+    "LogicalOrOp",
+    "LtOp",
+    "MaximumOp",
+    "MinimumOp",
     "MulByConstOp",
     "MulOp",
     "OnesLikeOp",
     "PowZeroOp",
+    "RsqrtGradientOp",
+    "RsqrtOp",
+    "SignOp",
+    "SinOp",
     "SqrtGradientOp",
     "SqrtOp",
+    "WhereOp",
     "ZerosLikeOp",
+    "abs_op",
     "add_byconst_op",
     "add_op",
+    "clamp_gradient_op",
+    "clamp_op",
+    "cos_op",
     "detach_op",
     "div_op",
     "eq_op",
+    "erf_op",
     "exp_op",
+    "ge_op",
+    "gt_op",
+    "le_op",
+    "log1p_op",
     "log_op",
+    "logical_and_op",
+    "logical_not_op",
+    "logical_or_op",
+    "lt_op",
+    "maximum_op",
+    "minimum_op",
     "mul_byconst_op",
     "mul_op",
     "oneslike_op",
     "pow_zero_op",
+    "rsqrt_gradient_op",
+    "rsqrt_op",
+    "sign_op",
+    "sin_op",
     "sqrt_gradient_op",
     "sqrt_op",
+    "where_op",
     "zeroslike_op",
 ]
 
@@ -207,6 +255,262 @@ class SqrtGradientOp(UnaryGradientOp):
     name, label, kernel = "sqrt_gradient_op", "SqrtGrad", "sqrt_gradient"
 
 
+class AbsOp(UnaryOp):
+    """``abs_op(x)``: |x| elementwise, any shape. Gradient: ``sign(x) * g`` (0 at x = 0 and at a
+    NaN, PyTorch's subgradient)."""
+
+    name, label, kernel = "abs_op", "Abs", "abs"
+    tensor_method, tensor_doc = "abs", "The absolute value elementwise."
+
+    def gradient(self, node, output_grad):
+        return [mul_op(sign_op(node.inputs[0]), output_grad)]
+
+
+class SignOp(UnaryOp):
+    """``sign_op(x)``: 1 where x > 0, -1 where x < 0, else 0 (for +-0 and NaN, as PyTorch),
+    elementwise. Piecewise constant: its gradient is zeros of x's shape (PyTorch's)."""
+
+    name, label, kernel = "sign_op", "Sign", "sign"
+    tensor_method, tensor_doc = (
+        "sign",
+        "1, -1 or 0 by the sign of each element (0 for +-0 and NaN, as PyTorch).",
+    )
+
+    def gradient(self, node, output_grad):
+        return [zeroslike_op(node.inputs[0])]
+
+
+class SinOp(UnaryOp):
+    """``sin_op(x)``: sin elementwise, any shape (NaN at +-inf). Gradient: ``cos(x) * g``."""
+
+    name, label, kernel = "sin_op", "Sin", "sin"
+    tensor_method, tensor_doc = "sin", "The sine elementwise (radians)."
+
+    def gradient(self, node, output_grad):
+        return [mul_op(cos_op(node.inputs[0]), output_grad)]
+
+
+class CosOp(UnaryOp):
+    """``cos_op(x)``: cos elementwise, any shape (NaN at +-inf). Gradient: ``-(sin(x) * g)``."""
+
+    name, label, kernel = "cos_op", "Cos", "cos"
+    tensor_method, tensor_doc = "cos", "The cosine elementwise (radians)."
+
+    def gradient(self, node, output_grad):
+        return [mul_byconst_op(mul_op(sin_op(node.inputs[0]), output_grad), -1.0)]
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+class ErfOp(UnaryOp):
+    """``erf_op(x)``: the error function elementwise, any shape (erf(+-inf) = +-1). Gradient:
+    ``2/sqrt(pi) * exp(-x**2) * g``, PyTorch's formula (exp(-x**2) underflows to 0 past |x| ~
+    10, where the true value is below float32's smallest number anyway)."""
+
+    name, label, kernel = "erf_op", "Erf", "erf"
+    tensor_method, tensor_doc = "erf", "The Gauss error function elementwise."
+
+    def gradient(self, node, output_grad):
+        x = node.inputs[0]
+        density = mul_byconst_op(exp_op(mul_byconst_op(mul_op(x, x), -1.0)), _TWO_OVER_SQRT_PI)
+        return [mul_op(density, output_grad)]
+
+
+class Log1pOp(UnaryOp):
+    """``log1p_op(x)``: log(1 + x) elementwise, accurate for small |x| (-inf at -1, NaN below).
+    Gradient: ``g / (x + 1)``, PyTorch's."""
+
+    name, label, kernel = "log1p_op", "Log1p", "log1p"
+    tensor_method, tensor_doc = (
+        "log1p",
+        "log(1 + x) elementwise, accurate for small |x| (-inf at -1, NaN below).",
+    )
+
+    def gradient(self, node, output_grad):
+        return [div_op(output_grad, add_byconst_op(node.inputs[0], 1.0))]
+
+
+class RsqrtOp(UnaryOp):
+    """``rsqrt_op(x)``: 1 / sqrt(x) elementwise (+-inf at +-0, NaN for x < 0, 0 at inf).
+    Gradient: ``rsqrt_gradient_op(y, dy)`` = -0.5 dy y**3 from the output y, PyTorch's."""
+
+    name, label, kernel = "rsqrt_op", "Rsqrt", "rsqrt"
+    tensor_method, tensor_doc = (
+        "rsqrt",
+        "1 / sqrt(x) elementwise (inf at 0, NaN for a negative number).",
+    )
+
+    def gradient(self, node, output_grad):
+        return [rsqrt_gradient_op(node, output_grad)]
+
+
+class RsqrtGradientOp(UnaryGradientOp):
+    """``rsqrt_gradient_op(y, dy)``: -0.5 dy y**3, y = rsqrt(x) the forward output (one shape)."""
+
+    name, label, kernel = "rsqrt_gradient_op", "RsqrtGrad", "rsqrt_gradient"
+
+
+class LogicalNotOp(UnaryOp):
+    """``logical_not_op(x)``: 1.0 where x == 0, else 0.0 (NaN is true), any shape. No gradient
+    (``None``). The front end's ``Tensor.logical_not`` gives a bool tensor."""
+
+    name, label, kernel = "logical_not_op", "LogicalNot", "logical_not"
+
+    def gradient(self, node, output_grad):
+        return [None]
+
+
+class _PointwiseBinaryOp(Op):
+    """An op of two nodes of one shape computed by one pointwise kernel, ``kernel(a, b, out)``."""
+
+    inputs = ("node_A", "node_B")
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+
+
+class _PredicateOp(_PointwiseBinaryOp):
+    """A comparison or logical op: 1.0 or 0.0, piecewise constant, so no gradient (``None`` for
+    both inputs, as ``eq_op``)."""
+
+    def gradient(self, node, output_grad):
+        return [None, None]
+
+
+class LtOp(_PredicateOp):
+    """``lt_op(a, b)``: 1.0 where a < b, else 0.0 (a NaN compares false); one shape."""
+
+    name, label, kernel = "lt_op", "Lt", "lt"
+
+
+class LeOp(_PredicateOp):
+    """``le_op(a, b)``: 1.0 where a <= b, else 0.0 (a NaN compares false); one shape."""
+
+    name, label, kernel = "le_op", "Le", "le"
+
+
+class GtOp(_PredicateOp):
+    """``gt_op(a, b)``: 1.0 where a > b, else 0.0 (a NaN compares false); one shape."""
+
+    name, label, kernel = "gt_op", "Gt", "gt"
+
+
+class GeOp(_PredicateOp):
+    """``ge_op(a, b)``: 1.0 where a >= b, else 0.0 (a NaN compares false); one shape."""
+
+    name, label, kernel = "ge_op", "Ge", "ge"
+
+
+class LogicalAndOp(_PredicateOp):
+    """``logical_and_op(a, b)``: 1.0 where a != 0 and b != 0, else 0.0 (NaN is true)."""
+
+    name, label, kernel = "logical_and_op", "LogicalAnd", "logical_and"
+
+
+class LogicalOrOp(_PredicateOp):
+    """``logical_or_op(a, b)``: 1.0 where a != 0 or b != 0, else 0.0 (NaN is true)."""
+
+    name, label, kernel = "logical_or_op", "LogicalOr", "logical_or"
+
+
+class MaximumOp(_PointwiseBinaryOp):
+    """``maximum_op(a, b)``: the larger of a and b elementwise (NaN if either is NaN); one shape.
+    Gradient, PyTorch's rule: g to the larger, g / 2 to each where a == b, and g to both where
+    they are unordered (a NaN): ``where(a < b, 0, where(a == b, g/2, g))`` for a, the mirror
+    for b (``where_op``: a 0 is never a 0 * g, so an inf or NaN in g does not leak)."""
+
+    name, label, kernel = "maximum_op", "Maximum", "maximum"
+
+    def losing(self):
+        """The comparisons where a, then b, gets no gradient: a < b and a > b for maximum."""
+        return lt_op, gt_op
+
+    def gradient(self, node, output_grad):
+        a, b = node.inputs
+        zeros = zeroslike_op(output_grad)
+        split = where_op(eq_op(a, b), mul_byconst_op(output_grad, 0.5), output_grad)
+        loses_a, loses_b = self.losing()
+        return [where_op(loses_a(a, b), zeros, split), where_op(loses_b(a, b), zeros, split)]
+
+
+class MinimumOp(MaximumOp):
+    """``minimum_op(a, b)``: the smaller of a and b elementwise (NaN if either is NaN); one
+    shape. Gradient, PyTorch's rule: g to the smaller, g / 2 to each where a == b, g to both
+    where they are unordered (a NaN)."""
+
+    name, label, kernel = "minimum_op", "Minimum", "minimum"
+
+    def losing(self):
+        return gt_op, lt_op
+
+
+class WhereOp(Op):
+    """``where_op(cond, a, b)``: a where cond != 0, else b, elementwise; cond, a and b have one
+    shape (the front end broadcasts first). Gradients: none for cond (a selector),
+    ``where(cond, g, 0)`` for a and ``where(cond, 0, g)`` for b (PyTorch's)."""
+
+    name, label, kernel = "where_op", "Where", "where"
+    inputs = ("node_cond", "node_A", "node_B")
+
+    def gradient(self, node, output_grad):
+        cond = node.inputs[0]
+        zeros = zeroslike_op(output_grad)
+        return [None, where_op(cond, output_grad, zeros), where_op(cond, zeros, output_grad)]
+
+    def infer_shape(self, node, input_shapes):
+        self._same_shapes(node, input_shapes[0], input_shapes[1])
+        return self._same_shapes(node, input_shapes[0], input_shapes[2])
+
+
+def _bound(value, name: str, op: str) -> float:
+    """A clamp bound: a real number as a Python float, +-inf for an open side; not NaN."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"{op}: {name} is NaN (clamp bounds must be numbers or +-inf)")
+    return value
+
+
+class ClampOp(Op):
+    """``clamp_op(x, lo, hi)``: min(max(x, lo), hi) elementwise, as torch.clamp (hi where
+    lo > hi; a NaN in x stays NaN); lo = -inf or hi = inf leaves that side open. Gradient:
+    ``clamp_gradient_op(x, g, lo, hi)``, g where lo <= x <= hi, else 0 (PyTorch's)."""
+
+    name, label, kernel = "clamp_op", "Clamp", "clamp"
+    inputs = ("node_x",)
+    attrs = (Attr("lo", _bound, type=float), Attr("hi", _bound, type=float))
+
+    def node_name(self, node):
+        return f"Clamp({short_name(node.inputs[0])},{node.lo!r},{node.hi!r})"
+
+    def compute(self, node, input_vals, output_val, device=None):
+        kernels_for(device).clamp(input_vals[0], node.lo, node.hi, output_val)
+
+    def gradient(self, node, output_grad):
+        return [clamp_gradient_op(node.inputs[0], output_grad, node.lo, node.hi)]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+class ClampGradientOp(Op):
+    """``clamp_gradient_op(x, dy, lo, hi)``: dy where lo <= x <= hi, else 0; x the forward
+    input, x and dy of one shape. Its own gradient (a second derivative) is not implemented."""
+
+    name, label, kernel = "clamp_gradient_op", "ClampGrad", "clamp_gradient"
+    inputs = ("node_x", "node_dy")
+    attrs = ClampOp.attrs
+    no_gradient = "second derivatives of clamp"
+
+    def compute(self, node, input_vals, output_val, device=None):
+        kernels_for(device).clamp_gradient(*input_vals, node.lo, node.hi, output_val)
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+
+
 class DetachOp(UnaryOp):
     """``detach_op(x)``: x's values with no gradient to x (a copy in a traced step; eagerly,
     ``Tensor.detach`` shares the storage instead). Used where a traced step of the front end cuts
@@ -267,6 +571,26 @@ exp_op = ExpOp()
 log_op = LogOp()
 sqrt_op = SqrtOp()
 sqrt_gradient_op = SqrtGradientOp()
+abs_op = AbsOp()
+sign_op = SignOp()
+sin_op = SinOp()
+cos_op = CosOp()
+erf_op = ErfOp()
+log1p_op = Log1pOp()
+rsqrt_op = RsqrtOp()
+rsqrt_gradient_op = RsqrtGradientOp()
+logical_not_op = LogicalNotOp()
+lt_op = LtOp()
+le_op = LeOp()
+gt_op = GtOp()
+ge_op = GeOp()
+logical_and_op = LogicalAndOp()
+logical_or_op = LogicalOrOp()
+maximum_op = MaximumOp()
+minimum_op = MinimumOp()
+where_op = WhereOp()
+clamp_op = ClampOp()
+clamp_gradient_op = ClampGradientOp()
 zeroslike_op = ZerosLikeOp()
 oneslike_op = OnesLikeOp()
 pow_zero_op = PowZeroOp()

@@ -39,7 +39,7 @@ import types
 # as_device and the underscored helpers: imported from here by gpumat.creation and the tests.
 from gpumat.device import as_device  # noqa: F401
 from gpumat.graph.node import TENSOR_METHODS
-from gpumat.tensor._arithmetic import ArithmeticMethods, _pointwise, matmul
+from gpumat.tensor._arithmetic import ArithmeticMethods, _pointwise, matmul, where
 from gpumat.tensor._inplace import InplaceMethods
 from gpumat.tensor._layout import LayoutMethods
 from gpumat.tensor._reductions import ReductionMethods
@@ -53,7 +53,7 @@ from gpumat.tensor._tensor import (  # noqa: F401
     apply_op,
 )
 
-__all__ = ["Tensor", "apply_op"]
+__all__ = ["Tensor", "apply_op", "where"]
 
 
 def _add_methods(methods: type) -> None:
@@ -77,4 +77,4 @@ for _op in TENSOR_METHODS:
 
 
 # Their public home, whatever file holds them: reprs, pickles and the API reference name it.
-Tensor.__module__ = apply_op.__module__ = matmul.__module__ = __name__
+Tensor.__module__ = apply_op.__module__ = matmul.__module__ = where.__module__ = __name__

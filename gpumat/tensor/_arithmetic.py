@@ -1,6 +1,8 @@
-"""Tensor's operators and math methods: ``+ - * / ** @ == !=`` and their named forms (``add``,
-``div``, ``pow``, ``eq``, ...), ``matmul``, ``softmax`` and ``log_softmax``, with the broadcasting
-binary op they share (``_binary``) and the maker of the pointwise methods (``relu``, ``exp``, ...).
+"""Tensor's operators and math methods: ``+ - * / ** @ == != < <= > >= abs()`` and their named
+forms (``add``, ``div``, ``pow``, ``eq``, ``lt``, ...), ``logical_not/and/or``, ``clamp``,
+``minimum``, ``maximum``, ``where``, ``masked_fill``, ``matmul``, ``softmax`` and ``log_softmax``,
+with the broadcasting binary op they share (``_binary``) and the maker of the pointwise methods
+(``relu``, ``exp``, ``sin``, ...).
 
 One topic of the class, apart so that each file stays readable; :mod:`gpumat.tensor` adds
 ``ArithmeticMethods``' methods and the pointwise ones to :class:`gpumat.Tensor`.
@@ -8,6 +10,7 @@ One topic of the class, apart so that each file stays readable; :mod:`gpumat.ten
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -18,11 +21,22 @@ from gpumat.graph.conv import add_channel_bias_op
 from gpumat.graph.elementwise import (
     add_byconst_op,
     add_op,
+    clamp_op,
     div_op,
     eq_op,
+    ge_op,
+    gt_op,
+    le_op,
+    logical_and_op,
+    logical_not_op,
+    logical_or_op,
+    lt_op,
+    maximum_op,
+    minimum_op,
     mul_byconst_op,
     mul_op,
     pow_zero_op,
+    where_op,
 )
 from gpumat.graph.matmul import matmul_op
 from gpumat.graph.node import shape_str
@@ -229,6 +243,127 @@ class ArithmeticMethods:
         negated = apply_op("ne", lambda n: mul_byconst_op(n, -1.0), [e], bool_, (-1, 0), False)
         return apply_op("ne", lambda n: add_byconst_op(n, 1.0), [negated], bool_, (0, 1), False)
 
+    def __lt__(self, other):
+        return self._compare("lt", other, lt_op)
+
+    def __le__(self, other):
+        return self._compare("le", other, le_op)
+
+    def __gt__(self, other):
+        return self._compare("gt", other, gt_op)
+
+    def __ge__(self, other):
+        return self._compare("ge", other, ge_op)
+
+    def _compare(self, op: str, other, graph_op, raise_unknown: bool = False):
+        """A bool tensor from the comparison ``graph_op`` of self with a tensor (broadcast as for
+        ``+``) or a number; NotImplemented (TypeError with ``raise_unknown``) for other types."""
+        value = self._operand(other, op)
+        if value is NotImplemented:
+            if raise_unknown:
+                raise TypeError(f"{op}: cannot compare a tensor with a {type(other).__name__}")
+            return value
+        if not isinstance(value, Tensor):
+            value = _filled("full", ((),), value, None, self._device, False)
+        return _binary(op, self, value, graph_op, out_dtype=bool_, differentiable=False)
+
+    def lt(self, other) -> Tensor:
+        """A bool tensor: True where ``self < other`` (a tensor, broadcast as for ``+``, or a
+        number); any dtypes. A NaN compares false. Not differentiable."""
+        return self._compare("lt", other, lt_op, True)
+
+    def le(self, other) -> Tensor:
+        """A bool tensor: True where ``self <= other`` (see ``lt``)."""
+        return self._compare("le", other, le_op, True)
+
+    def gt(self, other) -> Tensor:
+        """A bool tensor: True where ``self > other`` (see ``lt``)."""
+        return self._compare("gt", other, gt_op, True)
+
+    def ge(self, other) -> Tensor:
+        """A bool tensor: True where ``self >= other`` (see ``lt``)."""
+        return self._compare("ge", other, ge_op, True)
+
+    def logical_not(self) -> Tensor:
+        """A bool tensor: True where self is 0 (any dtype; NaN counts as true, as PyTorch)."""
+        return apply_op("logical_not", logical_not_op, [self], bool_, (0, 1), False)
+
+    def logical_and(self, other) -> Tensor:
+        """A bool tensor: True where self and ``other`` (a tensor, broadcast as for ``+``) are
+        both nonzero; any dtypes (NaN counts as true, as PyTorch)."""
+        return _logical("logical_and", self, other, logical_and_op)
+
+    def logical_or(self, other) -> Tensor:
+        """A bool tensor: True where self or ``other`` (a tensor, broadcast as for ``+``) is
+        nonzero; any dtypes (NaN counts as true, as PyTorch)."""
+        return _logical("logical_or", self, other, logical_or_op)
+
+    def __abs__(self):
+        return self.abs()
+
+    def clamp(self, min=None, max=None) -> Tensor:  # noqa: A002 (PyTorch's names)
+        """Each element limited to [min, max], as ``torch.clamp``: ``min(max(x, min), max)`` (so
+        ``max`` where min > max), a NaN stays NaN; a bound left None is open. float32 with
+        number bounds (gpumat has no tensor bounds: use ``minimum`` / ``maximum``). Gradient:
+        the incoming one where min <= x <= max, else 0 (PyTorch's).
+
+        Raises:
+            TypeError: an int64 or bool tensor, or a bound that is not a number. ValueError: both
+                bounds None, or a NaN bound.
+        """
+        _require_float("clamp", self)
+        if min is None and max is None:
+            raise ValueError("clamp: at least one of min and max must not be None")
+        lo = -math.inf if min is None else _clamp_bound(min, "min")
+        hi = math.inf if max is None else _clamp_bound(max, "max")
+        return apply_op("clamp", lambda n: clamp_op(n, lo, hi), [self])
+
+    def clip(self, min=None, max=None) -> Tensor:  # noqa: A002
+        """``clamp(min, max)`` (PyTorch's alias)."""
+        return self.clamp(min, max)
+
+    def minimum(self, other) -> Tensor:
+        """The smaller of self and ``other`` (a float32 tensor, broadcast as for ``+``)
+        elementwise; NaN where either is NaN. Gradient: to the smaller, split in halves where
+        they are equal (PyTorch's rule)."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"minimum: expected a Tensor, got {type(other).__name__}")
+        return _binary("minimum", self, other, minimum_op)
+
+    def maximum(self, other) -> Tensor:
+        """The larger of self and ``other`` (a float32 tensor, broadcast as for ``+``)
+        elementwise; NaN where either is NaN. Gradient: to the larger, split in halves where
+        they are equal (PyTorch's rule)."""
+        if not isinstance(other, Tensor):
+            raise TypeError(f"maximum: expected a Tensor, got {type(other).__name__}")
+        return _binary("maximum", self, other, maximum_op)
+
+    def where(self, condition, other) -> Tensor:
+        """``gpumat.where(condition, self, other)``."""
+        return where(condition, self, other)
+
+    def masked_fill(self, mask, value) -> Tensor:
+        """A copy of self with ``value`` (a number) where ``mask`` (a bool tensor broadcast to
+        self's shape) is True. float32. Gradient: the incoming one where mask is False.
+
+        Raises:
+            TypeError: mask not a bool tensor, self not float32, value not a number.
+            ValueError: mask does not broadcast to self's shape; devices differ.
+        """
+        _require_float("masked_fill", self)
+        if not isinstance(mask, Tensor) or mask._dtype is not bool_:
+            got = mask._dtype if isinstance(mask, Tensor) else type(mask).__name__
+            raise TypeError(f"masked_fill: expected a bool tensor as mask, got {got}")
+        if not _is_number(value) or isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"masked_fill: expected a number as value, got {type(value).__name__}")
+        if _broadcast_shape("masked_fill", mask._shape, self._shape) != self._shape:
+            raise ValueError(
+                f"masked_fill: mask of shape {shape_str(mask._shape)} does not broadcast to the "
+                f"tensor's shape {shape_str(self._shape)}"
+            )
+        fill = _filled("full", ((),), float(value), float32, self._device, False)
+        return _where("masked_fill", mask, fill, self)
+
     # ---------------------------------------------------------------- elementwise functions
 
     def softmax(self, dim: int) -> Tensor:
@@ -278,6 +413,72 @@ def _add(a: Tensor, b: Tensor, op: str = "add") -> Tensor:
     # a (C, 1, ..., 1) tensor over (N, C, ...): a convolution's bias
     x, y = (b, a) if bias == 0 else (a, b)
     return apply_op(op, add_channel_bias_op, [x, y.reshape(y._shape[0])])
+
+
+def _clamp_bound(value, name: str) -> float:
+    if isinstance(value, Tensor) or not _is_number(value) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(
+            f"clamp: {name} must be a number, got {type(value).__name__} (gpumat clamps to "
+            "number bounds; use minimum / maximum for tensors)"
+        )
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"clamp: {name} is NaN")
+    return value
+
+
+def _logical(op: str, a: Tensor, b, graph_op) -> Tensor:
+    if not isinstance(b, Tensor):
+        raise TypeError(f"{op}: expected a Tensor, got {type(b).__name__}")
+    return _binary(op, a, b, graph_op, out_dtype=bool_, differentiable=False)
+
+
+def _broadcast_shape(op: str, *shapes) -> tuple:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        shown = " and ".join(shape_str(s) for s in shapes)
+        raise ValueError(f"{op}: shapes {shown} cannot be broadcast together") from None
+
+
+def _where(op: str, condition: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """where_op on tensors broadcast to one operand's shape (the rules of ``+``)."""
+    _require_float(op, a, b)
+    _device_of(op, [condition, a, b])
+    target = _broadcast_shape(op, condition._shape, a._shape, b._shape)
+    like = next((t for t in (a, b, condition) if t._shape == target), None)
+    if like is None:
+        raise ValueError(
+            f"{op}: shapes {shape_str(condition._shape)}, {shape_str(a._shape)} and "
+            f"{shape_str(b._shape)} broadcast to {shape_str(target)}, the shape of none; gpumat "
+            "broadcasts to one operand's shape (expand one first)"
+        )
+    operands = [t if t._shape == target else _expand(op, t, like) for t in (condition, a, b)]
+    return apply_op(op, where_op, operands)
+
+
+def where(condition, input, other) -> Tensor:  # noqa: A002 (PyTorch's names)
+    """``input`` where ``condition`` is True, else ``other``, elementwise, as ``torch.where``:
+    condition a bool tensor, input and other float32 tensors or numbers, the three broadcast to
+    the shape of one of them (the rules of ``+``). Gradients: the incoming one to input where
+    condition is True and to other where it is False (zeros elsewhere), none to condition.
+
+    Raises:
+        TypeError: condition not a bool tensor; input or other not float32 tensors or numbers.
+        ValueError: shapes that do not broadcast so; tensors on different devices.
+    """
+    if not isinstance(condition, Tensor) or condition._dtype is not bool_:
+        got = condition._dtype if isinstance(condition, Tensor) else type(condition).__name__
+        raise TypeError(f"where: expected a bool tensor as condition, got {got}")
+    values = []
+    for value in (input, other):
+        if isinstance(value, Tensor):
+            values.append(value)
+        elif _is_number(value) and not isinstance(value, (bool, np.bool_)):
+            values.append(_filled("full", ((),), float(value), float32, condition._device, False))
+        else:
+            raise TypeError(f"where: expected a Tensor or a number, got {type(value).__name__}")
+    return _where("where", condition, *values)
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:

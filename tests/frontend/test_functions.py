@@ -23,10 +23,18 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
     "unsqueeze": ((0,), {}),
     "t": ((), {}),
     "transpose": ((0, 1), {}),
+    "clamp": ((0.5, 1.5), {}),
+    "clip": ((), {"max": 1.0}),
+    **{name: ((1.0,), {}) for name in ("eq", "ne", "lt", "le", "gt", "ge")},
 }
 
 
-@pytest.mark.parametrize("name", sorted(set(functions.__all__) - {"matmul"}))
+# Those whose other arguments are tensors (of each library) are compared with PyTorch's in
+# tests/kernels/test_everyday_pointwise.py.
+TENSOR_ARGS = {"matmul", "logical_and", "logical_or", "minimum", "maximum", "masked_fill", "where"}
+
+
+@pytest.mark.parametrize("name", sorted(set(functions.__all__) - TENSOR_ARGS))
 def test_each_function_is_its_method_and_pytorchs(ctx, name):
     rng, seed = new_rng()
     values = rng.uniform(0.1, 2.0, (3, 4)).astype(np.float32)  # positive: log and sqrt

@@ -310,6 +310,31 @@ def _valid_args(name, draw, arrays: Arrays):
     if name in ("add_scalar", "mul_scalar"):
         s = _shape(draw)
         return [new(s), draw(st.floats(-5, 5)), new(s)]
+    if name in ("abs", "sign", "sin", "cos", "erf", "logical_not", "log1p", "rsqrt"):
+        s = _shape(draw)
+        low = {"log1p": -0.9, "rsqrt": 0.01}.get(name, -4.0)
+        return [new(s, low, 4.0), new(s)]
+    if name == "rsqrt_gradient":
+        s = _shape(draw)
+        return [new(s, 0.1, 3.0), new(s), new(s)]
+    if name in ("lt", "le", "gt", "ge", "logical_and", "logical_or"):
+        # Small integers, so that about a third of the pairs are equal (and some are 0).
+        s = _shape(draw)
+        ints = [arrays.rng.integers(-1, 2, size=s).astype(np.float32) for _ in range(2)]
+        return [arrays.of(ints[0]), arrays.of(ints[1]), new(s)]
+    if name in ("minimum", "maximum"):
+        s = _shape(draw)
+        return [new(s), new(s), new(s)]
+    if name == "where":
+        s = _shape(draw)
+        cond = arrays.rng.integers(0, 2, size=s).astype(np.float32)
+        return [arrays.of(cond), new(s), new(s), new(s)]
+    if name == "clamp":
+        s = _shape(draw)
+        return [new(s), draw(st.floats(-2, 0)), draw(st.floats(0, 2)), new(s)]
+    if name == "clamp_gradient":
+        s = _shape(draw)
+        return [new(s), new(s), draw(st.floats(-1, 0)), draw(st.floats(0, 1)), new(s)]
     if name == "matmul":
         m, n, k = draw(small), draw(small), draw(small)
         ta, tb = draw(st.booleans()), draw(st.booleans())
@@ -511,6 +536,64 @@ def _ref_sqrt_gradient(name, a):
     y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
     _same(y.shape, dy.shape, out.shape)
     return {2: dy / (2 * y)}
+
+
+def _ref_pointwise_unary(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _same(x.shape, out.shape)
+    with np.errstate(all="ignore"):
+        fns = {
+            "abs": np.abs,
+            "sign": lambda v: (v > 0).astype(np.float64) - (v < 0),  # 0 for NaN, as PyTorch
+            "sin": np.sin,
+            "cos": np.cos,
+            "erf": np.vectorize(math.erf, otypes=[np.float64]),
+            "log1p": np.log1p,
+            "rsqrt": lambda v: 1 / np.sqrt(v),
+            "logical_not": lambda v: (v == 0).astype(np.float64),
+        }
+        return {1: fns[name](x) if x.size else x}
+
+
+def _ref_rsqrt_gradient(name, a):
+    y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _same(y.shape, dy.shape, out.shape)
+    return {2: -0.5 * dy * y**3}
+
+
+def _ref_pointwise_binary(name, a):
+    x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _same(x.shape, y.shape, out.shape)
+    fns = {
+        "lt": operator.lt,
+        "le": operator.le,
+        "gt": operator.gt,
+        "ge": operator.ge,
+        "logical_and": lambda u, v: (u != 0) & (v != 0),
+        "logical_or": lambda u, v: (u != 0) | (v != 0),
+        "minimum": np.minimum,
+        "maximum": np.maximum,
+    }
+    return {2: np.asarray(fns[name](x, y), np.float64)}
+
+
+def _ref_where(name, a):
+    c, x, y, out = (_arr(v) for v in a[:4])
+    _same(c.shape, x.shape, y.shape, out.shape)
+    return {3: np.where(c != 0, x, y)}
+
+
+def _ref_clamp(name, a):
+    x, lo, hi, out = _arr(a[0]), _num(a[1]), _num(a[2]), _arr(a[3])
+    _same(x.shape, out.shape)
+    low = np.where(x < lo, lo, x)  # torch.clamp: hi where lo > hi, NaN in x stays
+    return {3: np.where(low > hi, hi, low)}
+
+
+def _ref_clamp_gradient(name, a):
+    x, dy, lo, hi, out = _arr(a[0]), _arr(a[1]), _num(a[2]), _num(a[3]), _arr(a[4])
+    _same(x.shape, dy.shape, out.shape)
+    return {4: np.where((x >= lo) & (x <= hi), dy, 0.0)}
 
 
 def _ref_scalar(name, a):
@@ -853,6 +936,26 @@ _REFERENCES = {
     "log": _ref_exp,
     "sqrt": _ref_exp,
     "sqrt_gradient": _ref_sqrt_gradient,
+    "abs": _ref_pointwise_unary,
+    "sign": _ref_pointwise_unary,
+    "sin": _ref_pointwise_unary,
+    "cos": _ref_pointwise_unary,
+    "erf": _ref_pointwise_unary,
+    "log1p": _ref_pointwise_unary,
+    "rsqrt": _ref_pointwise_unary,
+    "rsqrt_gradient": _ref_rsqrt_gradient,
+    "logical_not": _ref_pointwise_unary,
+    "lt": _ref_pointwise_binary,
+    "le": _ref_pointwise_binary,
+    "gt": _ref_pointwise_binary,
+    "ge": _ref_pointwise_binary,
+    "logical_and": _ref_pointwise_binary,
+    "logical_or": _ref_pointwise_binary,
+    "minimum": _ref_pointwise_binary,
+    "maximum": _ref_pointwise_binary,
+    "where": _ref_where,
+    "clamp": _ref_clamp,
+    "clamp_gradient": _ref_clamp_gradient,
     "add_scalar": _ref_scalar,
     "mul_scalar": _ref_scalar,
     "matmul": _ref_matmul,
@@ -1644,6 +1747,26 @@ def batch_graph():
         "sqrt_gradient_op": lambda u, v: ad.sqrt_gradient_op(u, v),
         "div_op": lambda u, v: ad.div_op(u, v),
         "eq_op": lambda u, v: ad.eq_op(u, v),
+        "abs_op": lambda u, v: graph.abs_op(u),
+        "sign_op": lambda u, v: graph.sign_op(u),
+        "sin_op": lambda u, v: graph.sin_op(u),
+        "cos_op": lambda u, v: graph.cos_op(u),
+        "erf_op": lambda u, v: graph.erf_op(u),
+        "log1p_op": lambda u, v: graph.log1p_op(u),
+        "rsqrt_op": lambda u, v: graph.rsqrt_op(u),
+        "rsqrt_gradient_op": lambda u, v: graph.rsqrt_gradient_op(u, v),
+        "logical_not_op": lambda u, v: graph.logical_not_op(u),
+        "lt_op": lambda u, v: graph.lt_op(u, v),
+        "le_op": lambda u, v: graph.le_op(u, v),
+        "gt_op": lambda u, v: graph.gt_op(u, v),
+        "ge_op": lambda u, v: graph.ge_op(u, v),
+        "logical_and_op": lambda u, v: graph.logical_and_op(u, v),
+        "logical_or_op": lambda u, v: graph.logical_or_op(u, v),
+        "minimum_op": lambda u, v: graph.minimum_op(u, v),
+        "maximum_op": lambda u, v: graph.maximum_op(u, v),
+        "where_op": lambda u, v: graph.where_op(x, u, v),
+        "clamp_op": lambda u, v: graph.clamp_op(x, u, v),
+        "clamp_gradient_op": lambda u, v: graph.clamp_gradient_op(x, w, u, v),
         "argmax_op": lambda u, v: ad.argmax_op(x, u, v),
         "one_hot_op": lambda u, v: ad.one_hot_op(u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
@@ -1680,10 +1803,23 @@ def batch_graph():
                 "sqrt_gradient_op": [u, v],
                 "div_op": [u, v],
                 "eq_op": [u, v],
+                **{f"{n}_op": [u] for n in ("abs", "sign", "sin", "cos", "erf", "log1p")},
+                "rsqrt_op": [u],
+                "logical_not_op": [u],
+                **{
+                    f"{n}_op": [u, v]
+                    for n in ("rsqrt_gradient", "lt", "le", "gt", "ge", "logical_and")
+                    + ("logical_or", "minimum", "maximum", "where")
+                },
             }
             for arg in node_args.get(name, []):
                 if not isinstance(arg, ad.Node):
                     return f"{name} accepted {type(arg).__name__}"
+            if name in ("clamp_op", "clamp_gradient_op"):
+                for bound in (u, v):
+                    real = isinstance(bound, numbers.Real) and not isinstance(bound, bool)
+                    if not real or math.isnan(bound):
+                        return f"{name} accepted the bound {bound!r}"
             if name == "matmul_op" and not isinstance(v, (bool, np.bool_)):
                 return f"matmul_op accepted trans_A={v!r}"
             # The layer ops' non-node parameters: an int axis, dropout's p in [0, 1] and seed
@@ -2250,7 +2386,8 @@ def batch_frontend():
     @given(
         other=st.one_of(ANY_VALUES, st.sampled_from(BAD_TENSOR_ARGS + ["ok", "row", "col"])),
         op=st.sampled_from(
-            ["+", "-", "*", "/", "@", "==", "**", "r-", "r/", "+=", "-=", "*=", "/="]
+            ["+", "-", "*", "/", "@", "==", "<", "<=", ">", ">=", "**", "r-", "r/"]
+            + ["+=", "-=", "*=", "/="]
         ),
         seed=st.integers(0, 2**32 - 1),
     )
@@ -2267,6 +2404,7 @@ def batch_frontend():
         fns = {
             "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
             "/": lambda a, b: a / b, "@": lambda a, b: a @ b, "==": lambda a, b: a == b,
+            "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
             "**": lambda a, b: a**b, "r-": lambda a, b: b - a, "r/": lambda a, b: b / a,
             # augmented: in place on a copy (numpy's too), so x itself stays as drawn
             "+=": lambda a, b: operator.iadd(_fresh(a), b),
@@ -2638,6 +2776,11 @@ BATCHES = {
         [n for n in OP_NAMES if n.startswith(("relu", "fill"))]
         + ["add", "add_scalar", "mul", "mul_scalar", "div"]
         + ["axpy", "copy", "reshape", "exp", "log", "sqrt", "sqrt_gradient", "eq"]
+    ),
+    "ops_pointwise": lambda: batch_ops(
+        ["abs", "sign", "sin", "cos", "erf", "log1p", "rsqrt", "rsqrt_gradient", "logical_not"]
+        + ["lt", "le", "gt", "ge", "logical_and", "logical_or", "minimum", "maximum", "where"]
+        + ["clamp", "clamp_gradient"]
     ),
     "ops_layout": lambda: batch_ops(
         [

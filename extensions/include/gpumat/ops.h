@@ -25,11 +25,19 @@ namespace gpumat::ops {
 // ---------------------------------------------------------------------------- pointwise
 
 // The pointwise ops declared in src/kernels.def by their shape (GPUMAT_UNARY: out = f(in);
-// GPUMAT_UNARY_GRADIENT: out = g(y, dy), y the forward output), in every family: tanh, sigmoid, sqrt
-// and their gradients. Every array one shape on one device; out may be an input (in place).
+// GPUMAT_UNARY_GRADIENT: out = g(y, dy), y the forward output; GPUMAT_BINARY: out = f(a, b);
+// GPUMAT_TERNARY: out = f(cond, a, b); GPUMAT_UNARY_BOUNDS: out = f(in; lo, hi) and its gradient
+// g(x, dy; lo, hi)), in every family: tanh, sigmoid, sqrt, abs, sin, lt, minimum, where, clamp, ...
+// Every array one shape on one device; out may be an input (in place).
 #define GPUMAT_KERNEL(name, params)
 #define GPUMAT_UNARY(name, doc) void name(const GpuMatrix& in, GpuMatrix& out);
 #define GPUMAT_UNARY_GRADIENT(name, doc) void name(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
+#define GPUMAT_BINARY(name, doc) void name(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+#define GPUMAT_TERNARY(name, doc) \
+  void name(const GpuMatrix& cond, const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+#define GPUMAT_UNARY_BOUNDS(name, doc) void name(const GpuMatrix& in, float lo, float hi, GpuMatrix& out);
+#define GPUMAT_UNARY_BOUNDS_GRADIENT(name, doc) \
+  void name(const GpuMatrix& x, const GpuMatrix& dy, float lo, float hi, GpuMatrix& out);
 #include "../../src/kernels.def"
 
 // ---------------------------------------------------------------------------- elementwise

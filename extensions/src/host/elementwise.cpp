@@ -3,6 +3,10 @@
 // arrays are (n,); `out` may alias an input. divide is IEEE division (x / 0 = +-inf, 0 / 0 = NaN); eq is 1
 // where a == b, else 0 (IEEE equality: NaN equals nothing). exp and log are the C library's float functions
 // (IEEE special values: exp overflows to inf and underflows to 0, log(0) = -inf, log(x < 0) = NaN).
+// abs, sign (0 for NaN, as PyTorch), sin, cos, erf, log1p (the C library's float functions), rsqrt =
+// 1 / sqrt(x) and its gradient -0.5 dy y^3; lt, le, gt, ge, logical_not/and/or (1 or 0); minimum,
+// maximum (NaN if either is NaN); where (cond != 0 ? a : b); clamp and clamp_gradient. Each in the
+// CUDA kernel's order of arithmetic.
 #include <cmath>
 #include <cstring>
 
@@ -58,6 +62,95 @@ void sqrt(int, const float* in, float* out, int64_t n) {
 // The CUDA kernel's arithmetic in its order: 2 y is exact, the division correctly rounded.
 void sqrt_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
   parallel_for(n, n, [&](int64_t i) { out[i] = dy[i] / (2.0f * y[i]); });
+}
+
+void abs(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = std::fabs(in[i]); });
+}
+
+void sign(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = static_cast<float>((in[i] > 0.0f) - (in[i] < 0.0f)); });
+}
+
+void sin(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = std::sin(in[i]); });
+}
+
+void cos(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = std::cos(in[i]); });
+}
+
+void erf(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = std::erf(in[i]); });
+}
+
+void log1p(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = std::log1p(in[i]); });
+}
+
+void rsqrt(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = 1.0f / std::sqrt(in[i]); });
+}
+
+void rsqrt_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = -0.5f * dy[i] * (y[i] * y[i] * y[i]); });
+}
+
+void lt(int, const float* a, const float* b, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = a[i] < b[i] ? 1.0f : 0.0f; });
+}
+
+void le(int, const float* a, const float* b, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = a[i] <= b[i] ? 1.0f : 0.0f; });
+}
+
+void gt(int, const float* a, const float* b, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = a[i] > b[i] ? 1.0f : 0.0f; });
+}
+
+void ge(int, const float* a, const float* b, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = a[i] >= b[i] ? 1.0f : 0.0f; });
+}
+
+void logical_not(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = in[i] == 0.0f ? 1.0f : 0.0f; });
+}
+
+void logical_and(int, const float* a, const float* b, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = a[i] != 0.0f && b[i] != 0.0f ? 1.0f : 0.0f; });
+}
+
+void logical_or(int, const float* a, const float* b, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = a[i] != 0.0f || b[i] != 0.0f ? 1.0f : 0.0f; });
+}
+
+void minimum(int, const float* a, const float* b, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = a[i], y = b[i];
+    out[i] = x != x ? x : (y != y ? y : (x < y ? x : y));
+  });
+}
+
+void maximum(int, const float* a, const float* b, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = a[i], y = b[i];
+    out[i] = x != x ? x : (y != y ? y : (x > y ? x : y));
+  });
+}
+
+void where(int, const float* cond, const float* a, const float* b, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = cond[i] != 0.0f ? a[i] : b[i]; });
+}
+
+void clamp(int, const float* in, float lo, float hi, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = in[i] < lo ? lo : in[i];
+    out[i] = x > hi ? hi : x;
+  });
+}
+
+void clamp_gradient(int, const float* x, const float* dy, float lo, float hi, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = x[i] >= lo && x[i] <= hi ? dy[i] : 0.0f; });
 }
 
 void copy(int, const float* src, float* dst, int64_t n) {
