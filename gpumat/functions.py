@@ -5,7 +5,8 @@ PyTorch programs call both spellings (``torch.exp(x)`` and ``x.exp()``, ``torch.
 argument names (``input``, ``dim``, ``keepdim``): the pointwise ones (``exp``, ``log``, ``sqrt``,
 ``relu``, ``tanh``, ``sigmoid``: one per graph op that names a tensor method), ``neg``,
 ``softmax``, ``log_softmax``, ``sum``, ``mean``, ``max``, ``argmax``, ``reshape``, ``squeeze``,
-``unsqueeze``, ``t``, ``transpose`` and ``matmul``. Shapes, dtypes and errors are the methods'.
+``unsqueeze``, ``t``, ``transpose``, ``matmul`` and ``bmm``. Shapes, dtypes and errors are the
+methods'.
 
 Raises (every function): TypeError when ``input`` is not a :class:`gpumat.Tensor`, naming the
 function; otherwise what the method raises.
@@ -21,6 +22,7 @@ __all__ = sorted(
     [
         *_POINTWISE,
         "argmax",
+        "bmm",
         "log_softmax",
         "matmul",
         "max",
@@ -70,4 +72,5 @@ squeeze = _method("squeeze", "``input.squeeze(dim=None)``")
 unsqueeze = _method("unsqueeze", "``input.unsqueeze(dim)``")
 t = _method("t", "``input.t()``")
 transpose = _method("transpose", "``input.transpose(dim0, dim1)``")
-matmul = _method("matmul", "``input @ other`` for 2-D float32 tensors")
+matmul = _method("matmul", "``input @ other`` for float32 tensors of rank >= 1, batched")
+bmm = _method("bmm", "``input.bmm(mat2)``: (B, N, K) @ (B, K, M) -> (B, N, M)")
