@@ -288,6 +288,13 @@ OPS = {
         tol=TOL_SUM,
         inputs=("signed", "signed"),
     ),
+    "bmm": OpSpec(
+        ours=lambda ins, out, p: ops.bmm(ins[0], ins[1], out),
+        ref64=lambda ins, p: np.matmul(ins[0], ins[1]),
+        work=lambda ins, out, p: ("flops", 2 * p["batch"] * p["m"] * p["n"] * p["k"]),
+        tol=TOL_SUM,
+        inputs=("signed", "signed"),
+    ),
     "softmax": OpSpec(
         ours=lambda ins, out, p: ops.softmax(ins[0], out),
         ref64=lambda ins, p: _np_softmax(ins[0]),
@@ -343,6 +350,7 @@ OP_FUNCTION = {
     "sum_to_size": "sum_to_size",
     "argmax": "argmax",
     "matmul": "matmul",
+    "bmm": "bmm",
     "softmax": "softmax",
     "cross_entropy": "cross_entropy",
     "uniform": "uniform",
@@ -388,6 +396,14 @@ def _matmul(group, m, n, k, ta=False, tb=False, note=""):
     name = f"matmul_{flag}_{m}x{n}x{k}" + (f"_{note}" if note else "")
     params = {"ta": ta, "tb": tb, "m": m, "n": n, "k": k, "shape": (m, n)}
     return Case(name, group, "matmul", [a, b], (m, n), params, label)
+
+
+def _bmm(group, batch, m, n, k):
+    """(batch, m, k) @ (batch, k, n): one batched product (an attention block's shapes)."""
+    a, b = (batch, m, k), (batch, k, n)
+    params = {"batch": batch, "m": m, "n": n, "k": k, "shape": (batch, m, n)}
+    label = f"{_shape_str(a)} @ {_shape_str(b)}"
+    return Case(f"bmm_{batch}x{m}x{n}x{k}", group, "bmm", [a, b], (batch, m, n), params, label)
 
 
 def _special(name, group, op, in_shape, out_shape, **params):
@@ -509,6 +525,7 @@ def build_cases(quick: bool) -> list[Case]:
         _random("random_uniform", g, "uniform", big),
         _random("random_normal", g, "normal", big),
         *[_matmul(g, mm, mm, mm, ta, tb) for ta in (False, True) for tb in (False, True)],
+        _bmm(g, 64, 128, 128, 64),  # (64, 128, 64) @ (64, 64, 128), also in --quick
     ]
     for c in cases:
         if c.op == "transpose":
@@ -584,6 +601,7 @@ class NumpyLike:
             "matmul": lambda ins, out, p: xp.matmul(
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out
             ),
+            "bmm": lambda ins, out, p: xp.matmul(ins[0], ins[1], out=out),
             "softmax": self._softmax,
             "cross_entropy": self._sce,
             "uniform": lambda ins, out, p: self._rng.random(out.shape, dtype=np.float32, out=out),
@@ -684,6 +702,7 @@ class Torch:
             "matmul": lambda ins, out, p: torch.matmul(
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out
             ),
+            "bmm": lambda ins, out, p: torch.bmm(ins[0], ins[1], out=out),
             "softmax": lambda ins, out, p: torch.softmax(ins[0], dim=1),
             "cross_entropy": lambda ins, out, p: torch.nn.functional.cross_entropy(
                 ins[0], ins[1]

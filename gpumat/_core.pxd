@@ -106,6 +106,7 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void matmul(const GpuMatrix&, bool, const GpuMatrix&, bool, GpuMatrix&) except +gpumat_raise_py_error nogil
     void matmul_bias(const GpuMatrix&, bool, const GpuMatrix&, bool, const GpuMatrix&, GpuMatrix&,
                      bool) except +gpumat_raise_py_error nogil
+    void bmm(const GpuMatrix&, bool, const GpuMatrix&, bool, GpuMatrix&) except +gpumat_raise_py_error nogil
     # softmax
     void softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     void log_softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil

@@ -8,8 +8,8 @@ argument names (``input``, ``dim``, ``keepdim``): the pointwise ones (``exp``, `
 ``ne``, ``lt``, ``le``, ``gt``, ``ge``, ``logical_not``, ``logical_and``, ``logical_or``,
 ``clamp`` / ``clip``, ``minimum``, ``maximum``, ``masked_fill``, ``softmax``, ``log_softmax``,
 ``sum``, ``mean``, ``max``, ``argmax``, ``reshape``, ``squeeze``, ``unsqueeze``, ``t``,
-``transpose`` and ``matmul``; and ``where(condition, input, other)``, whose first argument is the
-condition (:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
+``transpose``, ``matmul`` and ``bmm``; and ``where(condition, input, other)``, whose first
+argument is the condition (:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
 
 Raises (every function): TypeError when ``input`` is not a :class:`gpumat.Tensor`, naming the
 function; otherwise what the method raises.
@@ -25,6 +25,7 @@ __all__ = sorted(
     [
         *_POINTWISE,
         "argmax",
+        "bmm",
         "clamp",
         "clip",
         "eq",
@@ -89,7 +90,8 @@ squeeze = _method("squeeze", "``input.squeeze(dim=None)``")
 unsqueeze = _method("unsqueeze", "``input.unsqueeze(dim)``")
 t = _method("t", "``input.t()``")
 transpose = _method("transpose", "``input.transpose(dim0, dim1)``")
-matmul = _method("matmul", "``input @ other`` for 2-D float32 tensors")
+matmul = _method("matmul", "``input @ other`` for float32 tensors of rank >= 1, batched")
+bmm = _method("bmm", "``input.bmm(mat2)``: (B, N, K) @ (B, K, M) -> (B, N, M)")
 eq = _method("eq", "``input == other``, a bool tensor")
 ne = _method("ne", "``input != other``, a bool tensor")
 lt = _method("lt", "``input < other``, a bool tensor")

@@ -109,6 +109,7 @@ __all__ = [
     "avg_pool2d",
     "avg_pool2d_gradient",
     "axpy",
+    "bmm",
     "broadcast_dim",
     "broadcast_to",
     "conv1d",
@@ -418,6 +419,25 @@ def matmul_bias(
     ta = as_flag(trans_a, "trans_a", "matmul_bias")
     tb = as_flag(trans_b, "trans_b", "matmul_bias")
     _core.matmul_bias_(a, ta, b, tb, bias, out, as_flag(relu, "relu", "matmul_bias"))
+
+
+def bmm(a, b, out, trans_a: bool = False, trans_b: bool = False) -> None:
+    """out[i] (M, N) = op(a[i]) @ op(b[i]) for a batch of B products, op(X) = X.T when its flag
+    is true (PyTorch's ``torch.bmm``, with a batch of 1 repeated).
+
+    a is (Ba, M, K), or (Ba, K, M) when trans_a; b is (Bb, K, N), or (Bb, N, K) when trans_b; all
+    3-D. Ba and Bb are each the batch B or 1 (1: the same matrix for every product, a batch
+    stride of 0; with Ba = Bb = 1, B is out's batch). out is (B, M, N), or (1, M, N) for the sum
+    of the B products
+    (the gradient of an operand repeated over the batch). K = 0 or B = 0 gives zeros. out must
+    not be an input. One launch for the whole batch on CUDA (matmul.cu's tiled kernel, grid.z
+    over the batch); OpenBLAS's strided batched sgemm on the host (one sgemm per product for a
+    summed out). FLOPs: 2·B·M·N·K. Raises TypeError for a flag that is not a bool, ValueError
+    for shapes that do not fit (naming bmm and the shapes).
+    """
+    ta = as_flag(trans_a, "trans_a", "bmm")
+    tb = as_flag(trans_b, "trans_b", "bmm")
+    _core.bmm_(a, ta, b, tb, out)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -386,6 +386,16 @@ def matmul_bias(
         np.maximum(out, 0.0, out=out)
 
 
+def bmm(a, b, out, trans_a: bool = False, trans_b: bool = False) -> None:
+    """out[i] (M, N) = op(a[i]) @ op(b[i]) over the batch (a batch of 1 repeated); an out of batch
+    1 under a longer batch is the products' sum."""
+    product = np.matmul(a.swapaxes(1, 2) if trans_a else a, b.swapaxes(1, 2) if trans_b else b)
+    if out.shape[0] == 1 and product.shape[0] != 1:
+        out[...] = product.sum(axis=0, keepdims=True)
+    else:
+        out[...] = product
+
+
 # --------------------------------------------------------------------------------------------------
 # Softmax
 # --------------------------------------------------------------------------------------------------

@@ -129,6 +129,7 @@ const std::map<std::string, OpEntry>& op_table() {
       // matmul
       GPUMAT_STEP(matmul),
       GPUMAT_STEP(matmul_bias),
+      GPUMAT_STEP(bmm),
       // softmax
       GPUMAT_STEP(softmax),
       GPUMAT_STEP(log_softmax),

@@ -174,6 +174,19 @@ void matmul_cases() {
           [ta, tb](Arrays& a) { ops::matmul(a[0], ta, a[1], tb, a[2]); }, 1e-5f);
     }
   }
+  // bmm: batches of equal sizes, a repeated operand (batch 1), a summed output (c of batch 1).
+  const int64_t batched[][6] = {{3, 3, 3, 65, 63, 17}, {1, 4, 4, 70, 5, 33}, {5, 1, 5, 3, 130, 2},
+                                {4, 4, 1, 65, 66, 9},  {1, 1, 1, 1, 1, 1},   {2, 2, 2, 64, 64, 16}};
+  for (const auto& s : batched) {
+    const int64_t ba = s[0], bb = s[1], bc = s[2], m = s[3], n = s[4], k = s[5];
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 2, tb = t & 1;
+      const Shape as = ta ? Shape{ba, k, m} : Shape{ba, m, k}, bs = tb ? Shape{bb, n, k} : Shape{bb, k, n};
+      check(
+          "bmm " + dims({ba, bb, bc}) + " " + dims({m, n, k}) + (ta ? " T" : " N") + (tb ? "T" : "N"),
+          {as, bs}, {{bc, m, n}}, [ta, tb](Arrays& a) { ops::bmm(a[0], ta, a[1], tb, a[2]); }, 1e-5f);
+    }
+  }
 }
 
 // The fused ops, each emu vs host (their equality with the unfused sequences is tested in Python

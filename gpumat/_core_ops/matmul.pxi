@@ -19,3 +19,12 @@ def matmul_bias_(PyGpuMatrix a not None, bint trans_a, PyGpuMatrix b not None, b
     _require(c, "matmul_bias", "c")
     with nogil:
         matmul_bias(a.mat[0], trans_a, b.mat[0], trans_b, bias.mat[0], c.mat[0], relu)
+
+
+def bmm_(PyGpuMatrix a not None, bint trans_a, PyGpuMatrix b not None, bint trans_b,
+         PyGpuMatrix c not None):
+    _require(a, "bmm", "a")
+    _require(b, "bmm", "b")
+    _require(c, "bmm", "c")
+    with nogil:
+        bmm(a.mat[0], trans_a, b.mat[0], trans_b, c.mat[0])

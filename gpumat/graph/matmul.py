@@ -1,9 +1,11 @@
-"""The matrix product as graph ops: ``matmul_op`` and the fused dense layer ``matmul_bias_op``.
+"""The matrix product as graph ops: ``matmul_op``, the batched ``bmm_op`` and the fused dense
+layer ``matmul_bias_op``.
 
 Kernels: :func:`gpumat.ops.matmul` (BLAS sgemm on the host, the tiled kernel of
-``extensions/src/cuda/matmul.cu`` on CUDA) and :func:`gpumat.ops.matmul_bias` (the same with a
-bias and ReLU epilogue). The derivatives are the standard ones (Goodfellow, Bengio & Courville,
-*Deep Learning*, 6.5.4): each case is one matmul with transpose flags.
+``extensions/src/cuda/matmul.cu`` on CUDA), :func:`gpumat.ops.bmm` (the same over a batch, one
+launch) and :func:`gpumat.ops.matmul_bias` (the same with a bias and ReLU epilogue). The
+derivatives are the standard ones (Goodfellow, Bengio & Courville, *Deep Learning*, 6.5.4): each
+case is one matmul (or bmm) with transpose flags.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from gpumat._checks import as_flag
 from gpumat.graph.node import Attr, Op, kernels_for, shape_str, short_name
 
 __all__ = [
+    "BmmOp",
     "MatMulBiasOp",
     "MatMulOp",
+    "bmm_op",
     "matmul_bias_op",
     "matmul_op",
 ]
@@ -74,6 +78,76 @@ class MatMulOp(Op):
         return (m, n)
 
 
+class BmmOp(Op):
+    """``bmm_op(A, B, trans_A, trans_B, like=None)``: op(A[i]) @ op(B[i]) over a batch of products
+    (:func:`gpumat.ops.bmm`), op(X) = X^T when the matching flag is set.
+
+    Shapes: A is (Ba, M, K), or (Ba, K, M) with trans_A; B is (Bb, K, N), or (Bb, N, K) with
+    trans_B; Ba and Bb are each the batch B or 1 (1: that matrix in every product); out (B, M, N).
+    With ``like`` (a node of shape (L, M, N), only its shape used) the output has like's shape:
+    L = 1 under B > 1 sums the products over the batch, L = B > 1 over a batch of 1 repeats the
+    one product; this is how the gradient reaches an operand repeated over the batch
+    without a separate sum.
+    """
+
+    name = "bmm_op"
+    kernel = "bmm"
+    inputs = ("node_A", "node_B", "like")
+    optional_inputs = ("like",)
+    shape_only_inputs = (2,)  # like
+    attrs = (TRANS_A, TRANS_B)
+
+    def __call__(self, node_A, node_B, trans_A=False, trans_B=False, like=None):  # noqa: N803
+        return super().__call__(node_A, node_B, like, trans_A, trans_B)
+
+    def node_name(self, node):
+        a, b = (short_name(i) for i in node.inputs[:2])
+        return f"Bmm({a},{b},{node.trans_A},{node.trans_B})"
+
+    def kernel_args(self, node):
+        return (node.trans_A, node.trans_B)
+
+    def gradient(self, node, output_grad):
+        # MatMulOp's formulas for each product; each gradient takes its operand's shape (like), so
+        # an operand repeated over the batch gets the sum of its products' gradients.
+        a, b = node.inputs[:2]
+        g = output_grad
+        ta, tb = node.trans_A, node.trans_B
+        if not ta and not tb:  # C = A B
+            grads = [bmm_op(g, b, False, True, like=a), bmm_op(a, g, True, False, like=b)]
+        elif ta and not tb:  # C = A^T B
+            grads = [bmm_op(b, g, False, True, like=a), bmm_op(a, g, False, False, like=b)]
+        elif not ta and tb:  # C = A B^T
+            grads = [bmm_op(g, b, False, False, like=a), bmm_op(g, a, True, False, like=b)]
+        else:  # C = A^T B^T
+            grads = [bmm_op(b, g, True, True, like=a), bmm_op(g, a, True, True, like=b)]
+        return grads + [None] * (len(node.inputs) - 2)
+
+    def infer_shape(self, node, input_shapes):
+        sa, sb = (tuple(s) for s in input_shapes[:2])
+        ta, tb = node.trans_A, node.trans_B
+        desc = f"{'A^T' if ta else 'A'} {shape_str(sa)} @ {'B^T' if tb else 'B'} {shape_str(sb)}"
+        if len(sa) != 3 or len(sb) != 3:
+            raise self._error(node, f"both operands must be 3-D: {desc}")
+        m, k = (sa[2], sa[1]) if ta else sa[1:]
+        kb, n = (sb[2], sb[1]) if tb else sb[1:]
+        if k != kb:
+            raise self._error(node, f"inner dimensions differ ({k} != {kb}): {desc}")
+        batch = sb[0] if sa[0] == 1 else sa[0]
+        if sb[0] not in (batch, 1):
+            raise self._error(
+                node, f"batch sizes differ ({sa[0]} != {sb[0]}; 1 repeats a matrix): {desc}"
+            )
+        if len(input_shapes) == 2:
+            return (batch, m, n)
+        like = tuple(input_shapes[2])
+        if len(like) != 3 or like[1:] != (m, n) or not (like[0] in (batch, 1) or batch == 1):
+            raise self._error(
+                node, f"like has shape {shape_str(like)}, expected ({batch}, {m}, {n}): {desc}"
+            )
+        return like
+
+
 class MatMulBiasOp(Op):
     """``matmul_bias_op(A, B, bias, trans_A, trans_B, relu)``: op(A) @ op(B) + bias, then max(., 0)
     when ``relu``. Shapes as ``matmul_op``; bias is (N,); out (M, N). Made by the fusion pass
@@ -108,3 +182,4 @@ class MatMulBiasOp(Op):
 
 matmul_op = MatMulOp()
 matmul_bias_op = MatMulBiasOp()
+bmm_op = BmmOp()

@@ -1,8 +1,8 @@
 """Tensor's operators and math methods: ``+ - * / ** @ == != < <= > >= abs()`` and their named
 forms (``add``, ``div``, ``pow``, ``eq``, ``lt``, ...), ``logical_not/and/or``, ``clamp``,
-``minimum``, ``maximum``, ``where``, ``masked_fill``, ``matmul``, ``softmax`` and ``log_softmax``,
-with the broadcasting binary op they share (``_binary``) and the maker of the pointwise methods
-(``relu``, ``exp``, ``sin``, ...).
+``minimum``, ``maximum``, ``where``, ``masked_fill``, ``matmul``, ``mm``, ``bmm``, ``softmax``
+and ``log_softmax``, with the broadcasting binary op they share (``_binary``) and the maker of
+the pointwise methods (``relu``, ``exp``, ``sin``, ...).
 
 One topic of the class, apart so that each file stays readable; :mod:`gpumat.tensor` adds
 ``ArithmeticMethods``' methods and the pointwise ones to :class:`gpumat.Tensor`.
@@ -38,8 +38,9 @@ from gpumat.graph.elementwise import (
     pow_zero_op,
     where_op,
 )
-from gpumat.graph.matmul import matmul_op
+from gpumat.graph.matmul import bmm_op, matmul_op
 from gpumat.graph.node import shape_str
+from gpumat.graph.reduce import broadcast_axis_op
 from gpumat.graph.softmax import log_softmax_op, softmax_op
 from gpumat.tensor._tensor import (
     Tensor,
@@ -207,12 +208,44 @@ class ArithmeticMethods:
         return matmul(self, other)
 
     def matmul(self, other) -> Tensor:
-        """``self @ other``: 2-D tensors (N, K) @ (K, M) -> (N, M)."""
+        """``self @ other`` with ``torch.matmul``'s rules (see :func:`matmul`): (N, K) @ (K, M)
+        -> (N, M), batched over broadcast leading dims, 1-D operands as a row or a column."""
         return matmul(self, other)
 
     def mm(self, other) -> Tensor:
         """``self @ other`` for 2-D tensors."""
+        if not isinstance(other, Tensor):
+            raise TypeError("mm: expected two Tensors")
+        if self.ndim != 2 or other.ndim != 2:
+            raise ValueError(
+                f"mm: expected 2-D tensors, got {shape_str(self._shape)} @ "
+                f"{shape_str(other._shape)}"
+            )
         return matmul(self, other)
+
+    def bmm(self, mat2) -> Tensor:
+        """``torch.bmm``: (B, N, K) @ (B, K, M) -> (B, N, M), one batched product (one launch of
+        :func:`gpumat.ops.bmm`). Float32 3-D tensors of one batch size, no broadcasting (that is
+        :meth:`matmul`'s).
+
+        Raises:
+            TypeError: not tensors, or not float32. ValueError: not 3-D, or the batch or inner
+            sizes differ (naming bmm and the shapes).
+        """
+        if not isinstance(mat2, Tensor):
+            raise TypeError("bmm: expected two Tensors")
+        _require_float("bmm", self, mat2)
+        sa, sb = self._shape, mat2._shape
+        if self.ndim != 3 or mat2.ndim != 3:
+            raise ValueError(f"bmm: expected 3-D tensors, got {shape_str(sa)} @ {shape_str(sb)}")
+        if sa[0] != sb[0]:
+            raise ValueError(f"bmm: batch sizes differ: {shape_str(sa)} @ {shape_str(sb)}")
+        if sa[2] != sb[1]:
+            raise ValueError(
+                f"bmm: inner dimensions differ ({sa[2]} != {sb[1]}): {shape_str(sa)} @ "
+                f"{shape_str(sb)}"
+            )
+        return apply_op("bmm", bmm_op, [self, mat2])
 
     def __eq__(self, other):
         other = self._operand(other, "eq")
@@ -482,17 +515,65 @@ def where(condition, input, other) -> Tensor:  # noqa: A002 (PyTorch's names)
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b`` for 2-D float32 tensors: (N, K) @ (K, M) -> (N, M).
+    """``a @ b`` for float32 tensors of rank >= 1, with ``torch.matmul``'s rules.
+
+    Shapes: (N, K) @ (K, M) -> (N, M); a 1-D ``a`` (K,) is a row (1, K) and a 1-D ``b`` (K,) a
+    column (K, 1), the added dim removed from the result ((K,) @ (K,) -> ()); operands of rank
+    >= 3 are stacks of matrices over their leading (batch) dims, which broadcast as numpy's:
+    (2, 1, N, K) @ (3, K, M) -> (2, 3, N, M). A 2-D ``b`` under a batched ``a`` is one 2-D product
+    of a's rows (PyTorch's folding); otherwise one :func:`gpumat.ops.bmm` launch for the whole
+    batch, an operand whose batch is all 1s repeated without a copy (an operand broadcast along
+    only some batch dims is copied out first, as PyTorch's ``expand().reshape()``). Gradients
+    reach both operands, summed over the dims they were broadcast along.
 
     Raises:
-        TypeError: not tensors, or not float32. ValueError: not 2-D, or the inner sizes differ.
+        TypeError: not tensors, or not float32. ValueError: an operand is 0-d, the inner sizes
+            differ, or the batch dims do not broadcast (naming matmul and the shapes).
     """
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise TypeError("matmul: expected two Tensors")
     _require_float("matmul", a, b)
-    if a.ndim != 2 or b.ndim != 2:
-        raise ValueError(
-            f"matmul: gpumat multiplies 2-D tensors, got {shape_str(a._shape)} @ "
-            f"{shape_str(b._shape)}"
-        )
-    return apply_op("matmul", matmul_op, [a, b])
+    sa, sb = a._shape, b._shape
+    desc = f"{shape_str(sa)} @ {shape_str(sb)}"
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dimension, got {desc}")
+    a2 = a if a.ndim >= 2 else a.reshape(1, sa[0])
+    b2 = b if b.ndim >= 2 else b.reshape(sb[0], 1)
+    (n, k), (kb, m) = a2._shape[-2:], b2._shape[-2:]
+    if k != kb:
+        raise ValueError(f"matmul: inner dimensions differ ({k} != {kb}): {desc}")
+    try:
+        batch = tuple(int(d) for d in np.broadcast_shapes(a2._shape[:-2], b2._shape[:-2]))
+    except ValueError:
+        raise ValueError(f"matmul: batch dimensions do not broadcast: {desc}") from None
+    if a2.ndim == 2 and b2.ndim == 2:
+        out = apply_op("matmul", matmul_op, [a2, b2])
+    elif b2.ndim == 2:  # one 2-D product of all of a's rows
+        rows = _reshaped(a2, (math.prod(batch) * n, k))
+        out = apply_op("matmul", matmul_op, [rows, b2])
+    else:
+        a3, b3 = _batch_of(a2, batch), _batch_of(b2, batch)
+        out = apply_op("matmul", bmm_op, [a3, b3])
+    shape = batch + ((n,) if a.ndim >= 2 else ()) + ((m,) if b.ndim >= 2 else ())
+    return _reshaped(out, shape)
+
+
+def _reshaped(x: Tensor, shape: tuple) -> Tensor:
+    return x if x._shape == tuple(shape) else x.reshape(shape)
+
+
+def _batch_of(x: Tensor, batch: tuple) -> Tensor:
+    """x (..., R, C), its leading dims broadcasting to ``batch``, as bmm's 3-D operand: (1, R, C)
+    when its batch is all 1s (repeated by bmm), else (prod(batch), R, C), copied out first along
+    the dims where x has 1 and ``batch`` more."""
+    rows, cols = x._shape[-2:]
+    own = (1,) * (len(batch) + 2 - x.ndim) + x._shape[:-2]
+    if math.prod(own) == 1 and math.prod(batch) != 1:
+        return _reshaped(x, (1, rows, cols))
+    x = _reshaped(x, own + (rows, cols))
+    for axis, (have, want) in enumerate(zip(own, batch, strict=True)):
+        if have != want:  # have is 1: repeat along this axis (like is only a shape)
+            target = x._shape[:axis] + (want,) + x._shape[axis + 1 :]
+            like = _filled("zeros", (target,), 0.0, float32, x._device, False)
+            x = apply_op("matmul", lambda g, t, a=axis: broadcast_axis_op(g, t, a), [x, like])
+    return _reshaped(x, (math.prod(batch), rows, cols))

@@ -31,7 +31,16 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
 
 # Those whose other arguments are tensors (of each library) are compared with PyTorch's in
 # tests/kernels/test_everyday_pointwise.py.
-TENSOR_ARGS = {"matmul", "logical_and", "logical_or", "minimum", "maximum", "masked_fill", "where"}
+TENSOR_ARGS = {
+    "matmul",
+    "bmm",
+    "logical_and",
+    "logical_or",
+    "minimum",
+    "maximum",
+    "masked_fill",
+    "where",
+}
 
 
 @pytest.mark.parametrize("name", sorted(set(functions.__all__) - TENSOR_ARGS))
@@ -64,6 +73,16 @@ def test_matmul_and_gradients_through_the_functions(ctx):
     t = torch.from_numpy(a.copy()).requires_grad_()
     torch.sum(torch.tanh(torch.matmul(t, torch.from_numpy(b.astype(np.float32))))).backward()
     np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_bmm_and_gradients_through_the_functions(ctx):
+    rng, seed = new_rng()
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((4, 3, 5), (4, 5, 2)))
+    x = gpumat.tensor(a, device=ctx, requires_grad=True)
+    gpumat.sum(gpumat.tanh(gpumat.bmm(x, gpumat.tensor(b, device=ctx)))).backward()
+    t = torch.from_numpy(a.copy()).requires_grad_()
+    torch.sum(torch.tanh(torch.bmm(t, torch.from_numpy(b)))).backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=seed)
 
 
 def test_cuda_namespace():

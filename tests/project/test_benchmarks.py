@@ -97,6 +97,7 @@ def _tiny_cases():
         b._random("uniform", "t", "uniform", (100, 100)),
         b._random("normal", "t", "normal", (100, 100)),
         *[b._matmul("t", 5, 7, 3, ta, tb) for ta in (False, True) for tb in (False, True)],
+        b._bmm("t", 3, 5, 7, 4),
     ]
 
 
@@ -111,7 +112,7 @@ def test_every_op_validates_and_times_on_the_host():
     for r in records:
         assert r["status"] == "ok", (r["name"], r.get("message"))
         assert r["ours"]["ms"] > 0 and r["ref"]["valid"], r["name"]
-        assert ("gflops" in r["ours"]) == (r["op"] == "matmul")
+        assert ("gflops" in r["ours"]) == (r["op"] in ("matmul", "bmm"))
     table = _common.ops_table(records)
     assert table.count("\n") == len(records) + 2
     json.dumps(records, default=_common._json_default)  # the records are JSON-serialisable

@@ -339,6 +339,15 @@ def _valid_args(name, draw, arrays: Arrays):
         m, n, k = draw(small), draw(small), draw(small)
         ta, tb = draw(st.booleans()), draw(st.booleans())
         return [new((k, m) if ta else (m, k)), new((n, k) if tb else (k, n)), new((m, n)), ta, tb]
+    if name == "bmm":
+        # A batch of 1 on either operand repeats it; out's batch of 1 sums the products.
+        bt, m, n, k = draw(small), draw(small), draw(small), draw(small)
+        ba, bb = draw(st.sampled_from([(bt, bt), (1, bt), (bt, 1)]))
+        bc = draw(st.sampled_from([bt, 1]))
+        ta, tb = draw(st.booleans()), draw(st.booleans())
+        a_shape = (ba, k, m) if ta else (ba, m, k)
+        b_shape = (bb, n, k) if tb else (bb, k, n)
+        return [new(a_shape), new(b_shape), new((bc, m, n)), ta, tb]
     if name in ("relu", "copy"):
         s = _shape(draw)
         return [new(s), new(s)]
@@ -762,6 +771,29 @@ def _ref_adam_update(name, a):
     return {0: param - lr * mhat / (np.sqrt(vhat) + eps), 2: m2, 3: v2}
 
 
+def _ref_bmm(name, a):
+    for flag in (a[3], a[4]):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise Invalid("flag")
+    x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    if x.ndim != 3 or y.ndim != 3 or out.ndim != 3:
+        raise Invalid("rank")
+    xa, yb = (x.swapaxes(1, 2) if a[3] else x), (y.swapaxes(1, 2) if a[4] else y)
+    if xa.shape[2] != yb.shape[1] or out.shape[1:] != (xa.shape[1], yb.shape[2]):
+        raise Invalid("shapes")
+    batch = yb.shape[0] if xa.shape[0] == 1 else xa.shape[0]  # a batch of 1 repeats
+    if yb.shape[0] not in (batch, 1):
+        raise Invalid("batch sizes")
+    batch = out.shape[0] if batch == 1 else batch
+    if out.shape[0] not in (batch, 1):
+        raise Invalid("out's batch")
+    prod = np.matmul(xa, yb)
+    if out.shape[0] == 1 and prod.shape[0] != 1:  # the products' sum
+        return {2: prod.sum(axis=0, keepdims=True)}
+    return {2: np.broadcast_to(prod, out.shape).copy()}
+
+
 def _ref_matmul_bias(name, a):
     for flag in (a[4], a[5], a[6]):
         if not isinstance(flag, (bool, np.bool_)):
@@ -959,6 +991,7 @@ _REFERENCES = {
     "add_scalar": _ref_scalar,
     "mul_scalar": _ref_scalar,
     "matmul": _ref_matmul,
+    "bmm": _ref_bmm,
     "relu": _ref_relu,
     "relu_gradient": _ref_relu_gradient,
     "cross_entropy": _ref_cross_entropy,
@@ -1705,6 +1738,7 @@ def batch_graph():
         "add_byconst_op": lambda u, v: ad.add_byconst_op(u, v),
         "mul_byconst_op": lambda u, v: ad.mul_byconst_op(u, v),
         "matmul_op": lambda u, v: ad.matmul_op(u, x, v, False),
+        "bmm_op": lambda u, v: ad.bmm_op(u, x, v, False),
         "transpose_op": lambda u, v: ad.transpose_op(u),
         "zeroslike_op": lambda u, v: ad.zeroslike_op(u),
         "oneslike_op": lambda u, v: ad.oneslike_op(u),
@@ -1795,6 +1829,7 @@ def batch_graph():
                 return None
             node_args = {
                 "matmul_op": [u],
+                "bmm_op": [u],
                 "transpose_op": [u],
                 "zeroslike_op": [u],
                 "exp_op": [u],
@@ -1820,8 +1855,8 @@ def batch_graph():
                     real = isinstance(bound, numbers.Real) and not isinstance(bound, bool)
                     if not real or math.isnan(bound):
                         return f"{name} accepted the bound {bound!r}"
-            if name == "matmul_op" and not isinstance(v, (bool, np.bool_)):
-                return f"matmul_op accepted trans_A={v!r}"
+            if name in ("matmul_op", "bmm_op") and not isinstance(v, (bool, np.bool_)):
+                return f"{name} accepted trans_A={v!r}"
             # The layer ops' non-node parameters: an int axis, dropout's p in [0, 1] and seed
             # (None or an int in [0, 2**64)), a bool keepdims, a bool training mode.
             reductions = ("reduce_sum_op", "reduce_mean_op", "reduce_max_op", "argmax_op")
@@ -2435,6 +2470,44 @@ def batch_frontend():
 
     binary()
 
+    # matmul / @ / bmm over ranks 0 to 4: mismatched inner dims, batch dims that do not broadcast,
+    # 0-d operands and size-0 dims; numpy's np.matmul decides what is valid (bmm: 3-D, one batch).
+    dim = st.integers(0, 3)
+
+    @_settings(factor=2)
+    @given(
+        sa=st.lists(dim, max_size=4),
+        sb=st.lists(dim, max_size=4),
+        fn=st.sampled_from(["@", "matmul", "bmm"]),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def matmul_shapes(sa, sb, fn, seed):
+        rng = np.random.default_rng(seed)
+        an = rng.uniform(0.5, 1.5, size=sa).astype(np.float32)
+        bn = rng.uniform(0.5, 1.5, size=sb).astype(np.float32)
+        a, b = gpumat.tensor(an), gpumat.tensor(bn)
+        try:
+            want = np.matmul(an.astype(np.float64), bn.astype(np.float64))
+            if fn == "bmm" and (an.ndim != 3 or bn.ndim != 3 or sa[0] != sb[0]):
+                want = None  # torch.bmm: 3-D, equal batches, no broadcasting
+        except ValueError:
+            want = None
+        calls = {"@": lambda: a @ b, "matmul": lambda: gpumat.matmul(a, b), "bmm": lambda: a.bmm(b)}
+
+        def check(result):
+            if want is None:
+                return f"{fn} accepted {tuple(sa)} @ {tuple(sb)}, which numpy rejects"
+            return _values_close(result.numpy(), want)
+
+        _record(_expect_frontend(calls[fn], check, f"{fn} {tuple(sa)} @ {tuple(sb)}", [a, b]))
+        if want is not None:  # a valid product must not raise either
+            try:
+                calls[fn]()
+            except FRONTEND_ALLOWED as exc:
+                _record(f"{fn} {tuple(sa)} @ {tuple(sb)}: valid for numpy, raised {exc!r}")
+
+    matmul_shapes()
+
     methods = ["reshape", "view", "sum", "mean", "max", "argmax", "softmax", "log_softmax",
                "flatten", "squeeze", "unsqueeze", "transpose", "to", "backward", "fill_", "add_",
                "mul_", "copy_", "requires_grad_", "eq", "item", "pow", "t"]  # fmt: skip
@@ -2787,6 +2860,7 @@ BATCHES = {
             "broadcast_to",
             "sum_to_size",
             "matmul",
+            "bmm",
             "transpose",
             "one_hot",
             "cross_entropy",

@@ -138,6 +138,13 @@ void matmul(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, 
 void matmul_bias(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, const GpuMatrix& bias,
                  GpuMatrix& c, bool relu);
 
+// c[i] (M, N) = op(a[i]) @ op(b[i]) for a batch of B products, one launch. a is (Ba, M, K) or
+// (Ba, K, M) when trans_a, b is (Bb, K, N) or (Bb, N, K) when trans_b; Ba and Bb are B or 1 (1: that
+// matrix for every product). c is (B, M, N), or (1, M, N) for the sum of the B products (the
+// gradient of a repeated operand); with Ba = Bb = 1, c's batch is B. K = 0 or B = 0 gives zeros.
+// c must not be a or b.
+void bmm(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, GpuMatrix& c);
+
 // ---------------------------------------------------------------------------- softmax
 
 // Softmax / log-softmax along `axis` of an N-d array (rank >= 1), max-subtracted (the log-sum-exp

@@ -14,6 +14,12 @@
 // Epilogue: matmul_bias runs the same kernel with Epi = kBias or kBiasRelu, which adds
 // bias[col] (and takes max(., 0)) to the accumulator before the store, so a dense layer
 // relu(x @ W + b) is one launch instead of three.
+// Batched (bmm): bmm_tiled_kernel, the same tiles over a batch of products in one launch. grid.z
+// covers the output matrices (capped at 65,535, each block looping over z + i * gridDim.z); each
+// operand has its own batch stride, 0 for an operand repeated over the batch. An output of stride
+// 0 is the sum of the batch's products (the gradient of a repeated operand): each block then adds
+// them in its registers, product after product, so the sum needs no second pass. A kernel of its
+// own (not a flag of matmul_tiled_kernel), so the 2-D kernel's code and registers stay as tuned.
 #include <algorithm>
 
 #include "common.cuh"
@@ -29,6 +35,7 @@ constexpr int64_t kMinSplitK = 256;            // k per split at least (16 tiles
 constexpr int kThreadsX = 16, kThreadsY = 16;  // 256 threads
 constexpr int kTM = kBM / kThreadsY, kTN = kBN / kThreadsX;
 constexpr int kThreads = kThreadsX * kThreadsY;
+constexpr int64_t kMaxGridZ = 65535;  // grid.z's limit on every CUDA device
 enum Epilogue : int { kPlain = 0, kBias = 1, kBiasRelu = 2 };
 }  // namespace
 
@@ -143,6 +150,80 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// c[z] = op(a[z]) @ op(b[z]) for the output matrices z = blockIdx.z + i * gridDim.z < outputs; matrix
+// i of a at a + i * stride_a (0: one matrix for all), of b likewise, of c at c + z * stride_c. With
+// stride_c 0 there is one output, the sum of all `count` products. The tiles, loads (coalesced in
+// all four transpose cases) and padding are matmul_tiled_kernel's (see it); k is not split.
+template <bool TransA, bool TransB>
+__global__ void __launch_bounds__(kThreads)
+    bmm_tiled_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
+                     int64_t m, int64_t n, int64_t k, int64_t count, int64_t stride_a, int64_t stride_b,
+                     int64_t stride_c) {
+  __shared__ float as[kBK][kBM + kPad];
+  __shared__ float bs[kBK][kBN + kPad];
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kThreadsX + tx;
+  const int64_t col0 = blockIdx.x * static_cast<int64_t>(kBN);
+  const int64_t row_tiles = (m + kBM - 1) / kBM;
+  const int64_t outputs = stride_c != 0 ? count : 1, summed = stride_c != 0 ? 1 : count;
+  // Every thread of the block runs the same iterations, so all reach the barriers together.
+  for (int64_t z = blockIdx.z; z < outputs; z += gridDim.z) {
+    float* __restrict__ cz = c + z * stride_c;
+    for (int64_t tile = blockIdx.y; tile < row_tiles; tile += gridDim.y) {
+      const int64_t row0 = tile * kBM;
+      float acc[kTM][kTN] = {};
+      for (int64_t s = 0; s < summed; ++s) {
+        const int64_t i = stride_c != 0 ? z : s;  // the product's index in the batch
+        const float* __restrict__ ai = a + i * stride_a;
+        const float* __restrict__ bi = b + i * stride_b;
+        for (int64_t k0 = 0; k0 < k; k0 += kBK) {
+#pragma unroll
+          for (int l = tid; l < kBM * kBK; l += kThreads) {
+            const int kk = TransA ? l / kBM : l % kBK;  // contiguous axis first, as matmul_tiled_kernel
+            const int row = TransA ? l % kBM : l / kBK;
+            const int64_t gr = row0 + row, gk = k0 + kk;
+            float v = 0.0f;
+            if (gr < m && gk < k) v = TransA ? ai[gk * m + gr] : ai[gr * k + gk];
+            as[kk][row] = v;
+          }
+#pragma unroll
+          for (int l = tid; l < kBN * kBK; l += kThreads) {
+            const int kk = TransB ? l % kBK : l / kBN;
+            const int col = TransB ? l / kBK : l % kBN;
+            const int64_t gc = col0 + col, gk = k0 + kk;
+            float v = 0.0f;
+            if (gc < n && gk < k) v = TransB ? bi[gc * k + gk] : bi[gk * n + gc];
+            bs[kk][col] = v;
+          }
+          __syncthreads();
+#pragma unroll
+          for (int kk = 0; kk < kBK; ++kk) {
+            float ra[kTM], rb[kTN];
+#pragma unroll
+            for (int r = 0; r < kTM; ++r) ra[r] = as[kk][ty + r * kThreadsY];
+#pragma unroll
+            for (int j = 0; j < kTN; ++j) rb[j] = bs[kk][tx + j * kThreadsX];
+#pragma unroll
+            for (int r = 0; r < kTM; ++r)
+#pragma unroll
+              for (int j = 0; j < kTN; ++j) acc[r][j] = fmaf(ra[r], rb[j], acc[r][j]);
+          }
+          __syncthreads();
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kTM; ++r) {
+        const int64_t row = row0 + ty + r * kThreadsY;
+        if (row >= m) continue;
+#pragma unroll
+        for (int j = 0; j < kTN; ++j) {
+          const int64_t col = col0 + tx + j * kThreadsX;
+          if (col < n) cz[row * n + col] = acc[r][j];
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------- launchers
 
 namespace {
@@ -226,6 +307,37 @@ void matmul_bias(int dev, const float* a, bool trans_a, const float* b, bool tra
     launch_tiled<kBiasRelu>("matmul_bias", dev, a, trans_a, b, trans_b, bias, c, m, n, k);
   else
     launch_tiled<kBias>("matmul_bias", dev, a, trans_a, b, trans_b, bias, c, m, n, k);
+}
+
+// c[i] = op(a[i]) @ op(b[i]) for the batch's products (stride 0: the same matrix for every i; c's
+// stride 0: c = their sum), one launch of bmm_tiled_kernel: grid.z over c's matrices.
+void bmm(int dev, const float* a, bool trans_a, int64_t stride_a, const float* b, bool trans_b,
+         int64_t stride_b, float* c, int64_t stride_c, int64_t batch, int64_t m, int64_t n, int64_t k) {
+  const char* op = "bmm";
+  const GridLimits lim = grid_limits(dev);
+  const int64_t col_tiles = ceil_div(n, kBN), row_tiles = ceil_div(m, kBM);
+  if (col_tiles > lim.x)  // unreachable while ops/matmul.cpp caps n at 2^31 - 1; kept for the cast below
+    throw ShapeError(std::string(op) + ": " + std::to_string(n) +
+                     " output columns exceed the CUDA grid limit of " + std::to_string(lim.x * kBN));
+  const int64_t outputs = stride_c != 0 ? batch : 1;
+  cudaStream_t stream = activate(dev);
+  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)),
+                  static_cast<unsigned>(std::min(outputs, kMaxGridZ)));
+  const dim3 block(kThreadsX, kThreadsY);
+  note_flops(2.0 * static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) *
+             static_cast<double>(k));
+  if (!trans_a && !trans_b)
+    launch<bmm_tiled_kernel<false, false>>(op, grid, block, 0, stream, a, b, c, m, n, k, batch, stride_a,
+                                           stride_b, stride_c);
+  else if (!trans_a && trans_b)
+    launch<bmm_tiled_kernel<false, true>>(op, grid, block, 0, stream, a, b, c, m, n, k, batch, stride_a,
+                                          stride_b, stride_c);
+  else if (trans_a && !trans_b)
+    launch<bmm_tiled_kernel<true, false>>(op, grid, block, 0, stream, a, b, c, m, n, k, batch, stride_a,
+                                          stride_b, stride_c);
+  else
+    launch<bmm_tiled_kernel<true, true>>(op, grid, block, 0, stream, a, b, c, m, n, k, batch, stride_a,
+                                         stride_b, stride_c);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS
