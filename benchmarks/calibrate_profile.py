@@ -65,7 +65,7 @@ def estimate_case(case: bench_ops.Case, gpu: str, rng) -> dict:
     out = ins[1] if spec.inplace else gpumat.empty(case.out_shape, ctx)
     with profile.profile() as prof:
         spec.ours(ins, out, case.params)
-        gpumat.device.synchronize(ctx)
+        gpumat.devices.synchronize(ctx)
     totals = prof.totals(gpu)
     kernels = prof.kernels(gpu)
     return {

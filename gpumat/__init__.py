@@ -81,7 +81,7 @@ from gpumat.creation import (  # noqa: E402
     zeros,
     zeros_like,
 )
-from gpumat.device import (  # noqa: E402
+from gpumat.devices import (  # noqa: E402
     Device,
     __version__,
     build_info,
@@ -96,6 +96,7 @@ from gpumat.device import (  # noqa: E402
     reset_peak_memory_stats,
     synchronize,
 )
+from gpumat.devices import Device as device  # noqa: E402  torch.device's spelling: a class
 from gpumat.dlpack import from_dlpack  # noqa: E402
 from gpumat.dtypes import bool_ as bool  # noqa: E402, A004
 from gpumat.dtypes import dtype, float32, int64  # noqa: E402
@@ -127,6 +128,7 @@ __all__ = [
     "cuda_available",
     "data",
     "datasets",
+    "device",
     "dtype",
     "empty",
     "empty_cache",

@@ -12,7 +12,7 @@ explicitly to use it.
 from __future__ import annotations
 
 from gpumat import _build_config, cuda
-from gpumat.device import Device
+from gpumat.devices import Device
 
 __all__ = [
     "current_accelerator",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpumat._core import PyGpuMatrix, _as_float32
-from gpumat.device import Device, check_device
+from gpumat.devices import Device, check_device
 
 __all__ = ["array", "empty", "is_device_array"]
 

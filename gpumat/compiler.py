@@ -92,7 +92,7 @@ from gpumat import ops
 from gpumat.arrays import empty
 from gpumat.autograd import check_backward, is_grad_enabled, set_trace
 from gpumat.creation import tensor
-from gpumat.device import Device
+from gpumat.devices import Device
 from gpumat.dtypes import float32
 from gpumat.graph.elementwise import add_op, detach_op, zeroslike_op
 from gpumat.graph.node import Node, PlaceholderOp, Variable, shape_str

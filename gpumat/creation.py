@@ -3,7 +3,7 @@
 PyTorch's names and arguments; and ``flatten``.
 
 Every function takes ``dtype`` (``gpumat.float32``, ``gpumat.int64``, ``gpumat.bool`` or a name of
-one), ``device`` (a ``gpumat.Device`` or a name: :func:`gpumat.device.as_device`) and
+one), ``device`` (a ``gpumat.Device`` or a name: :func:`gpumat.devices.as_device`) and
 ``requires_grad`` where PyTorch does; random values come from gpumat's generator
 (:func:`gpumat.manual_seed`), the same on every device.
 """
@@ -17,7 +17,7 @@ import numpy as np
 from gpumat import ops
 from gpumat.arrays import empty
 from gpumat.autograd import current_trace
-from gpumat.device import as_device, cpu
+from gpumat.devices import as_device, cpu
 from gpumat.dtypes import as_dtype, float32, int64
 from gpumat.random import draw_seed
 from gpumat.tensor import Tensor, _copy_of, _filled, _from_host, _is_number, _size_args

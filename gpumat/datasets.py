@@ -54,7 +54,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from gpumat.data import TensorDataset
-from gpumat.device import as_device
+from gpumat.devices import as_device
 from gpumat.dtypes import float32, int64
 
 __all__ = [

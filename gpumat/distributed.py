@@ -101,7 +101,7 @@ import numpy as np
 
 from gpumat import ops
 from gpumat.arrays import is_device_array
-from gpumat.device import synchronize
+from gpumat.devices import synchronize
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",

@@ -12,9 +12,9 @@ course's scripts use through ``from gpumat.dlsys import ndarray``.
 """
 
 from gpumat._core import PyGpuMatrix as NDArray
-from gpumat.device import Device as DLContext
-from gpumat.device import cpu, gpu
-from gpumat.device import is_gpu_device as is_gpu_ctx
+from gpumat.devices import Device as DLContext
+from gpumat.devices import cpu, gpu
+from gpumat.devices import is_gpu_device as is_gpu_ctx
 from gpumat.dlsys.ndarray import array, empty
 
 __all__ = ["DLContext", "NDArray", "array", "cpu", "empty", "gpu", "is_gpu_ctx"]

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 
 from gpumat import checkpoint
-from gpumat.device import as_device
+from gpumat.devices import as_device
 from gpumat.dtypes import float32
 from gpumat.tensor import Tensor
 

@@ -36,7 +36,7 @@ from gpumat import checkpoint, ops
 from gpumat import distributed as dist
 from gpumat.arrays import array, empty, is_device_array
 from gpumat.datasets import iterate_minibatches, one_hot, progress_bar_wanted
-from gpumat.device import as_device, build_info, cuda_available
+from gpumat.devices import as_device, build_info, cuda_available
 from gpumat.models import Model
 from gpumat.optim import SGD
 from gpumat.runtime import Executor
@@ -60,7 +60,7 @@ DEFAULT_LR = 1e-3 * DEFAULT_BATCH_SIZE
 
 def get_device(device=None):
     """The executor's device for a backend name or device (parsed by
-    :func:`gpumat.device.as_device`, the front end's parser, with the numpy backend added).
+    :func:`gpumat.devices.as_device`, the front end's parser, with the numpy backend added).
 
     Args:
         device: ``None`` or ``"numpy"`` (the numpy backend), ``"cpu"`` (``gpumat.cpu()``),

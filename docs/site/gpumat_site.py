@@ -42,7 +42,7 @@ SECTIONS = [
     ("The package", ["gpumat"]),
     (
         "Arrays, devices, interop",
-        ["gpumat.device", "gpumat.arrays", "gpumat.dlpack", "gpumat.checkpoint"],
+        ["gpumat.devices", "gpumat.arrays", "gpumat.dlpack", "gpumat.checkpoint"],
     ),
     ("Kernels", ["gpumat.ops", "gpumat.reference"]),
     ("Graphs and autodiff", ["gpumat.graph"]),

@@ -15,8 +15,8 @@ stream gpumat queues a device's work on (:mod:`gpumat.cuda.kernel`).
 from __future__ import annotations
 
 from gpumat import _core
-from gpumat.device import as_device, cuda_available
-from gpumat.device import synchronize as _synchronize
+from gpumat.devices import as_device, cuda_available
+from gpumat.devices import synchronize as _synchronize
 from gpumat.random import manual_seed as _manual_seed
 
 __all__ = [

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from gpumat import _build_config, _core
 from gpumat.cuda import _ptxas
-from gpumat.device import __version__
+from gpumat.devices import __version__
 
 __all__ = [
     "CompileError",

@@ -24,7 +24,7 @@ from gpumat import _core
 from gpumat._core import CudaError, PyGpuMatrix
 from gpumat.cuda import _build
 from gpumat.cuda._build import BOOL, FLOATING, OTHER, POINTER, SIGNED, UNSIGNED, CompileError
-from gpumat.device import Device, as_device, cuda_available, synchronize
+from gpumat.devices import Device, as_device, cuda_available, synchronize
 
 __all__ = ["CompileError", "RawKernel", "RawModule", "Stream", "current_stream"]
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from gpumat import graph as _graph
 from gpumat import reference as _reference
-from gpumat.device import Device
+from gpumat.devices import Device
 from gpumat.graph import (  # noqa: F401 (re-exported: the dlsys course's names)
     AddByConstOp,
     AddOp,

@@ -12,7 +12,7 @@ import numpy as np
 from gpumat import arrays as _arrays
 from gpumat._core import CudaError
 from gpumat._core import PyGpuMatrix as NDArray
-from gpumat.device import Device, build_info
+from gpumat.devices import Device, build_info
 
 __all__ = ["DLContext", "NDArray", "array", "cpu", "empty", "gpu", "is_gpu_ctx"]
 

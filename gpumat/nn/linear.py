@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gpumat.device import as_device
+from gpumat.devices import as_device
 from gpumat.dtypes import as_dtype, float32
 from gpumat.nn import functional as F  # noqa: N812 (PyTorch's convention)
 from gpumat.nn import init

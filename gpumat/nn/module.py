@@ -18,7 +18,7 @@ import numpy as np
 from gpumat._core import PyGpuMatrix
 from gpumat.autograd import current_trace, no_grad, reset_grad
 from gpumat.creation import zeros
-from gpumat.device import as_device
+from gpumat.devices import as_device
 from gpumat.dtypes import as_dtype, float32
 from gpumat.graph.node import shape_str
 from gpumat.nn.parameter import Parameter

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from gpumat import _core
 from gpumat.cuda._build import user_kernel_resources
-from gpumat.device import emu, synchronize
+from gpumat.devices import emu, synchronize
 
 __all__ = [
     "GPUS",

@@ -30,7 +30,7 @@ import numpy as np
 
 from gpumat import ops
 from gpumat.arrays import empty, is_device_array
-from gpumat.device import Device
+from gpumat.devices import Device
 from gpumat.graph.node import Node
 from gpumat.graph.reverse_mode import find_topo_sort
 from gpumat.runtime.compiled import (

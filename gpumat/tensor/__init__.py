@@ -37,7 +37,7 @@ from __future__ import annotations
 import types
 
 # as_device and the underscored helpers: imported from here by gpumat.creation and the tests.
-from gpumat.device import as_device  # noqa: F401
+from gpumat.devices import as_device  # noqa: F401
 from gpumat.graph.node import TENSOR_METHODS
 from gpumat.tensor._arithmetic import ArithmeticMethods, _pointwise, matmul, where
 from gpumat.tensor._inplace import InplaceMethods

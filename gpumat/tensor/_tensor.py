@@ -30,7 +30,7 @@ from gpumat.autograd import (
     run_node,
 )
 from gpumat.autograd import backward as _engine_backward
-from gpumat.device import Device, as_device
+from gpumat.devices import Device, as_device
 from gpumat.dtypes import (
     DTYPE_NAMES,
     as_dtype,

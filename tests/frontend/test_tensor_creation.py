@@ -155,7 +155,7 @@ def test_device_type_and_accelerator_are_pytorchs():
     torch = pytest.importorskip("torch")
     for name in ("cpu", "cuda:1"):
         assert gpumat.tensor([1.0]).device.type == "cpu"
-        assert gpumat.device.as_device(name).type == torch.device(name).type
+        assert gpumat.device(name).type == torch.device(name).type
     assert gpumat.emu(0).type == "emu"
     accelerator = gpumat.accelerator
     assert accelerator.is_available() == gpumat.cuda.is_available()
@@ -208,3 +208,9 @@ def test_bad_devices_are_value_errors(args, error):
         gpumat.Device(*args)
     with pytest.raises(TypeError, match="string or a Device"):
         gpumat.Device(3)
+
+
+def test_gpumat_device_is_the_device_class_as_torch_device_is():
+    x = gpumat.zeros(2, device=gpumat.device("cpu"))
+    assert isinstance(x.device, gpumat.device) and x.device == gpumat.device("cpu")
+    assert gpumat.device("cuda:0") == gpumat.gpu(0) and gpumat.device is gpumat.Device

@@ -8,6 +8,10 @@ array on it raises ``gpumat.CudaError`` when gpumat was built without CUDA or no
 
 The device functions (:func:`memory_stats`, :func:`launch_count`, :func:`synchronize`, ...) take a
 device (default ``cpu()``) and report on, or act on, that device's allocator and stream.
+
+``gpumat.device`` is :class:`Device` itself, as ``torch.device`` is a class:
+``gpumat.device("cuda:0")`` makes one and ``isinstance(x, gpumat.device)`` tests for one (this
+module is ``gpumat.devices``).
 """
 
 from __future__ import annotations
