@@ -211,8 +211,7 @@ def rand_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -
         TypeError: a dtype other than float32.
         RuntimeError: inside a step traced by gpumat.compile (see :func:`rand`).
     """
-    dt = dtype or t.dtype
-    return rand(t.shape, device=device or t.device, dtype=dt, requires_grad=requires_grad)
+    return _random_like(rand, t, dtype, device, requires_grad)
 
 
 def randn_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -222,5 +221,9 @@ def randn_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) 
         TypeError: a dtype other than float32.
         RuntimeError: inside a step traced by gpumat.compile (see :func:`randn`).
     """
+    return _random_like(randn, t, dtype, device, requires_grad)
+
+
+def _random_like(make, t: Tensor, dtype, device, requires_grad: bool) -> Tensor:
     dt = dtype or t.dtype
-    return randn(t.shape, device=device or t.device, dtype=dt, requires_grad=requires_grad)
+    return make(t.shape, device=device or t.device, dtype=dt, requires_grad=requires_grad)
