@@ -100,6 +100,10 @@ class CompileError(RuntimeError):
         self.log, self.source, self.compiler = log, source, compiler
 
 
+# Documented and caught as gpumat.cuda.CompileError, its public home (this module is private).
+CompileError.__module__ = "gpumat.cuda"
+
+
 # ---------------------------------------------------------------------------------- compilers
 
 

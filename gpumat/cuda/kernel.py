@@ -363,28 +363,27 @@ class RawKernel:
         options: compiler options (see :class:`RawModule`).
         jitify: accepted for CuPy's signature; no effect (see :class:`RawModule`).
 
-    Calling it:
-        ``grid`` and ``block``: an int or a tuple of 1 to 3 ints (missing ones are 1).
-        ``args``: a tuple, one entry per kernel parameter. A pointer parameter takes a device
-        array: a :class:`gpumat.PyGpuMatrix` or float32 :class:`gpumat.Tensor` on a GPU or the
-        emulated device, or a CUDA array of any dtype from CuPy or PyTorch
-        (``__cuda_array_interface__``); its device pointer is passed. It must be contiguous. A
-        scalar parameter takes a numpy scalar of exactly its type (``numpy.int32`` for ``int``,
-        ``numpy.float32`` for ``float``, ``numpy.uint64`` for ``unsigned long long``, ...), or a
-        Python int, float or bool, converted to the parameter's type (range-checked). The
-        arrays decide the device (all on one; with none: ``cuda:0`` if usable, else ``emu:0``).
-        ``shared_mem``: dynamic shared memory in bytes (``extern __shared__``), at most
-        :attr:`max_dynamic_shared_size_bytes`.
+    A call ``kernel(grid, block, args, shared_mem=0)`` launches it. ``grid`` and ``block`` are
+    ints or tuples of 1 to 3 ints (missing ones are 1). ``args`` is a tuple, one entry per kernel
+    parameter. A pointer parameter takes a device array: a :class:`gpumat.PyGpuMatrix` or float32
+    :class:`gpumat.Tensor` on a GPU or the emulated device, or a CUDA array of any dtype from CuPy
+    or PyTorch (``__cuda_array_interface__``); its device pointer is passed, and it must be
+    contiguous. A scalar parameter takes a numpy scalar of exactly its type (``numpy.int32`` for
+    ``int``, ``numpy.float32`` for ``float``, ``numpy.uint64`` for ``unsigned long long``, ...),
+    or a Python int, float or bool, converted to the parameter's type (range-checked). The arrays
+    decide the device (all on one; with none: ``cuda:0`` if usable, else ``emu:0``).
+    ``shared_mem`` is the dynamic shared memory in bytes (``extern __shared__``), at most
+    :attr:`max_dynamic_shared_size_bytes`.
 
     The launch is queued on gpumat's stream for the device (:func:`current_stream`) and returns
     at once; on the emulated device every load and store of the kernel is checked (memcheck,
     racecheck, initcheck: docs/emulator.md) and a fault is raised as ``gpumat.CudaError`` by the
     next call that waits for the stream (``gpumat.synchronize(device)``, reading an array back).
 
-    Raises (at launch, before anything runs):
-        TypeError: a wrong number of arguments; an argument of the wrong type for its parameter
-            (an array for a scalar, a numpy.float64 for a ``float``, host memory for a pointer);
-            grid/block/shared_mem of the wrong type.
+    Raises:
+        TypeError: (at launch, before anything runs) a wrong number of arguments; an argument
+            of the wrong type for its parameter (an array for a scalar, a numpy.float64 for a
+            ``float``, host memory for a pointer); grid/block/shared_mem of the wrong type.
         ValueError: arrays on different devices; a grid, block or shared memory size outside
             the device's or the kernel's limits; a scalar out of its parameter's range.
         CompileError: the source does not compile, or the compiler is missing.

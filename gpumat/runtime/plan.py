@@ -91,7 +91,9 @@ class Plan:
     external_steps: list
     copy_steps: list
     feed_shapes: dict
-    dtype: type
+    # numpy.float32 or numpy.float64 (a scalar type; annotated `object`: the docs' cross-reference
+    # to the builtin `type` would be ambiguous with the attributes named `type`)
+    dtype: object
     fusion_report: fusion_pass.FusionReport
     memory_plan: MemoryPlan
 
