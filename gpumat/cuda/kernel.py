@@ -550,8 +550,10 @@ class RawKernel:
                     )
         threads = block3[0] * block3[1] * block3[2]
         kernel_max = max_threads
-        if lib.target == "gpu":
-            kernel_max = min(kernel_max, self.attributes_on(device)["max_threads_per_block"])
+        # On a GPU the kernel's own limits (registers, static shared memory): one query a launch.
+        attributes = self.attributes_on(device) if lib.target == "gpu" else None
+        if attributes is not None:
+            kernel_max = min(kernel_max, attributes["max_threads_per_block"])
         if threads > kernel_max:
             raise ValueError(
                 f"{self.name}: a block of {threads} threads {block3} is over the limit of "
@@ -574,9 +576,8 @@ class RawKernel:
                     f"{lib.error_string(code)}"
                 )
             self._applied[slot] = limit
-        if lib.target == "gpu":
-            static = self.attributes_on(device)["shared_size_bytes"]
-            limit = min(limit, smem_optin - static)
+        if attributes is not None:  # static shared memory does not move with the attribute
+            limit = min(limit, smem_optin - attributes["shared_size_bytes"])
         if shared_mem > limit:
             raise ValueError(
                 f"{self.name}: shared_mem = {shared_mem} bytes is over the kernel's limit of "
