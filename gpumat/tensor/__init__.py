@@ -43,6 +43,7 @@ from gpumat.tensor._arithmetic import ArithmeticMethods, _pointwise, matmul, whe
 from gpumat.tensor._inplace import InplaceMethods
 from gpumat.tensor._layout import LayoutMethods
 from gpumat.tensor._reductions import ReductionMethods
+from gpumat.tensor._views import ViewMethods, cat, concat, concatenate, stack  # noqa: F401
 from gpumat.tensor._tensor import (  # noqa: F401
     Tensor,
     _copy_of,
@@ -53,7 +54,7 @@ from gpumat.tensor._tensor import (  # noqa: F401
     apply_op,
 )
 
-__all__ = ["Tensor", "apply_op", "where"]
+__all__ = ["Tensor", "apply_op", "cat", "concat", "concatenate", "stack", "where"]
 
 
 def _add_methods(methods: type) -> None:
@@ -68,7 +69,7 @@ def _add_methods(methods: type) -> None:
 
 
 # Added, not inherited: the topic classes use Tensor itself, so they are defined after it.
-for _methods in (ArithmeticMethods, ReductionMethods, LayoutMethods, InplaceMethods):
+for _methods in (ArithmeticMethods, ReductionMethods, LayoutMethods, InplaceMethods, ViewMethods):
     _add_methods(_methods)
 
 # The pointwise methods (relu, tanh, sigmoid, exp, log, sqrt, ...): one per graph op that names one.

@@ -38,6 +38,11 @@ class InplaceMethods:
                 "the compiled step, or out of place inside it"
             )
         self._concrete(op)
+        if self._view is not None and self._view.overlaps_itself(self._shape):
+            raise RuntimeError(
+                f"{op}: unsupported operation: more than one element of the written-to tensor "
+                "refers to a single memory location (an expand()ed view); clone() it first"
+            )
         if self._requires_grad and is_grad_enabled():
             if self.is_leaf:
                 raise RuntimeError(
@@ -56,6 +61,8 @@ class InplaceMethods:
         self._vc.value += 1
         if self._dtype is not float32:
             self._range = bounds
+        if self._view is not None:  # a view: the change reaches its base (StridedView)
+            self._view.write_back(self._storage, bounds)
         return self
 
     def zero_(self) -> Tensor:
