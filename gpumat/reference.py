@@ -323,12 +323,12 @@ _BROADCAST_BINARY = {
 def broadcast_binary(a, b, out, op: str) -> None:
     """out = a (op) b with numpy's broadcasting (the shapes must broadcast to out's)."""
     with np.errstate(all="ignore"):
-        np.copyto(out, _BROADCAST_BINARY[op](a, b).astype(np.float32))
+        np.copyto(out, _BROADCAST_BINARY[op](a, b).astype(out.dtype))
 
 
 def broadcast_where(cond, a, b, out) -> None:
     """out = a where cond != 0, else b, broadcast to out's shape."""
-    np.copyto(out, np.where(cond != 0, a, b).astype(np.float32))
+    np.copyto(out, np.where(cond != 0, a, b).astype(out.dtype))
 
 
 def sum_to(a, out) -> None:
@@ -337,7 +337,7 @@ def sum_to(a, out) -> None:
     axes = tuple(range(lead)) + tuple(
         lead + d for d in range(out.ndim) if out.shape[d] == 1 and a.shape[lead + d] != 1
     )
-    np.copyto(out, np.sum(a, axis=axes, dtype=np.float32).reshape(out.shape))
+    np.copyto(out, np.sum(a, axis=axes, dtype=out.dtype).reshape(out.shape))
 
 
 def _strided_offsets(shape, stride, offset: int):
