@@ -384,6 +384,12 @@ def _stride_tuple(stride, op: str) -> tuple:
     return tuple(as_int(s, "a stride", op) for s in stride)
 
 
+def _array(x, what: str, op: str):
+    if not isinstance(x, _core.PyGpuMatrix):
+        raise TypeError(f"{op}: {what} must be a PyGpuMatrix, got {type(x).__name__}")
+    return x
+
+
 def as_strided(a, out, stride, offset: int = 0) -> None:
     """out[idx] = a.flat[offset + sum_d idx[d] * stride[d]] for every index of out's shape
     (``torch.as_strided(a, out.shape, stride, offset)`` copied into ``out``): the copy behind a
@@ -395,7 +401,7 @@ def as_strided(a, out, stride, offset: int = 0) -> None:
         TypeError: strides or offset that are not ints.
     """
     st = _stride_tuple(stride, "as_strided")
-    if len(st) != len(out.shape):
+    if len(st) != len(_array(out, "out", "as_strided").shape):
         raise ValueError(
             f"as_strided: {len(st)} strides for an output of shape {tuple(out.shape)} "
             "(one per dim)"
@@ -413,7 +419,7 @@ def as_strided_scatter(src, out, stride, offset: int = 0) -> None:
             that is not src's rank, src overlapping out. TypeError: non-int strides or offset.
     """
     st = _stride_tuple(stride, "as_strided_scatter")
-    if len(st) != len(src.shape):
+    if len(st) != len(_array(src, "src", "as_strided_scatter").shape):
         raise ValueError(
             f"as_strided_scatter: {len(st)} strides for a source of shape {tuple(src.shape)} "
             "(one per dim)"

@@ -213,6 +213,22 @@ def basic_index(t: Tensor, key: tuple, op: str = "index"):
     return tuple(shape_out), tuple(stride_out), offset
 
 
+def _is_index(entry) -> bool:
+    """Whether ``entry`` is an index of any kind PyTorch takes (basic or advanced)."""
+    return _is_basic(entry) or isinstance(
+        entry, (Tensor, list, tuple, range, np.ndarray, bool, np.bool_, np.integer)
+    )
+
+
+def _check_key(key: tuple, op: str) -> None:
+    for e in key:
+        if not _is_index(e):
+            raise IndexError(
+                f"{op}: only integers, slices (`:`), ellipsis (`...`), None and long or bool "
+                f"tensors are valid indices (got {type(e).__name__})"
+            )
+
+
 def _key_tuple(key) -> tuple:
     if isinstance(key, tuple):
         return key
@@ -223,6 +239,7 @@ def _key_tuple(key) -> tuple:
 
 def _getitem(t: Tensor, key):
     key = _key_tuple(key)
+    _check_key(key, "index")
     if t.ndim == 0 and key == ((),):
         key = ()
     if all(_is_basic(e) for e in key):
@@ -251,6 +268,7 @@ def _getitem(t: Tensor, key):
 
 def _setitem(t: Tensor, key, value) -> None:
     key = _key_tuple(key)
+    _check_key(key, "index_put")
     if not all(_is_basic(e) for e in key):
         from gpumat.tensor import _advanced_indexing  # noqa: PLC0415
 
