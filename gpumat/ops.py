@@ -385,7 +385,7 @@ def _stride_tuple(stride, op: str) -> tuple:
 
 
 def _array(x, what: str, op: str):
-    if not isinstance(x, _core.PyGpuMatrix):
+    if not isinstance(x, _core_module.PyGpuMatrix):  # _core may be the tracing stand-in
         raise TypeError(f"{op}: {what} must be a PyGpuMatrix, got {type(x).__name__}")
     return x
 

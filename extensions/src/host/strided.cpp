@@ -6,6 +6,9 @@
 // (a template per op), so a contiguous or broadcast row compiles to a vectorisable loop.
 #include "../strided.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "kernels.h"
 #include "parallel.h"
 
@@ -81,6 +84,24 @@ void map_strided(int, int op, const float* a, const float* b, const float* c, fl
 
 void sum_strided(int, const float* in, float* out, const strided::Iter& outer, const strided::Iter& inner,
                  int64_t n_out, int64_t n_inner) {
+  // One kept dim and one summed dim whose elements lie closer together along the kept one (a
+  // bias gradient: rows summed into a row): a block of outputs accumulates row after row, so
+  // the reads stream through memory. Each output still adds its terms in index order, so the
+  // result is the per-output loop's below, bit for bit.
+  if (outer.ndim == 1 && inner.ndim == 1 && std::llabs(outer.stride[1][0]) < std::llabs(inner.stride[1][0])) {
+    constexpr int64_t kBlock = 256;
+    const int64_t so = outer.stride[1][0], si = inner.stride[1][0], sout = outer.stride[0][0];
+    parallel_for((n_out + kBlock - 1) / kBlock, n_out * n_inner, [&](int64_t blk) {
+      const int64_t o0 = blk * kBlock, count = std::min(kBlock, n_out - o0);
+      float acc[kBlock] = {};
+      for (int64_t r = 0; r < n_inner; ++r) {
+        const float* row = in + r * si + o0 * so;
+        for (int64_t k = 0; k < count; ++k) acc[k] += row[k * so];
+      }
+      for (int64_t k = 0; k < count; ++k) out[(o0 + k) * sout] = acc[k];
+    });
+    return;
+  }
   parallel_for(n_out, n_out * n_inner, [&](int64_t o) {
     int64_t oo[2];
     strided::offsets<2>(outer, o, oo);
