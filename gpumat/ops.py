@@ -403,8 +403,7 @@ def as_strided(a, out, stride, offset: int = 0) -> None:
     st = _stride_tuple(stride, "as_strided")
     if len(st) != len(_array(out, "out", "as_strided").shape):
         raise ValueError(
-            f"as_strided: {len(st)} strides for an output of shape {tuple(out.shape)} "
-            "(one per dim)"
+            f"as_strided: {len(st)} strides for an output of shape {tuple(out.shape)} (one per dim)"
         )
     _core.as_strided_(a, out, st, as_int(offset, "offset", "as_strided"))
 

@@ -53,7 +53,8 @@ T step_arg(A a, S s, int array, int scalar) {
   } else if constexpr (std::is_same_v<T, int64_t>) {
     return static_cast<int64_t>(s[scalar].u);
   } else {
-    static_assert(std::is_same_v<T, uint64_t>, "a step passes arrays, floats, bools, int64, uint64 and Strides");
+    static_assert(std::is_same_v<T, uint64_t>,
+                  "a step passes arrays, floats, bools, int64, uint64 and Strides");
     return s[scalar].u;
   }
 }

@@ -261,7 +261,9 @@ class ExpandLikeOp(Op):
 def _region(op: Op, node: Node, numel: int, size: tuple, stride: tuple, offset: int, what: str):
     """Checks that the strided region (size, stride, offset) lies inside ``numel`` elements."""
     if len(stride) != len(size):
-        raise op._error(node, f"{len(stride)} strides for the {len(size)} dims of {shape_str(size)}")
+        raise op._error(
+            node, f"{len(stride)} strides for the {len(size)} dims of {shape_str(size)}"
+        )
     if len(size) > MAX_DIMS:
         raise op._error(node, f"{len(size)} dims {shape_str(size)}; at most {MAX_DIMS}")
     if any(d < 0 for d in size):
@@ -418,7 +420,9 @@ class CatOp(Op):
 
     def __call__(self, nodes, dim: int = 0) -> Node:
         if not isinstance(nodes, (list, tuple)):
-            raise TypeError(f"cat_op: nodes must be a list of graph Nodes, got {type(nodes).__name__}")
+            raise TypeError(
+                f"cat_op: nodes must be a list of graph Nodes, got {type(nodes).__name__}"
+            )
         for n in nodes:
             if not isinstance(n, Node):
                 raise TypeError(f"cat_op: nodes must be graph Nodes, got {type(n).__name__}")
@@ -440,7 +444,9 @@ class CatOp(Op):
         return _cat_shape(self, node, list(input_shapes), node.dim)
 
     def gradient(self, node, output_grad):
-        return [cat_slice_op(output_grad, node.inputs, k, node.dim) for k in range(len(node.inputs))]
+        return [
+            cat_slice_op(output_grad, node.inputs, k, node.dim) for k in range(len(node.inputs))
+        ]
 
 
 class CatSliceOp(Op):

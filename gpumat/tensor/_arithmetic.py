@@ -53,7 +53,6 @@ from gpumat.tensor._tensor import (
     apply_op,
 )
 
-
 # The broadcast_binary_op kind of each same-shape binary graph op the operators use.
 _BROADCAST_KIND = {
     add_op: "add",

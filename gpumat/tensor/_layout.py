@@ -46,7 +46,9 @@ class LayoutMethods:
         shares the storage and the version counter."""
         node_shape = tuple(as_int(d, "shape", "reshape") for d in _flat(shape))
         if self._view is not None:  # a view: a view of its base where strides allow
-            out = reshape_view(self, _resolved(node_shape, self._shape, "reshape"), "reshape", False)
+            out = reshape_view(
+                self, _resolved(node_shape, self._shape, "reshape"), "reshape", False
+            )
             return out if out is not None else self.contiguous().reshape(node_shape)
         out = apply_op(
             "reshape",

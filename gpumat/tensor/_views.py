@@ -61,7 +61,9 @@ def _make_view(t: Tensor, shape: tuple, stride: tuple, offset: int, op: str) -> 
     repeated = [d for d, (n, s) in enumerate(zip(shape, stride, strict=True)) if s == 0 and n > 1]
     once = tuple(1 if d in repeated else n for d, n in enumerate(shape))
 
-    out = apply_op(op, lambda n: as_strided_op(n, once, stride, offset), [base], base._dtype, base._range)
+    out = apply_op(
+        op, lambda n: as_strided_op(n, once, stride, offset), [base], base._dtype, base._range
+    )
     if repeated:
         out = apply_op(op, lambda n: expand_op(n, shape), [out], base._dtype, base._range)
     if base._trace is None:
@@ -304,9 +306,7 @@ def _region_value(t: Tensor, shape: tuple, value) -> Tensor:
         value._concrete("index_put")
         v = value if value._dtype is t._dtype else value.to(t._dtype)
         if v._device != t._device:
-            raise ValueError(
-                f"index_put: the value is on {v._device}, the tensor on {t._device}"
-            )
+            raise ValueError(f"index_put: the value is on {v._device}, the tensor on {t._device}")
     else:
         v = _copy_of(np.asarray(value), None, t._device, "index_put")
         v = v if v._dtype is t._dtype else v.to(t._dtype)
@@ -423,9 +423,7 @@ class ViewMethods:
         src = (source,) if isinstance(source, numbers.Integral) else tuple(source)
         dst = (destination,) if isinstance(destination, numbers.Integral) else tuple(destination)
         if len(src) != len(dst):
-            raise ValueError(
-                f"movedim: source {src} and destination {dst} have different lengths"
-            )
+            raise ValueError(f"movedim: source {src} and destination {dst} have different lengths")
         src = tuple(self._axis(d, "movedim") for d in src)
         dst = tuple(self._axis(d, "movedim") for d in dst)
         if len(set(src)) != len(src) or len(set(dst)) != len(dst):
@@ -653,9 +651,7 @@ class ViewMethods:
 
 def _tensors(tensors, op: str) -> list:
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
-        raise TypeError(
-            f"{op}: expected a sequence of Tensors, got {type(tensors).__name__}"
-        )
+        raise TypeError(f"{op}: expected a sequence of Tensors, got {type(tensors).__name__}")
     if not tensors:
         raise ValueError(f"{op}: expected a non-empty list of Tensors")
     for t in tensors:
@@ -704,4 +700,3 @@ def stack(tensors, dim: int = 0) -> Tensor:
     if not -nd <= d < nd:
         raise IndexError(f"stack: dim {d} is out of range for {nd} dims")
     return cat([t.unsqueeze(d % nd) for t in ts], d % nd)
-

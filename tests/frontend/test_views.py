@@ -205,8 +205,13 @@ def test_layout_methods_match_torch(ctx):
         ours, theirs = make(x), make(t)
         assert ours.shape == tuple(theirs.shape), k
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=f"case {k}")
-    for make in (lambda z: z, lambda z: z.transpose(0, 1), lambda z: z[:, 1:, ::2],
-                 lambda z: z[:, :1].expand(2, 3, 4), lambda z: z[1]):
+    for make in (
+        lambda z: z,
+        lambda z: z.transpose(0, 1),
+        lambda z: z[:, 1:, ::2],
+        lambda z: z[:, :1].expand(2, 3, 4),
+        lambda z: z[1],
+    ):
         ours, theirs = make(x), make(t)
         assert ours.stride() == theirs.stride()
         assert ours.is_contiguous() == theirs.is_contiguous()
@@ -334,3 +339,40 @@ def test_a_compiled_step_with_indexing_broadcasting_and_bmm_equals_eager(ctx):
     for _ in range(2):  # the first call traces, the second replays
         for e, c in zip(eager, compiled(x), strict=True):
             np.testing.assert_allclose(c.numpy(), e.detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_inplace_methods_match_torch(ctx):
+    # the _ methods, the other operand broadcast to self's shape, through views too
+    rng, seed = new_rng()
+    values = rng.standard_normal((3, 4)).astype(np.float32)
+    x, t = gpumat.tensor(values, device=ctx), torch.from_numpy(values.copy())
+    changes = [
+        lambda z: z.clamp_(-0.5, 0.75),
+        lambda z: z.clip_(max=0.5),
+        lambda z: z.exp_(),
+        lambda z: z.log_(),
+        lambda z: z.abs_(),
+        lambda z: z.neg_(),
+        lambda z: z.add_(z[0].clone()),
+        lambda z: z.mul_(z[:, :1].clone()),
+        lambda z: z.div_(z[:, 2:3].clone() + 3.0),
+        lambda z: z.sub_(z[1].clone(), alpha=0.5),
+        lambda z: z.sigmoid_(),
+        lambda z: z.masked_fill_(z > 0.55, -1.0),
+        lambda z: z[:, 1].tanh_(),
+        lambda z: z.t().sin_(),
+        lambda z: z.relu_(),
+        lambda z: z.sqrt_(),
+    ]
+    with gpumat.no_grad():
+        for k, change in enumerate(changes):
+            assert change(x) is not None
+            change(t)
+            np.testing.assert_allclose(
+                x.numpy(), t.numpy(), rtol=2e-6, atol=1e-7, err_msg=f"change {k} (seed {seed})"
+            )
+    with pytest.raises(ValueError, match="must broadcast to this shape"):
+        x.add_(gpumat.ones(2, 4, device=ctx))
+    leaf = gpumat.ones(3, device=ctx, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        leaf.exp_()

@@ -94,8 +94,16 @@ def test_broadcast_where_matches_numpy(ctx, shapes):
 
 @pytest.mark.parametrize(
     "shapes",
-    [((6, 7), (7,)), ((6, 7), (6, 1)), ((2, 3, 4, 5), (3, 1, 1)), ((4, 5), ()), ((3, 0, 2), (1, 2)),
-     ((2, 2, 2, 2, 2, 2, 2, 2), (2, 1, 2, 1, 2, 1, 2, 1)), ((1000, 3), (1, 3)), ((5,), (5,))],
+    [
+        ((6, 7), (7,)),
+        ((6, 7), (6, 1)),
+        ((2, 3, 4, 5), (3, 1, 1)),
+        ((4, 5), ()),
+        ((3, 0, 2), (1, 2)),
+        ((2, 2, 2, 2, 2, 2, 2, 2), (2, 1, 2, 1, 2, 1, 2, 1)),
+        ((1000, 3), (1, 3)),
+        ((5,), (5,)),
+    ],
     ids=lambda s: f"{shape_id(s[0])}-to-{shape_id(s[1])}",
 )
 def test_sum_to_matches_float64(ctx, shapes):
@@ -139,8 +147,11 @@ def test_as_strided_copies_the_region(ctx, view):
     np.testing.assert_array_equal(out.asnumpy(), want, err_msg=seed)
 
 
-@pytest.mark.parametrize("view", [v for v in VIEWS if 0 not in v[2] and v[1] != (3, 3)],
-                         ids=lambda v: f"{shape_id(v[0])}-as-{shape_id(v[1])}")
+@pytest.mark.parametrize(
+    "view",
+    [v for v in VIEWS if 0 not in v[2] and v[1] != (3, 3)],
+    ids=lambda v: f"{shape_id(v[0])}-as-{shape_id(v[1])}",
+)
 def test_as_strided_scatter_writes_only_the_region(ctx, view):
     rng, seed = new_rng()
     shape, size, stride, offset = view
@@ -157,7 +168,10 @@ def test_as_strided_scatter_writes_only_the_region(ctx, view):
 
 
 def test_argument_checks(ctx):
-    a, b = gpumat.array(np.ones((2, 3), np.float32), ctx), gpumat.array(np.ones((4,), np.float32), ctx)
+    a, b = (
+        gpumat.array(np.ones((2, 3), np.float32), ctx),
+        gpumat.array(np.ones((4,), np.float32), ctx),
+    )
     with pytest.raises(ValueError, match=r"broadcast_binary: shapes \(2, 3\) and \(4,\) cannot"):
         ops.broadcast_binary(a, b, gpumat.empty((2, 3), ctx), "add")
     with pytest.raises(ValueError, match=r"broadcast to \(2, 3\), output \(3, 2\)"):

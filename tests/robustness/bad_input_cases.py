@@ -853,7 +853,11 @@ def _ref_sum_to(name, a):
     x, out = _arr(a[0]), _arr(a[1])
     _no_alias(a[1], a[0])
     lead = x.ndim - out.ndim
-    if lead < 0 or x.ndim > 8 or any(out.shape[d] not in (1, x.shape[lead + d]) for d in range(out.ndim)):
+    if (
+        lead < 0
+        or x.ndim > 8
+        or any(out.shape[d] not in (1, x.shape[lead + d]) for d in range(out.ndim))
+    ):
         raise Invalid("shapes")
     out_ = np.empty(out.shape)
     gpumat.reference.sum_to(x, out_)

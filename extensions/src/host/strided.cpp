@@ -35,7 +35,8 @@ Rows rows_of(const strided::Iter& it, int64_t n) {
 }
 
 template <int Op>
-void map_rows(const float* a, const float* b, const float* c, float* out, const strided::Iter& it, int64_t n) {
+void map_rows(const float* a, const float* b, const float* c, float* out, const strided::Iter& it,
+              int64_t n) {
   const Rows r = rows_of(it, n);
   const int last = it.ndim - 1;
   const int64_t s0 = last >= 0 ? it.stride[0][last] : 0, s1 = last >= 0 ? it.stride[1][last] : 0;
@@ -77,8 +78,8 @@ void copy_strided(int, const float* in, float* out, const strided::Iter& it, int
   });
 }
 
-void map_strided(int, int op, const float* a, const float* b, const float* c, float* out, const strided::Iter& it,
-                 int64_t n) {
+void map_strided(int, int op, const float* a, const float* b, const float* c, float* out,
+                 const strided::Iter& it, int64_t n) {
   map_fn(op, std::make_integer_sequence<int, strided::kNumMapOps>{})(a, b, c, out, it, n);
 }
 

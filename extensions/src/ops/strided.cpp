@@ -82,8 +82,7 @@ strided::Iter make_iter(const Shape& size, const std::vector<Shape>& strides) {
     if (size[d] == 1) continue;
     if (nd > 0) {
       bool merge = true;
-      for (int k = 0; k < count && merge; ++k)
-        merge = strides[k][d] == mstride[k][nd - 1] * msize[nd - 1];
+      for (int k = 0; k < count && merge; ++k) merge = strides[k][d] == mstride[k][nd - 1] * msize[nd - 1];
       if (merge) {
         msize[nd - 1] *= size[d];
         continue;
@@ -122,8 +121,8 @@ void check_region(const char* op, const char* what, const Shape& size, const Str
   }
   if (offset < 0 || offset >= limit || lo < 0 || hi >= limit)
     throw ShapeError(std::string(op) + ": the strided region (offset " + std::to_string(offset) +
-                     ") reaches elements " + std::to_string(lo) + ".." + std::to_string(hi) + " outside " + what +
-                     " " + desc);
+                     ") reaches elements " + std::to_string(lo) + ".." + std::to_string(hi) + " outside " +
+                     what + " " + desc);
 }
 
 std::string strides_text(const Strides& st, size_t nd) {
@@ -145,8 +144,8 @@ void broadcast_binary(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out, in
   const bool ok = broadcast_shape({&a.shape(), &b.shape()}, target);
   if (!ok || target != out.shape())
     throw ShapeError(std::string(op) + ": shapes " + a.shape_str() + " and " + b.shape_str() +
-                     (ok ? " broadcast to " + shape_text(target) : " cannot be broadcast together") + ", output " +
-                     out.shape_str());
+                     (ok ? " broadcast to " + shape_text(target) : " cannot be broadcast together") +
+                     ", output " + out.shape_str());
   for (const GpuMatrix* in : {&a, &b}) {
     if (in->shape() == out.shape())
       in_place_or_disjoint(op, *in, out);
@@ -155,9 +154,11 @@ void broadcast_binary(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out, in
   }
   const int64_t n = out.size();
   if (n > 0) {
-    const strided::Iter it = make_iter(
-        target, {contiguous_strides(target), broadcast_strides(a.shape(), target), broadcast_strides(b.shape(), target)});
-    be.map_strided(out.device().index, static_cast<int>(op_code), a.data(), b.data(), nullptr, out.data(), it, n);
+    const strided::Iter it =
+        make_iter(target, {contiguous_strides(target), broadcast_strides(a.shape(), target),
+                           broadcast_strides(b.shape(), target)});
+    be.map_strided(out.device().index, static_cast<int>(op_code), a.data(), b.data(), nullptr, out.data(), it,
+                   n);
   }
   finish(out);
 }
@@ -170,7 +171,8 @@ void broadcast_where(const GpuMatrix& cond, const GpuMatrix& a, const GpuMatrix&
   const bool ok = broadcast_shape({&cond.shape(), &a.shape(), &b.shape()}, target);
   if (!ok || target != out.shape())
     throw ShapeError(std::string(op) + ": shapes " + cond.shape_str() + ", " + a.shape_str() + " and " +
-                     b.shape_str() + (ok ? " broadcast to " + shape_text(target) : " cannot be broadcast together") +
+                     b.shape_str() +
+                     (ok ? " broadcast to " + shape_text(target) : " cannot be broadcast together") +
                      ", output " + out.shape_str());
   for (const GpuMatrix* in : {&cond, &a, &b}) {
     if (in->shape() == out.shape())
@@ -263,8 +265,8 @@ void as_strided_scatter(const GpuMatrix& src, GpuMatrix& out, Strides stride, in
     for (size_t d : dims) {
       const int64_t s = std::llabs(stride.v[d]);
       if (s <= reach)
-        throw ShapeError(std::string(op) + ": the region writes some elements of the output more than once: " +
-                         desc);
+        throw ShapeError(std::string(op) +
+                         ": the region writes some elements of the output more than once: " + desc);
       reach += s * (size[d] - 1);
     }
     Shape st(stride.v, stride.v + nd);
