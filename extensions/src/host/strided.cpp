@@ -49,6 +49,14 @@ void map_rows(const float* a, const float* b, const float* c, float* out, const 
     if (c != nullptr) {
       const float* pc = c + off[3];
       for (int64_t j = 0; j < r.len; ++j) o[j * s0] = strided::apply(Op, pa[j * s1], pb[j * s2], pc[j * s3]);
+    } else if (s0 == 1 && s1 == 1 && s2 == 1) {  // the common rows, as loops the compiler vectorises
+      for (int64_t j = 0; j < r.len; ++j) o[j] = strided::apply(Op, pa[j], pb[j], 0.0f);
+    } else if (s0 == 1 && s1 == 1 && s2 == 0) {
+      const float bv = *pb;
+      for (int64_t j = 0; j < r.len; ++j) o[j] = strided::apply(Op, pa[j], bv, 0.0f);
+    } else if (s0 == 1 && s1 == 0 && s2 == 1) {
+      const float av = *pa;
+      for (int64_t j = 0; j < r.len; ++j) o[j] = strided::apply(Op, av, pb[j], 0.0f);
     } else {
       for (int64_t j = 0; j < r.len; ++j) o[j * s0] = strided::apply(Op, pa[j * s1], pb[j * s2], 0.0f);
     }
@@ -74,7 +82,11 @@ void copy_strided(int, const float* in, float* out, const strided::Iter& it, int
     strided::offsets<2>(r.lead, row, off);
     float* o = out + off[0];
     const float* p = in + off[1];
-    for (int64_t j = 0; j < r.len; ++j) o[j * s0] = p[j * s1];
+    if (s0 == 1 && s1 == 1) {
+      for (int64_t j = 0; j < r.len; ++j) o[j] = p[j];
+    } else {
+      for (int64_t j = 0; j < r.len; ++j) o[j * s0] = p[j * s1];
+    }
   });
 }
 
