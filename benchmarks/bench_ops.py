@@ -275,6 +275,29 @@ OPS = {
         work=_bytes(1, 1),
         tol=TOL_SUM,
     ),
+    # numpy's broadcasting, the repeated operand read in place: (rows, cols) + (cols,) or
+    # (rows, 1); the same bytes as a same-shape add's, less the repeated operand's
+    "broadcast_add": OpSpec(
+        ours=lambda ins, out, p: ops.broadcast_binary(ins[0], ins[1], out, "add"),
+        ref64=lambda ins, p: ins[0] + ins[1],
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+        inputs=("signed", "signed"),
+    ),
+    # a 2-D transpose by the strided copy (the copy behind permute / transpose views)
+    "as_strided": OpSpec(
+        ours=lambda ins, out, p: ops.as_strided(ins[0], out, p["stride"], 0),
+        ref64=lambda ins, p: ins[0].T,
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+    ),
+    # the gradient of a broadcast: (rows, cols) summed to (cols,)
+    "sum_to": OpSpec(
+        ours=lambda ins, out, p: ops.sum_to(ins[0], out),
+        ref64=lambda ins, p: ins[0].sum(axis=0),
+        work=_bytes(1, 1),
+        tol=TOL_SUM,
+    ),
     "argmax": OpSpec(
         ours=lambda ins, out, p: ops.argmax(ins[0], out, p["axis"]),
         ref64=lambda ins, p: np.argmax(ins[0], axis=p["axis"]).astype(np.float64),
@@ -348,6 +371,9 @@ OP_FUNCTION = {
     "transpose": "transpose",
     "broadcast_to": "broadcast_to",
     "sum_to_size": "sum_to_size",
+    "broadcast_add": "broadcast_binary",
+    "as_strided": "as_strided",
+    "sum_to": "sum_to",
     "argmax": "argmax",
     "matmul": "matmul",
     "bmm": "bmm",
@@ -516,6 +542,26 @@ def build_cases(quick: bool) -> list[Case]:
         _binary("eq", g, "eq", big),
         _unary("transpose", g, "transpose", big),
         _special("broadcast_to", g, "broadcast_to", (cols,), big),
+        Case(
+            "broadcast_add_row",
+            g,
+            "broadcast_add",
+            [big, (cols,)],
+            big,
+            {"shape": big},
+            f"{_shape_str(big)} + {cols}",
+        ),
+        Case(
+            "broadcast_add_column",
+            g,
+            "broadcast_add",
+            [big, (rows, 1)],
+            big,
+            {"shape": big},
+            f"{_shape_str(big)} + {rows}x1",
+        ),
+        _special("transpose_strided", g, "as_strided", big, big[::-1], stride=(1, cols)),
+        _special("sum_to_rows", g, "sum_to", big, (cols,)),
         _special("reduce_sum_axis_zero", g, "sum_to_size", big, (cols,)),
         _special("argmax_rows", g, "argmax", big, (rows,), axis=1),
         _special("argmax_columns", g, "argmax", big, (cols,), axis=0),
@@ -595,6 +641,9 @@ class NumpyLike:
             "sum_to_size": lambda ins, out, p: xp.sum(
                 ins[0].reshape(-1, out.size), axis=0, out=out.reshape(-1)
             ),
+            "broadcast_add": lambda ins, out, p: xp.add(ins[0], ins[1], out=out),
+            "as_strided": lambda ins, out, p: xp.copyto(out, ins[0].T),
+            "sum_to": lambda ins, out, p: xp.sum(ins[0], axis=0, out=out),
             "argmax": lambda ins, out, p: out.__setitem__(
                 Ellipsis, xp.argmax(ins[0], axis=p["axis"])
             ),
@@ -698,6 +747,9 @@ class Torch:
             "sum_to_size": lambda ins, out, p: torch.sum(
                 ins[0].reshape(-1, out.numel()), dim=0, out=out.view(-1)
             ),
+            "broadcast_add": lambda ins, out, p: torch.add(ins[0], ins[1], out=out),
+            "as_strided": lambda ins, out, p: out.copy_(ins[0].T),
+            "sum_to": lambda ins, out, p: torch.sum(ins[0], dim=0, out=out),
             "argmax": lambda ins, out, p: torch.argmax(ins[0], dim=p["axis"]),
             "matmul": lambda ins, out, p: torch.matmul(
                 _op_pair(ins[0], p["ta"]), _op_pair(ins[1], p["tb"]), out=out

@@ -92,6 +92,15 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void transpose(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void reshape(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void one_hot(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    # strided
+    int kMaxStridedDims
+    cppclass Strides:
+        int64_t v[8]
+    void broadcast_binary(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void broadcast_where(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void sum_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void as_strided(const GpuMatrix&, GpuMatrix&, Strides, int64_t) except +gpumat_raise_py_error nogil
+    void as_strided_scatter(const GpuMatrix&, GpuMatrix&, Strides, int64_t) except +gpumat_raise_py_error nogil
     # reduce
     void sum_to_size "gpumat::ops::sum_to_size"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void broadcast_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil

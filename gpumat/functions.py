@@ -8,8 +8,11 @@ argument names (``input``, ``dim``, ``keepdim``): the pointwise ones (``exp``, `
 ``ne``, ``lt``, ``le``, ``gt``, ``ge``, ``logical_not``, ``logical_and``, ``logical_or``,
 ``clamp`` / ``clip``, ``minimum``, ``maximum``, ``masked_fill``, ``softmax``, ``log_softmax``,
 ``sum``, ``mean``, ``max``, ``argmax``, ``reshape``, ``squeeze``, ``unsqueeze``, ``t``,
-``transpose``, ``matmul`` and ``bmm``; and ``where(condition, input, other)``, whose first
-argument is the condition (:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
+``transpose``, ``matmul`` and ``bmm``; the views and splits ``permute``, ``movedim``,
+``swapaxes``, ``narrow``, ``select``, ``unbind``, ``split``, ``tensor_split``, ``chunk``,
+``broadcast_to``, and ``flip``, ``tile``; ``cat`` / ``concat`` and ``stack`` (lists of tensors);
+and ``where(condition, input, other)``, whose first argument is the condition
+(:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
 
 Raises (every function): TypeError when ``input`` is not a :class:`gpumat.Tensor`, naming the
 function; otherwise what the method raises.
@@ -18,7 +21,14 @@ function; otherwise what the method raises.
 from __future__ import annotations
 
 from gpumat.graph.node import TENSOR_METHODS
-from gpumat.tensor import Tensor, where  # noqa: F401 (gpumat.where, in __all__)
+from gpumat.tensor import (  # noqa: F401 (gpumat.where, cat, ...: in __all__)
+    Tensor,
+    cat,
+    concat,
+    concatenate,
+    stack,
+    where,
+)
 
 _POINTWISE = [op.tensor_method for op in TENSOR_METHODS]
 __all__ = sorted(
@@ -53,6 +63,23 @@ __all__ = sorted(
         "t",
         "transpose",
         "unsqueeze",
+        # views, splitting and joining (gpumat.tensor._views)
+        "broadcast_to",
+        "cat",
+        "chunk",
+        "concat",
+        "concatenate",
+        "flip",
+        "movedim",
+        "narrow",
+        "permute",
+        "select",
+        "split",
+        "stack",
+        "swapaxes",
+        "tensor_split",
+        "tile",
+        "unbind",
     ]
 )
 
@@ -106,3 +133,15 @@ clip = _method("clip", "``input.clamp(min=None, max=None)`` (PyTorch's alias)")
 minimum = _method("minimum", "``input.minimum(other)``")
 maximum = _method("maximum", "``input.maximum(other)``")
 masked_fill = _method("masked_fill", "``input.masked_fill(mask, value)``")
+permute = _method("permute", "``input.permute(dims)``: the dims reordered (a view)")
+movedim = _method("movedim", "``input.movedim(source, destination)`` (a view)")
+swapaxes = _method("swapaxes", "``input.transpose(axis0, axis1)`` (a view)")
+narrow = _method("narrow", "``input.narrow(dim, start, length)`` (a view)")
+select = _method("select", "``input.select(dim, index)`` (a view)")
+unbind = _method("unbind", "``input.unbind(dim=0)``: views along dim")
+split = _method("split", "``input.split(split_size_or_sections, dim=0)``: views")
+tensor_split = _method("tensor_split", "``input.tensor_split(sections, dim=0)``: views")
+chunk = _method("chunk", "``input.chunk(chunks, dim=0)``: views")
+flip = _method("flip", "``input.flip(dims)``: a reversed copy")
+tile = _method("tile", "``input.tile(dims)``: a tiled copy")
+broadcast_to = _method("broadcast_to", "``input.expand(size)`` (a view)")

@@ -106,12 +106,16 @@ __all__ = [
     "amax",
     "amax_gradient",
     "argmax",
+    "as_strided",
+    "as_strided_scatter",
     "avg_pool2d",
     "avg_pool2d_gradient",
     "axpy",
     "bmm",
+    "broadcast_binary",
     "broadcast_dim",
     "broadcast_to",
+    "broadcast_where",
     "conv1d",
     "conv1d_gradient_filter",
     "conv1d_gradient_input",
@@ -155,6 +159,7 @@ __all__ = [
     "softmax",
     "softmax_gradient",
     "sum",
+    "sum_to",
     "sum_to_size",
     "trace_calls",
     "transpose",
@@ -315,6 +320,110 @@ def one_hot(indices, out) -> None:
     every class) or aliasing.
     """
     _core.one_hot_(indices, out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Strided: operands read and written where they lie, by element strides (extensions/src/strided.h),
+# in up to 8 dims: broadcasting without copies, and the copies behind views and index assignment.
+# --------------------------------------------------------------------------------------------------
+
+#: broadcast_binary's functions, in the order of the kernel's op codes (extensions/src/strided.h).
+BROADCAST_BINARY_OPS = (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "minimum",
+    "maximum",
+    "logical_and",
+    "logical_or",
+)
+
+
+def broadcast_binary(a, b, out, op: str) -> None:
+    """out = a (op) b elementwise with numpy's broadcasting rules: ``out``'s shape is the
+    broadcast of a's and b's (at most 8 dims), and a and b are read in place, a dim of 1 or a
+    missing leading dim repeating (no copy of the repeated operand). ``op`` is one of
+    :data:`BROADCAST_BINARY_OPS`: the arithmetic of the contiguous kernel of that name (IEEE
+    division; comparisons and logic give 1.0 / 0.0, a NaN compares false and is true as a truth
+    value; minimum / maximum give NaN where either is NaN, as PyTorch's). ``out`` may be an input of
+    its own shape (in place).
+
+    Raises:
+        ValueError: an unknown op, shapes that do not broadcast or an ``out`` of another shape,
+            more than 8 dims, or ``out`` overlapping a broadcast input.
+    """
+    if op not in BROADCAST_BINARY_OPS:
+        raise ValueError(f"broadcast_binary: op must be one of {BROADCAST_BINARY_OPS}, got {op!r}")
+    _core.broadcast_binary_(a, b, out, BROADCAST_BINARY_OPS.index(op))
+
+
+def broadcast_where(cond, a, b, out) -> None:
+    """out = a where cond != 0, else b (``torch.where``), cond, a and b broadcast to out's shape
+    by numpy's rules and read in place. Raises ValueError as :func:`broadcast_binary`."""
+    _core.broadcast_where_(cond, a, b, out)
+
+
+def sum_to(a, out) -> None:
+    """out = a summed over the dims that out repeats, the gradient of a broadcast: out's shape,
+    right-aligned against a's (its missing leading dims summed), has every dim equal to a's or 1
+    (``Tensor.sum_to_size``). Each output element is the sum of its inputs in index order, in
+    float32 (deterministic). Raises ValueError for shapes that do not fit or aliasing."""
+    _core.sum_to_(a, out)
+
+
+def _stride_tuple(stride, op: str) -> tuple:
+    if not isinstance(stride, (tuple, list)):
+        raise TypeError(f"{op}: stride must be a tuple of ints, got {type(stride).__name__}")
+    return tuple(as_int(s, "a stride", op) for s in stride)
+
+
+def _array(x, what: str, op: str):
+    if not isinstance(x, _core_module.PyGpuMatrix):  # _core may be the tracing stand-in
+        raise TypeError(f"{op}: {what} must be a PyGpuMatrix, got {type(x).__name__}")
+    return x
+
+
+def as_strided(a, out, stride, offset: int = 0) -> None:
+    """out[idx] = a.flat[offset + sum_d idx[d] * stride[d]] for every index of out's shape
+    (``torch.as_strided(a, out.shape, stride, offset)`` copied into ``out``): the copy behind a
+    permute, slice, flip (negative strides) or expand (stride 0). ``stride`` has one int per dim
+    of out (at most 8), in elements.
+
+    Raises:
+        ValueError: an address outside a, a stride count that is not out's rank, aliasing.
+        TypeError: strides or offset that are not ints.
+    """
+    st = _stride_tuple(stride, "as_strided")
+    if len(st) != len(_array(out, "out", "as_strided").shape):
+        raise ValueError(
+            f"as_strided: {len(st)} strides for an output of shape {tuple(out.shape)} (one per dim)"
+        )
+    _core.as_strided_(a, out, st, as_int(offset, "offset", "as_strided"))
+
+
+def as_strided_scatter(src, out, stride, offset: int = 0) -> None:
+    """out.flat[offset + sum_d idx[d] * stride[d]] = src[idx] for every index of src's shape, in
+    place in ``out``: the write behind index assignment (``x[:, 0] = v``) and ``cat``. The
+    addresses must be distinct (no element written twice) and inside out.
+
+    Raises:
+        ValueError: an address outside out, a region that writes an element twice, a stride count
+            that is not src's rank, src overlapping out. TypeError: non-int strides or offset.
+    """
+    st = _stride_tuple(stride, "as_strided_scatter")
+    if len(st) != len(_array(src, "src", "as_strided_scatter").shape):
+        raise ValueError(
+            f"as_strided_scatter: {len(st)} strides for a source of shape {tuple(src.shape)} "
+            "(one per dim)"
+        )
+    _core.as_strided_scatter_(src, out, st, as_int(offset, "offset", "as_strided_scatter"))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -299,6 +299,68 @@ def one_hot(indices, out) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# Strided
+# --------------------------------------------------------------------------------------------------
+
+_BROADCAST_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "minimum": np.minimum,
+    "maximum": np.maximum,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+}
+
+
+def broadcast_binary(a, b, out, op: str) -> None:
+    """out = a (op) b with numpy's broadcasting (the shapes must broadcast to out's)."""
+    with np.errstate(all="ignore"):
+        np.copyto(out, _BROADCAST_BINARY[op](a, b).astype(out.dtype))
+
+
+def broadcast_where(cond, a, b, out) -> None:
+    """out = a where cond != 0, else b, broadcast to out's shape."""
+    np.copyto(out, np.where(cond != 0, a, b).astype(out.dtype))
+
+
+def sum_to(a, out) -> None:
+    """a summed over the dims out repeats (out's shape right-aligned against a's)."""
+    lead = a.ndim - out.ndim
+    axes = tuple(range(lead)) + tuple(
+        lead + d for d in range(out.ndim) if out.shape[d] == 1 and a.shape[lead + d] != 1
+    )
+    np.copyto(out, np.sum(a, axis=axes, dtype=out.dtype).reshape(out.shape))
+
+
+def _strided_offsets(shape, stride, offset: int):
+    idx = np.indices(shape, dtype=np.int64) if len(shape) else np.zeros((0,), np.int64)
+    flat = np.full(shape, offset, dtype=np.int64)
+    for d in range(len(shape)):
+        flat += idx[d] * stride[d]
+    return flat
+
+
+def as_strided(a, out, stride, offset: int = 0) -> None:
+    """out[idx] = a.flat[offset + idx . stride]."""
+    np.copyto(out, a.reshape(-1)[_strided_offsets(out.shape, stride, offset)])
+
+
+def as_strided_scatter(src, out, stride, offset: int = 0) -> None:
+    """out.flat[offset + idx . stride] = src[idx], in place."""
+    view = out.reshape(-1)
+    view[_strided_offsets(src.shape, stride, offset)] = src
+    np.copyto(out, view.reshape(out.shape))
+
+
+# --------------------------------------------------------------------------------------------------
 # Reductions and broadcasts
 # --------------------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gpumat/device.h"
+#include "strided.h"  // strided::Iter, the strided kernels' index spaces
 
 namespace gpumat {
 

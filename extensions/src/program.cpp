@@ -34,10 +34,18 @@ struct OpEntry {
 template <typename T>
 constexpr bool kIsArray = std::is_same_v<std::decay_t<T>, GpuMatrix>;
 
+// How many scalars a parameter takes: ops::Strides one per dim it can hold, the others one.
+template <typename T>
+constexpr int kScalars = std::is_same_v<std::decay_t<T>, ops::Strides> ? ops::kMaxStridedDims : 1;
+
 template <typename T>
 T step_arg(A a, S s, int array, int scalar) {
   if constexpr (kIsArray<T>) {
     return *a[array];
+  } else if constexpr (std::is_same_v<T, ops::Strides>) {
+    ops::Strides st{};
+    for (int d = 0; d < ops::kMaxStridedDims; ++d) st.v[d] = static_cast<int64_t>(s[scalar + d].u);
+    return st;
   } else if constexpr (std::is_same_v<T, float>) {
     return static_cast<float>(s[scalar].f);
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -45,7 +53,8 @@ T step_arg(A a, S s, int array, int scalar) {
   } else if constexpr (std::is_same_v<T, int64_t>) {
     return static_cast<int64_t>(s[scalar].u);
   } else {
-    static_assert(std::is_same_v<T, uint64_t>, "a step passes arrays, floats, bools, int64 and uint64");
+    static_assert(std::is_same_v<T, uint64_t>,
+                  "a step passes arrays, floats, bools, int64, uint64 and Strides");
     return s[scalar].u;
   }
 }
@@ -62,11 +71,20 @@ struct StepOf<void (*)(P...)> {
     for (size_t i = 0; i < k; ++i) n += kArray[i + 1] ? 1 : 0;
     return n;
   }
+  static constexpr int kWidth[] = {0, (kIsArray<P> ? 0 : kScalars<P>)...};  // scalars each takes
+  // The number of scalars the parameters before parameter k take.
+  static constexpr int scalars_before(size_t k) {
+    int n = 0;
+    for (size_t i = 0; i < k; ++i) n += kWidth[i + 1];
+    return n;
+  }
   template <size_t K>
   static constexpr int kArraysBefore = arrays_before(K);
+  template <size_t K>
+  static constexpr int kScalarsBefore = scalars_before(K);
   template <void (*F)(P...), size_t... K>
   static void call(A a, S s, std::index_sequence<K...>) {
-    F(step_arg<P>(a, s, kArraysBefore<K>, static_cast<int>(K) - kArraysBefore<K>)...);
+    F(step_arg<P>(a, s, kArraysBefore<K>, kScalarsBefore<K>)...);
   }
   template <void (*F)(P...)>
   static void run(A a, S s) {
@@ -75,7 +93,7 @@ struct StepOf<void (*)(P...)> {
   template <void (*F)(P...)>
   static OpEntry entry() {
     constexpr int arrays = arrays_before(sizeof...(P));
-    return {arrays, static_cast<int>(sizeof...(P)) - arrays, &run<F>};
+    return {arrays, scalars_before(sizeof...(P)), &run<F>};
   }
 };
 
@@ -117,6 +135,12 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(transpose),
       GPUMAT_STEP(reshape),
       GPUMAT_STEP(one_hot),
+      // strided
+      GPUMAT_STEP(broadcast_binary),
+      GPUMAT_STEP(broadcast_where),
+      GPUMAT_STEP(sum_to),
+      GPUMAT_STEP(as_strided),
+      GPUMAT_STEP(as_strided_scatter),
       // reduce
       GPUMAT_STEP(sum_to_size),
       GPUMAT_STEP(broadcast_to),

@@ -161,6 +161,60 @@ void layout_cases() {
   }
 }
 
+std::string dims(const Shape& d) {
+  std::string s;
+  for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s.empty() ? "scalar" : s;
+}
+
+// The strided family: every broadcast_binary function over broadcasts in up to 8 dims (either side
+// repeated), where, sums back to a shape, and strided copies out of and into arrays (transposes,
+// flips, expands, slices with steps).
+void strided_cases() {
+  namespace ops = gpumat::ops;
+  struct Pair {
+    Shape a, b, out;
+  };
+  const Pair pairs[] = {{{3, 1, 5}, {4, 1}, {3, 4, 5}},
+                        {{65, 1}, {1, 33}, {65, 33}},
+                        {{2, 3, 4, 5}, {3, 1, 1}, {2, 3, 4, 5}},
+                        {{1}, {1000}, {1000}},
+                        {{}, {7, 3}, {7, 3}},
+                        {{2, 1, 2, 1, 2, 1, 2, 1}, {1, 2, 1, 2, 1, 2, 1, 2}, {2, 2, 2, 2, 2, 2, 2, 2}}};
+  for (const Pair& p : pairs) {
+    const std::string t = " " + dims(p.a) + " " + dims(p.b);
+    for (int64_t op = 0; op < 14; ++op)
+      check("broadcast_binary " + std::to_string(op) + t, {p.a, p.b}, {p.out},
+            [op](Arrays& a) { ops::broadcast_binary(a[0], a[1], a[2], op); });
+    check("broadcast_where" + t, {p.b, p.a, p.b}, {p.out},
+          [](Arrays& a) { ops::broadcast_where(a[0], a[1], a[2], a[3]); });
+  }
+  const Shape sums[][2] = {{{65, 33}, {33}}, {{65, 33}, {65, 1}}, {{2, 3, 4, 5}, {3, 1, 1}},
+                           {{1000}, {1}},    {{300, 7}, {1, 7}},  {{2, 2, 2, 2, 2, 2, 2, 2}, {2, 1, 2, 1}}};
+  for (const auto& st : sums)
+    check(
+        "sum_to " + dims(st[0]) + " to " + dims(st[1]), {st[0]}, {st[1]},
+        [](Arrays& a) { ops::sum_to(a[0], a[1]); }, 1e-5f);
+  struct View {
+    Shape in, out;
+    ops::Strides stride;
+    int64_t offset;
+  };
+  const View views[] = {{{65, 33}, {33, 65}, {{1, 33}}, 0},              // transpose
+                        {{4, 5, 6}, {6, 4, 5}, {{1, 30, 6}}, 0},         // permute
+                        {{65, 33}, {65, 33}, {{-33, -1}}, 65 * 33 - 1},  // flip both dims
+                        {{3, 1}, {3, 100}, {{1, 0}}, 0},                 // expand
+                        {{40, 40}, {13, 7}, {{120, 5}}, 3}};             // slices with steps
+  for (const View& v : views) {
+    const std::string t = " " + dims(v.in) + " as " + dims(v.out);
+    check("as_strided" + t, {v.in}, {v.out},
+          [v](Arrays& a) { ops::as_strided(a[0], a[1], v.stride, v.offset); });
+    if (v.stride.v[1] != 0)  // the scatter needs distinct addresses: not the expand
+      check("as_strided_scatter" + t, {v.out}, {v.in},
+            [v](Arrays& a) { ops::as_strided_scatter(a[0], a[1], v.stride, v.offset); });
+  }
+}
+
 void matmul_cases() {
   namespace ops = gpumat::ops;
   const int64_t shapes[][3] = {{1, 1, 1}, {65, 63, 17}, {64, 64, 16}, {130, 70, 33}, {3, 200, 1}};
@@ -477,6 +531,7 @@ void grid_stride_cases() {
   g_setting = " (GPUMAT_EMU_MAX_BLOCKS=2)";
   elementwise_cases();
   layout_cases();
+  strided_cases();
   fused_cases();
   conv_pool_cases();
   layer_cases();
@@ -1223,6 +1278,7 @@ int main(int argc, char** argv) {
   try {
     elementwise_cases();
     layout_cases();
+    strided_cases();
     matmul_cases();
     fused_cases();
     conv_pool_cases();

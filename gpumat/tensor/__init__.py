@@ -14,8 +14,10 @@ without reading the device, and ``sum`` refuses what could round. The range is k
 storage (``_range``), so a write through any view or alias counts for all of them, and writes
 convert floats as PyTorch does (toward zero into int64, ``!= 0`` into bool).
 
-Broadcasting (``+ - * / ==`` between tensors): :mod:`gpumat.broadcasting`. A Python number is a
-constant (``x * 2``, ``1 - x``).
+Broadcasting (``+ - * / ==`` and the other binary ops between tensors of two shapes): numpy's
+rules in any rank, by :func:`gpumat.graph.strided.broadcast_binary_op`. A Python number is a
+constant (``x * 2``, ``1 - x``). Views (indexing, ``permute``, ``expand``, ...): copies of their
+region kept in step with their base, :mod:`gpumat.tensor._views`.
 
 Errors follow the house rules: shape, dtype and device mismatches are ValueError / TypeError naming
 the op and the shapes; autograd misuse (``backward`` on a non-scalar without ``gradient``, a second
@@ -28,8 +30,9 @@ hands to the executor.
 
 Where the code is: the class, with construction, host values, autograd, devices and dtypes, and
 ``apply_op``, in ``gpumat/tensor/_tensor.py``; its other methods by topic beside it: operators and
-math (``_arithmetic.py``), reductions (``_reductions.py``), shapes (``_layout.py``) and in-place
-ops (``_inplace.py``), added to the class when this package is imported.
+math (``_arithmetic.py``), reductions (``_reductions.py``), shapes (``_layout.py``), in-place
+ops (``_inplace.py``) and indexing, views and joining (``_views.py``), added to the class when this
+package is imported.
 """
 
 from __future__ import annotations
@@ -52,8 +55,9 @@ from gpumat.tensor._tensor import (  # noqa: F401
     _size_args,
     apply_op,
 )
+from gpumat.tensor._views import ViewMethods, cat, concat, concatenate, stack  # noqa: F401
 
-__all__ = ["Tensor", "apply_op", "where"]
+__all__ = ["Tensor", "apply_op", "cat", "concat", "concatenate", "stack", "where"]
 
 
 def _add_methods(methods: type) -> None:
@@ -68,12 +72,25 @@ def _add_methods(methods: type) -> None:
 
 
 # Added, not inherited: the topic classes use Tensor itself, so they are defined after it.
-for _methods in (ArithmeticMethods, ReductionMethods, LayoutMethods, InplaceMethods):
+for _methods in (ArithmeticMethods, ReductionMethods, LayoutMethods, InplaceMethods, ViewMethods):
     _add_methods(_methods)
 
-# The pointwise methods (relu, tanh, sigmoid, exp, log, sqrt, ...): one per graph op that names one.
+
+# The pointwise methods (relu, tanh, sigmoid, exp, log, sqrt, ...): one per graph op that names one,
+# and its in-place form (exp_, ...).
+def _pointwise_inplace(name: str):
+    def method(self: Tensor) -> Tensor:
+        return self._replaced(f"{name}_", getattr(self, name))
+
+    method.__name__ = f"{name}_"
+    method.__qualname__ = f"Tensor.{name}_"
+    method.__doc__ = f"``{name}()`` in place."
+    return method
+
+
 for _op in TENSOR_METHODS:
     setattr(Tensor, _op.tensor_method, _pointwise(_op.tensor_method, _op, _op.tensor_doc))
+    setattr(Tensor, f"{_op.tensor_method}_", _pointwise_inplace(_op.tensor_method))
 
 
 # Their public home, whatever file holds them: reprs, pickles and the API reference name it.

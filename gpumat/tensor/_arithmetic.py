@@ -42,6 +42,7 @@ from gpumat.graph.matmul import bmm_op, matmul_op
 from gpumat.graph.node import shape_str
 from gpumat.graph.reduce import broadcast_axis_op
 from gpumat.graph.softmax import log_softmax_op, softmax_op
+from gpumat.graph.strided import broadcast_binary_op, broadcast_where_op
 from gpumat.tensor._tensor import (
     Tensor,
     _copy_of,
@@ -51,6 +52,22 @@ from gpumat.tensor._tensor import (
     _require_float,
     apply_op,
 )
+
+# The broadcast_binary_op kind of each same-shape binary graph op the operators use.
+_BROADCAST_KIND = {
+    add_op: "add",
+    mul_op: "mul",
+    div_op: "div",
+    eq_op: "eq",
+    lt_op: "lt",
+    le_op: "le",
+    gt_op: "gt",
+    ge_op: "ge",
+    minimum_op: "minimum",
+    maximum_op: "maximum",
+    logical_and_op: "logical_and",
+    logical_or_op: "logical_or",
+}
 
 
 def _pointwise(name: str, graph_op, doc: str):
@@ -416,24 +433,17 @@ class ArithmeticMethods:
         return apply_op("log_softmax", lambda n: log_softmax_op(n, axis), [self])
 
 
-def _expand(op: str, x: Tensor, like: Tensor) -> Tensor:
-    """x repeated to like's shape by the graph op :func:`gpumat.broadcasting.expansion` names."""
-    padded, make = broadcasting.expansion(op, x._shape, like._shape)
-    if padded != x._shape:
-        x = x.reshape(padded)
-    return apply_op(op, make, [x, like], x._dtype, x._range)
-
-
 def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differentiable=True):
+    """``graph_op(a, b)`` for one shape; for two shapes numpy's broadcasting in any rank, the
+    repeated operand read in place by ``broadcast_binary_op`` (its gradient summed back)."""
     if out_dtype is float32:
         _require_float(op, a, b)
     _device_of(op, [a, b])
-    which = broadcasting.expanded_operand(op, a._shape, b._shape)
-    if which == 0:
-        a = _expand(op, a, b)
-    elif which == 1:
-        b = _expand(op, b, a)
     bounds = (0, 1) if out_dtype is bool_ else None
+    if a._shape != b._shape:
+        _broadcast_shape(op, a._shape, b._shape)  # the error names the front-end op
+        kind = _BROADCAST_KIND[graph_op]
+        graph_op = lambda x, y: broadcast_binary_op(x, y, kind)  # noqa: E731
     return apply_op(op, graph_op, [a, b], out_dtype, bounds, differentiable)
 
 
@@ -475,19 +485,14 @@ def _broadcast_shape(op: str, *shapes) -> tuple:
 
 
 def _where(op: str, condition: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """where_op on tensors broadcast to one operand's shape (the rules of ``+``)."""
+    """where_op on tensors of one shape; ``broadcast_where_op`` (numpy's broadcasting in any
+    rank, operands read in place) otherwise."""
     _require_float(op, a, b)
     _device_of(op, [condition, a, b])
-    target = _broadcast_shape(op, condition._shape, a._shape, b._shape)
-    like = next((t for t in (a, b, condition) if t._shape == target), None)
-    if like is None:
-        raise ValueError(
-            f"{op}: shapes {shape_str(condition._shape)}, {shape_str(a._shape)} and "
-            f"{shape_str(b._shape)} broadcast to {shape_str(target)}, the shape of none; gpumat "
-            "broadcasts to one operand's shape (expand one first)"
-        )
-    operands = [t if t._shape == target else _expand(op, t, like) for t in (condition, a, b)]
-    return apply_op(op, where_op, operands)
+    _broadcast_shape(op, condition._shape, a._shape, b._shape)
+    if condition._shape == a._shape == b._shape:
+        return apply_op(op, where_op, [condition, a, b])
+    return apply_op(op, broadcast_where_op, [condition, a, b])
 
 
 def where(condition, input, other) -> Tensor:  # noqa: A002 (PyTorch's names)

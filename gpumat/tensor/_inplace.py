@@ -1,6 +1,8 @@
-"""Tensor's in-place ops: ``zero_``, ``fill_``, ``add_``, ``sub_``, ``mul_``, ``div_``, ``copy_``,
-``uniform_``, ``normal_`` and the augmented assignments (``+=``, ...), with the checks that refuse
-them where autograd or a trace could not follow.
+"""Tensor's in-place ops: ``zero_``, ``fill_``, ``add_``, ``sub_``, ``mul_``, ``div_`` (the other
+operand broadcast to this shape), ``copy_``, ``clamp_``, ``clip_``, ``masked_fill_``, ``neg_``,
+the pointwise ``exp_``, ``log_``, ``sqrt_``, ... (one per pointwise method, made in
+:mod:`gpumat.tensor`), ``uniform_``, ``normal_`` and the augmented assignments (``+=``, ...), with
+the checks that refuse them where autograd or a trace could not follow.
 
 One topic of the class, apart so that each file stays readable; :mod:`gpumat.tensor` adds
 ``InplaceMethods``' methods to :class:`gpumat.Tensor`.
@@ -13,7 +15,7 @@ import numpy as np
 from gpumat import ops
 from gpumat._core import PyGpuMatrix
 from gpumat.arrays import empty
-from gpumat.autograd import current_trace, is_grad_enabled
+from gpumat.autograd import current_trace, is_grad_enabled, no_grad
 from gpumat.dtypes import bool_, float32, int64, scalar_for
 from gpumat.graph.node import shape_str
 from gpumat.random import draw_seed
@@ -38,6 +40,11 @@ class InplaceMethods:
                 "the compiled step, or out of place inside it"
             )
         self._concrete(op)
+        if self._view is not None and self._view.overlaps_itself(self._shape):
+            raise RuntimeError(
+                f"{op}: unsupported operation: more than one element of the written-to tensor "
+                "refers to a single memory location (an expand()ed view); clone() it first"
+            )
         if self._requires_grad and is_grad_enabled():
             if self.is_leaf:
                 raise RuntimeError(
@@ -56,6 +63,8 @@ class InplaceMethods:
         self._vc.value += 1
         if self._dtype is not float32:
             self._range = bounds
+        if self._view is not None:  # a view: the change reaches its base (StridedView)
+            self._view.write_back(self._storage, bounds)
         return self
 
     def zero_(self) -> Tensor:
@@ -79,13 +88,19 @@ class InplaceMethods:
         return self._changed((int(value), int(value)) if self._dtype is not float32 else None)
 
     def _inplace_other(self, other, op: str):
+        """A tensor broadcasting to this one's shape on its device, or a float."""
         if isinstance(other, Tensor):
             other._concrete(op)
             _require_float(op, self, other)
-            if other._shape != self._shape or other._device != self._device:
+            try:
+                fits = np.broadcast_shapes(other._shape, self._shape) == self._shape
+            except ValueError:
+                fits = False
+            if not fits or other._device != self._device:
                 raise ValueError(
                     f"{op}: the other tensor is {shape_str(other._shape)} on {other._device}, this "
-                    f"one {shape_str(self._shape)} on {self._device}"
+                    f"one {shape_str(self._shape)} on {self._device} (the other must broadcast "
+                    "to this shape)"
                 )
             return other
         if _is_number(other):
@@ -97,7 +112,10 @@ class InplaceMethods:
         """``self += alpha * other`` in place (other a tensor of this shape, or a number)."""
         self._check_inplace("add_")
         other = self._inplace_other(other, "add_")
-        if isinstance(other, Tensor):
+        if isinstance(other, Tensor) and other._shape != self._shape:
+            scaled = other * float(alpha) if alpha != 1 else other
+            ops.broadcast_binary(self._data, scaled._data, self._data, "add")
+        elif isinstance(other, Tensor):
             ops.axpy(float(alpha), other._data, self._data)
         else:
             ops.add_scalar(self._data, other * float(alpha), self._data)
@@ -112,7 +130,7 @@ class InplaceMethods:
         self._check_inplace("mul_")
         other = self._inplace_other(other, "mul_")
         if isinstance(other, Tensor):
-            ops.mul(self._data, other._data, self._data)
+            ops.broadcast_binary(self._data, other._data, self._data, "mul")
         else:
             ops.mul_scalar(self._data, other, self._data)
         return self._changed()
@@ -123,7 +141,7 @@ class InplaceMethods:
         self._check_inplace("div_")
         other = self._inplace_other(other, "div_")
         if isinstance(other, Tensor):
-            ops.div(self._data, other._data, self._data)
+            ops.broadcast_binary(self._data, other._data, self._data, "div")
         else:
             divisor = empty(self._shape, self._device)
             ops.fill(divisor, other)
@@ -214,6 +232,38 @@ class InplaceMethods:
                 )
             values = np.trunc(values)
         return _from_host(values, dt, device, op)
+
+    def _replaced(self, op: str, compute) -> Tensor:
+        """Self's values replaced in place by ``compute()`` (an out-of-place op on self, run
+        without recording), under the in-place rules: the ``_`` methods below."""
+        self._check_inplace(op)
+        with no_grad():
+            result = compute()
+        if result._shape != self._shape:
+            raise RuntimeError(
+                f"{op}: output with shape {shape_str(self._shape)} doesn't match the broadcast "
+                f"shape {shape_str(result._shape)}"
+            )
+        result = self._converted(result, op)
+        bounds = result._range if self._dtype is not float32 else None
+        self._data.copyfrom(result._data)
+        return self._changed(bounds)
+
+    def clamp_(self, min=None, max=None) -> Tensor:  # noqa: A002 (PyTorch's names)
+        """``clamp(min, max)`` in place."""
+        return self._replaced("clamp_", lambda: self.clamp(min, max))
+
+    def clip_(self, min=None, max=None) -> Tensor:  # noqa: A002
+        """``clip(min, max)`` in place."""
+        return self._replaced("clip_", lambda: self.clamp(min, max))
+
+    def masked_fill_(self, mask, value) -> Tensor:
+        """``masked_fill(mask, value)`` in place."""
+        return self._replaced("masked_fill_", lambda: self.masked_fill(mask, value))
+
+    def neg_(self) -> Tensor:
+        """``-self`` in place."""
+        return self._replaced("neg_", lambda: -self)
 
     def uniform_(self, a: float = 0.0, b: float = 1.0) -> Tensor:
         """Fill with samples of U[a, b), in place, from gpumat's generator."""

@@ -1,5 +1,6 @@
 """Tensor's shape methods: ``reshape``, ``view``, ``view_as``, ``flatten``, ``squeeze``,
-``unsqueeze`` (views: they share the storage), and ``t`` and ``transpose`` (copies).
+``unsqueeze`` (views: they share the storage, or, of a view, show its base as
+:mod:`gpumat.tensor._views` does).
 
 One topic of the class, apart so that each file stays readable; :mod:`gpumat.tensor` adds
 ``LayoutMethods``' methods to :class:`gpumat.Tensor`.
@@ -10,9 +11,25 @@ from __future__ import annotations
 import math
 
 from gpumat._checks import as_int
-from gpumat.graph.layout import reshape_op, transpose_op
-from gpumat.graph.node import shape_str
+from gpumat.graph.layout import reshape_op
 from gpumat.tensor._tensor import Tensor, apply_op
+from gpumat.tensor._views import reshape_view
+
+
+def _resolved(shape: tuple, have: tuple, op: str) -> tuple:
+    """``shape`` with its one -1 worked out for ``have``'s element count; ValueError if the
+    counts differ."""
+    n = math.prod(have)
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise ValueError(f"{op}: invalid shape {shape}")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if known == 0 or n % known:
+            raise ValueError(f"{op}: shape {shape} is invalid for input of size {n}")
+        shape = tuple(n // known if d == -1 else d for d in shape)
+    if math.prod(shape) != n:
+        raise ValueError(f"{op}: shape {shape} is invalid for input of size {n}")
+    return shape
 
 
 def _flat(shape) -> tuple:
@@ -28,6 +45,11 @@ class LayoutMethods:
         """The same values in row-major order with a new shape (one entry may be -1). A view: it
         shares the storage and the version counter."""
         node_shape = tuple(as_int(d, "shape", "reshape") for d in _flat(shape))
+        if self._view is not None:  # a view: a view of its base where strides allow
+            out = reshape_view(
+                self, _resolved(node_shape, self._shape, "reshape"), "reshape", False
+            )
+            return out if out is not None else self.contiguous().reshape(node_shape)
         out = apply_op(
             "reshape",
             lambda n: reshape_op(n, node_shape),
@@ -42,6 +64,9 @@ class LayoutMethods:
     def view(self, *shape) -> Tensor:
         """``reshape`` (gpumat tensors are contiguous, so every view is possible). A view of a
         ``t()`` result refuses in-place ops as that result does."""
+        if self._view is not None:
+            node_shape = tuple(as_int(d, "shape", "view") for d in _flat(shape))
+            return reshape_view(self, _resolved(node_shape, self._shape, "view"), "view", True)
         out = self.reshape(*shape)
         out._copy_of_view = self._copy_of_view
         return out
@@ -80,39 +105,3 @@ class LayoutMethods:
             raise IndexError(f"unsqueeze: dim {d} is out of range for {nd + 1} dimensions")
         d %= nd + 1
         return self.reshape(self._shape[:d] + (1,) + self._shape[d:])
-
-    def t(self) -> Tensor:
-        """The transpose of a 2-D tensor; 0-d and 1-d tensors are returned as they are.
-
-        PyTorch returns a view, which gpumat's contiguous storage cannot be yet: the result is a
-        copy, and an in-place op on it is a RuntimeError (it would not reach this tensor, as it
-        would in PyTorch). Use it out of place, or ``.clone()`` it first.
-
-        Raises:
-            ValueError: a tensor of more than 2 dims.
-        """
-        if self.ndim < 2:
-            return self
-        if self.ndim != 2:
-            raise ValueError(
-                f"t(): expects a tensor of at most 2 dims, got {shape_str(self._shape)}"
-            )
-        out = apply_op("t", transpose_op, [self], self._dtype, self._range)
-        out._copy_of_view = "t()"
-        return out
-
-    def transpose(self, dim0: int, dim1: int) -> Tensor:
-        """Swap two axes: ``transpose(0, 1)`` of a 2-D tensor (gpumat's transpose kernel is 2-D).
-
-        Raises:
-            ValueError: other axes of a tensor of rank > 2.
-        """
-        a, b = self._axis(dim0, "transpose"), self._axis(dim1, "transpose")
-        if a == b:
-            return self
-        if self.ndim != 2:
-            raise ValueError(
-                f"transpose: gpumat transposes 2-D tensors only, got {shape_str(self._shape)} "
-                f"with dims ({dim0}, {dim1})"
-            )
-        return self.t()

@@ -64,6 +64,61 @@ def _size_args(size, op: str) -> tuple:
     return out
 
 
+class StridedView:
+    """What makes a tensor a view: the strided region (``stride``, ``offset``, in elements) of its
+    ``base``'s contiguous storage that it shows, and the base's version (``seen``) its values were
+    copied at.
+
+    gpumat's arrays are contiguous, so a view (``x[:, 0]``, ``permute``, ``expand``, ``narrow``,
+    ...) holds a copy of its region, made by one strided-copy kernel, and keeps PyTorch's view
+    semantics by copying in both directions: reading a view whose base changed in place since
+    (its version moved) copies the region again (:meth:`refresh`), and an in-place change of the
+    view writes the region back into the base (:meth:`write_back`), which counts as an in-place
+    change of the base. ``base`` is never itself a view: a view of a view composes the strides.
+    """
+
+    __slots__ = ("base", "stride", "offset", "seen")
+
+    def __init__(self, base: Tensor, stride: tuple, offset: int) -> None:
+        self.base = base
+        self.stride = tuple(stride)
+        self.offset = int(offset)
+        self.seen = base._vc.value
+
+    def refresh(self, storage) -> None:
+        """Copy the base's region into ``storage`` (the view's array) again."""
+        ops.as_strided(self.base._data, storage, self.stride, self.offset)
+        self.seen = self.base._vc.value
+
+    def overlaps_itself(self, shape: tuple) -> bool:
+        """Whether two elements of the view are one element of the base (an expand's stride 0)."""
+        dims = sorted((abs(s), n) for s, n in zip(self.stride, shape, strict=True) if n > 1)
+        reach = 0
+        for s, n in dims:
+            if s <= reach:
+                return True
+            reach += s * (n - 1)
+        return False
+
+    def write_back(self, storage, bounds=None) -> None:
+        """Write ``storage`` (the view's changed values) into the base's region: an in-place
+        change of the base (its version moves; ``bounds``: the new value range of an int64 or
+        bool view, None for unknown)."""
+        base = self.base
+        ops.as_strided_scatter(storage, base._data, self.stride, self.offset)
+        base._vc.value += 1
+        if base._dtype is not float32:
+            base._range = None if bounds is None else _union(base._range, bounds)
+        self.seen = base._vc.value
+
+
+def _union(a, b):
+    """The smallest range holding ranges a and b (None: unknown)."""
+    if a is None or b is None:
+        return None
+    return (min(a[0], b[0]), max(a[1], b[1]))
+
+
 class Tensor:
     """A float32, int64 or bool tensor on a device, with autograd (PyTorch's ``torch.Tensor``).
 
@@ -118,6 +173,20 @@ class Tensor:
         self._trace = None
         self._tnode = None
         self._copy_of_view = None  # the op whose result PyTorch makes a view (see t())
+        self._view = None  # a StridedView: this tensor shows a strided region of another's storage
+
+    # The values: a PyGpuMatrix. A view's copy is brought up to date with its base first, when
+    # the base changed in place since the copy was made (see StridedView).
+    @property
+    def _data(self):
+        view = self._view
+        if view is not None and view.seen != view.base._vc.value:
+            view.refresh(self._storage)
+        return self._storage
+
+    @_data.setter
+    def _data(self, value) -> None:
+        self._storage = value
 
     @classmethod
     def _make(cls, data, dt, device, bounds=None, vc=None) -> Tensor:
@@ -291,6 +360,11 @@ class Tensor:
         """The transpose of a 2-D tensor (``t()``)."""
         return self.t()
 
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 (PyTorch's name)
+        """The last two dims swapped (``transpose(-2, -1)``, a view)."""
+        return self.transpose(-2, -1)
+
     # ---------------------------------------------------------------- helpers
 
     def _concrete(self, what: str) -> None:
@@ -449,6 +523,7 @@ class Tensor:
             return trace.apply("detach", detach_op, [self], self._dtype, self._range, False)
         out = Tensor._make(self._data, self._dtype, self._device, None, self._vc)
         out._copy_of_view = self._copy_of_view  # PyTorch's would still view the original
+        out._view = self._view  # one storage, one region of the base
         return out
 
     def detach_(self) -> Tensor:
@@ -602,9 +677,11 @@ class Tensor:
         return apply_op("clone", lambda n: mul_byconst_op(n, 1.0), [self], self._dtype, self._range)
 
     def contiguous(self) -> Tensor:
-        """Self (gpumat tensors are always contiguous), or a copy of a ``t()`` result, as
-        PyTorch's ``contiguous()`` of a transposed view is one: in place ops may change it."""
-        return self.clone() if self._copy_of_view is not None else self
+        """Self when its strides are row-major (``is_contiguous()``), else a copy with its own
+        storage (a view of a permute, a slice with steps, an expand: PyTorch's rule)."""
+        if self._copy_of_view is not None or not self.is_contiguous():
+            return self.clone()
+        return self
 
     # ---------------------------------------------------------------- new tensors like this one
 

@@ -178,13 +178,11 @@ def test_dtype_shape_and_device_errors_name_the_op(ctx):
         x + "a"
 
 
-def test_unsupported_broadcasts_are_value_errors(ctx):
-    a = gpumat.ones(4, 1, device=ctx)
-    b = gpumat.ones(1, 5, device=ctx)
-    with pytest.raises(ValueError, match="shape of neither"):
+def test_shapes_that_do_not_broadcast_are_value_errors(ctx):
+    a = gpumat.ones(4, 3, device=ctx)
+    b = gpumat.ones(2, 1, device=ctx)
+    with pytest.raises(ValueError, match=r"add: shapes \(4, 3\) and \(2, 1\) cannot be broadcast"):
         a + b
-    with pytest.raises(ValueError, match="one axis only"):
-        gpumat.ones(2, 3, 4, device=ctx) * gpumat.ones(3, 1, device=ctx)
 
 
 def test_a_long_chain_needs_no_recursion(ctx):

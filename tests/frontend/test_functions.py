@@ -26,6 +26,18 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
     "clamp": ((0.5, 1.5), {}),
     "clip": ((), {"max": 1.0}),
     **{name: ((1.0,), {}) for name in ("eq", "ne", "lt", "le", "gt", "ge")},
+    "permute": (((1, 0),), {}),
+    "movedim": ((0, 1), {}),
+    "swapaxes": ((0, 1), {}),
+    "narrow": ((1, 1, 2), {}),
+    "select": ((1, -1), {}),
+    "unbind": ((), {"dim": 1}),
+    "split": (([1, 2],), {}),
+    "tensor_split": ((2,), {"dim": 1}),
+    "chunk": ((3,), {"dim": 1}),
+    "flip": (((0, 1),), {}),
+    "tile": (((2, 1),), {}),
+    "broadcast_to": (((2, 3, 4),), {}),
 }
 
 
@@ -40,6 +52,10 @@ TENSOR_ARGS = {
     "maximum",
     "masked_fill",
     "where",
+    "cat",  # lists of tensors: test_cat_and_stack_are_pytorchs
+    "concat",
+    "concatenate",
+    "stack",
 }
 
 
@@ -52,14 +68,19 @@ def test_each_function_is_its_method_and_pytorchs(ctx, name):
     ours = getattr(gpumat, name)(x, *args, **kwargs)
     method = getattr(gpumat.tensor(values, device=ctx), name)(*args, **kwargs)
     theirs = getattr(torch, name)(torch.from_numpy(values.copy()), *args, **kwargs)
-    np.testing.assert_array_equal(ours.numpy(), method.numpy())
-    np.testing.assert_allclose(
-        ours.numpy().astype(np.float64),
-        theirs.numpy().astype(np.float64),
-        rtol=2e-6,
-        atol=1e-7,
-        err_msg=f"{name} (seed={seed})",
-    )
+    if isinstance(theirs, tuple):  # unbind, split, chunk: tuples of tensors
+        assert len(ours) == len(method) == len(theirs)
+    else:
+        ours, method, theirs = [ours], [method], [theirs]
+    for o, m, t in zip(ours, method, theirs, strict=True):
+        np.testing.assert_array_equal(o.numpy(), m.numpy())
+        np.testing.assert_allclose(
+            o.numpy().astype(np.float64),
+            t.numpy().astype(np.float64),
+            rtol=2e-6,
+            atol=1e-7,
+            err_msg=f"{name} (seed={seed})",
+        )
     with pytest.raises(TypeError, match=f"{name}: expected a Tensor, got ndarray"):
         getattr(gpumat, name)(values, *args, **kwargs)
 
@@ -102,3 +123,30 @@ def test_cuda_namespace():
     else:
         gpumat.cuda.synchronize()
         gpumat.cuda.synchronize(count - 1)
+
+
+def test_cat_and_stack_are_pytorchs(ctx):
+    rng, seed = new_rng()
+    parts = [rng.standard_normal(s).astype(np.float32) for s in ((2, 3), (4, 3), (1, 3))]
+    ours = [gpumat.tensor(p, device=ctx, requires_grad=True) for p in parts]
+    theirs = [torch.from_numpy(p.copy()).requires_grad_() for p in parts]
+    weights = rng.standard_normal((7, 3)).astype(np.float32)
+    for name in ("cat", "concat", "concatenate"):
+        out, ref = getattr(gpumat, name)(ours, 0), getattr(torch, name)(theirs, 0)
+        np.testing.assert_array_equal(out.detach().numpy(), ref.detach().numpy())
+    (gpumat.cat(ours) * gpumat.tensor(weights, device=ctx)).sum().backward()
+    (torch.cat(theirs) * torch.from_numpy(weights)).sum().backward()
+    for o, t in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(o.grad.numpy(), t.grad.numpy(), err_msg=seed)
+    same = [gpumat.tensor(parts[0], device=ctx)] * 3
+    for dim in (0, 1, 2, -1):
+        np.testing.assert_array_equal(
+            gpumat.stack(same, dim).numpy(),
+            torch.stack([torch.from_numpy(parts[0])] * 3, dim).numpy(),
+        )
+    with pytest.raises(TypeError, match="cat: expected a sequence of Tensors"):
+        gpumat.cat(ours[0])
+    with pytest.raises(ValueError, match="sizes must match except in dim 1"):
+        gpumat.cat(ours, 1)
+    with pytest.raises(ValueError, match="stack: expects each tensor to be equal size"):
+        gpumat.stack(ours)

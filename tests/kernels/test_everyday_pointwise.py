@@ -377,8 +377,8 @@ def test_front_end_dtype_and_argument_errors(ctx):
         gpumat.where(x, x, x)
     with pytest.raises(TypeError, match="where: expected float32"):
         gpumat.where(x > 0, ints, x)
-    with pytest.raises(ValueError, match=r"where: shapes \(2, 1\), \(1, 2\) and \(1, 2\)"):
-        gpumat.where(gpumat.tensor([[True], [False]], device=ctx), x, x)
+    with pytest.raises(ValueError, match=r"where: shapes \(3, 1\), \(1, 2\) and \(2, 1\)"):
+        gpumat.where(gpumat.tensor([[True], [False], [True]], device=ctx), x, x.t())
     with pytest.raises(TypeError, match="masked_fill: expected a bool tensor as mask"):
         x.masked_fill(x, 1.0)
     with pytest.raises(ValueError, match=r"masked_fill: mask of shape \(2, 2\)"):

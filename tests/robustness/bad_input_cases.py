@@ -348,6 +348,40 @@ def _valid_args(name, draw, arrays: Arrays):
         a_shape = (ba, k, m) if ta else (ba, m, k)
         b_shape = (bb, n, k) if tb else (bb, k, n)
         return [new(a_shape), new(b_shape), new((bc, m, n)), ta, tb]
+    if name in ("broadcast_binary", "broadcast_where", "sum_to"):
+        # operands of the target's shape with some dims set to 1 and some leading dims dropped
+        target = _shape(draw, 1, 4)
+
+        def part():
+            kept = draw(st.integers(0, len(target)))
+            return tuple(d if draw(st.booleans()) else 1 for d in target[len(target) - kept :])
+
+        if name == "sum_to":
+            return [new(target), new(part())]
+        if name == "broadcast_where":
+            cond = arrays.rng.integers(0, 2, size=part()).astype(np.float32)
+            return [arrays.of(cond), new(part()), new(part()), new(target)]
+        op = draw(st.sampled_from(ops.BROADCAST_BINARY_OPS))
+        return [new(part()), new(part(), 0.1, 1.0), new(target), op]
+    if name in ("as_strided", "as_strided_scatter"):
+        # a region of a 1-D array: sizes, strides (distinct addresses for the scatter) and an
+        # offset that keeps every address inside
+        size = _shape(draw, 0, 3)
+        if name == "as_strided":
+            stride = tuple(draw(st.integers(-3, 3)) for _ in size)
+        else:
+            stride, step = [], 1
+            for d in reversed(size):
+                stride.append(step * draw(st.sampled_from([1, -1])))
+                step *= max(d, 1) + draw(st.integers(0, 1))
+            stride = tuple(reversed(stride))
+        low = sum(min(0, (n - 1) * t) for n, t in zip(size, stride, strict=True))
+        high = sum(max(0, (n - 1) * t) for n, t in zip(size, stride, strict=True))
+        offset = -low + draw(st.integers(0, 2))
+        n = offset + high + 1 + draw(st.integers(0, 2))
+        if name == "as_strided":
+            return [new((n,)), new(size), stride, offset]
+        return [new(size), new((n,)), stride, offset]
     if name in ("relu", "copy"):
         s = _shape(draw)
         return [new(s), new(s)]
@@ -771,6 +805,103 @@ def _ref_adam_update(name, a):
     return {0: param - lr * mhat / (np.sqrt(vhat) + eps), 2: m2, 3: v2}
 
 
+_BROADCAST_F64 = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "minimum": np.minimum,
+    "maximum": np.maximum,
+    "logical_and": lambda u, v: (u != 0) & (v != 0),
+    "logical_or": lambda u, v: (u != 0) | (v != 0),
+}
+
+
+def _broadcast_target(out, *inputs, name):
+    """Invalid unless the inputs broadcast to out's shape (at most 8 dims) and out shares no
+    memory with an input of another shape."""
+    try:
+        target = np.broadcast_shapes(*[_arr(x).shape for x in inputs])
+    except ValueError as exc:
+        raise Invalid("shapes do not broadcast") from exc
+    if target != _arr(out).shape or len(target) > 8:
+        raise Invalid("not the broadcast shape")
+    for x in inputs:
+        if _arr(x).shape != target:
+            _no_alias(out, x)
+
+
+def _ref_broadcast_binary(name, a):
+    if not isinstance(a[3], str) or a[3] not in _BROADCAST_F64:
+        raise Invalid("op")
+    _broadcast_target(a[2], a[0], a[1], name=name)
+    return {2: np.asarray(_BROADCAST_F64[a[3]](_arr(a[0]), _arr(a[1])), np.float64)}
+
+
+def _ref_broadcast_where(name, a):
+    _broadcast_target(a[3], a[0], a[1], a[2], name=name)
+    return {3: np.where(_arr(a[0]) != 0, _arr(a[1]), _arr(a[2]))}
+
+
+def _ref_sum_to(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    lead = x.ndim - out.ndim
+    if (
+        lead < 0
+        or x.ndim > 8
+        or any(out.shape[d] not in (1, x.shape[lead + d]) for d in range(out.ndim))
+    ):
+        raise Invalid("shapes")
+    out_ = np.empty(out.shape)
+    gpumat.reference.sum_to(x, out_)
+    return {1: out_}
+
+
+def _region(size, stride, offset, limit, distinct):
+    """The flat addresses of a strided region, or Invalid (outside [0, limit), repeated)."""
+    if not isinstance(stride, (tuple, list)):
+        raise Invalid("strides")
+    stride = tuple(_int(t) for t in stride)
+    offset = _int(offset)
+    if len(stride) != len(size) or len(size) > 8:
+        raise Invalid("stride count")
+    if math.prod(size) == 0:
+        return np.zeros(size, np.int64)
+    idx = np.indices(size).reshape(len(size), -1) if size else np.zeros((0, 1), np.int64)
+    flat = np.full(idx.shape[1], offset, dtype=object)
+    for d in range(len(size)):
+        flat = flat + idx[d].astype(object) * stride[d]
+    if min(flat) < 0 or max(flat) >= limit:
+        raise Invalid("outside")
+    if distinct and len(set(flat.tolist())) != flat.size:
+        raise Invalid("repeated addresses")
+    return flat.astype(np.int64).reshape(size)
+
+
+def _ref_as_strided(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    flat = _region(out.shape, a[2], a[3], x.size, False)
+    return {1: x.reshape(-1)[flat] if out.size else np.zeros(out.shape)}
+
+
+def _ref_as_strided_scatter(name, a):
+    src, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    flat = _region(src.shape, a[2], a[3], out.size, True)
+    result = out.astype(np.float64).reshape(-1).copy()
+    if src.size:
+        result[flat.reshape(-1)] = src.reshape(-1)
+    return {1: result.reshape(out.shape)}
+
+
 def _ref_bmm(name, a):
     for flag in (a[3], a[4]):
         if not isinstance(flag, (bool, np.bool_)):
@@ -992,6 +1123,11 @@ _REFERENCES = {
     "mul_scalar": _ref_scalar,
     "matmul": _ref_matmul,
     "bmm": _ref_bmm,
+    "broadcast_binary": _ref_broadcast_binary,
+    "broadcast_where": _ref_broadcast_where,
+    "sum_to": _ref_sum_to,
+    "as_strided": _ref_as_strided,
+    "as_strided_scatter": _ref_as_strided_scatter,
     "relu": _ref_relu,
     "relu_gradient": _ref_relu_gradient,
     "cross_entropy": _ref_cross_entropy,
@@ -2508,6 +2644,118 @@ def batch_frontend():
 
     matmul_shapes()
 
+    # broadcasting in any rank: numpy decides which pairs of shapes (rank 0 to 4, dims 0 to 3)
+    # broadcast, and the values
+    @_settings(factor=2)
+    @given(
+        sa=st.lists(dim, max_size=4),
+        sb=st.lists(dim, max_size=4),
+        op=st.sampled_from(["+", "-", "*", "/", "minimum", "maximum", "<", "==", "where"]),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def broadcasts(sa, sb, op, seed):
+        rng = np.random.default_rng(seed)
+        an = rng.uniform(0.5, 1.5, size=sa).astype(np.float32)
+        bn = rng.uniform(0.5, 1.5, size=sb).astype(np.float32)
+        a, b = gpumat.tensor(an), gpumat.tensor(bn)
+        fns = {
+            "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+            "<": operator.lt, "==": operator.eq,
+            "minimum": lambda u, v: np.minimum(u, v) if isinstance(u, np.ndarray) else u.minimum(v),
+            "maximum": lambda u, v: np.maximum(u, v) if isinstance(u, np.ndarray) else u.maximum(v),
+            "where": lambda u, v: np.where(u > v, u, v) if isinstance(u, np.ndarray)
+            else gpumat.where(u > v, u, v),
+        }  # fmt: skip
+        try:
+            want = fns[op](an.astype(np.float64), bn.astype(np.float64))
+        except ValueError:
+            want = None
+
+        def check(result):
+            if want is None:
+                return f"{op} accepted {tuple(sa)} and {tuple(sb)}, which numpy rejects"
+            return _values_close(result.numpy(), want)
+
+        what = f"{op} {tuple(sa)} with {tuple(sb)}"
+        _record(_expect_frontend(lambda: fns[op](a, b), check, what, [a, b]))
+        if want is not None:
+            try:
+                fns[op](a, b)
+            except FRONTEND_ALLOWED as exc:
+                _record(f"{what}: valid for numpy, raised {exc!r}")
+
+    broadcasts()
+
+    # basic indexing and index assignment: keys of ints (in and out of range), slices (steps of
+    # every sign), None, Ellipsis, and things that are no index; numpy decides (PyTorch refuses
+    # steps <= 0, which numpy takes)
+    part = st.one_of(
+        st.integers(-4, 4),
+        st.builds(slice, st.none() | st.integers(-5, 5), st.none() | st.integers(-5, 5),
+                  st.none() | st.integers(-2, 3)),
+        st.just(None),
+        st.just(Ellipsis),
+        st.sampled_from([1.5, "a", object(), float("nan")]),
+    )  # fmt: skip
+
+    @_settings(factor=3)
+    @given(
+        shape=st.lists(dim, max_size=3),
+        key=st.lists(part, max_size=4),
+        value=st.sampled_from(["number", "region", "row", "wrong", "none", "str"]),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    def basic_indexing(shape, key, value, seed):
+        rng = np.random.default_rng(seed)
+        xn = rng.uniform(-1, 1, size=shape).astype(np.float32)
+        key = tuple(key)
+        bad_step = any(isinstance(k, slice) and k.step is not None and k.step <= 0 for k in key)
+        no_index = any(isinstance(k, (float, str)) or type(k) is object for k in key)
+        try:
+            want = None if bad_step or no_index else xn.astype(np.float64)[key]
+        except IndexError:
+            want = None
+
+        def check(result):
+            if want is None:
+                return f"x{shape}[{key!r}] accepted a key numpy (or PyTorch) rejects"
+            return _values_close(result.numpy(), want)
+
+        x = gpumat.tensor(xn)
+        _record(_expect_frontend(lambda: x[key], check, f"x{tuple(shape)}[{key!r}]", [x]))
+        if want is None:
+            region = ()
+        else:
+            region = np.shape(want)
+        values = {
+            "number": 2.5,
+            "region": rng.uniform(-1, 1, size=region).astype(np.float32),
+            "row": rng.uniform(-1, 1, size=region[-1:]).astype(np.float32),
+            "wrong": np.ones(tuple(d + 1 for d in region) or (2,), np.float32),
+            "none": None,
+            "str": "v",
+        }
+        v = values[value]
+        y = gpumat.tensor(xn)
+
+        def assign():
+            y[key] = gpumat.tensor(v) if isinstance(v, np.ndarray) else v
+            return y
+
+        def check_assign(result):
+            if want is None or v is None or isinstance(v, str):
+                return f"x[{key!r}] = {value} accepted what numpy (or PyTorch) rejects"
+            expected = xn.astype(np.float64)
+            try:
+                expected[key] = v
+            except ValueError:
+                return f"x[{key!r}] = {value} accepted a value numpy cannot broadcast"
+            return _values_close(result.numpy(), expected)
+
+        _record(_expect_frontend(assign, check_assign, f"x[{key!r}] = {value}", [y]))
+
+    basic_indexing()
+
     methods = ["reshape", "view", "sum", "mean", "max", "argmax", "softmax", "log_softmax",
                "flatten", "squeeze", "unsqueeze", "transpose", "to", "backward", "fill_", "add_",
                "mul_", "copy_", "requires_grad_", "eq", "item", "pow", "t"]  # fmt: skip
@@ -2867,6 +3115,9 @@ BATCHES = {
             "uniform",
             "normal",
         ]
+    ),
+    "ops_strided": lambda: batch_ops(
+        ["broadcast_binary", "broadcast_where", "sum_to", "as_strided", "as_strided_scatter"]
     ),
     "ops_conv": lambda: batch_ops([n for n in OP_NAMES if n.startswith("conv")]),
     "ops_pool_loss": lambda: batch_ops(

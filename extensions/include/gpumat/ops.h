@@ -96,6 +96,43 @@ void reshape(const GpuMatrix& src, GpuMatrix& dst);
 // device cannot raise: callers check the range first). out must not be indices.
 void one_hot(const GpuMatrix& indices, GpuMatrix& out);
 
+// ---------------------------------------------------------------------------- strided
+// N-d operands read (and written) where they lie, by element strides (src/strided.h): broadcasting
+// without copies, and the copies behind views and index assignment. Up to kMaxStridedDims dims.
+
+constexpr int kMaxStridedDims = 8;
+
+// Element strides, one per dim of the op's index space (the rest ignored): a stride 0 repeats an
+// element, a negative stride walks backwards.
+struct Strides {
+  int64_t v[kMaxStridedDims];
+};
+
+// out = a (op) b with numpy's broadcasting: out has the broadcast shape of a and b, which are read
+// in place (a dim of 1, or a missing leading dim, repeats). op: 0 add, 1 sub, 2 mul, 3 div, 4 eq,
+// 5 ne, 6 lt, 7 le, 8 gt, 9 ge, 10 minimum, 11 maximum, 12 logical_and, 13 logical_or (the
+// contiguous kernels' arithmetic; comparisons and logic give 1 or 0). out may be an input of its
+// own shape (in place), and must not overlap a broadcast one.
+void broadcast_binary(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out, int64_t op);
+
+// out = a where cond != 0, else b, the three broadcast to out's shape (as broadcast_binary).
+void broadcast_where(const GpuMatrix& cond, const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out);
+
+// out = in summed over the dims that out repeats: out's shape, right-aligned against in's (leading
+// dims may be missing), has each dim equal to in's or 1 (the gradient of a broadcast). Each sum in
+// index order (deterministic). out must not overlap in.
+void sum_to(const GpuMatrix& in, GpuMatrix& out);
+
+// out[idx] = in.flat[offset + sum_d idx_d * stride.v[d]] for every index idx of out's shape: a
+// permute's, slice's, flip's or expand's copy. Every address must lie inside in (else ShapeError,
+// before any kernel runs); out must not overlap in.
+void as_strided(const GpuMatrix& in, GpuMatrix& out, Strides stride, int64_t offset);
+
+// out.flat[offset + sum_d idx_d * stride.v[d]] = src[idx] for every index idx of src's shape, in
+// place in out (index assignment, cat). The addresses must lie inside out and be distinct (no
+// element written twice); src must not overlap out.
+void as_strided_scatter(const GpuMatrix& src, GpuMatrix& out, Strides stride, int64_t offset);
+
 // ---------------------------------------------------------------------------- reduce
 // Reductions and broadcasts, each the other's gradient.
 

@@ -1,0 +1,132 @@
+// Host strided kernels (the reference for ../cuda/strided.cu): copy_strided, map_strided and
+// sum_strided over operands walked by a strided::Iter (../strided.h), with the same arithmetic in
+// the same order as the CUDA kernels. The index space is split into rows of its last dim: each row's
+// start offsets come from its index (strided::offsets over the leading dims), then a plain loop
+// walks the row with each operand's last stride, with map_strided's function chosen once per call
+// (a template per op), so a contiguous or broadcast row compiles to a vectorisable loop.
+#include "../strided.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "kernels.h"
+#include "parallel.h"
+
+namespace gpumat::host {
+
+namespace {
+
+// The iteration space without its last dim (the rows), and the last dim's length.
+struct Rows {
+  strided::Iter lead;
+  int64_t count, len;
+};
+
+Rows rows_of(const strided::Iter& it, int64_t n) {
+  Rows r{it, 1, 1};
+  if (it.ndim > 0) {
+    r.len = it.size[it.ndim - 1];
+    r.lead.ndim = it.ndim - 1;
+    r.count = r.len > 0 ? n / r.len : 0;
+  } else {
+    r.count = n;
+  }
+  return r;
+}
+
+template <int Op>
+void map_rows(const float* a, const float* b, const float* c, float* out, const strided::Iter& it,
+              int64_t n) {
+  const Rows r = rows_of(it, n);
+  const int last = it.ndim - 1;
+  const int64_t s0 = last >= 0 ? it.stride[0][last] : 0, s1 = last >= 0 ? it.stride[1][last] : 0;
+  const int64_t s2 = last >= 0 ? it.stride[2][last] : 0, s3 = last >= 0 ? it.stride[3][last] : 0;
+  parallel_for(r.count, n, [&](int64_t row) {
+    int64_t off[4];
+    strided::offsets<4>(r.lead, row, off);
+    float* o = out + off[0];
+    const float *pa = a + off[1], *pb = b + off[2];
+    if (c != nullptr) {
+      const float* pc = c + off[3];
+      for (int64_t j = 0; j < r.len; ++j) o[j * s0] = strided::apply(Op, pa[j * s1], pb[j * s2], pc[j * s3]);
+    } else if (s0 == 1 && s1 == 1 && s2 == 1) {  // the common rows, as loops the compiler vectorises
+      for (int64_t j = 0; j < r.len; ++j) o[j] = strided::apply(Op, pa[j], pb[j], 0.0f);
+    } else if (s0 == 1 && s1 == 1 && s2 == 0) {
+      const float bv = *pb;
+      for (int64_t j = 0; j < r.len; ++j) o[j] = strided::apply(Op, pa[j], bv, 0.0f);
+    } else if (s0 == 1 && s1 == 0 && s2 == 1) {
+      const float av = *pa;
+      for (int64_t j = 0; j < r.len; ++j) o[j] = strided::apply(Op, av, pb[j], 0.0f);
+    } else {
+      for (int64_t j = 0; j < r.len; ++j) o[j * s0] = strided::apply(Op, pa[j * s1], pb[j * s2], 0.0f);
+    }
+  });
+}
+
+using MapFn = void (*)(const float*, const float*, const float*, float*, const strided::Iter&, int64_t);
+
+template <int... Ops>
+constexpr MapFn map_fn(int op, std::integer_sequence<int, Ops...>) {
+  MapFn fns[] = {&map_rows<Ops>...};
+  return fns[op];
+}
+
+}  // namespace
+
+void copy_strided(int, const float* in, float* out, const strided::Iter& it, int64_t n) {
+  const Rows r = rows_of(it, n);
+  const int last = it.ndim - 1;
+  const int64_t s0 = last >= 0 ? it.stride[0][last] : 0, s1 = last >= 0 ? it.stride[1][last] : 0;
+  parallel_for(r.count, n, [&](int64_t row) {
+    int64_t off[2];
+    strided::offsets<2>(r.lead, row, off);
+    float* o = out + off[0];
+    const float* p = in + off[1];
+    if (s0 == 1 && s1 == 1) {
+      for (int64_t j = 0; j < r.len; ++j) o[j] = p[j];
+    } else {
+      for (int64_t j = 0; j < r.len; ++j) o[j * s0] = p[j * s1];
+    }
+  });
+}
+
+void map_strided(int, int op, const float* a, const float* b, const float* c, float* out,
+                 const strided::Iter& it, int64_t n) {
+  map_fn(op, std::make_integer_sequence<int, strided::kNumMapOps>{})(a, b, c, out, it, n);
+}
+
+void sum_strided(int, const float* in, float* out, const strided::Iter& outer, const strided::Iter& inner,
+                 int64_t n_out, int64_t n_inner) {
+  // One kept dim and one summed dim whose elements lie closer together along the kept one (a
+  // bias gradient: rows summed into a row): a block of outputs accumulates row after row, so
+  // the reads stream through memory. Each output still adds its terms in index order, so the
+  // result is the per-output loop's below, bit for bit.
+  if (outer.ndim == 1 && inner.ndim == 1 && std::llabs(outer.stride[1][0]) < std::llabs(inner.stride[1][0])) {
+    constexpr int64_t kBlock = 256;
+    const int64_t so = outer.stride[1][0], si = inner.stride[1][0], sout = outer.stride[0][0];
+    parallel_for((n_out + kBlock - 1) / kBlock, n_out * n_inner, [&](int64_t blk) {
+      const int64_t o0 = blk * kBlock, count = std::min(kBlock, n_out - o0);
+      float acc[kBlock] = {};
+      for (int64_t r = 0; r < n_inner; ++r) {
+        const float* row = in + r * si + o0 * so;
+        for (int64_t k = 0; k < count; ++k) acc[k] += row[k * so];
+      }
+      for (int64_t k = 0; k < count; ++k) out[(o0 + k) * sout] = acc[k];
+    });
+    return;
+  }
+  parallel_for(n_out, n_out * n_inner, [&](int64_t o) {
+    int64_t oo[2];
+    strided::offsets<2>(outer, o, oo);
+    const float* base = in + oo[1];
+    float acc = 0.0f;
+    for (int64_t r = 0; r < n_inner; ++r) {
+      int64_t ri[2];
+      strided::offsets<2>(inner, r, ri);
+      acc += base[ri[1]];
+    }
+    out[oo[0]] = acc;
+  });
+}
+
+}  // namespace gpumat::host

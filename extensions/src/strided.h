@@ -1,0 +1,96 @@
+// Strided iteration, shared by the host and CUDA kernels of the strided family (host/strided.cpp,
+// cuda/strided.cu): an N-d index space walked in row-major order, and for each operand an element
+// stride per dim (0 repeats an element: broadcasting; negative walks backwards: flip), after
+// PyTorch's TensorIterator and needle's strided NDArray. The ops (ops/strided.cpp) build an Iter,
+// merge the dims that are contiguous for every operand (so a plain elementwise call walks one
+// dim), and check that every address is inside its array before any kernel runs.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "host_device.h"
+
+namespace gpumat::strided {
+
+constexpr int kMaxDims = 8;      // the most dims an operand of a strided op may have
+constexpr int kMaxOperands = 4;  // the output and up to three inputs (where: cond, a, b)
+
+// The index space (size, ndim dims) and each operand's strides over it; operand 0 is the output.
+struct Iter {
+  int ndim;
+  int64_t size[kMaxDims];
+  int64_t stride[kMaxOperands][kMaxDims];
+};
+
+// The offsets of element i (row-major over it.size: the last dim fastest) in operands [0, count).
+template <int Count>
+GPUMAT_HD void offsets(const Iter& it, int64_t i, int64_t* off) {
+  for (int k = 0; k < Count; ++k) off[k] = 0;
+  for (int d = it.ndim - 1; d >= 0; --d) {
+    const int64_t n = it.size[d];
+    const int64_t c = i % n;
+    i /= n;
+    for (int k = 0; k < Count; ++k) off[k] += c * it.stride[k][d];
+  }
+}
+
+// The elementwise functions of map_strided (gpumat.ops.broadcast_binary's `op` codes, in this
+// order; gpumat/ops.py lists the same names). Each computes what the contiguous kernel of the same
+// name computes (cuda/elementwise.cu): IEEE division, comparisons and logic as 1.0 / 0.0 (NaN
+// compares false and is true as a truth value), minimum / maximum with NaN winning.
+enum MapOp : int {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kMinimum,
+  kMaximum,
+  kLogicalAnd,
+  kLogicalOr,
+  kWhere,  // a where c != 0 else b (the ternary: c is the condition)
+  kNumMapOps
+};
+
+GPUMAT_HD float apply(int op, float a, float b, float c) {
+  switch (op) {
+    case kAdd:
+      return a + b;
+    case kSub:
+      return a - b;
+    case kMul:
+      return a * b;
+    case kDiv:
+      return a / b;
+    case kEq:
+      return a == b ? 1.0f : 0.0f;
+    case kNe:
+      return a != b ? 1.0f : 0.0f;
+    case kLt:
+      return a < b ? 1.0f : 0.0f;
+    case kLe:
+      return a <= b ? 1.0f : 0.0f;
+    case kGt:
+      return a > b ? 1.0f : 0.0f;
+    case kGe:
+      return a >= b ? 1.0f : 0.0f;
+    case kMinimum:
+      return a != a ? a : (b != b ? b : (a < b ? a : b));
+    case kMaximum:
+      return a != a ? a : (b != b ? b : (a > b ? a : b));
+    case kLogicalAnd:
+      return a != 0.0f && b != 0.0f ? 1.0f : 0.0f;
+    case kLogicalOr:
+      return a != 0.0f || b != 0.0f ? 1.0f : 0.0f;
+    default:  // kWhere
+      return c != 0.0f ? a : b;
+  }
+}
+
+}  // namespace gpumat::strided

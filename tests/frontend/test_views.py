@@ -1,0 +1,378 @@
+"""N-d tensors as PyTorch users write them: broadcasting in any rank (values and gradients),
+basic indexing and index assignment, views (permute, transpose, expand, narrow, split, ...) with
+PyTorch's semantics (an in-place change of a view reaches its base and a change of the base shows
+in the view), joining, the layout queries, and a compiled step that uses them, each against
+PyTorch on the CPU on fresh random inputs."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import new_rng
+
+import gpumat
+
+BROADCAST_PAIRS = [
+    ((3, 1, 5), (4, 1)),
+    ((2, 3, 4, 5), (3, 1, 1)),
+    ((8, 1, 6), (1, 7, 1)),
+    ((6,), (5, 1)),
+    ((), (2, 3)),
+    ((2, 1, 2, 1, 2, 1, 2, 1), (1, 2, 1, 2, 1, 2, 1, 2)),
+    ((0, 4), (1, 4)),
+]
+
+BINARY = {
+    "add": lambda x, y: x + y,
+    "sub": lambda x, y: x - y,
+    "mul": lambda x, y: x * y,
+    "div": lambda x, y: x / y,
+    "maximum": lambda x, y: x.maximum(y),
+    "minimum": lambda x, y: x.minimum(y),
+    "where": lambda x, y: (gpumat if isinstance(x, gpumat.Tensor) else torch).where(x > y, x, y),
+}
+
+
+def _pair(rng, sa, sb):
+    a = rng.uniform(0.5, 2.0, sa) * np.where(rng.random(sa) < 0.5, -1, 1)
+    b = rng.uniform(0.5, 2.0, sb) * np.where(rng.random(sb) < 0.5, -1, 1)
+    return np.asarray(a, np.float32), np.asarray(b, np.float32)
+
+
+@pytest.mark.parametrize("pair", BROADCAST_PAIRS, ids=str)
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_broadcast_values_and_gradients_match_torch(ctx, name, pair):
+    rng, seed = new_rng()
+    a, b = _pair(rng, *pair)
+    for x, y in ((a, b), (b, a)):
+        gx = gpumat.tensor(x, device=ctx, requires_grad=True)
+        gy = gpumat.tensor(y, device=ctx, requires_grad=True)
+        tx, ty = (torch.from_numpy(v.copy()).requires_grad_() for v in (x, y))
+        out, ref = BINARY[name](gx, gy), BINARY[name](tx, ty)
+        assert out.shape == tuple(ref.shape)
+        weights = rng.standard_normal(ref.shape).astype(np.float32)
+        np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-6, atol=1e-6)
+        (out * gpumat.tensor(weights, device=ctx)).sum().backward()
+        (ref * torch.from_numpy(weights)).sum().backward()
+        for g, t in ((gx, tx), (gy, ty)):
+            assert g.grad.shape == tuple(t.shape)
+            np.testing.assert_allclose(
+                g.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"seed {seed}"
+            )
+
+
+def test_comparisons_broadcast_to_bool_tensors(ctx):
+    rng, _ = new_rng()
+    a, b = _pair(rng, (3, 1, 5), (4, 1))
+    x, y = gpumat.tensor(a, device=ctx), gpumat.tensor(b, device=ctx)
+    for op in ("__lt__", "__le__", "__gt__", "__ge__", "eq", "ne", "logical_and", "logical_or"):
+        ours = getattr(x, op)(y)
+        theirs = getattr(torch.from_numpy(a), op)(torch.from_numpy(b))
+        assert ours.dtype is gpumat.bool
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_broadcasting_does_not_copy_the_repeated_operand(ctx):
+    # the forward pass reads the (4, 1) operand in place: one kernel launch, no expand copy
+    x = gpumat.randn(2, 3, 4, 5, device=ctx)
+    b = gpumat.randn(4, 1, device=ctx)
+    before = gpumat.launch_count(ctx)
+    y = x * b
+    assert gpumat.launch_count(ctx) - before == 1
+    np.testing.assert_allclose(y.numpy(), x.numpy() * b.numpy(), rtol=1e-7)
+
+
+KEYS = [
+    (slice(None), -1),
+    (slice(1, 3),),
+    (slice(None), slice(-1, None)),
+    (Ellipsis, 0),
+    (None, 1, slice(None, None, 2)),
+    (slice(None), None, slice(1, None), Ellipsis),
+    (2, 3, 4),
+    (slice(-3, -1), slice(None, None, 3), slice(5, 1)),
+    (),
+    (Ellipsis,),
+    1,
+    -4,
+    slice(None, None, 2),
+]
+
+
+@pytest.mark.parametrize("key", KEYS, ids=str)
+def test_basic_indexing_matches_torch(ctx, key):
+    rng, seed = new_rng()
+    values = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    x = gpumat.tensor(values, device=ctx, requires_grad=True)
+    t = torch.from_numpy(values.copy()).requires_grad_()
+    ours, theirs = x[key], t[key]
+    assert ours.shape == tuple(theirs.shape)
+    np.testing.assert_array_equal(ours.detach().numpy(), theirs.detach().numpy())
+    w = rng.standard_normal(tuple(theirs.shape)).astype(np.float32)
+    (ours * gpumat.tensor(w, device=ctx)).sum().backward()
+    (theirs * torch.from_numpy(w)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy(), err_msg=f"seed {seed}")
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ((slice(None), 0), 0.0),
+        ((slice(None), 0), "row"),
+        ((1, slice(1, 4)), "block"),
+        ((Ellipsis, slice(None, None, 2)), 7.5),
+        ((None, 0), "row"),
+        ((slice(None), slice(None)), "all"),
+    ],
+    ids=str,
+)
+def test_index_assignment_matches_torch(ctx, key, value):
+    rng, seed = new_rng()
+    values = rng.standard_normal((4, 5)).astype(np.float32)
+    x, t = gpumat.tensor(values, device=ctx), torch.from_numpy(values.copy())
+    shape = tuple(t[key].shape)
+    if isinstance(value, str):
+        v = rng.standard_normal(shape[-1:] if value == "row" else shape).astype(np.float32)
+        x[key], t[key] = gpumat.tensor(v, device=ctx), torch.from_numpy(v)
+    else:
+        x[key], t[key] = value, value
+    np.testing.assert_array_equal(x.numpy(), t.numpy(), err_msg=f"seed {seed}")
+
+
+def test_augmented_assignment_through_an_index(ctx):
+    rng, _ = new_rng()
+    values = rng.standard_normal((4, 5)).astype(np.float32)
+    x, t = gpumat.tensor(values, device=ctx), torch.from_numpy(values.copy())
+    with gpumat.no_grad():
+        x[:, 1] += 2.0
+        x[1:3] *= gpumat.tensor(values[0], device=ctx)
+    t[:, 1] += 2.0
+    t[1:3] *= torch.from_numpy(values[0])
+    np.testing.assert_array_equal(x.numpy(), t.numpy())
+
+
+def test_views_share_changes_both_ways(ctx):
+    rng, _ = new_rng()
+    values = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    x, t = gpumat.tensor(values, device=ctx), torch.from_numpy(values.copy())
+    views = [
+        lambda z: z[1],
+        lambda z: z[:, ::2],
+        lambda z: z.permute(2, 0, 1),
+        lambda z: z.transpose(0, 2)[1:],
+        lambda z: z.narrow(1, 1, 2),
+        lambda z: z.unbind(2)[3],
+        lambda z: z.split(2, 1)[1],
+        lambda z: z[0].t(),
+        lambda z: z.movedim(0, -1)[..., 1],
+    ]
+    for k, make in enumerate(views):
+        v, u = make(x), make(t)
+        v.mul_(2.0)
+        u.mul_(2.0)
+        np.testing.assert_array_equal(x.numpy(), t.numpy(), err_msg=f"view {k} wrote back")
+        x.add_(float(k))
+        t.add_(float(k))
+        np.testing.assert_array_equal(v.numpy(), u.numpy(), err_msg=f"view {k} refreshed")
+        w, s = v[0], u[0]  # a view of a view
+        w.fill_(-1.0)
+        s.fill_(-1.0)
+        np.testing.assert_array_equal(x.numpy(), t.numpy(), err_msg=f"view of view {k}")
+
+
+def test_layout_methods_match_torch(ctx):
+    rng, _ = new_rng()
+    values = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    x, t = gpumat.tensor(values, device=ctx), torch.from_numpy(values.copy())
+    cases = [
+        lambda z: z.permute(1, 2, 0),
+        lambda z: z.permute((-1, 0, 1)),
+        lambda z: z.transpose(0, 2),
+        lambda z: z.movedim((0, 1), (2, 0)),
+        lambda z: z[:, :1].expand(2, 3, 4),
+        lambda z: z[0, :, :1].expand(5, -1, 3),
+        lambda z: z.narrow(2, -3, 2),
+        lambda z: z.flip(0, 2),
+        lambda z: z.unflatten(2, (2, -1)),
+        lambda z: z.repeat(2, 1, 1, 2),
+        lambda z: z.tile((2,)),
+        lambda z: z.permute(2, 0, 1).reshape(4, 6),
+        lambda z: z.permute(2, 0, 1).contiguous().view(4, 6),
+        lambda z: z[:, 1:].reshape(-1),
+        lambda z: z[:, :, 1].view(2, 3, 1),
+        lambda z: z.mT,
+    ]
+    for k, make in enumerate(cases):
+        ours, theirs = make(x), make(t)
+        assert ours.shape == tuple(theirs.shape), k
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=f"case {k}")
+    for make in (
+        lambda z: z,
+        lambda z: z.transpose(0, 1),
+        lambda z: z[:, 1:, ::2],
+        lambda z: z[:, :1].expand(2, 3, 4),
+        lambda z: z[1],
+    ):
+        ours, theirs = make(x), make(t)
+        assert ours.stride() == theirs.stride()
+        assert ours.is_contiguous() == theirs.is_contiguous()
+        assert ours.storage_offset() == theirs.storage_offset()
+    for args in ((2,), ([1, 2], 1), (3, 2)):
+        ours, theirs = x.split(*args), t.split(*args)
+        assert [o.shape for o in ours] == [tuple(s.shape) for s in theirs]
+    for k in (1, 2, 3, 5):
+        assert [c.shape for c in x.chunk(k, 1)] == [tuple(c.shape) for c in t.chunk(k, 1)]
+    assert [u.shape for u in x] == [tuple(u.shape) for u in t]
+    assert len(x.unbind(1)) == 3
+
+
+def test_view_gradients_match_torch(ctx):
+    rng, seed = new_rng()
+    values = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    x = gpumat.tensor(values, device=ctx, requires_grad=True)
+    t = torch.from_numpy(values.copy()).requires_grad_()
+
+    def f(z):
+        a = z.permute(2, 0, 1)[1:, :, ::2]
+        b = z[:, :1].expand(3, 4, 5) * z.flip(1)
+        pieces = z.split([1, 3], 1)
+        return (a.sum() + (b * b).sum() + (pieces[0] * 3).sum() - pieces[1].mean()) * z[0, 0, 0]
+
+    f(x).backward()
+    f(t).backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-5, err_msg=seed)
+
+
+def test_indexing_errors_are_pytorchs(ctx):
+    x = gpumat.zeros(3, 4, device=ctx)
+    with pytest.raises(IndexError, match="index 3 is out of bounds for dimension 0 with size 3"):
+        x[3]
+    with pytest.raises(IndexError, match="index -5 is out of bounds for dimension 1"):
+        x[:, -5]
+    with pytest.raises(IndexError, match="too many indices for tensor of dimension 2"):
+        x[0, 0, 0]
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        x[::-1]
+    with pytest.raises(IndexError, match="single ellipsis"):
+        x[..., ...]
+    with pytest.raises(TypeError, match="slice indices must be integers"):
+        x[0.5:]
+    with pytest.raises(ValueError, match="shape mismatch: value tensor of shape \\(2, 3\\)"):
+        x[:, 0] = gpumat.ones(3, device=ctx)[None].expand(2, 3)
+    with pytest.raises(ValueError, match="cannot be broadcast to indexing result of shape"):
+        x[0] = gpumat.ones(3, device=ctx)
+    with pytest.raises(TypeError, match="iteration over a 0-d tensor"):
+        iter(gpumat.tensor(1.0, device=ctx))
+    with pytest.raises(ValueError, match="must match the existing size 3"):
+        x.expand(5, 4)
+    with pytest.raises(ValueError, match="not a permutation"):
+        x.permute(0, 0)
+    with pytest.raises(IndexError, match="exceeds dimension size"):
+        x.narrow(1, 2, 3)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        x[:, :1].expand(3, 4).add_(1.0)
+    leaf = gpumat.zeros(3, device=ctx, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        leaf[0] = 1.0
+    with gpumat.no_grad():
+        leaf[0] = 1.0
+    assert leaf.detach().numpy()[0] == 1.0
+    np.testing.assert_array_equal(x.numpy(), np.zeros((3, 4)))
+
+
+def test_zero_size_views(ctx):
+    x = gpumat.zeros(0, 3, device=ctx)
+    assert x[:, 1].shape == (0,)
+    assert x.permute(1, 0).shape == (3, 0)
+    assert x.expand(2, 0, 3).shape == (2, 0, 3)
+    assert gpumat.cat([x, gpumat.ones(2, 3, device=ctx)]).shape == (2, 3)
+    y = gpumat.ones(2, 3, device=ctx)
+    assert y[1:1].shape == (0, 3) and y[:, 3:].shape == (2, 0)
+    y[1:1] = 5.0
+    np.testing.assert_array_equal(y.numpy(), np.ones((2, 3)))
+    assert [p.shape for p in y.split(2, 1)] == [(2, 2), (2, 1)]
+
+
+def test_the_tutorial_update_loop_trains_through_indexing(ctx):
+    # slicing a batch, a broadcast bias and an in-place update under no_grad, as the tutorial
+    rng, _ = new_rng()
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    y = (x @ rng.standard_normal((8, 1))).astype(np.float32)
+    w = gpumat.zeros(8, 1, device=ctx, requires_grad=True)
+    b = gpumat.zeros(1, device=ctx, requires_grad=True)
+    xs, ys = gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx)
+    first = None
+    for step in range(40):
+        i = (step * 16) % 64
+        pred = xs[i : i + 16] @ w + b
+        loss = ((pred - ys[i : i + 16]) ** 2).mean()
+        first = first if first is not None else loss.item()
+        loss.backward()
+        with gpumat.no_grad():
+            for p in (w, b):
+                p -= p.grad * 0.1
+                p.grad.zero_()
+    assert loss.item() < 0.1 * first
+
+
+def test_a_compiled_step_with_indexing_broadcasting_and_bmm_equals_eager(ctx):
+    rng, _ = new_rng()
+    x = gpumat.tensor(rng.standard_normal((4, 3, 5)).astype(np.float32), device=ctx)
+    w0 = rng.standard_normal((5, 6)).astype(np.float32)
+    s0 = rng.standard_normal((3, 1)).astype(np.float32)
+
+    def step(w, s, x):
+        w.grad = s.grad = None
+        h = x @ w  # (4, 3, 6): batched matmul, broadcast weight
+        h = h * s + s.t()[:, :, None].permute(2, 1, 0)  # (3, 1) and (1, 3, 1) broadcast
+        att = h @ h.transpose(1, 2)  # (4, 3, 3)
+        pieces = gpumat.cat([att[:, :1], att[:, 1:].flip(1)], 1)
+        loss = pieces[..., -1].sum() + gpumat.stack([h[0], h[-1]]).maximum(h[1:3]).mean()
+        loss.backward()
+        return loss, w.grad, s.grad
+
+    eager_w = gpumat.tensor(w0, device=ctx, requires_grad=True)
+    eager_s = gpumat.tensor(s0, device=ctx, requires_grad=True)
+    eager = step(eager_w, eager_s, x)
+    traced_w = gpumat.tensor(w0, device=ctx, requires_grad=True)
+    traced_s = gpumat.tensor(s0, device=ctx, requires_grad=True)
+    compiled = gpumat.compile(lambda x: step(traced_w, traced_s, x), fusion=False)
+    for _ in range(2):  # the first call traces, the second replays
+        for e, c in zip(eager, compiled(x), strict=True):
+            np.testing.assert_allclose(c.numpy(), e.detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_inplace_methods_match_torch(ctx):
+    # the _ methods, the other operand broadcast to self's shape, through views too
+    rng, seed = new_rng()
+    values = rng.standard_normal((3, 4)).astype(np.float32)
+    x, t = gpumat.tensor(values, device=ctx), torch.from_numpy(values.copy())
+    changes = [
+        lambda z: z.clamp_(-0.5, 0.75),
+        lambda z: z.clip_(max=0.5),
+        lambda z: z.exp_(),
+        lambda z: z.log_(),
+        lambda z: z.abs_(),
+        lambda z: z.neg_(),
+        lambda z: z.add_(z[0].clone()),
+        lambda z: z.mul_(z[:, :1].clone()),
+        lambda z: z.div_(z[:, 2:3].clone() + 3.0),
+        lambda z: z.sub_(z[1].clone(), alpha=0.5),
+        lambda z: z.sigmoid_(),
+        lambda z: z.masked_fill_(z > 0.55, -1.0),
+        lambda z: z[:, 1].tanh_(),
+        lambda z: z.t().sin_(),
+        lambda z: z.relu_(),
+        lambda z: z.sqrt_(),
+    ]
+    with gpumat.no_grad():
+        for k, change in enumerate(changes):
+            assert change(x) is not None
+            change(t)
+            np.testing.assert_allclose(
+                x.numpy(), t.numpy(), rtol=2e-6, atol=1e-7, err_msg=f"change {k} (seed {seed})"
+            )
+    with pytest.raises(ValueError, match="must broadcast to this shape"):
+        x.add_(gpumat.ones(2, 4, device=ctx))
+    leaf = gpumat.ones(3, device=ctx, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        leaf.exp_()
