@@ -18,9 +18,11 @@ an op added to a family (and to that module's ``__all__``) is here too.
 
 # ruff: noqa: F401, F403 (a face: the names below are re-exported through __all__)
 from gpumat.graph import activation, conv, elementwise, layout, loss, matmul, pool, reduce, softmax
+from gpumat.graph import index as index_family
 from gpumat.graph.activation import *
 from gpumat.graph.conv import *
 from gpumat.graph.elementwise import *
+from gpumat.graph.index import *
 from gpumat.graph.layout import *
 from gpumat.graph.loss import *
 from gpumat.graph.matmul import *
@@ -43,6 +45,7 @@ from gpumat.graph.reverse_mode import find_topo_sort, gradients
 from gpumat.graph.softmax import *
 
 _FAMILIES = (elementwise, activation, layout, reduce, matmul, softmax, loss, conv, pool)
+_FAMILIES += (index_family,)
 
 __all__ = sorted(
     {n for family in _FAMILIES for n in family.__all__}
