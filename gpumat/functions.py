@@ -53,6 +53,15 @@ __all__ = sorted(
         "t",
         "transpose",
         "unsqueeze",
+        # index
+        "gather",
+        "index_add",
+        "index_copy",
+        "index_fill",
+        "index_select",
+        "masked_select",
+        "nonzero",
+        "scatter_add",
     ]
 )
 
@@ -106,3 +115,12 @@ clip = _method("clip", "``input.clamp(min=None, max=None)`` (PyTorch's alias)")
 minimum = _method("minimum", "``input.minimum(other)``")
 maximum = _method("maximum", "``input.maximum(other)``")
 masked_fill = _method("masked_fill", "``input.masked_fill(mask, value)``")
+# index
+index_select = _method("index_select", "``input.index_select(dim, index)``")
+index_add = _method("index_add", "``input.index_add(dim, index, source, *, alpha=1)``")
+index_copy = _method("index_copy", "``input.index_copy(dim, index, source)``")
+index_fill = _method("index_fill", "``input.index_fill(dim, index, value)``")
+gather = _method("gather", "``input.gather(dim, index)``")
+scatter_add = _method("scatter_add", "``input.scatter_add(dim, index, src)``")
+masked_select = _method("masked_select", "``input.masked_select(mask)``")
+nonzero = _method("nonzero", "``input.nonzero(*, as_tuple=False)``")
