@@ -30,7 +30,7 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
 
 
 # Those whose other arguments are tensors (of each library) are compared with PyTorch's in
-# tests/kernels/test_everyday_pointwise.py.
+# tests/kernels/test_everyday_pointwise.py (the index ones in tests/kernels/test_index.py).
 TENSOR_ARGS = {
     "matmul",
     "bmm",
@@ -40,6 +40,14 @@ TENSOR_ARGS = {
     "maximum",
     "masked_fill",
     "where",
+    # index functions: in tests/kernels/test_index.py
+    "gather",
+    "index_add",
+    "index_copy",
+    "index_fill",
+    "index_select",
+    "masked_select",
+    "scatter_add",
 }
 
 

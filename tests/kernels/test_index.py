@@ -522,3 +522,30 @@ def test_compiled_step_equals_eager(ctx):
             np.testing.assert_array_equal(c.numpy(), e.detach().numpy())
     with pytest.raises(IndexError, match="out of bounds"):
         compiled(gpumat.tensor([10, 0, 0, 0, 0], device=ctx))
+
+
+def test_functions_are_the_methods_and_pytorchs(ctx):
+    rng, _ = new_rng()
+    xv = rng.standard_normal((4, 5)).astype(np.float32)
+    x, xt = _pair(xv, ctx)
+    i, it = gpumat.tensor([3, 0, 3], device=ctx), torch.tensor([3, 0, 3])
+    src = rng.standard_normal((4, 3)).astype(np.float32)
+    gi = rng.integers(0, 4, (2, 5))
+    mask = xv > 0
+    calls = [
+        ("index_select", (1, i), (1, it)),
+        ("index_add", (1, i, gpumat.tensor(src, device=ctx)), (1, it, torch.tensor(src))),
+        ("index_copy", (0, gpumat.tensor([1, 2], device=ctx), gpumat.tensor(xv[:2], device=ctx)),
+         (0, torch.tensor([1, 2]), torch.tensor(xv[:2]))),
+        ("index_fill", (1, i, 0.5), (1, it, 0.5)),
+        ("gather", (0, gpumat.tensor(gi, device=ctx)), (0, torch.tensor(gi))),
+        ("scatter_add", (0, gpumat.tensor(gi, device=ctx), gpumat.tensor(xv[:2], device=ctx)),
+         (0, torch.tensor(gi), torch.tensor(xv[:2]))),
+        ("masked_select", (gpumat.tensor(mask, device=ctx),), (torch.tensor(mask),)),
+    ]  # fmt: skip
+    for name, ours, theirs in calls:
+        got = getattr(gpumat, name)(x, *ours)
+        _same(got, getattr(x, name)(*ours))
+        _same(got, getattr(torch, name)(xt, *theirs), 1e-6)
+        with pytest.raises(TypeError, match=f"{name}: expected a Tensor"):
+            getattr(gpumat, name)(xv, *ours)
