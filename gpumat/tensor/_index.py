@@ -44,6 +44,8 @@ def _index_1d(self: Tensor, dim, index, op: str, negative: bool = False):
             f"{op}: the index is on {index._device}, the tensor on {self._device}; move one with "
             ".to()"
         )
+    if not self._shape and index.numel() != 1:
+        raise ValueError(f"{op}: index to a 0-d tensor can have only 1 value, got {index.numel()}")
     n = self._shape[axis] if self._shape else 1
     bounds = adv.check_bounds(index, n, axis, op, negative)
     index, _ = adv.normalized(index, n, bounds)

@@ -315,6 +315,10 @@ def test_index_errors(ctx):
         x.scatter_add(0, gpumat.tensor([[0]], device=ctx), x)
     with pytest.raises(TypeError, match="masked_select: expected a bool tensor"):
         x.masked_select(x)
+    scalar = gpumat.tensor(5.0, device=ctx)  # a 0-d tensor: one index, a 0-d result (PyTorch's)
+    assert scalar.index_select(0, gpumat.tensor([0], device=ctx)).shape == ()
+    with pytest.raises(ValueError, match="index_select: index to a 0-d tensor can have only 1"):
+        scalar.index_select(0, gpumat.tensor([0, 0], device=ctx))
 
 
 # ---------------------------------------------------------------------------- advanced indexing
