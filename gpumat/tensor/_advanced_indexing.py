@@ -3,11 +3,13 @@
 plumbing the index methods share (:mod:`gpumat.tensor._index`).
 
 A key is a tuple whose entries are each an advanced index (a list of ints, nested lists, a
-``range``, a numpy int or bool array, an int64 or bool :class:`gpumat.Tensor`, or a Python int,
-which counts as an advanced scalar once the key has an advanced index) or a full slice ``:`` or
-``...``; the basic indexing of ``Tensor.__getitem__`` hands these over after applying any other
-slices. The advanced indices broadcast together to a shape B; when they are adjacent, B replaces
-their dims in place, otherwise B comes first (numpy's rule). A bool mask indexes as its
+``range``, a numpy int or bool array, an int64 or bool :class:`gpumat.Tensor`, or a Python int)
+or a full slice ``:`` or ``...``; the basic indexing of ``Tensor.__getitem__`` hands these over
+after applying any other slices. The advanced indices broadcast together to a shape B; when they
+are adjacent, B replaces their dims in place, otherwise B comes first. Python ints follow
+PyTorch, which applies them first (as basic indexing): they remove their dims and do not count
+when deciding adjacency, so ``x[1, :, [0, 3]]`` of a (4, 5, 6) tensor is (5, 2) as in PyTorch
+(numpy, which treats the int as an advanced scalar, gives (2, 5)). A bool mask indexes as its
 ``nonzero()`` coordinates (one read of the device, as PyTorch's), its dims matching the dims it
 covers.
 
