@@ -176,6 +176,11 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void adadelta_update_multi(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
                                const vector[GpuMatrix*]&, const vector[GpuMatrix*]&, float, float,
                                float) except +gpumat_raise_py_error nogil
+    # index
+    void index_select(const GpuMatrix&, int64_t, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void index_add(GpuMatrix&, int64_t, const GpuMatrix&, const GpuMatrix&,
+                   float) except +gpumat_raise_py_error nogil
+    void index_copy(GpuMatrix&, int64_t, const GpuMatrix&, const GpuMatrix&) except +gpumat_raise_py_error nogil
     # op counting
     int64_t op_count(const Device&) except +gpumat_raise_py_error
 

@@ -618,6 +618,7 @@ include "_core_ops/conv.pxi"
 include "_core_ops/pool.pxi"
 include "_core_ops/random.pxi"
 include "_core_ops/optim.pxi"
+include "_core_ops/index.pxi"
 
 
 # Op counting (extensions/src/ops/checks.cpp).

@@ -80,6 +80,15 @@ __all__ = sorted(
         "tensor_split",
         "tile",
         "unbind",
+        # index
+        "gather",
+        "index_add",
+        "index_copy",
+        "index_fill",
+        "index_select",
+        "masked_select",
+        "nonzero",
+        "scatter_add",
     ]
 )
 
@@ -145,3 +154,12 @@ chunk = _method("chunk", "``input.chunk(chunks, dim=0)``: views")
 flip = _method("flip", "``input.flip(dims)``: a reversed copy")
 tile = _method("tile", "``input.tile(dims)``: a tiled copy")
 broadcast_to = _method("broadcast_to", "``input.expand(size)`` (a view)")
+# index
+index_select = _method("index_select", "``input.index_select(dim, index)``")
+index_add = _method("index_add", "``input.index_add(dim, index, source, *, alpha=1)``")
+index_copy = _method("index_copy", "``input.index_copy(dim, index, source)``")
+index_fill = _method("index_fill", "``input.index_fill(dim, index, value)``")
+gather = _method("gather", "``input.gather(dim, index)``")
+scatter_add = _method("scatter_add", "``input.scatter_add(dim, index, src)``")
+masked_select = _method("masked_select", "``input.masked_select(mask)``")
+nonzero = _method("nonzero", "``input.nonzero(*, as_tuple=False)``")

@@ -130,6 +130,9 @@ __all__ = [
     "eq",
     "exp",
     "fill",
+    "index_add",
+    "index_copy",
+    "index_select",
     "l1_loss",
     "l1_loss_gradient",
     "log",
@@ -976,3 +979,54 @@ def adadelta_update_multi(params, grads, square_avgs, acc_deltas, lr, rho, eps) 
         as_real(rho, "rho", op),
         as_real(eps, "eps", op),
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Index: rows of one dim picked, summed into or copied into by a 1-D index (PyTorch's
+# index_select / index_add_ / index_copy_).
+# --------------------------------------------------------------------------------------------------
+
+
+def index_select(a, dim: int, index, out) -> None:
+    """out = a with dim ``dim`` replaced by the rows ``index`` names: out[..., j, ...] =
+    a[..., index[j], ...] (PyTorch's ``torch.index_select``, with negative indices counted from
+    the end as ``x[idx]`` counts them).
+
+    a is any float32 array of rank >= 1 (dim negative counts from the end), index a 1-D array of
+    len integers (gpumat's int64 storage), out a's shape with dim's length len; out is neither
+    input. An index outside [-n, n), NaN or fractional names no row and gives NaN there (the
+    kernel never reads out of bounds; the Tensor front end raises IndexError before). n <= 2**24.
+    One thread per output element on CUDA.
+
+    Raises:
+        TypeError: dim not an int. ValueError: dim out of range, shapes that do not fit, out
+            aliasing an input, or arrays on different devices (naming index_select and shapes).
+    """
+    _core.index_select_(a, as_int(dim, "dim", "index_select"), index, out)
+
+
+def index_add(out, dim: int, index, src, alpha: float = 1.0) -> None:
+    """out[..., index[j], ...] += alpha * src[..., j, ...] in place (PyTorch's ``index_add_``),
+    the gradient of :func:`index_select`.
+
+    out is float32 of rank >= 1, index 1-D of len integers (negative from the end), src out's
+    shape with dim's length len. Deterministic: every element adds its contributions in
+    increasing j, with no atomics (CUDA: threads own (row bucket, column) pairs and scan the
+    index in order). An index naming no row (outside [-n, n), NaN, fractional) is skipped.
+
+    Raises:
+        TypeError: dim not an int or alpha not a number. ValueError: as index_select.
+    """
+    op = "index_add"
+    _core.index_add_(out, as_int(dim, "dim", op), index, src, as_real(alpha, "alpha", op))
+
+
+def index_copy(out, dim: int, index, src) -> None:
+    """out[..., index[j], ...] = src[..., j, ...] in place (PyTorch's ``index_copy_``). Of
+    repeated indices the last j wins (a defined rule here, unspecified in PyTorch). Shapes and
+    the skipping of indices naming no row as :func:`index_add`.
+
+    Raises:
+        TypeError: dim not an int. ValueError: as index_select.
+    """
+    _core.index_copy_(out, as_int(dim, "dim", "index_copy"), index, src)

@@ -807,3 +807,47 @@ def adadelta_update_multi(params, grads, square_avgs, acc_deltas, lr, rho, eps) 
         acc *= rho
         acc += (1.0 - rho) * d * d
         p -= lr * d
+
+
+# --------------------------------------------------------------------------------------------------
+# Index
+# --------------------------------------------------------------------------------------------------
+
+
+def _index_rows(index, n: int):
+    """(rows, valid): index values as rows of an axis of n (negative from the end), and which name
+    one (in [-n, n) and whole; the devices skip or NaN the others)."""
+    index = np.asarray(index, dtype=np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        valid = (index >= -n) & (index < n) & (np.floor(index) == index)
+    rows = np.where(valid, index, 0).astype(np.int64)
+    return np.where(rows < 0, rows + n, rows), valid
+
+
+def index_select(a, dim: int, index, out) -> None:
+    """out = a's rows index[j] along dim (NaN where an index names no row)."""
+    dim = dim % a.ndim
+    rows, valid = _index_rows(index, a.shape[dim])
+    picked = np.take(a, rows, axis=dim) if a.shape[dim] else np.zeros(out.shape, a.dtype)
+    shape = [1] * a.ndim
+    shape[dim] = -1
+    out[...] = np.where(valid.reshape(shape), picked, np.nan)
+
+
+def index_add(out, dim: int, index, src, alpha: float = 1.0) -> None:
+    """out[..., index[j], ...] += alpha * src[..., j, ...], in increasing j (indices naming no
+    row skipped)."""
+    dim = dim % out.ndim
+    rows, valid = _index_rows(index, out.shape[dim])
+    o, s = np.moveaxis(out, dim, 0), np.moveaxis(src, dim, 0)
+    for j in np.flatnonzero(valid):
+        o[rows[j]] += alpha * s[j]
+
+
+def index_copy(out, dim: int, index, src) -> None:
+    """out[..., index[j], ...] = src[..., j, ...]; the last j naming a row wins."""
+    dim = dim % out.ndim
+    rows, valid = _index_rows(index, out.shape[dim])
+    o, s = np.moveaxis(out, dim, 0), np.moveaxis(src, dim, 0)
+    for j in np.flatnonzero(valid):
+        o[rows[j]] = s[j]

@@ -187,6 +187,10 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(normal),
       // optim
       GPUMAT_STEP(adam_update),
+      // index
+      GPUMAT_STEP(index_select),
+      GPUMAT_STEP(index_add),
+      GPUMAT_STEP(index_copy),
   };
   return table;
 }

@@ -1273,6 +1273,56 @@ int run_demo(const std::string& which) {
 
 }  // namespace
 
+// index_select, index_add, index_copy along the first, middle and last dims; the index comes from
+// argmax of random rows (integers in [0, n), repeats likely), shifted to reach negative rows and
+// doubled to reach rows out of range (NaN output / skipped). index_add's many buckets and long
+// index list reach the bucketed scan's every branch.
+void index_cases() {
+  namespace ops = gpumat::ops;
+  struct Case {
+    Shape shape;
+    int64_t dim, len;
+  };
+  const Case cases[] = {{{7, 33, 5}, 1, 40}, {{300, 3}, 0, 1000},  {{4, 9}, -1, 7},
+                        {{2, 3, 1}, 2, 3},   {{5000, 2}, 0, 3000}, {{1, 1}, 0, 0}};
+  for (const Case& c : cases) {
+    const int64_t a = c.dim < 0 ? c.dim + static_cast<int64_t>(c.shape.size()) : c.dim;
+    const int64_t n = c.shape[static_cast<size_t>(a)], len = c.len;
+    Shape part = c.shape;
+    part[static_cast<size_t>(a)] = len;
+    std::string t = " (";
+    for (int64_t k : c.shape) t += std::to_string(k) + ",";
+    t += ") dim=" + std::to_string(c.dim) + " len=" + std::to_string(len);
+    const int64_t d = c.dim;
+    // a[0] x, a[1] (len, n) rows for argmax, a[2] src; outputs: index, shifted index, the three results
+    auto index_of = [n](GpuMatrix& rows, GpuMatrix& idx, GpuMatrix& shifted) {
+      ops::argmax(rows, idx, 1);
+      ops::mul_scalar(idx, 1.5f, shifted);  // halves are not whole numbers: they name no row
+      ops::add_scalar(shifted, -static_cast<float>(n / 2), shifted);
+    };
+    check(
+        "index_select" + t, {c.shape, {len, n}}, {{len}, {len}, part, part},
+        [d, index_of](Arrays& v) {
+          index_of(v[1], v[2], v[3]);
+          ops::index_select(v[0], d, v[2], v[4]);
+          ops::index_select(v[0], d, v[3], v[5]);
+        },
+        0.0f);
+    check(
+        "index_add/index_copy" + t, {c.shape, {len, n}, part, c.shape}, {{len}, {len}, c.shape, c.shape},
+        [d, index_of](Arrays& v) {
+          index_of(v[1], v[4], v[5]);
+          ops::copy(v[0], v[6]);
+          ops::index_add(v[6], d, v[4], v[2], 0.5f);
+          ops::index_add(v[6], d, v[5], v[2], 1.0f);
+          ops::copy(v[3], v[7]);
+          ops::index_copy(v[7], d, v[4], v[2]);
+          ops::index_copy(v[7], d, v[5], v[2]);
+        },
+        0.0f);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) return run_demo(argv[1]);
   try {
@@ -1291,6 +1341,7 @@ int main(int argc, char** argv) {
     frontend_kernel_cases();
     numerics_cases();
     grid_stride_cases();
+    index_cases();
   } catch (const std::exception& e) {  // a fault outside the cases' own checks
     std::printf("FAIL (uncaught): %s\n", e.what());
     ++g_failures;

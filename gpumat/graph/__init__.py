@@ -30,9 +30,11 @@ from gpumat.graph import (
     softmax,
     strided,
 )
+from gpumat.graph import index as index_family
 from gpumat.graph.activation import *
 from gpumat.graph.conv import *
 from gpumat.graph.elementwise import *
+from gpumat.graph.index import *
 from gpumat.graph.layout import *
 from gpumat.graph.loss import *
 from gpumat.graph.matmul import *
@@ -56,6 +58,7 @@ from gpumat.graph.softmax import *
 from gpumat.graph.strided import *
 
 _FAMILIES = (elementwise, activation, layout, strided, reduce, matmul, softmax, loss, conv, pool)
+_FAMILIES += (index_family,)
 
 __all__ = sorted(
     {n for family in _FAMILIES for n in family.__all__}

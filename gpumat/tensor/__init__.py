@@ -43,6 +43,7 @@ import types
 from gpumat.devices import as_device  # noqa: F401
 from gpumat.graph.node import TENSOR_METHODS
 from gpumat.tensor._arithmetic import ArithmeticMethods, _pointwise, matmul, where
+from gpumat.tensor._index import IndexMethods
 from gpumat.tensor._inplace import InplaceMethods
 from gpumat.tensor._layout import LayoutMethods
 from gpumat.tensor._reductions import ReductionMethods
@@ -74,6 +75,7 @@ def _add_methods(methods: type) -> None:
 # Added, not inherited: the topic classes use Tensor itself, so they are defined after it.
 for _methods in (ArithmeticMethods, ReductionMethods, LayoutMethods, InplaceMethods, ViewMethods):
     _add_methods(_methods)
+_add_methods(IndexMethods)  # index_select, gather, scatter_add, masked_select, nonzero, ...
 
 
 # The pointwise methods (relu, tanh, sigmoid, exp, log, sqrt, ...): one per graph op that names one,

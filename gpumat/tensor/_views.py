@@ -32,6 +32,7 @@ from gpumat.graph.strided import (
     contiguous_strides,
     expand_op,
 )
+from gpumat.tensor import _advanced_indexing
 from gpumat.tensor._tensor import StridedView, Tensor, _copy_of, apply_op
 
 __all__ = ["ViewMethods", "cat", "concat", "concatenate", "stack"]
@@ -168,6 +169,12 @@ def _expand_ellipsis(key: tuple, ndim: int, op: str) -> tuple:
 def _is_bool_mask(e) -> bool:
     if isinstance(e, Tensor):
         return e._dtype.name == "bool"
+    if isinstance(e, list):
+        try:
+            a = np.asarray(e)
+        except ValueError:  # ragged: not a mask (the advanced module says what is wrong)
+            return False
+        return a.dtype == np.bool_
     if isinstance(e, np.ndarray):
         return e.dtype == np.bool_
     return isinstance(e, (bool, np.bool_))
@@ -176,7 +183,7 @@ def _is_bool_mask(e) -> bool:
 def _mask_ndim(e) -> int:
     if isinstance(e, (bool, np.bool_)):
         return 0
-    return e.ndim
+    return np.ndim(e) if isinstance(e, list) else e.ndim
 
 
 def basic_index(t: Tensor, key: tuple, op: str = "index"):
@@ -248,33 +255,50 @@ def _getitem(t: Tensor, key):
         full = _expand_ellipsis(key, t.ndim, "index")
         shape, stride, offset = basic_index(t, full)
         return _make_view(t, shape, stride, offset, "index")
-    from gpumat.tensor import _advanced_indexing  # noqa: PLC0415 (optional until merged)
+    sliced, rest = _split_key(t, key, "index")
+    return _advanced_indexing.getitem(sliced, rest)
 
-    full = _expand_ellipsis(key, t.ndim, "index")
-    # Partial slices and None first (a view), then the advanced indices on whole dims.
-    if any(isinstance(e, slice) and e != slice(None) for e in full) or any(e is None for e in full):
-        basic = tuple(e if isinstance(e, slice) or e is None else slice(None) for e in full)
-        sliced = _getitem(t, basic)
-        rest, d = [], 0
-        for e in full:
-            if e is None:
-                rest.append(slice(None))
-            elif isinstance(e, slice):
-                rest.append(slice(None))
-            else:
-                rest.append(e)
-            d += 1
-        return _advanced_indexing.getitem(sliced, tuple(rest))
-    return _advanced_indexing.getitem(t, full)
+
+def _split_key(t: Tensor, key: tuple, op: str):
+    """A key with advanced entries as (a view of t under its partial slices and Nones, the rest
+    of the key with those entries made full slices): the advanced module sees only advanced
+    entries, ints, full slices and ``...``."""
+    n_basic = sum(1 for e in key if e is not Ellipsis and e is not None and _is_basic(e))
+    n_adv = sum(_mask_ndim(e) if _is_bool_mask(e) else 1 for e in key if not _is_basic(e))
+    if n_basic + n_adv > t.ndim:
+        raise IndexError(f"{op}: too many indices for tensor of dimension {t.ndim}")
+    if not any((isinstance(e, slice) and e != slice(None)) or e is None for e in key):
+        return t, key
+    # Each entry's dims: a mask spans its ndim, ... the dims nothing else names.
+    spans = [
+        _mask_ndim(e) if _is_bool_mask(e) else (0 if e is None or e is Ellipsis else 1) for e in key
+    ]
+    fill = t.ndim - sum(spans)
+    basic, rest = [], []
+    for e, span in zip(key, spans, strict=True):
+        if e is Ellipsis:
+            basic += [slice(None)] * fill
+            rest.append(Ellipsis)
+        elif e is None:
+            basic.append(None)
+            rest.append(slice(None))
+        elif isinstance(e, slice):
+            basic.append(e)
+            rest.append(slice(None))
+        else:
+            basic += [slice(None)] * span
+            rest.append(e)
+    if Ellipsis not in key:
+        basic += [slice(None)] * fill
+    return _getitem(t, tuple(basic)), tuple(rest)
 
 
 def _setitem(t: Tensor, key, value) -> None:
     key = _key_tuple(key)
     _check_key(key, "index_put")
     if not all(_is_basic(e) for e in key):
-        from gpumat.tensor import _advanced_indexing  # noqa: PLC0415
-
-        _advanced_indexing.setitem(t, key, value)
+        target, rest = _split_key(t, key, "index_put")
+        _advanced_indexing.setitem(target, rest, value)
         return
     full = _expand_ellipsis(key, t.ndim, "index_put")
     shape, stride, offset = basic_index(t, full, "index_put")

@@ -42,7 +42,7 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
 
 
 # Those whose other arguments are tensors (of each library) are compared with PyTorch's in
-# tests/kernels/test_everyday_pointwise.py.
+# tests/kernels/test_everyday_pointwise.py (the index ones in tests/kernels/test_index.py).
 TENSOR_ARGS = {
     "matmul",
     "bmm",
@@ -56,6 +56,14 @@ TENSOR_ARGS = {
     "concat",
     "concatenate",
     "stack",
+    # index functions: in tests/kernels/test_index.py
+    "gather",
+    "index_add",
+    "index_copy",
+    "index_fill",
+    "index_select",
+    "masked_select",
+    "scatter_add",
 }
 
 

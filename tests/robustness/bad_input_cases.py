@@ -523,6 +523,18 @@ def _valid_args(name, draw, arrays: Arrays):
         r = _reduced(s, axis, draw(st.booleans()))
         y = x.max(axis=axis, initial=-np.inf).reshape(r) if x.size else np.zeros(r)
         return [arrays.of(x), arrays.of(y), new(r), new(s), axis]
+    if name in ("index_select", "index_add", "index_copy"):
+        # index: integers in [-n, n) with repeats (and n = 0: an empty index or none to name)
+        s = _shape(draw, 1)
+        axis = _axis_of(draw, s)
+        n = s[axis]
+        length = draw(st.integers(0, 6))
+        idx = arrays.rng.integers(-n, n, size=length) if n else np.zeros(0)
+        part = s[:axis] + (len(idx),) + s[axis + 1 :]
+        if name == "index_select":
+            return [new(s), axis, arrays.of(idx), new(part)]
+        extra = [draw(st.floats(-3, 3))] if name == "index_add" else []
+        return [new(s), axis, arrays.of(idx), new(part), *extra]
     raise KeyError(name)
 
 
@@ -1087,6 +1099,34 @@ def _ref_reduce_max_gradient(name, a):
     return {3: np.where(tie, dyk / np.maximum(tie.sum(axis=axis, keepdims=True), 1), 0.0)}
 
 
+def _ref_index(name, a):
+    """index_select (in, dim, index, out), index_add / index_copy (out, dim, index, src[, alpha]):
+    numpy's twins (an index naming no row: NaN, or no write)."""
+    if name == "index_select":
+        x, idx, out = _arr(a[0]), _arr(a[2]), _arr(a[3])
+        _no_alias(a[3], a[0], a[2])
+        full, part, slot = x, out, 3
+    else:
+        full, idx, part = _arr(a[0]), _arr(a[2]), _arr(a[3])
+        _no_alias(a[0], a[2], a[3])
+        slot = 0
+    axis = _check_axis(a[1], full.shape)
+    if idx.ndim != 1:
+        raise Invalid("index not 1-D")
+    if part.shape != full.shape[:axis] + (idx.shape[0],) + full.shape[axis + 1 :]:
+        raise Invalid("shapes")
+    if name == "index_select":
+        want = np.empty(part.shape)
+        gpumat.reference.index_select(full, axis, idx, want)
+    elif name == "index_add":
+        want = full.copy()
+        gpumat.reference.index_add(want, axis, idx, part, _num(a[4]))
+    else:
+        want = full.copy()
+        gpumat.reference.index_copy(want, axis, idx, part)
+    return {slot: want}
+
+
 _REFERENCES = {
     "fill": _ref_array_set,
     "broadcast_to": _ref_broadcast_to,
@@ -1173,6 +1213,9 @@ _REFERENCES = {
     "argmax": _ref_argmax,
     "broadcast_dim": _ref_broadcast_axis,
     "amax_gradient": _ref_reduce_max_gradient,
+    "index_select": _ref_index,
+    "index_add": _ref_index,
+    "index_copy": _ref_index,
 }
 
 
@@ -1939,6 +1982,10 @@ def batch_graph():
         "clamp_gradient_op": lambda u, v: graph.clamp_gradient_op(x, w, u, v),
         "argmax_op": lambda u, v: ad.argmax_op(x, u, v),
         "one_hot_op": lambda u, v: ad.one_hot_op(u, v),
+        "index_select_op": lambda u, v: graph.index_select_op(x, u, v),
+        "index_select_gradient_op": lambda u, v: graph.index_select_gradient_op(u, w, x, v),
+        "index_add_op": lambda u, v: graph.index_add_op(x, u, w, v),
+        "index_copy_op": lambda u, v: graph.index_copy_op(x, u, w, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, device=v),
@@ -2027,6 +2074,11 @@ def batch_graph():
                     or not 0 <= v <= 2**24
                 ):
                     return f"one_hot_op accepted num_classes={v!r}"
+            if name.startswith("index_"):  # a node, then an int axis
+                if not isinstance(u, ad.Node):
+                    return f"{name} accepted {type(u).__name__} as a node"
+                if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                    return f"{name} accepted axis={v!r}"
             if name == "Executor training" and not isinstance(v, (bool, np.bool_)):
                 return f"Executor accepted training={v!r}"
             return None
@@ -2917,6 +2969,51 @@ def batch_frontend():
 
     functional()
 
+    @_settings(factor=3)
+    @given(
+        which=st.sampled_from(["index_select", "index_add", "index_copy", "index_fill", "gather",
+                               "scatter_add", "masked_select", "getitem", "setitem"]),
+        slot=st.integers(0, 3),
+        bad=st.one_of(ANY_VALUES, st.integers(-6, 6), st.sampled_from(BAD_TENSOR_ARGS)),
+        seed=st.integers(0, 2**32 - 1),
+    )  # fmt: skip
+    def index_methods(which, slot, bad, seed):
+        """The index methods and advanced indexing with one argument made bad: a clear error
+        (IndexError for an index out of range), or a result."""
+        from gpumat.tensor._advanced_indexing import getitem, setitem
+
+        rng = np.random.default_rng(seed)
+        x2 = gpumat.tensor(rng.uniform(-1, 1, size=(4, 5)).astype(np.float32))
+        idx = gpumat.tensor([3, 0, 3])
+        valid = {
+            "index_select": [0, idx],
+            "index_add": [1, idx, gpumat.ones(4, 3)],
+            "index_copy": [0, idx, gpumat.ones(3, 5)],
+            "index_fill": [1, idx, 2.0],
+            "gather": [1, gpumat.tensor([[0, 4], [1, 1]])],
+            "scatter_add": [0, gpumat.tensor([[0, 3]]), gpumat.ones(1, 2)],
+            "masked_select": [gpumat.tensor(rng.random((4, 5)) > 0.5)],
+            "getitem": [([1, -1], slice(None))],
+            "setitem": [([1, -1],), 3.0],
+        }[which]
+        args = list(valid)
+        if slot < len(args):
+            if isinstance(bad, str) and bad in BAD_TENSOR_ARGS:
+                like = args[slot] if isinstance(args[slot], gpumat.Tensor) else x2
+                bad = _bad_tensor(bad, like)
+            args[slot] = bad
+        tensors = [a for a in args if isinstance(a, gpumat.Tensor)]
+        if which == "getitem":
+            call = lambda: getitem(x2, args[0])  # noqa: E731
+        elif which == "setitem":
+            call = lambda: setitem(x2, *args)  # noqa: E731
+            tensors = []  # x2 is the written tensor
+        else:
+            call = lambda: getattr(x2, which)(*args)  # noqa: E731
+        _record(_expect_frontend(call, None, f"Tensor.{which}", tensors))
+
+    index_methods()
+
     @_settings(factor=2)
     @given(
         which=st.sampled_from(["Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "Dropout",
@@ -3166,6 +3263,7 @@ BATCHES = {
             "adadelta_update_multi",
         ]
     ),
+    "ops_index": lambda: batch_ops(["index_select", "index_add", "index_copy"]),
     "arrays": batch_arrays,
     "graph": batch_graph,
     "optim": batch_optim,

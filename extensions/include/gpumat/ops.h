@@ -323,6 +323,20 @@ void adadelta_update_multi(const std::vector<GpuMatrix*>& params, const std::vec
                            const std::vector<GpuMatrix*>& square_avgs,
                            const std::vector<GpuMatrix*>& acc_deltas, float lr, float rho, float eps);
 
+// ---------------------------------------------------------------------------- index
+
+// Along dim `dim` of in (negative counts from the end; the array seen as (outer, n, inner)) with
+// index a 1-D array of len integers held in float32: a value in [-n, n) names a row (negative from
+// the end, as x[-1]); any other names none (NaN output, or no write), never an access out of
+// bounds (the Tensor front end raises IndexError first). n <= 2^24 (float32 holds the integers).
+// out = in with dim's length len: out[o, j, i] = in[o, index[j], i]. out is neither input.
+void index_select(const GpuMatrix& in, int64_t dim, const GpuMatrix& index, GpuMatrix& out);
+// out[o, index[j], i] += alpha * src[o, j, i] in place; src is out's shape with dim's length len.
+// Deterministic: every element sums its contributions in increasing j (no atomics).
+void index_add(GpuMatrix& out, int64_t dim, const GpuMatrix& index, const GpuMatrix& src, float alpha);
+// out[o, index[j], i] = src[o, j, i] in place; of repeated indices the last j wins.
+void index_copy(GpuMatrix& out, int64_t dim, const GpuMatrix& index, const GpuMatrix& src);
+
 // ---------------------------------------------------------------------------- op counting
 
 // Calls of the ops above that reached `device` (passed their checks) since the process started:
