@@ -480,7 +480,8 @@ def _broadcast_shape(op: str, *shapes) -> tuple:
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
-        shown = " and ".join(shape_str(s) for s in shapes)
+        shown = [shape_str(s) for s in shapes]
+        shown = ", ".join(shown[:-1]) + " and " + shown[-1]
         raise ValueError(f"{op}: shapes {shown} cannot be broadcast together") from None
 
 
