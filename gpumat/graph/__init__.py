@@ -11,13 +11,25 @@ One module per kernel family, each op's forward (``compute``), gradient and shap
 (see :mod:`gpumat.graph.node` for the contract): :mod:`~gpumat.graph.elementwise`,
 :mod:`~gpumat.graph.activation`, :mod:`~gpumat.graph.layout`, :mod:`~gpumat.graph.reduce`,
 :mod:`~gpumat.graph.matmul`, :mod:`~gpumat.graph.softmax`, :mod:`~gpumat.graph.loss`,
-:mod:`~gpumat.graph.conv`, :mod:`~gpumat.graph.pool`; :mod:`~gpumat.graph.reverse_mode` has
+:mod:`~gpumat.graph.conv`, :mod:`~gpumat.graph.pool`, :mod:`~gpumat.graph.sort`;
+:mod:`~gpumat.graph.reverse_mode` has
 :func:`gradients` and :func:`find_topo_sort`. This module re-exports every family's ``__all__``, so
 an op added to a family (and to that module's ``__all__``) is here too.
 """
 
 # ruff: noqa: F401, F403 (a face: the names below are re-exported through __all__)
-from gpumat.graph import activation, conv, elementwise, layout, loss, matmul, pool, reduce, softmax
+from gpumat.graph import (
+    activation,
+    conv,
+    elementwise,
+    layout,
+    loss,
+    matmul,
+    pool,
+    reduce,
+    softmax,
+    sort,
+)
 from gpumat.graph.activation import *
 from gpumat.graph.conv import *
 from gpumat.graph.elementwise import *
@@ -41,8 +53,9 @@ from gpumat.graph.pool import *
 from gpumat.graph.reduce import *
 from gpumat.graph.reverse_mode import find_topo_sort, gradients
 from gpumat.graph.softmax import *
+from gpumat.graph.sort import *
 
-_FAMILIES = (elementwise, activation, layout, reduce, matmul, softmax, loss, conv, pool)
+_FAMILIES = (elementwise, activation, layout, reduce, matmul, softmax, loss, conv, pool, sort)
 
 __all__ = sorted(
     {n for family in _FAMILIES for n in family.__all__}
