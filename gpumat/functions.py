@@ -7,9 +7,10 @@ argument names (``input``, ``dim``, ``keepdim``): the pointwise ones (``exp``, `
 ``sigmoid``: one per graph op that names a tensor method), ``neg``, the comparisons ``eq``,
 ``ne``, ``lt``, ``le``, ``gt``, ``ge``, ``logical_not``, ``logical_and``, ``logical_or``,
 ``clamp`` / ``clip``, ``minimum``, ``maximum``, ``masked_fill``, ``softmax``, ``log_softmax``,
-``sum``, ``mean``, ``max``, ``argmax``, ``reshape``, ``squeeze``, ``unsqueeze``, ``t``,
-``transpose``, ``matmul`` and ``bmm``; and ``where(condition, input, other)``, whose first
-argument is the condition (:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
+``sum``, ``mean``, ``max``, ``argmax``, ``sort``, ``argsort``, ``topk``, ``reshape``,
+``squeeze``, ``unsqueeze``, ``t``, ``transpose``, ``matmul`` and ``bmm``; and
+``where(condition, input, other)``, whose first argument is the condition
+(:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
 
 Raises (every function): TypeError when ``input`` is not a :class:`gpumat.Tensor`, naming the
 function; otherwise what the method raises.
@@ -25,6 +26,7 @@ __all__ = sorted(
     [
         *_POINTWISE,
         "argmax",
+        "argsort",
         "bmm",
         "clamp",
         "clip",
@@ -48,9 +50,11 @@ __all__ = sorted(
         "neg",
         "reshape",
         "softmax",
+        "sort",
         "squeeze",
         "sum",
         "t",
+        "topk",
         "transpose",
         "unsqueeze",
     ]
@@ -106,3 +110,6 @@ clip = _method("clip", "``input.clamp(min=None, max=None)`` (PyTorch's alias)")
 minimum = _method("minimum", "``input.minimum(other)``")
 maximum = _method("maximum", "``input.maximum(other)``")
 masked_fill = _method("masked_fill", "``input.masked_fill(mask, value)``")
+sort = _method("sort", "``input.sort(dim=-1, descending=False, stable=False)``: (values, indices)")
+argsort = _method("argsort", "``input.argsort(dim=-1, descending=False, stable=False)``")
+topk = _method("topk", "``input.topk(k, dim=-1, largest=True, sorted=True)``: (values, indices)")

@@ -28,8 +28,9 @@ hands to the executor.
 
 Where the code is: the class, with construction, host values, autograd, devices and dtypes, and
 ``apply_op``, in ``gpumat/tensor/_tensor.py``; its other methods by topic beside it: operators and
-math (``_arithmetic.py``), reductions (``_reductions.py``), shapes (``_layout.py``) and in-place
-ops (``_inplace.py``), added to the class when this package is imported.
+math (``_arithmetic.py``), reductions (``_reductions.py``), shapes (``_layout.py``), in-place
+ops (``_inplace.py``) and sorting (``_sorting.py``), added to the class when this package is
+imported.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from gpumat.tensor._arithmetic import ArithmeticMethods, _pointwise, matmul, whe
 from gpumat.tensor._inplace import InplaceMethods
 from gpumat.tensor._layout import LayoutMethods
 from gpumat.tensor._reductions import ReductionMethods
+from gpumat.tensor._sorting import SortingMethods
 from gpumat.tensor._tensor import (  # noqa: F401
     Tensor,
     _copy_of,
@@ -68,7 +70,13 @@ def _add_methods(methods: type) -> None:
 
 
 # Added, not inherited: the topic classes use Tensor itself, so they are defined after it.
-for _methods in (ArithmeticMethods, ReductionMethods, LayoutMethods, InplaceMethods):
+for _methods in (
+    ArithmeticMethods,
+    ReductionMethods,
+    LayoutMethods,
+    InplaceMethods,
+    SortingMethods,
+):
     _add_methods(_methods)
 
 # The pointwise methods (relu, tanh, sigmoid, exp, log, sqrt, ...): one per graph op that names one.
