@@ -26,6 +26,9 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
     "clamp": ((0.5, 1.5), {}),
     "clip": ((), {"max": 1.0}),
     **{name: ((1.0,), {}) for name in ("eq", "ne", "lt", "le", "gt", "ge")},
+    "sort": ((0,), {"descending": True}),
+    "argsort": ((), {"dim": 1}),
+    "topk": ((2,), {}),
 }
 
 
@@ -52,6 +55,13 @@ def test_each_function_is_its_method_and_pytorchs(ctx, name):
     ours = getattr(gpumat, name)(x, *args, **kwargs)
     method = getattr(gpumat.tensor(values, device=ctx), name)(*args, **kwargs)
     theirs = getattr(torch, name)(torch.from_numpy(values.copy()), *args, **kwargs)
+    if name in ("sort", "topk"):  # named tuples (values, indices)
+        assert type(ours).__name__ == name and ours._fields == ("values", "indices")
+        for part in ("indices", "values"):
+            np.testing.assert_array_equal(
+                getattr(ours, part).numpy(), getattr(theirs, part).numpy(), f"{name}"
+            )
+        ours, method, theirs = ours.values, method.values, theirs.values
     np.testing.assert_array_equal(ours.numpy(), method.numpy())
     np.testing.assert_allclose(
         ours.numpy().astype(np.float64),
