@@ -67,16 +67,21 @@ from gpumat.compiler import compile  # noqa: E402, A004
 from gpumat.creation import (  # noqa: E402
     arange,
     empty_like,
+    eye,
     flatten,
     from_numpy,
     full,
     full_like,
+    linspace,
+    multinomial,
     ones,
     ones_like,
     rand,
     rand_like,
+    randint,
     randn,
     randn_like,
+    randperm,
     tensor,
     zeros,
     zeros_like,
@@ -100,6 +105,7 @@ from gpumat.devices import Device as device  # noqa: E402  torch.device's spelli
 from gpumat.dlpack import from_dlpack  # noqa: E402
 from gpumat.dtypes import bool_ as bool  # noqa: E402, A004
 from gpumat.dtypes import dtype, float32, int64  # noqa: E402
+from gpumat.dtypes import float32 as float  # noqa: E402, A004  torch.float's spelling
 from gpumat.dtypes import int64 as long  # noqa: E402
 
 # torch's tensor functions: gpumat.exp(x), gpumat.sum(x, 1), gpumat.matmul(a, b), ...
@@ -134,8 +140,10 @@ __all__ = [
     "empty_cache",
     "empty_like",
     "emu",
+    "eye",
     "enable_grad",
     "flatten",
+    "float",
     "float32",
     "from_dlpack",
     "from_numpy",
@@ -149,10 +157,12 @@ __all__ = [
     "is_gpu_device",
     "is_grad_enabled",
     "launch_count",
+    "linspace",
     "load",
     "long",
     "manual_seed",
     "memory_stats",
+    "multinomial",
     "nn",
     "no_grad",
     "ones",
@@ -162,8 +172,10 @@ __all__ = [
     "profile",
     "rand",
     "rand_like",
+    "randint",
     "randn",
     "randn_like",
+    "randperm",
     "reference",
     "reset_peak_memory_stats",
     "runtime",

@@ -163,6 +163,11 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     # random
     void uniform "gpumat::ops::uniform"(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
     void normal "gpumat::ops::normal"(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
+    void randint "gpumat::ops::randint"(GpuMatrix&, int64_t, int64_t, uint64_t) except +gpumat_raise_py_error nogil
+    # sort
+    void argsort(const GpuMatrix&, GpuMatrix&, int64_t, bool) except +gpumat_raise_py_error nogil
+    void gather(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void gather_gradient(const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     # optim
     void adam_update(GpuMatrix&, const GpuMatrix&, GpuMatrix&, GpuMatrix&, float, float, float, float,
                      int64_t) except +gpumat_raise_py_error nogil

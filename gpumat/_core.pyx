@@ -617,6 +617,7 @@ include "_core_ops/loss.pxi"
 include "_core_ops/conv.pxi"
 include "_core_ops/pool.pxi"
 include "_core_ops/random.pxi"
+include "_core_ops/sort.pxi"
 include "_core_ops/optim.pxi"
 include "_core_ops/index.pxi"
 

@@ -1,5 +1,6 @@
 """Tensor dtypes: ``gpumat.float32``, ``gpumat.int64``, ``gpumat.bool`` and :func:`as_dtype`,
-which parses every spelling of them the front end accepts.
+which parses every spelling of them the front end accepts (PyTorch's aliases ``gpumat.float`` and
+``gpumat.long``, names, Python and numpy types, torch's dtypes of those three).
 
 ``gpumat.float32`` (values and gradients), ``gpumat.int64`` (class indices, ``argmax``
 results, sums of those) and ``gpumat.bool`` (comparisons). int64 and bool tensors live in float32
@@ -9,7 +10,9 @@ range of its values (from its host data, or from the op that made it: ``argmax``
 n gives [0, n - 1]), which lets ``nll_loss`` check class indices without reading the device, and
 ``sum`` refuse what could round. Arithmetic and float ops on int64 and bool tensors are TypeErrors
 (convert with ``.float()``).
-:data:`EXACT_INT` is the bound up to which integers are exact.
+:data:`EXACT_INT` is the bound up to which integers are exact. There is no int32 (``torch.int``),
+float64 or float16: a dtype gpumat would only pretend to have is a TypeError naming the ones it
+has, rather than an int64 or float32 tensor under another name.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import numpy as np
 __all__ = [
     "DTYPE_NAMES",
     "EXACT_INT",
+    "TYPE_NAMES",
     "as_dtype",
     "bool_",
     "dtype",
     "float32",
+    "from_type_name",
     "host_storage",
     "int64",
     "scalar_for",
@@ -83,6 +88,11 @@ def as_dtype(value, op: str = "dtype"):
         return int64
     if value is builtins.bool:
         return bool_
+    # torch's dtypes by name (torch.float32, torch.long), without importing torch
+    if type(value).__module__ == "torch" and str(value).startswith("torch."):
+        name = str(value)[len("torch.") :]
+        if name in DTYPE_NAMES:
+            return DTYPE_NAMES[name]
     try:
         npd = np.dtype(value)
     except TypeError:
@@ -90,7 +100,33 @@ def as_dtype(value, op: str = "dtype"):
     for d in (float32, int64, bool_):
         if npd == d._numpy:
             return d
-    raise TypeError(f"{op}: gpumat tensors are float32, int64 or bool; got dtype {value!r}")
+    raise TypeError(
+        f"{op}: gpumat tensors are float32 (gpumat.float32, gpumat.float), int64 (gpumat.int64, "
+        f"gpumat.long) or bool (gpumat.bool); got dtype {value!r}, which gpumat does not support "
+        "(its storage is float32: there is no float64, float16, int32 or uint8 tensor)"
+    )
+
+
+#: ``Tensor.type()``'s names (PyTorch's ``'torch.FloatTensor'`` under gpumat's name), by dtype.
+TYPE_NAMES = {"float32": "FloatTensor", "int64": "LongTensor", "bool": "BoolTensor"}
+
+
+def from_type_name(value: str, op: str = "type"):
+    """The dtype a tensor type name names: ``'gpumat.FloatTensor'``, ``'gpumat.LongTensor'``,
+    ``'gpumat.BoolTensor'`` (or the same with ``torch.``, as PyTorch programs write them).
+
+    Raises:
+        TypeError: any other name (``'torch.DoubleTensor'``, ``'torch.IntTensor'``: dtypes
+            gpumat does not have).
+    """
+    prefix, _, short = value.rpartition(".")
+    for name, type_name in TYPE_NAMES.items():
+        if short == type_name and prefix in ("gpumat", "torch", "torch.cuda"):
+            return DTYPE_NAMES[name]
+    raise TypeError(
+        f"{op}: unknown or unsupported tensor type {value!r}; gpumat has gpumat.FloatTensor, "
+        "gpumat.LongTensor and gpumat.BoolTensor (float32, int64, bool)"
+    )
 
 
 def scalar_for(dt, value, op: str, truncate: bool = False):

@@ -7,7 +7,7 @@ argument names (``input``, ``dim``, ``keepdim``): the pointwise ones (``exp``, `
 ``sigmoid``: one per graph op that names a tensor method), ``neg``, the comparisons ``eq``,
 ``ne``, ``lt``, ``le``, ``gt``, ``ge``, ``logical_not``, ``logical_and``, ``logical_or``,
 ``clamp`` / ``clip``, ``minimum``, ``maximum``, ``masked_fill``, ``softmax``, ``log_softmax``,
-``sum``, ``mean``, ``max``, ``argmax``, ``reshape``, ``squeeze``, ``unsqueeze``, ``t``,
+``sum``, ``mean``, ``max``, ``argmax``, ``sort``, ``argsort``, ``topk``, ``reshape``, ``squeeze``, ``unsqueeze``, ``t``,
 ``transpose``, ``matmul`` and ``bmm``; the views and splits ``permute``, ``movedim``,
 ``swapaxes``, ``narrow``, ``select``, ``unbind``, ``split``, ``tensor_split``, ``chunk``,
 ``broadcast_to``, and ``flip``, ``tile``; ``cat`` / ``concat`` and ``stack`` (lists of tensors);
@@ -35,6 +35,7 @@ __all__ = sorted(
     [
         *_POINTWISE,
         "argmax",
+        "argsort",
         "bmm",
         "clamp",
         "clip",
@@ -58,9 +59,11 @@ __all__ = sorted(
         "neg",
         "reshape",
         "softmax",
+        "sort",
         "squeeze",
         "sum",
         "t",
+        "topk",
         "transpose",
         "unsqueeze",
         # views, splitting and joining (gpumat.tensor._views)
@@ -163,3 +166,6 @@ gather = _method("gather", "``input.gather(dim, index)``")
 scatter_add = _method("scatter_add", "``input.scatter_add(dim, index, src)``")
 masked_select = _method("masked_select", "``input.masked_select(mask)``")
 nonzero = _method("nonzero", "``input.nonzero(*, as_tuple=False)``")
+sort = _method("sort", "``input.sort(dim=-1, descending=False, stable=False)``: (values, indices)")
+argsort = _method("argsort", "``input.argsort(dim=-1, descending=False, stable=False)``")
+topk = _method("topk", "``input.topk(k, dim=-1, largest=True, sorted=True)``: (values, indices)")

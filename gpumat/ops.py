@@ -106,6 +106,7 @@ __all__ = [
     "amax",
     "amax_gradient",
     "argmax",
+    "argsort",
     "as_strided",
     "as_strided_scatter",
     "avg_pool2d",
@@ -130,6 +131,8 @@ __all__ = [
     "eq",
     "exp",
     "fill",
+    "gather",
+    "gather_gradient",
     "index_add",
     "index_copy",
     "index_select",
@@ -152,6 +155,7 @@ __all__ = [
     "nll_loss_gradient",
     "normal",
     "one_hot",
+    "randint",
     "reduce_sum_channels",
     "relu",
     "relu_bias_gradient",
@@ -817,6 +821,62 @@ def normal(out, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
     ValueError if std < 0, mean or std is not finite, or the seed is not in [0, 2**64).
     """
     _core.normal_(out, mean, std, as_seed(seed, "normal"))
+
+
+def randint(out, low: int, high: int, seed: int = 0) -> None:
+    """Fills out with integers drawn uniformly from [low, high) (``torch.randint``'s range), as
+    float32 numbers holding them exactly.
+
+    Element i is ``low + h(seed, i) mod (high - low)``, h the 64-bit SplitMix64 counter hash of
+    :func:`uniform` (bias below 2**-38), so every device gives the same values for the same seed.
+    Raises TypeError for non-integer bounds; ValueError if low >= high, a bound is past 2**24 in
+    magnitude (float32 storage holds integers exactly only up to 2**24), or the seed is not in
+    [0, 2**64).
+    """
+    lo, hi = as_int(low, "low", "randint"), as_int(high, "high", "randint")
+    _core.randint_(out, lo, hi, as_seed(seed, "randint"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Sorting along a dim: argsort (the first k of the stable order), gather and its transpose.
+# --------------------------------------------------------------------------------------------------
+
+
+def argsort(a, indices, dim: int = -1, descending: bool = False) -> None:
+    """indices = the positions along ``dim`` of the first k elements of each slice of a in sorted
+    order, as float32 numbers holding the integers; k = indices' length along ``dim`` (0 <= k <=
+    n), its other dims a's. k = n is ``torch.argsort(stable=True)``, k < n ``torch.topk``'s
+    indices (``descending`` for the largest).
+
+    The order is always the stable one (ties keep their index order) and a NaN sorts as the
+    largest value, PyTorch's rules, so the result is the same on every device. On CUDA each
+    element counts the elements sorting before it (n**2 comparisons per slice); on the host
+    std::stable_sort per slice. Raises TypeError for a non-integer dim or non-bool descending;
+    ValueError for a bad dim, indices of the wrong shape or aliasing a, or a dim longer than
+    2**24 (its indices would not be exact).
+    """
+    d = as_int(dim, "dim", "argsort")
+    _core.argsort_(a, indices, d, as_flag(descending, "descending", "argsort"))
+
+
+def gather(a, index, out, dim: int) -> None:
+    """out[..., r, ...] = a[..., index[..., r, ...], ...] along ``dim`` (``torch.gather`` where
+    index, out are a's shape but for their length k along ``dim``). index holds integers as
+    float32; one outside [0, n) or not an integer gives NaN (the Tensor layer checks the range
+    first). Raises ValueError for a bad dim, shapes that do not fit or out aliasing an input;
+    TypeError for a non-integer dim.
+    """
+    _core.gather_(a, index, out, as_int(dim, "dim", "gather"))
+
+
+def gather_gradient(index, dy, out, dim: int) -> None:
+    """out = gather's gradient with respect to a: zeros of a's shape (out's) with each dy[..., r,
+    ...] added at position index[..., r, ...] along ``dim`` (``torch.scatter_add`` on zeros),
+    repeated indices summed in r order, so the result is deterministic. index and dy have one
+    shape (out's but along ``dim``); invalid indices add nothing. Raises ValueError for a bad
+    dim, shapes that do not fit or out aliasing an input; TypeError for a non-integer dim.
+    """
+    _core.gather_gradient_(index, dy, out, as_int(dim, "dim", "gather_gradient"))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -758,6 +758,70 @@ def normal(out, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
     out[...] = (np.float32(mean) + np.float32(std) * z).reshape(out.shape)
 
 
+def randint(out, low: int, high: int, seed: int = 0) -> None:
+    """Fills out with low + SplitMix64(seed ^ SplitMix64(i)) mod (high - low), the devices'
+    integers in [low, high), bit for bit."""
+    lo, hi = as_int(low, "low", "randint"), as_int(high, "high", "randint")
+    if not lo < hi or lo < -(2**24) or hi - 1 > 2**24:
+        raise ValueError(f"randint: need low < high within 2**24 in magnitude, got {lo}, {hi}")
+    with np.errstate(over="ignore"):
+        counters = np.arange(out.size, dtype=np.uint64)
+        bits = _splitmix64(np.uint64(as_seed(seed, "randint")) ^ _splitmix64(counters))
+    vals = np.int64(lo) + (bits % np.uint64(hi - lo)).astype(np.int64)
+    out[...] = vals.reshape(out.shape)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sorting: the stable order, a NaN the largest value (PyTorch's rules)
+# --------------------------------------------------------------------------------------------------
+
+
+def argsort(a, indices, dim: int = -1, descending: bool = False) -> None:
+    """indices = the first k (indices' length along dim) positions of each slice of a in the
+    stable sorted order, NaN the largest (numpy's stable argsort; descending by a lexsort on
+    (NaN first, -a), also stable)."""
+    d = as_int(dim, "dim", "argsort") % max(a.ndim, 1)
+    x = np.moveaxis(np.asarray(a), d, -1)
+    if descending:
+        order = np.lexsort((-np.nan_to_num(x, nan=0.0), ~np.isnan(x)), axis=-1)
+    else:
+        order = np.argsort(x, axis=-1, kind="stable")
+    k = indices.shape[d]
+    indices[...] = np.moveaxis(order[..., :k], -1, d)
+
+
+def gather(a, index, out, dim: int) -> None:
+    """out[..., r, ...] = a[..., index[..., r, ...], ...] along dim (NaN for an invalid index)."""
+    d = as_int(dim, "dim", "gather") % max(a.ndim, 1)
+    valid, where = _valid_positions(index, a.shape[d], d)
+    out[...] = np.nan
+    out[tuple(p[valid] for p in where)] = a[tuple(p[valid] for p in _at_positions(where, index, d))]
+
+
+def gather_gradient(index, dy, out, dim: int) -> None:
+    """out = zeros of out's shape with dy added at the positions index names along dim
+    (repeated ones summed; invalid ones add nothing)."""
+    d = as_int(dim, "dim", "gather_gradient") % max(out.ndim, 1)
+    valid, where = _valid_positions(index, out.shape[d], d)
+    acc = np.zeros(out.shape, dtype=np.float64)
+    at = tuple(p[valid] for p in _at_positions(where, index, d))
+    np.add.at(acc, at, np.asarray(dy, np.float64)[tuple(p[valid] for p in where)])
+    out[...] = acc
+
+
+def _valid_positions(index, n: int, d: int):
+    """(mask of index's elements naming an integer in [0, n), index's dense coordinates)."""
+    valid = (index >= 0) & (index < n) & (np.floor(index) == index)
+    return valid, np.indices(index.shape)
+
+
+def _at_positions(where, index, d: int):
+    """index's coordinates with dim d replaced by the index values: the positions they name."""
+    at = list(where)
+    at[d] = np.where(np.isfinite(index), index, 0).astype(np.int64)
+    return at
+
+
 # --------------------------------------------------------------------------------------------------
 # Optimizers (in place, in the parameters' dtype)
 # --------------------------------------------------------------------------------------------------

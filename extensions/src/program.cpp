@@ -185,6 +185,11 @@ const std::map<std::string, OpEntry>& op_table() {
       // random
       GPUMAT_STEP(uniform),
       GPUMAT_STEP(normal),
+      GPUMAT_STEP(randint),
+      // sort
+      GPUMAT_STEP(argsort),
+      GPUMAT_STEP(gather),
+      GPUMAT_STEP(gather_gradient),
       // optim
       GPUMAT_STEP(adam_update),
       // index

@@ -32,4 +32,10 @@ GPUMAT_HD float standard_normal(uint64_t seed, uint64_t i) {
   return sqrtf(-2.0f * logf(u1)) * cosf(6.283185307179586f * u2);
 }
 
+// An integer in [0, range) (range >= 1) from the 64 bits of (seed, counter): bits mod range, whose
+// bias is below range / 2^64 (< 2^-38 for the ranges gpumat allows, at most 2^25).
+GPUMAT_HD int64_t below(uint64_t seed, uint64_t counter, uint64_t range) {
+  return static_cast<int64_t>(splitmix64(seed ^ splitmix64(counter)) % range);
+}
+
 }  // namespace gpumat::rng

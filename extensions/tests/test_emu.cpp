@@ -132,6 +132,7 @@ void elementwise_cases() {
     check("copy" + t, {{n}}, {{n}}, [](Arrays& a) { ops::copy(a[0], a[1]); });
     check("uniform" + t, {}, {{n}}, [](Arrays& a) { ops::uniform(a[0], -2.0f, 3.0f, 77); }, 0.0f);
     check("normal" + t, {}, {{n}}, [](Arrays& a) { ops::normal(a[0], 1.0f, 2.0f, 78); }, 1e-6f);
+    check("randint" + t, {}, {{n}}, [](Arrays& a) { ops::randint(a[0], -70, 1000, 79); }, 0.0f);
     check(
         "adam_update" + t, {{n}, {n}, {n}, {n}}, {},
         [](Arrays& a) { ops::adam_update(a[0], a[1], a[2], a[3], 1e-3f, 0.9f, 0.999f, 1e-8f, 3); }, 1e-5f,
@@ -142,6 +143,48 @@ void elementwise_cases() {
           [](Arrays& a) { ops::mse_loss_gradient(a[0], a[1], a[2], a[3]); });
     check("l1_loss_gradient" + t, {{n}, {n}, {1}}, {{n}},
           [](Arrays& a) { ops::l1_loss_gradient(a[0], a[1], a[2], a[3]); });
+  }
+}
+
+// The sort family along every axis, emu vs host exactly: argsort (all, and the first k) of the
+// values and of their signs (slices of ties: the stable order's case), values by gather, and
+// gather_gradient of those indices.
+void sort_cases() {
+  namespace ops = gpumat::ops;
+  for (const Shape& shape : {Shape{1}, Shape{300}, Shape{3, 257}, Shape{70, 4}, Shape{2, 33, 5}}) {
+    for (int64_t ax = 0; ax < static_cast<int64_t>(shape.size()); ++ax) {
+      Shape part = shape;
+      part[static_cast<size_t>(ax)] = (shape[static_cast<size_t>(ax)] + 1) / 2;
+      for (const Shape& out : {shape, part}) {
+        std::string t = " ";
+        for (int64_t d : shape) t += std::to_string(d) + " ";
+        t += "axis " + std::to_string(ax) + " k " + std::to_string(out[static_cast<size_t>(ax)]);
+        auto tied_indices = [ax, out](const GpuMatrix& x, bool desc) {
+          GpuMatrix signs(x.shape(), x.device()), idx(out, x.device());
+          ops::sign(x, signs);
+          ops::argsort(signs, idx, ax, desc);
+          return idx;
+        };
+        for (bool desc : {false, true}) {
+          const std::string d = desc ? " descending" : "";
+          check(
+              "argsort" + d + t, {shape}, {out},
+              [ax, desc](Arrays& a) { ops::argsort(a[0], a[1], ax, desc); }, 0.0f);
+          check(
+              "argsort ties" + d + t, {shape}, {out},
+              [tied_indices, desc](Arrays& a) { a[1].copy_from(tied_indices(a[0], desc)); }, 0.0f);
+        }
+        check(
+            "gather" + t, {shape}, {out},
+            [ax, tied_indices](Arrays& a) { ops::gather(a[0], tied_indices(a[0], true), a[1], ax); }, 0.0f);
+        check(
+            "gather_gradient" + t, {shape, out}, {shape},
+            [ax, tied_indices](Arrays& a) {
+              ops::gather_gradient(tied_indices(a[0], false), a[1], a[2], ax);
+            },
+            0.0f);
+      }
+    }
   }
 }
 
@@ -1330,6 +1373,7 @@ int main(int argc, char** argv) {
     layout_cases();
     strided_cases();
     matmul_cases();
+    sort_cases();
     fused_cases();
     conv_pool_cases();
     emulator_cases();

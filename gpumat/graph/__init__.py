@@ -12,7 +12,8 @@ One module per kernel family, each op's forward (``compute``), gradient and shap
 :mod:`~gpumat.graph.activation`, :mod:`~gpumat.graph.layout`, :mod:`~gpumat.graph.strided`,
 :mod:`~gpumat.graph.reduce`,
 :mod:`~gpumat.graph.matmul`, :mod:`~gpumat.graph.softmax`, :mod:`~gpumat.graph.loss`,
-:mod:`~gpumat.graph.conv`, :mod:`~gpumat.graph.pool`; :mod:`~gpumat.graph.reverse_mode` has
+:mod:`~gpumat.graph.conv`, :mod:`~gpumat.graph.pool`, :mod:`~gpumat.graph.sort`;
+:mod:`~gpumat.graph.reverse_mode` has
 :func:`gradients` and :func:`find_topo_sort`. This module re-exports every family's ``__all__``, so
 an op added to a family (and to that module's ``__all__``) is here too.
 """
@@ -28,6 +29,7 @@ from gpumat.graph import (
     pool,
     reduce,
     softmax,
+    sort,
     strided,
 )
 from gpumat.graph import index as index_family
@@ -58,7 +60,7 @@ from gpumat.graph.softmax import *
 from gpumat.graph.strided import *
 
 _FAMILIES = (elementwise, activation, layout, strided, reduce, matmul, softmax, loss, conv, pool)
-_FAMILIES += (index_family,)
+_FAMILIES += (index_family, sort)
 
 __all__ = sorted(
     {n for family in _FAMILIES for n in family.__all__}

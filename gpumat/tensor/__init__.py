@@ -31,8 +31,8 @@ hands to the executor.
 Where the code is: the class, with construction, host values, autograd, devices and dtypes, and
 ``apply_op``, in ``gpumat/tensor/_tensor.py``; its other methods by topic beside it: operators and
 math (``_arithmetic.py``), reductions (``_reductions.py``), shapes (``_layout.py``), in-place
-ops (``_inplace.py``) and indexing, views and joining (``_views.py``), added to the class when this
-package is imported.
+ops (``_inplace.py``), indexing, views and joining (``_views.py``) and sorting
+(``_sorting.py``), added to the class when this package is imported.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from gpumat.tensor._index import IndexMethods
 from gpumat.tensor._inplace import InplaceMethods
 from gpumat.tensor._layout import LayoutMethods
 from gpumat.tensor._reductions import ReductionMethods
+from gpumat.tensor._sorting import SortingMethods
 from gpumat.tensor._tensor import (  # noqa: F401
     Tensor,
     _copy_of,
@@ -73,7 +74,14 @@ def _add_methods(methods: type) -> None:
 
 
 # Added, not inherited: the topic classes use Tensor itself, so they are defined after it.
-for _methods in (ArithmeticMethods, ReductionMethods, LayoutMethods, InplaceMethods, ViewMethods):
+for _methods in (
+    ArithmeticMethods,
+    ReductionMethods,
+    LayoutMethods,
+    InplaceMethods,
+    ViewMethods,
+    SortingMethods,
+):
     _add_methods(_methods)
 _add_methods(IndexMethods)  # index_select, gather, scatter_add, masked_select, nonzero, ...
 

@@ -33,10 +33,12 @@ from gpumat.autograd import backward as _engine_backward
 from gpumat.devices import Device, as_device
 from gpumat.dtypes import (
     DTYPE_NAMES,
+    TYPE_NAMES,
     as_dtype,
     bool_,
     dtype,
     float32,
+    from_type_name,
     host_storage,
     int64,
     scalar_for,
@@ -609,8 +611,10 @@ class Tensor:
                 continue
             if isinstance(a, Tensor):
                 device, dt = a._device, a._dtype
-            elif isinstance(a, (dtype, type, np.dtype)) or (
-                isinstance(a, str) and a in DTYPE_NAMES
+            elif (
+                isinstance(a, (dtype, type, np.dtype))
+                or (isinstance(a, str) and a in DTYPE_NAMES)
+                or str(a).startswith("torch.")  # torch's dtypes (as_dtype takes three of them)
             ):
                 dt = as_dtype(a, "to")
             else:
@@ -667,6 +671,22 @@ class Tensor:
     def bool(self) -> Tensor:
         """``to(gpumat.bool)`` (nonzero is True)."""
         return self.to(bool_)
+
+    def type(self, dtype=None, non_blocking: bool = False):
+        """``type()``: the tensor's type name, ``'gpumat.FloatTensor'``, ``'gpumat.LongTensor'``
+        or ``'gpumat.BoolTensor'`` (PyTorch's ``'torch.FloatTensor'`` under gpumat's name, on every
+        device). ``type(dtype)``: ``to(dtype)``, the dtype a gpumat dtype or any spelling
+        ``to`` takes, or a type name (``'gpumat.LongTensor'``, or ``'torch.LongTensor'`` as
+        PyTorch code writes it).
+
+        Raises:
+            TypeError: a dtype or type name gpumat does not have (float64, int32, ...).
+        """
+        if dtype is None:
+            return f"gpumat.{TYPE_NAMES[self._dtype.name]}"
+        if isinstance(dtype, str) and dtype not in DTYPE_NAMES:
+            return self.to(from_type_name(dtype, "type"))
+        return self.to(as_dtype(dtype, "type"))
 
     def is_floating_point(self) -> bool:
         """True for float32 tensors."""

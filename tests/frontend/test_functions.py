@@ -38,6 +38,9 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
     "flip": (((0, 1),), {}),
     "tile": (((2, 1),), {}),
     "broadcast_to": (((2, 3, 4),), {}),
+    "sort": ((0,), {"descending": True}),
+    "argsort": ((), {"dim": 1}),
+    "topk": ((2,), {}),
 }
 
 
@@ -76,6 +79,13 @@ def test_each_function_is_its_method_and_pytorchs(ctx, name):
     ours = getattr(gpumat, name)(x, *args, **kwargs)
     method = getattr(gpumat.tensor(values, device=ctx), name)(*args, **kwargs)
     theirs = getattr(torch, name)(torch.from_numpy(values.copy()), *args, **kwargs)
+    if name in ("sort", "topk"):  # named tuples (values, indices)
+        assert type(ours).__name__ == name and ours._fields == ("values", "indices")
+        for part in ("indices", "values"):
+            np.testing.assert_array_equal(
+                getattr(ours, part).numpy(), getattr(theirs, part).numpy(), f"{name}"
+            )
+        ours, method, theirs = ours.values, method.values, theirs.values
     if isinstance(theirs, tuple):  # unbind, split, chunk: tuples of tensors
         assert len(ours) == len(method) == len(theirs)
     else:

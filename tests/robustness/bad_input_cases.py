@@ -401,6 +401,10 @@ def _valid_args(name, draw, arrays: Arrays):
         return [arrays.of(idx), new((n, c))]
     if name in ("uniform", "normal"):
         return [new(_shape(draw)), -1.0, 2.0, draw(st.integers(0, 2**64 - 1))]
+    if name == "randint":
+        low = draw(st.integers(-(2**24), 2**24 - 1))
+        high = draw(st.integers(low + 1, 2**24 + 1))
+        return [new(_shape(draw)), low, high, draw(st.integers(0, 2**64 - 1))]
     if name == "axpy":
         s = _shape(draw)
         return [draw(st.floats(-3, 3)), new(s), new(s)]
@@ -510,6 +514,25 @@ def _valid_args(name, draw, arrays: Arrays):
         axis = _axis_of(draw, s)
         x = arrays.rng.integers(-2, 3, size=s).astype(np.float32)
         return [arrays.of(x), new(_reduced(s, axis, draw(st.booleans()))), axis]
+    if name == "argsort":
+        # Small integers (ties: the stable order) with NaNs; the first k of n, k <= n.
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        x = arrays.rng.integers(-2, 3, size=s).astype(np.float32)
+        x[arrays.rng.random(s) < 0.1] = np.nan
+        a = axis % len(s)
+        part = s[:a] + (draw(st.integers(0, s[a])),) + s[a + 1 :]
+        return [arrays.of(x), new(part), axis, draw(st.booleans())]
+    if name in ("gather", "gather_gradient"):
+        # Indices in range, with some out of range and halves (NaN out, nothing back).
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        a = axis % len(s)
+        part = s[:a] + (draw(small),) + s[a + 1 :]
+        idx = arrays.rng.integers(-2, 2 * s[a] + 2, size=part).astype(np.float32) / 2
+        if name == "gather":
+            return [new(s), arrays.of(idx), new(part), axis]
+        return [arrays.of(idx), new(part), new(s), axis]
     if name == "broadcast_dim":
         s = _shape(draw)
         axis = _axis_of(draw, s)
@@ -1074,6 +1097,58 @@ def _ref_argmax(name, a):
     return {1: np.argmax(x, axis=axis).reshape(out.shape).astype(np.float64)}
 
 
+def _sort_part(part, full, axis: int, at_most: bool) -> None:
+    """Invalid unless ``part`` is ``full`` but for its length along ``axis`` (at most full's)."""
+    if len(part) != len(full) or part[:axis] + part[axis + 1 :] != full[:axis] + full[axis + 1 :]:
+        raise Invalid("not the shape but along the axis")
+    if at_most and part[axis] > full[axis]:
+        raise Invalid("k > n")
+
+
+def _ref_argsort(name, a):
+    if not isinstance(a[3], (bool, np.bool_)):
+        raise Invalid("flag")
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    axis = _check_axis(a[2], x.shape)
+    _sort_part(out.shape, x.shape, axis, True)
+    want = np.full(x.shape, np.nan)
+    gpumat.reference.argsort(x, want, axis, bool(a[3]))
+    return {1: np.take(want, range(out.shape[axis]), axis=axis)}
+
+
+def _ref_gather(name, a):
+    x, idx, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    axis = _check_axis(a[3], x.shape)
+    _sort_part(out.shape, x.shape, axis, False)
+    _same(idx.shape, out.shape)
+    want = np.empty(out.shape)
+    gpumat.reference.gather(x, idx, want, axis)
+    return {2: want}
+
+
+def _ref_gather_gradient(name, a):
+    idx, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    axis = _check_axis(a[3], out.shape)
+    _sort_part(dy.shape, out.shape, axis, False)
+    _same(idx.shape, dy.shape)
+    want = np.empty(out.shape)
+    gpumat.reference.gather_gradient(idx, dy, want, axis)
+    return {2: want}
+
+
+def _ref_randint(name, a):
+    out = _arr(a[0])
+    low, high, seed = _int(a[1]), _int(a[2]), _int(a[3])
+    if not low < high or low < -(2**24) or high - 1 > 2**24 or not 0 <= seed < 2**64:
+        raise Invalid("range or seed")
+    want = np.empty(out.shape)
+    gpumat.reference.randint(want, low, high, seed)
+    return {0: want}
+
+
 def _ref_broadcast_axis(name, a):
     g, out = _arr(a[0]), _arr(a[1])
     _no_alias(a[1], a[0])
@@ -1211,6 +1286,10 @@ _REFERENCES = {
     "mean": _ref_reduce_sum,
     "amax": _ref_reduce_sum,
     "argmax": _ref_argmax,
+    "argsort": _ref_argsort,
+    "gather": _ref_gather,
+    "gather_gradient": _ref_gather_gradient,
+    "randint": _ref_randint,
     "broadcast_dim": _ref_broadcast_axis,
     "amax_gradient": _ref_reduce_max_gradient,
     "index_select": _ref_index,
@@ -1981,6 +2060,9 @@ def batch_graph():
         "clamp_op": lambda u, v: graph.clamp_op(x, u, v),
         "clamp_gradient_op": lambda u, v: graph.clamp_gradient_op(x, w, u, v),
         "argmax_op": lambda u, v: ad.argmax_op(x, u, v),
+        "argsort_op": lambda u, v: graph.argsort_op(x, u, v),
+        "gather_op": lambda u, v: graph.gather_op(x, u, v),
+        "gather_gradient_op": lambda u, v: graph.gather_gradient_op(u, x, w, v),
         "one_hot_op": lambda u, v: ad.one_hot_op(u, v),
         "index_select_op": lambda u, v: graph.index_select_op(x, u, v),
         "index_select_gradient_op": lambda u, v: graph.index_select_gradient_op(u, w, x, v),
@@ -2077,6 +2159,14 @@ def batch_graph():
             if name.startswith("index_"):  # a node, then an int axis
                 if not isinstance(u, ad.Node):
                     return f"{name} accepted {type(u).__name__} as a node"
+            if name == "argsort_op":
+                if isinstance(u, bool) or not isinstance(u, numbers.Integral):
+                    return f"argsort_op accepted axis={u!r}"
+                if not isinstance(v, bool):
+                    return f"argsort_op accepted descending={v!r}"
+            if name in ("gather_op", "gather_gradient_op"):
+                if not isinstance(u, ad.Node):
+                    return f"{name} accepted a node argument {u!r}"
                 if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                     return f"{name} accepted axis={v!r}"
             if name == "Executor training" and not isinstance(v, (bool, np.bool_)):
@@ -3252,6 +3342,7 @@ BATCHES = {
             "argmax",
         ]
     ),
+    "ops_sort": lambda: batch_ops(["argsort", "gather", "gather_gradient", "randint"]),
     "ops_fused": lambda: batch_ops(
         [
             "matmul_bias",

@@ -282,6 +282,24 @@ void avg_pool2d_gradient(const GpuMatrix& dy, GpuMatrix& dx, int64_t kernel_h, i
 // values for the same seed. uniform in [low, high); normal through Box-Muller.
 void uniform(GpuMatrix& out, float low, float high, uint64_t seed);
 void normal(GpuMatrix& out, float mean, float stddev, uint64_t seed);
+// Integers in [low, high) (high > low, both within 2^24 in magnitude: exact in float32), uniform up to
+// a bias below 2^-38: element i is low + (64 bits of (seed, i)) mod (high - low).
+void randint(GpuMatrix& out, int64_t low, int64_t high, uint64_t seed);
+
+// ---------------------------------------------------------------------------- sort
+
+// Along `axis` of in (any rank >= 1; a negative axis counts from the end): the indices (as floats,
+// exact: the axis is at most 2^24 long) of the first k elements of each slice in sorted order, k
+// = indices' length along the axis (indices is in's shape but for that length, 0 <= k <= n).
+// Ascending, or descending when `descending`; always the stable order (ties by index), a NaN
+// sorting as the largest value (PyTorch's torch.sort(stable=True) and torch.topk order).
+void argsort(const GpuMatrix& in, GpuMatrix& indices, int64_t axis, bool descending);
+// out[..., r, ...] = in[..., index[..., r, ...], ...] along `axis` (torch.gather with index of
+// out's shape, in's shape but along the axis). An index outside [0, n) or not an integer gives NaN.
+void gather(const GpuMatrix& in, const GpuMatrix& index, GpuMatrix& out, int64_t axis);
+// gather's gradient: out (in's shape) = dy's values summed into the positions index names along
+// `axis` (torch.scatter_add on zeros), summed in index order (deterministic); others 0.
+void gather_gradient(const GpuMatrix& index, const GpuMatrix& dy, GpuMatrix& out, int64_t axis);
 
 // ---------------------------------------------------------------------------- optim
 

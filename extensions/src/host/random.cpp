@@ -20,4 +20,11 @@ void random_normal(int, float* out, int64_t n, float mean, float stddev, uint64_
   });
 }
 
+void random_integers(int, float* out, int64_t n, int64_t low, int64_t high, uint64_t seed) {
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  parallel_for(n, n, [&](int64_t i) {
+    out[i] = static_cast<float>(low + rng::below(seed, static_cast<uint64_t>(i), range));
+  });
+}
+
 }  // namespace gpumat::host
