@@ -7,11 +7,13 @@ argument names (``input``, ``dim``, ``keepdim``): the pointwise ones (``exp``, `
 ``sigmoid``: one per graph op that names a tensor method), ``neg``, the comparisons ``eq``,
 ``ne``, ``lt``, ``le``, ``gt``, ``ge``, ``logical_not``, ``logical_and``, ``logical_or``,
 ``clamp`` / ``clip``, ``minimum``, ``maximum``, ``masked_fill``, ``softmax``, ``log_softmax``,
-``sum``, ``mean``, ``max``, ``argmax``, ``sort``, ``argsort``, ``topk``, ``reshape``, ``squeeze``, ``unsqueeze``, ``t``,
-``transpose``, ``matmul`` and ``bmm``; the views and splits ``permute``, ``movedim``,
-``swapaxes``, ``narrow``, ``select``, ``unbind``, ``split``, ``tensor_split``, ``chunk``,
-``broadcast_to``, and ``flip``, ``tile``; ``cat`` / ``concat`` and ``stack`` (lists of tensors);
-and ``where(condition, input, other)``, whose first argument is the condition
+``sum``, ``mean``, ``max``, ``argmax``, ``sort``, ``argsort``, ``topk``, ``reshape``,
+``squeeze``, ``unsqueeze``, ``t``, ``transpose``, ``matmul`` and ``bmm``; the views and splits
+``permute``, ``movedim``, ``swapaxes``, ``narrow``, ``select``, ``unbind``, ``split``,
+``tensor_split``, ``chunk``, ``broadcast_to``, and ``flip``, ``tile``; the index functions
+``index_select``, ``index_add``, ``index_copy``, ``index_fill``, ``gather``, ``scatter_add``,
+``masked_select``, ``nonzero``; ``cat`` / ``concat`` and ``stack`` (lists of tensors); and
+``where(condition, input, other)``, whose first argument is the condition
 (:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
 
 Raises (every function): TypeError when ``input`` is not a :class:`gpumat.Tensor`, naming the
