@@ -8,8 +8,11 @@ argument names (``input``, ``dim``, ``keepdim``): the pointwise ones (``exp``, `
 ``ne``, ``lt``, ``le``, ``gt``, ``ge``, ``logical_not``, ``logical_and``, ``logical_or``,
 ``clamp`` / ``clip``, ``minimum``, ``maximum``, ``masked_fill``, ``softmax``, ``log_softmax``,
 ``sum``, ``mean``, ``max``, ``argmax``, ``reshape``, ``squeeze``, ``unsqueeze``, ``t``,
-``transpose``, ``matmul`` and ``bmm``; and ``where(condition, input, other)``, whose first
-argument is the condition (:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
+``transpose``, ``matmul`` and ``bmm``; ``min``, ``argmin``, ``amin``, ``amax``, ``prod``,
+``cumsum``, ``var``, ``std``, ``norm``, ``logsumexp``, ``any``, ``all``, ``square``, ``tril``,
+``triu`` and ``pow(input, exponent)`` (input a tensor or, with a tensor exponent, a number); and
+``where(condition, input, other)``, whose first argument is the condition
+(:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
 
 Raises (every function): TypeError when ``input`` is not a :class:`gpumat.Tensor`, naming the
 function; otherwise what the method raises.
@@ -53,6 +56,23 @@ __all__ = sorted(
         "t",
         "transpose",
         "unsqueeze",
+        # issue 35: reductions, powers, triangles
+        "all",
+        "amax",
+        "amin",
+        "any",
+        "argmin",
+        "cumsum",
+        "logsumexp",
+        "min",
+        "norm",
+        "pow",
+        "prod",
+        "square",
+        "std",
+        "tril",
+        "triu",
+        "var",
     ]
 )
 
@@ -106,3 +126,41 @@ clip = _method("clip", "``input.clamp(min=None, max=None)`` (PyTorch's alias)")
 minimum = _method("minimum", "``input.minimum(other)``")
 maximum = _method("maximum", "``input.maximum(other)``")
 masked_fill = _method("masked_fill", "``input.masked_fill(mask, value)``")
+
+# issue 35: reductions, powers, triangles
+min = _method("min", "``input.min(dim=None, keepdim=False)``")  # noqa: A001 (torch.min)
+argmin = _method("argmin", "``input.argmin(dim=None, keepdim=False)``")
+amax = _method("amax", "``input.amax(dim=(), keepdim=False)``")
+amin = _method("amin", "``input.amin(dim=(), keepdim=False)``")
+prod = _method("prod", "``input.prod(dim=None, keepdim=False)``")
+cumsum = _method("cumsum", "``input.cumsum(dim)``")
+var = _method("var", "``input.var(dim=None, unbiased=None, keepdim=False, *, correction=None)``")
+std = _method("std", "``input.std(dim=None, unbiased=None, keepdim=False, *, correction=None)``")
+norm = _method("norm", "``input.norm(p='fro', dim=None, keepdim=False)``")
+logsumexp = _method("logsumexp", "``input.logsumexp(dim, keepdim=False)``")
+any = _method("any", "``input.any(dim=None, keepdim=False)``, a bool tensor")  # noqa: A001
+all = _method("all", "``input.all(dim=None, keepdim=False)``, a bool tensor")  # noqa: A001
+square = _method("square", "``input * input``")
+tril = _method("tril", "``input.tril(diagonal=0)``")
+triu = _method("triu", "``input.triu(diagonal=0)``")
+
+
+def pow(input, exponent):  # noqa: A001, A002 (torch.pow's names)
+    """``input ** exponent`` (``torch.pow``; ``Tensor.pow``): input a float32 tensor and
+    exponent a real number or a tensor, or input a real number and exponent a tensor
+    (``number ** tensor``). Shapes, dtypes, gradients and errors are ``Tensor.__pow__``'s
+    and ``Tensor.__rpow__``'s.
+
+    Raises:
+        TypeError: neither argument is a Tensor, or the exponent is not a number or a Tensor.
+    """
+    if isinstance(input, Tensor):
+        return input.pow(exponent)
+    if isinstance(exponent, Tensor):
+        out = exponent.__rpow__(input)
+        if out is not NotImplemented:
+            return out
+    raise TypeError(
+        f"pow: expected a Tensor base or exponent, got {type(input).__name__} and "
+        f"{type(exponent).__name__}"
+    )

@@ -430,8 +430,8 @@ def cumsum(a, out, dim: int, reverse: bool = False) -> None:
     float64 in index order (from the end when ``reverse``: the gradient of cumsum), rounded
     once per element; deterministic, the same on every device. out may be a (in place).
     Raises ValueError for a bad dim, different shapes or devices or a partial overlap;
-    TypeError for a non-integer dim."""
-    _core.cumsum_(a, out, as_int(dim, "dim", "cumsum"), bool(reverse))
+    TypeError for a non-integer dim or a reverse that is not a bool."""
+    _core.cumsum_(a, out, as_int(dim, "dim", "cumsum"), as_flag(reverse, "reverse", "cumsum"))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -330,14 +330,21 @@ def one_hot(indices, out) -> None:
     out[...] = indices.reshape(-1, 1) == np.arange(out.shape[1]).reshape(1, -1)
 
 
+def _diagonal(a, diagonal, op: str) -> int:
+    """The diagonal clamped to [-rows - 1, cols + 1]: the same mask, and numpy's tri would
+    overflow on a diagonal near the int64 limits."""
+    k = as_int(diagonal, "diagonal", op)
+    return max(-a.shape[-2] - 1, min(k, a.shape[-1] + 1)) if a.ndim >= 2 else k
+
+
 def tril(a, out, diagonal: int = 0) -> None:
     """out = a on and below the ``diagonal``-th diagonal of its last two dims, else 0."""
-    out[...] = np.tril(a, as_int(diagonal, "diagonal", "tril"))
+    out[...] = np.tril(a, _diagonal(a, diagonal, "tril"))
 
 
 def triu(a, out, diagonal: int = 0) -> None:
     """out = a on and above the ``diagonal``-th diagonal of its last two dims, else 0."""
-    out[...] = np.triu(a, as_int(diagonal, "diagonal", "triu"))
+    out[...] = np.triu(a, _diagonal(a, diagonal, "triu"))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -90,7 +90,8 @@ GPUMAT_HD void prod_gradient_slice(const float* x, const float* dy, float* dx, i
 
 // Running sums of slice col into out (may be in: each element is read before it is written),
 // accumulated in double from j = 0 (or from j = n - 1 when reverse).
-GPUMAT_HD void cumsum_slice(const float* in, float* out, int64_t col, int64_t n, int64_t inner, bool reverse) {
+GPUMAT_HD void cumsum_slice(const float* in, float* out, int64_t col, int64_t n, int64_t inner,
+                            bool reverse) {
   const int64_t base = slice_base(col, n, inner);
   double acc = 0.0;
   for (int64_t k = 0; k < n; ++k) {

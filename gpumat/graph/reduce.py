@@ -342,7 +342,7 @@ class CumsumOp(AxisOp):
     kernel = "cumsum"
     label = "Cumsum"
     inputs = ("node_x",)
-    attrs = (AXIS, Attr("reverse", lambda v, _n, _op: bool(v), False, bool))
+    attrs = (AXIS, Attr("reverse", _keepdims, False, bool))
 
     def node_name(self, node):
         rev = ",reverse" if node.reverse else ""

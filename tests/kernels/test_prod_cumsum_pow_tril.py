@@ -79,9 +79,7 @@ def test_cumsum_matches_float64(ctx, shape, axis, reverse):
     out = nan_array(shape, ctx)
     ops.cumsum(gpumat.array(x, ctx), out, axis, reverse)
     x64 = x.astype(np.float64)
-    want = (
-        np.flip(np.cumsum(np.flip(x64, axis), axis), axis) if reverse else np.cumsum(x64, axis)
-    )
+    want = np.flip(np.cumsum(np.flip(x64, axis), axis), axis) if reverse else np.cumsum(x64, axis)
     # float64 accumulation, one rounding per element: numpy's float64 rounded to float32
     np.testing.assert_array_equal(out.asnumpy(), want.astype(np.float32), err_msg=str(seed))
     ref = np.empty(shape, np.float32)

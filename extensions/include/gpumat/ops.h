@@ -27,8 +27,9 @@ namespace gpumat::ops {
 // The pointwise ops declared in src/kernels.def by their shape (GPUMAT_UNARY: out = f(in);
 // GPUMAT_UNARY_GRADIENT: out = g(y, dy), y the forward output; GPUMAT_BINARY: out = f(a, b);
 // GPUMAT_TERNARY: out = f(cond, a, b); GPUMAT_UNARY_BOUNDS: out = f(in; lo, hi) and its gradient
-// g(x, dy; lo, hi); GPUMAT_UNARY_SCALAR: out = f(in; s) and its gradient g(x, dy; s)), in every family: tanh, sigmoid, sqrt, abs, sin, lt, minimum, where, clamp, ...
-// Every array one shape on one device; out may be an input (in place).
+// g(x, dy; lo, hi); GPUMAT_UNARY_SCALAR: out = f(in; s) and its gradient g(x, dy; s)), in every
+// family: tanh, sigmoid, sqrt, abs, sin, lt, minimum, where, clamp, pow_scalar, ... Every array one
+// shape on one device; out may be an input (in place).
 #define GPUMAT_KERNEL(name, params)
 #define GPUMAT_UNARY(name, doc) void name(const GpuMatrix& in, GpuMatrix& out);
 #define GPUMAT_UNARY_GRADIENT(name, doc) void name(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);

@@ -188,9 +188,8 @@ void pow_scalar(int dev, const float* in, float s, float* out, int64_t n) {
 }
 
 void pow_scalar_gradient(int dev, const float* x, const float* dy, float s, float* out, int64_t n) {
-  launch_map("pow_scalar_gradient", dev, out, n, [=] __device__(int64_t i) {
-    return s == 0.0f ? 0.0f : dy[i] * (s * powf(x[i], s - 1.0f));
-  });
+  launch_map("pow_scalar_gradient", dev, out, n,
+             [=] __device__(int64_t i) { return s == 0.0f ? 0.0f : dy[i] * (s * powf(x[i], s - 1.0f)); });
 }
 
 void scalar_pow(int dev, const float* in, float s, float* out, int64_t n) {

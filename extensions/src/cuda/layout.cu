@@ -70,8 +70,8 @@ void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols)
 }
 
 // in, out are (batch, rows, cols); out may be in (each thread reads then writes its own element).
-void triangle(int dev, const float* in, float* out, int64_t batch, int64_t rows, int64_t cols, int64_t diagonal,
-              bool upper) {
+void triangle(int dev, const float* in, float* out, int64_t batch, int64_t rows, int64_t cols,
+              int64_t diagonal, bool upper) {
   launch_map("triangle", dev, out, batch * rows * cols, [=] __device__(int64_t k) {
     const int64_t j = k % cols, i = (k / cols) % rows;
     const bool keep = upper ? j - i >= diagonal : j - i <= diagonal;

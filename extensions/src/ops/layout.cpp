@@ -63,14 +63,19 @@ void triangle_common(const char* op, const GpuMatrix& in, GpuMatrix& out, int64_
   in_place_or_disjoint(op, in, out);
   const int64_t rows = in.dim(in.ndim() - 2), cols = in.dim(in.ndim() - 1);
   if (out.size() > 0)
-    be.triangle(in.device().index, in.data(), out.data(), in.size() / (rows * cols), rows, cols, diagonal, upper);
+    be.triangle(in.device().index, in.data(), out.data(), in.size() / (rows * cols), rows, cols, diagonal,
+                upper);
   finish(out);
 }
 
 }  // namespace
 
-void tril(const GpuMatrix& in, GpuMatrix& out, int64_t diagonal) { triangle_common("tril", in, out, diagonal, false); }
+void tril(const GpuMatrix& in, GpuMatrix& out, int64_t diagonal) {
+  triangle_common("tril", in, out, diagonal, false);
+}
 
-void triu(const GpuMatrix& in, GpuMatrix& out, int64_t diagonal) { triangle_common("triu", in, out, diagonal, true); }
+void triu(const GpuMatrix& in, GpuMatrix& out, int64_t diagonal) {
+  triangle_common("triu", in, out, diagonal, true);
+}
 
 }  // namespace gpumat::ops

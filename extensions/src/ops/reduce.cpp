@@ -116,7 +116,8 @@ void prod_gradient(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dx, int64
   int64_t a = 0;
   AxisView v = axis_view(op, x, axis, &a);
   reduced_shape(op, "dy", x, a, dy);
-  if (dx.size() > 0) be.prod_gradient(x.device().index, x.data(), dy.data(), dx.data(), v.outer, v.n, v.inner);
+  if (dx.size() > 0)
+    be.prod_gradient(x.device().index, x.data(), dy.data(), dx.data(), v.outer, v.n, v.inner);
   finish(dx);
 }
 
