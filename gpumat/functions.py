@@ -161,6 +161,6 @@ def pow(input, exponent):  # noqa: A001, A002 (torch.pow's names)
         if out is not NotImplemented:
             return out
     raise TypeError(
-        f"pow: expected a Tensor base or exponent, got {type(input).__name__} and "
-        f"{type(exponent).__name__}"
+        f"pow: expected a Tensor, got {type(input).__name__} (and an exponent of type "
+        f"{type(exponent).__name__})"
     )

@@ -26,6 +26,14 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
     "clamp": ((0.5, 1.5), {}),
     "clip": ((), {"max": 1.0}),
     **{name: ((1.0,), {}) for name in ("eq", "ne", "lt", "le", "gt", "ge")},
+    # issue 35
+    "cumsum": ((1,), {}),
+    "logsumexp": ((1,), {}),
+    "pow": ((1.5,), {}),
+    "amin": ((), {"dim": 0, "keepdim": True}),
+    "prod": ((1,), {}),
+    "var": ((1,), {}),
+    "norm": ((), {"p": 3.0}),
 }
 
 
