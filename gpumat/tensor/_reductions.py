@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import math
+import numbers
 
 import numpy as np
 
@@ -187,14 +188,14 @@ class ReductionMethods:
         """The max over ``dim`` (an int or a tuple of ints; ``()`` or None: every dim), keeping
         the reduced dims as 1 when ``keepdim`` (``torch.amax``). NaN wins; the gradient is split
         equally among tied maxima. Raises ValueError for an empty reduced dim."""
-        dim = None if dim == () else dim
+        dim = None if isinstance(dim, (tuple, list)) and not dim else dim
         out = self._reduce("amax", reduce_max_op, dim, keepdim, self._dtype, self._range)
         out._range_src = self._range_src
         return out
 
     def amin(self, dim=(), keepdim: bool = False) -> Tensor:
         """The min over ``dim`` (as ``amax``; ``torch.amin``): ``-amax(-x)``, exact."""
-        self._nonempty(None if dim == () else dim, "amin")
+        self._nonempty(None if isinstance(dim, (tuple, list)) and not dim else dim, "amin")
         return self._negated("amin").amax(dim, keepdim)._negated("amin")._as_dtype(self)
 
     def prod(self, dim=None, keepdim: bool = False) -> Tensor:
@@ -261,7 +262,7 @@ class ReductionMethods:
             raise TypeError("var: give unbiased or correction, not both")
         if correction is None:
             correction = 1 if unbiased is None or unbiased else 0
-        if isinstance(correction, (bool, np.bool_)) or not isinstance(correction, (int, float)):
+        if isinstance(correction, (bool, np.bool_)) or not isinstance(correction, numbers.Real):
             raise TypeError(f"var: correction must be a number, got {correction!r}")
         axes = self._dims(dim, "var")
         if self.ndim == 0:
@@ -294,7 +295,7 @@ class ReductionMethods:
         _require_float("norm", self)
         if p == "fro":
             p = 2.0
-        if isinstance(p, (bool, np.bool_, str)) or not isinstance(p, (int, float)):
+        if isinstance(p, (bool, np.bool_, str)) or not isinstance(p, numbers.Real):
             raise ValueError(f"norm: p must be a real number or 'fro', got {p!r}")
         p = float(p)
         axes = self._dims(dim, "norm")
