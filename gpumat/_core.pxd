@@ -101,6 +101,8 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void sum_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void as_strided(const GpuMatrix&, GpuMatrix&, Strides, int64_t) except +gpumat_raise_py_error nogil
     void as_strided_scatter(const GpuMatrix&, GpuMatrix&, Strides, int64_t) except +gpumat_raise_py_error nogil
+    void tril "gpumat::ops::tril"(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void triu "gpumat::ops::triu"(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     # reduce
     void sum_to_size "gpumat::ops::sum_to_size"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void broadcast_to(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
@@ -111,6 +113,10 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
                              int64_t) except +gpumat_raise_py_error nogil
     void broadcast_dim "gpumat::ops::broadcast_dim"(const GpuMatrix&, GpuMatrix&, int64_t, float) except +gpumat_raise_py_error nogil
     void argmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void prod "gpumat::ops::prod"(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
+    void prod_gradient "gpumat::ops::prod_gradient"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                             int64_t) except +gpumat_raise_py_error nogil
+    void cumsum "gpumat::ops::cumsum"(const GpuMatrix&, GpuMatrix&, int64_t, bool) except +gpumat_raise_py_error nogil
     # matmul
     void matmul(const GpuMatrix&, bool, const GpuMatrix&, bool, GpuMatrix&) except +gpumat_raise_py_error nogil
     void matmul_bias(const GpuMatrix&, bool, const GpuMatrix&, bool, const GpuMatrix&, GpuMatrix&,

@@ -12,7 +12,10 @@ argument names (``input``, ``dim``, ``keepdim``): the pointwise ones (``exp``, `
 ``permute``, ``movedim``, ``swapaxes``, ``narrow``, ``select``, ``unbind``, ``split``,
 ``tensor_split``, ``chunk``, ``broadcast_to``, and ``flip``, ``tile``; the index functions
 ``index_select``, ``index_add``, ``index_copy``, ``index_fill``, ``gather``, ``scatter_add``,
-``masked_select``, ``nonzero``; ``cat`` / ``concat`` and ``stack`` (lists of tensors); and
+``masked_select``, ``nonzero``; ``min``, ``argmin``, ``amin``, ``amax``, ``prod``,
+``cumsum``, ``var``, ``std``, ``norm``, ``logsumexp``, ``any``, ``all``, ``square``, ``tril``,
+``triu`` and ``pow(input, exponent)`` (input a tensor or, with a tensor exponent, a number);
+``cat`` / ``concat`` and ``stack`` (lists of tensors); and
 ``where(condition, input, other)``, whose first argument is the condition
 (:func:`gpumat.tensor.where`). Shapes, dtypes and errors are the methods'.
 
@@ -94,6 +97,23 @@ __all__ = sorted(
         "masked_select",
         "nonzero",
         "scatter_add",
+        # issue 35: reductions, powers, triangles
+        "all",
+        "amax",
+        "amin",
+        "any",
+        "argmin",
+        "cumsum",
+        "logsumexp",
+        "min",
+        "norm",
+        "pow",
+        "prod",
+        "square",
+        "std",
+        "tril",
+        "triu",
+        "var",
     ]
 )
 
@@ -171,3 +191,41 @@ nonzero = _method("nonzero", "``input.nonzero(*, as_tuple=False)``")
 sort = _method("sort", "``input.sort(dim=-1, descending=False, stable=False)``: (values, indices)")
 argsort = _method("argsort", "``input.argsort(dim=-1, descending=False, stable=False)``")
 topk = _method("topk", "``input.topk(k, dim=-1, largest=True, sorted=True)``: (values, indices)")
+
+# issue 35: reductions, powers, triangles
+min = _method("min", "``input.min(dim=None, keepdim=False)``")  # noqa: A001 (torch.min)
+argmin = _method("argmin", "``input.argmin(dim=None, keepdim=False)``")
+amax = _method("amax", "``input.amax(dim=(), keepdim=False)``")
+amin = _method("amin", "``input.amin(dim=(), keepdim=False)``")
+prod = _method("prod", "``input.prod(dim=None, keepdim=False)``")
+cumsum = _method("cumsum", "``input.cumsum(dim)``")
+var = _method("var", "``input.var(dim=None, unbiased=None, keepdim=False, *, correction=None)``")
+std = _method("std", "``input.std(dim=None, unbiased=None, keepdim=False, *, correction=None)``")
+norm = _method("norm", "``input.norm(p='fro', dim=None, keepdim=False)``")
+logsumexp = _method("logsumexp", "``input.logsumexp(dim, keepdim=False)``")
+any = _method("any", "``input.any(dim=None, keepdim=False)``, a bool tensor")  # noqa: A001
+all = _method("all", "``input.all(dim=None, keepdim=False)``, a bool tensor")  # noqa: A001
+square = _method("square", "``input * input``")
+tril = _method("tril", "``input.tril(diagonal=0)``")
+triu = _method("triu", "``input.triu(diagonal=0)``")
+
+
+def pow(input, exponent):  # noqa: A001, A002 (torch.pow's names)
+    """``input ** exponent`` (``torch.pow``; ``Tensor.pow``): input a float32 tensor and
+    exponent a real number or a tensor, or input a real number and exponent a tensor
+    (``number ** tensor``). Shapes, dtypes, gradients and errors are ``Tensor.__pow__``'s
+    and ``Tensor.__rpow__``'s.
+
+    Raises:
+        TypeError: neither argument is a Tensor, or the exponent is not a number or a Tensor.
+    """
+    if isinstance(input, Tensor):
+        return input.pow(exponent)
+    if isinstance(exponent, Tensor):
+        out = exponent.__rpow__(input)
+        if out is not NotImplemented:
+            return out
+    raise TypeError(
+        f"pow: expected a Tensor, got {type(input).__name__} (and an exponent of type "
+        f"{type(exponent).__name__})"
+    )

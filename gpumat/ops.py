@@ -126,6 +126,7 @@ __all__ = [
     "copy",
     "cross_entropy",
     "cross_entropy_with_gradient",
+    "cumsum",
     "div",
     "dropout",
     "eq",
@@ -155,6 +156,8 @@ __all__ = [
     "nll_loss_gradient",
     "normal",
     "one_hot",
+    "prod",
+    "prod_gradient",
     "randint",
     "reduce_sum_channels",
     "relu",
@@ -170,6 +173,8 @@ __all__ = [
     "sum_to_size",
     "trace_calls",
     "transpose",
+    "tril",
+    "triu",
     "uniform",
 ]
 __all__ += _ops_pointwise.__all__
@@ -327,6 +332,22 @@ def one_hot(indices, out) -> None:
     every class) or aliasing.
     """
     _core.one_hot_(indices, out)
+
+
+def tril(a, out, diagonal: int = 0) -> None:
+    """out = a on and below the ``diagonal``-th diagonal of each matrix of its last two dims
+    (element (i, j) kept where j - i <= diagonal), 0 elsewhere: ``torch.tril``. a and out have
+    one shape of rank >= 2 (leading dims a batch), float32 storage; out may be a (in place).
+    Raises ValueError for a rank below 2, different shapes or devices, or a partial overlap;
+    TypeError for a non-integer diagonal."""
+    _core.tril_(a, out, as_int(diagonal, "diagonal", "tril"))
+
+
+def triu(a, out, diagonal: int = 0) -> None:
+    """out = a on and above the ``diagonal``-th diagonal of each matrix of its last two dims
+    (element (i, j) kept where j - i >= diagonal), 0 elsewhere: ``torch.triu``. Shapes, dtypes
+    and errors as :func:`tril`'s."""
+    _core.triu_(a, out, as_int(diagonal, "diagonal", "triu"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -502,6 +523,31 @@ def broadcast_dim(a, out, dim: int, scale: float = 1.0) -> None:
     """out = scale * a repeated along ``dim`` of out; a is out's shape with that dim removed or
     1. The gradient of :func:`sum` (scale 1) and :func:`mean` (scale 1/n)."""
     _core.broadcast_dim_(a, out, as_int(dim, "dim", "broadcast_dim"), scale)
+
+
+def prod(a, out, dim: int) -> None:
+    """out = the product of a along ``dim`` (shapes as for :func:`sum`; ``torch.prod``): float32
+    products in index order on every device; an empty dim gives 1. Raises ValueError for a bad
+    dim or an output of the wrong shape, on another device or aliasing a; TypeError for a
+    non-integer dim."""
+    _core.prod_(a, out, as_int(dim, "dim", "prod"))
+
+
+def prod_gradient(x, dy, out, dim: int) -> None:
+    """out (x's shape) = dL/dx of y = prod(x, dim) given dy (y's shape): dy times the product of
+    the slice's other elements, as a prefix times a suffix product (no division, so a slice with
+    one zero sends its gradient to that zero and one with two zeros gives 0: PyTorch's values).
+    out must not be x or dy. Errors as :func:`prod`'s."""
+    _core.prod_gradient_(x, dy, out, as_int(dim, "dim", "prod_gradient"))
+
+
+def cumsum(a, out, dim: int, reverse: bool = False) -> None:
+    """out (a's shape) = the running sums of a along ``dim`` (``torch.cumsum``), accumulated in
+    float64 in index order (from the end when ``reverse``: the gradient of cumsum), rounded
+    once per element; deterministic, the same on every device. out may be a (in place).
+    Raises ValueError for a bad dim, different shapes or devices or a partial overlap;
+    TypeError for a non-integer dim or a reverse that is not a bool."""
+    _core.cumsum_(a, out, as_int(dim, "dim", "cumsum"), as_flag(reverse, "reverse", "cumsum"))
 
 
 # --------------------------------------------------------------------------------------------------

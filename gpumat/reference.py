@@ -208,6 +208,38 @@ def where(cond, a, b, out) -> None:
     out[...] = np.where(cond != 0, a, b)
 
 
+def pow_scalar(a, s, out) -> None:
+    """out = a ** s (IEEE pow, numpy's float32 power)."""
+    with np.errstate(all="ignore"):
+        out[...] = np.power(a, np.float32(s))
+
+
+def pow_scalar_gradient(x, dy, s, out) -> None:
+    """out = dy * (s * x ** (s - 1)), 0 when s == 0."""
+    with np.errstate(all="ignore"):
+        g = dy * (np.float32(s) * np.power(x, np.float32(s) - np.float32(1)))
+    out[...] = 0 if s == 0 else g
+
+
+def scalar_pow(a, s, out) -> None:
+    """out = s ** a."""
+    with np.errstate(all="ignore"):
+        out[...] = np.power(np.float32(s), a)
+
+
+def scalar_pow_gradient(x, dy, s, out) -> None:
+    """out = dy * (s ** x * log(s)), 0 where s == 0 and x >= 0."""
+    with np.errstate(all="ignore"):
+        g = dy * (np.power(np.float32(s), x) * np.log(np.float32(s)))
+    out[...] = np.where((s == 0) & (x >= 0), 0, g)
+
+
+def pow(a, b, out) -> None:  # noqa: A001 (torch.pow's name)
+    """out = a ** b elementwise."""
+    with np.errstate(all="ignore"):
+        out[...] = np.power(a, b)
+
+
 def clamp(a, lo, hi, out) -> None:
     """out = min(max(a, lo), hi): hi where lo > hi; a NaN in a stays NaN."""
     low = np.where(a < lo, np.asarray(lo, a.dtype), a)
@@ -296,6 +328,23 @@ def one_hot(indices, out) -> None:
     """out (N, C)[i, j] = 1 if indices[i] == j, else 0: a row of zeros for an index outside
     [0, C), a non-integer or NaN (the devices' rule)."""
     out[...] = indices.reshape(-1, 1) == np.arange(out.shape[1]).reshape(1, -1)
+
+
+def _diagonal(a, diagonal, op: str) -> int:
+    """The diagonal clamped to [-rows - 1, cols + 1]: the same mask, and numpy's tri would
+    overflow on a diagonal near the int64 limits."""
+    k = as_int(diagonal, "diagonal", op)
+    return max(-a.shape[-2] - 1, min(k, a.shape[-1] + 1)) if a.ndim >= 2 else k
+
+
+def tril(a, out, diagonal: int = 0) -> None:
+    """out = a on and below the ``diagonal``-th diagonal of its last two dims, else 0."""
+    out[...] = np.tril(a, _diagonal(a, diagonal, "tril"))
+
+
+def triu(a, out, diagonal: int = 0) -> None:
+    """out = a on and above the ``diagonal``-th diagonal of its last two dims, else 0."""
+    out[...] = np.triu(a, _diagonal(a, diagonal, "triu"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -426,6 +475,31 @@ def broadcast_dim(a, out, dim: int, scale: float = 1.0) -> None:
     d = as_int(dim, "dim", "broadcast_dim") % out.ndim
     shape = out.shape
     out[...] = np.expand_dims(a.reshape(shape[:d] + shape[d + 1 :]), d) * scale
+
+
+def prod(a, out, dim: int) -> None:
+    """out = the product of a along ``dim`` (1 for an empty dim)."""
+    _reduce(np.prod, a, out, dim, "prod")
+
+
+def prod_gradient(x, dy, out, dim: int) -> None:
+    """out = dy times the product of each element's slice-mates along ``dim`` (exclusive
+    prefix times suffix products: exact at zeros)."""
+    a = as_int(dim, "dim", "prod_gradient") % x.ndim
+    xm = np.moveaxis(x, a, -1)
+    ones = np.ones(xm.shape[:-1] + (1,), x.dtype)
+    pre = np.cumprod(np.concatenate([ones, xm[..., :-1]], -1), -1)
+    suf = np.flip(np.cumprod(np.flip(np.concatenate([xm[..., 1:], ones], -1), -1), -1), -1)
+    dyk = dy.reshape(xm.shape[:-1] + (1,))
+    out[...] = np.moveaxis(dyk * (pre * suf), -1, a)
+
+
+def cumsum(a, out, dim: int, reverse: bool = False) -> None:
+    """out = the running sums of a along ``dim`` (from the end when ``reverse``), in float64."""
+    d = as_int(dim, "dim", "cumsum") % max(a.ndim, 1)
+    x = np.asarray(a, np.float64).reshape(a.shape or (1,))
+    r = np.flip(np.cumsum(np.flip(x, d), d), d) if reverse else np.cumsum(x, d)
+    out[...] = r.reshape(out.shape)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,6 +11,9 @@ of its Python function (see kernels.def's header):
     GPUMAT_UNARY_BOUNDS(name, "doc")    out = f(in; lo, hi)  gpumat.ops.name(a, lo, hi, out)
     GPUMAT_UNARY_BOUNDS_GRADIENT(name, "doc")
                                         out = g(x, dy; lo, hi)  gpumat.ops.name(x, dy, lo, hi, out)
+    GPUMAT_UNARY_SCALAR(name, "doc")    out = f(in; s)  gpumat.ops.name(a, s, out)
+    GPUMAT_UNARY_SCALAR_GRADIENT(name, "doc")
+                                        out = g(x, dy; s)  gpumat.ops.name(x, dy, s, out)
 
 The C++ side reads the same lines through the preprocessor (the Backend table, the kernels'
 declarations, ops.h, src/ops/pointwise.cpp, program.cpp's step table). This script writes what
@@ -47,6 +50,8 @@ KINDS = {
     "TERNARY": (("cond", "a", "b", "out"), (_IN, _IN, _IN, _OUT)),
     "UNARY_BOUNDS": (("a", "lo", "hi", "out"), (_IN, _FLOAT, _FLOAT, _OUT)),
     "UNARY_BOUNDS_GRADIENT": (("x", "dy", "lo", "hi", "out"), (_IN, _IN, _FLOAT, _FLOAT, _OUT)),
+    "UNARY_SCALAR": (("a", "s", "out"), (_IN, _FLOAT, _OUT)),
+    "UNARY_SCALAR_GRADIENT": (("x", "dy", "s", "out"), (_IN, _IN, _FLOAT, _OUT)),
 }
 
 _ENTRY = re.compile(
@@ -101,7 +106,8 @@ def py(found) -> str:
         f"# {HEADER}",
         '"""The pointwise kernels of :mod:`gpumat.ops` declared in ``extensions/src/kernels.def``',
         "(``GPUMAT_UNARY``, ``GPUMAT_UNARY_GRADIENT``, ``GPUMAT_BINARY``, ``GPUMAT_TERNARY``,",
-        "``GPUMAT_UNARY_BOUNDS`` and its gradient): every array one shape, float32, on one device;",
+        "``GPUMAT_UNARY_BOUNDS``, ``GPUMAT_UNARY_SCALAR`` and their gradients): every array one",
+        "shape, float32, on one device; a float parameter a scalar;",
         "the output may be an input (in place). :mod:`gpumat.ops` re-exports them.",
         '"""',
         "",

@@ -26,14 +26,16 @@ GPUMAT_HD int64_t broadcast_source(int64_t k, int64_t n, int64_t inner) {
 // True when v is the slice's maximum m (NaN counts as equal to a NaN maximum).
 GPUMAT_HD bool is_max(float v, float m) { return v == m || (v != v && m != m); }
 
-// Sum (kind 0), mean (1) or max (2) of slice col, in index order.
+// Sum (kind 0), mean (1), max (2) or product (3) of slice col, in index order.
 GPUMAT_HD float reduce_slice(const float* in, int64_t col, int64_t n, int64_t inner, int kind) {
   const int64_t base = slice_base(col, n, inner);
-  float acc = kind == 2 ? -INFINITY : 0.0f;
+  float acc = kind == 2 ? -INFINITY : (kind == 3 ? 1.0f : 0.0f);
   for (int64_t j = 0; j < n; ++j) {
     const float v = in[base + j * inner];
     if (kind == 2)
       acc = (v > acc || v != v) ? v : acc;
+    else if (kind == 3)
+      acc *= v;
     else
       acc += v;
   }
@@ -65,6 +67,38 @@ GPUMAT_HD void max_gradient_slice(const float* x, const float* y, const float* d
   for (int64_t j = 0; j < n; ++j) ties += is_max(x[base + j * inner], m) ? 1 : 0;
   const float share = ties > 0 ? dy[col] / static_cast<float>(ties) : 0.0f;
   for (int64_t j = 0; j < n; ++j) dx[base + j * inner] = is_max(x[base + j * inner], m) ? share : 0.0f;
+}
+
+// dx of slice col for a product: dy[col] times the product of the other elements, as the prefix
+// product before j times the suffix product after j (no division: exact at zeros, PyTorch's
+// values). dx is first the prefixes, then scaled from the end.
+GPUMAT_HD void prod_gradient_slice(const float* x, const float* dy, float* dx, int64_t col, int64_t n,
+                                   int64_t inner) {
+  const int64_t base = slice_base(col, n, inner);
+  float acc = 1.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    dx[base + j * inner] = acc;
+    acc *= x[base + j * inner];
+  }
+  acc = 1.0f;
+  const float g = dy[col];
+  for (int64_t j = n - 1; j >= 0; --j) {
+    dx[base + j * inner] = g * (dx[base + j * inner] * acc);
+    acc *= x[base + j * inner];
+  }
+}
+
+// Running sums of slice col into out (may be in: each element is read before it is written),
+// accumulated in double from j = 0 (or from j = n - 1 when reverse).
+GPUMAT_HD void cumsum_slice(const float* in, float* out, int64_t col, int64_t n, int64_t inner,
+                            bool reverse) {
+  const int64_t base = slice_base(col, n, inner);
+  double acc = 0.0;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t j = reverse ? n - 1 - k : k;
+    acc += in[base + j * inner];
+    out[base + j * inner] = static_cast<float>(acc);
+  }
 }
 
 }  // namespace gpumat::axis

@@ -113,6 +113,8 @@ const std::map<std::string, OpEntry>& op_table() {
 #define GPUMAT_TERNARY(name, doc) GPUMAT_STEP(name),
 #define GPUMAT_UNARY_BOUNDS(name, doc) GPUMAT_STEP(name),
 #define GPUMAT_UNARY_BOUNDS_GRADIENT(name, doc) GPUMAT_STEP(name),
+#define GPUMAT_UNARY_SCALAR(name, doc) GPUMAT_STEP(name),
+#define GPUMAT_UNARY_SCALAR_GRADIENT(name, doc) GPUMAT_STEP(name),
 #include "kernels.def"
       // elementwise
       GPUMAT_STEP(fill),
@@ -141,6 +143,8 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(sum_to),
       GPUMAT_STEP(as_strided),
       GPUMAT_STEP(as_strided_scatter),
+      GPUMAT_STEP(tril),
+      GPUMAT_STEP(triu),
       // reduce
       GPUMAT_STEP(sum_to_size),
       GPUMAT_STEP(broadcast_to),
@@ -150,6 +154,9 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(amax_gradient),
       GPUMAT_STEP(broadcast_dim),
       GPUMAT_STEP(argmax),
+      GPUMAT_STEP(prod),
+      GPUMAT_STEP(prod_gradient),
+      GPUMAT_STEP(cumsum),
       // matmul
       GPUMAT_STEP(matmul),
       GPUMAT_STEP(matmul_bias),

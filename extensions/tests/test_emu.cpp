@@ -688,6 +688,56 @@ void frontend_kernel_cases() {
     const int64_t ax = c.axis;
     check("argmax" + t, {c.shape}, {reduced}, [ax](Arrays& v) { ops::argmax(v[0], v[1], ax); }, 0.0f);
   }
+  // issue 35: prod and its gradient (values 0.5 .. 1.5: products stay finite), cumsum both ways
+  // and in place, on the same axis cases; then the pow kernels and tril / triu.
+  for (const AxisCase& c : {AxisCase{{1, 1}, -1}, AxisCase{{7, 33}, 1}, AxisCase{{7, 33}, 0},
+                            AxisCase{{3, 5, 4}, 1}, AxisCase{{2, 3, 4, 5}, -2}, AxisCase{{600, 3}, 0}}) {
+    const int64_t a = c.axis < 0 ? c.axis + static_cast<int64_t>(c.shape.size()) : c.axis;
+    std::string t = " (";
+    for (int64_t d : c.shape) t += std::to_string(d) + ",";
+    t += ") axis=" + std::to_string(c.axis);
+    Shape reduced = c.shape;
+    reduced.erase(reduced.begin() + a);
+    const int64_t ax = c.axis;
+    check(
+        "prod" + t, {c.shape, reduced}, {reduced, c.shape},
+        [ax](Arrays& v) {
+          ops::prod(v[0], v[2], ax);
+          ops::prod_gradient(v[0], v[1], v[3], ax);
+        },
+        1e-5f, 0.5f, 1.5f);
+    check(
+        "cumsum" + t, {c.shape}, {c.shape, c.shape},
+        [ax](Arrays& v) {
+          ops::cumsum(v[0], v[1], ax, false);
+          ops::cumsum(v[0], v[2], ax, true);
+          ops::cumsum(v[2], v[2], ax, false);  // in place
+        },
+        0.0f);
+  }
+  for (int64_t n : {1, 255, 4099}) {
+    check(
+        "pow n=" + std::to_string(n), {{n}, {n}, {n}}, {{n}, {n}, {n}, {n}, {n}},
+        [](Arrays& v) {
+          ops::pow_scalar(v[0], 1.7f, v[3]);
+          ops::pow_scalar_gradient(v[0], v[1], -0.5f, v[4]);
+          ops::scalar_pow(v[2], 2.5f, v[5]);
+          ops::scalar_pow_gradient(v[2], v[1], 0.7f, v[6]);
+          ops::pow(v[0], v[2], v[7]);
+        },
+        1e-5f, 0.5f, 1.5f);
+  }
+  for (const Shape& s : {Shape{1, 1}, Shape{5, 7}, Shape{7, 5}, Shape{3, 33, 40}}) {
+    check(
+        "tril/triu " + std::to_string(elements(s)), {s}, {s, s, s},
+        [](Arrays& v) {
+          ops::tril(v[0], v[1], -1);
+          ops::triu(v[0], v[2], 2);
+          ops::tril(v[0], v[3], 0);
+          ops::triu(v[3], v[3], 0);  // in place: the diagonal
+        },
+        0.0f);
+  }
   for (int64_t n : {1, 31, 257, 4099, 70001}) {
     check(
         "one_hot n=" + std::to_string(n), {{n, 5}}, {{n}, {n}, {n, 4}, {n}, {n, 4}},

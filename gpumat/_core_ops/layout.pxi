@@ -21,3 +21,17 @@ def one_hot_(PyGpuMatrix indices not None, PyGpuMatrix out not None):
     _require(out, "one_hot", "out")
     with nogil:
         one_hot(indices.mat[0], out.mat[0])
+
+
+def tril_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t diagonal):
+    _require(a, "tril", "a")
+    _require(out, "tril", "out")
+    with nogil:
+        tril(a.mat[0], out.mat[0], diagonal)
+
+
+def triu_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t diagonal):
+    _require(a, "triu", "a")
+    _require(out, "triu", "out")
+    with nogil:
+        triu(a.mat[0], out.mat[0], diagonal)

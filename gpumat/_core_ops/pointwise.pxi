@@ -26,6 +26,11 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void where "gpumat::ops::where"(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void clamp "gpumat::ops::clamp"(const GpuMatrix&, float, float, GpuMatrix&) except +gpumat_raise_py_error nogil
     void clamp_gradient "gpumat::ops::clamp_gradient"(const GpuMatrix&, const GpuMatrix&, float, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void pow_scalar "gpumat::ops::pow_scalar"(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void pow_scalar_gradient "gpumat::ops::pow_scalar_gradient"(const GpuMatrix&, const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void scalar_pow "gpumat::ops::scalar_pow"(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void scalar_pow_gradient "gpumat::ops::scalar_pow_gradient"(const GpuMatrix&, const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void pow "gpumat::ops::pow"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void tanh "gpumat::ops::tanh"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void sigmoid "gpumat::ops::sigmoid"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void tanh_gradient "gpumat::ops::tanh_gradient"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
@@ -197,6 +202,44 @@ def clamp_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None, float lo, f
     _require(out, "clamp_gradient", "out")
     with nogil:
         clamp_gradient(x.mat[0], dy.mat[0], lo, hi, out.mat[0])
+
+
+def pow_scalar_(PyGpuMatrix a not None, float s, PyGpuMatrix out not None):
+    _require(a, "pow_scalar", "a")
+    _require(out, "pow_scalar", "out")
+    with nogil:
+        pow_scalar(a.mat[0], s, out.mat[0])
+
+
+def pow_scalar_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None, float s, PyGpuMatrix out not None):
+    _require(x, "pow_scalar_gradient", "x")
+    _require(dy, "pow_scalar_gradient", "dy")
+    _require(out, "pow_scalar_gradient", "out")
+    with nogil:
+        pow_scalar_gradient(x.mat[0], dy.mat[0], s, out.mat[0])
+
+
+def scalar_pow_(PyGpuMatrix a not None, float s, PyGpuMatrix out not None):
+    _require(a, "scalar_pow", "a")
+    _require(out, "scalar_pow", "out")
+    with nogil:
+        scalar_pow(a.mat[0], s, out.mat[0])
+
+
+def scalar_pow_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None, float s, PyGpuMatrix out not None):
+    _require(x, "scalar_pow_gradient", "x")
+    _require(dy, "scalar_pow_gradient", "dy")
+    _require(out, "scalar_pow_gradient", "out")
+    with nogil:
+        scalar_pow_gradient(x.mat[0], dy.mat[0], s, out.mat[0])
+
+
+def pow_(PyGpuMatrix a not None, PyGpuMatrix b not None, PyGpuMatrix out not None):
+    _require(a, "pow", "a")
+    _require(b, "pow", "b")
+    _require(out, "pow", "out")
+    with nogil:
+        pow(a.mat[0], b.mat[0], out.mat[0])
 
 
 def tanh_(PyGpuMatrix a not None, PyGpuMatrix out not None):

@@ -59,3 +59,25 @@ def argmax_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
     _require(out, "argmax", "out")
     with nogil:
         argmax(a.mat[0], out.mat[0], axis)
+
+
+def prod_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis):
+    _require(a, "prod", "a")
+    _require(out, "prod", "out")
+    with nogil:
+        prod(a.mat[0], out.mat[0], axis)
+
+
+def prod_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None, PyGpuMatrix out not None, int64_t axis):
+    _require(x, "prod_gradient", "x")
+    _require(dy, "prod_gradient", "dy")
+    _require(out, "prod_gradient", "out")
+    with nogil:
+        prod_gradient(x.mat[0], dy.mat[0], out.mat[0], axis)
+
+
+def cumsum_(PyGpuMatrix a not None, PyGpuMatrix out not None, int64_t axis, bint reverse):
+    _require(a, "cumsum", "a")
+    _require(out, "cumsum", "out")
+    with nogil:
+        cumsum(a.mat[0], out.mat[0], axis, reverse)

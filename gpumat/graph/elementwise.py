@@ -1,7 +1,8 @@
 """Elementwise graph ops: ``+``, ``*``, ``/`` with nodes or constants, ``exp``, ``log``, ``sqrt``,
 ``abs``, ``sign``, ``sin``, ``cos``, ``erf``, ``log1p``, ``rsqrt``, comparisons (``eq``, ``lt``,
 ``le``, ``gt``, ``ge``) and logic (``logical_not/and/or``) giving 1.0 / 0.0, ``minimum``,
-``maximum``, ``where``, ``clamp``, arrays of zeros or ones, and ``detach_op`` (a copy with no
+``maximum``, ``where``, ``clamp``, powers (``pow_scalar_op`` x ** c, ``scalar_pow_op`` c ** x,
+``pow_op`` a ** b), arrays of zeros or ones, and ``detach_op`` (a copy with no
 gradient: the front end's cut in a traced step).
 
 ``add_op(a, b)``, ``mul_op(a, b)``, ``div_op(a, b)``, the comparisons, ``minimum_op``,
@@ -99,6 +100,16 @@ __all__ = [
     "sqrt_op",
     "where_op",
     "zeroslike_op",
+    "PowOp",
+    "PowScalarGradientOp",
+    "PowScalarOp",
+    "ScalarPowGradientOp",
+    "ScalarPowOp",
+    "pow_op",
+    "pow_scalar_gradient_op",
+    "pow_scalar_op",
+    "scalar_pow_gradient_op",
+    "scalar_pow_op",
 ]
 
 
@@ -560,6 +571,97 @@ class PowZeroOp(OnesLikeOp):
         return [zeroslike_op(node.inputs[0])]
 
 
+def _real(value, name: str, op: str) -> float:
+    """A power's scalar: a real number (NaN and +-inf too, as torch.pow takes them)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__}")
+    return float(value)
+
+
+class PowScalarOp(Op):
+    """``pow_scalar_op(x, exponent)``: x ** exponent elementwise (powf; a negative x to a
+    non-integer exponent is NaN, as torch.pow). Gradient: ``pow_scalar_gradient_op(x, g,
+    exponent)`` = g * (c * x ** (c - 1)), 0 when c == 0 (PyTorch's)."""
+
+    name, label, kernel = "pow_scalar_op", "PowScalar", "pow_scalar"
+    inputs = ("node_x",)
+    attrs = (Attr("exponent", _real, type=float),)
+
+    def node_name(self, node):
+        return f"{self.label}({short_name(node.inputs[0])},{node.exponent!r})"
+
+    def compute(self, node, input_vals, output_val, device=None):
+        getattr(kernels_for(device), self.kernel)(input_vals[0], node.exponent, output_val)
+
+    def gradient(self, node, output_grad):
+        return [pow_scalar_gradient_op(node.inputs[0], output_grad, node.exponent)]
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[0])
+
+
+class PowScalarGradientOp(Op):
+    """``pow_scalar_gradient_op(x, dy, exponent)``: dy * (c * x ** (c - 1)) (0 when c == 0),
+    x the forward input; x and dy of one shape. No second derivative."""
+
+    name, label, kernel = "pow_scalar_gradient_op", "PowScalarGrad", "pow_scalar_gradient"
+    inputs = ("node_x", "node_dy")
+    attrs = PowScalarOp.attrs
+    no_gradient = "second derivatives of pow"
+
+    def compute(self, node, input_vals, output_val, device=None):
+        getattr(kernels_for(device), self.kernel)(*input_vals, node.exponent, output_val)
+
+    def infer_shape(self, node, input_shapes):
+        return self._same_shapes(node, input_shapes[0], input_shapes[1])
+
+
+class ScalarPowOp(PowScalarOp):
+    """``scalar_pow_op(x, base)``: base ** x elementwise (a float base, a tensor exponent:
+    ``number ** tensor``). Gradient: ``scalar_pow_gradient_op(x, g, base)`` = g * (base ** x *
+    log(base)), 0 where base == 0 and x >= 0 (PyTorch's)."""
+
+    name, label, kernel = "scalar_pow_op", "ScalarPow", "scalar_pow"
+    attrs = (Attr("base", _real, type=float),)
+
+    def node_name(self, node):
+        return f"{self.label}({node.base!r},{short_name(node.inputs[0])})"
+
+    def compute(self, node, input_vals, output_val, device=None):
+        kernels_for(device).scalar_pow(input_vals[0], node.base, output_val)
+
+    def gradient(self, node, output_grad):
+        return [scalar_pow_gradient_op(node.inputs[0], output_grad, node.base)]
+
+
+class ScalarPowGradientOp(PowScalarGradientOp):
+    """``scalar_pow_gradient_op(x, dy, base)``: dy * (base ** x * log(base)), 0 where base == 0
+    and x >= 0; x the forward exponent. No second derivative."""
+
+    name, label, kernel = "scalar_pow_gradient_op", "ScalarPowGrad", "scalar_pow_gradient"
+    attrs = ScalarPowOp.attrs
+
+    def compute(self, node, input_vals, output_val, device=None):
+        kernels_for(device).scalar_pow_gradient(*input_vals, node.base, output_val)
+
+
+class PowOp(_PointwiseBinaryOp):
+    """``pow_op(a, b)``: a ** b elementwise, one shape (powf). Gradients, PyTorch's formulas
+    from graph ops: g * (b * a ** (b - 1)) for a, 0 where b == 0; g * (a ** b * log(a)) for b,
+    0 where a == 0 and b >= 0 (``where_op``: the masked values never leak)."""
+
+    name, label, kernel = "pow_op", "Pow", "pow"
+
+    def gradient(self, node, output_grad):
+        a, b = node.inputs
+        zeros = zeroslike_op(output_grad)
+        da = mul_op(output_grad, mul_op(b, pow_op(a, add_byconst_op(b, -1.0))))
+        da = where_op(eq_op(b, zeros), zeros, da)
+        db = mul_op(output_grad, mul_op(node, log_op(a)))
+        db = where_op(logical_and_op(eq_op(a, zeros), ge_op(b, zeros)), zeros, db)
+        return [da, db]
+
+
 add_op = AddOp()
 add_byconst_op = AddByConstOp()
 mul_op = MulOp()
@@ -594,6 +696,11 @@ clamp_gradient_op = ClampGradientOp()
 zeroslike_op = ZerosLikeOp()
 oneslike_op = OnesLikeOp()
 pow_zero_op = PowZeroOp()
+pow_scalar_op = PowScalarOp()
+pow_scalar_gradient_op = PowScalarGradientOp()
+scalar_pow_op = ScalarPowOp()
+scalar_pow_gradient_op = ScalarPowGradientOp()
+pow_op = PowOp()
 
 
 # The node operators. Both + and * are commutative, so the reflected forms are the same operation

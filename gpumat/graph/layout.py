@@ -1,7 +1,9 @@
 """Layout graph ops: the same values in another order or shape (``transpose_op``,
-``reshape_op``, ``flatten_op``), and class numbers as one-hot rows (``one_hot_op``). Kernels:
+``reshape_op``, ``flatten_op``), class numbers as one-hot rows (``one_hot_op``), and the
+triangles ``tril_op`` / ``triu_op``. Kernels:
 :func:`gpumat.ops.transpose`, :func:`gpumat.ops.reshape` (a copy into the planned buffer of the
-new shape: the executor plans buffers by shape), :func:`gpumat.ops.one_hot`.
+new shape: the executor plans buffers by shape), :func:`gpumat.ops.one_hot`,
+:func:`gpumat.ops.tril`, :func:`gpumat.ops.triu`.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ __all__ = [
     "OneHotOp",
     "ReshapeOp",
     "TransposeOp",
+    "TrilOp",
+    "TriuOp",
     "flatten_op",
     "one_hot_op",
     "reshape_op",
     "transpose_op",
+    "tril_op",
+    "triu_op",
 ]
 
 
@@ -167,7 +173,45 @@ class OneHotOp(Op):
         return (s[0], node.num_classes)
 
 
+class TrilOp(Op):
+    """``tril_op(x, diagonal=0)``: x on and below the ``diagonal``-th diagonal of each matrix
+    of its last two dims (rank >= 2; leading dims a batch), 0 elsewhere (``torch.tril``).
+    Linear: its gradient is the same mask applied to dy."""
+
+    name = "tril_op"
+    kernel = "tril"
+    label = "Tril"
+    inputs = ("node_x",)
+    attrs = (Attr("diagonal", as_int, 0, int),)
+
+    def node_name(self, node):
+        return f"{self.label}({short_name(node.inputs[0])},{node.diagonal})"
+
+    def kernel_args(self, node):
+        return (node.diagonal,)
+
+    def gradient(self, node, output_grad):
+        return [(tril_op if self.kernel == "tril" else triu_op)(output_grad, node.diagonal)]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        if len(s) < 2:
+            raise self._error(node, f"needs at least 2 dims, got shape {shape_str(s)}")
+        return s
+
+
+class TriuOp(TrilOp):
+    """``triu_op(x, diagonal=0)``: x on and above the ``diagonal``-th diagonal of each matrix
+    of its last two dims, 0 elsewhere (``torch.triu``). Gradient: the same mask on dy."""
+
+    name = "triu_op"
+    kernel = "triu"
+    label = "Triu"
+
+
 transpose_op = TransposeOp()
 reshape_op = ReshapeOp()
 flatten_op = FlattenOp()
 one_hot_op = OneHotOp()
+tril_op = TrilOp()
+triu_op = TriuOp()

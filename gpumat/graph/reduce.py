@@ -3,7 +3,9 @@
 Over leading axes (the dlsys course's pair): ``reducesumaxiszero_op(a[, like])`` and
 ``broadcastto_op(a, like)``. Along one axis of any rank: ``reduce_sum_op``, ``reduce_mean_op``,
 ``reduce_max_op`` ``(x, axis, keepdims=False)``, their gradients ``broadcast_axis_op`` and
-``reduce_max_gradient_op``, and ``argmax_op(x, axis, keepdims=False)`` (no gradient). Kernels:
+``reduce_max_gradient_op``, and ``argmax_op(x, axis, keepdims=False)`` (no gradient);
+``reduce_prod_op`` (gradient ``prod_gradient_op``) and ``cumsum_op(x, axis, reverse=False)`` (its
+gradient the reverse cumsum). Kernels:
 :func:`gpumat.ops.sum_to_size`, :func:`gpumat.ops.broadcast_to`,
 :func:`gpumat.ops.sum` and the rest of the family; the axis kernels see their input as
 (outer, n, inner) around the axis, so any axis works without a transpose.
@@ -20,17 +22,23 @@ __all__ = [
     "ArgmaxOp",
     "BroadcastAxisOp",
     "BroadcastToOp",
+    "CumsumOp",
+    "ProdGradientOp",
     "ReduceMaxGradientOp",
     "ReduceMaxOp",
     "ReduceMeanOp",
+    "ReduceProdOp",
     "ReduceSumAxisZeroOp",
     "ReduceSumOp",
     "argmax_op",
     "broadcast_axis_op",
     "broadcastto_op",
+    "cumsum_op",
+    "prod_gradient_op",
     "reduce_max_gradient_op",
     "reduce_max_op",
     "reduce_mean_op",
+    "reduce_prod_op",
     "reduce_sum_op",
     "reducesumaxiszero_op",
 ]
@@ -148,7 +156,7 @@ class _ReduceOp(AxisOp):
     def infer_shape(self, node, input_shapes):
         s = tuple(input_shapes[0])
         a = self.check_axis(node, s, node.axis)
-        if self.kind != "sum" and s[a] == 0 and int(np.prod(s, dtype=np.int64)) == 0:
+        if self.kind in ("mean", "max") and s[a] == 0:
             others = s[:a] + s[a + 1 :]
             if int(np.prod(others, dtype=np.int64)) > 0:
                 raise self._error(
@@ -287,6 +295,71 @@ class ReduceMaxGradientOp(AxisOp):
         return x
 
 
+class ReduceProdOp(_ReduceOp):
+    """``reduce_prod_op(x, axis, keepdims=False)``: the product along ``axis`` in index order
+    (1 for an empty axis). Gradient: ``prod_gradient_op(x, dy, axis)``, dy times the product of
+    the other elements (exact at zeros, PyTorch's values)."""
+
+    name = "reduce_prod_op"
+    label = "ReduceProd"
+    kind = "prod"
+    kernel = "prod"
+
+    def gradient(self, node, output_grad):
+        return [prod_gradient_op(node.inputs[0], output_grad, node.axis)]
+
+
+class ProdGradientOp(AxisOp):
+    """``prod_gradient_op(x, dy, axis)``: dL/dx of y = prod(x, axis) given dy (y's shape): dy
+    times the product of each element's slice-mates (no division). Its own gradient (a second
+    derivative) is not implemented."""
+
+    name = "prod_gradient_op"
+    kernel = "prod_gradient"
+    inputs = ("node_x", "node_dy")
+    attrs = (AXIS,)
+    no_gradient = "second derivatives of prod"
+
+    def node_name(self, node):
+        return f"ProdGrad({','.join(short_name(i) for i in node.inputs)},axis={node.axis})"
+
+    def infer_shape(self, node, input_shapes):
+        x, dy = (tuple(s) for s in input_shapes)
+        a = self.check_axis(node, x, node.axis)
+        if dy not in (x[:a] + x[a + 1 :], x[:a] + (1,) + x[a + 1 :]):
+            raise self._error(
+                node, f"dy {shape_str(dy)} must be x {shape_str(x)} reduced along axis {a}"
+            )
+        return x
+
+
+class CumsumOp(AxisOp):
+    """``cumsum_op(x, axis, reverse=False)``: the running sums of x along ``axis`` (from the end
+    when ``reverse``), accumulated in float64 in a fixed order; x's shape. Gradient: the
+    running sums of dy the other way (``cumsum_op(dy, axis, not reverse)``)."""
+
+    name = "cumsum_op"
+    kernel = "cumsum"
+    label = "Cumsum"
+    inputs = ("node_x",)
+    attrs = (AXIS, Attr("reverse", _keepdims, False, bool))
+
+    def node_name(self, node):
+        rev = ",reverse" if node.reverse else ""
+        return f"Cumsum({short_name(node.inputs[0])},axis={node.axis}{rev})"
+
+    def kernel_args(self, node):
+        return (node.axis, node.reverse)
+
+    def gradient(self, node, output_grad):
+        return [cumsum_op(output_grad, node.axis, not node.reverse)]
+
+    def infer_shape(self, node, input_shapes):
+        s = tuple(input_shapes[0])
+        self.check_axis(node, s, node.axis)
+        return s
+
+
 reducesumaxiszero_op = ReduceSumAxisZeroOp()
 broadcastto_op = BroadcastToOp()
 reduce_sum_op = ReduceSumOp()
@@ -295,3 +368,6 @@ reduce_max_op = ReduceMaxOp()
 broadcast_axis_op = BroadcastAxisOp()
 reduce_max_gradient_op = ReduceMaxGradientOp()
 argmax_op = ArgmaxOp()
+reduce_prod_op = ReduceProdOp()
+prod_gradient_op = ProdGradientOp()
+cumsum_op = CumsumOp()

@@ -35,7 +35,10 @@ from gpumat.graph.elementwise import (
     minimum_op,
     mul_byconst_op,
     mul_op,
+    pow_op,
+    pow_scalar_op,
     pow_zero_op,
+    scalar_pow_op,
     where_op,
 )
 from gpumat.graph.matmul import bmm_op, matmul_op
@@ -191,33 +194,52 @@ class ArithmeticMethods:
         return self
 
     def __pow__(self, exponent):
-        """``self ** n`` for an integer n >= 0, as repeated products (exact as PyTorch's x * x
-        for n = 2); always a new tensor (n = 1: a copy; n = 0: ones, whose gradient is zero).
-        Raises TypeError for other exponents (gpumat has no pow kernel)."""
-        if isinstance(exponent, bool) or not isinstance(exponent, (numbers.Integral, float)):
+        """``self ** exponent``: a real number or a float32 tensor (equal shapes, or the
+        broadcasting of ``+``). Exponents 0, 1, 2 and 3 are exact products as PyTorch's CPU
+        computes them (x ** 2 is x * x; x ** 0 is ones, also at inf and NaN, with a zero
+        gradient); any other real number runs the ``pow_scalar`` kernel (powf: a negative base to
+        a non-integer exponent is NaN, as torch.pow). Gradients PyTorch's: c * x ** (c - 1)
+        (0 when c == 0); for a tensor exponent also a ** b * log(a) (0 where a == 0 and
+        b >= 0). Always a new tensor. float32 only (TypeError otherwise)."""
+        if isinstance(exponent, Tensor):
+            return _binary("pow", self, exponent, pow_op)
+        if isinstance(exponent, (bool, np.bool_)) or not isinstance(exponent, numbers.Real):
             return NotImplemented
-        if float(exponent) != int(exponent) or exponent < 0:
-            raise TypeError(
-                f"pow: gpumat supports integer exponents >= 0 (products), got {exponent!r}"
-            )
-        n = int(exponent)
         _require_float("pow", self)
-        if n == 0:  # ones (also for inf and NaN, as PyTorch), recorded so backward reaches self
+        c = float(exponent)
+        if c == 0:  # ones (also for inf and NaN, as PyTorch), recorded so backward reaches self
             return apply_op("pow", lambda node: pow_zero_op(node), [self])
-        if n == 1:  # a new tensor, as PyTorch's: an in-place change of the result leaves self
+        if c == 1:  # a new tensor, as PyTorch's: an in-place change of the result leaves self
             return self * 1.0
-        result, base = None, self
-        while n:
-            if n & 1:
-                result = base if result is None else result * base
-            n >>= 1
-            if n:
-                base = base * base
-        return result
+        if c == 2:
+            return self * self
+        if c == 3:
+            return self * self * self
+        return apply_op("pow", lambda n: pow_scalar_op(n, c), [self])
+
+    def __rpow__(self, other):
+        """``number ** self``: the ``scalar_pow`` kernel (powf(number, x)); gradient
+        ``number ** x * log(number)``, 0 where number == 0 and x >= 0 (PyTorch's)."""
+        if isinstance(other, (bool, np.bool_)) or not isinstance(other, numbers.Real):
+            return NotImplemented
+        _require_float("pow", self)
+        base = float(other)
+        return apply_op("pow", lambda n: scalar_pow_op(n, base), [self])
 
     def pow(self, exponent) -> Tensor:
-        """``self ** exponent`` (see ``__pow__``)."""
-        return self.__pow__(exponent)
+        """``self ** exponent`` (see ``__pow__``): a number or a tensor exponent."""
+        out = self.__pow__(exponent)
+        if out is NotImplemented:
+            raise TypeError(
+                f"pow: the exponent must be a real number or a Tensor, got "
+                f"{type(exponent).__name__}"
+            )
+        return out
+
+    def square(self) -> Tensor:
+        """``self * self`` (``torch.square``; float32 only)."""
+        _require_float("square", self)
+        return self * self
 
     def __matmul__(self, other):
         if not isinstance(other, Tensor):

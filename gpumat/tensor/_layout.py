@@ -1,6 +1,6 @@
 """Tensor's shape methods: ``reshape``, ``view``, ``view_as``, ``flatten``, ``squeeze``,
 ``unsqueeze`` (views: they share the storage, or, of a view, show its base as
-:mod:`gpumat.tensor._views` does).
+:mod:`gpumat.tensor._views` does), and ``tril`` / ``triu``.
 
 One topic of the class, apart so that each file stays readable; :mod:`gpumat.tensor` adds
 ``LayoutMethods``' methods to :class:`gpumat.Tensor`.
@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 
 from gpumat._checks import as_int
-from gpumat.graph.layout import reshape_op
+from gpumat.graph.layout import reshape_op, tril_op, triu_op
+from gpumat.graph.node import shape_str
 from gpumat.tensor._tensor import Tensor, apply_op
 from gpumat.tensor._views import reshape_view
 
@@ -105,3 +106,29 @@ class LayoutMethods:
             raise IndexError(f"unsqueeze: dim {d} is out of range for {nd + 1} dimensions")
         d %= nd + 1
         return self.reshape(self._shape[:d] + (1,) + self._shape[d:])
+
+    # ---------------------------------------------------------------- triangles
+
+    def _triangle(self, op: str, graph_op, diagonal) -> Tensor:
+        k = as_int(diagonal, "diagonal", op)
+        if self.ndim < 2:
+            raise ValueError(
+                f"{op}: input tensor must have at least 2 dimensions, got {shape_str(self._shape)}"
+            )
+        bounds = None
+        if not self._dtype.is_floating_point:  # the zeros join the range
+            lo, hi = self._range
+            bounds = (min(lo, 0), max(hi, 0))
+        return apply_op(op, lambda n: graph_op(n, k), [self], self._dtype, bounds)
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        """The lower triangle of each matrix of the last two dims (``torch.tril``): element
+        (i, j) kept where j - i <= ``diagonal``, else 0; leading dims are a batch; any dtype.
+        Gradient: the same mask. Raises ValueError for fewer than 2 dims, TypeError for a
+        non-integer diagonal."""
+        return self._triangle("tril", tril_op, diagonal)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        """The upper triangle (``torch.triu``): element (i, j) kept where j - i >=
+        ``diagonal``, else 0; as ``tril`` otherwise."""
+        return self._triangle("triu", triu_op, diagonal)

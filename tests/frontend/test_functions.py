@@ -41,6 +41,14 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
     "sort": ((0,), {"descending": True}),
     "argsort": ((), {"dim": 1}),
     "topk": ((2,), {}),
+    # issue 35
+    "cumsum": ((1,), {}),
+    "logsumexp": ((1,), {}),
+    "pow": ((1.5,), {}),
+    "amin": ((), {"dim": 0, "keepdim": True}),
+    "prod": ((1,), {}),
+    "var": ((1,), {}),
+    "norm": ((), {"p": 3.0}),
 }
 
 

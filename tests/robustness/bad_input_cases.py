@@ -533,6 +533,31 @@ def _valid_args(name, draw, arrays: Arrays):
         if name == "gather":
             return [new(s), arrays.of(idx), new(part), axis]
         return [arrays.of(idx), new(part), new(s), axis]
+    # issue 35: prod, cumsum, the powers, tril / triu
+    if name == "prod":
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        return [new(s, 0.5, 1.5), new(_reduced(s, axis, draw(st.booleans()))), axis]
+    if name == "prod_gradient":
+        s = _shape(draw)
+        axis = _axis_of(draw, s)
+        return [new(s, 0.5, 1.5), new(_reduced(s, axis, draw(st.booleans()))), new(s), axis]
+    if name == "cumsum":
+        s = _shape(draw)
+        return [new(s), new(s), _axis_of(draw, s), draw(st.booleans())]
+    if name in ("tril", "triu"):
+        s = _shape(draw, 2, 4)
+        return [new(s), new(s), draw(st.integers(-4, 4))]
+    if name in ("pow_scalar", "scalar_pow"):
+        s = _shape(draw)
+        low = 0.1 if name == "pow_scalar" else -2.0
+        return [new(s, low, 2.0), draw(st.floats(0.1, 2.5)), new(s)]
+    if name in ("pow_scalar_gradient", "scalar_pow_gradient"):
+        s = _shape(draw)
+        return [new(s, 0.1, 2.0), new(s), draw(st.floats(0.1, 2.5)), new(s)]
+    if name == "pow":
+        s = _shape(draw)
+        return [new(s, 0.1, 2.0), new(s, -2.0, 2.0), new(s)]
     if name == "broadcast_dim":
         s = _shape(draw)
         axis = _axis_of(draw, s)
@@ -1149,6 +1174,72 @@ def _ref_randint(name, a):
     return {0: want}
 
 
+# issue 35: prod, cumsum, the powers, tril / triu
+def _ref_prod(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    axis = _check_axis(a[2], x.shape)
+    _reduced_like(out.shape, x.shape, axis)
+    return {1: np.prod(x, axis=axis).reshape(out.shape)}
+
+
+def _ref_prod_gradient(name, a):
+    x, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _no_alias(a[2], a[0], a[1])
+    axis = _check_axis(a[3], x.shape)
+    _reduced_like(dy.shape, x.shape, axis)
+    _same(x.shape, out.shape)
+    xm = np.moveaxis(x, axis, -1)
+    want = np.empty_like(xm)
+    for j in range(xm.shape[-1]):
+        want[..., j] = np.prod(np.delete(xm, j, axis=-1), axis=-1) * dy.reshape(xm.shape[:-1])
+    return {2: np.moveaxis(want, -1, axis)}
+
+
+def _ref_cumsum(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _same(x.shape, out.shape)
+    axis = _check_axis(a[2], x.shape)
+    if not isinstance(a[3], (bool, np.bool_)):
+        raise Invalid("reverse")
+    if a[3]:
+        return {1: np.flip(np.cumsum(np.flip(x, axis), axis), axis)}
+    return {1: np.cumsum(x, axis)}
+
+
+def _ref_triangle(name, a):
+    x, out = _arr(a[0]), _arr(a[1])
+    _same(x.shape, out.shape)
+    if x.ndim < 2:
+        raise Invalid("rank")
+    k = _int(a[2])
+    if not -(2**63) <= k < 2**63:
+        raise Invalid("diagonal beyond int64")
+    k = max(-x.shape[-2] - 1, min(k, x.shape[-1] + 1))  # the same mask; numpy's tri overflows
+    return {1: np.tril(x, k) if name == "tril" else np.triu(x, k)}
+
+
+def _ref_pow_scalar(name, a):
+    x, c, out = _arr(a[0]), _num(a[1]), _arr(a[2])
+    _same(x.shape, out.shape)
+    return {2: np.power(x, c) if name == "pow_scalar" else np.power(c, x)}
+
+
+def _ref_pow_scalar_gradient(name, a):
+    x, dy, c, out = _arr(a[0]), _arr(a[1]), _num(a[2]), _arr(a[3])
+    _same(x.shape, dy.shape, out.shape)
+    if name == "pow_scalar_gradient":
+        return {3: np.zeros(x.shape) if c == 0 else dy * (c * np.power(x, c - 1))}
+    g = dy * (np.power(c, x) * np.log(c))
+    return {3: np.where((c == 0) & (x >= 0), 0.0, g)}
+
+
+def _ref_pow(name, a):
+    x, y, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
+    _same(x.shape, y.shape, out.shape)
+    return {2: np.power(x, y)}
+
+
 def _ref_broadcast_axis(name, a):
     g, out = _arr(a[0]), _arr(a[1])
     _no_alias(a[1], a[0])
@@ -1290,6 +1381,17 @@ _REFERENCES = {
     "gather": _ref_gather,
     "gather_gradient": _ref_gather_gradient,
     "randint": _ref_randint,
+    # issue 35
+    "prod": _ref_prod,
+    "prod_gradient": _ref_prod_gradient,
+    "cumsum": _ref_cumsum,
+    "tril": _ref_triangle,
+    "triu": _ref_triangle,
+    "pow_scalar": _ref_pow_scalar,
+    "scalar_pow": _ref_pow_scalar,
+    "pow_scalar_gradient": _ref_pow_scalar_gradient,
+    "scalar_pow_gradient": _ref_pow_scalar_gradient,
+    "pow": _ref_pow,
     "broadcast_dim": _ref_broadcast_axis,
     "amax_gradient": _ref_reduce_max_gradient,
     "index_select": _ref_index,
@@ -2068,6 +2170,16 @@ def batch_graph():
         "index_select_gradient_op": lambda u, v: graph.index_select_gradient_op(u, w, x, v),
         "index_add_op": lambda u, v: graph.index_add_op(x, u, w, v),
         "index_copy_op": lambda u, v: graph.index_copy_op(x, u, w, v),
+        # issue 35
+        "reduce_prod_op": lambda u, v: graph.reduce_prod_op(x, u, v),
+        "prod_gradient_op": lambda u, v: graph.prod_gradient_op(u, w, v),
+        "cumsum_op": lambda u, v: graph.cumsum_op(x, u, v),
+        "tril_op": lambda u, v: graph.tril_op(u, v),
+        "triu_op": lambda u, v: graph.triu_op(u, v),
+        "pow_scalar_op": lambda u, v: graph.pow_scalar_op(u, v),
+        "scalar_pow_op": lambda u, v: graph.scalar_pow_op(u, v),
+        "pow_scalar_gradient_op": lambda u, v: graph.pow_scalar_gradient_op(x, u, v),
+        "pow_op": lambda u, v: graph.pow_op(u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, device=v),
@@ -2171,6 +2283,29 @@ def batch_graph():
                     return f"{name} accepted axis={v!r}"
             if name == "Executor training" and not isinstance(v, (bool, np.bool_)):
                 return f"Executor accepted training={v!r}"
+            # issue 35: a node, then an int axis / diagonal, a bool flag or a real scalar
+            if name == "reduce_prod_op":
+                if isinstance(u, bool) or not isinstance(u, numbers.Integral):
+                    return f"{name} accepted axis={u!r}"
+                if not isinstance(v, (bool, np.bool_)):
+                    return f"{name} accepted keepdims={v!r}"
+            if name == "cumsum_op":
+                if isinstance(u, bool) or not isinstance(u, numbers.Integral):
+                    return f"{name} accepted axis={u!r}"
+                if not isinstance(v, (bool, np.bool_)):
+                    return f"{name} accepted reverse={v!r}"
+            if name in ("prod_gradient_op", "tril_op", "triu_op"):
+                if not isinstance(u, ad.Node):
+                    return f"{name} accepted {type(u).__name__}"
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+                    return f"{name} accepted the int {v!r}"
+            if name in ("pow_scalar_op", "scalar_pow_op", "pow_scalar_gradient_op"):
+                if not isinstance(u, ad.Node):
+                    return f"{name} accepted {type(u).__name__}"
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+                    return f"{name} accepted the scalar {v!r}"
+            if name == "pow_op" and not (isinstance(u, ad.Node) and isinstance(v, ad.Node)):
+                return f"pow_op accepted {u!r}, {v!r}"
             return None
 
         _record(_expect_error_or(lambda: builders[name](u, v), check, name))
@@ -2901,6 +3036,9 @@ def batch_frontend():
     methods = ["reshape", "view", "sum", "mean", "max", "argmax", "softmax", "log_softmax",
                "flatten", "squeeze", "unsqueeze", "transpose", "to", "backward", "fill_", "add_",
                "mul_", "copy_", "requires_grad_", "eq", "item", "pow", "t"]  # fmt: skip
+    # issue 35
+    methods += ["min", "argmin", "amax", "amin", "prod", "var", "std", "norm", "logsumexp", "any"]
+    methods += ["all", "cumsum", "tril", "triu", "square"]
 
     @_settings(factor=3)
     @given(
@@ -2934,6 +3072,12 @@ def batch_frontend():
             call = lambda: getattr(x, method)(a)  # noqa: E731
         elif method in ("sum", "mean", "max", "argmax"):
             call = lambda: getattr(x, method)(a, b)  # noqa: E731
+        elif method in ("min", "argmin", "amax", "amin", "prod", "var", "std", "norm"):
+            call = lambda: getattr(x, method)(a, b)  # noqa: E731
+        elif method in ("logsumexp", "any", "all"):
+            call = lambda: getattr(x, method)(a, b)  # noqa: E731
+        elif method in ("cumsum", "tril", "triu"):
+            call = lambda: getattr(x, method)(a)  # noqa: E731
         elif method in ("flatten", "transpose"):
             call = lambda: getattr(x, method)(a, b)  # noqa: E731
         elif method == "backward":
@@ -2952,6 +3096,13 @@ def batch_frontend():
                     return _values_close(
                         result.numpy(), getattr(np, method)(x64, axis=axis, keepdims=bool(b))
                     )
+                if method in ("amax", "amin", "prod"):
+                    axis = tuple(a) if isinstance(a, list) else a
+                    f = {"amax": np.max, "amin": np.min, "prod": np.prod}[method]
+                    want = f(x64, axis=None if axis == () else axis, keepdims=bool(b))
+                    return _values_close(result.numpy(), want)
+                if method == "cumsum":
+                    return _values_close(result.numpy(), np.cumsum(x64, axis=a))
                 if method == "softmax":
                     e = np.exp(x64 - x64.max(axis=a, keepdims=True))
                     return _values_close(result.numpy(), e / e.sum(axis=a, keepdims=True))
@@ -3343,6 +3494,10 @@ BATCHES = {
         ]
     ),
     "ops_sort": lambda: batch_ops(["argsort", "gather", "gather_gradient", "randint"]),
+    "ops_issue35": lambda: batch_ops(
+        ["prod", "prod_gradient", "cumsum", "tril", "triu", "pow_scalar", "pow_scalar_gradient"]
+        + ["scalar_pow", "scalar_pow_gradient", "pow"]
+    ),
     "ops_fused": lambda: batch_ops(
         [
             "matmul_bias",

@@ -27,8 +27,9 @@ namespace gpumat::ops {
 // The pointwise ops declared in src/kernels.def by their shape (GPUMAT_UNARY: out = f(in);
 // GPUMAT_UNARY_GRADIENT: out = g(y, dy), y the forward output; GPUMAT_BINARY: out = f(a, b);
 // GPUMAT_TERNARY: out = f(cond, a, b); GPUMAT_UNARY_BOUNDS: out = f(in; lo, hi) and its gradient
-// g(x, dy; lo, hi)), in every family: tanh, sigmoid, sqrt, abs, sin, lt, minimum, where, clamp, ...
-// Every array one shape on one device; out may be an input (in place).
+// g(x, dy; lo, hi); GPUMAT_UNARY_SCALAR: out = f(in; s) and its gradient g(x, dy; s)), in every
+// family: tanh, sigmoid, sqrt, abs, sin, lt, minimum, where, clamp, pow_scalar, ... Every array one
+// shape on one device; out may be an input (in place).
 #define GPUMAT_KERNEL(name, params)
 #define GPUMAT_UNARY(name, doc) void name(const GpuMatrix& in, GpuMatrix& out);
 #define GPUMAT_UNARY_GRADIENT(name, doc) void name(const GpuMatrix& y, const GpuMatrix& dy, GpuMatrix& out);
@@ -38,6 +39,9 @@ namespace gpumat::ops {
 #define GPUMAT_UNARY_BOUNDS(name, doc) void name(const GpuMatrix& in, float lo, float hi, GpuMatrix& out);
 #define GPUMAT_UNARY_BOUNDS_GRADIENT(name, doc) \
   void name(const GpuMatrix& x, const GpuMatrix& dy, float lo, float hi, GpuMatrix& out);
+#define GPUMAT_UNARY_SCALAR(name, doc) void name(const GpuMatrix& in, float s, GpuMatrix& out);
+#define GPUMAT_UNARY_SCALAR_GRADIENT(name, doc) \
+  void name(const GpuMatrix& x, const GpuMatrix& dy, float s, GpuMatrix& out);
 #include "../../src/kernels.def"
 
 // ---------------------------------------------------------------------------- elementwise
@@ -132,6 +136,11 @@ void as_strided(const GpuMatrix& in, GpuMatrix& out, Strides stride, int64_t off
 // place in out (index assignment, cat). The addresses must lie inside out and be distinct (no
 // element written twice); src must not overlap out.
 void as_strided_scatter(const GpuMatrix& src, GpuMatrix& out, Strides stride, int64_t offset);
+// tril / triu: out (in's shape, rank >= 2; may be in) = in on and below (tril) or on and above
+// (triu) the `diagonal`-th diagonal of each matrix of the last two dims (j - i <= diagonal or
+// j - i >= diagonal), 0 elsewhere; any leading dims are a batch.
+void tril(const GpuMatrix& in, GpuMatrix& out, int64_t diagonal);
+void triu(const GpuMatrix& in, GpuMatrix& out, int64_t diagonal);
 
 // ---------------------------------------------------------------------------- reduce
 // Reductions and broadcasts, each the other's gradient.
@@ -163,6 +172,14 @@ void argmax(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
 // out (in's shape with `axis` inserted or filled back to out.dim(axis)) = scale * in repeated along
 // axis: the gradient of sum (scale 1) and mean (scale 1/n).
 void broadcast_dim(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scale);
+
+// prod: out (in's shape reduced along `axis`, as for sum) = the product along axis, in index order
+// (an empty axis gives 1). prod_gradient: dx (x's shape) = dy times the product of the slice's other
+// elements (exact at zeros). cumsum: out (in's shape; may be in) = the running sums along axis,
+// accumulated in double from the start (or from the end when reverse: cumsum's gradient).
+void prod(const GpuMatrix& in, GpuMatrix& out, int64_t axis);
+void prod_gradient(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis);
+void cumsum(const GpuMatrix& in, GpuMatrix& out, int64_t axis, bool reverse);
 
 // ---------------------------------------------------------------------------- matmul
 

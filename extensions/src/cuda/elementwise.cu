@@ -182,4 +182,28 @@ void copy(int dev, const float* src, float* dst, int64_t n) {
         "copy");
 }
 
+// powers: powf (within 4 ulp on a GPU); gradients as PyTorch's pow_backward.
+void pow_scalar(int dev, const float* in, float s, float* out, int64_t n) {
+  launch_map("pow_scalar", dev, out, n, [=] __device__(int64_t i) { return powf(in[i], s); });
+}
+
+void pow_scalar_gradient(int dev, const float* x, const float* dy, float s, float* out, int64_t n) {
+  launch_map("pow_scalar_gradient", dev, out, n,
+             [=] __device__(int64_t i) { return s == 0.0f ? 0.0f : dy[i] * (s * powf(x[i], s - 1.0f)); });
+}
+
+void scalar_pow(int dev, const float* in, float s, float* out, int64_t n) {
+  launch_map("scalar_pow", dev, out, n, [=] __device__(int64_t i) { return powf(s, in[i]); });
+}
+
+void scalar_pow_gradient(int dev, const float* x, const float* dy, float s, float* out, int64_t n) {
+  launch_map("scalar_pow_gradient", dev, out, n, [=] __device__(int64_t i) {
+    return s == 0.0f && x[i] >= 0.0f ? 0.0f : dy[i] * (powf(s, x[i]) * logf(s));
+  });
+}
+
+void pow(int dev, const float* a, const float* b, float* out, int64_t n) {
+  launch_map("pow", dev, out, n, [=] __device__(int64_t i) { return powf(a[i], b[i]); });
+}
+
 }  // namespace gpumat::GPUMAT_CUDA_NS

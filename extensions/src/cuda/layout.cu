@@ -1,5 +1,5 @@
-// CUDA layout kernels: 2-D transpose and one_hot (reshape is a copy, elementwise.cu's). Host
-// reference: ../host/layout.cpp.
+// CUDA layout kernels: 2-D transpose, one_hot and triangle (tril / triu: one thread per element,
+// launch_map) (reshape is a copy, elementwise.cu's). Host reference: ../host/layout.cpp.
 //   transpose: in (rows, cols) -> out (cols, rows); 32x32 tiles staged through shared memory (padded
 //              to 33 columns so the column reads hit 32 different banks) so that both the global
 //              reads and the global writes are coalesced.
@@ -67,6 +67,16 @@ void transpose(int dev, const float* in, float* out, int64_t rows, int64_t cols)
   cudaStream_t stream = activate(dev);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(std::min(row_tiles, lim.y)));
   launch<transpose_kernel>("transpose", grid, dim3(kTile, kTileRows), 0, stream, in, out, rows, cols);
+}
+
+// in, out are (batch, rows, cols); out may be in (each thread reads then writes its own element).
+void triangle(int dev, const float* in, float* out, int64_t batch, int64_t rows, int64_t cols,
+              int64_t diagonal, bool upper) {
+  launch_map("triangle", dev, out, batch * rows * cols, [=] __device__(int64_t k) {
+    const int64_t j = k % cols, i = (k / cols) % rows;
+    const bool keep = upper ? j - i >= diagonal : j - i <= diagonal;
+    return keep ? in[k] : 0.0f;
+  });
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

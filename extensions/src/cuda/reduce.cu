@@ -25,7 +25,7 @@
 //
 // Reductions along one axis of an N-d array seen as (outer, n, inner), the axis in the middle (any
 // axis, no transposes):
-//   reduce_axis_kernel<Kind>:    out[o, i] = sum_j / mean_j / max_j in[o, j, i]  (Kind 0, 1, 2)
+//   reduce_axis_kernel<Kind>:    out[o, i] = sum_j / mean_j / max_j / prod_j in[o, j, i]  (Kind 0..3)
 //   argmax_kernel:               out[o, i] = the first j of max_j in[o, j, i] (a NaN is the max),
 //                                as a float (exact: the op refuses axes longer than 2^24)
 //   reduce_max_gradient_kernel:  dx[o, j, i] = dy[o, i] / t[o, i] where x[o, j, i] == y[o, i], else 0,
@@ -129,6 +129,24 @@ __global__ void broadcast_axis_kernel(const float* in, float* out, int64_t outer
     out[k] = scale * in[axis::broadcast_source(k, n, inner)];
 }
 
+// x, dx are (outer, n, inner); dy is (outer, inner)
+__global__ void prod_gradient_kernel(const float* x, const float* dy, float* dx, int64_t outer, int64_t n,
+                                     int64_t inner) {
+  const int64_t cols = outer * inner;
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    axis::prod_gradient_slice(x, dy, dx, col, n, inner);
+}
+
+// in, out are (outer, n, inner); one thread per slice, a sequential double running sum
+__global__ void cumsum_kernel(const float* in, float* out, int64_t outer, int64_t n, int64_t inner,
+                              bool reverse) {
+  const int64_t cols = outer * inner;
+  for (int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; col < cols;
+       col += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    axis::cumsum_slice(in, out, col, n, inner, reverse);
+}
+
 // ---------------------------------------------------------------------------- launchers
 
 int64_t reduce_chunks(int64_t blocks_per_chunk, int64_t elements, int64_t max_chunks) {
@@ -181,8 +199,10 @@ void reduce_axis(int dev, const float* in, float* out, int64_t outer, int64_t n,
     launch<reduce_axis_kernel<0>>("reduce_sum", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
   else if (kind == 1)
     launch<reduce_axis_kernel<1>>("reduce_mean", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
-  else
+  else if (kind == 2)
     launch<reduce_axis_kernel<2>>("reduce_max", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
+  else
+    launch<reduce_axis_kernel<3>>("reduce_prod", grid, kBlockSize, 0, stream, in, out, outer, n, inner);
 }
 
 void argmax(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner) {
@@ -209,6 +229,19 @@ void broadcast_axis(int dev, const float* in, float* out, int64_t outer, int64_t
   cudaStream_t stream = activate(dev);
   launch<broadcast_axis_kernel>("broadcast_axis", grid_for(outer * n * inner, kBlockSize), kBlockSize, 0,
                                 stream, in, out, outer, n, inner, scale);
+}
+
+void prod_gradient(int dev, const float* x, const float* dy, float* dx, int64_t outer, int64_t n,
+                   int64_t inner) {
+  cudaStream_t stream = activate(dev);
+  launch<prod_gradient_kernel>("prod_gradient", grid_for(outer * inner, kBlockSize), kBlockSize, 0, stream, x,
+                               dy, dx, outer, n, inner);
+}
+
+void cumsum(int dev, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, bool reverse) {
+  cudaStream_t stream = activate(dev);
+  launch<cumsum_kernel>("cumsum", grid_for(outer * inner, kBlockSize), kBlockSize, 0, stream, in, out, outer,
+                        n, inner, reverse);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

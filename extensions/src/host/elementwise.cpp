@@ -157,4 +157,27 @@ void copy(int, const float* src, float* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
+// powers: powf (std::pow's float overload, PyTorch's CPU formula); gradients as PyTorch's pow_backward.
+void pow_scalar(int, const float* in, float s, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = powf(in[i], s); });
+}
+
+void pow_scalar_gradient(int, const float* x, const float* dy, float s, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = s == 0.0f ? 0.0f : dy[i] * (s * powf(x[i], s - 1.0f)); });
+}
+
+void scalar_pow(int, const float* in, float s, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = powf(s, in[i]); });
+}
+
+void scalar_pow_gradient(int, const float* x, const float* dy, float s, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    out[i] = s == 0.0f && x[i] >= 0.0f ? 0.0f : dy[i] * (powf(s, x[i]) * logf(s));
+  });
+}
+
+void pow(int, const float* a, const float* b, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = powf(a[i], b[i]); });
+}
+
 }  // namespace gpumat::host

@@ -1,4 +1,5 @@
-// Host layout kernels (the reference for ../cuda/layout.cu): 2-D transpose, blocked, and one_hot
+// Host layout kernels (the reference for ../cuda/layout.cu): 2-D transpose, blocked, triangle
+// (tril / triu: out = in on one side of a diagonal, 0 elsewhere) and one_hot
 // (out[r, c] = indices[r] == c ? 1 : 0; a NaN, a non-integer or an index outside [0, classes)
 // gives a row of zeros, as the CUDA kernel's float comparison does).
 #include <algorithm>
@@ -31,6 +32,17 @@ void one_hot(int, const float* indices, float* out, int64_t rows, int64_t classe
     // false for NaN; -0.0 passes as class 0, as -0.0 == 0.0f does on CUDA
     if (v >= 0.0f && v < static_cast<float>(classes) && v == std::floor(v))
       row[static_cast<int64_t>(v)] = 1.0f;
+  });
+}
+
+// in, out are (batch, rows, cols); out may be in.
+void triangle(int, const float* in, float* out, int64_t batch, int64_t rows, int64_t cols, int64_t diagonal,
+              bool upper) {
+  const int64_t total = batch * rows * cols;
+  parallel_for(total, total, [&](int64_t k) {
+    const int64_t j = k % cols, i = (k / cols) % rows;
+    const bool keep = upper ? j - i >= diagonal : j - i <= diagonal;
+    out[k] = keep ? in[k] : 0.0f;
   });
 }
 

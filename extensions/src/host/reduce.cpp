@@ -7,7 +7,8 @@
 // double, so the result does not depend on the thread count.
 // Along one axis of an array seen as (outer, n, inner): reduce_axis (kind 0 sum, 1 mean, 2 max)
 // into (outer, inner), argmax (the first maximum's index, a NaN counting as the maximum) and
-// reduce_max_gradient (dy shared equally among the tied maxima of each slice). Sums run in float in index
+// reduce_max_gradient (dy shared equally among the tied maxima of each slice), kind 3 prod,
+// prod_gradient (prefix times suffix products) and cumsum (double running sums). Sums run in float in index
 // order, as on CUDA. NOTE: a NaN makes its slice's max NaN (and the NaN elements share that slice's
 // gradient). The per-slice loops are ../axis.h's, shared with the CUDA kernels.
 #include <algorithm>
@@ -62,6 +63,16 @@ void broadcast_to(int, const float* in, int64_t n_in, float* out, int64_t n_out)
 void broadcast_axis(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, float scale) {
   const int64_t total = outer * n * inner;
   parallel_for(total, total, [&](int64_t k) { out[k] = scale * in[axis::broadcast_source(k, n, inner)]; });
+}
+
+void prod_gradient(int, const float* x, const float* dy, float* dx, int64_t outer, int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+  parallel_for(cols, cols * n, [&](int64_t col) { axis::prod_gradient_slice(x, dy, dx, col, n, inner); });
+}
+
+void cumsum(int, const float* in, float* out, int64_t outer, int64_t n, int64_t inner, bool reverse) {
+  const int64_t cols = outer * inner;
+  parallel_for(cols, cols * n, [&](int64_t col) { axis::cumsum_slice(in, out, col, n, inner, reverse); });
 }
 
 }  // namespace gpumat::host

@@ -1,4 +1,5 @@
-// The layout family's ops (gpumat/ops.h): transpose, reshape (a copy into the new shape), one_hot.
+// The layout family's ops (gpumat/ops.h): transpose, reshape (a copy into the new shape), one_hot,
+// tril and triu.
 // Checks here and in checks.h; kernels in ../cuda/layout.cu and ../host/layout.cpp (reshape's is
 // the elementwise copy).
 #include "gpumat/ops.h"
@@ -50,6 +51,31 @@ void reshape(const GpuMatrix& src, GpuMatrix& dst) {
   if (dst.size() > 0 && src.data() != dst.data())
     be.copy(dst.device().index, src.data(), dst.data(), dst.size());
   finish(dst);
+}
+
+namespace {
+
+void triangle_common(const char* op, const GpuMatrix& in, GpuMatrix& out, int64_t diagonal, bool upper) {
+  const Backend& be = same_device(op, in, out);
+  if (in.ndim() < 2)
+    throw ShapeError(std::string(op) + ": the input must have at least 2 dims, got shape " + in.shape_str());
+  same_shape(op, in, out);
+  in_place_or_disjoint(op, in, out);
+  const int64_t rows = in.dim(in.ndim() - 2), cols = in.dim(in.ndim() - 1);
+  if (out.size() > 0)
+    be.triangle(in.device().index, in.data(), out.data(), in.size() / (rows * cols), rows, cols, diagonal,
+                upper);
+  finish(out);
+}
+
+}  // namespace
+
+void tril(const GpuMatrix& in, GpuMatrix& out, int64_t diagonal) {
+  triangle_common("tril", in, out, diagonal, false);
+}
+
+void triu(const GpuMatrix& in, GpuMatrix& out, int64_t diagonal) {
+  triangle_common("triu", in, out, diagonal, true);
 }
 
 }  // namespace gpumat::ops

@@ -1,5 +1,6 @@
 // The pointwise ops (gpumat/ops.h): one definition per shape, for every GPUMAT_UNARY,
-// GPUMAT_UNARY_GRADIENT, GPUMAT_BINARY, GPUMAT_TERNARY and GPUMAT_UNARY_BOUNDS(_GRADIENT) line of
+// GPUMAT_UNARY_GRADIENT, GPUMAT_BINARY, GPUMAT_TERNARY, GPUMAT_UNARY_BOUNDS(_GRADIENT) and
+// GPUMAT_UNARY_SCALAR(_GRADIENT) line of
 // ../kernels.def (tanh, sqrt, abs, lt, minimum, where, clamp, ...), so a new pointwise kernel needs
 // no code here. Every array one shape on one device; out may be an input,
 // or else share no memory with it. Kernels in ../cuda/<family>.cu and ../host/<family>.cpp.
@@ -68,6 +69,24 @@ namespace gpumat::ops {
     in_place_or_disjoint(#NAME, dy, out);                                                               \
     if (out.size() > 0) be.NAME(x.device().index, x.data(), dy.data(), lo, hi, out.data(), out.size()); \
     finish(out);                                                                                        \
+  }
+#define GPUMAT_UNARY_SCALAR(NAME, doc)                                                    \
+  void NAME(const GpuMatrix& in, float s, GpuMatrix& out) {                               \
+    const Backend& be = same_device(#NAME, in, out);                                      \
+    same_shape(#NAME, in, out);                                                           \
+    in_place_or_disjoint(#NAME, in, out);                                                 \
+    if (out.size() > 0) be.NAME(in.device().index, in.data(), s, out.data(), out.size()); \
+    finish(out);                                                                          \
+  }
+#define GPUMAT_UNARY_SCALAR_GRADIENT(NAME, doc)                                                    \
+  void NAME(const GpuMatrix& x, const GpuMatrix& dy, float s, GpuMatrix& out) {                    \
+    const Backend& be = same_device(#NAME, x, dy, out);                                            \
+    same_shape(#NAME, x, dy);                                                                      \
+    same_shape(#NAME, x, out);                                                                     \
+    in_place_or_disjoint(#NAME, x, out);                                                           \
+    in_place_or_disjoint(#NAME, dy, out);                                                          \
+    if (out.size() > 0) be.NAME(x.device().index, x.data(), dy.data(), s, out.data(), out.size()); \
+    finish(out);                                                                                   \
   }
 #include "../kernels.def"
 

@@ -1,5 +1,6 @@
 // The reduce family's ops (gpumat/ops.h): reductions and broadcasts, each the other's gradient:
-// sum_to_size, broadcast_to, sum, mean, amax, amax_gradient, broadcast_dim, argmax. Checks here and in
+// sum_to_size, broadcast_to, sum, mean, amax, amax_gradient, broadcast_dim, argmax, prod,
+// prod_gradient, cumsum. Checks here and in
 // checks.h; kernels in ../cuda/reduce.cu and ../host/reduce.cpp.
 #include "gpumat/ops.h"
 
@@ -41,7 +42,7 @@ void reduce_common(const char* op, const GpuMatrix& in, GpuMatrix& out, int64_t 
   int64_t a = 0;
   AxisView v = axis_view(op, in, axis, &a);
   reduced_shape(op, "the output", in, a, out);
-  if (kind != 0 && v.n == 0 && out.size() > 0)
+  if ((kind == 1 || kind == 2) && v.n == 0 && out.size() > 0)  // sum and prod of none: 0 and 1
     throw ShapeError(std::string(op) + ": cannot reduce an empty axis " + std::to_string(a) + " of shape " +
                      in.shape_str());
   if (out.size() > 0) be.reduce_axis(in.device().index, in.data(), out.data(), v.outer, v.n, v.inner, kind);
@@ -101,6 +102,33 @@ void broadcast_dim(const GpuMatrix& in, GpuMatrix& out, int64_t axis, float scal
   reduced_shape(op, "the input", out, a, in);
   if (out.size() > 0)
     be.broadcast_axis(out.device().index, in.data(), out.data(), v.outer, v.n, v.inner, scale);
+  finish(out);
+}
+
+void prod(const GpuMatrix& in, GpuMatrix& out, int64_t axis) { reduce_common("prod", in, out, axis, 3); }
+
+void prod_gradient(const GpuMatrix& x, const GpuMatrix& dy, GpuMatrix& dx, int64_t axis) {
+  const char* op = "prod_gradient";
+  const Backend& be = same_device(op, x, dy, dx);
+  same_shape(op, x, dx);
+  not_aliased(op, x, dx);
+  not_aliased(op, dy, dx);
+  int64_t a = 0;
+  AxisView v = axis_view(op, x, axis, &a);
+  reduced_shape(op, "dy", x, a, dy);
+  if (dx.size() > 0)
+    be.prod_gradient(x.device().index, x.data(), dy.data(), dx.data(), v.outer, v.n, v.inner);
+  finish(dx);
+}
+
+void cumsum(const GpuMatrix& in, GpuMatrix& out, int64_t axis, bool reverse) {
+  const char* op = "cumsum";
+  const Backend& be = same_device(op, in, out);
+  same_shape(op, in, out);
+  in_place_or_disjoint(op, in, out);
+  int64_t a = 0;
+  AxisView v = axis_view(op, in, axis, &a);
+  if (out.size() > 0) be.cumsum(in.device().index, in.data(), out.data(), v.outer, v.n, v.inner, reverse);
   finish(out);
 }
 
