@@ -57,6 +57,7 @@ from gpumat.graph.pool import *
 from gpumat.graph.reduce import *
 from gpumat.graph.reverse_mode import find_topo_sort, gradients
 from gpumat.graph.softmax import *
+from gpumat.graph.sort import *
 from gpumat.graph.strided import *
 
 _FAMILIES = (elementwise, activation, layout, strided, reduce, matmul, softmax, loss, conv, pool)

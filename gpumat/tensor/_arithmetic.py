@@ -463,9 +463,12 @@ def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differen
     _device_of(op, [a, b])
     bounds = (0, 1) if out_dtype is bool_ else None
     if a._shape != b._shape:
-        _broadcast_shape(op, a._shape, b._shape)  # the error names the front-end op
-        kind = _BROADCAST_KIND[graph_op]
-        graph_op = lambda x, y: broadcast_binary_op(x, y, kind)  # noqa: E731
+        target = _broadcast_shape(op, a._shape, b._shape)  # the error names the front-end op
+        kind = _BROADCAST_KIND.get(graph_op)
+        if kind is None:  # an op with no broadcast kernel (pow): its operands repeated first
+            a, b = (t if t._shape == target else t.expand(target) for t in (a, b))
+        else:
+            graph_op = lambda x, y: broadcast_binary_op(x, y, kind)  # noqa: E731
     return apply_op(op, graph_op, [a, b], out_dtype, bounds, differentiable)
 
 

@@ -326,7 +326,9 @@ def test_a_compiled_step_with_indexing_broadcasting_and_bmm_equals_eager(ctx):
         h = h * s + s.t()[:, :, None].permute(2, 1, 0)  # (3, 1) and (1, 3, 1) broadcast
         att = h @ h.transpose(1, 2)  # (4, 3, 3)
         pieces = gpumat.cat([att[:, :1], att[:, 1:].flip(1)], 1)
+        picked = att[:, [2, 0, 2]] * h[..., [1, 4]].sum(-1, keepdim=True)  # advanced indexing
         loss = pieces[..., -1].sum() + gpumat.stack([h[0], h[-1]]).maximum(h[1:3]).mean()
+        loss = loss + picked.var() + h.logsumexp(-1).mean()
         loss.backward()
         return loss, w.grad, s.grad
 
