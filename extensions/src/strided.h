@@ -17,21 +17,25 @@ constexpr int kMaxDims = 8;      // the most dims an operand of a strided op may
 constexpr int kMaxOperands = 4;  // the output and up to three inputs (where: cond, a, b)
 
 // The index space (size, ndim dims) and each operand's strides over it; operand 0 is the output.
+// `narrow`: every index and offset fits in 32 bits (the ops set it when every array has fewer
+// than 2**31 elements), so CUDA kernels may divide in 32 bits, several times faster than in 64.
 struct Iter {
   int ndim;
+  bool narrow;
   int64_t size[kMaxDims];
   int64_t stride[kMaxOperands][kMaxDims];
 };
 
-// The offsets of element i (row-major over it.size: the last dim fastest) in operands [0, count).
-template <int Count>
-GPUMAT_HD void offsets(const Iter& it, int64_t i, int64_t* off) {
+// The offsets of element i (row-major over it.size: the last dim fastest) in operands [0, count),
+// computed in the index type I (int64_t, or int32_t for a narrow Iter).
+template <int Count, typename I = int64_t>
+GPUMAT_HD void offsets(const Iter& it, I i, I* off) {
   for (int k = 0; k < Count; ++k) off[k] = 0;
   for (int d = it.ndim - 1; d >= 0; --d) {
-    const int64_t n = it.size[d];
-    const int64_t c = i % n;
+    const I n = static_cast<I>(it.size[d]);
+    const I c = i % n;
     i /= n;
-    for (int k = 0; k < Count; ++k) off[k] += c * it.stride[k][d];
+    for (int k = 0; k < Count; ++k) off[k] += c * static_cast<I>(it.stride[k][d]);
   }
 }
 

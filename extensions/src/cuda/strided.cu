@@ -5,57 +5,106 @@
 //                 region of a larger array (index assignment, cat).
 //   map_strided:  out[off0] = apply(op, a[off1], b[off2], c[off3]): broadcast binary ops and where.
 //   sum_strided:  out[outer off0] = the sum of in over the inner space (the gradient of a broadcast:
-//                 the repeated dims summed back), each output element's sum in index order.
-// Tiling: one thread per output element in a grid-stride loop (common.cuh's grid_for), its offsets
-// from its index by a division per dim. The ops merge dims that are contiguous for every operand,
-// so a same-shape call walks one dim, and consecutive threads then touch consecutive elements of
-// every operand whose innermost stride is 1 (coalesced); a stride 0 operand is read by a warp from
-// one address (a broadcast). sum_strided's threads each own an output element, so the sum is
-// deterministic; consecutive outputs are adjacent in the input when the reduced dims lead (a bias
-// gradient summing rows), so the reads coalesce there.
+//                 the repeated dims summed back).
+// Tiling: copy_strided and map_strided give one thread to each output element in a grid-stride
+// loop (common.cuh's grid_for), its offsets from its index by a division per dim, in 32 bits when
+// the Iter is narrow (every array under 2**31 elements; 64-bit division costs several times more).
+// The ops merge dims that are contiguous for every operand, so a same-shape call walks one dim,
+// and consecutive threads then touch consecutive elements of every operand whose innermost stride
+// is 1 (coalesced); a stride 0 operand is read by a warp from one address (a broadcast).
+// sum_strided picks one of two mappings, both deterministic (a fixed split, summed in a fixed
+// order): where the summed elements of an output are contiguous (a row sum), a block of 256 per
+// output reads the row coalesced and reduces with block_sum; otherwise (a column sum: a bias
+// gradient) a 32x32 block owns 32 outputs, each of its 32 rows of threads sums every 32nd inner
+// element for all 32 outputs (coalesced along the outputs), and one row adds the 32 partial sums
+// in order from shared memory.
+#include <algorithm>
+
 #include "../strided.h"
 #include "common.cuh"
 #include "kernels.cuh"
 
 namespace gpumat::GPUMAT_CUDA_NS {
 
+namespace {
+constexpr int kSumThreads = 256;  // threads per output of the row mapping
+constexpr int kSumTile = 32;      // outputs per block (and inner splits) of the column mapping
+}  // namespace
+
 // ---------------------------------------------------------------------------- kernels
 
+template <typename I>
 __global__ void copy_strided_kernel(const float* in, float* out, strided::Iter it, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t off[2];
-    strided::offsets<2>(it, i, off);
+    I off[2];
+    strided::offsets<2, I>(it, static_cast<I>(i), off);
     out[off[0]] = in[off[1]];
   }
 }
 
 // c is null unless op is kWhere (the kernel never reads it then).
+template <typename I>
 __global__ void map_strided_kernel(int op, const float* a, const float* b, const float* c, float* out,
                                    strided::Iter it, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t off[4];
-    strided::offsets<4>(it, i, off);
+    I off[4];
+    strided::offsets<4, I>(it, static_cast<I>(i), off);
     const float cv = c != nullptr ? c[off[3]] : 0.0f;
     out[off[0]] = strided::apply(op, a[off[1]], b[off[2]], cv);
   }
 }
 
-__global__ void sum_strided_kernel(const float* in, float* out, strided::Iter outer, strided::Iter inner,
-                                   int64_t n_out, int64_t n_inner) {
-  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < n_out;
-       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t oo[2];
-    strided::offsets<2>(outer, o, oo);
+// Row mapping: block per output o (grid-stride over outputs), its inner elements split across
+// the block's threads in order, then block_sum.
+template <typename I>
+__global__ void sum_rows_kernel(const float* in, float* out, strided::Iter outer, strided::Iter inner,
+                                int64_t n_out, int64_t n_inner) {
+  for (int64_t o = blockIdx.x; o < n_out; o += gridDim.x) {
+    I oo[2];
+    strided::offsets<2, I>(outer, static_cast<I>(o), oo);
     const float* base = in + oo[1];
     float acc = 0.0f;
-    for (int64_t r = 0; r < n_inner; ++r) {
-      int64_t ri[2];
-      strided::offsets<2>(inner, r, ri);
+    for (int64_t r = threadIdx.x; r < n_inner; r += kSumThreads) {
+      I ri[2];
+      strided::offsets<2, I>(inner, static_cast<I>(r), ri);
       acc += base[ri[1]];
     }
-    out[oo[0]] = acc;
+    acc = block_sum<kSumThreads>(acc);
+    if (threadIdx.x == 0) out[oo[0]] = acc;
+    __syncthreads();  // block_sum's shared memory is reused by the next output
+  }
+}
+
+// Column mapping: block (32, 32) per tile of 32 outputs (grid-stride over tiles); thread (x, y)
+// sums inner elements y, y + 32, ... of output tile * 32 + x.
+template <typename I>
+__global__ void sum_columns_kernel(const float* in, float* out, strided::Iter outer, strided::Iter inner,
+                                   int64_t n_out, int64_t n_inner) {
+  __shared__ float partial[kSumTile][kSumTile + 1];
+  const int64_t tiles = (n_out + kSumTile - 1) / kSumTile;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t o = tile * kSumTile + threadIdx.x;
+    float acc = 0.0f;
+    I oo[2] = {0, 0};
+    if (o < n_out) {
+      strided::offsets<2, I>(outer, static_cast<I>(o), oo);
+      const float* base = in + oo[1];
+      for (int64_t r = threadIdx.y; r < n_inner; r += kSumTile) {
+        I ri[2];
+        strided::offsets<2, I>(inner, static_cast<I>(r), ri);
+        acc += base[ri[1]];
+      }
+    }
+    partial[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && o < n_out) {
+      float total = 0.0f;
+      for (int y = 0; y < kSumTile; ++y) total += partial[y][threadIdx.x];
+      out[oo[0]] = total;
+    }
+    __syncthreads();  // the next tile rewrites partial
   }
 }
 
@@ -63,21 +112,46 @@ __global__ void sum_strided_kernel(const float* in, float* out, strided::Iter ou
 
 void copy_strided(int dev, const float* in, float* out, const strided::Iter& it, int64_t n) {
   cudaStream_t stream = activate(dev);
-  launch<copy_strided_kernel>("copy_strided", grid_for(n, kBlockSize), kBlockSize, 0, stream, in, out, it, n);
+  const dim3 grid = grid_for(n, kBlockSize);
+  if (it.narrow)
+    launch<copy_strided_kernel<int32_t>>("copy_strided", grid, kBlockSize, 0, stream, in, out, it, n);
+  else
+    launch<copy_strided_kernel<int64_t>>("copy_strided", grid, kBlockSize, 0, stream, in, out, it, n);
 }
 
 void map_strided(int dev, int op, const float* a, const float* b, const float* c, float* out,
                  const strided::Iter& it, int64_t n) {
   cudaStream_t stream = activate(dev);
-  launch<map_strided_kernel>("map_strided", grid_for(n, kBlockSize), kBlockSize, 0, stream, op, a, b, c, out,
-                             it, n);
+  const dim3 grid = grid_for(n, kBlockSize);
+  if (it.narrow)
+    launch<map_strided_kernel<int32_t>>("map_strided", grid, kBlockSize, 0, stream, op, a, b, c, out, it, n);
+  else
+    launch<map_strided_kernel<int64_t>>("map_strided", grid, kBlockSize, 0, stream, op, a, b, c, out, it, n);
 }
 
 void sum_strided(int dev, const float* in, float* out, const strided::Iter& outer, const strided::Iter& inner,
                  int64_t n_out, int64_t n_inner) {
   cudaStream_t stream = activate(dev);
-  launch<sum_strided_kernel>("sum_strided", grid_for(n_out, kBlockSize), kBlockSize, 0, stream, in, out,
-                             outer, inner, n_out, n_inner);
+  const bool rows = inner.ndim > 0 && inner.stride[1][inner.ndim - 1] == 1;
+  if (rows) {
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n_out, stride_blocks(65535LL * 16)));
+    if (outer.narrow)
+      launch<sum_rows_kernel<int32_t>>("sum_strided", blocks, kSumThreads, 0, stream, in, out, outer, inner,
+                                       n_out, n_inner);
+    else
+      launch<sum_rows_kernel<int64_t>>("sum_strided", blocks, kSumThreads, 0, stream, in, out, outer, inner,
+                                       n_out, n_inner);
+    return;
+  }
+  const int64_t tiles = (n_out + kSumTile - 1) / kSumTile;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, stride_blocks(65535LL * 16)));
+  const dim3 block(kSumTile, kSumTile);
+  if (outer.narrow)
+    launch<sum_columns_kernel<int32_t>>("sum_strided", blocks, block, 0, stream, in, out, outer, inner, n_out,
+                                        n_inner);
+  else
+    launch<sum_columns_kernel<int64_t>>("sum_strided", blocks, block, 0, stream, in, out, outer, inner, n_out,
+                                        n_inner);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

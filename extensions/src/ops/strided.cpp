@@ -5,6 +5,7 @@
 // ../host/strided.cpp.
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,13 @@ strided::Iter make_iter(const Shape& size, const std::vector<Shape>& strides) {
   return it;
 }
 
+// Whether arrays of these element counts keep every index and offset in 32 bits (Iter::narrow).
+bool narrow(std::initializer_list<int64_t> sizes) {
+  for (int64_t n : sizes)
+    if (n >= (int64_t{1} << 31) - 1) return false;
+  return true;
+}
+
 int64_t count_of(const Shape& s) {
   int64_t n = 1;
   for (int64_t v : s) n *= v;
@@ -182,9 +190,10 @@ void broadcast_where(const GpuMatrix& cond, const GpuMatrix& a, const GpuMatrix&
   }
   const int64_t n = out.size();
   if (n > 0) {
-    const strided::Iter it =
+    strided::Iter it =
         make_iter(target, {contiguous_strides(target), broadcast_strides(a.shape(), target),
                            broadcast_strides(b.shape(), target), broadcast_strides(cond.shape(), target)});
+    it.narrow = narrow({cond.size(), a.size(), b.size(), n});
     be.map_strided(out.device().index, strided::kWhere, a.data(), b.data(), cond.data(), out.data(), it, n);
   }
   finish(out);
@@ -218,8 +227,9 @@ void sum_to(const GpuMatrix& in, GpuMatrix& out) {
   if (n_inner == 0) {
     be.array_set(dev, out.data(), n_out, 0.0f);
   } else {
-    const strided::Iter outer = make_iter(outer_size, {out_st, in_st});
-    const strided::Iter inner = make_iter(inner_size, {zeros, in_st});
+    strided::Iter outer = make_iter(outer_size, {out_st, in_st});
+    strided::Iter inner = make_iter(inner_size, {zeros, in_st});
+    outer.narrow = inner.narrow = narrow({in.size()});
     be.sum_strided(dev, in.data(), out.data(), outer, inner, n_out, n_inner);
   }
   finish(out);
@@ -236,7 +246,8 @@ void as_strided(const GpuMatrix& in, GpuMatrix& out, Strides stride, int64_t off
                              out.shape_str() + " with strides " + strides_text(stride, out.shape().size());
     check_region(op, "the input", out.shape(), stride, offset, in.size(), desc);
     Shape st(stride.v, stride.v + out.shape().size());
-    const strided::Iter it = make_iter(out.shape(), {contiguous_strides(out.shape()), st});
+    strided::Iter it = make_iter(out.shape(), {contiguous_strides(out.shape()), st});
+    it.narrow = narrow({in.size(), n});
     be.copy_strided(out.device().index, in.data() + offset, out.data(), it, n);
   }
   finish(out);
@@ -270,7 +281,8 @@ void as_strided_scatter(const GpuMatrix& src, GpuMatrix& out, Strides stride, in
       reach += s * (size[d] - 1);
     }
     Shape st(stride.v, stride.v + nd);
-    const strided::Iter it = make_iter(size, {st, contiguous_strides(size)});
+    strided::Iter it = make_iter(size, {st, contiguous_strides(size)});
+    it.narrow = narrow({out.size(), n});
     be.copy_strided(out.device().index, src.data(), out.data() + offset, it, n);
   }
   finish(out);
