@@ -74,6 +74,17 @@ def test_argsort_long_rows_and_distinct_values(ctx):
     np.testing.assert_array_equal(out.asnumpy(), np.argsort(-x, axis=1, kind="stable"), f"{seed}")
 
 
+@pytest.mark.parametrize("n", [4096, 4097])  # the shared-memory sort's longest row, and past it
+def test_argsort_at_the_shared_memory_limit(ctx, n):
+    rng, seed = new_rng()
+    x = _ties((2, n), rng)
+    for descending in (False, True):
+        out = nan_array((2, n), ctx)
+        ops.argsort(gpumat.array(x, ctx), out, 1, descending)
+        want = _stable_order(x, 1, descending)
+        np.testing.assert_array_equal(out.asnumpy(), want, err_msg=f"seed {seed}")
+
+
 @pytest.mark.parametrize("shape", [(6,), (4, 9), (3, 5, 2)], ids=shape_id)
 def test_gather_and_its_gradient(ctx, shape):
     rng, seed = new_rng()
