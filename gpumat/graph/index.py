@@ -110,10 +110,7 @@ class IndexAddOp(AxisOp):
         return f"IndexAdd({x},{i},{s},{node.axis})"
 
     def compute(self, node, input_vals, output_val, device=None):
-        x, index, src = input_vals
-        k = kernels_for(device)
-        k.copy(x, output_val)
-        k.index_add(output_val, node.axis, index, src, node.alpha)
+        _into_copy(input_vals, output_val, device, "index_add", node.axis, node.alpha)
 
     def gradient(self, node, output_grad):
         index = node.inputs[1]
@@ -126,6 +123,15 @@ class IndexAddOp(AxisOp):
         x, index, src = (tuple(s) for s in input_shapes)
         _check_part(self, node, x, index, src, node.axis, "src")
         return x
+
+
+def _into_copy(input_vals, output_val, device, kernel: str, *args) -> None:
+    """output = a copy of x, then ``kernel(output, axis, index, src, ...)`` in place on it."""
+    x, index, src = input_vals
+    k = kernels_for(device)
+    k.copy(x, output_val)
+    axis, rest = args[0], args[1:]
+    getattr(k, kernel)(output_val, axis, index, src, *rest)
 
 
 class IndexCopyOp(AxisOp):
@@ -143,10 +149,7 @@ class IndexCopyOp(AxisOp):
         return f"IndexCopy({x},{i},{s},{node.axis})"
 
     def compute(self, node, input_vals, output_val, device=None):
-        x, index, src = input_vals
-        k = kernels_for(device)
-        k.copy(x, output_val)
-        k.index_copy(output_val, node.axis, index, src)
+        _into_copy(input_vals, output_val, device, "index_copy", node.axis)
 
     def gradient(self, node, output_grad):
         _, index, src = node.inputs

@@ -167,12 +167,18 @@ class BroadcastWhereOp(Op):
         ]
 
 
+def _repeats_into(op: Op, node: Node, small: tuple, big: tuple, what: str) -> None:
+    """Checks that ``small`` broadcasts to ``big`` (right-aligned, each dim equal or 1), at most
+    8 dims; ValueError naming the op, ``what`` ("sum (2, 3) to (3,)") otherwise."""
+    lead = len(big) - len(small)
+    if lead < 0 or any(small[d] not in (1, big[lead + d]) for d in range(len(small))):
+        raise op._error(node, f"cannot {what}")
+    if len(big) > MAX_DIMS:
+        raise op._error(node, f"{len(big)} dims {shape_str(big)}; at most {MAX_DIMS}")
+
+
 def _sum_to_shape(op: Op, node: Node, s: tuple, t: tuple) -> tuple:
-    lead = len(s) - len(t)
-    if lead < 0 or any(t[d] not in (1, s[lead + d]) for d in range(len(t))):
-        raise op._error(node, f"cannot sum {shape_str(s)} to {shape_str(t)}")
-    if len(s) > MAX_DIMS:
-        raise op._error(node, f"{len(s)} dims {shape_str(s)}; at most {MAX_DIMS}")
+    _repeats_into(op, node, t, s, f"sum {shape_str(s)} to {shape_str(t)}")
     return tuple(t)
 
 
@@ -211,11 +217,7 @@ def _expand_compute(input_vals, output_val, device) -> None:
 
 
 def _expand_shape(op: Op, node: Node, s: tuple, target: tuple) -> tuple:
-    lead = len(target) - len(s)
-    if lead < 0 or any(s[d] not in (1, target[lead + d]) for d in range(len(s))):
-        raise op._error(node, f"cannot expand {shape_str(s)} to {shape_str(target)}")
-    if len(target) > MAX_DIMS:
-        raise op._error(node, f"{len(target)} dims {shape_str(target)}; at most {MAX_DIMS}")
+    _repeats_into(op, node, s, target, f"expand {shape_str(s)} to {shape_str(target)}")
     return tuple(target)
 
 
