@@ -162,9 +162,9 @@ void broadcast_binary(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out, in
   }
   const int64_t n = out.size();
   if (n > 0) {
-    const strided::Iter it =
-        make_iter(target, {contiguous_strides(target), broadcast_strides(a.shape(), target),
-                           broadcast_strides(b.shape(), target)});
+    strided::Iter it = make_iter(target, {contiguous_strides(target), broadcast_strides(a.shape(), target),
+                                          broadcast_strides(b.shape(), target)});
+    it.narrow = narrow({a.size(), b.size(), n});
     be.map_strided(out.device().index, static_cast<int>(op_code), a.data(), b.data(), nullptr, out.data(), it,
                    n);
   }
