@@ -1147,7 +1147,11 @@ def parse_args(argv):
     p.add_argument(
         "--repeat", type=int, default=None, help="timed samples per case (default 20, quick 3)"
     )
-    p.add_argument("--only", default=None, help="run only cases whose name or group contains this")
+    p.add_argument(
+        "--only",
+        default=None,
+        help="run only cases whose name contains one of these (comma-separated) or in that group",
+    )
     p.add_argument(
         "--ref",
         choices=["auto", "torch", "cupy", "none"],
@@ -1202,7 +1206,8 @@ def main(argv=None) -> int:
 
     cases = build_cases(args.quick)
     if args.only:
-        cases = [c for c in cases if args.only in c.name or args.only == c.group]
+        wanted = args.only.split(",")
+        cases = [c for c in cases if any(w in c.name or w == c.group for w in wanted)]
     path = None if args.no_write else resolve_out(args.out, "ops", header)
     settings = {
         "ctx": args.ctx,
