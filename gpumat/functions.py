@@ -31,6 +31,7 @@ from gpumat.tensor import (  # noqa: F401 (gpumat.where, cat, ...: in __all__)
     cat,
     concat,
     concatenate,
+    meshgrid,
     stack,
     where,
 )
@@ -84,6 +85,9 @@ __all__ = sorted(
         "select",
         "split",
         "stack",
+        "meshgrid",
+        "roll",
+        "repeat_interleave",
         "swapaxes",
         "tensor_split",
         "tile",
@@ -229,3 +233,9 @@ def pow(input, exponent):  # noqa: A001, A002 (torch.pow's names)
         f"pow: expected a Tensor, got {type(input).__name__} (and an exponent of type "
         f"{type(exponent).__name__})"
     )
+
+
+roll = _method("roll", "``input.roll(shifts, dims=None)``: a rolled copy")
+repeat_interleave = _method(
+    "repeat_interleave", "``input.repeat_interleave(repeats, dim=None)``: a copy"
+)

@@ -57,7 +57,14 @@ from gpumat.tensor._tensor import (  # noqa: F401
     _size_args,
     apply_op,
 )
-from gpumat.tensor._views import ViewMethods, cat, concat, concatenate, stack  # noqa: F401
+from gpumat.tensor._views import (  # noqa: F401
+    ViewMethods,
+    cat,
+    concat,
+    concatenate,
+    meshgrid,
+    stack,
+)
 
 __all__ = ["Tensor", "apply_op", "cat", "concat", "concatenate", "stack", "where"]
 

@@ -2,7 +2,8 @@
 ``None`` (advanced indices go to :mod:`gpumat.tensor._advanced_indexing`), ``permute``,
 ``transpose``, ``t``, ``movedim``, ``expand``, ``expand_as``, ``narrow``, ``select``,
 ``unbind``, ``split``, ``chunk``, ``flip``, ``stride``, ``storage_offset``, ``is_contiguous``,
-``contiguous``, iteration, and the joining functions ``cat`` and ``stack``.
+``contiguous``, ``roll``, ``repeat``, ``tile``, ``repeat_interleave``, iteration, and the
+functions ``cat``, ``stack`` and ``meshgrid``.
 
 A view is a tensor with a :class:`gpumat.tensor._tensor.StridedView`: a copy of a strided region
 of its base's storage, made by one strided-copy kernel (``as_strided_op``; ``expand_op`` for the
@@ -35,7 +36,7 @@ from gpumat.graph.strided import (
 from gpumat.tensor import _advanced_indexing
 from gpumat.tensor._tensor import StridedView, Tensor, _copy_of, apply_op
 
-__all__ = ["ViewMethods", "cat", "concat", "concatenate", "stack"]
+__all__ = ["ViewMethods", "cat", "concat", "concatenate", "meshgrid", "stack"]
 
 
 # ---------------------------------------------------------------------------- strided views
@@ -644,6 +645,65 @@ class ViewMethods:
         expanded = x.reshape(tuple(v for n in x._shape for v in (1, n))).expand(inter)
         return expanded.reshape(tuple(r * n for r, n in zip(reps, x._shape, strict=True)))
 
+    def roll(self, shifts, dims=None) -> Tensor:
+        """The elements shifted by ``shifts`` along ``dims`` (ints or tuples of one length),
+        wrapping around (``torch.roll``; without dims, over the flattened tensor, then reshaped):
+        a copy, the two pieces of each dim joined by ``cat``.
+
+        Raises:
+            ValueError: shifts and dims of different lengths. TypeError: non-int shifts.
+        """
+        if dims is None:
+            if isinstance(shifts, (tuple, list)) and len(shifts) != 1:
+                raise ValueError(f"roll: {len(shifts)} shifts need as many dims")
+            shift = shifts[0] if isinstance(shifts, (tuple, list)) else shifts
+            return self.reshape(-1).roll(shift, 0).reshape(self._shape)
+        shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+        dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+        if len(shifts) != len(dims):
+            raise ValueError(f"roll: shifts {shifts} and dims {dims} have different lengths")
+        out = self
+        for shift, dim in zip(shifts, dims, strict=True):
+            d = self._axis(dim, "roll")
+            n = self._shape[d]
+            k = as_int(shift, "shifts", "roll") % n if n else 0
+            if k:
+                out = cat([out.narrow(d, n - k, k), out.narrow(d, 0, n - k)], d)
+        return out if out is not self else self.clone()
+
+    def repeat_interleave(self, repeats, dim=None) -> Tensor:
+        """Each element repeated ``repeats`` times along ``dim`` (``torch.repeat_interleave``;
+        without dim, over the flattened tensor): repeats an int (an expand and a reshape) or a 1-D
+        int64 tensor of one count per element (read to the host for the output's length, as
+        PyTorch's; then an index_select).
+
+        Raises:
+            ValueError: negative repeats, a repeats tensor of the wrong length.
+            TypeError: repeats neither an int nor an int64 tensor.
+        """
+        if dim is None:
+            return self.reshape(-1).repeat_interleave(repeats, 0)
+        d = self._axis(dim, "repeat_interleave")
+        if isinstance(repeats, Tensor):
+            if repeats._dtype.name != "int64" or repeats.ndim > 1:
+                raise TypeError("repeat_interleave: repeats must be an int or a 1-D int64 tensor")
+            counts = np.rint(repeats.detach().numpy()).astype(np.int64).reshape(-1)
+            if counts.size == 1:
+                return self.repeat_interleave(int(counts[0]), d)
+            if counts.size != self._shape[d] or (counts < 0).any():
+                raise ValueError(
+                    f"repeat_interleave: repeats {counts.tolist()} must be {self._shape[d]} "
+                    "non-negative counts, one per element of the dim"
+                )
+            index = np.repeat(np.arange(self._shape[d]), counts)
+            return self.index_select(d, _copy_of(index, None, self._device, "repeat_interleave"))
+        r = as_int(repeats, "repeats", "repeat_interleave")
+        if r < 0:
+            raise ValueError(f"repeat_interleave: repeats must be non-negative, got {r}")
+        shape = self._shape
+        wide = self.unsqueeze(d + 1).expand(shape[: d + 1] + (r,) + shape[d + 1 :])
+        return wide.reshape(shape[:d] + (shape[d] * r,) + shape[d + 1 :])
+
     def tile(self, *dims) -> Tensor:
         """``repeat`` with leading 1s added to ``dims`` when it has fewer than the tensor's."""
         reps = _dims(dims, "tile")
@@ -707,6 +767,35 @@ def cat(tensors, dim: int = 0) -> Tensor:
 
 
 concat = concatenate = cat
+
+
+def meshgrid(*tensors, indexing: str = "ij") -> tuple:
+    """Coordinate grids from 1-D tensors (``torch.meshgrid``): output i holds tensor i's values
+    repeated over the other tensors' dims; ``indexing="ij"`` (matrix, the default) or ``"xy"``
+    (Cartesian: the first two dims swapped). Each output is an ``expand`` view.
+
+    Raises:
+        TypeError: not tensors. ValueError: a tensor that is not 0-d or 1-d, another indexing.
+    """
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    ts = _tensors(list(tensors), "meshgrid")
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    for t in ts:
+        if t.ndim > 1:
+            raise ValueError(f"meshgrid: expects 0-d or 1-d tensors, got {shape_str(t._shape)}")
+    sizes = [t.numel() for t in ts]
+    swap = indexing == "xy" and len(ts) >= 2
+    if swap:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    out = []
+    for k, t in enumerate(ts):
+        at = (1 - k if k < 2 else k) if swap else k
+        shape = [1] * len(ts)
+        shape[at] = t.numel()
+        out.append(t.reshape(tuple(shape)).expand(tuple(sizes)))
+    return tuple(out)
 
 
 def stack(tensors, dim: int = 0) -> Tensor:

@@ -38,6 +38,8 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
     "flip": (((0, 1),), {}),
     "tile": (((2, 1),), {}),
     "broadcast_to": (((2, 3, 4),), {}),
+    "roll": ((1, 1), {}),
+    "repeat_interleave": ((2,), {"dim": 0}),
     "sort": ((0,), {"descending": True}),
     "argsort": ((), {"dim": 1}),
     "topk": ((2,), {}),
@@ -67,6 +69,7 @@ TENSOR_ARGS = {
     "concat",
     "concatenate",
     "stack",
+    "meshgrid",  # 1-D tensors: test_views.py's test_roll_repeat_interleave_and_meshgrid
     # index functions: in tests/kernels/test_index.py
     "gather",
     "index_add",

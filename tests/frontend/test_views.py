@@ -378,3 +378,49 @@ def test_inplace_methods_match_torch(ctx):
     leaf = gpumat.ones(3, device=ctx, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         leaf.exp_()
+
+
+def test_roll_repeat_interleave_and_meshgrid_match_torch(ctx):
+    rng, seed = new_rng()
+    values = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    x = gpumat.tensor(values, device=ctx, requires_grad=True)
+    t = torch.from_numpy(values.copy()).requires_grad_()
+    cases = [
+        lambda z: z.roll(2, 1),
+        lambda z: z.roll(-1, -1),
+        lambda z: z.roll((1, 7), (0, 2)),
+        lambda z: z.roll(3),
+        lambda z: z.repeat_interleave(2, 1),
+        lambda z: z.repeat_interleave(3),
+        lambda z: z.repeat_interleave(0, 2),
+    ]
+    w_total = 0.0
+    ours_total, theirs_total = 0, 0
+    for k, make in enumerate(cases):
+        ours, theirs = make(x), make(t)
+        assert ours.shape == tuple(theirs.shape), k
+        np.testing.assert_array_equal(ours.detach().numpy(), theirs.detach().numpy(), err_msg=k)
+        w = rng.standard_normal(tuple(theirs.shape)).astype(np.float32)
+        ours_total = ours_total + (ours * gpumat.tensor(w, device=ctx)).sum()
+        theirs_total = theirs_total + (theirs * torch.from_numpy(w)).sum()
+        w_total += 1
+    ours_total.backward()
+    theirs_total.backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-5, err_msg=seed)
+    counts = gpumat.tensor([1, 0, 3], device=ctx)
+    np.testing.assert_array_equal(
+        x.detach().repeat_interleave(counts, 0).numpy(),
+        t.detach().repeat_interleave(torch.tensor([1, 0, 3]), 0).numpy(),
+    )
+    a, b = gpumat.arange(3, device=ctx).float(), gpumat.arange(4, device=ctx).float()
+    for indexing in ("ij", "xy"):
+        ours = gpumat.meshgrid(a, b, indexing=indexing)
+        theirs = torch.meshgrid(torch.arange(3.0), torch.arange(4.0), indexing=indexing)
+        for o, r in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(o.numpy(), r.numpy())
+    with pytest.raises(ValueError, match="indexing must be"):
+        gpumat.meshgrid(a, b, indexing="yx")
+    with pytest.raises(ValueError, match="repeats must be non-negative"):
+        x.repeat_interleave(-1, 0)
+    with pytest.raises(ValueError, match="different lengths"):
+        x.roll((1, 2), 0)

@@ -3039,6 +3039,9 @@ def batch_frontend():
     # issue 35
     methods += ["min", "argmin", "amax", "amin", "prod", "var", "std", "norm", "logsumexp", "any"]
     methods += ["all", "cumsum", "tril", "triu", "square"]
+    # views, splits, joins and copies (gpumat.tensor._views)
+    methods += ["permute", "movedim", "expand", "narrow", "select", "split", "chunk", "unbind"]
+    methods += ["flip", "roll", "repeat", "tile", "repeat_interleave", "unflatten"]
 
     @_settings(factor=3)
     @given(
@@ -3080,6 +3083,16 @@ def batch_frontend():
             call = lambda: getattr(x, method)(a)  # noqa: E731
         elif method in ("flatten", "transpose"):
             call = lambda: getattr(x, method)(a, b)  # noqa: E731
+        elif method in ("permute", "flip", "repeat", "tile", "expand"):
+            call = lambda: getattr(x, method)(a)  # noqa: E731
+        elif method in ("movedim", "select", "split", "chunk", "roll", "unflatten"):
+            call = lambda: getattr(x, method)(a, b)  # noqa: E731
+        elif method == "narrow":
+            call = lambda: x.narrow(b, a, 1)  # noqa: E731
+        elif method == "unbind":
+            call = lambda: x.unbind(a)  # noqa: E731
+        elif method == "repeat_interleave":
+            call = lambda: x.repeat_interleave(a, b)  # noqa: E731
         elif method == "backward":
             y = (gpumat.tensor(xn, requires_grad=True) * 2.0).sum(0)
             call = lambda: y.backward(a)  # noqa: E731
@@ -3103,6 +3116,22 @@ def batch_frontend():
                     return _values_close(result.numpy(), want)
                 if method == "cumsum":
                     return _values_close(result.numpy(), np.cumsum(x64, axis=a))
+                if method == "permute":
+                    return _values_close(result.numpy(), np.transpose(x64, a))
+                if method == "movedim":
+                    return _values_close(result.numpy(), np.moveaxis(x64, a, b))
+                if method == "flip":
+                    return _values_close(result.numpy(), np.flip(x64, a))
+                if method == "roll":
+                    return _values_close(result.numpy(), np.roll(x64, a, b))
+                if method == "tile":
+                    return _values_close(result.numpy(), np.tile(x64, a))
+                if method == "expand":
+                    return _values_close(result.numpy(), np.broadcast_to(x64, a))
+                if method == "select":
+                    return _values_close(result.numpy(), np.take(x64, a, axis=b))
+                if method == "repeat_interleave":
+                    return _values_close(result.numpy(), np.repeat(x64, a, axis=b))
                 if method == "softmax":
                     e = np.exp(x64 - x64.max(axis=a, keepdims=True))
                     return _values_close(result.numpy(), e / e.sum(axis=a, keepdims=True))
