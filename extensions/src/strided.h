@@ -24,7 +24,37 @@ struct Iter {
   bool narrow;
   int64_t size[kMaxDims];
   int64_t stride[kMaxOperands][kMaxDims];
+  // For a narrow Iter: each size's division by multiplication (set_divisors), as PyTorch's
+  // IntDivider (Granlund and Montgomery, "Division by invariant integers using multiplication",
+  // PLDI 1994): n / size = (umulhi(n, magic) + n) >> shift for n and size below 2**31.
+  uint32_t magic[kMaxDims];
+  uint32_t shift[kMaxDims];
 };
+
+// Fills it.magic and it.shift for its sizes (each in [1, 2**31)); the host computes them once.
+inline void set_divisors(Iter& it) {
+  for (int d = 0; d < it.ndim; ++d) {
+    const uint64_t n = static_cast<uint64_t>(it.size[d]);
+    uint32_t s = 0;
+    while ((uint64_t{1} << s) < n) ++s;
+    it.shift[d] = s;
+    it.magic[d] = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << s) - n)) / n + 1);
+  }
+}
+
+// The offsets of element i of a narrow Iter in operands [0, Count), by multiplications: the
+// quotient of i by each size from its magic number, the remainder from the quotient.
+template <int Count>
+GPUMAT_HD void offsets_narrow(const Iter& it, uint32_t i, int32_t* off) {
+  for (int k = 0; k < Count; ++k) off[k] = 0;
+  for (int d = it.ndim - 1; d >= 0; --d) {
+    const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(i) * it.magic[d]) >> 32);
+    const uint32_t q = (hi + i) >> it.shift[d];
+    const int32_t c = static_cast<int32_t>(i - q * static_cast<uint32_t>(it.size[d]));
+    i = q;
+    for (int k = 0; k < Count; ++k) off[k] += c * static_cast<int32_t>(it.stride[k][d]);
+  }
+}
 
 // The offsets of element i (row-major over it.size: the last dim fastest) in operands [0, count),
 // computed in the index type I (int64_t, or int32_t for a narrow Iter).

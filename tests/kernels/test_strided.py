@@ -238,3 +238,29 @@ def test_graph_gradients_on_every_device(ctx, name):
     build, shapes = BUILDS[name]
     inputs = [rng.uniform(0.5, 2.0, s) * np.where(rng.random(s) < 0.5, -1, 1) for s in shapes]
     check_device_gradients(ctx, build, inputs, rng)
+
+
+def test_the_64_bit_index_path_agrees_with_the_32_bit_one(monkeypatch):
+    # Arrays under 2**31 elements take the 32-bit path (magic-number division); the emulated
+    # device's GPUMAT_EMU_WIDE_INDEX sends the same calls down the 64-bit one: same bits.
+    ctx = gpumat.emu(0)
+    rng, seed = new_rng()
+    a = gpumat.array(rng.standard_normal((7, 1, 13)).astype(np.float32), ctx)
+    b = gpumat.array(rng.standard_normal((5, 1)).astype(np.float32), ctx)
+    big = gpumat.array(rng.standard_normal((300, 77)).astype(np.float32), ctx)
+
+    def run():
+        outs = [nan_array((7, 5, 13), ctx), nan_array((13, 7), ctx), nan_array((77,), ctx)]
+        outs.append(nan_array((300, 1), ctx))
+        ops.broadcast_binary(a, b, outs[0], "mul")
+        ops.as_strided(a, outs[1], (1, -13), 78)  # a transpose with a flip: a negative stride
+        ops.sum_to(big, outs[2])  # the column mapping
+        ops.sum_to(big, outs[3])  # the row mapping
+        return [o.asnumpy() for o in outs]
+
+    narrow = run()
+    monkeypatch.setenv("GPUMAT_EMU_WIDE_INDEX", "1")
+    wide = run()
+    for k, (n, w) in enumerate(zip(narrow, wide, strict=True)):
+        np.testing.assert_array_equal(n, w, err_msg=f"output {k} (seed {seed})")
+    np.testing.assert_array_equal(narrow[1], a.asnumpy().reshape(7, 13)[::-1].T)

@@ -7,8 +7,9 @@
 //   sum_strided:  out[outer off0] = the sum of in over the inner space (the gradient of a broadcast:
 //                 the repeated dims summed back).
 // Tiling: copy_strided and map_strided give one thread to each output element in a grid-stride
-// loop (common.cuh's grid_for), its offsets from its index by a division per dim, in 32 bits when
-// the Iter is narrow (every array under 2**31 elements; 64-bit division costs several times more).
+// loop (common.cuh's grid_for), its offsets from its index by a division per dim: for a narrow
+// Iter (every array under 2**31 elements) a 32-bit multiplication by each size's magic number
+// (strided::offsets_narrow), else a 64-bit division, which costs many times more.
 // The ops merge dims that are contiguous for every operand, so a same-shape call walks one dim,
 // and consecutive threads then touch consecutive elements of every operand whose innermost stride
 // is 1 (coalesced); a stride 0 operand is read by a warp from one address (a broadcast).
@@ -29,6 +30,24 @@ namespace gpumat::GPUMAT_CUDA_NS {
 namespace {
 constexpr int kSumThreads = 256;  // threads per output of the row mapping
 constexpr int kSumTile = 32;      // outputs per block (and inner splits) of the column mapping
+
+// Element i's offsets: by multiplications (the divisors' magic numbers) in 32 bits for a narrow
+// Iter (I = int32_t), by 64-bit division otherwise.
+template <int Count, typename I>
+__device__ __forceinline__ void element_offsets(const strided::Iter& it, int64_t i, I* off) {
+  if constexpr (sizeof(I) == 4)
+    strided::offsets_narrow<Count>(it, static_cast<uint32_t>(i), off);
+  else
+    strided::offsets<Count, I>(it, i, off);
+}
+// Whether a launch may take the 32-bit path: the Iter is narrow, and on the emulated device
+// GPUMAT_EMU_WIDE_INDEX does not ask for the 64-bit one.
+bool use_narrow(const strided::Iter& it) {
+#ifdef GPUMAT_EMULATED
+  if (emulator::wide_index()) return false;
+#endif
+  return it.narrow;
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------- kernels
@@ -38,7 +57,7 @@ __global__ void copy_strided_kernel(const float* in, float* out, strided::Iter i
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     I off[2];
-    strided::offsets<2, I>(it, static_cast<I>(i), off);
+    element_offsets<2, I>(it, i, off);
     out[off[0]] = in[off[1]];
   }
 }
@@ -50,7 +69,7 @@ __global__ void map_strided_kernel(int op, const float* a, const float* b, const
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     I off[4];
-    strided::offsets<4, I>(it, static_cast<I>(i), off);
+    element_offsets<4, I>(it, i, off);
     const float cv = c != nullptr ? c[off[3]] : 0.0f;
     out[off[0]] = strided::apply(op, a[off[1]], b[off[2]], cv);
   }
@@ -63,12 +82,12 @@ __global__ void sum_rows_kernel(const float* in, float* out, strided::Iter outer
                                 int64_t n_out, int64_t n_inner) {
   for (int64_t o = blockIdx.x; o < n_out; o += gridDim.x) {
     I oo[2];
-    strided::offsets<2, I>(outer, static_cast<I>(o), oo);
+    element_offsets<2, I>(outer, o, oo);
     const float* base = in + oo[1];
     float acc = 0.0f;
     for (int64_t r = threadIdx.x; r < n_inner; r += kSumThreads) {
       I ri[2];
-      strided::offsets<2, I>(inner, static_cast<I>(r), ri);
+      element_offsets<2, I>(inner, r, ri);
       acc += base[ri[1]];
     }
     acc = block_sum<kSumThreads>(acc);
@@ -89,11 +108,11 @@ __global__ void sum_columns_kernel(const float* in, float* out, strided::Iter ou
     float acc = 0.0f;
     I oo[2] = {0, 0};
     if (o < n_out) {
-      strided::offsets<2, I>(outer, static_cast<I>(o), oo);
+      element_offsets<2, I>(outer, o, oo);
       const float* base = in + oo[1];
       for (int64_t r = threadIdx.y; r < n_inner; r += kSumTile) {
         I ri[2];
-        strided::offsets<2, I>(inner, static_cast<I>(r), ri);
+        element_offsets<2, I>(inner, r, ri);
         acc += base[ri[1]];
       }
     }
@@ -113,7 +132,7 @@ __global__ void sum_columns_kernel(const float* in, float* out, strided::Iter ou
 void copy_strided(int dev, const float* in, float* out, const strided::Iter& it, int64_t n) {
   cudaStream_t stream = activate(dev);
   const dim3 grid = grid_for(n, kBlockSize);
-  if (it.narrow)
+  if (use_narrow(it))
     launch<copy_strided_kernel<int32_t>>("copy_strided", grid, kBlockSize, 0, stream, in, out, it, n);
   else
     launch<copy_strided_kernel<int64_t>>("copy_strided", grid, kBlockSize, 0, stream, in, out, it, n);
@@ -123,7 +142,7 @@ void map_strided(int dev, int op, const float* a, const float* b, const float* c
                  const strided::Iter& it, int64_t n) {
   cudaStream_t stream = activate(dev);
   const dim3 grid = grid_for(n, kBlockSize);
-  if (it.narrow)
+  if (use_narrow(it))
     launch<map_strided_kernel<int32_t>>("map_strided", grid, kBlockSize, 0, stream, op, a, b, c, out, it, n);
   else
     launch<map_strided_kernel<int64_t>>("map_strided", grid, kBlockSize, 0, stream, op, a, b, c, out, it, n);
@@ -135,7 +154,7 @@ void sum_strided(int dev, const float* in, float* out, const strided::Iter& oute
   const bool rows = inner.ndim > 0 && inner.stride[1][inner.ndim - 1] == 1;
   if (rows) {
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n_out, stride_blocks(65535LL * 16)));
-    if (outer.narrow)
+    if (use_narrow(outer))
       launch<sum_rows_kernel<int32_t>>("sum_strided", blocks, kSumThreads, 0, stream, in, out, outer, inner,
                                        n_out, n_inner);
     else
@@ -146,7 +165,7 @@ void sum_strided(int dev, const float* in, float* out, const strided::Iter& oute
   const int64_t tiles = (n_out + kSumTile - 1) / kSumTile;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, stride_blocks(65535LL * 16)));
   const dim3 block(kSumTile, kSumTile);
-  if (outer.narrow)
+  if (use_narrow(outer))
     launch<sum_columns_kernel<int32_t>>("sum_strided", blocks, block, 0, stream, in, out, outer, inner, n_out,
                                         n_inner);
   else

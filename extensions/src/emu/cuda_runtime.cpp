@@ -770,6 +770,8 @@ int64_t max_blocks() {
   return v == 0 ? 0 : static_cast<int64_t>(std::min<uint64_t>(v, uint64_t{1} << 31));
 }
 
+bool wide_index() { return detail::env_u64("GPUMAT_EMU_WIDE_INDEX", 0) != 0; }
+
 }  // namespace gpumat::emulator
 
 // ============================================================================ runtime API

@@ -126,6 +126,10 @@ bool checks_compiled();
 // that tests make every thread take several iterations with small arrays (read at every call).
 int64_t max_blocks();
 
+// GPUMAT_EMU_WIDE_INDEX set (not 0): the strided kernels take their 64-bit index path even where
+// every array is small, so that tests reach it without arrays of 2**31 elements.
+bool wide_index();
+
 // Barrier of the running block. sync_block_count returns how many threads passed pred != 0.
 void sync_block();
 int sync_block_count(int pred);

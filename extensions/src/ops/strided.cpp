@@ -108,6 +108,12 @@ bool narrow(std::initializer_list<int64_t> sizes) {
   return true;
 }
 
+// Marks `it` narrow (32-bit index arithmetic) and gives it its divisors' magic numbers.
+void set_narrow(strided::Iter& it, bool is_narrow) {
+  it.narrow = is_narrow;
+  if (is_narrow) strided::set_divisors(it);
+}
+
 int64_t count_of(const Shape& s) {
   int64_t n = 1;
   for (int64_t v : s) n *= v;
@@ -164,7 +170,7 @@ void broadcast_binary(const GpuMatrix& a, const GpuMatrix& b, GpuMatrix& out, in
   if (n > 0) {
     strided::Iter it = make_iter(target, {contiguous_strides(target), broadcast_strides(a.shape(), target),
                                           broadcast_strides(b.shape(), target)});
-    it.narrow = narrow({a.size(), b.size(), n});
+    set_narrow(it, narrow({a.size(), b.size(), n}));
     be.map_strided(out.device().index, static_cast<int>(op_code), a.data(), b.data(), nullptr, out.data(), it,
                    n);
   }
@@ -193,7 +199,7 @@ void broadcast_where(const GpuMatrix& cond, const GpuMatrix& a, const GpuMatrix&
     strided::Iter it =
         make_iter(target, {contiguous_strides(target), broadcast_strides(a.shape(), target),
                            broadcast_strides(b.shape(), target), broadcast_strides(cond.shape(), target)});
-    it.narrow = narrow({cond.size(), a.size(), b.size(), n});
+    set_narrow(it, narrow({cond.size(), a.size(), b.size(), n}));
     be.map_strided(out.device().index, strided::kWhere, a.data(), b.data(), cond.data(), out.data(), it, n);
   }
   finish(out);
@@ -229,7 +235,8 @@ void sum_to(const GpuMatrix& in, GpuMatrix& out) {
   } else {
     strided::Iter outer = make_iter(outer_size, {out_st, in_st});
     strided::Iter inner = make_iter(inner_size, {zeros, in_st});
-    outer.narrow = inner.narrow = narrow({in.size()});
+    set_narrow(outer, narrow({in.size()}));
+    set_narrow(inner, narrow({in.size()}));
     be.sum_strided(dev, in.data(), out.data(), outer, inner, n_out, n_inner);
   }
   finish(out);
@@ -247,7 +254,7 @@ void as_strided(const GpuMatrix& in, GpuMatrix& out, Strides stride, int64_t off
     check_region(op, "the input", out.shape(), stride, offset, in.size(), desc);
     Shape st(stride.v, stride.v + out.shape().size());
     strided::Iter it = make_iter(out.shape(), {contiguous_strides(out.shape()), st});
-    it.narrow = narrow({in.size(), n});
+    set_narrow(it, narrow({in.size(), n}));
     be.copy_strided(out.device().index, in.data() + offset, out.data(), it, n);
   }
   finish(out);
@@ -282,7 +289,7 @@ void as_strided_scatter(const GpuMatrix& src, GpuMatrix& out, Strides stride, in
     }
     Shape st(stride.v, stride.v + nd);
     strided::Iter it = make_iter(size, {st, contiguous_strides(size)});
-    it.narrow = narrow({out.size(), n});
+    set_narrow(it, narrow({out.size(), n}));
     be.copy_strided(out.device().index, src.data(), out.data() + offset, it, n);
   }
   finish(out);
