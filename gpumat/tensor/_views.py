@@ -598,7 +598,10 @@ class ViewMethods:
 
     def flip(self, *dims) -> Tensor:
         """The elements in reverse order along ``dims`` (a copy, as PyTorch's)."""
-        order = {self._axis(d, "flip") for d in _dims(dims, "flip")}
+        given = [self._axis(d, "flip") for d in _dims(dims, "flip")]
+        order = set(given)
+        if len(order) != len(given):
+            raise ValueError(f"flip: dims {tuple(given)} name a dim more than once")
         _, stride, offset = layout(self)
         new_stride = list(stride)
         for d in order:

@@ -268,6 +268,8 @@ def test_indexing_errors_are_pytorchs(ctx):
         x.permute(0, 0)
     with pytest.raises(IndexError, match="exceeds dimension size"):
         x.narrow(1, 2, 3)
+    with pytest.raises(ValueError, match="name a dim more than once"):
+        x.flip((0, 0))
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         x[:, :1].expand(3, 4).add_(1.0)
     leaf = gpumat.zeros(3, device=ctx, requires_grad=True)
