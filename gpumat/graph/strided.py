@@ -3,7 +3,7 @@ and joining, each one kernel of the strided family (:func:`gpumat.ops.broadcast_
 ``broadcast_where``, ``sum_to``, ``as_strided``, ``as_strided_scatter``).
 
 - ``broadcast_binary_op(a, b, kind)``: ``a (kind) b`` with numpy's broadcasting in up to 8 dims,
-  the repeated operand read in place (``kind`` one of :data:`gpumat.ops.BROADCAST_BINARY_OPS`);
+  the repeated operand read in place (``kind`` one of ``gpumat.ops.BROADCAST_BINARY_OPS``);
   gradients summed back to each operand's shape by ``sum_to_op``.
 - ``broadcast_where_op(cond, a, b)``: ``torch.where`` with broadcasting.
 - ``sum_to_op(x, like)``: x summed to like's shape (the gradient of a broadcast); its own gradient

@@ -17,7 +17,7 @@ convert floats as PyTorch does (toward zero into int64, ``!= 0`` into bool).
 Broadcasting (``+ - * / ==`` and the other binary ops between tensors of two shapes): numpy's
 rules in any rank, by :func:`gpumat.graph.strided.broadcast_binary_op`. A Python number is a
 constant (``x * 2``, ``1 - x``). Views (indexing, ``permute``, ``expand``, ...): copies of their
-region kept in step with their base, :mod:`gpumat.tensor._views`.
+region kept in step with their base, ``gpumat.tensor._views``.
 
 Errors follow the house rules: shape, dtype and device mismatches are ValueError / TypeError naming
 the op and the shapes; autograd misuse (``backward`` on a non-scalar without ``gradient``, a second
@@ -66,7 +66,7 @@ from gpumat.tensor._views import (  # noqa: F401
     stack,
 )
 
-__all__ = ["Tensor", "apply_op", "cat", "concat", "concatenate", "stack", "where"]
+__all__ = ["Tensor", "apply_op", "cat", "concat", "concatenate", "meshgrid", "stack", "where"]
 
 
 def _add_methods(methods: type) -> None:
@@ -112,3 +112,4 @@ for _op in TENSOR_METHODS:
 
 # Their public home, whatever file holds them: reprs, pickles and the API reference name it.
 Tensor.__module__ = apply_op.__module__ = matmul.__module__ = where.__module__ = __name__
+cat.__module__ = stack.__module__ = meshgrid.__module__ = __name__  # concat, concatenate: cat

@@ -202,8 +202,7 @@ class IndexMethods:
         values: the out-of-place form of ``x[idx] = v`` for tensors recorded for backward.
 
         Raises:
-            as :func:`gpumat.tensor._advanced_indexing.getitem`; TypeError: indices not a tuple
-            or list.
+            as ``x[key]``; TypeError: indices not a tuple or list.
         """
         if not isinstance(indices, (tuple, list)):
             raise TypeError(
