@@ -787,7 +787,7 @@ def _apply(cls, args: tuple, kwargs: dict):
         if trace is None:
             node = function_output_op(fn_node, None, index=k)
             t = o._make(o._data, o._dtype, o._device, None, o._vc)
-            t._copy_of_view = o._copy_of_view
+            t._view = o._view  # one storage, one region of the base (as detach())
             record(node, t._data, t._vc, (0,))
             t._node = node
         else:

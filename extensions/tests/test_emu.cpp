@@ -111,10 +111,11 @@ void check(const std::string& name, const std::vector<Shape>& ins, const std::ve
   }
 }
 
-std::string dims(std::initializer_list<int64_t> d) {
+// A shape as "3x1x5" ("scalar" for a 0-d one), for case names; dims({m, n, k}) too.
+std::string dims(const Shape& d) {
   std::string s;
   for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
-  return s;
+  return s.empty() ? "scalar" : s;
 }
 
 void elementwise_cases() {
@@ -202,12 +203,6 @@ void layout_cases() {
         "cross_entropy" + t, {{r, c}, {r, c}}, {{1}}, [](Arrays& a) { ops::cross_entropy(a[0], a[1], a[2]); },
         1e-5f, 0.0f, 1.0f);
   }
-}
-
-std::string dims(const Shape& d) {
-  std::string s;
-  for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
-  return s.empty() ? "scalar" : s;
 }
 
 // The strided family: every broadcast_binary function over broadcasts in up to 8 dims (either side

@@ -28,12 +28,6 @@ class InplaceMethods:
     # ---------------------------------------------------------------- in-place ops
 
     def _check_inplace(self, op: str) -> None:
-        if self._copy_of_view is not None:
-            raise RuntimeError(
-                f"{op}: this tensor is a copy made by {self._copy_of_view}, where PyTorch makes a "
-                "view, so an in-place change would not reach the original; change it out of "
-                "place, or .clone() it first"
-            )
         if self._trace is not None or current_trace() is not None:
             raise RuntimeError(
                 f"{op}: in-place ops are not traced by gpumat.compile; make the change outside "

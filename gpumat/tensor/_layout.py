@@ -63,14 +63,12 @@ class LayoutMethods:
         return out
 
     def view(self, *shape) -> Tensor:
-        """``reshape`` (gpumat tensors are contiguous, so every view is possible). A view of a
-        ``t()`` result refuses in-place ops as that result does."""
+        """``reshape``; of a view, a view of its base where strides allow, else a RuntimeError
+        (PyTorch's rule)."""
         if self._view is not None:
             node_shape = tuple(as_int(d, "shape", "view") for d in _flat(shape))
             return reshape_view(self, _resolved(node_shape, self._shape, "view"), "view", True)
-        out = self.reshape(*shape)
-        out._copy_of_view = self._copy_of_view
-        return out
+        return self.reshape(*shape)
 
     def view_as(self, other: Tensor) -> Tensor:
         """``reshape(other.shape)``."""

@@ -174,7 +174,6 @@ class Tensor:
         self._range_src = None
         self._trace = None
         self._tnode = None
-        self._copy_of_view = None  # the op whose result PyTorch makes a view (see t())
         self._view = None  # a StridedView: this tensor shows a strided region of another's storage
 
     # The values: a PyGpuMatrix. A view's copy is brought up to date with its base first, when
@@ -524,7 +523,6 @@ class Tensor:
                 return self
             return trace.apply("detach", detach_op, [self], self._dtype, self._range, False)
         out = Tensor._make(self._data, self._dtype, self._device, None, self._vc)
-        out._copy_of_view = self._copy_of_view  # PyTorch's would still view the original
         out._view = self._view  # one storage, one region of the base
         return out
 
@@ -699,9 +697,7 @@ class Tensor:
     def contiguous(self) -> Tensor:
         """Self when its strides are row-major (``is_contiguous()``), else a copy with its own
         storage (a view of a permute, a slice with steps, an expand: PyTorch's rule)."""
-        if self._copy_of_view is not None or not self.is_contiguous():
-            return self.clone()
-        return self
+        return self if self.is_contiguous() else self.clone()
 
     # ---------------------------------------------------------------- new tensors like this one
 

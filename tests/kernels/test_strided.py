@@ -78,6 +78,9 @@ def test_broadcast_binary_matches_float64(ctx, op, pair):
         with np.errstate(all="ignore"):
             want = F64[op](x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
         np.testing.assert_array_equal(out.asnumpy(), want, err_msg=f"{op} seed {seed}")
+        ref = np.full(target, np.nan, np.float64)
+        gpumat.reference.broadcast_binary(x.astype(np.float64), y.astype(np.float64), ref, op)
+        np.testing.assert_array_equal(ref.astype(np.float32), want, err_msg=f"reference {op}")
 
 
 @pytest.mark.parametrize("shapes", [((3, 1, 5), (4, 1), (1, 4, 5)), ((2, 3), (), (3,))])

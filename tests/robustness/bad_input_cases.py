@@ -865,25 +865,7 @@ def _ref_adam_update(name, a):
     return {0: param - lr * mhat / (np.sqrt(vhat) + eps), 2: m2, 3: v2}
 
 
-_BROADCAST_F64 = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-    "minimum": np.minimum,
-    "maximum": np.maximum,
-    "logical_and": lambda u, v: (u != 0) & (v != 0),
-    "logical_or": lambda u, v: (u != 0) | (v != 0),
-}
-
-
-def _broadcast_target(out, *inputs, name):
+def _broadcast_target(out, *inputs):
     """Invalid unless the inputs broadcast to out's shape (at most 8 dims) and out shares no
     memory with an input of another shape."""
     try:
@@ -898,14 +880,16 @@ def _broadcast_target(out, *inputs, name):
 
 
 def _ref_broadcast_binary(name, a):
-    if not isinstance(a[3], str) or a[3] not in _BROADCAST_F64:
+    if not isinstance(a[3], str) or a[3] not in ops.BROADCAST_BINARY_OPS:
         raise Invalid("op")
-    _broadcast_target(a[2], a[0], a[1], name=name)
-    return {2: np.asarray(_BROADCAST_F64[a[3]](_arr(a[0]), _arr(a[1])), np.float64)}
+    _broadcast_target(a[2], a[0], a[1])
+    want = np.empty(_arr(a[2]).shape)
+    gpumat.reference.broadcast_binary(_arr(a[0]), _arr(a[1]), want, a[3])
+    return {2: want}
 
 
 def _ref_broadcast_where(name, a):
-    _broadcast_target(a[3], a[0], a[1], a[2], name=name)
+    _broadcast_target(a[3], a[0], a[1], a[2])
     return {3: np.where(_arr(a[0]) != 0, _arr(a[1]), _arr(a[2]))}
 
 
