@@ -101,7 +101,8 @@ __all__ = sorted(
         "masked_select",
         "nonzero",
         "scatter_add",
-        # issue 35: reductions, powers, triangles
+        "take_along_dim",
+        #: reductions, powers, triangles
         "all",
         "amax",
         "amin",
@@ -190,13 +191,14 @@ index_copy = _method("index_copy", "``input.index_copy(dim, index, source)``")
 index_fill = _method("index_fill", "``input.index_fill(dim, index, value)``")
 gather = _method("gather", "``input.gather(dim, index)``")
 scatter_add = _method("scatter_add", "``input.scatter_add(dim, index, src)``")
+take_along_dim = _method("take_along_dim", "``input.take_along_dim(indices, dim=None)``")
 masked_select = _method("masked_select", "``input.masked_select(mask)``")
 nonzero = _method("nonzero", "``input.nonzero(*, as_tuple=False)``")
 sort = _method("sort", "``input.sort(dim=-1, descending=False, stable=False)``: (values, indices)")
 argsort = _method("argsort", "``input.argsort(dim=-1, descending=False, stable=False)``")
 topk = _method("topk", "``input.topk(k, dim=-1, largest=True, sorted=True)``: (values, indices)")
 
-# issue 35: reductions, powers, triangles
+# reductions, powers, triangles
 min = _method("min", "``input.min(dim=None, keepdim=False)``")  # noqa: A001 (torch.min)
 argmin = _method("argmin", "``input.argmin(dim=None, keepdim=False)``")
 amax = _method("amax", "``input.amax(dim=(), keepdim=False)``")

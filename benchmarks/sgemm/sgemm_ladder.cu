@@ -1,4 +1,4 @@
-// sgemm_ladder.cu: a self-contained FP32 SGEMM ladder for gpumat (issue 7), in the style of
+// sgemm_ladder.cu: a self-contained FP32 SGEMM ladder for gpumat, in the style of
 // llm.c's dev/cuda: every step of the tuning is a kernel of its own, checked against cuBLAS
 // (FP32, no TF32) and a float64 CPU reference, then timed against cuBLAS with CUDA events.
 //
@@ -1048,7 +1048,7 @@ struct Options {
 };
 
 // MNIST MLP 784 -> 256 -> 100 -> 10 at batch 1000 (gpumat.models.mlp): forward x@W, dW = h^T @ dy
-// (trans_a), dh = dy @ W^T (trans_b) per layer. The first three are issue 7's named targets.
+// (trans_a), dh = dy @ W^T (trans_b) per layer. The first three are the ladder's named targets.
 void add_mnist(std::vector<Problem>& v) {
   v.push_back({1000, 256, 784, false, false, "mnist L1 fwd"});
   v.push_back({784, 256, 1000, true, false, "mnist L1 dW"});

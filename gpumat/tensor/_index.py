@@ -7,10 +7,10 @@ argument orders and semantics, on the index kernels (:func:`gpumat.ops.index_sel
 Index bounds are checked from the index tensor's known value range (IndexError, PyTorch's
 message; see :mod:`gpumat.tensor._advanced_indexing`), so the device is read only for an index
 whose range is unknown. Repeated indices: ``index_add`` and ``scatter_add`` sum in index order
-(deterministic, no atomics); ``index_copy`` and ``index_put`` keep the last. ``gather`` and
-``scatter_add`` work on the flattened tensor with linear indices computed on the device, so the
-tensor has at most 2**24 elements. ``masked_select`` and ``nonzero`` read the device (their
-shapes depend on the values), as PyTorch's synchronize.
+(deterministic, no atomics); ``index_copy`` and ``index_put`` keep the last. ``gather``,
+``take_along_dim`` and ``scatter_add`` run the sort family's gather kernels along the dim (as
+``sort`` does), on a view of self narrowed to the index's sizes. ``masked_select`` and
+``nonzero`` read the device (their shapes depend on the values), as PyTorch's synchronize.
 
 One topic of the class, apart so that each file stays readable; :mod:`gpumat.tensor` adds
 ``IndexMethods``' methods to :class:`gpumat.Tensor`.
@@ -24,8 +24,11 @@ import numpy as np
 
 from gpumat import ops
 from gpumat.dtypes import EXACT_INT, bool_, float32, int64, scalar_for
+from gpumat.graph.elementwise import add_op
 from gpumat.graph.index import index_add_op, index_copy_op, index_select_op
 from gpumat.graph.node import shape_str
+from gpumat.graph.sort import gather_gradient_op, gather_op
+from gpumat.graph.strided import as_strided_scatter_op
 from gpumat.tensor import _advanced_indexing as adv
 from gpumat.tensor._tensor import Tensor, _filled, _is_number, apply_op
 
@@ -67,8 +70,9 @@ def _source(self: Tensor, source, axis: int, length: int, op: str) -> Tensor:
     return source if source._shape else source.reshape(1)
 
 
-def _flat_index(self: Tensor, dim, index: Tensor, op: str):
-    """(axis, linear indices into self.reshape(-1) of index's shape) for gather / scatter."""
+def _along_index(self: Tensor, dim, index, op: str) -> tuple:
+    """(axis, self narrowed to index's sizes in every dim but axis (a view, or self)) for gather
+    and scatter_add, after PyTorch's checks."""
     axis = self._axis(dim, op)
     if not isinstance(index, Tensor) or index._dtype is not int64:
         got = index._dtype if isinstance(index, Tensor) else type(index).__name__
@@ -83,16 +87,14 @@ def _flat_index(self: Tensor, dim, index: Tensor, op: str):
             f"{op}: index {shape_str(index._shape)} must have self's rank and sizes no larger "
             f"than self's {shape_str(self._shape)} in every dim but {axis}"
         )
-    if math.prod(shape) > EXACT_INT:
-        raise ValueError(f"{op}: more than 2**24 elements ({shape_str(self._shape)})")
-    bounds = adv.check_bounds(index, shape[axis], axis, op, negative=False)
-    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
-    grids = np.meshgrid(*[np.arange(k) for k in ishape], indexing="ij")
-    base = sum(g * strides[d] for d, g in enumerate(grids) if d != axis)
-    base = np.asarray(base, dtype=np.int64).reshape(ishape)
-    idx = index if index._shape else index.reshape(1)
-    lin = adv.linear([(idx, bounds, strides[axis])], ishape, self._device, const=base)
-    return axis, lin.reshape(-1)
+    if shape[axis] > EXACT_INT:
+        raise ValueError(f"{op}: dim {axis} of {shape_str(self._shape)} is beyond 2**24 positions")
+    adv.check_bounds(index, shape[axis], axis, op, negative=False)
+    region = self if self._shape else self.reshape(1)
+    for d, i in enumerate(ishape):
+        if d != axis and i != shape[d]:
+            region = region.narrow(d, 0, i)
+    return axis, region
 
 
 class IndexMethods:
@@ -223,61 +225,113 @@ class IndexMethods:
     def gather(self, dim: int, index) -> Tensor:
         """out[i][j][k] = self[index[i][j][k]][j][k] for dim 0 (and so on): values along ``dim``
         picked by ``index`` (int64, self's rank, sizes no larger than self's in the other dims,
-        values in [0, n)); out has index's shape. Gradient: scattered back with a deterministic
-        index_add. self has at most 2**24 elements.
+        values in [0, n)); out has index's shape. One gather kernel
+        (:func:`gpumat.ops.gather`) over self, narrowed (a view) where index is smaller. Gradient:
+        dy added back at the gathered positions, repeated ones in order (deterministic).
 
         Raises:
             TypeError: index not int64. ValueError: ranks or sizes that do not fit; devices
-                differ. IndexError: dim or an index out of range.
+                differ; dim longer than 2**24. IndexError: dim or an index out of range.
         """
-        axis, lin = _flat_index(self, dim, index, "gather")
-        flat = self.reshape(-1)
+        axis, region = _along_index(self, dim, index, "gather")
+        idx = index if index._shape else index.reshape(1)
         out = apply_op(
-            "gather", lambda a, i: index_select_op(a, i, 0), [flat, lin], self._dtype, self._range
+            "gather", lambda a, i: gather_op(a, i, axis), [region, idx], self._dtype, self._range
         )
-        del axis
         return out.reshape(index._shape)
+
+    def take_along_dim(self, indices, dim: int | None = None) -> Tensor:
+        """``torch.take_along_dim``: with ``dim``, self and ``indices`` (int64, self's rank)
+        broadcast against each other in every dim but ``dim``, then :meth:`gather` along it; with
+        ``dim=None`` both are flattened first. Negative indices are not accepted (as gather).
+
+        Raises:
+            TypeError: indices not int64. ValueError: ranks differ, shapes that do not broadcast.
+            IndexError: dim or an index out of range.
+        """
+        if not isinstance(indices, Tensor) or indices._dtype is not int64:
+            got = indices._dtype if isinstance(indices, Tensor) else type(indices).__name__
+            raise TypeError(f"take_along_dim: indices must be an int64 tensor, got {got}")
+        if dim is None:
+            return self.reshape(-1).gather(0, indices.reshape(-1))
+        axis = self._axis(dim, "take_along_dim")
+        if indices.ndim != self.ndim:
+            raise ValueError(
+                f"take_along_dim: input {shape_str(self._shape)} and indices "
+                f"{shape_str(indices._shape)} should have the same number of dimensions"
+            )
+        try:
+            shape = list(
+                np.broadcast_shapes(
+                    self._shape[:axis] + (1,) + self._shape[axis + 1 :],
+                    indices._shape[:axis] + (1,) + indices._shape[axis + 1 :],
+                )
+            )
+        except ValueError:
+            raise ValueError(
+                f"take_along_dim: input {shape_str(self._shape)} and indices "
+                f"{shape_str(indices._shape)} do not broadcast outside dim {axis}"
+            ) from None
+        shape[axis] = self._shape[axis]
+        source = self if tuple(shape) == self._shape else self.expand(shape)
+        shape[axis] = indices._shape[axis]
+        index = indices if tuple(shape) == indices._shape else indices.expand(shape).contiguous()
+        return source.gather(axis, index)
 
     def scatter_add(self, dim: int, index, src) -> Tensor:
         """self with ``src[i][j][k]`` added at ``[index[i][j][k]][j][k]`` for dim 0 (and so on),
-        out of place; src has index's shape (gpumat takes no larger src). Repeated targets sum in
-        row-major order of index (deterministic). Gradients: the incoming one for self, gathered
-        for src.
+        out of place; src at least index's size in every dim (only index's region of it is used,
+        as PyTorch). Repeated targets sum in row-major order of index (deterministic): the
+        gather's gradient kernel (:func:`gpumat.ops.gather_gradient`), its result written into
+        self's region where index is smaller than self. Gradients: the incoming one for self, the
+        gathered one for src's region.
 
         Raises:
-            as :meth:`gather`; TypeError / ValueError: src not a tensor of self's dtype and index's
-            shape.
+            as :meth:`gather`; TypeError / ValueError: src not a tensor of self's dtype and rank
+            with index's sizes or more.
         """
-        axis, lin = _flat_index(self, dim, index, "scatter_add")
-        del axis
+        axis, region = _along_index(self, dim, index, "scatter_add")
         src = self._scatter_src(src, index, "scatter_add")
-        flat = self.reshape(-1)
-        out = apply_op(
+        idx = index if index._shape else index.reshape(1)
+        added = apply_op(
             "scatter_add",
-            lambda a, i, s: index_add_op(a, i, s, 0),
-            [flat, lin, src.reshape(-1)],
+            lambda i, s, r: gather_gradient_op(i, s, r, axis),
+            [idx, src, region],
             self._dtype,
         )
-        return out.reshape(self._shape)
+        if region is not self and region._shape != self._shape:
+            stride = tuple(math.prod(self._shape[d + 1 :]) for d in range(self.ndim))
+            zeros = self.new_zeros(self._shape)
+            added = apply_op(
+                "scatter_add",
+                lambda z, a: as_strided_scatter_op(z, a, stride, 0),
+                [zeros, added],
+                self._dtype,
+            )
+        added = added.reshape(self._shape)
+        return apply_op("scatter_add", add_op, [self, added], self._dtype)
 
     def scatter_add_(self, dim: int, index, src) -> Tensor:
         """:meth:`scatter_add` in place; returns self."""
-        self._check_inplace("scatter_add_")
-        _, lin = _flat_index(self, dim, index, "scatter_add_")
-        src = self._scatter_src(src, index, "scatter_add_")
-        n = self.numel()
-        ops.index_add(self._data.reshape(n), 0, lin._data, src._data.reshape(src.numel()), 1.0)
-        return self._changed()
+        return self._replaced("scatter_add_", lambda: self.scatter_add(dim, index, src))
 
     def _scatter_src(self, src, index: Tensor, op: str) -> Tensor:
+        """src narrowed (a view) to index's shape."""
         if not isinstance(src, Tensor) or src._dtype is not self._dtype:
             got = src._dtype if isinstance(src, Tensor) else type(src).__name__
             raise TypeError(f"{op}: src must be a tensor of dtype {self._dtype}, got {got}")
-        if src._shape != index._shape:
+        ishape = index._shape or (1,)
+        sshape = src._shape or (1,)
+        if len(sshape) != len(ishape) or any(s < i for s, i in zip(sshape, ishape, strict=True)):
             raise ValueError(
                 f"{op}: src has shape {shape_str(src._shape)}, index {shape_str(index._shape)}: "
-                "gpumat takes src of index's shape"
+                "src needs index's rank and at least its size in every dim"
             )
+        if not src._shape:
+            src = src.reshape(1)
+        for d, i in enumerate(ishape):
+            if sshape[d] != i:
+                src = src.narrow(d, 0, i)
         return src
 
     def masked_select(self, mask) -> Tensor:

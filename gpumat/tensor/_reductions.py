@@ -134,7 +134,7 @@ class ReductionMethods:
             False,
         )
 
-    # ------------------------------------------------ min, amin, amax, prod, cumsum (issue 35)
+    # ------------------------------------------------ min, amin, amax, prod, cumsum
 
     def _negated(self, op: str) -> Tensor:
         """-self, exact, as float32 (a float tensor) or int64 with the negated range (int64 and

@@ -43,7 +43,7 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
     "sort": ((0,), {"descending": True}),
     "argsort": ((), {"dim": 1}),
     "topk": ((2,), {}),
-    # issue 35
+    # reductions, powers, triangles, sorting, creation
     "cumsum": ((1,), {}),
     "logsumexp": ((1,), {}),
     "pow": ((1.5,), {}),
@@ -78,6 +78,7 @@ TENSOR_ARGS = {
     "index_select",
     "masked_select",
     "scatter_add",
+    "take_along_dim",
 }
 
 

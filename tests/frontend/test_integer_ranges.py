@@ -1,4 +1,4 @@
-"""int64 and bool tensors keep the range of their values with the storage (issue 41, item 8).
+"""int64 and bool tensors keep the range of their values with the storage.
 
 Class-index checks (cross_entropy, nll_loss, one_hot), integer sums and a compiled step's range
 guards read the bounds a tensor's values lie in instead of reading the device. Every tensor over

@@ -312,7 +312,7 @@ def test_index_errors(ctx):
     with pytest.raises(ValueError, match="index_add: source has shape"):
         x.index_add(0, gpumat.tensor([0], device=ctx), x)
     with pytest.raises(ValueError, match="scatter_add: src has shape"):
-        x.scatter_add(0, gpumat.tensor([[0]], device=ctx), x)
+        x.scatter_add(0, gpumat.tensor([[0, 1]], device=ctx), x[:, :1])
     with pytest.raises(TypeError, match="masked_select: expected a bool tensor"):
         x.masked_select(x)
     scalar = gpumat.tensor(5.0, device=ctx)  # a 0-d tensor: one index, a 0-d result (PyTorch's)
@@ -553,3 +553,82 @@ def test_functions_are_the_methods_and_pytorchs(ctx):
         _same(got, getattr(torch, name)(xt, *theirs), 1e-6)
         with pytest.raises(TypeError, match=f"{name}: expected a Tensor"):
             getattr(gpumat, name)(xv, *ours)
+
+
+def test_gather_scatter_add_take_along_dim_with_smaller_index_and_larger_src(ctx):
+    """PyTorch's size rules: index no larger than self in the dims but ``dim`` (gather narrows
+    self), src at least index's size (scatter_add uses index's region of it); take_along_dim
+    broadcasts. Values and gradients against torch, int64 self too."""
+    rng, _ = new_rng()
+    xv = rng.standard_normal((4, 6, 5)).astype(np.float32)
+    gi = rng.integers(0, 6, (3, 8, 2))
+    for dim, idx in (
+        (1, gi),
+        (0, rng.integers(0, 4, (7, 2, 5))),
+        (2, rng.integers(0, 5, (4, 6, 9))),
+    ):
+        x, xt = _pair(xv, ctx, grad=True)
+        g = x.gather(dim, gpumat.tensor(idx, device=ctx))
+        t = xt.gather(dim, torch.tensor(idx))
+        _same(g, t)
+        (g * g).sum().backward()
+        (t * t).sum().backward()
+        _same(x.grad, xt.grad, 1e-5)
+
+    si = rng.integers(0, 6, (2, 4, 3))
+    sv = rng.standard_normal((3, 5, 4)).astype(np.float32)  # larger than si in every dim
+    x, xt = _pair(xv, ctx, grad=True)
+    s, _ = _pair(sv, ctx, grad=True)
+    st = torch.tensor(sv[:2, :4, :3], requires_grad=True)  # torch's backward needs src's size
+    g = x.scatter_add(1, gpumat.tensor(si, device=ctx), s)
+    t = xt.scatter_add(1, torch.tensor(si), st)
+    _same(g, t, 1e-6)
+    _same(g, torch.tensor(xv).scatter_add(1, torch.tensor(si), torch.tensor(sv)), 1e-6)
+    w = rng.standard_normal(g.shape).astype(np.float32)
+    (g * gpumat.tensor(w, device=ctx)).sum().backward()
+    (t * torch.tensor(w)).sum().backward()
+    _same(x.grad, xt.grad, 1e-6)
+    want = np.zeros_like(sv)
+    want[:2, :4, :3] = st.grad.numpy()  # the rest of src is not read: no gradient
+    assert np.array_equal(s.grad.numpy(), want)
+    x2, xt2 = _pair(xv, ctx)
+    x2.scatter_add_(1, gpumat.tensor(si, device=ctx), gpumat.tensor(sv, device=ctx))
+    xt2.scatter_add_(1, torch.tensor(si), torch.tensor(sv))
+    _same(x2, xt2, 1e-6)
+
+    counts = gpumat.zeros(2, 5, dtype=gpumat.int64, device=ctx)
+    ci = rng.integers(0, 5, (2, 7))
+    got = counts.scatter_add(
+        1, gpumat.tensor(ci, device=ctx), gpumat.ones(2, 7, dtype=gpumat.int64, device=ctx)
+    )
+    want = torch.zeros(2, 5, dtype=torch.int64).scatter_add(
+        1, torch.tensor(ci), torch.ones(2, 7, dtype=torch.int64)
+    )
+    assert got.dtype == gpumat.int64
+    assert np.array_equal(got.numpy(), want.numpy())
+
+    x, xt = _pair(xv, ctx, grad=True)
+    ti = rng.integers(0, 5, (1, 6, 3))  # broadcasts over dim 0
+    g = x.take_along_dim(gpumat.tensor(ti, device=ctx), dim=2)
+    t = torch.take_along_dim(xt, torch.tensor(ti), dim=2)
+    _same(g, t)
+    _same(gpumat.take_along_dim(x, gpumat.tensor(ti, device=ctx), 2), t)
+    (g * g).sum().backward()
+    (t * t).sum().backward()
+    _same(x.grad, xt.grad, 1e-5)
+    flat = rng.integers(0, xv.size, (11,))
+    _same(
+        x.take_along_dim(gpumat.tensor(flat, device=ctx)),
+        torch.take_along_dim(xt, torch.tensor(flat)),
+    )
+    order = x.detach().argsort(dim=1)
+    _same(x.take_along_dim(order, 1), torch.take_along_dim(xt, xt.argsort(dim=1), 1))
+
+    empty = gpumat.tensor(np.zeros((0, 3), np.int64), device=ctx)
+    assert x.reshape(24, 5)[:, :3].gather(0, empty).shape == (0, 3)
+    with pytest.raises(ValueError, match="take_along_dim: .* same number of dimensions"):
+        x.take_along_dim(gpumat.tensor([[0]], device=ctx), 1)
+    with pytest.raises(ValueError, match="scatter_add: src has shape"):
+        x.scatter_add(1, gpumat.tensor(si, device=ctx), s[:1])
+    with pytest.raises(IndexError, match="index 6 is out of bounds for dimension 1"):
+        x.gather(1, gpumat.tensor(np.full((1, 1, 1), 6), device=ctx))

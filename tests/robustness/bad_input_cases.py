@@ -533,7 +533,7 @@ def _valid_args(name, draw, arrays: Arrays):
         if name == "gather":
             return [new(s), arrays.of(idx), new(part), axis]
         return [arrays.of(idx), new(part), new(s), axis]
-    # issue 35: prod, cumsum, the powers, tril / triu
+    # prod, cumsum, the powers, tril / triu
     if name == "prod":
         s = _shape(draw)
         axis = _axis_of(draw, s)
@@ -1158,7 +1158,7 @@ def _ref_randint(name, a):
     return {0: want}
 
 
-# issue 35: prod, cumsum, the powers, tril / triu
+# prod, cumsum, the powers, tril / triu
 def _ref_prod(name, a):
     x, out = _arr(a[0]), _arr(a[1])
     _no_alias(a[1], a[0])
@@ -1365,7 +1365,7 @@ _REFERENCES = {
     "gather": _ref_gather,
     "gather_gradient": _ref_gather_gradient,
     "randint": _ref_randint,
-    # issue 35
+    # reductions, sorting, creation
     "prod": _ref_prod,
     "prod_gradient": _ref_prod_gradient,
     "cumsum": _ref_cumsum,
@@ -2154,7 +2154,7 @@ def batch_graph():
         "index_select_gradient_op": lambda u, v: graph.index_select_gradient_op(u, w, x, v),
         "index_add_op": lambda u, v: graph.index_add_op(x, u, w, v),
         "index_copy_op": lambda u, v: graph.index_copy_op(x, u, w, v),
-        # issue 35
+        # reductions, sorting, creation
         "reduce_prod_op": lambda u, v: graph.reduce_prod_op(x, u, v),
         "prod_gradient_op": lambda u, v: graph.prod_gradient_op(u, w, v),
         "cumsum_op": lambda u, v: graph.cumsum_op(x, u, v),
@@ -2267,7 +2267,7 @@ def batch_graph():
                     return f"{name} accepted axis={v!r}"
             if name == "Executor training" and not isinstance(v, (bool, np.bool_)):
                 return f"Executor accepted training={v!r}"
-            # issue 35: a node, then an int axis / diagonal, a bool flag or a real scalar
+            # a node, then an int axis / diagonal, a bool flag or a real scalar
             if name == "reduce_prod_op":
                 if isinstance(u, bool) or not isinstance(u, numbers.Integral):
                     return f"{name} accepted axis={u!r}"
@@ -3020,7 +3020,7 @@ def batch_frontend():
     methods = ["reshape", "view", "sum", "mean", "max", "argmax", "softmax", "log_softmax",
                "flatten", "squeeze", "unsqueeze", "transpose", "to", "backward", "fill_", "add_",
                "mul_", "copy_", "requires_grad_", "eq", "item", "pow", "t"]  # fmt: skip
-    # issue 35
+    # reductions, sorting, creation
     methods += ["min", "argmin", "amax", "amin", "prod", "var", "std", "norm", "logsumexp", "any"]
     methods += ["all", "cumsum", "tril", "triu", "square"]
     # views, splits, joins and copies (gpumat.tensor._views)
@@ -3226,7 +3226,8 @@ def batch_frontend():
     @_settings(factor=3)
     @given(
         which=st.sampled_from(["index_select", "index_add", "index_copy", "index_fill", "gather",
-                               "scatter_add", "masked_select", "getitem", "setitem"]),
+                               "scatter_add", "take_along_dim", "masked_select", "getitem",
+                               "setitem"]),
         slot=st.integers(0, 3),
         bad=st.one_of(ANY_VALUES, st.integers(-6, 6), st.sampled_from(BAD_TENSOR_ARGS)),
         seed=st.integers(0, 2**32 - 1),
@@ -3245,7 +3246,8 @@ def batch_frontend():
             "index_copy": [0, idx, gpumat.ones(3, 5)],
             "index_fill": [1, idx, 2.0],
             "gather": [1, gpumat.tensor([[0, 4], [1, 1]])],
-            "scatter_add": [0, gpumat.tensor([[0, 3]]), gpumat.ones(1, 2)],
+            "scatter_add": [0, gpumat.tensor([[0, 3]]), gpumat.ones(2, 3)],
+            "take_along_dim": [gpumat.tensor([[0, 4, 1]]), 1],
             "masked_select": [gpumat.tensor(rng.random((4, 5)) > 0.5)],
             "getitem": [([1, -1], slice(None))],
             "setitem": [([1, -1],), 3.0],
