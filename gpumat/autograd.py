@@ -39,6 +39,7 @@ import inspect
 import threading
 
 from gpumat import ops
+from gpumat._core import PyGpuMatrix
 from gpumat.arrays import empty
 from gpumat.dtypes import float32
 from gpumat.graph.elementwise import zeroslike_op
@@ -245,7 +246,11 @@ def run_node(node: Node, input_vals: list, device):
     shape = op.infer_shape(node, [v.shape for v in input_vals])
     if isinstance(op, ReshapeOp):
         return input_vals[0]._view(tuple(shape))
-    out = empty(tuple(shape), device)
+    if device is None:
+        out = empty(tuple(shape), device)
+    else:  # gpumat.arrays.empty's checks, known to hold for a shape from infer_shape
+        kind, index = device._native
+        out = PyGpuMatrix._empty(tuple(int(d) for d in shape), device, kind, index)
     if getattr(op, "takes_run_state", False):
         op.compute(node, input_vals, out, device, training=True, step=0)
     else:

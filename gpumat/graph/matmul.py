@@ -32,6 +32,11 @@ def _bool(value, _name, _op) -> bool:
     return bool(value)
 
 
+def _product(ta: bool, tb: bool, sa: tuple, sb: tuple) -> str:
+    """The product named in shape errors: ``A^T (3, 2) @ B (3, 4)``."""
+    return f"{'A^T' if ta else 'A'} {shape_str(sa)} @ {'B^T' if tb else 'B'} {shape_str(sb)}"
+
+
 class MatMulOp(Op):
     """``op(A) @ op(B)`` for 2-D A, B, with op(X) = X^T when the matching flag is set.
 
@@ -68,13 +73,13 @@ class MatMulOp(Op):
     def infer_shape(self, node, input_shapes):
         sa, sb = (tuple(s) for s in input_shapes)
         ta, tb = node.trans_A, node.trans_B
-        desc = f"{'A^T' if ta else 'A'} {shape_str(sa)} @ {'B^T' if tb else 'B'} {shape_str(sb)}"
+        desc = lambda: _product(ta, tb, sa, sb)  # noqa: E731 (made only for an error)
         if len(sa) != 2 or len(sb) != 2:
-            raise self._error(node, f"both operands must be 2-D: {desc}")
+            raise self._error(node, f"both operands must be 2-D: {desc()}")
         m, k = (sa[1], sa[0]) if ta else sa
         kb, n = (sb[1], sb[0]) if tb else sb
         if k != kb:
-            raise self._error(node, f"inner dimensions differ ({k} != {kb}): {desc}")
+            raise self._error(node, f"inner dimensions differ ({k} != {kb}): {desc()}")
         return (m, n)
 
 
@@ -126,24 +131,24 @@ class BmmOp(Op):
     def infer_shape(self, node, input_shapes):
         sa, sb = (tuple(s) for s in input_shapes[:2])
         ta, tb = node.trans_A, node.trans_B
-        desc = f"{'A^T' if ta else 'A'} {shape_str(sa)} @ {'B^T' if tb else 'B'} {shape_str(sb)}"
+        desc = lambda: _product(ta, tb, sa, sb)  # noqa: E731 (made only for an error)
         if len(sa) != 3 or len(sb) != 3:
-            raise self._error(node, f"both operands must be 3-D: {desc}")
+            raise self._error(node, f"both operands must be 3-D: {desc()}")
         m, k = (sa[2], sa[1]) if ta else sa[1:]
         kb, n = (sb[2], sb[1]) if tb else sb[1:]
         if k != kb:
-            raise self._error(node, f"inner dimensions differ ({k} != {kb}): {desc}")
+            raise self._error(node, f"inner dimensions differ ({k} != {kb}): {desc()}")
         batch = sb[0] if sa[0] == 1 else sa[0]
         if sb[0] not in (batch, 1):
             raise self._error(
-                node, f"batch sizes differ ({sa[0]} != {sb[0]}; 1 repeats a matrix): {desc}"
+                node, f"batch sizes differ ({sa[0]} != {sb[0]}; 1 repeats a matrix): {desc()}"
             )
         if len(input_shapes) == 2:
             return (batch, m, n)
         like = tuple(input_shapes[2])
         if len(like) != 3 or like[1:] != (m, n) or not (like[0] in (batch, 1) or batch == 1):
             raise self._error(
-                node, f"like has shape {shape_str(like)}, expected ({batch}, {m}, {n}): {desc}"
+                node, f"like has shape {shape_str(like)}, expected ({batch}, {m}, {n}): {desc()}"
             )
         return like
 

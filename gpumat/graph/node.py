@@ -84,6 +84,21 @@ def short_name(node: Node) -> str:
     return f"{node.op.name}#{node.id}"
 
 
+def _name_nodes(node: Node) -> None:
+    """Name ``node`` and its unnamed ancestors, inputs first (a name is built from its inputs'),
+    iteratively: a chain of 10,000 unnamed nodes needs no deep recursion."""
+    stack = [node]
+    while stack:
+        top = stack[-1]
+        pending = [i for i in top.inputs if i._name is None]
+        if pending:
+            stack.extend(pending)
+        else:
+            stack.pop()
+            if top._name is None:
+                top._name = top.op.node_name(top)
+
+
 def shape_str(shape: Sequence[int]) -> str:
     """A shape as Python writes a tuple: ``(3,)``, ``(2, 5)``, ``()``."""
     return "(" + ", ".join(str(int(d)) for d in shape) + ("," if len(shape) == 1 else "") + ")"
@@ -112,16 +127,28 @@ class Node:
     Nodes hash and compare by identity, so they can key ``feed_dict``.
     """
 
-    __slots__ = ("inputs", "op", "attrs", "name", "id", "extra_outputs", "saved", "__weakref__")
+    __slots__ = ("inputs", "op", "attrs", "_name", "id", "extra_outputs", "saved", "__weakref__")
 
     def __init__(self, op: Op | None = None, inputs=(), attrs=None) -> None:
         self.inputs: list[Node] = list(inputs)
         self.op = op
         self.attrs = attrs
-        self.name = ""
+        self._name = ""
         self.id = next(_node_ids)
         self.extra_outputs = [] if op is not None and op.num_outputs > 1 else ()
         self.saved = None
+
+    @property
+    def name(self) -> str:
+        # An op's node is named on first use (``op.node_name``): eager ops make a node each and
+        # most are never named, so building the string at creation was a fixed cost per op.
+        if self._name is None:
+            _name_nodes(self)
+        return self._name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
 
     def __getattr__(self, name: str):
         # Reached only for names that are not slots: the op's declared attributes.
@@ -236,7 +263,32 @@ class Op:
 
     def __call__(self, *args, **kwargs) -> Node:
         """A new node of this op: the inputs checked to be nodes, the attributes checked and
-        converted (TypeError / ValueError naming the op), the node named."""
+        converted (TypeError / ValueError naming the op); its name is made when first read."""
+        n_in = len(self.inputs)
+        if not kwargs and n_in <= len(args) <= n_in + len(self.attrs):
+            # The eager front end's common call (positional): the checks of _bound_call without
+            # binding a signature; anything unusual (a None optional input, a missing attribute)
+            # goes that way for its handling and messages.
+            for n, value in zip(self.inputs, args, strict=False):
+                if value is None and n in self.optional_inputs:
+                    return self._bound_call(args, kwargs)
+                _node_argument(self, n, value)
+            values = {}
+            for k, a in enumerate(self.attrs):
+                if n_in + k < len(args):
+                    value = args[n_in + k]
+                elif a.default is _REQUIRED:
+                    return self._bound_call(args, kwargs)
+                else:
+                    value = a.default
+                values[a.name] = value if a.check is None else a.check(value, a.name, self.name)
+            self.check_attrs(values)
+            node = Node(self, args[:n_in], self._record(**values) if self._record else None)
+            node._name = None
+            return node
+        return self._bound_call(args, kwargs)
+
+    def _bound_call(self, args, kwargs) -> Node:
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -254,7 +306,7 @@ class Op:
         }
         self.check_attrs(values)
         node = Node(self, inputs, self._record(**values) if self._record else None)
-        node.name = self.node_name(node)
+        node._name = None
         return node
 
     def check_attrs(self, attrs: dict) -> None:

@@ -167,18 +167,19 @@ class BroadcastWhereOp(Op):
         ]
 
 
-def _repeats_into(op: Op, node: Node, small: tuple, big: tuple, what: str) -> None:
+def _repeats_into(op: Op, node: Node, small: tuple, big: tuple, verb: str, s: tuple, t: tuple):
     """Checks that ``small`` broadcasts to ``big`` (right-aligned, each dim equal or 1), at most
-    8 dims; ValueError naming the op, ``what`` ("sum (2, 3) to (3,)") otherwise."""
+    8 dims; ValueError naming the op and "cannot <verb> s to t" otherwise (the message made only
+    then: eager ops check shapes on every call)."""
     lead = len(big) - len(small)
     if lead < 0 or any(small[d] not in (1, big[lead + d]) for d in range(len(small))):
-        raise op._error(node, f"cannot {what}")
+        raise op._error(node, f"cannot {verb} {shape_str(s)} to {shape_str(t)}")
     if len(big) > MAX_DIMS:
         raise op._error(node, f"{len(big)} dims {shape_str(big)}; at most {MAX_DIMS}")
 
 
 def _sum_to_shape(op: Op, node: Node, s: tuple, t: tuple) -> tuple:
-    _repeats_into(op, node, t, s, f"sum {shape_str(s)} to {shape_str(t)}")
+    _repeats_into(op, node, t, s, "sum", s, t)
     return tuple(t)
 
 
@@ -217,7 +218,7 @@ def _expand_compute(input_vals, output_val, device) -> None:
 
 
 def _expand_shape(op: Op, node: Node, s: tuple, target: tuple) -> tuple:
-    _repeats_into(op, node, s, target, f"expand {shape_str(s)} to {shape_str(target)}")
+    _repeats_into(op, node, s, target, "expand", s, target)
     return tuple(target)
 
 

@@ -565,18 +565,21 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
         raise TypeError("matmul: expected two Tensors")
     _require_float("matmul", a, b)
     sa, sb = a._shape, b._shape
-    desc = f"{shape_str(sa)} @ {shape_str(sb)}"
+
+    def desc():  # made only for an error
+        return f"{shape_str(sa)} @ {shape_str(sb)}"
+
     if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: both operands need at least 1 dimension, got {desc}")
+        raise ValueError(f"matmul: both operands need at least 1 dimension, got {desc()}")
     a2 = a if a.ndim >= 2 else a.reshape(1, sa[0])
     b2 = b if b.ndim >= 2 else b.reshape(sb[0], 1)
     (n, k), (kb, m) = a2._shape[-2:], b2._shape[-2:]
     if k != kb:
-        raise ValueError(f"matmul: inner dimensions differ ({k} != {kb}): {desc}")
+        raise ValueError(f"matmul: inner dimensions differ ({k} != {kb}): {desc()}")
     try:
         batch = tuple(int(d) for d in np.broadcast_shapes(a2._shape[:-2], b2._shape[:-2]))
     except ValueError:
-        raise ValueError(f"matmul: batch dimensions do not broadcast: {desc}") from None
+        raise ValueError(f"matmul: batch dimensions do not broadcast: {desc()}") from None
     if a2.ndim == 2 and b2.ndim == 2:
         out = apply_op("matmul", matmul_op, [a2, b2])
     elif b2.ndim == 2:  # one 2-D product of all of a's rows
