@@ -3,7 +3,8 @@
 - :class:`Module` (:mod:`gpumat.nn.module`), :class:`Parameter`, the layers (``Linear``,
   ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``ReLU``, ``Tanh``, ``Sigmoid``, ``Softmax``,
   ``LogSoftmax``, ``Dropout``, ``Flatten``, ``Identity``, ``Sequential``, ``ModuleList``) and the
-  losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``), one module per kind;
+  losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
+  ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``), one module per kind;
   :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``) and :mod:`gpumat.nn.init`.
 
 The graph ops this package used to re-export (``conv2d_op``, ``dropout_op``, ...) are
@@ -18,18 +19,32 @@ from gpumat.nn.activation import Dropout, LogSoftmax, ReLU, Sigmoid, Softmax, Ta
 from gpumat.nn.container import ModuleList, Sequential
 from gpumat.nn.conv import Conv2d
 from gpumat.nn.linear import Flatten, Identity, Linear
-from gpumat.nn.loss import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
+from gpumat.nn.loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from gpumat.nn.module import Module
 from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AvgPool2d, MaxPool2d
 
 __all__ = [
     "AvgPool2d",
+    "BCELoss",
+    "BCEWithLogitsLoss",
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
     "Flatten",
+    "HuberLoss",
     "Identity",
+    "KLDivLoss",
     "L1Loss",
     "Linear",
     "LogSoftmax",
@@ -42,6 +57,7 @@ __all__ = [
     "ReLU",
     "Sequential",
     "Sigmoid",
+    "SmoothL1Loss",
     "Softmax",
     "Tanh",
     "functional",

@@ -20,6 +20,7 @@ import numbers
 
 from gpumat._checks import as_pair, as_probability
 from gpumat.autograd import current_trace
+from gpumat.creation import arange
 from gpumat.dtypes import bool_, float32, int64
 from gpumat.graph.activation import dropout_op
 from gpumat.graph.conv import add_channel_bias_op, conv2d_op
@@ -31,11 +32,16 @@ from gpumat.graph.node import shape_str
 from gpumat.graph.pool import avg_pool2d_op, max_pool2d_op
 from gpumat.random import draw_seed
 from gpumat.tensor import Tensor, apply_op
+from gpumat.tensor import where as _where
 
 __all__ = [
     "avg_pool2d",
     "conv2d",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
     "cross_entropy",
+    "huber_loss",
+    "kl_div",
     "dropout",
     "l1_loss",
     "linear",
@@ -46,6 +52,7 @@ __all__ = [
     "one_hot",
     "relu",
     "sigmoid",
+    "smooth_l1_loss",
     "softmax",
     "tanh",
 ]
@@ -324,39 +331,202 @@ def _reduce(loss_mean: Tensor, count: int, reduction: str) -> Tensor:
     return _scalar(apply_op("loss", lambda x: mul_byconst_op(x, float(count)), [loss_mean]))
 
 
-def nll_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
-    """The negative log-likelihood of log-probabilities ``input`` (N, C) (e.g. ``log_softmax``)
-    for class indices ``target`` (int64, (N,)) or float rows (N, C): mean (default), sum or
-    per-sample ("none", shape (N,)) of -input[i, target[i]].
+def _legacy_reduction(size_average, reduce, reduction: str, op: str) -> str:
+    """PyTorch's deprecated ``size_average`` / ``reduce`` flags folded into ``reduction`` (as
+    ``torch.nn._reduction.legacy_get_string``)."""
+    if size_average is None and reduce is None:
+        return _reduction(reduction, op)
+    size_average = True if size_average is None else bool(size_average)
+    reduce = True if reduce is None else bool(reduce)
+    return ("mean" if size_average else "sum") if reduce else "none"
 
-    Raises:
-        TypeError: wrong dtypes. ValueError: shapes that do not fit. IndexError: a class index
-            outside [0, C).
+
+def _class_weight(weight, c: int, input: Tensor, op: str):  # noqa: A002
+    """The per-class ``weight`` (float32, shape (C,), on input's device), or None."""
+    if weight is None:
+        return None
+    _float(weight, op, "weight")
+    if weight.shape != (c,):
+        raise ValueError(
+            f"{op}: weight must have shape ({c},) for {c} classes, got {shape_str(weight.shape)}"
+        )
+    if weight.device != input.device:
+        raise ValueError(f"{op}: weight is on {weight.device}, input on {input.device}")
+    return weight
+
+
+def _as_rows(input: Tensor, target: Tensor, op: str):  # noqa: A002
+    """(input as (M, C) rows with the class dim last, target (M,) or (M, C), the shape of a
+    "none" result, the class count): input (C,), (N, C) or (N, C, d1, ...) with class indices
+    () / (N,) / (N, d1, ...) or probabilities of input's shape (PyTorch's shapes)."""
+    _tensor(target, op, "target")
+    if input.ndim == 0:
+        raise ValueError(
+            f"{op}: input must have a class dim (C,), (N, C) or (N, C, d1, ...), got ()"
+        )
+    c = input.shape[0] if input.ndim == 1 else input.shape[1]
+    if target.dtype is bool_:
+        raise TypeError(
+            f"{op}: target must be int64 class indices or float32 probabilities, got bool"
+        )
+    if target.dtype is int64:
+        want = () if input.ndim == 1 else input.shape[:1] + input.shape[2:]
+        if target.shape != want:
+            raise ValueError(
+                f"{op}: class indices of shape {shape_str(want)} expected for input "
+                f"{shape_str(input.shape)}, got {shape_str(target.shape)}"
+            )
+        out_shape = target.shape
+        target = target.reshape(-1)
+    else:
+        _float(target, op, "target")
+        if target.shape != input.shape:
+            raise ValueError(
+                f"{op}: probability targets must have input's shape {shape_str(input.shape)}, "
+                f"got {shape_str(target.shape)}"
+            )
+        out_shape = () if input.ndim == 1 else input.shape[:1] + input.shape[2:]
+        target = target.reshape(1, c) if input.ndim == 1 else target.movedim(1, -1).reshape(-1, c)
+    rows = input.reshape(1, c) if input.ndim == 1 else input.movedim(1, -1).reshape(-1, c)
+    return rows, target, out_shape, c
+
+
+def _valid_classes(target: Tensor, c: int, ignore_index: int, op: str) -> Tensor:
+    """One-hot float (M, C) rows of class indices ``target`` (M,), all zero where the target is
+    ``ignore_index``; checks the others lie in [0, C).
+
+    Eagerly, targets whose range is not within [0, C) are read from the device to check them
+    exactly (IndexError); inside gpumat.compile the argument's range is guarded to [min(0,
+    ignore_index), max(C - 1, ignore_index)] and the caller makes a stray value's loss NaN.
     """
-    _float(input, "nll_loss")
-    reduction = _reduction(reduction, "nll_loss")
-    rows = _class_rows(input, target, "nll_loss")
-    n = input.shape[0]
+    lo, hi = target._range if target._range is not None else (None, None)
+    if lo is None or lo < 0 or hi >= c:
+        if target._trace is None and current_trace() is None:
+            values = target.numpy()
+            stray = values[((values < 0) | (values >= c)) & (values != ignore_index)]
+            if stray.size:
+                raise IndexError(
+                    f"{op}: Target {int(stray[0])} is out of bounds (classes 0..{c - 1}, "
+                    f"ignore_index {ignore_index})."
+                )
+        else:
+            low, high = min(0, ignore_index), max(c - 1, ignore_index)
+            if target._range_src is not None:
+                target._trace.guard_range(target._range_src, low, high, op, IndexError)
+            elif lo is not None and (lo < low or hi > high):
+                raise IndexError(f"{op}: Target {lo if lo < low else hi} is out of bounds.")
+    rows = (target.unsqueeze(1) == arange(c, device=target.device)).float()
+    if 0 <= ignore_index < c:  # an ignored class of its own: its one-hot rows cleared
+        rows = rows * (target != ignore_index).float().unsqueeze(1)
+    return rows
+
+
+def _weighted_class_loss(
+    logp: Tensor,
+    target: Tensor,
+    weight,
+    ignore_index: int,
+    reduction: str,
+    label_smoothing: float,
+    op: str,
+) -> Tensor:
+    """PyTorch's nll_loss / cross_entropy beyond the fused kernel's case, composed of graph ops
+    (each with its kernels and gradient): log-probabilities ``logp`` (M, C), class indices
+    ``target`` (M,) or probabilities (M, C), per-class ``weight``, ``ignore_index``, label
+    smoothing; returns per-row losses (M,) for "none", else the 0-d sum or weighted mean.
+
+    The formulas are ATen's (aten/src/ATen/native/LossNLL.cpp): loss_i = -w[t_i] logp[i, t_i]
+    (0 for an ignored target), mean = sum_i loss_i / sum_i w[t_i]; smoothing ε mixes
+    (1 - ε) loss + ε / C smooth, smooth_i = -sum_c w[c] logp[i, c] (0 where ignored, normalised
+    as the loss); probability targets: loss_i = -sum_c w[c] p[i, c] logp[i, c] (smoothed
+    p (1 - ε) + ε / C), mean over the M rows.
+    """
+    m, c = logp.shape
+    if target.dtype is float32:
+        p = target if not label_smoothing else target * (1 - label_smoothing) + label_smoothing / c
+        if weight is not None:
+            p = p * weight
+        per_row = -(logp * p).sum(1)
+        if reduction == "none":
+            return per_row
+        return per_row.sum() if reduction == "sum" else per_row.sum() / m
+    rows = _valid_classes(target, c, ignore_index, op)
+    picked = rows if weight is None else rows * weight
+    per_row = -(logp * picked).sum(1)
+    if label_smoothing:
+        smooth = -(logp.sum(1) if weight is None else (logp * weight).sum(1)) * rows.sum(1)
     if reduction == "none":
-        return -(input * rows).sum(1)
-    if rows.requires_grad:  # nll_loss_op has no gradient for its target: the composite has
-        per_row = -(input * rows).sum(1)
-        return per_row.mean() if reduction == "mean" else per_row.sum()
-    mean = apply_op("nll_loss", nll_loss_op, [input, rows])
-    return _reduce(mean, n, reduction)
+        loss = per_row
+        if label_smoothing:
+            loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / c)
+        return _nan_for_stray(loss, rows, target, ignore_index)
+    total = per_row.sum()
+    if label_smoothing:
+        total = total * (1 - label_smoothing) + smooth.sum() * (label_smoothing / c)
+    if reduction == "mean":  # all targets ignored: 0 / 0 = NaN, as PyTorch
+        total = total / picked.sum()
+    return _nan_for_stray(total, rows, target, ignore_index)
 
 
-def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
-    """Softmax cross-entropy of logits ``input`` (N, C) with class indices ``target`` (int64,
-    (N,)) or probability rows (N, C): ``nll_loss(log_softmax(input, 1), target)``. The mean is
-    one fused op (``softmaxcrossentropy_op``; with its gradient, one kernel in a compiled step).
+def _nan_for_stray(loss: Tensor, rows: Tensor, target: Tensor, ignore_index: int) -> Tensor:
+    """Inside gpumat.compile (no device read to check targets): NaN where a target is neither a
+    class nor ignore_index, so a bad target is never a silently wrong loss. Eagerly as it is."""
+    if target._trace is None and current_trace() is None:
+        return loss
+    matched = rows.sum(1) + (target == ignore_index).float()
+    bad = (matched < 0.5) if loss.ndim else (matched < 0.5).any()
+    return loss.masked_fill(bad, float("nan"))
 
-    Raises:
-        TypeError / ValueError / IndexError: as for :func:`nll_loss`.
-    """
-    _float(input, "cross_entropy")
-    reduction = _reduction(reduction, "cross_entropy")
-    rows = _class_rows(input, target, "cross_entropy")
+
+def _class_loss(
+    op: str,
+    input: Tensor,  # noqa: A002
+    target: Tensor,
+    weight,
+    size_average,
+    ignore_index,
+    reduce,
+    reduction: str,
+    label_smoothing: float,
+) -> Tensor:
+    """nll_loss (``op`` "nll_loss": input are log-probabilities) and cross_entropy (logits)."""
+    _float(input, op)
+    _tensor(target, op, "target")
+    reduction = _legacy_reduction(size_average, reduce, reduction, op)
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
+        raise TypeError(f"{op}: ignore_index must be an int, got {ignore_index!r}")
+    ignore_index = int(ignore_index)
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real):
+        raise TypeError(f"{op}: label_smoothing must be a float, got {label_smoothing!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(
+            f"{op}: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}"
+        )
+    label_smoothing = float(label_smoothing)
+    if input.ndim == 2 and input.shape[0] and target.dtype is not bool_:
+        c = input.shape[1]
+        bounds = target._range if target.dtype is int64 else None
+        plain = weight is None and not label_smoothing
+        if plain and (bounds is None or not bounds[0] <= ignore_index <= bounds[1]):
+            return _fused_class_loss(op, input, target, reduction)
+    rows, target, out_shape, c = _as_rows(input, target, op)
+    weight = _class_weight(weight, c, input, op)
+    logp = rows.log_softmax(1) if op == "cross_entropy" else rows
+    loss = _weighted_class_loss(logp, target, weight, ignore_index, reduction, label_smoothing, op)
+    return loss.reshape(out_shape) if reduction == "none" else loss
+
+
+def _fused_class_loss(op: str, input: Tensor, target: Tensor, reduction: str) -> Tensor:  # noqa: A002
+    """(N, C) input, no weight, smoothing or ignored target: the fused loss kernels."""
+    rows = _class_rows(input, target, op)
+    n = input.shape[0]
+    if op == "nll_loss":
+        if reduction == "none":
+            return -(input * rows).sum(1)
+        if rows.requires_grad:  # nll_loss_op has no gradient for its target: the composite has
+            per_row = -(input * rows).sum(1)
+            return per_row.mean() if reduction == "mean" else per_row.sum()
+        return _reduce(apply_op("nll_loss", nll_loss_op, [input, rows]), n, reduction)
     if reduction == "none" or rows.requires_grad:
         # softmaxcrossentropy_op has no gradient for its labels: the composite form has.
         per_row = -(input.log_softmax(1) * rows).sum(1)
@@ -364,7 +534,71 @@ def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean") -> Ten
             return per_row
         return per_row.mean() if reduction == "mean" else per_row.sum()
     mean = apply_op("cross_entropy", softmaxcrossentropy_op, [input, rows])
-    return _reduce(mean, input.shape[0], reduction)
+    return _reduce(mean, n, reduction)
+
+
+def nll_loss(
+    input: Tensor,  # noqa: A002
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """The negative log-likelihood loss of log-probabilities ``input`` (e.g. ``log_softmax``),
+    PyTorch's ``F.nll_loss``: input (N, C), (C,) or (N, C, d1, ...); ``target`` class indices
+    (int64, (N,), () or (N, d1, ...)) or, as gpumat also takes, float rows of input's shape.
+    loss_i = -weight[t_i] input[i, t_i], 0 where t_i == ``ignore_index``; "mean" (default) is
+    sum_i loss_i / sum_i weight[t_i] (NaN when every target is ignored, as PyTorch), "sum" the
+    sum, "none" the per-sample losses (target's shape). ``size_average`` / ``reduce`` are
+    PyTorch's deprecated flags. (N, C) input with no weight and no ignored target runs the fused
+    kernel; the rest is composed of graph ops (formulas of ATen's LossNLL.cpp).
+
+    Raises:
+        TypeError: wrong dtypes or argument types. ValueError: shapes that do not fit (naming
+            them), a bad reduction. IndexError: a class index outside [0, C) that is not
+            ignore_index.
+    """
+    return _class_loss(
+        "nll_loss", input, target, weight, size_average, ignore_index, reduce, reduction, 0.0
+    )
+
+
+def cross_entropy(
+    input: Tensor,  # noqa: A002
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """Softmax cross-entropy of logits ``input``, PyTorch's ``F.cross_entropy``:
+    ``nll_loss(log_softmax(input, 1), target, ...)`` for class indices, or -sum_c weight[c]
+    p[i, c] log_softmax(input)[i, c] for probabilities ``target`` of input's shape (mean over
+    the samples). Shapes, ``weight``, ``ignore_index``, reductions as :func:`nll_loss`;
+    ``label_smoothing`` ε in [0, 1] mixes the loss with the uniform distribution's:
+    (1 - ε) loss + ε / C * smooth (Szegedy et al. 2016, "Rethinking the Inception
+    Architecture"; normalised as ATen's LossNLL.cpp). The plain (N, C) case is one fused op
+    (``softmaxcrossentropy_op``; with its gradient, one kernel in a compiled step).
+
+    Raises:
+        TypeError / ValueError / IndexError: as for :func:`nll_loss`; ValueError:
+            label_smoothing outside [0, 1].
+    """
+    return _class_loss(
+        "cross_entropy",
+        input,
+        target,
+        weight,
+        size_average,
+        ignore_index,
+        reduce,
+        reduction,
+        label_smoothing,
+    )
 
 
 def _regression(op: str, graph_op, input: Tensor, target: Tensor, reduction: str, per_element):  # noqa: A002
@@ -402,3 +636,183 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  
     return _regression(
         "l1_loss", mae_loss_op, input, target, reduction, lambda d: d.relu() + (-d).relu()
     )
+
+
+def _pointwise_loss(op: str, input: Tensor, target: Tensor, reduction: str) -> str:  # noqa: A002
+    """The checks of an elementwise loss: float32 input and target of one shape; the reduction."""
+    _float(input, op)
+    _float(target, op, "target")
+    if input.shape != target.shape:
+        raise ValueError(
+            f"{op}: input {shape_str(input.shape)} and target {shape_str(target.shape)} differ "
+            "in shape"
+        )
+    return _reduction(reduction, op)
+
+
+def _reduced(loss: Tensor, reduction: str) -> Tensor:
+    """Elementwise losses reduced: the mean (NaN for no element, as PyTorch), the sum, or as
+    they are."""
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / loss.numel() if loss.numel() else loss.sum() * float("nan")
+
+
+def _elementwise_weight(weight, loss: Tensor, op: str, what: str = "weight") -> Tensor:
+    """``loss * weight`` with ``weight`` (a float32 tensor broadcastable to loss's shape)."""
+    if weight is None:
+        return loss
+    _float(weight, op, what)
+    return loss * weight
+
+
+def binary_cross_entropy(
+    input: Tensor,  # noqa: A002
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Binary cross-entropy of probabilities ``input`` (in [0, 1]) against ``target`` of the same
+    shape (any shape): -w (t log x + (1 - t) log(1 - x)), each log clamped to >= -100 as PyTorch
+    does (so x = 0 or 1 gives a finite loss); ``weight`` broadcasts to input's shape. Reductions
+    as :func:`mse_loss`.
+
+    Raises:
+        TypeError: not float32. ValueError: shapes differ; an input outside [0, 1] (checked
+            eagerly from the values, as PyTorch's CPU kernel; inside gpumat.compile such an
+            input gives NaN, the log of a negative number).
+    """
+    reduction = _legacy_reduction(size_average, reduce, reduction, "binary_cross_entropy")
+    reduction = _pointwise_loss("binary_cross_entropy", input, target, reduction)
+    if input._trace is None and current_trace() is None and input.numel():
+        lo, hi = float(input.detach().min().item()), float(input.detach().max().item())
+        if not (0.0 <= lo and hi <= 1.0):  # also NaN
+            raise ValueError(
+                "binary_cross_entropy: all elements of input should be between 0 and 1, got "
+                f"values in [{lo}, {hi}]"
+            )
+    log_x = input.log().clamp(min=-100.0)
+    log_1mx = (1 - input).log().clamp(min=-100.0)
+    loss = -(target * log_x + (1 - target) * log_1mx)
+    return _reduced(_elementwise_weight(weight, loss, "binary_cross_entropy"), reduction)
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,  # noqa: A002
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    """Binary cross-entropy of logits ``input`` (``sigmoid`` inside, stably): with
+    l = log(1 + exp(-|x|)) + max(-x, 0), loss = (1 - t) x + (1 + (pw - 1) t) l, the
+    log-sum-exp form of -w (pw t log σ(x) + (1 - t) log(1 - σ(x))) that never overflows (as
+    ATen's binary_cross_entropy_with_logits). ``pos_weight`` (broadcast along the last dim, one
+    per class) weighs the positive term; ``weight`` broadcasts to input's shape.
+
+    Raises:
+        TypeError: not float32. ValueError: shapes differ or do not broadcast.
+    """
+    op = "binary_cross_entropy_with_logits"
+    reduction = _legacy_reduction(size_average, reduce, reduction, op)
+    reduction = _pointwise_loss(op, input, target, reduction)
+    softplus_neg = (-input.abs()).exp().log1p() + (-input).relu()  # log(1 + exp(-x))
+    if pos_weight is None:
+        loss = (1 - target) * input + softplus_neg
+    else:
+        _float(pos_weight, op, "pos_weight")
+        loss = (1 - target) * input + (1 + (pos_weight - 1) * target) * softplus_neg
+    return _reduced(_elementwise_weight(weight, loss, op), reduction)
+
+
+def _beta_loss(op: str, input, target, reduction, beta, what: str):  # noqa: A002
+    reduction = _pointwise_loss(op, input, target, reduction)
+    if isinstance(beta, bool) or not isinstance(beta, numbers.Real):
+        raise TypeError(f"{op}: {what} must be a float, got {beta!r}")
+    beta = float(beta)
+    if not beta >= 0:
+        raise ValueError(f"{op}: {what} must be non-negative, got {beta}")
+    return reduction, beta, (input - target).abs()
+
+
+def smooth_l1_loss(
+    input: Tensor,  # noqa: A002
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    beta: float = 1.0,
+) -> Tensor:
+    """Smooth L1 loss (Girshick 2015, Fast R-CNN): with d = |input - target|, 0.5 d**2 / beta
+    where d < beta, else d - 0.5 beta; beta = 0 is the L1 loss. Shapes and reductions as
+    :func:`mse_loss`.
+
+    Raises:
+        TypeError: not float32, beta not a number. ValueError: shapes differ; beta < 0.
+    """
+    reduction = _legacy_reduction(size_average, reduce, reduction, "smooth_l1_loss")
+    reduction, beta, d = _beta_loss("smooth_l1_loss", input, target, reduction, beta, "beta")
+    if beta == 0.0:
+        return _reduced(d, reduction)
+    loss = _where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta)
+    return _reduced(loss, reduction)
+
+
+def huber_loss(
+    input: Tensor,  # noqa: A002
+    target: Tensor,
+    reduction: str = "mean",
+    delta: float = 1.0,
+) -> Tensor:
+    """Huber loss (Huber 1964): with d = |input - target|, 0.5 d**2 where d < delta, else
+    delta (d - 0.5 delta) (``smooth_l1_loss`` times delta, for delta > 0).
+
+    Raises:
+        TypeError: not float32, delta not a number. ValueError: shapes differ; delta <= 0.
+    """
+    reduction, delta, d = _beta_loss("huber_loss", input, target, reduction, delta, "delta")
+    if delta == 0.0:
+        raise ValueError("huber_loss: delta must be positive, got 0.0")
+    loss = _where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta)
+    return _reduced(loss, reduction)
+
+
+def kl_div(
+    input: Tensor,  # noqa: A002
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    log_target: bool = False,
+) -> Tensor:
+    """The Kullback-Leibler divergence loss of log-probabilities ``input`` against probabilities
+    ``target`` (log-probabilities with ``log_target``), elementwise t (log t - input), 0 where
+    t = 0 (PyTorch's ``xlogy`` convention), or exp(t) (t - input). ``reduction``: "mean" (over
+    every element, PyTorch's default), "batchmean" (the sum over the batch size, the
+    mathematical KL divergence), "sum" or "none".
+
+    Raises:
+        TypeError: not float32. ValueError: shapes differ; a bad reduction.
+    """
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, "mean", "kl_div")
+    batchmean = reduction == "batchmean"
+    reduction = _pointwise_loss("kl_div", input, target, "sum" if batchmean else reduction)
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        positive = target > 0
+        safe = _where(positive, target, target.new_ones(()).expand(target.shape))
+        # t = 0 contributes 0 (xlogy's convention), t < 0 NaN (the log of a negative number)
+        other = (target * 0.0).masked_fill(target < 0, float("nan"))
+        loss = _where(positive, target * (safe.log() - input), other)
+    if batchmean:
+        batch = input.shape[0] if input.ndim else 1
+        return loss.sum() / batch
+    return _reduced(loss, reduction)
