@@ -59,6 +59,7 @@ from gpumat import (  # noqa: E402
     profile,
     reference,
     runtime,
+    utils,
 )
 from gpumat._core import CudaError, PyGpuMatrix  # noqa: E402
 from gpumat.arrays import array, empty  # noqa: E402
@@ -183,6 +184,7 @@ __all__ = [
     "set_grad_enabled",
     "synchronize",
     "tensor",
+    "utils",
     "zeros",
     "zeros_like",
 ]

@@ -1,0 +1,185 @@
+"""Dive into Deep Learning's ResNet, written our own way.
+
+Follows d2l-ai/d2l-en ``chapter_convolutional-modern/resnet.md`` (PyTorch tab): the ``Residual``
+block (``nn.LazyConv2d(..., kernel_size=3, padding=1, stride=strides)``, an optional 1x1
+``nn.LazyConv2d`` shortcut, ``nn.LazyBatchNorm2d``, ``F.relu``, the in-place sum ``Y += X``),
+``ResNet.b1`` (a 7x7 stride-2 convolution, batch norm, ``nn.ReLU``, ``nn.MaxPool2d(kernel_size=3,
+stride=2, padding=1)``), ``block`` building ``nn.Sequential(*blk)``, ``self.net.add_module(...)``
+for each stage and the head ``nn.Sequential(nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(),
+nn.LazyLinear(num_classes))``, initialised with d2l's ``init_cnn`` (``nn.init.xavier_uniform_``)
+after a materialising forward pass, and trained by d2l's ``Classifier`` / ``Trainer`` idioms
+(``F.cross_entropy``, ``torch.optim.SGD``, ``loss.backward()`` and ``optim.step()`` inside
+``torch.no_grad()``). The architecture is a two-stage miniature of ResNet-18's
+``((2, 64), (2, 128), (2, 256), (2, 512))``. The original resizes FashionMNIST to 96x96 through
+torchvision; here the 28x28 images are synthetic class templates plus noise, made with numpy from
+a seed.
+"""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_data(n=256, seed=0):
+    """(X (n + n // 4, 1, 28, 28) float32, y int64): the first n train, the rest validate."""
+    templates = (np.random.default_rng(1234).random((10, 28, 28)) > 0.7).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, n + n // 4)
+    images = 0.8 * templates[labels] + 0.2 * rng.random((len(labels), 28, 28), dtype=np.float32)
+    return torch.tensor(images[:, None].astype(np.float32)), torch.tensor(labels), n
+
+
+def get_tensorloader(data, train, batch_size=32, shuffle=True):
+    X, y, num_train = data
+    indices = slice(0, num_train) if train else slice(num_train, None)
+    tensors = tuple(a[indices] for a in (X, y))
+    dataset = TensorDataset(*tensors)
+    return DataLoader(dataset, batch_size, shuffle=train and shuffle)
+
+
+def init_cnn(module):
+    if type(module) == nn.Linear or type(module) == nn.Conv2d:  # noqa: E721 (d2l's test)
+        nn.init.xavier_uniform_(module.weight)
+
+
+class Classifier(nn.Module):
+    def __init__(self, lr=0.1):
+        super().__init__()
+        self.lr = lr
+
+    def forward(self, X):
+        return self.net(X)
+
+    def loss(self, Y_hat, Y, averaged=True):
+        Y_hat = Y_hat.reshape((-1, Y_hat.shape[-1]))
+        Y = Y.reshape((-1,))
+        return F.cross_entropy(Y_hat, Y, reduction="mean" if averaged else "none")
+
+    def accuracy(self, Y_hat, Y, averaged=True):
+        Y_hat = Y_hat.reshape((-1, Y_hat.shape[-1]))
+        preds = Y_hat.argmax(axis=1).type(Y.dtype)
+        compare = (preds == Y.reshape(-1)).type(torch.float32)
+        return compare.mean() if averaged else compare
+
+    def training_step(self, batch):
+        return self.loss(self(*batch[:-1]), batch[-1])
+
+    def validation_step(self, batch):
+        Y_hat = self(*batch[:-1])
+        return self.loss(Y_hat, batch[-1]).item(), self.accuracy(Y_hat, batch[-1]).item()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), self.lr)
+
+    def apply_init(self, inputs, init=None):
+        self.forward(*inputs)
+        if init is not None:
+            self.net.apply(init)
+
+    def layer_summary(self, X_shape):
+        X = torch.randn(*X_shape)
+        for layer in self.net:
+            X = layer(X)
+            print(layer.__class__.__name__, "output shape:\t", X.shape)
+
+
+class Residual(nn.Module):
+    """The Residual block of ResNet models."""
+
+    def __init__(self, num_channels, use_1x1conv=False, strides=1):
+        super().__init__()
+        self.conv1 = nn.LazyConv2d(num_channels, kernel_size=3, padding=1, stride=strides)
+        self.conv2 = nn.LazyConv2d(num_channels, kernel_size=3, padding=1)
+        if use_1x1conv:
+            self.conv3 = nn.LazyConv2d(num_channels, kernel_size=1, stride=strides)
+        else:
+            self.conv3 = None
+        self.bn1 = nn.LazyBatchNorm2d()
+        self.bn2 = nn.LazyBatchNorm2d()
+
+    def forward(self, X):
+        Y = F.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3:
+            X = self.conv3(X)
+        Y += X
+        return F.relu(Y)
+
+
+class ResNet(Classifier):
+    def b1(self):
+        return nn.Sequential(
+            nn.LazyConv2d(8, kernel_size=7, stride=2, padding=3),
+            nn.LazyBatchNorm2d(),
+            nn.ReLU(),
+            nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
+        )
+
+    def block(self, num_residuals, num_channels, first_block=False):
+        blk = []
+        for i in range(num_residuals):
+            if i == 0 and not first_block:
+                blk.append(Residual(num_channels, use_1x1conv=True, strides=2))
+            else:
+                blk.append(Residual(num_channels))
+        return nn.Sequential(*blk)
+
+    def __init__(self, arch, lr=0.1, num_classes=10):
+        super().__init__(lr)
+        self.net = nn.Sequential(self.b1())
+        for i, b in enumerate(arch):
+            self.net.add_module(f"b{i + 2}", self.block(*b, first_block=(i == 0)))
+        self.net.add_module(
+            "last",
+            nn.Sequential(nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.LazyLinear(num_classes)),
+        )
+
+
+def build_model():
+    model = ResNet(arch=((1, 8), (1, 16)), lr=0.05)
+    model.apply_init([torch.zeros(2, 1, 28, 28)], init_cnn)
+    return model
+
+
+def fit(model, data, steps, shuffle=True):
+    """d2l's Trainer.fit_epoch, looped until ``steps`` updates; the float losses."""
+    optim = model.configure_optimizers()
+    losses = []
+    while len(losses) < steps:
+        model.train()
+        for batch in get_tensorloader(data, True, shuffle=shuffle):
+            loss = model.training_step(batch)
+            optim.zero_grad()
+            with torch.no_grad():
+                loss.backward()
+                optim.step()
+            losses.append(loss.item())
+            if len(losses) == steps:
+                break
+        model.eval()
+        for batch in get_tensorloader(data, False):
+            with torch.no_grad():
+                model.validation_step(batch)
+    return losses
+
+
+def train(model, data, steps, shuffle=True):
+    return fit(model, data, steps, shuffle)
+
+
+def main(steps=8):
+    torch.manual_seed(0)
+    model = build_model()
+    model.layer_summary((1, 1, 28, 28))
+    data = make_data()
+    losses = train(model, data, steps)
+    with torch.no_grad():
+        val = [model.validation_step(b) for b in get_tensorloader(data, False)]
+    print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, valid acc {np.mean([a for _, a in val]):.2f}")
+    return losses
+
+
+if __name__ == "__main__":
+    main()
