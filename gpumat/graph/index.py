@@ -20,7 +20,7 @@ from gpumat.graph.elementwise import (
     mul_byconst_op,
     zeroslike_op,
 )
-from gpumat.graph.node import AXIS, Attr, AxisOp, kernels_for, shape_str, short_name
+from gpumat.graph.node import AXIS, Attr, AxisOp, Op, kernels_for, shape_str, short_name
 
 __all__ = [
     "embedding_op",
@@ -187,7 +187,7 @@ def _padding_idx(value, name: str, op: str):
 _NO_ROW = -1e30
 
 
-class EmbeddingOp(AxisOp):
+class EmbeddingOp(Op):
     """``embedding_op(weight, index, padding_idx=None)``: rows of weight (n, D) picked by index
     (L,) (integers in [0, n), gpumat's int64 storage) -> (L, D), one ``index_select`` along axis
     0 (PyTorch's ``embedding``). Gradient: for weight, ``index_select_gradient_op`` (zeros, then

@@ -216,8 +216,10 @@ def log_softmax(input: Tensor, dim: int) -> Tensor:  # noqa: A002
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
-    """Inverted dropout (Srivastava et al., JMLR 2014): each element is zeroed with probability
-    ``p`` and the rest scaled by 1 / (1 - p) when ``training``; the identity otherwise.
+    """Inverted dropout (Srivastava et al., JMLR 2014): each element of ``input`` (any shape) is
+    zeroed with probability ``p`` and the rest scaled by 1 / (1 - p) when ``training``; the
+    identity otherwise (and for p = 0: the input itself). p = 1 drops every element (zeros, and
+    a zero gradient), as PyTorch's.
 
     The mask comes from gpumat's counter-based generator with a seed drawn from
     :func:`gpumat.manual_seed`'s generator (a fresh mask per call; in a compiled step, per

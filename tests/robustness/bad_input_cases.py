@@ -3293,7 +3293,8 @@ def batch_frontend():
     @given(
         which=st.sampled_from(["linear", "conv2d", "max_pool2d", "avg_pool2d", "dropout",
                                "nll_loss", "cross_entropy", "mse_loss", "l1_loss", "one_hot",
-                               "softmax"]),
+                               "softmax", "gelu", "silu", "softplus", "leaky_relu", "elu",
+                               "hardtanh", "relu6", "embedding", "adaptive_avg_pool2d", "pad"]),
         slot=st.integers(0, 3),
         bad=st.one_of(ANY_VALUES, st.integers(-3, 40), st.sampled_from(BAD_TENSOR_ARGS)),
         seed=st.integers(0, 2**32 - 1),
@@ -3314,6 +3315,16 @@ def batch_frontend():
             "l1_loss": [x2, gpumat.zeros(4, 5), "mean"],
             "one_hot": [gpumat.tensor([0, 2, 1]), 3],
             "softmax": [x2, 1],
+            "gelu": [x2, "tanh"],
+            "silu": [x2],
+            "softplus": [x2, 2.0, 10.0],
+            "leaky_relu": [x2, 0.1],
+            "elu": [x2, 0.5],
+            "hardtanh": [x2, -0.5, 0.5],
+            "relu6": [x2],
+            "embedding": [gpumat.tensor([[0, 3], [4, 4]]), x2, 1],
+            "adaptive_avg_pool2d": [x4, (4, None)],
+            "pad": [x4, (1, 2, 2, 0), "reflect"],
         }[which]
         args = list(valid)
         if slot < len(args):
@@ -3374,7 +3385,9 @@ def batch_frontend():
     @_settings(factor=2)
     @given(
         which=st.sampled_from(["Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "Dropout",
-                               "Flatten", "Softmax", "LogSoftmax", "CrossEntropyLoss"]),
+                               "Flatten", "Softmax", "LogSoftmax", "CrossEntropyLoss",
+                               "Embedding", "AdaptiveAvgPool2d", "GELU", "Softplus", "LeakyReLU",
+                               "ELU", "Hardtanh"]),
         a=st.one_of(st.sampled_from(BAD_INTS), st.integers(-2, 5)),
         b=st.one_of(st.sampled_from(BAD_INTS), st.integers(-2, 5)),
         c=st.one_of(st.sampled_from(BAD_INTS + ["same", "valid", "full"]), st.integers(-2, 3)),
@@ -3391,6 +3404,13 @@ def batch_frontend():
             "Softmax": (a,),
             "LogSoftmax": (a,),
             "CrossEntropyLoss": (a,),
+            "Embedding": (a, b, c),
+            "AdaptiveAvgPool2d": (a,),
+            "GELU": (a,),
+            "Softplus": (a, b),
+            "LeakyReLU": (a,),
+            "ELU": (a,),
+            "Hardtanh": (a, b),
         }[which]
         built = {}
 
@@ -3402,7 +3422,9 @@ def batch_frontend():
         if "m" in built:
             x = (
                 gpumat.ones(2, 3, 6, 6)
-                if which in ("Conv2d", "MaxPool2d", "AvgPool2d")
+                if which in ("Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d")
+                else gpumat.tensor([[0, 1], [2, 0]])
+                if which == "Embedding"
                 else (gpumat.ones(4, a if type(a) is int and 0 < a < 50 else 3))
             )
             inputs = (x, gpumat.tensor([0, 1, 0, 1])) if which == "CrossEntropyLoss" else (x,)
