@@ -166,6 +166,8 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
                     int64_t) except +gpumat_raise_py_error nogil
     void avg_pool2d_gradient(const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t, int64_t, int64_t,
                              int64_t) except +gpumat_raise_py_error nogil
+    void adaptive_avg_pool2d(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void adaptive_avg_pool2d_gradient(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     # random
     void uniform "gpumat::ops::uniform"(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
     void normal "gpumat::ops::normal"(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil

@@ -13,10 +13,19 @@ __all__ = [
     "clamp",
     "clamp_gradient",
     "cos",
+    "elu",
+    "elu_gradient",
     "erf",
     "ge",
+    "gelu",
+    "gelu_gradient",
+    "gelu_tanh",
+    "gelu_tanh_gradient",
     "gt",
+    "hardtanh_gradient",
     "le",
+    "leaky_relu",
+    "leaky_relu_gradient",
     "log1p",
     "logical_and",
     "logical_not",
@@ -34,7 +43,11 @@ __all__ = [
     "sigmoid",
     "sigmoid_gradient",
     "sign",
+    "silu",
+    "silu_gradient",
     "sin",
+    "softplus",
+    "softplus_gradient",
     "sqrt",
     "sqrt_gradient",
     "tanh",
@@ -230,3 +243,81 @@ def tanh_gradient(y, dy, out) -> None:
 def sigmoid_gradient(y, dy, out) -> None:
     """out = dy * y * (1 - y), dL/dx of y = sigmoid(x) given the forward output y."""
     _core.sigmoid_gradient_(y, dy, out)
+
+
+def gelu(a, out) -> None:
+    """out = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))) elementwise, the exact GELU (Hendrycks &
+    Gimpel 2016; PyTorch's gelu(approximate='none')); one shape (may be in place), float32."""
+    _core.gelu_(a, out)
+
+
+def gelu_gradient(y, dy, out) -> None:
+    """out = dy * (Phi(x) + x * phi(x)), dL/dx of the exact GELU given the forward input x
+    (passed as y); phi the standard normal density."""
+    _core.gelu_gradient_(y, dy, out)
+
+
+def gelu_tanh(a, out) -> None:
+    """out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) elementwise, GELU's tanh
+    approximation (Hendrycks & Gimpel 2016; PyTorch's gelu(approximate='tanh')); may be in place."""
+    _core.gelu_tanh_(a, out)
+
+
+def gelu_tanh_gradient(y, dy, out) -> None:
+    """out = dy * d/dx gelu_tanh(x) given the forward input x (passed as y), in PyTorch's
+    arrangement: 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)."""
+    _core.gelu_tanh_gradient_(y, dy, out)
+
+
+def silu(a, out) -> None:
+    """out = x * sigmoid(x) elementwise (SiLU / swish; the sigmoid through exp(-|x|), so no
+    overflow for large |x|); one shape (may be in place), float32."""
+    _core.silu_(a, out)
+
+
+def silu_gradient(y, dy, out) -> None:
+    """out = dy * s (1 + x (1 - s)), s = sigmoid(x), dL/dx of silu given the forward input
+    x (passed as y)."""
+    _core.silu_gradient_(y, dy, out)
+
+
+def softplus(a, lo, hi, out) -> None:
+    """out = log(1 + exp(beta x)) / beta elementwise, and x where beta x > threshold
+    (PyTorch's rule); lo = beta (nonzero), hi = threshold. log(1 + exp(z)) is computed as
+    max(z, 0) + log1p(exp(-|z|)), finite for any finite z; may be in place, float32."""
+    _core.softplus_(a, lo, hi, out)
+
+
+def softplus_gradient(x, dy, lo, hi, out) -> None:
+    """out = dy * sigmoid(beta x), and dy where beta x > threshold; lo = beta, hi =
+    threshold, x the forward input."""
+    _core.softplus_gradient_(x, dy, lo, hi, out)
+
+
+def leaky_relu(a, s, out) -> None:
+    """out = x where x > 0, else s * x (s = negative_slope) elementwise; NaN passes
+    through; one shape (may be in place), float32."""
+    _core.leaky_relu_(a, s, out)
+
+
+def leaky_relu_gradient(x, dy, s, out) -> None:
+    """out = dy where x > 0, else s * dy (PyTorch's: the slope s at x = 0), x the
+    forward input."""
+    _core.leaky_relu_gradient_(x, dy, s, out)
+
+
+def elu(a, s, out) -> None:
+    """out = x where x > 0, else s * (exp(x) - 1) (expm1; s = alpha) elementwise (Clevert
+    et al. 2016); one shape (may be in place), float32."""
+    _core.elu_(a, s, out)
+
+
+def elu_gradient(x, dy, s, out) -> None:
+    """out = dy where x > 0, else dy * s * exp(x), x the forward input (PyTorch's)."""
+    _core.elu_gradient_(x, dy, s, out)
+
+
+def hardtanh_gradient(x, dy, lo, hi, out) -> None:
+    """out = 0 where x <= lo or x >= hi, else dy (PyTorch's hardtanh_backward: no
+    gradient at the bounds, unlike clamp's); the forward is clamp(x, lo, hi)."""
+    _core.hardtanh_gradient_(x, dy, lo, hi, out)

@@ -111,6 +111,8 @@ __all__ = [
     "as_strided_scatter",
     "avg_pool2d",
     "avg_pool2d_gradient",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool2d_gradient",
     "axpy",
     "bmm",
     "broadcast_binary",
@@ -843,6 +845,21 @@ def avg_pool2d_gradient(dy, out, kernel_size, stride=None, padding=0) -> None:
     _core.avg_pool2d_gradient_(
         dy, out, *pool_args("avg_pool2d_gradient", kernel_size, stride, padding)
     )
+
+
+def adaptive_avg_pool2d(x, out) -> None:
+    """Adaptive average pooling of x (N, C, H, W) into out (N, C, OH, OW), the output size given by
+    out's shape (H, W, OH, OW >= 1; OH > H allowed): out[.., oh, ow] is the mean of x's rows
+    [floor(oh*H/OH), ceil((oh+1)*H/OH)) and columns likewise, PyTorch's adaptive windows
+    (``adaptive_avg_pool2d``). ValueError for other shapes."""
+    _core.adaptive_avg_pool2d_(x, out)
+
+
+def adaptive_avg_pool2d_gradient(dy, out) -> None:
+    """out (N, C, H, W) = dL/dx of :func:`adaptive_avg_pool2d` given dy (N, C, OH, OW): every
+    element receives dy / (the window's area) from each adaptive window that covers it (a gather,
+    deterministic)."""
+    _core.adaptive_avg_pool2d_gradient_(dy, out)
 
 
 # --------------------------------------------------------------------------------------------------

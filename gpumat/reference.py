@@ -293,6 +293,101 @@ def sigmoid_gradient(y, dy, out) -> None:
     out[...] = dy * y * (1 - y)
 
 
+def _sigmoid(z):
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _gelu_cdf(x):
+    """Phi(x) = (1 + erf(x / sqrt 2)) / 2 in float64."""
+    return 0.5 * (1 + _erf(np.asarray(x, np.float64) / math.sqrt(2)).astype(np.float64))
+
+
+_GELU_BETA, _GELU_KAPPA = math.sqrt(2 / math.pi), 0.044715
+
+
+def gelu(a, out) -> None:
+    """out = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), the exact GELU (Hendrycks & Gimpel 2016),
+    in float64 rounded to out's dtype."""
+    out[...] = a * _gelu_cdf(a) if a.size else a
+
+
+def gelu_gradient(y, dy, out) -> None:
+    """out = dy (Phi(x) + x phi(x)), x the forward input (passed as y)."""
+    x = np.asarray(y, np.float64)
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    out[...] = dy * (_gelu_cdf(x) + x * pdf) if x.size else dy
+
+
+def gelu_tanh(a, out) -> None:
+    """out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GELU's tanh approximation."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out[...] = 0.5 * a * (1 + np.tanh(_GELU_BETA * (a + _GELU_KAPPA * a * a * a)))
+
+
+def gelu_tanh_gradient(y, dy, out) -> None:
+    """out = dy * d/dx gelu_tanh(x), x the forward input (passed as y)."""
+    x = y
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = np.tanh(_GELU_BETA * (x + _GELU_KAPPA * x * x * x))
+        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _GELU_BETA * (1 + 3 * _GELU_KAPPA * x * x)
+        out[...] = dy * d
+
+
+def silu(a, out) -> None:
+    """out = x sigmoid(x) (the sigmoid through exp(-|x|))."""
+    out[...] = a * _sigmoid(a)
+
+
+def silu_gradient(y, dy, out) -> None:
+    """out = dy s (1 + x (1 - s)), s = sigmoid(x), x the forward input (passed as y)."""
+    s = _sigmoid(y)
+    out[...] = dy * s * (1 + y * (1 - s))
+
+
+def softplus(a, lo, hi, out) -> None:
+    """out = log(1 + exp(beta x)) / beta, x where beta x > threshold (lo = beta, hi =
+    threshold), as max(z, 0) + log1p(exp(-|z|)) for z = beta x."""
+    beta = a.dtype.type(lo)
+    z = a * beta
+    with np.errstate(over="ignore", invalid="ignore"):
+        soft = (np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))) / beta
+        out[...] = np.where(z > hi, a, soft)
+
+
+def softplus_gradient(x, dy, lo, hi, out) -> None:
+    """out = dy sigmoid(beta x), dy where beta x > threshold (lo = beta, hi = threshold)."""
+    z = x * x.dtype.type(lo)
+    out[...] = np.where(z > hi, dy, dy * _sigmoid(z))
+
+
+def leaky_relu(a, s, out) -> None:
+    """out = x where x > 0, else s x (NaN stays NaN)."""
+    out[...] = np.where(a > 0, a, a * a.dtype.type(s))
+
+
+def leaky_relu_gradient(x, dy, s, out) -> None:
+    """out = dy where x > 0, else s dy."""
+    out[...] = np.where(x > 0, dy, dy * dy.dtype.type(s))
+
+
+def elu(a, s, out) -> None:
+    """out = x where x > 0, else s (exp(x) - 1) (expm1)."""
+    with np.errstate(over="ignore"):
+        out[...] = np.where(a > 0, a, a.dtype.type(s) * np.expm1(a))
+
+
+def elu_gradient(x, dy, s, out) -> None:
+    """out = dy where x > 0, else dy s exp(x)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out[...] = np.where(x > 0, dy, dy * (x.dtype.type(s) * np.exp(x)))
+
+
+def hardtanh_gradient(x, dy, lo, hi, out) -> None:
+    """out = 0 where x <= lo or x >= hi, else dy (a NaN x passes dy, as PyTorch's)."""
+    out[...] = np.where((x <= lo) | (x >= hi), np.zeros((), dy.dtype), dy)
+
+
 def dropout(a, out, p: float, seed: int) -> None:
     """Inverted dropout with the devices' mask: out[i] = 0 where uniform01(seed, i) < p
     (compared in float32), else a[i] / (1 - p); p = 1 drops everything."""
@@ -784,6 +879,43 @@ def avg_pool2d_gradient(dy, out, kernel_size, stride=None, padding=0) -> None:
         for j in range(kw):
             dxp[:, :, i : i + sh * oh : sh, j : j + sw * ow : sw] += share
     out[...] = dxp[:, :, ph : ph + h, pw : pw + w]
+
+
+def _adaptive_spans(size: int, out: int) -> list:
+    """PyTorch's adaptive windows: output o covers [floor(o size/out), ceil((o+1) size/out))."""
+    return [((o * size) // out, -(-((o + 1) * size) // out)) for o in range(out)]
+
+
+def _adaptive_check(op: str, x_shape, y_shape, x_name: str, y_name: str) -> None:
+    if len(x_shape) != 4 or len(y_shape) != 4:
+        raise ValueError(f"{op}: {x_name} and {y_name} must be 4-D, got {x_shape} and {y_shape}")
+    if tuple(x_shape[:2]) != tuple(y_shape[:2]) or min(*x_shape[2:], *y_shape[2:]) < 1:
+        raise ValueError(
+            f"{op}: {x_name} {tuple(x_shape)} and {y_name} {tuple(y_shape)} must share (N, C) and "
+            "have spatial sizes >= 1"
+        )
+
+
+def adaptive_avg_pool2d(x, out) -> None:
+    """out (N, C, OH, OW): the mean of each adaptive window of x (N, C, H, W)."""
+    _adaptive_check("adaptive_avg_pool2d", x.shape, out.shape, "x", "out")
+    rows = _adaptive_spans(x.shape[2], out.shape[2])
+    cols = _adaptive_spans(x.shape[3], out.shape[3])
+    for i, (h0, h1) in enumerate(rows):
+        for j, (w0, w1) in enumerate(cols):
+            out[:, :, i, j] = x[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+
+
+def adaptive_avg_pool2d_gradient(dy, out) -> None:
+    """out (N, C, H, W): every element receives dy / area from each adaptive window covering it."""
+    _adaptive_check("adaptive_avg_pool2d_gradient", out.shape, dy.shape, "dx", "dy")
+    rows = _adaptive_spans(out.shape[2], dy.shape[2])
+    cols = _adaptive_spans(out.shape[3], dy.shape[3])
+    acc = np.zeros(out.shape, dtype=dy.dtype)
+    for i, (h0, h1) in enumerate(rows):
+        for j, (w0, w1) in enumerate(cols):
+            acc[:, :, h0:h1, w0:w1] += (dy[:, :, i, j] / ((h1 - h0) * (w1 - w0)))[:, :, None, None]
+    out[...] = acc
 
 
 # --------------------------------------------------------------------------------------------------

@@ -189,6 +189,8 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(max_pool2d_gradient),
       GPUMAT_STEP(avg_pool2d),
       GPUMAT_STEP(avg_pool2d_gradient),
+      GPUMAT_STEP(adaptive_avg_pool2d),
+      GPUMAT_STEP(adaptive_avg_pool2d_gradient),
       // random
       GPUMAT_STEP(uniform),
       GPUMAT_STEP(normal),

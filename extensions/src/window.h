@@ -29,6 +29,21 @@ GPUMAT_HD void covering_outputs(Index i, Index k, Index stride, Index pad, Index
   *hi = ip / stride < out - 1 ? ip / stride : out - 1;
 }
 
+// Adaptive pooling (PyTorch's AdaptiveAveragePooling windows): output o of `out` over `in` inputs
+// covers [floor(o in / out), ceil((o + 1) in / out)), never empty for out >= 1 and in >= 1.
+GPUMAT_HD void adaptive_span(int64_t o, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
+  *lo = (o * in) / out;
+  *hi = ((o + 1) * in + out - 1) / out;
+}
+
+// The outputs [*lo, *hi] (inclusive) whose adaptive windows may cover input i: a superset (within
+// [floor(i out / in), ceil((i + 1) out / in) - 1]), so callers test adaptive_span's bounds.
+GPUMAT_HD void adaptive_covering(int64_t i, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
+  *lo = (i * out) / in;
+  const int64_t h = ((i + 1) * out + in - 1) / in - 1;
+  *hi = h < out - 1 ? h : out - 1;
+}
+
 // Index (ih * W + iw) in `plane` (H, W) of the argmax of pooling window (oh, ow): the first maximum
 // in row-major window order (ties: the first wins, so a gradient reaches exactly one element); a
 // NaN beats numbers and the first NaN beats later ones, so NaN propagates as in PyTorch. The window

@@ -414,6 +414,12 @@ void conv_pool_cases() {
           [k, s, p](Arrays& a) { ops::avg_pool2d(a[0], a[1], k, k, s, s, p, p); });
     check("avg_pool2d_gradient" + t, {ps}, {xs},
           [k, s, p](Arrays& a) { ops::avg_pool2d_gradient(a[0], a[1], k, k, s, s, p, p); });
+    // adaptive windows that shrink (overlapping, uneven) and grow (OH > H)
+    for (const Shape& as : {Shape{v.n, v.c, (v.h + 2) / 3, (v.w + 1) / 2}, Shape{v.n, v.c, v.h + 3, 1}}) {
+      check("adaptive_avg_pool2d" + t, {xs}, {as}, [](Arrays& a) { ops::adaptive_avg_pool2d(a[0], a[1]); });
+      check("adaptive_avg_pool2d_gradient" + t, {as}, {xs},
+            [](Arrays& a) { ops::adaptive_avg_pool2d_gradient(a[0], a[1]); });
+    }
   }
 }
 
@@ -666,6 +672,35 @@ void frontend_kernel_cases() {
           ops::clamp_gradient(a[0], a[1], -0.5f, std::numeric_limits<float>::infinity(), a[4]);
         },
         0.0f);
+    // GELU, SiLU, softplus, leaky ReLU, ELU and their gradients from x, hardtanh's gradient: the
+    // same C library functions on both devices, so equal bit for bit; x over (-8, 8) crosses
+    // softplus' threshold (beta 1.5, threshold 4) and the kinks.
+    using Act = void (*)(const gpumat::GpuMatrix&, gpumat::GpuMatrix&);
+    const std::pair<const char*, Act> acts[] = {
+        {"gelu", ops::gelu}, {"gelu_tanh", ops::gelu_tanh}, {"silu", ops::silu}};
+    for (const auto& [name, f] : acts) {
+      check(name + t, {{n}}, {{n}}, [f](Arrays& a) { f(a[0], a[1]); }, 0.0f, -8.0f, 8.0f);
+    }
+    using ActGradient = void (*)(const gpumat::GpuMatrix&, const gpumat::GpuMatrix&, gpumat::GpuMatrix&);
+    const std::pair<const char*, ActGradient> act_gradients[] = {
+        {"gelu_gradient", ops::gelu_gradient},
+        {"gelu_tanh_gradient", ops::gelu_tanh_gradient},
+        {"silu_gradient", ops::silu_gradient}};
+    for (const auto& [name, f] : act_gradients) {
+      check(name + t, {{n}, {n}}, {{n}}, [f](Arrays& a) { f(a[0], a[1], a[2]); }, 0.0f, -8.0f, 8.0f);
+    }
+    check(
+        "softplus, leaky_relu, elu, hardtanh_gradient" + t, {{n}, {n}}, {{n}, {n}, {n}, {n}, {n}, {n}, {n}},
+        [](Arrays& a) {
+          ops::softplus(a[0], 1.5f, 4.0f, a[2]);
+          ops::softplus_gradient(a[0], a[1], 1.5f, 4.0f, a[3]);
+          ops::leaky_relu(a[0], 0.07f, a[4]);
+          ops::leaky_relu_gradient(a[0], a[1], 0.07f, a[5]);
+          ops::elu(a[0], 0.8f, a[6]);
+          ops::elu_gradient(a[0], a[1], 0.8f, a[7]);
+          ops::hardtanh_gradient(a[0], a[1], -2.0f, 3.0f, a[8]);
+        },
+        0.0f, -8.0f, 8.0f);
   }
   struct AxisCase {
     Shape shape;

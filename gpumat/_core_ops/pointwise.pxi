@@ -35,6 +35,19 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void sigmoid "gpumat::ops::sigmoid"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void tanh_gradient "gpumat::ops::tanh_gradient"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void sigmoid_gradient "gpumat::ops::sigmoid_gradient"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void gelu "gpumat::ops::gelu"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void gelu_gradient "gpumat::ops::gelu_gradient"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void gelu_tanh "gpumat::ops::gelu_tanh"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void gelu_tanh_gradient "gpumat::ops::gelu_tanh_gradient"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void silu "gpumat::ops::silu"(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void silu_gradient "gpumat::ops::silu_gradient"(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void softplus "gpumat::ops::softplus"(const GpuMatrix&, float, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void softplus_gradient "gpumat::ops::softplus_gradient"(const GpuMatrix&, const GpuMatrix&, float, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void leaky_relu "gpumat::ops::leaky_relu"(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void leaky_relu_gradient "gpumat::ops::leaky_relu_gradient"(const GpuMatrix&, const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void elu "gpumat::ops::elu"(const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void elu_gradient "gpumat::ops::elu_gradient"(const GpuMatrix&, const GpuMatrix&, float, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void hardtanh_gradient "gpumat::ops::hardtanh_gradient"(const GpuMatrix&, const GpuMatrix&, float, float, GpuMatrix&) except +gpumat_raise_py_error nogil
 
 
 def sqrt_(PyGpuMatrix a not None, PyGpuMatrix out not None):
@@ -270,3 +283,101 @@ def sigmoid_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatr
     _require(out, "sigmoid_gradient", "out")
     with nogil:
         sigmoid_gradient(y.mat[0], dy.mat[0], out.mat[0])
+
+
+def gelu_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "gelu", "a")
+    _require(out, "gelu", "out")
+    with nogil:
+        gelu(a.mat[0], out.mat[0])
+
+
+def gelu_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None):
+    _require(y, "gelu_gradient", "y")
+    _require(dy, "gelu_gradient", "dy")
+    _require(out, "gelu_gradient", "out")
+    with nogil:
+        gelu_gradient(y.mat[0], dy.mat[0], out.mat[0])
+
+
+def gelu_tanh_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "gelu_tanh", "a")
+    _require(out, "gelu_tanh", "out")
+    with nogil:
+        gelu_tanh(a.mat[0], out.mat[0])
+
+
+def gelu_tanh_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None):
+    _require(y, "gelu_tanh_gradient", "y")
+    _require(dy, "gelu_tanh_gradient", "dy")
+    _require(out, "gelu_tanh_gradient", "out")
+    with nogil:
+        gelu_tanh_gradient(y.mat[0], dy.mat[0], out.mat[0])
+
+
+def silu_(PyGpuMatrix a not None, PyGpuMatrix out not None):
+    _require(a, "silu", "a")
+    _require(out, "silu", "out")
+    with nogil:
+        silu(a.mat[0], out.mat[0])
+
+
+def silu_gradient_(PyGpuMatrix y not None, PyGpuMatrix dy not None, PyGpuMatrix out not None):
+    _require(y, "silu_gradient", "y")
+    _require(dy, "silu_gradient", "dy")
+    _require(out, "silu_gradient", "out")
+    with nogil:
+        silu_gradient(y.mat[0], dy.mat[0], out.mat[0])
+
+
+def softplus_(PyGpuMatrix a not None, float lo, float hi, PyGpuMatrix out not None):
+    _require(a, "softplus", "a")
+    _require(out, "softplus", "out")
+    with nogil:
+        softplus(a.mat[0], lo, hi, out.mat[0])
+
+
+def softplus_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None, float lo, float hi, PyGpuMatrix out not None):
+    _require(x, "softplus_gradient", "x")
+    _require(dy, "softplus_gradient", "dy")
+    _require(out, "softplus_gradient", "out")
+    with nogil:
+        softplus_gradient(x.mat[0], dy.mat[0], lo, hi, out.mat[0])
+
+
+def leaky_relu_(PyGpuMatrix a not None, float s, PyGpuMatrix out not None):
+    _require(a, "leaky_relu", "a")
+    _require(out, "leaky_relu", "out")
+    with nogil:
+        leaky_relu(a.mat[0], s, out.mat[0])
+
+
+def leaky_relu_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None, float s, PyGpuMatrix out not None):
+    _require(x, "leaky_relu_gradient", "x")
+    _require(dy, "leaky_relu_gradient", "dy")
+    _require(out, "leaky_relu_gradient", "out")
+    with nogil:
+        leaky_relu_gradient(x.mat[0], dy.mat[0], s, out.mat[0])
+
+
+def elu_(PyGpuMatrix a not None, float s, PyGpuMatrix out not None):
+    _require(a, "elu", "a")
+    _require(out, "elu", "out")
+    with nogil:
+        elu(a.mat[0], s, out.mat[0])
+
+
+def elu_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None, float s, PyGpuMatrix out not None):
+    _require(x, "elu_gradient", "x")
+    _require(dy, "elu_gradient", "dy")
+    _require(out, "elu_gradient", "out")
+    with nogil:
+        elu_gradient(x.mat[0], dy.mat[0], s, out.mat[0])
+
+
+def hardtanh_gradient_(PyGpuMatrix x not None, PyGpuMatrix dy not None, float lo, float hi, PyGpuMatrix out not None):
+    _require(x, "hardtanh_gradient", "x")
+    _require(dy, "hardtanh_gradient", "dy")
+    _require(out, "hardtanh_gradient", "out")
+    with nogil:
+        hardtanh_gradient(x.mat[0], dy.mat[0], lo, hi, out.mat[0])

@@ -40,3 +40,17 @@ def avg_pool2d_gradient_(PyGpuMatrix dy not None, PyGpuMatrix dx not None, int64
     with nogil:
         avg_pool2d_gradient(dy.mat[0], dx.mat[0], kernel_h, kernel_w, stride_h, stride_w, pad_h,
                             pad_w)
+
+
+def adaptive_avg_pool2d_(PyGpuMatrix x not None, PyGpuMatrix y not None):
+    _require(x, "adaptive_avg_pool2d", "x")
+    _require(y, "adaptive_avg_pool2d", "y")
+    with nogil:
+        adaptive_avg_pool2d(x.mat[0], y.mat[0])
+
+
+def adaptive_avg_pool2d_gradient_(PyGpuMatrix dy not None, PyGpuMatrix dx not None):
+    _require(dy, "adaptive_avg_pool2d_gradient", "dy")
+    _require(dx, "adaptive_avg_pool2d_gradient", "dx")
+    with nogil:
+        adaptive_avg_pool2d_gradient(dy.mat[0], dx.mat[0])

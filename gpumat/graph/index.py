@@ -1,6 +1,7 @@
 """Graph ops of the index family: rows of one axis picked (``index_select_op``), summed into
 (``index_add_op``) or copied into (``index_copy_op``) by a 1-D index, and index_select's gradient
-(``index_select_gradient_op``: zeros, then a deterministic index_add).
+(``index_select_gradient_op``: zeros, then a deterministic index_add), and the embedding lookup
+(``embedding_op``: index_select of rows, whose gradient skips the padding row).
 
 The index is a node of integers held as floats (gpumat's int64 storage), values in [-n, n)
 (negative from the end); the kernels never read out of bounds (an index naming no row gives NaN
@@ -12,10 +13,17 @@ constant).
 from __future__ import annotations
 
 from gpumat._checks import as_real
-from gpumat.graph.elementwise import mul_byconst_op, zeroslike_op
-from gpumat.graph.node import AXIS, Attr, AxisOp, kernels_for, shape_str, short_name
+from gpumat.graph.elementwise import (
+    add_byconst_op,
+    add_op,
+    eq_op,
+    mul_byconst_op,
+    zeroslike_op,
+)
+from gpumat.graph.node import AXIS, Attr, AxisOp, Op, kernels_for, shape_str, short_name
 
 __all__ = [
+    "embedding_op",
     "index_add_op",
     "index_copy_op",
     "index_select_gradient_op",
@@ -166,3 +174,61 @@ index_select_op = IndexSelectOp()
 index_select_gradient_op = IndexSelectGradientOp()
 index_add_op = IndexAddOp()
 index_copy_op = IndexCopyOp()
+
+
+def _padding_idx(value, name: str, op: str):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"{op}: {name} must be None or an int >= 0, got {value!r}")
+    return value
+
+
+_NO_ROW = -1e30
+
+
+class EmbeddingOp(Op):
+    """``embedding_op(weight, index, padding_idx=None)``: rows of weight (n, D) picked by index
+    (L,) (integers in [0, n), gpumat's int64 storage) -> (L, D), one ``index_select`` along axis
+    0 (PyTorch's ``embedding``). Gradient: for weight, ``index_select_gradient_op`` (zeros, then
+    the rows' gradients added in increasing position: deterministic, the same bits every run),
+    with the index entries equal to ``padding_idx`` moved out of range (-1e30), where they name
+    no row, so the padding row gets no gradient (PyTorch's rule); none for index."""
+
+    name = "embedding_op"
+    inputs = ("node_weight", "node_index")
+    attrs = (Attr("padding_idx", _padding_idx, None),)
+
+    def node_name(self, node):
+        w, i = (short_name(n) for n in node.inputs)
+        return f"Embedding({w},{i})"
+
+    def compute(self, node, input_vals, output_val, device=None):
+        weight, index = input_vals
+        kernels_for(device).index_select(weight, 0, index, output_val)
+
+    def gradient(self, node, output_grad):
+        weight, index = node.inputs
+        pad = node.padding_idx
+        if pad is not None:
+            padding = add_byconst_op(zeroslike_op(index), float(pad))
+            # index - 1e30 where index == pad: a value out of every range names no row, so the
+            # deterministic index_add skips it; elsewhere index + (-0.0), exact.
+            shift = mul_byconst_op(eq_op(index, padding), _NO_ROW)
+            index = add_op(index, shift)
+        return [index_select_gradient_op(output_grad, index, weight, 0), None]
+
+    def infer_shape(self, node, input_shapes):
+        w, index = (tuple(s) for s in input_shapes)
+        if len(w) != 2:
+            raise self._error(node, f"weight must be 2-D (num_embeddings, D), got {shape_str(w)}")
+        if len(index) != 1:
+            raise self._error(node, f"index must be 1-D, got shape {shape_str(index)}")
+        if node.padding_idx is not None and node.padding_idx >= w[0]:
+            raise self._error(
+                node, f"padding_idx {node.padding_idx} is not a row of weight {shape_str(w)}"
+            )
+        return (index[0], w[1])
+
+
+embedding_op = EmbeddingOp()

@@ -1,5 +1,5 @@
 """Pooling as graph ops over the (H, W) planes of x (N, C, H, W): ``max_pool2d_op``,
-``avg_pool2d_op`` and their gradient ops.
+``avg_pool2d_op``, ``adaptive_avg_pool2d_op`` and their gradient ops.
 
 ``kernel_size``, ``stride`` (default: the kernel size) and ``padding`` are ints or (h, w) pairs,
 0 <= padding <= kernel_size // 2. Max pooling routes each window's gradient to its argmax, the
@@ -15,10 +15,14 @@ from gpumat.graph.conv import conv_output_size
 from gpumat.graph.node import Attr, Node, Op, Undefined, shape_str, short_name
 
 __all__ = [
+    "AdaptiveAvgPool2dGradientOp",
+    "AdaptiveAvgPool2dOp",
     "AvgPool2dGradientOp",
     "AvgPool2dOp",
     "MaxPool2dGradientOp",
     "MaxPool2dOp",
+    "adaptive_avg_pool2d_gradient_op",
+    "adaptive_avg_pool2d_op",
     "avg_pool2d_gradient_op",
     "avg_pool2d_op",
     "max_pool2d_gradient_op",
@@ -172,3 +176,61 @@ max_pool2d_op = MaxPool2dOp()
 max_pool2d_gradient_op = MaxPool2dGradientOp()
 avg_pool2d_op = AvgPool2dOp()
 avg_pool2d_gradient_op = AvgPool2dGradientOp()
+
+
+def _output_size(value, name: str, op: str) -> tuple:
+    size = as_pair(value, name, op)
+    if min(size) < 1:
+        raise ValueError(f"{op}: {name} must be >= 1, got {size}")
+    return size
+
+
+class AdaptiveAvgPool2dOp(Op):
+    """``adaptive_avg_pool2d_op(x, output_size)``: x (N, C, H, W) -> (N, C, OH, OW), output_size
+    (OH, OW) (an int or a pair, >= 1; OH > H allowed), each output the mean of x's rows
+    [floor(oh H / OH), ceil((oh + 1) H / OH)) and columns likewise (PyTorch's adaptive windows;
+    H, W >= 1). Gradient: ``adaptive_avg_pool2d_gradient_op(dy, x, output_size)``."""
+
+    name, label, kernel = "adaptive_avg_pool2d_op", "AdaptiveAvgPool2d", "adaptive_avg_pool2d"
+    inputs = ("node_x",)
+    attrs = (Attr("output_size", _output_size, type=tuple),)
+
+    def node_name(self, node):
+        return f"AdaptiveAvgPool2d({short_name(node.inputs[0])},{node.output_size})"
+
+    def gradient(self, node, output_grad):
+        return [adaptive_avg_pool2d_gradient_op(output_grad, node.inputs[0], node.output_size)]
+
+    def infer_shape(self, node, input_shapes):
+        x = tuple(input_shapes[0])
+        if len(x) != 4 or min(x[2:], default=0) < 1:
+            raise self._error(
+                node, f"x must be 4-D (N, C, H, W) with H, W >= 1, got {shape_str(x)}"
+            )
+        return x[:2] + tuple(node.output_size)
+
+
+class AdaptiveAvgPool2dGradientOp(Op):
+    """``adaptive_avg_pool2d_gradient_op(dy, x, output_size)``: dL/dx of
+    ``adaptive_avg_pool2d_op(x, output_size)`` given dy (N, C, OH, OW); only x's shape is used.
+    Linear: its gradient is adaptive average pooling again."""
+
+    name = "adaptive_avg_pool2d_gradient_op"
+    label, kernel = "AdaptiveAvgPool2dGrad", "adaptive_avg_pool2d_gradient"
+    inputs = ("node_dy", "node_x")
+    shape_only_inputs = (1,)  # x
+    attrs = AdaptiveAvgPool2dOp.attrs
+
+    def gradient(self, node, output_grad):
+        return [adaptive_avg_pool2d_op(output_grad, node.output_size), None]
+
+    def infer_shape(self, node, input_shapes):
+        dy, x = (tuple(s) for s in input_shapes)
+        want = AdaptiveAvgPool2dOp.infer_shape(adaptive_avg_pool2d_op, node, [x])
+        if dy != want:
+            raise self._error(node, f"dy has shape {shape_str(dy)}, expected {shape_str(want)}")
+        return x
+
+
+adaptive_avg_pool2d_op = AdaptiveAvgPool2dOp()
+adaptive_avg_pool2d_gradient_op = AdaptiveAvgPool2dGradientOp()

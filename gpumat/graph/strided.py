@@ -16,6 +16,9 @@ and joining, each one kernel of the strided family (:func:`gpumat.ops.broadcast_
 - ``as_strided_scatter_op(base, src, stride, offset)``: base with a strided region replaced by src
   (index assignment out of place).
 - ``cat_op(nodes, dim)``: ``torch.cat``; gradient ``cat_slice_op`` per input.
+- ``constant_pad_op(x, pad, value)``: x inside a border of ``value`` (``F.pad``'s constant
+  mode, pads >= 0): a fill and one ``as_strided_scatter``; gradient ``constant_pad_gradient_op``,
+  one ``as_strided`` gather of the interior.
 
 Strides and offsets are in elements of the contiguous input.
 """
@@ -27,7 +30,7 @@ import math
 import numpy as np
 
 from gpumat import ops
-from gpumat._checks import as_int
+from gpumat._checks import as_int, as_real
 from gpumat.graph.elementwise import mul_byconst_op, where_op, zeroslike_op
 from gpumat.graph.node import Attr, Node, Op, kernels_for, shape_str, short_name
 
@@ -40,6 +43,8 @@ __all__ = [
     "BroadcastWhereOp",
     "CatOp",
     "CatSliceOp",
+    "ConstantPadGradientOp",
+    "ConstantPadOp",
     "ExpandLikeOp",
     "ExpandOp",
     "MAX_DIMS",
@@ -52,6 +57,8 @@ __all__ = [
     "broadcast_where_op",
     "cat_op",
     "cat_slice_op",
+    "constant_pad_gradient_op",
+    "constant_pad_op",
     "contiguous_strides",
     "expand_like_op",
     "expand_op",
@@ -508,3 +515,93 @@ as_strided_backward_op = AsStridedBackwardOp()
 as_strided_scatter_op = AsStridedScatterOp()
 cat_op = CatOp()
 cat_slice_op = CatSliceOp()
+
+
+def _pads(value, what: str, op: str) -> tuple:
+    """((before, after), ...) one pair of ints >= 0 per dim."""
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{op}: {what} must be a tuple of (before, after) pairs")
+    pairs = []
+    for pair in value:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"{op}: {what} must be a tuple of (before, after) pairs, got {value!r}")
+        lo, hi = (as_int(v, f"an element of {what}", op) for v in pair)
+        if lo < 0 or hi < 0:
+            raise ValueError(f"{op}: {what} must be >= 0 (crop first), got {value!r}")
+        pairs.append((lo, hi))
+    return tuple(pairs)
+
+
+def _pad_offset(pad: tuple, out_shape: tuple) -> tuple:
+    """(the padded array's strides, the element offset of x's first element in it)."""
+    strides = contiguous_strides(out_shape)
+    return strides, sum(lo * s for (lo, _), s in zip(pad, strides, strict=True))
+
+
+def _pad_rank(op: Op, node: Node, x: tuple) -> None:
+    if len(node.pad) != len(x):
+        raise op._error(node, f"{len(node.pad)} (before, after) pairs for x {shape_str(x)}")
+    if len(x) > MAX_DIMS:
+        raise op._error(node, f"{len(x)} dims {shape_str(x)}; at most {MAX_DIMS}")
+
+
+class ConstantPadOp(Op):
+    """``constant_pad_op(x, pad, value=0.0)``: x (any rank up to 8) inside a border of ``value``,
+    ``pad`` one (before, after) pair of ints >= 0 per dim of x, in dim order: the output is
+    x.shape[d] + before + after long in dim d. Computed by a fill and one ``as_strided_scatter``
+    of x into the interior. Gradient: ``constant_pad_gradient_op(g, x, pad)``, the interior of g
+    (one ``as_strided`` gather)."""
+
+    name, label = "constant_pad_op", "ConstantPad"
+    inputs = ("node_x",)
+    attrs = (Attr("pad", _pads, type=tuple), Attr("value", as_real, 0.0, float))
+
+    def node_name(self, node):
+        return f"ConstantPad({short_name(node.inputs[0])},{node.pad},{node.value!r})"
+
+    def compute(self, node, input_vals, output_val, device=None):
+        k = kernels_for(device)
+        x = input_vals[0]
+        k.fill(output_val, node.value)
+        if math.prod(x.shape):
+            strides, offset = _pad_offset(node.pad, tuple(output_val.shape))
+            k.as_strided_scatter(x, output_val, strides, offset)
+
+    def infer_shape(self, node, input_shapes):
+        x = tuple(input_shapes[0])
+        _pad_rank(self, node, x)
+        return tuple(d + lo + hi for d, (lo, hi) in zip(x, node.pad, strict=True))
+
+    def gradient(self, node, output_grad):
+        return [constant_pad_gradient_op(output_grad, node.inputs[0], node.pad)]
+
+
+class ConstantPadGradientOp(Op):
+    """``constant_pad_gradient_op(g, x, pad)``: the interior of g (the padded shape) that x filled,
+    of x's shape (only x's shape is read): one ``as_strided`` gather. Linear: its gradient is
+    ``constant_pad_op(gg, pad, 0.0)``."""
+
+    name, label = "constant_pad_gradient_op", "ConstantPadGrad"
+    inputs = ("node_g", "node_x")
+    shape_only_inputs = (1,)
+    attrs = (Attr("pad", _pads, type=tuple),)
+
+    def compute(self, node, input_vals, output_val, device=None):
+        if math.prod(output_val.shape):
+            strides, offset = _pad_offset(node.pad, tuple(input_vals[0].shape))
+            kernels_for(device).as_strided(input_vals[0], output_val, strides, offset)
+
+    def infer_shape(self, node, input_shapes):
+        g, x = (tuple(s) for s in input_shapes)
+        _pad_rank(self, node, x)
+        want = tuple(d + lo + hi for d, (lo, hi) in zip(x, node.pad, strict=True))
+        if g != want:
+            raise self._error(node, f"g has shape {shape_str(g)}, expected {shape_str(want)}")
+        return x
+
+    def gradient(self, node, output_grad):
+        return [constant_pad_op(output_grad, node.pad, 0.0), None]
+
+
+constant_pad_op = ConstantPadOp()
+constant_pad_gradient_op = ConstantPadGradientOp()

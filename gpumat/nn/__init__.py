@@ -1,10 +1,12 @@
 """gpumat.nn: PyTorch-style layers on gpumat tensors.
 
 - :class:`Module` (:mod:`gpumat.nn.module`), :class:`Parameter`, the layers (``Linear``,
-  ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``ReLU``, ``Tanh``, ``Sigmoid``, ``Softmax``,
-  ``LogSoftmax``, ``Dropout``, ``Flatten``, ``Identity``, ``Sequential``, ``ModuleList``) and the
-  losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
-  ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``), one module per kind;
+  ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``, ``Embedding``, ``ReLU``,
+  ``Tanh``, ``Sigmoid``, ``GELU``, ``SiLU``, ``Softplus``, ``LeakyReLU``, ``ELU``, ``Hardtanh``,
+  ``ReLU6``, ``Softmax``, ``LogSoftmax``, ``Dropout``, ``Flatten``, ``Identity``,
+  ``Sequential``, ``ModuleList``) and the losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``,
+  ``L1Loss``, ``BCELoss``, ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``,
+  ``KLDivLoss``), one module per kind;
   :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``) and :mod:`gpumat.nn.init`.
 
 The graph ops this package used to re-export (``conv2d_op``, ``dropout_op``, ...) are
@@ -15,7 +17,21 @@ import warnings
 
 from gpumat import graph as _graph
 from gpumat.nn import functional, init
-from gpumat.nn.activation import Dropout, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from gpumat.nn.activation import (
+    ELU,
+    GELU,
+    Dropout,
+    Hardtanh,
+    LeakyReLU,
+    LogSoftmax,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softplus,
+    Tanh,
+)
 from gpumat.nn.container import ModuleList, Sequential
 from gpumat.nn.conv import Conv2d
 from gpumat.nn.linear import Flatten, Identity, Linear
@@ -32,20 +48,27 @@ from gpumat.nn.loss import (
 )
 from gpumat.nn.module import Module
 from gpumat.nn.parameter import Parameter
-from gpumat.nn.pooling import AvgPool2d, MaxPool2d
+from gpumat.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from gpumat.nn.sparse import Embedding
 
 __all__ = [
+    "AdaptiveAvgPool2d",
     "AvgPool2d",
     "BCELoss",
     "BCEWithLogitsLoss",
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
+    "ELU",
+    "Embedding",
     "Flatten",
+    "GELU",
+    "Hardtanh",
     "HuberLoss",
     "Identity",
     "KLDivLoss",
     "L1Loss",
+    "LeakyReLU",
     "Linear",
     "LogSoftmax",
     "MSELoss",
@@ -55,10 +78,13 @@ __all__ = [
     "NLLLoss",
     "Parameter",
     "ReLU",
+    "ReLU6",
     "Sequential",
+    "SiLU",
     "Sigmoid",
     "SmoothL1Loss",
     "Softmax",
+    "Softplus",
     "Tanh",
     "functional",
     "init",

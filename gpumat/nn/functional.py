@@ -18,23 +18,37 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from gpumat._checks import as_pair, as_probability
 from gpumat.autograd import current_trace
-from gpumat.creation import arange
+from gpumat.creation import arange, tensor
 from gpumat.dtypes import bool_, float32, int64
-from gpumat.graph.activation import dropout_op
+from gpumat.graph.activation import (
+    dropout_op,
+    elu_op,
+    gelu_op,
+    hardtanh_op,
+    leaky_relu_op,
+    silu_op,
+    softplus_op,
+)
 from gpumat.graph.conv import add_channel_bias_op, conv2d_op
 from gpumat.graph.elementwise import mul_byconst_op
+from gpumat.graph.index import embedding_op
 from gpumat.graph.layout import one_hot_op
 from gpumat.graph.loss import mae_loss_op, mse_loss_op, nll_loss_op, softmaxcrossentropy_op
 from gpumat.graph.matmul import matmul_op
 from gpumat.graph.node import shape_str
-from gpumat.graph.pool import avg_pool2d_op, max_pool2d_op
+from gpumat.graph.pool import adaptive_avg_pool2d_op, avg_pool2d_op, max_pool2d_op
+from gpumat.graph.strided import constant_pad_op
 from gpumat.random import draw_seed
 from gpumat.tensor import Tensor, apply_op
 from gpumat.tensor import where as _where
+from gpumat.tensor._advanced_indexing import check_bounds
 
 __all__ = [
+    "adaptive_avg_pool2d",
     "avg_pool2d",
     "conv2d",
     "binary_cross_entropy",
@@ -43,17 +57,26 @@ __all__ = [
     "huber_loss",
     "kl_div",
     "dropout",
+    "elu",
+    "embedding",
+    "gelu",
+    "hardtanh",
     "l1_loss",
+    "leaky_relu",
     "linear",
     "log_softmax",
     "max_pool2d",
     "mse_loss",
     "nll_loss",
     "one_hot",
+    "pad",
     "relu",
+    "relu6",
     "sigmoid",
+    "silu",
     "smooth_l1_loss",
     "softmax",
+    "softplus",
     "tanh",
 ]
 
@@ -104,6 +127,90 @@ def sigmoid(input: Tensor) -> Tensor:  # noqa: A002
     return _float(input, "sigmoid").sigmoid()
 
 
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
+    """GELU (Hendrycks & Gimpel, "Gaussian Error Linear Units", 2016) elementwise, any shape:
+    x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) for ``approximate='none'``, or the tanh
+    approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) for ``'tanh'`` (PyTorch's
+    formulas; one kernel each, with their exact gradients).
+
+    Raises:
+        TypeError: not a float32 tensor. ValueError: ``approximate`` not 'none' or 'tanh'.
+    """
+    _float(input, "gelu")
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return apply_op("gelu", lambda x: gelu_op(x, approximate), [input])
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """SiLU (swish) x * sigmoid(x) elementwise (Elfwing et al. 2018), the sigmoid through
+    exp(-|x|) so large |x| neither overflows nor loses the result. ``inplace`` is accepted and
+    ignored.
+
+    Raises:
+        TypeError: not a float32 tensor.
+    """
+    return apply_op("silu", silu_op, [_float(input, "silu")])
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
+    """log(1 + exp(beta x)) / beta elementwise, and x itself where beta x > threshold (PyTorch's
+    rule, for numerical stability); computed as (max(z, 0) + log1p(exp(-|z|))) / beta with
+    z = beta x, finite for any finite x. Gradient sigmoid(beta x) (1 above the threshold).
+
+    Raises:
+        TypeError: not a float32 tensor, or beta / threshold not numbers. ValueError: beta 0 or
+            not finite, threshold NaN.
+    """
+    _float(input, "softplus")
+    return apply_op("softplus", lambda x: softplus_op(x, beta, threshold), [input])
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:  # noqa: A002
+    """x where x > 0, else negative_slope * x, elementwise (Maas et al. 2013); the gradient at 0
+    is negative_slope, as PyTorch's. ``inplace`` is accepted and ignored.
+
+    Raises:
+        TypeError: not a float32 tensor, or the slope not a number. ValueError: a slope not finite.
+    """
+    _float(input, "leaky_relu")
+    return apply_op("leaky_relu", lambda x: leaky_relu_op(x, negative_slope), [input])
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
+    """x where x > 0, else alpha (exp(x) - 1), elementwise (Clevert et al. 2016). ``inplace``
+    is accepted and ignored.
+
+    Raises:
+        TypeError: not a float32 tensor, or alpha not a number. ValueError: alpha not finite.
+    """
+    _float(input, "elu")
+    return apply_op("elu", lambda x: elu_op(x, alpha), [input])
+
+
+def hardtanh(
+    input: Tensor,  # noqa: A002
+    min_val: float = -1.0,
+    max_val: float = 1.0,
+    inplace: bool = False,
+) -> Tensor:
+    """min(max(x, min_val), max_val) elementwise (the clamp kernel); the gradient is 1 strictly
+    between the bounds and 0 at and beyond them (PyTorch's hardtanh_backward). ``inplace`` is
+    accepted and ignored.
+
+    Raises:
+        TypeError: not a float32 tensor. ValueError: min_val > max_val, or a NaN bound.
+    """
+    _float(input, "hardtanh")
+    return apply_op("hardtanh", lambda x: hardtanh_op(x, min_val, max_val), [input])
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """min(max(x, 0), 6) elementwise: ``hardtanh(input, 0, 6)``."""
+    _float(input, "relu6")
+    return apply_op("relu6", lambda x: hardtanh_op(x, 0.0, 6.0), [input])
+
+
 def softmax(input: Tensor, dim: int) -> Tensor:  # noqa: A002
     """exp(x) / sum exp(x) along ``dim`` (max-subtracted)."""
     return _float(input, "softmax").softmax(dim)
@@ -115,8 +222,10 @@ def log_softmax(input: Tensor, dim: int) -> Tensor:  # noqa: A002
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
-    """Inverted dropout (Srivastava et al., JMLR 2014): each element is zeroed with probability
-    ``p`` and the rest scaled by 1 / (1 - p) when ``training``; the identity otherwise.
+    """Inverted dropout (Srivastava et al., JMLR 2014): each element of ``input`` (any shape) is
+    zeroed with probability ``p`` and the rest scaled by 1 / (1 - p) when ``training``; the
+    identity otherwise (and for p = 0: the input itself). p = 1 drops every element (zeros, and
+    a zero gradient), as PyTorch's.
 
     The mask comes from gpumat's counter-based generator with a seed drawn from
     :func:`gpumat.manual_seed`'s generator (a fresh mask per call; in a compiled step, per
@@ -211,6 +320,65 @@ def conv2d(
     return out
 
 
+def embedding(
+    input: Tensor,  # noqa: A002
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm=None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """The rows of ``weight`` (num_embeddings, D) named by the int64 indices ``input`` (any
+    shape) -> input.shape + (D,), PyTorch's ``embedding``: one ``index_select`` kernel. The
+    gradient of weight is a deterministic scatter-add (``index_add``: rows summed in index order,
+    the same bits every run); the row ``padding_idx`` (negative counts from the end) receives no
+    gradient. ``max_norm``, ``scale_grad_by_freq`` and ``sparse`` are not supported (their
+    defaults only).
+
+    Raises:
+        TypeError: input not int64, weight not float32, a bad padding_idx type. ValueError:
+            weight not 2-D, padding_idx outside it, an unsupported option. IndexError: an index
+            outside [0, num_embeddings) (no negative indices, as PyTorch).
+    """
+    _tensor(input, "embedding")
+    _float(weight, "embedding", "weight")
+    if input.dtype is not int64:
+        raise TypeError(
+            f"embedding: input must be an int64 tensor of indices, got {input.dtype} "
+            f"(shape {shape_str(input.shape)})"
+        )
+    if weight.ndim != 2:
+        raise ValueError(
+            f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got "
+            f"{shape_str(weight.shape)}"
+        )
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise ValueError(
+            "embedding: max_norm, scale_grad_by_freq and sparse are not supported (use their "
+            "defaults)"
+        )
+    n, d = weight.shape
+    padding_idx = _padding_index(padding_idx, n, "embedding")
+    check_bounds(input, n, 0, "embedding", negative=False)
+    flat = input.reshape(-1)
+    rows = apply_op("embedding", lambda w, i: embedding_op(w, i, padding_idx), [weight, flat])
+    return rows.reshape(*input.shape, d)
+
+
+def _padding_index(padding_idx, n: int, op: str):
+    """padding_idx as a row in [0, n) (negative counts from the end), or None."""
+    if padding_idx is None:
+        return None
+    if isinstance(padding_idx, bool) or not isinstance(padding_idx, numbers.Integral):
+        raise TypeError(f"{op}: padding_idx must be an int or None, got {padding_idx!r}")
+    if not -n <= padding_idx < n:
+        raise ValueError(
+            f"{op}: padding_idx {padding_idx} must be within num_embeddings ({n}) (-{n}..{n - 1})"
+        )
+    return int(padding_idx) % n
+
+
 def _pool_args(op: str, dilation, ceil_mode, return_indices) -> None:
     if as_pair(dilation, "dilation", op) != (1, 1) or ceil_mode or return_indices:
         raise ValueError(f"{op}: dilation, ceil_mode and return_indices are not supported")
@@ -256,6 +424,143 @@ def avg_pool2d(
     if ceil_mode or not count_include_pad:
         raise ValueError("avg_pool2d: ceil_mode=True and count_include_pad=False are not supported")
     return apply_op("avg_pool2d", lambda x: avg_pool2d_op(x, kernel_size, stride, padding), [input])
+
+
+def _adaptive_size(output_size, shape: tuple, op: str) -> tuple:
+    """output_size (an int, or a pair whose None entries keep the input's size) as (OH, OW)."""
+    if isinstance(output_size, (list, tuple)):
+        if len(output_size) != 2:
+            raise ValueError(f"{op}: output_size must be an int or a pair, got {output_size!r}")
+        pair = tuple(shape[-2 + k] if v is None else v for k, v in enumerate(output_size))
+    elif output_size is None:
+        pair = tuple(shape[-2:])
+    else:
+        pair = (output_size, output_size)
+    for v in pair:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{op}: output_size entries must be ints >= 1, got {output_size!r}")
+    return tuple(int(v) for v in pair)
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:  # noqa: A002
+    """Adaptive average pooling of input (N, C, H, W) or (C, H, W) to output_size (OH, OW): an
+    int, or a pair whose None entries keep the input's size. Output (oh, ow) is the mean of rows
+    [floor(oh*H/OH), ceil((oh+1)*H/OH)) and columns likewise (PyTorch's windows; OH > H
+    allowed), one kernel with a gather for its gradient.
+
+    Raises:
+        TypeError: not a float32 tensor. ValueError: not 3-D or 4-D, an empty spatial size (H or
+            W of 0), a bad output_size.
+    """
+    _float(input, "adaptive_avg_pool2d")
+    if input.ndim not in (3, 4):
+        raise ValueError(
+            f"adaptive_avg_pool2d: input must be (N, C, H, W) or (C, H, W), got "
+            f"{shape_str(input.shape)}"
+        )
+    if min(input.shape[-2:]) < 1:
+        raise ValueError(
+            f"adaptive_avg_pool2d: the spatial sizes must be >= 1, got {shape_str(input.shape)}"
+        )
+    size = _adaptive_size(output_size, input.shape, "adaptive_avg_pool2d")
+    x = input if input.ndim == 4 else input.reshape(1, *input.shape)
+    out = apply_op("adaptive_avg_pool2d", lambda v: adaptive_avg_pool2d_op(v, size), [x])
+    return out if input.ndim == 4 else out.reshape(*out.shape[1:])
+
+
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _pad_pairs(pad, ndim: int, op: str) -> list:
+    """F.pad's flat tuple (last dim first) as one (before, after) pair per dim, in dim order."""
+    if not isinstance(pad, (tuple, list)):
+        raise TypeError(f"{op}: pad must be a tuple of ints, got {type(pad).__name__}")
+    for v in pad:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{op}: pad must be a tuple of ints, got {tuple(pad)!r}")
+    if len(pad) % 2:
+        raise ValueError(f"{op}: pad must have an even length (pairs), got {len(pad)}: {pad!r}")
+    if len(pad) > 2 * ndim:
+        raise ValueError(
+            f"{op}: pad {tuple(pad)!r} has {len(pad) // 2} pairs, more than the input's {ndim} dims"
+        )
+    pairs = [(0, 0)] * ndim
+    for k in range(len(pad) // 2):
+        pairs[ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+    return pairs
+
+
+def _source_rows(n: int, lo: int, hi: int, mode: str, op: str, dim: int) -> np.ndarray:
+    """The input row each output row of dim (n rows padded by lo, hi) copies, for a mode."""
+    j = np.arange(-lo, n + hi)
+    if mode == "reflect":
+        if max(lo, hi) >= n:
+            raise ValueError(
+                f"{op}: reflect padding ({lo}, {hi}) must be less than the size {n} of dim {dim}"
+            )
+        return np.where(j < 0, -j, np.where(j >= n, 2 * (n - 1) - j, j))
+    if mode == "replicate":
+        if n == 0:
+            raise ValueError(f"{op}: replicate padding of dim {dim}, which is empty")
+        return np.clip(j, 0, n - 1)
+    if max(lo, hi) > n:  # circular
+        raise ValueError(
+            f"{op}: circular padding ({lo}, {hi}) must be at most the size {n} of dim {dim}"
+        )
+    return j % n
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
+    """``input`` padded (or, for negative pads, cropped) as PyTorch's ``F.pad``.
+
+    ``pad`` is a flat tuple of ints, pairs from the LAST dim backwards: ``(left, right)`` pads the
+    last dim, ``(left, right, top, bottom)`` the last two, and so on (at most 2 * input.ndim
+    ints). ``mode``:
+
+    - ``"constant"`` (any rank up to 8): a border of ``value`` (default 0). Negative pads crop
+      first (a view); the padding is one graph op, a fill and one ``as_strided_scatter``, whose
+      gradient is one ``as_strided`` gather of the interior.
+    - ``"reflect"`` (mirror without repeating the edge, pads < the dim's size), ``"replicate"``
+      (repeat the edge) and ``"circular"`` (wrap around, pads <= the size), on the last 1 to 3
+      dims: one ``index_select`` per padded dim, whose gradient is the deterministic
+      ``index_add``.
+
+    Raises:
+        TypeError: not a float32 tensor, pad not a tuple of ints. ValueError: an odd-length pad,
+            more pairs than dims, an unknown mode, a value with a mode other than constant, pads
+            too large for reflect / circular, a crop past a dim's size, more than 3 padded dims
+            for the non-constant modes.
+    """
+    _float(input, "pad")
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {_PAD_MODES}, got {mode!r}")
+    pairs = _pad_pairs(pad, input.ndim, "pad")
+    for d, (lo, hi) in enumerate(pairs):
+        if input.shape[d] + lo + hi < 0:
+            raise ValueError(
+                f"pad: pads {(lo, hi)} leave a negative size for dim {d} of input "
+                f"{shape_str(input.shape)}"
+            )
+    if mode != "constant":
+        if value is not None and value != 0:
+            raise ValueError(f"pad: a value is only for mode 'constant', got mode {mode!r}")
+        if len(pad) > 6:
+            raise ValueError(f"pad: mode {mode!r} pads the last 1 to 3 dims, got pad {pad!r}")
+        x = input
+        for d, (lo, hi) in enumerate(pairs):
+            if (lo, hi) != (0, 0):
+                rows = _source_rows(input.shape[d], lo, hi, mode, "pad", d)
+                x = x.index_select(d, tensor(rows.astype(np.int64), device=input.device))
+        return x
+    fill = 0.0 if value is None else value
+    crops = tuple(
+        slice(max(0, -lo), n - max(0, -hi)) for n, (lo, hi) in zip(input.shape, pairs, strict=True)
+    )
+    x = input[crops] if any(lo < 0 or hi < 0 for lo, hi in pairs) else input
+    grow = tuple((max(0, lo), max(0, hi)) for lo, hi in pairs)
+    if all(p == (0, 0) for p in grow):
+        return x
+    return apply_op("pad", lambda v: constant_pad_op(v, grow, fill), [x])
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Pooling layers: ``MaxPool2d``, ``AvgPool2d``."""
+"""Pooling layers: ``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from gpumat.nn import functional as F  # noqa: N812 (PyTorch's convention)
 from gpumat.nn.module import Module
 from gpumat.tensor import Tensor
 
-__all__ = ["AvgPool2d", "MaxPool2d"]
+__all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "MaxPool2d"]
 
 
 class MaxPool2d(Module):
@@ -49,3 +49,19 @@ class AvgPool2d(Module):
     def extra_repr(self) -> str:
         stride = self.kernel_size if self.stride is None else self.stride
         return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    """Adaptive average pooling to ``output_size`` (an int, or a pair whose None entries keep the
+    input's size): (N, C, H, W) -> (N, C, OH, OW) (see
+    :func:`gpumat.nn.functional.adaptive_avg_pool2d`)."""
+
+    def __init__(self, output_size) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"

@@ -335,6 +335,36 @@ def _valid_args(name, draw, arrays: Arrays):
     if name == "clamp_gradient":
         s = _shape(draw)
         return [new(s), new(s), draw(st.floats(-1, 0)), draw(st.floats(0, 1)), new(s)]
+    if name in ("gelu", "gelu_tanh", "silu"):
+        s = _shape(draw)
+        return [new(s, -6.0, 6.0), new(s)]
+    if name in ("gelu_gradient", "gelu_tanh_gradient", "silu_gradient"):
+        s = _shape(draw)
+        return [new(s, -6.0, 6.0), new(s), new(s)]
+    if name in ("leaky_relu", "elu"):
+        s = _shape(draw)
+        return [new(s, -4.0, 4.0), draw(st.floats(0.01, 2.0)), new(s)]
+    if name in ("leaky_relu_gradient", "elu_gradient"):
+        s = _shape(draw)
+        return [new(s, -4.0, 4.0), new(s), draw(st.floats(0.01, 2.0)), new(s)]
+    if name == "softplus":
+        s = _shape(draw)
+        return [new(s, -6.0, 6.0), draw(st.floats(0.5, 2.0)), draw(st.floats(1.0, 20.0)), new(s)]
+    if name in ("softplus_gradient", "hardtanh_gradient"):
+        s = _shape(draw)
+        lo, hi = (0.5, 2.0) if name == "softplus_gradient" else (-2.0, -0.1)
+        return [
+            new(s, -4.0, 4.0),
+            new(s),
+            draw(st.floats(lo, hi)),
+            draw(st.floats(1.0, 20.0)),
+            new(s),
+        ]
+    if name in ("adaptive_avg_pool2d", "adaptive_avg_pool2d_gradient"):
+        n, c = draw(small), draw(small)
+        x = (n, c, draw(st.integers(1, 7)), draw(st.integers(1, 7)))
+        y = (n, c, draw(st.integers(1, 7)), draw(st.integers(1, 7)))
+        return [new(x), new(y)] if name == "adaptive_avg_pool2d" else [new(y), new(x)]
     if name == "matmul":
         m, n, k = draw(small), draw(small), draw(small)
         ta, tb = draw(st.booleans()), draw(st.booleans())
@@ -832,6 +862,29 @@ def _ref_avg_pool2d_gradient(name, a):
     k, s, p = _pair(a[2]), (None if a[3] is None else _pair(a[3])), _pair(a[4])
     op = graph.avg_pool2d_gradient_op
     return {1: _graph(lambda D, X: op(D, X, k, s, p), dy, dx, out_shape=dx.shape)}
+
+
+def _ref_activation(name, a):
+    """The modern activations and their gradients: gpumat.reference's kernels in float64."""
+    *ins, out = (_arr(v) if not isinstance(v, numbers.Real) else _num(v) for v in a)
+    arrays = [v for v in ins if isinstance(v, np.ndarray)]
+    _same(*(v.shape for v in arrays), out.shape)
+    result = np.full(out.shape, np.nan)
+    with np.errstate(all="ignore"):
+        getattr(gpumat.reference, name)(*ins, result)
+    return {len(a) - 1: result}
+
+
+def _ref_adaptive_avg_pool2d(name, a):
+    src, dst = _arr(a[0]), _arr(a[1])
+    _no_alias(a[1], a[0])
+    if src.ndim != 4 or dst.ndim != 4:
+        raise Invalid("not 4-D")
+    if name == "adaptive_avg_pool2d":
+        return {1: _graph(lambda X: graph.adaptive_avg_pool2d_op(X, dst.shape[2:]), src)}
+    op = graph.adaptive_avg_pool2d_gradient_op
+    size = src.shape[2:]
+    return {1: _graph(lambda D, X: op(D, X, size), src, dst, out_shape=dst.shape)}
 
 
 def _ref_mse_loss(name, a):
@@ -1338,6 +1391,14 @@ _REFERENCES = {
     "avg_pool2d": _ref_max_pool2d,
     "max_pool2d_gradient": _ref_max_pool2d_gradient,
     "avg_pool2d_gradient": _ref_avg_pool2d_gradient,
+    "adaptive_avg_pool2d": _ref_adaptive_avg_pool2d,
+    "adaptive_avg_pool2d_gradient": _ref_adaptive_avg_pool2d,
+    **{
+        n: _ref_activation
+        for n in ("gelu", "gelu_tanh", "silu", "softplus", "leaky_relu", "elu")
+        + ("gelu_gradient", "gelu_tanh_gradient", "silu_gradient", "softplus_gradient")
+        + ("leaky_relu_gradient", "elu_gradient", "hardtanh_gradient")
+    },
     "mse_loss": _ref_mse_loss,
     "l1_loss": _ref_mse_loss,
     "mse_loss_gradient": _ref_mse_loss_gradient,
@@ -2164,6 +2225,15 @@ def batch_graph():
         "scalar_pow_op": lambda u, v: graph.scalar_pow_op(u, v),
         "pow_scalar_gradient_op": lambda u, v: graph.pow_scalar_gradient_op(x, u, v),
         "pow_op": lambda u, v: graph.pow_op(u, v),
+        "gelu_op": lambda u, v: graph.gelu_op(u, v),
+        "silu_op": lambda u, v: graph.silu_op(u),
+        "softplus_op": lambda u, v: graph.softplus_op(x, u, v),
+        "leaky_relu_op": lambda u, v: graph.leaky_relu_op(u, v),
+        "elu_gradient_op": lambda u, v: graph.elu_gradient_op(x, u, v),
+        "hardtanh_op": lambda u, v: graph.hardtanh_op(x, u, v),
+        "adaptive_avg_pool2d_op": lambda u, v: graph.adaptive_avg_pool2d_op(u, v),
+        "embedding_op": lambda u, v: graph.embedding_op(x, u, v),
+        "constant_pad_op": lambda u, v: graph.constant_pad_op(u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
         "gradients": lambda u, v: ad.gradients(u, v),
         "Executor": lambda u, v: ad.Executor(u, device=v),
@@ -2283,6 +2353,39 @@ def batch_graph():
                     return f"{name} accepted {type(u).__name__}"
                 if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
                     return f"{name} accepted the int {v!r}"
+            if name in ("gelu_op", "silu_op", "leaky_relu_op", "adaptive_avg_pool2d_op"):
+                if not isinstance(u, ad.Node):
+                    return f"{name} accepted {type(u).__name__}"
+            if name == "gelu_op" and v not in ("none", "tanh"):
+                return f"gelu_op accepted approximate={v!r}"
+            if name in ("softplus_op", "hardtanh_op", "elu_gradient_op", "leaky_relu_op"):
+                if name == "elu_gradient_op" and not isinstance(u, ad.Node):
+                    return f"{name} accepted {type(u).__name__}"
+                for c in [u, v] if name in ("softplus_op", "hardtanh_op") else [v]:
+                    real = isinstance(c, numbers.Real) and not isinstance(c, (bool, np.bool_))
+                    if not real or math.isnan(c):
+                        return f"{name} accepted the scalar {c!r}"
+                if name == "softplus_op" and (u == 0 or not math.isfinite(u)):
+                    return f"softplus_op accepted beta={u!r}"
+            if name == "adaptive_avg_pool2d_op" and not (
+                isinstance(v, numbers.Integral)
+                and not isinstance(v, bool)
+                and v >= 1
+                or isinstance(v, (tuple, list))
+                and len(v) == 2
+                and all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in v)
+                and min(v) >= 1
+            ):
+                return f"adaptive_avg_pool2d_op accepted output_size={v!r}"
+            if name == "embedding_op":
+                if not isinstance(u, ad.Node):
+                    return f"{name} accepted {type(u).__name__}"
+                if v is not None and (
+                    isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0
+                ):
+                    return f"embedding_op accepted padding_idx={v!r}"
+            if name == "constant_pad_op" and not isinstance(u, ad.Node):
+                return f"{name} accepted {type(u).__name__}"
             if name in ("pow_scalar_op", "scalar_pow_op", "pow_scalar_gradient_op"):
                 if not isinstance(u, ad.Node):
                     return f"{name} accepted {type(u).__name__}"
@@ -3190,7 +3293,8 @@ def batch_frontend():
     @given(
         which=st.sampled_from(["linear", "conv2d", "max_pool2d", "avg_pool2d", "dropout",
                                "nll_loss", "cross_entropy", "mse_loss", "l1_loss", "one_hot",
-                               "softmax"]),
+                               "softmax", "gelu", "silu", "softplus", "leaky_relu", "elu",
+                               "hardtanh", "relu6", "embedding", "adaptive_avg_pool2d", "pad"]),
         slot=st.integers(0, 3),
         bad=st.one_of(ANY_VALUES, st.integers(-3, 40), st.sampled_from(BAD_TENSOR_ARGS)),
         seed=st.integers(0, 2**32 - 1),
@@ -3211,6 +3315,16 @@ def batch_frontend():
             "l1_loss": [x2, gpumat.zeros(4, 5), "mean"],
             "one_hot": [gpumat.tensor([0, 2, 1]), 3],
             "softmax": [x2, 1],
+            "gelu": [x2, "tanh"],
+            "silu": [x2],
+            "softplus": [x2, 2.0, 10.0],
+            "leaky_relu": [x2, 0.1],
+            "elu": [x2, 0.5],
+            "hardtanh": [x2, -0.5, 0.5],
+            "relu6": [x2],
+            "embedding": [gpumat.tensor([[0, 3], [4, 4]]), x2, 1],
+            "adaptive_avg_pool2d": [x4, (4, None)],
+            "pad": [x4, (1, 2, 2, 0), "reflect"],
         }[which]
         args = list(valid)
         if slot < len(args):
@@ -3273,7 +3387,9 @@ def batch_frontend():
     @_settings(factor=2)
     @given(
         which=st.sampled_from(["Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "Dropout",
-                               "Flatten", "Softmax", "LogSoftmax", "CrossEntropyLoss"]),
+                               "Flatten", "Softmax", "LogSoftmax", "CrossEntropyLoss",
+                               "Embedding", "AdaptiveAvgPool2d", "GELU", "Softplus", "LeakyReLU",
+                               "ELU", "Hardtanh"]),
         a=st.one_of(st.sampled_from(BAD_INTS), st.integers(-2, 5)),
         b=st.one_of(st.sampled_from(BAD_INTS), st.integers(-2, 5)),
         c=st.one_of(st.sampled_from(BAD_INTS + ["same", "valid", "full"]), st.integers(-2, 3)),
@@ -3290,6 +3406,13 @@ def batch_frontend():
             "Softmax": (a,),
             "LogSoftmax": (a,),
             "CrossEntropyLoss": (a,),
+            "Embedding": (a, b, c),
+            "AdaptiveAvgPool2d": (a,),
+            "GELU": (a,),
+            "Softplus": (a, b),
+            "LeakyReLU": (a,),
+            "ELU": (a,),
+            "Hardtanh": (a, b),
         }[which]
         built = {}
 
@@ -3301,7 +3424,9 @@ def batch_frontend():
         if "m" in built:
             x = (
                 gpumat.ones(2, 3, 6, 6)
-                if which in ("Conv2d", "MaxPool2d", "AvgPool2d")
+                if which in ("Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d")
+                else gpumat.tensor([[0, 1], [2, 0]])
+                if which == "Embedding"
                 else (gpumat.ones(4, a if type(a) is int and 0 < a < 50 else 3))
             )
             inputs = (x, gpumat.tensor([0, 1, 0, 1])) if which == "CrossEntropyLoss" else (x,)
@@ -3455,6 +3580,11 @@ BATCHES = {
         ["abs", "sign", "sin", "cos", "erf", "log1p", "rsqrt", "rsqrt_gradient", "logical_not"]
         + ["lt", "le", "gt", "ge", "logical_and", "logical_or", "minimum", "maximum", "where"]
         + ["clamp", "clamp_gradient"]
+    ),
+    "ops_activations": lambda: batch_ops(
+        ["gelu", "gelu_gradient", "gelu_tanh", "gelu_tanh_gradient", "silu", "silu_gradient"]
+        + ["softplus", "softplus_gradient", "leaky_relu", "leaky_relu_gradient", "elu"]
+        + ["elu_gradient", "hardtanh_gradient"]
     ),
     "ops_layout": lambda: batch_ops(
         [

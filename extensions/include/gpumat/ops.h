@@ -292,6 +292,11 @@ void avg_pool2d(const GpuMatrix& x, GpuMatrix& y, int64_t kernel_h, int64_t kern
                 int64_t stride_w, int64_t pad_h, int64_t pad_w);
 void avg_pool2d_gradient(const GpuMatrix& dy, GpuMatrix& dx, int64_t kernel_h, int64_t kernel_w,
                          int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w);
+// adaptive_avg_pool2d: x (N, C, H, W) -> y (N, C, OH, OW), H, W, OH, OW >= 1 (any N, C; OH > H
+// allowed); y[oh, ow] = the mean of x's rows [floor(oh H / OH), ceil((oh + 1) H / OH)) and columns
+// likewise (PyTorch's adaptive windows). adaptive_avg_pool2d_gradient: dx (N, C, H, W) from dy.
+void adaptive_avg_pool2d(const GpuMatrix& x, GpuMatrix& y);
+void adaptive_avg_pool2d_gradient(const GpuMatrix& dy, GpuMatrix& dx);
 
 // ---------------------------------------------------------------------------- random
 

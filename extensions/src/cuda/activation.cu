@@ -7,6 +7,16 @@
 //   tanh_gradient:    out = dy * (1 - y^2)        (y = tanh(x), the forward output)
 //   sigmoid_gradient: out = dy * y * (1 - y)      (y = sigmoid(x))
 //   dropout:          out = u_i < p ? 0 : x * scale, u_i = uniform01(seed, i), scale = 1/(1-p)
+//   gelu:       out = 0.5 x (1 + erf(x / sqrt 2));  gelu_gradient: dy (Phi(x) + x phi(x))
+//   gelu_tanh:  out = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi); its gradient in
+//               PyTorch's arrangement (GeluKernel.cpp)
+//   silu:       out = x sigmoid(x);  silu_gradient: dy s (1 + x (1 - s)), s = sigmoid(x)
+//   softplus:   out = x if beta x > threshold, else (max(z, 0) + log1p(exp(-|z|))) / beta, z = beta x
+//               (lo = beta, hi = threshold);  softplus_gradient: dy, or dy sigmoid(beta x)
+//   leaky_relu: out = x > 0 ? x : s x;  leaky_relu_gradient: x > 0 ? dy : s dy
+//   elu:        out = x > 0 ? x : s expm1(x);  elu_gradient: x > 0 ? dy : dy s exp(x)
+//   hardtanh_gradient: out = x <= lo || x >= hi ? 0 : dy (PyTorch's test: a NaN x passes dy)
+// The gradients of these take the forward input x (in the `y` slot of the unary gradient shape).
 // NOTE: sigmoid evaluates exp of a non-positive number only (exp(-|x|)), so it never overflows.
 // dropout's mask comes from ../random.h's counter-based uniform01, so it equals the host's (and
 // the numpy reference's) mask for the same seed. Grid-stride, one thread per element (relu and
@@ -99,6 +109,110 @@ void dropout(int dev, const float* in, float* out, int64_t n, float p, float sca
   cudaStream_t stream = activate(dev);
   launch<dropout_kernel>("dropout", grid_for(n, kBlockSize), kBlockSize, 0, stream, in, out, n, p, scale,
                          seed);
+}
+
+// ---------------------------------------------------------------------------- gelu, silu, ...
+
+namespace {
+constexpr float kInvSqrt2 = 0.70710678118654752f;    // 1 / sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi), the normal density's factor
+constexpr float kGeluBeta = 0.79788456080286536f;    // sqrt(2 / pi)
+constexpr float kGeluKappa = 0.044715f;
+}  // namespace
+
+void gelu(int dev, const float* in, float* out, int64_t n) {
+  launch_map("gelu", dev, out, n, [=] __device__(int64_t i) {
+    const float x = in[i];
+    return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
+  });
+}
+
+void gelu_gradient(int dev, const float* y, const float* dy, float* out, int64_t n) {
+  launch_map("gelu_gradient", dev, out, n, [=] __device__(int64_t i) {
+    const float x = y[i];
+    const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
+    return dy[i] * (cdf + x * pdf);
+  });
+}
+
+void gelu_tanh(int dev, const float* in, float* out, int64_t n) {
+  launch_map("gelu_tanh", dev, out, n, [=] __device__(int64_t i) {
+    const float x = in[i];
+    const float inner = kGeluBeta * (x + kGeluKappa * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(inner));
+  });
+}
+
+void gelu_tanh_gradient(int dev, const float* y, const float* dy, float* out, int64_t n) {
+  launch_map("gelu_tanh_gradient", dev, out, n, [=] __device__(int64_t i) {
+    const float x = y[i];
+    const float x_sq = x * x;
+    const float t = tanhf(kGeluBeta * (x + kGeluKappa * x_sq * x));
+    const float left = 0.5f * (1.0f + t);
+    const float right = 0.5f * x * (1.0f - t * t) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
+    return dy[i] * (left + right);
+  });
+}
+
+void silu(int dev, const float* in, float* out, int64_t n) {
+  launch_map("silu", dev, out, n, [=] __device__(int64_t i) {
+    const float x = in[i];
+    return x * stable_sigmoid(x);
+  });
+}
+
+void silu_gradient(int dev, const float* y, const float* dy, float* out, int64_t n) {
+  launch_map("silu_gradient", dev, out, n, [=] __device__(int64_t i) {
+    const float x = y[i];
+    const float s = stable_sigmoid(x);
+    return dy[i] * s * (1.0f + x * (1.0f - s));
+  });
+}
+
+void softplus(int dev, const float* in, float lo, float hi, float* out, int64_t n) {
+  launch_map("softplus", dev, out, n, [=] __device__(int64_t i) {
+    const float x = in[i];
+    const float z = x * lo;
+    if (z > hi) return x;
+    return (fmaxf(z, 0.0f) + log1pf(expf(-fabsf(z)))) / lo;
+  });
+}
+
+void softplus_gradient(int dev, const float* x, const float* dy, float lo, float hi, float* out, int64_t n) {
+  launch_map("softplus_gradient", dev, out, n, [=] __device__(int64_t i) {
+    const float z = x[i] * lo;
+    return z > hi ? dy[i] : dy[i] * stable_sigmoid(z);
+  });
+}
+
+void leaky_relu(int dev, const float* in, float s, float* out, int64_t n) {
+  launch_map("leaky_relu", dev, out, n, [=] __device__(int64_t i) {
+    const float x = in[i];
+    return x > 0.0f ? x : x * s;
+  });
+}
+
+void leaky_relu_gradient(int dev, const float* x, const float* dy, float s, float* out, int64_t n) {
+  launch_map("leaky_relu_gradient", dev, out, n,
+             [=] __device__(int64_t i) { return x[i] > 0.0f ? dy[i] : dy[i] * s; });
+}
+
+void elu(int dev, const float* in, float s, float* out, int64_t n) {
+  launch_map("elu", dev, out, n, [=] __device__(int64_t i) {
+    const float x = in[i];
+    return x > 0.0f ? x : s * expm1f(x);
+  });
+}
+
+void elu_gradient(int dev, const float* x, const float* dy, float s, float* out, int64_t n) {
+  launch_map("elu_gradient", dev, out, n,
+             [=] __device__(int64_t i) { return x[i] > 0.0f ? dy[i] : dy[i] * (s * expf(x[i])); });
+}
+
+void hardtanh_gradient(int dev, const float* x, const float* dy, float lo, float hi, float* out, int64_t n) {
+  launch_map("hardtanh_gradient", dev, out, n,
+             [=] __device__(int64_t i) { return x[i] <= lo || x[i] >= hi ? 0.0f : dy[i]; });
 }
 
 // ---------------------------------------------------------------------------- relu_bias_gradient

@@ -6,6 +6,9 @@
 //   avg_pool2d_kernel:          one thread per output: window sum / (KH*KW) (padding counts as 0)
 //   avg_pool2d_gradient_kernel: one thread per dx element: sum of dy over the covering windows
 //                               / (KH*KW)
+//   adaptive_avg_pool2d_kernel:          one thread per output: the mean of its adaptive window
+//   adaptive_avg_pool2d_gradient_kernel: one thread per dx element: sum of dy / area over the
+//                                        adaptive windows covering it
 // The gradients are gathers, not scatters: no atomics, deterministic, and summed in the same
 // order as the host's loops, so both devices agree. Recomputing the argmax (rather than storing
 // indices in the forward pass) keeps max_pool2d a one-output op; it costs one window scan per
@@ -88,6 +91,50 @@ __global__ void avg_pool2d_gradient_kernel(const float* __restrict__ dy, float* 
   }
 }
 
+// x is (planes, H, W), y is (planes, OH, OW); the windows are window.h's adaptive spans
+__global__ void adaptive_avg_pool2d_kernel(const float* __restrict__ x, float* __restrict__ y, PoolShape s) {
+  const int64_t total = s.planes * s.oh * s.ow;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t ow = idx % s.ow, t = idx / s.ow, oh = t % s.oh, p = t / s.oh;
+    const float* plane = x + p * s.h * s.w;
+    int64_t h_lo, h_hi, w_lo, w_hi;
+    window::adaptive_span(oh, s.h, s.oh, &h_lo, &h_hi);
+    window::adaptive_span(ow, s.w, s.ow, &w_lo, &w_hi);
+    float sum = 0.0f;
+    for (int64_t ih = h_lo; ih < h_hi; ++ih)
+      for (int64_t iw = w_lo; iw < w_hi; ++iw) sum += plane[ih * s.w + iw];
+    y[idx] = sum / static_cast<float>((h_hi - h_lo) * (w_hi - w_lo));
+  }
+}
+
+// dy is (planes, OH, OW), dx is (planes, H, W)
+__global__ void adaptive_avg_pool2d_gradient_kernel(const float* __restrict__ dy, float* __restrict__ dx,
+                                                    PoolShape s) {
+  const int64_t total = s.planes * s.h * s.w;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t iw = idx % s.w, t = idx / s.w, ih = t % s.h, p = t / s.h;
+    const float* g = dy + p * s.oh * s.ow;
+    int64_t oh_lo, oh_hi, ow_lo, ow_hi;
+    window::adaptive_covering(ih, s.h, s.oh, &oh_lo, &oh_hi);
+    window::adaptive_covering(iw, s.w, s.ow, &ow_lo, &ow_hi);
+    float sum = 0.0f;
+    for (int64_t oh = oh_lo; oh <= oh_hi; ++oh) {
+      int64_t h_lo, h_hi;
+      window::adaptive_span(oh, s.h, s.oh, &h_lo, &h_hi);
+      if (ih < h_lo || ih >= h_hi) continue;
+      for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) {
+        int64_t w_lo, w_hi;
+        window::adaptive_span(ow, s.w, s.ow, &w_lo, &w_hi);
+        if (iw < w_lo || iw >= w_hi) continue;
+        sum += g[oh * s.ow + ow] / static_cast<float>((h_hi - h_lo) * (w_hi - w_lo));
+      }
+    }
+    dx[idx] = sum;
+  }
+}
+
 // ---------------------------------------------------------------------------- launchers
 
 void max_pool2d(int dev, const float* x, float* y, const PoolShape& s) {
@@ -114,6 +161,19 @@ void avg_pool2d_gradient(int dev, const float* dy, float* dx, const PoolShape& s
   const float inv_area = 1.0f / static_cast<float>(s.kh * s.kw);
   launch<avg_pool2d_gradient_kernel>("avg_pool2d_gradient", grid_for(s.planes * s.h * s.w, kBlockSize),
                                      kBlockSize, 0, stream, dy, dx, s, inv_area);
+}
+
+void adaptive_avg_pool2d(int dev, const float* x, float* y, const PoolShape& s) {
+  cudaStream_t stream = activate(dev);
+  launch<adaptive_avg_pool2d_kernel>("adaptive_avg_pool2d", grid_for(s.planes * s.oh * s.ow, kBlockSize),
+                                     kBlockSize, 0, stream, x, y, s);
+}
+
+void adaptive_avg_pool2d_gradient(int dev, const float* dy, float* dx, const PoolShape& s) {
+  cudaStream_t stream = activate(dev);
+  launch<adaptive_avg_pool2d_gradient_kernel>("adaptive_avg_pool2d_gradient",
+                                              grid_for(s.planes * s.h * s.w, kBlockSize), kBlockSize, 0,
+                                              stream, dy, dx, s);
 }
 
 }  // namespace gpumat::GPUMAT_CUDA_NS

@@ -4,6 +4,9 @@
 //   tanh, sigmoid (through exp(-|x|), so it never overflows), tanh_gradient = dy * (1 - y^2),
 //   sigmoid_gradient = dy * y * (1 - y) with y the forward output, and
 //   dropout: out = u_i < p ? 0 : x * scale, u_i = uniform01(seed, i) (../random.h), scale = 1/(1-p).
+//   gelu, gelu_tanh, silu, softplus (lo = beta, hi = threshold), leaky_relu, elu (s = negative
+//   slope, alpha) and their gradients from the forward input x; hardtanh_gradient (0 where
+//   x <= lo or x >= hi, else dy). The formulas are ../cuda/activation.cu's, in the same order of arithmetic.
 // relu_bias_gradient: dz = dy * (y > 0) and dbias = the column sums of dz, (rows, cols) -> (cols,).
 #include <algorithm>
 #include <cmath>
@@ -65,6 +68,104 @@ void dropout(int, const float* in, float* out, int64_t n, float p, float scale, 
   parallel_for(n, n, [&](int64_t i) {
     out[i] = rng::uniform01(seed, static_cast<uint64_t>(i)) < p ? 0.0f : in[i] * scale;
   });
+}
+
+namespace {
+constexpr float kInvSqrt2 = 0.70710678118654752f;    // 1 / sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi)
+constexpr float kGeluBeta = 0.79788456080286536f;    // sqrt(2 / pi)
+constexpr float kGeluKappa = 0.044715f;
+}  // namespace
+
+void gelu(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = in[i];
+    out[i] = 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+  });
+}
+
+void gelu_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = y[i];
+    const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    out[i] = dy[i] * (cdf + x * pdf);
+  });
+}
+
+void gelu_tanh(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = in[i];
+    const float inner = kGeluBeta * (x + kGeluKappa * x * x * x);
+    out[i] = 0.5f * x * (1.0f + std::tanh(inner));
+  });
+}
+
+void gelu_tanh_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = y[i];
+    const float x_sq = x * x;
+    const float t = std::tanh(kGeluBeta * (x + kGeluKappa * x_sq * x));
+    const float left = 0.5f * (1.0f + t);
+    const float right = 0.5f * x * (1.0f - t * t) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
+    out[i] = dy[i] * (left + right);
+  });
+}
+
+void silu(int, const float* in, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = in[i];
+    out[i] = x * stable_sigmoid(x);
+  });
+}
+
+void silu_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = y[i];
+    const float s = stable_sigmoid(x);
+    out[i] = dy[i] * s * (1.0f + x * (1.0f - s));
+  });
+}
+
+void softplus(int, const float* in, float lo, float hi, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = in[i];
+    const float z = x * lo;
+    out[i] = z > hi ? x : (std::fmax(z, 0.0f) + std::log1p(std::exp(-std::fabs(z)))) / lo;
+  });
+}
+
+void softplus_gradient(int, const float* x, const float* dy, float lo, float hi, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float z = x[i] * lo;
+    out[i] = z > hi ? dy[i] : dy[i] * stable_sigmoid(z);
+  });
+}
+
+void leaky_relu(int, const float* in, float s, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = in[i];
+    out[i] = x > 0.0f ? x : x * s;
+  });
+}
+
+void leaky_relu_gradient(int, const float* x, const float* dy, float s, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = x[i] > 0.0f ? dy[i] : dy[i] * s; });
+}
+
+void elu(int, const float* in, float s, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = in[i];
+    out[i] = x > 0.0f ? x : s * std::expm1(x);
+  });
+}
+
+void elu_gradient(int, const float* x, const float* dy, float s, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = x[i] > 0.0f ? dy[i] : dy[i] * (s * std::exp(x[i])); });
+}
+
+void hardtanh_gradient(int, const float* x, const float* dy, float lo, float hi, float* out, int64_t n) {
+  parallel_for(n, n, [&](int64_t i) { out[i] = x[i] <= lo || x[i] >= hi ? 0.0f : dy[i]; });
 }
 
 // dz = dy * (y > 0), dbias = column sums of dz: the backward pass of relu(z + bias) (the ReLU

@@ -1,4 +1,5 @@
-// The pool family's ops (gpumat/ops.h): max_pool2d, avg_pool2d and their gradients. Checks here and
+// The pool family's ops (gpumat/ops.h): max_pool2d, avg_pool2d, adaptive_avg_pool2d and their
+// gradients. Checks here and
 // in checks.h; kernels in ../cuda/pool.cu and ../host/pool.cpp.
 #include "gpumat/ops.h"
 
@@ -108,6 +109,52 @@ void avg_pool2d_gradient(const GpuMatrix& dy, GpuMatrix& dx, int64_t kernel_h, i
   PoolShape s = pool_shape(op, dx, "dx", dy, "dy", kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);
   not_aliased(op, dy, dx);
   if (dx.size() > 0) be.avg_pool2d_gradient(dx.device().index, dy.data(), dx.data(), s);
+  finish(dx);
+}
+
+namespace {
+
+// The geometry of an adaptive pool op: `in_like` (N, C, H, W) is x or dx, `out_like` (N, C, OH, OW)
+// y or dy; every spatial size >= 1 (a window is never empty), N and C any.
+PoolShape adaptive_shape(const char* op, const GpuMatrix& in_like, const char* in_name,
+                         const GpuMatrix& out_like, const char* out_name) {
+  const std::string o(op);
+  if (in_like.ndim() != 4)
+    throw ShapeError(o + ": " + in_name + " must be 4-D (N, C, H, W), got " + in_like.shape_str());
+  if (out_like.ndim() != 4)
+    throw ShapeError(o + ": " + out_name + " must be 4-D (N, C, OH, OW), got " + out_like.shape_str());
+  if (in_like.dim(0) != out_like.dim(0) || in_like.dim(1) != out_like.dim(1))
+    throw ShapeError(o + ": " + in_name + " " + in_like.shape_str() + " and " + out_name + " " +
+                     out_like.shape_str() + " differ in (N, C)");
+  if (in_like.dim(2) < 1 || in_like.dim(3) < 1 || out_like.dim(2) < 1 || out_like.dim(3) < 1)
+    throw ShapeError(o + ": the spatial sizes must be >= 1, got " + in_name + " " + in_like.shape_str() +
+                     " and " + out_name + " " + out_like.shape_str());
+  PoolShape s{};
+  s.planes = in_like.dim(0) * in_like.dim(1);
+  s.h = in_like.dim(2);
+  s.w = in_like.dim(3);
+  s.oh = out_like.dim(2);
+  s.ow = out_like.dim(3);
+  return s;
+}
+
+}  // namespace
+
+void adaptive_avg_pool2d(const GpuMatrix& x, GpuMatrix& y) {
+  const char* op = "adaptive_avg_pool2d";
+  const Backend& be = same_device(op, x, y);
+  PoolShape s = adaptive_shape(op, x, "x", y, "y");
+  not_aliased(op, x, y);
+  if (y.size() > 0) be.adaptive_avg_pool2d(y.device().index, x.data(), y.data(), s);
+  finish(y);
+}
+
+void adaptive_avg_pool2d_gradient(const GpuMatrix& dy, GpuMatrix& dx) {
+  const char* op = "adaptive_avg_pool2d_gradient";
+  const Backend& be = same_device(op, dy, dx);
+  PoolShape s = adaptive_shape(op, dx, "dx", dy, "dy");
+  not_aliased(op, dy, dx);
+  if (dx.size() > 0) be.adaptive_avg_pool2d_gradient(dx.device().index, dy.data(), dx.data(), s);
   finish(dx);
 }
 
