@@ -2,9 +2,11 @@
 
 - :class:`Module` (:mod:`gpumat.nn.module`), :class:`Parameter`, the layers (``Linear``,
   ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``ReLU``, ``Tanh``, ``Sigmoid``, ``Softmax``,
-  ``LogSoftmax``, ``Dropout``, ``Flatten``, ``Identity``, ``Sequential``, ``ModuleList``) and the
+  ``LogSoftmax``, ``Dropout``, ``Flatten``, ``Identity``, ``Sequential``, ``ModuleList``,
+  ``ModuleDict``, ``ParameterList``, ``ParameterDict``) and the
   losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``), one module per kind;
-  :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``) and :mod:`gpumat.nn.init`.
+  :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``), :mod:`gpumat.nn.init` and
+  :mod:`gpumat.nn.utils` (``clip_grad_norm_``, ``clip_grad_value_``).
 
 The graph ops this package used to re-export (``conv2d_op``, ``dropout_op``, ...) are
 :mod:`gpumat.graph`'s; ``gpumat.nn.conv2d_op`` still resolves there, with a DeprecationWarning.
@@ -13,9 +15,9 @@ The graph ops this package used to re-export (``conv2d_op``, ``dropout_op``, ...
 import warnings
 
 from gpumat import graph as _graph
-from gpumat.nn import functional, init
+from gpumat.nn import functional, init, utils
 from gpumat.nn.activation import Dropout, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
-from gpumat.nn.container import ModuleList, Sequential
+from gpumat.nn.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from gpumat.nn.conv import Conv2d
 from gpumat.nn.linear import Flatten, Identity, Linear
 from gpumat.nn.loss import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
@@ -36,9 +38,12 @@ __all__ = [
     "MSELoss",
     "MaxPool2d",
     "Module",
+    "ModuleDict",
     "ModuleList",
     "NLLLoss",
     "Parameter",
+    "ParameterDict",
+    "ParameterList",
     "ReLU",
     "Sequential",
     "Sigmoid",
@@ -46,6 +51,7 @@ __all__ = [
     "Tanh",
     "functional",
     "init",
+    "utils",
 ]
 
 
