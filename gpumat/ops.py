@@ -1074,9 +1074,7 @@ def adam_update_multi(
             shared with another, or a scalar out of its range.
     """
     op = "adam_update_multi"
-    params, grads, m, v, max_v = array_lists(
-        op, params=params, grads=grads, m=m, v=v, max_v=max_v
-    )
+    params, grads, m, v, max_v = array_lists(op, params=params, grads=grads, m=m, v=v, max_v=max_v)
     _core.adam_update_multi_(
         params,
         grads,

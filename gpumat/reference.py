@@ -989,7 +989,9 @@ def total_norm_multi(arrays, norm_type: float, out) -> None:
 
 def clip_scale_multi(arrays, total_norm, max_norm: float) -> None:
     """arrays[i] *= min(1, max_norm / (total_norm + 1e-6)) in place (NaN norm: NaN)."""
-    c = np.float32(max_norm) / (np.float32(np.asarray(total_norm).reshape(-1)[0]) + np.float32(1e-6))
+    c = np.float32(max_norm) / (
+        np.float32(np.asarray(total_norm).reshape(-1)[0]) + np.float32(1e-6)
+    )
     coef = c if np.isnan(c) or c < 1 else np.float32(1.0)
     for a in arrays:
         a *= coef

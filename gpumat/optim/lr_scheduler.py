@@ -170,7 +170,9 @@ class LambdaLR(LRScheduler):
 
     def __init__(self, optimizer: Optimizer, lr_lambda, last_epoch: int = -1) -> None:
         if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"LambdaLR: expected a gpumat optimizer, got {type(optimizer).__name__}")
+            raise TypeError(
+                f"LambdaLR: expected a gpumat optimizer, got {type(optimizer).__name__}"
+            )
         self.lr_lambdas = _per_group("LambdaLR", "lr_lambda", optimizer, lr_lambda)
         for f in self.lr_lambdas:
             if not callable(f):
@@ -258,7 +260,11 @@ class CosineAnnealingLR(LRScheduler):
     """
 
     def __init__(
-        self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1  # noqa: N803
+        self,
+        optimizer: Optimizer,
+        T_max: int,
+        eta_min: float = 0.0,
+        last_epoch: int = -1,  # noqa: N803
     ) -> None:
         self.T_max = _positive_int("CosineAnnealingLR", "T_max", T_max)
         self.eta_min = check_rate("CosineAnnealingLR", "eta_min", eta_min)
@@ -276,7 +282,9 @@ class CosineAnnealingLR(LRScheduler):
                 for b, g in zip(self.base_lrs, groups, strict=True)
             ]
         return [
-            (1 + math.cos(math.pi * t / T)) / (1 + math.cos(math.pi * (t - 1) / T)) * (g["lr"] - eta)
+            (1 + math.cos(math.pi * t / T))
+            / (1 + math.cos(math.pi * (t - 1) / T))
+            * (g["lr"] - eta)
             + eta
             for g in groups
         ]
@@ -353,7 +361,13 @@ class OneCycleLR(LRScheduler):
         if three_phase:
             self._schedule_phases = [
                 (float(pct_start * n) - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
-                (float(2 * pct_start * n) - 2, "max_lr", "initial_lr", "base_momentum", "max_momentum"),
+                (
+                    float(2 * pct_start * n) - 2,
+                    "max_lr",
+                    "initial_lr",
+                    "base_momentum",
+                    "max_momentum",
+                ),
                 (n - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum"),
             ]
         else:

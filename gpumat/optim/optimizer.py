@@ -294,8 +294,9 @@ class Optimizer:
             for g in self.param_groups
         ]
 
-    def _load_group_hyper(self, groups) -> None:
-        """Set each group's options from :meth:`state_dict`'s ``"param_groups"`` (checked first)."""
+    def _load_group_hyper(self, groups) -> list:
+        """Each group's options from :meth:`state_dict`'s ``"param_groups"``, checked (set by
+        the caller once every other check passed)."""
         name = type(self).__name__
         if not isinstance(groups, Sequence) or len(groups) != len(self.param_groups):
             raise ValueError(
@@ -306,8 +307,7 @@ class Optimizer:
         for own, given in zip(self.param_groups, groups, strict=True):
             new = {**own, **{k: v for k, v in dict(given).items() if k != "params"}}
             checked.append(self._check(dict(new)))
-        for own, new in zip(self.param_groups, checked, strict=True):
-            own.update({k: v for k, v in new.items() if k != "params"})
+        return checked
 
     def _state_tensors(self) -> dict:
         state = self._ensure_state()
@@ -389,9 +389,12 @@ class Optimizer:
                     f"this optimizer's {tuple(dst.shape)}"
                 )
             sources[key] = src
+        groups = None
         if "param_groups" in state:  # absent from the state of older versions
-            self._load_group_hyper(state["param_groups"])  # checks every group before setting any
+            groups = self._load_group_hyper(state["param_groups"])
         self._load_state_scalars(state)  # checks every value before setting any
+        for group, new in zip(self.param_groups, groups or (), strict=False):
+            group.update({k: v for k, v in new.items() if k != "params"})
         for key, dst in own.items():
             if isinstance(dst, np.ndarray):
                 dst[...] = sources[key]

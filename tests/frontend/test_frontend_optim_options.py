@@ -71,7 +71,11 @@ def run_both(ctx, kind, kw, grouped, steps=6, clip=None):
     tp = dict(tmodel.named_parameters())
     for k, p in model.named_parameters():
         np.testing.assert_allclose(
-            p.detach().numpy(), tp[k].detach().numpy(), rtol=1e-4, atol=3e-6, err_msg=f"{k} seed={seed}"
+            p.detach().numpy(),
+            tp[k].detach().numpy(),
+            rtol=1e-4,
+            atol=3e-6,
+            err_msg=f"{k} seed={seed}",
         )
     return opt
 
@@ -96,13 +100,17 @@ def test_groups_are_editable_between_steps(ctx):
         for m, o, lib in ((model, opt, gpumat), (tmodel, topt, torch)):
             o.zero_grad()
             if lib is gpumat:
-                F.cross_entropy(m(gpumat.tensor(x, device=ctx)), gpumat.tensor(y, device=ctx)).backward()
+                F.cross_entropy(
+                    m(gpumat.tensor(x, device=ctx)), gpumat.tensor(y, device=ctx)
+                ).backward()
             else:
                 torch.nn.functional.cross_entropy(m(torch.tensor(x)), torch.tensor(y)).backward()
             o.step()
     tp = dict(tmodel.named_parameters())
     for k, p in model.named_parameters():
-        np.testing.assert_allclose(p.detach().numpy(), tp[k].detach().numpy(), rtol=1e-4, atol=3e-6, err_msg=f"seed={seed}")
+        np.testing.assert_allclose(
+            p.detach().numpy(), tp[k].detach().numpy(), rtol=1e-4, atol=3e-6, err_msg=f"seed={seed}"
+        )
 
 
 def test_add_param_group_and_errors(ctx):
@@ -143,7 +151,9 @@ def test_state_dict_keeps_groups_and_resumes(ctx, name):
     def train(model, opt, bs):
         for x, y in bs:
             opt.zero_grad()
-            F.cross_entropy(model(gpumat.tensor(x, device=ctx)), gpumat.tensor(y, device=ctx)).backward()
+            F.cross_entropy(
+                model(gpumat.tensor(x, device=ctx)), gpumat.tensor(y, device=ctx)
+            ).backward()
             opt.step()
 
     model = mlp().to(ctx)
@@ -183,7 +193,8 @@ def test_compiled_step_equals_eager(ctx, name):
 
         fn = gpumat.compile(step) if compiled else step
         losses = [
-            fn(gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx)).item() for x, y in batches
+            fn(gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx)).item()
+            for x, y in batches
         ]
         results.append((losses, [p.detach().numpy() for p in model.parameters()]))
     np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6)
@@ -242,8 +253,12 @@ def test_clip_grad_value_matches_torch(ctx):
 def sched_pair(make, kind="SGD", **kw):
     p = [gpumat.tensor([1.0], requires_grad=True), gpumat.tensor([2.0], requires_grad=True)]
     tp = [torch.tensor([1.0], requires_grad=True), torch.tensor([2.0], requires_grad=True)]
-    opt = getattr(gpumat.optim, kind)([{"params": [p[0]]}, {"params": [p[1]], "lr": 0.05}], lr=0.1, **kw)
-    topt = getattr(torch.optim, kind)([{"params": [tp[0]]}, {"params": [tp[1]], "lr": 0.05}], lr=0.1, **kw)
+    opt = getattr(gpumat.optim, kind)(
+        [{"params": [p[0]]}, {"params": [p[1]], "lr": 0.05}], lr=0.1, **kw
+    )
+    topt = getattr(torch.optim, kind)(
+        [{"params": [tp[0]]}, {"params": [tp[1]], "lr": 0.05}], lr=0.1, **kw
+    )
     return make(gpumat.optim.lr_scheduler, opt), make(torch.optim.lr_scheduler, topt), opt, topt
 
 
@@ -253,10 +268,18 @@ SCHEDULES = {
     "linear": lambda m, o: m.LinearLR(o, start_factor=0.1, end_factor=0.9, total_iters=12),
     "onecycle": lambda m, o: m.OneCycleLR(o, max_lr=[1.0, 0.5], total_steps=45),
     "onecycle3": lambda m, o: m.OneCycleLR(
-        o, max_lr=0.3, epochs=5, steps_per_epoch=9, pct_start=0.25, anneal_strategy="linear", three_phase=True
+        o,
+        max_lr=0.3,
+        epochs=5,
+        steps_per_epoch=9,
+        pct_start=0.25,
+        anneal_strategy="linear",
+        three_phase=True,
     ),
     "sequential": lambda m, o: m.SequentialLR(
-        o, [m.LinearLR(o, start_factor=0.01, total_iters=5), m.CosineAnnealingLR(o, T_max=30)], milestones=[5]
+        o,
+        [m.LinearLR(o, start_factor=0.01, total_iters=5), m.CosineAnnealingLR(o, T_max=30)],
+        milestones=[5],
     ),
     "step": lambda m, o: m.StepLR(o, step_size=4, gamma=0.5),
 }

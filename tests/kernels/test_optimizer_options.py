@@ -29,7 +29,8 @@ def close(got, ref, tol=2e-6):
 
 
 @pytest.mark.parametrize(
-    "damp, wd, nesterov", [(0.0, 0.0, True), (0.3, 0.0, False), (0.0, 0.05, False), (0.0, 0.1, True)]
+    "damp, wd, nesterov",
+    [(0.0, 0.0, True), (0.3, 0.0, False), (0.0, 0.05, False), (0.0, 0.1, True)],
 )
 def test_momentum_sgd_options_match_float64(ctx, damp, wd, nesterov):
     lr, mu = 0.05, 0.9
@@ -40,7 +41,9 @@ def test_momentum_sgd_options_match_float64(ctx, damp, wd, nesterov):
     for _ in range(3):
         gs = [rand(n) for n in SIZES]
         ops.momentum_sgd_update(p_d, [dev(g, ctx) for g in gs], v_d, lr, mu, damp, wd, nesterov)
-        reference.momentum_sgd_update(p64, [g.astype(np.float64) for g in gs], v64, lr, mu, damp, wd, nesterov)
+        reference.momentum_sgd_update(
+            p64, [g.astype(np.float64) for g in gs], v64, lr, mu, damp, wd, nesterov
+        )
     for a, b in zip(p_d + v_d, p64 + v64, strict=True):
         close(a.asnumpy(), b)
 
@@ -54,7 +57,10 @@ def test_sgd_weight_decay_matches_float64(ctx):
         close(a.asnumpy(), p - 0.3 * (g + 0.01 * p.astype(np.float64)))
 
 
-@pytest.mark.parametrize("wd, decoupled, amsgrad", [(0.1, False, False), (0.1, True, False), (0.0, False, True), (0.05, True, True)])
+@pytest.mark.parametrize(
+    "wd, decoupled, amsgrad",
+    [(0.1, False, False), (0.1, True, False), (0.0, False, True), (0.05, True, True)],
+)
 def test_adam_options_match_float64(ctx, wd, decoupled, amsgrad):
     lr, b1, b2, eps = 1e-2, 0.8, 0.95, 1e-6
     ps = [rand(n) for n in SIZES]
@@ -67,9 +73,22 @@ def test_adam_options_match_float64(ctx, wd, decoupled, amsgrad):
     for t in range(1, 5):
         # shrinking gradients make v fall, so AMSGrad's max differs from v
         gs = [rand(n) / t**2 for n in SIZES]
-        ops.adam_update_multi(p_d, [dev(g, ctx) for g in gs], m_d, v_d, lr, b1, b2, eps, t, wd, decoupled, mx_d)
+        ops.adam_update_multi(
+            p_d, [dev(g, ctx) for g in gs], m_d, v_d, lr, b1, b2, eps, t, wd, decoupled, mx_d
+        )
         reference.adam_update_multi(
-            p64, [g.astype(np.float64) for g in gs], m64, v64, lr, b1, b2, eps, t, wd, decoupled, mx64
+            p64,
+            [g.astype(np.float64) for g in gs],
+            m64,
+            v64,
+            lr,
+            b1,
+            b2,
+            eps,
+            t,
+            wd,
+            decoupled,
+            mx64,
         )
     for a, b in zip(p_d + m_d + v_d + mx_d, p64 + m64 + v64 + mx64, strict=True):
         close(a.asnumpy(), b, 1e-5)
@@ -129,7 +148,9 @@ def test_bad_inputs_raise(ctx):
         ops.sgd_update([p], [g], 0.1, -1.0)
     m, w = dev(rand(4), ctx), dev(np.abs(rand(4)), ctx)
     with pytest.raises(ValueError, match="adam_update_multi"):
-        ops.adam_update_multi([p], [g], [m], [w], 0.1, 0.9, 0.99, 1e-8, 1, 0.0, False, [dev(rand(5), ctx)])
+        ops.adam_update_multi(
+            [p], [g], [m], [w], 0.1, 0.9, 0.99, 1e-8, 1, 0.0, False, [dev(rand(5), ctx)]
+        )
     with pytest.raises(ValueError, match="adam_update_multi.*max_v"):
         ops.adam_update_multi([p], [g], [m], [w], 0.1, 0.9, 0.99, 1e-8, 1, 0.0, False, [m])
     out = dev(rand(1), ctx)

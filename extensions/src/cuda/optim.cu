@@ -133,8 +133,8 @@ __global__ void sgd_update_multi_kernel(SgdTable table, float lr, float weight_d
 
 // g' = g + weight_decay p; v = momentum v + (1 - dampening) g'; param -= lr (nesterov ? g' +
 // momentum v : v) (the host's momentum_sgd_update_multi).
-__global__ void momentum_sgd_update_multi_kernel(MomentumTable table, float lr, float momentum, float dampening,
-                                                 float weight_decay, bool nesterov) {
+__global__ void momentum_sgd_update_multi_kernel(MomentumTable table, float lr, float momentum,
+                                                 float dampening, float weight_decay, bool nesterov) {
   const int t = blockIdx.y;
   float* __restrict__ p = table.param[t];
   const float* __restrict__ g = table.grad[t];
@@ -210,9 +210,11 @@ __global__ void total_norm_partials_kernel(NormTable table, float p, float* part
 __global__ void total_norm_finish_kernel(const float* partials, int64_t total, float p, float* out) {
   const bool is_max = p == INFINITY;
   float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < total; i += blockDim.x) acc = is_max ? nan_max(acc, partials[i]) : acc + partials[i];
+  for (int64_t i = threadIdx.x; i < total; i += blockDim.x)
+    acc = is_max ? nan_max(acc, partials[i]) : acc + partials[i];
   acc = is_max ? block_max<kBlockSize>(acc) : block_sum<kBlockSize>(acc);
-  if (threadIdx.x == 0) out[0] = is_max ? acc : (p == 2.0f ? sqrtf(acc) : (p == 1.0f ? acc : powf(acc, 1.0f / p)));
+  if (threadIdx.x == 0)
+    out[0] = is_max ? acc : (p == 2.0f ? sqrtf(acc) : (p == 1.0f ? acc : powf(acc, 1.0f / p)));
 }
 
 // x *= min(1, max_norm / (norm[0] + 1e-6)) (torch.nn.utils.clip_grad_norm_'s coefficient; a NaN
@@ -351,8 +353,8 @@ void total_norm_multi(int dev, const float* const* xs, const int64_t* sizes, int
       table.first[j] = t0 + j;
       table.size[j] = sizes[t0 + j];
     }
-    launch<total_norm_partials_kernel>("total_norm_multi", dim3(static_cast<unsigned>(parts), chunk), kBlockSize, 0,
-                                       stream, table, p, partials, parts);
+    launch<total_norm_partials_kernel>("total_norm_multi", dim3(static_cast<unsigned>(parts), chunk),
+                                       kBlockSize, 0, stream, table, p, partials, parts);
   }
   launch<total_norm_finish_kernel>("total_norm_multi", 1, kBlockSize, 0, stream, partials,
                                    static_cast<int64_t>(count) * parts, p, out);

@@ -66,8 +66,8 @@ void momentum_sgd_update_multi(int, float* const* params, const float* const* gr
 // Multi-tensor Adam for every tensor of `count`, in one call: adam_update above with weight decay
 // (coupled, or decoupled as AdamW) and AMSGrad where max_v is given, in the CUDA kernel's order.
 void adam_update_multi(int, float* const* params, const float* const* grads, float* const* m, float* const* v,
-                       float* const* max_v, const int64_t* sizes, int count, float lr, float beta1, float beta2,
-                       float eps, float bc1, float bc2, float weight_decay, bool decoupled) {
+                       float* const* max_v, const int64_t* sizes, int count, float lr, float beta1,
+                       float beta2, float eps, float bc1, float bc2, float weight_decay, bool decoupled) {
   const float shrink = 1.0f - lr * weight_decay;
   for (int t = 0; t < count; ++t) {
     float* p = params[t];

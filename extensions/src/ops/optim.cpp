@@ -1,5 +1,6 @@
 // The optim family's ops (gpumat/ops.h): adam_update, sgd_update, momentum_sgd_update,
-// adam_update_multi, adadelta_update_multi, total_norm_multi, clip_scale_multi. Checks here and in checks.h; kernels in ../cuda/optim.cu and
+// adam_update_multi, adadelta_update_multi, total_norm_multi, clip_scale_multi. Checks here and in checks.h;
+// kernels in ../cuda/optim.cu and
 // ../host/optim.cpp.
 #include "gpumat/ops.h"
 
@@ -114,7 +115,8 @@ void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<
   check_weight_decay(op, weight_decay);
   std::vector<TensorList> lists = {tensor_list("parameter", "parameters", params, true),
                                    tensor_list("gradient", "gradients", grads, false),
-                                   tensor_list("m", "m arrays", m, true), tensor_list("v", "v arrays", v, true)};
+                                   tensor_list("m", "m arrays", m, true),
+                                   tensor_list("v", "v arrays", v, true)};
   // An empty max_v is no AMSGrad; any other length must match (check_tensor_lists says so).
   if (!max_v.empty()) lists.push_back(tensor_list("max_v", "max_v arrays", max_v, true));
   const std::vector<int64_t> n = check_tensor_lists(op, lists);
@@ -123,8 +125,8 @@ void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<
                             pmax = data_of(max_v);
   backend_for(params[0]->device())
       .adam_update_multi(params[0]->device().index, p.data(), g.data(), pm.data(), pv.data(),
-                         max_v.empty() ? nullptr : pmax.data(), n.data(), static_cast<int>(n.size()), lr, beta1,
-                         beta2, eps, bc1, bc2, weight_decay, decoupled);
+                         max_v.empty() ? nullptr : pmax.data(), n.data(), static_cast<int>(n.size()), lr,
+                         beta1, beta2, eps, bc1, bc2, weight_decay, decoupled);
   finish(*params[0]);
 }
 
@@ -143,7 +145,8 @@ void total_norm_multi(const std::vector<const GpuMatrix*>& xs, float norm_type, 
       throw ShapeError(std::string(op) + ": array " + std::to_string(i) + " is on " + xs[i]->device().str() +
                        ", out on " + out.device().str());
     if (xs[i]->size() > 0 && xs[i]->data() == out.data())
-      throw ShapeError(std::string(op) + ": out must not be one of the arrays (shape " + xs[i]->shape_str() + ")");
+      throw ShapeError(std::string(op) + ": out must not be one of the arrays (shape " + xs[i]->shape_str() +
+                       ")");
   }
   const Backend& be = backend_for(out.device());
   std::vector<int64_t> n(xs.size());
@@ -165,7 +168,8 @@ void clip_scale_multi(const std::vector<GpuMatrix*>& xs, const GpuMatrix& total_
   if (!(max_norm >= 0.0f) || !std::isfinite(max_norm))
     throw ShapeError(std::string(op) + ": max_norm must be finite and >= 0, got " + std::to_string(max_norm));
   if (total_norm.size() != 1)
-    throw ShapeError(std::string(op) + ": total_norm must hold one element, got shape " + total_norm.shape_str());
+    throw ShapeError(std::string(op) + ": total_norm must hold one element, got shape " +
+                     total_norm.shape_str());
   const std::vector<int64_t> n = check_tensor_lists(op, {tensor_list("array", "arrays", xs, true)});
   if (n.empty()) return;
   if (xs[0]->device() != total_norm.device())
