@@ -134,18 +134,19 @@ def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
 
     Args:
         parameters: a Tensor or an iterable of tensors.
-        clip_value: a finite number (its absolute value is the bound, as PyTorch's).
+        clip_value: a finite number >= 0 (PyTorch clamps to an empty interval for a negative
+            one; gpumat refuses it).
         foreach: accepted for PyTorch's signature.
 
     Raises:
         TypeError: a parameter that is not a Tensor, a non-number clip_value.
-        ValueError: clip_value not finite.
+        ValueError: clip_value negative or not finite.
     """
     op = "clip_grad_value_"
     clip_value = _number(op, "clip_value", clip_value)
-    if not math.isfinite(clip_value):
-        raise ValueError(f"{op}: clip_value must be finite, got {clip_value}")
-    bound = abs(clip_value)
+    if not math.isfinite(clip_value) or clip_value < 0:
+        raise ValueError(f"{op}: clip_value must be a finite number >= 0, got {clip_value}")
+    bound = clip_value
     with no_grad():
         for g in _grads(op, parameters):
             g.clamp_(-bound, bound)

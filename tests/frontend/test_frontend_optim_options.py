@@ -243,6 +243,8 @@ def test_clip_grad_value_matches_torch(ctx):
     assert lin.bias.grad is None
     with pytest.raises(ValueError, match="clip_grad_value_"):
         nn.utils.clip_grad_value_(lin.parameters(), float("inf"))
+    with pytest.raises(ValueError, match="clip_grad_value_"):
+        nn.utils.clip_grad_value_(lin.parameters(), -0.5)
 
 
 # ------------------------------------------------------------------------------------------------
