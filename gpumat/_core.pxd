@@ -180,12 +180,18 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void adam_update(GpuMatrix&, const GpuMatrix&, GpuMatrix&, GpuMatrix&, float, float, float, float,
                      int64_t) except +gpumat_raise_py_error nogil
     void sgd_update(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
-                    float) except +gpumat_raise_py_error nogil
+                    float, float) except +gpumat_raise_py_error nogil
     void momentum_sgd_update(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
-                             const vector[GpuMatrix*]&, float, float) except +gpumat_raise_py_error nogil
+                             const vector[GpuMatrix*]&, float, float, float, float,
+                             bool) except +gpumat_raise_py_error nogil
     void adam_update_multi(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
                            const vector[GpuMatrix*]&, const vector[GpuMatrix*]&, float, float, float,
-                           float, int64_t) except +gpumat_raise_py_error nogil
+                           float, int64_t, float, bool,
+                           const vector[GpuMatrix*]&) except +gpumat_raise_py_error nogil
+    void total_norm_multi(const vector[const GpuMatrix*]&, float,
+                          GpuMatrix&) except +gpumat_raise_py_error nogil
+    void clip_scale_multi(const vector[GpuMatrix*]&, const GpuMatrix&,
+                          float) except +gpumat_raise_py_error nogil
     void adadelta_update_multi(const vector[GpuMatrix*]&, const vector[const GpuMatrix*]&,
                                const vector[GpuMatrix*]&, const vector[GpuMatrix*]&, float, float,
                                float) except +gpumat_raise_py_error nogil

@@ -546,9 +546,18 @@ _OPTIMIZER_SCALARS = {
     "SGD": {"lr": "rate"},
     "MomentumSGD": {"lr": "rate", "momentum": "beta"},
     "Adam": {"lr": "rate", "betas": "betas", "eps": "rate", "t": "count"},
+    "AdamW": {"lr": "rate", "betas": "betas", "eps": "rate", "t": "count"},
     "Adadelta": {"lr": "rate", "rho": "unit", "eps": "rate"},
 }
-_OPTIONAL_SCALARS = {"SGD": {"momentum": "beta"}}
+# Newer states also hold "param_groups" (every group's options) and SGD's "started" (checked
+# above, not by a rule here).
+_OPTIONAL_SCALARS = {
+    "SGD": {"momentum": "beta", "param_groups": None, "started": None},
+    "MomentumSGD": {"param_groups": None, "started": None},
+    "Adam": {"param_groups": None},
+    "AdamW": {"param_groups": None},
+    "Adadelta": {"param_groups": None},
+}
 _RULES = {
     "rate": "a finite number >= 0",
     "beta": "a number in [0, 1)",
@@ -557,6 +566,12 @@ _RULES = {
     "count": "an int in [0, 2**53]",
 }
 _HISTORY_FIELDS = ("loss", "epoch_time_s", "valid_time_s", "valid_accuracy")
+
+
+def _is_group_option(v) -> bool:
+    """A parameter group's option in a state: a bool, a finite number or a list of them."""
+    values = v if isinstance(v, list) else [v]
+    return all(isinstance(x, bool) or _is_finite_real(x) for x in values)
 
 
 def _follows(rule: str, value) -> bool:
@@ -641,6 +656,16 @@ def _check_training(path: str, training) -> tuple[dict, dict]:
     for key, value in opt_state.items():
         if key == "type":
             continue
+        if key == "param_groups":  # each group's options: numbers, bools, lists of numbers
+            if not isinstance(value, list) or not all(
+                isinstance(g, dict) and all(_is_group_option(v) for v in g.values()) for g in value
+            ):
+                raise bad("optimizer.param_groups", value, "a list of objects of numbers")
+            continue
+        if key == "started":  # SGD: which velocities had their first step
+            if not isinstance(value, list) or not all(isinstance(v, bool) for v in value):
+                raise bad("optimizer.started", value, "a list of bools")
+            continue
         numbers = value if isinstance(value, list) else [value]
         if not all(_is_finite_real(v) for v in numbers):
             raise bad(f"optimizer.{key}", value, "a finite number or a list of them")
@@ -653,7 +678,7 @@ def _check_training(path: str, training) -> tuple[dict, dict]:
                 want = f"{want} and optionally {sorted(optional)}"
             raise bad("optimizer keys", sorted(opt_state), f"{want}")
         for key, rule in {**rules, **optional}.items():
-            if key in opt_state and not _follows(rule, opt_state[key]):
+            if rule is not None and key in opt_state and not _follows(rule, opt_state[key]):
                 raise bad(f"optimizer.{key}", opt_state[key], _RULES[rule])
     return progress, dict(opt_state)
 

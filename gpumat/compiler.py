@@ -332,7 +332,7 @@ class Trace:
             pairs.append((i, g))
         # The hyper-parameters now: the first call's update uses them, in case the step changes
         # them after optimizer.step() (a scheduler's step()).
-        hyper = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         self.steps.append((optimizer, pairs, hyper))
         self.updated |= {id(params[i]) for i, _ in pairs}
 
@@ -944,16 +944,18 @@ class _Entry:
         vals = self.executor.run(feed)
         for opt, idx, slots, hyper in self.steps:
             grads = [vals[k] for k in slots]
-            group = opt.param_groups[0]
-            now = {k: group.get(k) for k in hyper}
+            groups = opt.param_groups
+            now = [{k: g.get(k) for k in h} for g, h in zip(groups, hyper, strict=False)]
             if not first or now == hyper:
                 opt._apply_compiled(idx, grads)
                 continue
-            group.update(hyper)  # the step changed them after optimizer.step()
+            for g, h in zip(groups, hyper, strict=False):
+                g.update(h)  # the step changed them after optimizer.step()
             try:
                 opt._apply_compiled(idx, grads)
             finally:
-                group.update(now)
+                for g, n in zip(groups, now, strict=False):
+                    g.update(n)
         device = self.trace.device
         grads = self._grad_tensors(vals, device)
         for (owner, _), g in zip(self.grads, grads, strict=True):

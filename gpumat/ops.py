@@ -119,6 +119,7 @@ __all__ = [
     "broadcast_dim",
     "broadcast_to",
     "broadcast_where",
+    "clip_scale_multi",
     "conv1d",
     "conv1d_gradient_filter",
     "conv1d_gradient_input",
@@ -173,6 +174,7 @@ __all__ = [
     "sum",
     "sum_to",
     "sum_to_size",
+    "total_norm_multi",
     "trace_calls",
     "transpose",
     "tril",
@@ -947,48 +949,66 @@ def gather_gradient(index, dy, out, dim: int) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def sgd_update(params, grads, lr: float) -> None:
-    """Multi-tensor SGD: ``params[i] -= lr * grads[i]`` for every i, in one launch per 32 tensors
-    on CUDA (the tensors' pointers and sizes travel as one kernel argument) and one call on the
-    host, instead of one axpy per parameter.
+def sgd_update(params, grads, lr: float, weight_decay: float = 0.0) -> None:
+    """Multi-tensor SGD: ``params[i] -= lr * (grads[i] + weight_decay * params[i])`` for every i,
+    in one launch per 32 tensors on CUDA (the tensors' pointers and sizes travel as one kernel
+    argument) and one call on the host, instead of one axpy per parameter. ``weight_decay`` is
+    torch.optim.SGD's coupled L2 term (0: the plain step, bit for bit).
 
     params, grads: lists (or tuples) of PyGpuMatrix on one device, grads[i] of params[i]'s shape;
     no parameter may share memory with another array (gradients may share memory with each
-    other). lr: a finite float >= 0.
+    other). lr, weight_decay: finite floats >= 0.
     Raises TypeError for a non-list or a non-array element, ValueError for a length, shape or
-    device mismatch, an aliased parameter, or a bad lr. Source: Robbins & Monro (1951).
+    device mismatch, an aliased parameter, or a bad lr or weight_decay. Source: Robbins & Monro
+    (1951).
     """
     if type(params) is not list or type(grads) is not list:  # lists go as they are (per step)
         params, grads = array_lists("sgd_update", params=params, grads=grads)
-    _core.sgd_update_(params, grads, as_real(lr, "lr", "sgd_update"))
+    _core.sgd_update_(
+        params,
+        grads,
+        as_real(lr, "lr", "sgd_update"),
+        as_real(weight_decay, "weight_decay", "sgd_update"),
+    )
 
 
-def momentum_sgd_update(params, grads, velocities, lr: float, momentum: float) -> None:
-    """Multi-tensor momentum SGD, in place, for every i::
+def momentum_sgd_update(
+    params,
+    grads,
+    velocities,
+    lr: float,
+    momentum: float,
+    dampening: float = 0.0,
+    weight_decay: float = 0.0,
+    nesterov: bool = False,
+) -> None:
+    """Multi-tensor momentum SGD, in place, for every i (torch.optim.SGD's formula)::
 
-        velocities[i] = momentum * velocities[i] + grads[i]
-        params[i] -= lr * velocities[i]
+        g = grads[i] + weight_decay * params[i]
+        velocities[i] = momentum * velocities[i] + (1 - dampening) * g
+        params[i] -= lr * (g + momentum * velocities[i] if nesterov else velocities[i])
 
-    PyTorch's ``SGD(momentum=...)`` form (no dampening, no Nesterov; Polyak 1964, Sutskever et
-    al. ICML 2013 eq. 1-2 with the learning rate factored out of the velocity), the update of
-    :class:`gpumat.optim.MomentumSGD`. One launch per 32 tensors on CUDA (the pointers and sizes
+    Polyak 1964; Sutskever et al. ICML 2013 eq. 1-2 with the learning rate factored out of the
+    velocity, Nesterov's form as PyTorch writes it. PyTorch starts the velocity at g itself on
+    the first step: with zero velocities that is ``dampening=0`` on the first call (what
+    :class:`gpumat.optim.SGD` passes). One launch per 32 tensors on CUDA (the pointers and sizes
     travel as one kernel argument) and one call on the host, instead of three launches per
     parameter; :data:`gpumat.launch_count` counts the call once.
 
     Args:
         params, grads, velocities: lists (or tuples) of one length of float32 PyGpuMatrix, all on
             one device; grads[i] and velocities[i] have params[i]'s shape (any shape, any size,
-            empty included). velocities start at zero for a fresh optimizer. No parameter or
-            velocity may share memory with any other array (gradients may share memory with
-            each other).
-        lr: learning rate, a finite number >= 0.
-        momentum: the velocity's decay, in [0, 1).
+            empty included). No parameter or velocity may share memory with any other array
+            (gradients may share memory with each other).
+        lr, weight_decay: finite numbers >= 0.
+        momentum: the velocity's decay, in [0, 1). dampening: in [0, 1].
+        nesterov: Nesterov momentum.
 
     Raises:
-        TypeError: a list is not a list or tuple, an element is not a PyGpuMatrix, or lr or
-            momentum is not a number.
+        TypeError: a list is not a list or tuple, an element is not a PyGpuMatrix, or a scalar
+            is not a number.
         ValueError: lists of different lengths, a shape or device mismatch, a written array
-            shared with another, lr negative or not finite, momentum outside [0, 1).
+            shared with another, a scalar out of its range.
     """
     op = "momentum_sgd_update"
     if type(params) is not list or type(grads) is not list or type(velocities) is not list:
@@ -996,7 +1016,14 @@ def momentum_sgd_update(params, grads, velocities, lr: float, momentum: float) -
             op, params=params, grads=grads, velocities=velocities
         )
     _core.momentum_sgd_update_(
-        params, grads, velocities, as_real(lr, "lr", op), as_real(momentum, "momentum", op)
+        params,
+        grads,
+        velocities,
+        as_real(lr, "lr", op),
+        as_real(momentum, "momentum", op),
+        as_real(dampening, "dampening", op),
+        as_real(weight_decay, "weight_decay", op),
+        bool(nesterov),
     )
 
 
@@ -1016,25 +1043,46 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, step: int) -> None:
     )
 
 
-def adam_update_multi(params, grads, m, v, lr, beta1, beta2, eps, step: int) -> None:
+def adam_update_multi(
+    params,
+    grads,
+    m,
+    v,
+    lr,
+    beta1,
+    beta2,
+    eps,
+    step: int,
+    weight_decay: float = 0.0,
+    decoupled: bool = False,
+    max_v=(),
+) -> None:
     """Multi-tensor Adam: :func:`adam_update` for every tensor i at one step t, in place::
 
-        m[i] = beta1*m[i] + (1 - beta1)*grads[i];  v[i] = beta2*v[i] + (1 - beta2)*grads[i]**2
-        params[i] -= lr * (m[i] / (1 - beta1**t)) / (sqrt(v[i] / (1 - beta2**t)) + eps)
+        g = grads[i] + weight_decay * params[i]        (coupled: torch.optim.Adam)
+        params[i] *= 1 - lr * weight_decay; g = grads[i]   (decoupled: AdamW)
+        m[i] = beta1*m[i] + (1 - beta1)*g;  v[i] = beta2*v[i] + (1 - beta2)*g**2
+        vd = max_v[i] = max(max_v[i], v[i])  if max_v (AMSGrad)  else v[i]
+        params[i] -= lr * (m[i] / (1 - beta1**t)) / (sqrt(vd / (1 - beta2**t)) + eps)
 
     Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015, Algorithm 1 (eps added
-    to the corrected sqrt(v), as PyTorch does); the update of :class:`gpumat.optim.Adam`. One
-    launch per 32 tensors on CUDA and one call on the host, instead of one launch per parameter;
-    :data:`gpumat.launch_count` counts the call once. Each element gives the same float32 result
-    as :func:`adam_update`.
+    to the corrected sqrt(v), as PyTorch does); Loshchilov & Hutter, "Decoupled Weight Decay
+    Regularization", ICLR 2019 (AdamW); Reddi et al., "On the Convergence of Adam and Beyond",
+    ICLR 2018 (AMSGrad, PyTorch's form). The update of :class:`gpumat.optim.Adam` and
+    :class:`gpumat.optim.AdamW`. One launch per 32 tensors on CUDA and one call on the host,
+    instead of one launch per parameter; :data:`gpumat.launch_count` counts the call once. With
+    no weight decay and no max_v each element gives the same float32 result as
+    :func:`adam_update`.
 
     Args:
         params, grads, m, v: lists (or tuples) of one length of float32 PyGpuMatrix, all on one
             device; grads[i], m[i] and v[i] have params[i]'s shape. m and v (the first and second
             moments) start at zero. No parameter, m or v may share memory with any other array
             (gradients may share memory with each other).
-        lr, eps: finite numbers >= 0. beta1, beta2: in [0, 1).
+        lr, eps, weight_decay: finite numbers >= 0. beta1, beta2: in [0, 1).
         step: t >= 1, counted from the first update (the bias corrections' exponent).
+        decoupled: weight decay as AdamW's (on the parameter) instead of Adam's (on the gradient).
+        max_v: empty (no AMSGrad), or one array per tensor like v (starting at zero), written.
 
     Raises:
         TypeError: a list is not a list or tuple, an element is not a PyGpuMatrix, a scalar is
@@ -1043,7 +1091,7 @@ def adam_update_multi(params, grads, m, v, lr, beta1, beta2, eps, step: int) -> 
             shared with another, or a scalar out of its range.
     """
     op = "adam_update_multi"
-    params, grads, m, v = array_lists(op, params=params, grads=grads, m=m, v=v)
+    params, grads, m, v, max_v = array_lists(op, params=params, grads=grads, m=m, v=v, max_v=max_v)
     _core.adam_update_multi_(
         params,
         grads,
@@ -1054,7 +1102,52 @@ def adam_update_multi(params, grads, m, v, lr, beta1, beta2, eps, step: int) -> 
         as_real(beta2, "beta2", op),
         as_real(eps, "eps", op),
         as_int(step, "step", op),
+        as_real(weight_decay, "weight_decay", op),
+        bool(decoupled),
+        max_v,
     )
+
+
+def total_norm_multi(arrays, norm_type: float, out) -> None:
+    """``out`` (1,) = the ``norm_type``-norm of all the elements of ``arrays`` together, the
+    total norm of :func:`torch.nn.utils.clip_grad_norm_`: ``(sum |x|^p)^(1/p)`` over every
+    element of every array for a finite p > 0, ``max |x|`` for p = inf (NaN when an element is
+    NaN); 0 when there is no element. One launch per 32 arrays and one to finish on CUDA (a
+    deterministic order), one call on the host (double accumulation).
+
+    Args:
+        arrays: a list (or tuple) of float32 PyGpuMatrix of any shapes, on out's device.
+        norm_type: p, a float > 0 or ``float('inf')``.
+        out: a PyGpuMatrix of one element (written), none of the arrays.
+
+    Raises:
+        TypeError: a non-list, a non-array element, a non-number norm_type.
+        ValueError: norm_type <= 0 or NaN, an array on another device, out not of one element.
+    """
+    op = "total_norm_multi"
+    (arrays,) = array_lists(op, arrays=arrays)
+    _core.total_norm_multi_(arrays, as_real(norm_type, "norm_type", op), out)
+
+
+def clip_scale_multi(arrays, total_norm, max_norm: float) -> None:
+    """``arrays[i] *= min(1, max_norm / (total_norm + 1e-6))`` for every i, in place: the scale
+    of :func:`torch.nn.utils.clip_grad_norm_` (its formula and its 1e-6), with ``total_norm`` a
+    (1,) array read on the device (no copy to the host between the norm and the scale; a NaN norm
+    makes every element NaN, as PyTorch's). One launch per 32 arrays on CUDA.
+
+    Args:
+        arrays: a list (or tuple) of float32 PyGpuMatrix on one device, none sharing memory.
+        total_norm: a one-element PyGpuMatrix on their device (:func:`total_norm_multi`'s out).
+        max_norm: a finite float >= 0.
+
+    Raises:
+        TypeError: a non-list, a non-array element, a non-number max_norm.
+        ValueError: max_norm negative or not finite, a device mismatch, shared arrays,
+            total_norm not of one element.
+    """
+    op = "clip_scale_multi"
+    (arrays,) = array_lists(op, arrays=arrays)
+    _core.clip_scale_multi_(arrays, total_norm, as_real(max_norm, "max_norm", op))
 
 
 def adadelta_update_multi(params, grads, square_avgs, acc_deltas, lr, rho, eps) -> None:

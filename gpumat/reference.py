@@ -1033,18 +1033,30 @@ def _at_positions(where, index, d: int):
 # --------------------------------------------------------------------------------------------------
 
 
-def sgd_update(params, grads, lr: float) -> None:
-    """params[i] -= lr * grads[i] for every i."""
+def sgd_update(params, grads, lr: float, weight_decay: float = 0.0) -> None:
+    """params[i] -= lr * (grads[i] + weight_decay * params[i]) for every i."""
     for p, g in zip(params, grads, strict=True):
-        p -= lr * g
+        p -= lr * (g + weight_decay * p if weight_decay else g)
 
 
-def momentum_sgd_update(params, grads, velocities, lr: float, momentum: float) -> None:
-    """velocities[i] = momentum * velocities[i] + grads[i]; params[i] -= lr * velocities[i]."""
+def momentum_sgd_update(
+    params,
+    grads,
+    velocities,
+    lr: float,
+    momentum: float,
+    dampening: float = 0.0,
+    weight_decay: float = 0.0,
+    nesterov: bool = False,
+) -> None:
+    """g = grads[i] + weight_decay * params[i]; velocities[i] = momentum * velocities[i] +
+    (1 - dampening) * g; params[i] -= lr * (g + momentum * velocities[i] if nesterov else
+    velocities[i]) (torch.optim.SGD's formula)."""
     for p, g, v in zip(params, grads, velocities, strict=True):
+        g = g + weight_decay * p if weight_decay else g
         v *= momentum
-        v += g
-        p -= lr * v
+        v += (1.0 - dampening) * g
+        p -= lr * (g + momentum * v if nesterov else v)
 
 
 def adam_update(param, grad, m, v, lr, beta1, beta2, eps, step: int) -> None:
@@ -1060,10 +1072,61 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, step: int) -> None:
     param -= lr * m_hat / (np.sqrt(v_hat) + eps)
 
 
-def adam_update_multi(params, grads, m, v, lr, beta1, beta2, eps, step: int) -> None:
-    """:func:`adam_update` for every tensor i at one step."""
-    for p, g, mi, vi in zip(params, grads, m, v, strict=True):
-        adam_update(p, g, mi, vi, lr, beta1, beta2, eps, step)
+def adam_update_multi(
+    params,
+    grads,
+    m,
+    v,
+    lr,
+    beta1,
+    beta2,
+    eps,
+    step: int,
+    weight_decay: float = 0.0,
+    decoupled: bool = False,
+    max_v=(),
+) -> None:
+    """:func:`adam_update` for every tensor i at one step, with weight decay (coupled, or
+    decoupled as AdamW: params[i] *= 1 - lr * weight_decay first) and AMSGrad when max_v holds
+    one array per tensor (max_v[i] = max(max_v[i], v[i]) in the denominator)."""
+    t = as_int(step, "step", "adam_update_multi")
+    max_v = list(max_v) or [None] * len(params)
+    for p, g, mi, vi, vmax in zip(params, grads, m, v, max_v, strict=True):
+        if weight_decay and decoupled:
+            p *= 1.0 - lr * weight_decay
+        elif weight_decay:
+            g = g + weight_decay * p
+        mi *= beta1
+        mi += (1.0 - beta1) * g
+        vi *= beta2
+        vi += (1.0 - beta2) * g * g
+        vd = vi
+        if vmax is not None:
+            np.maximum(vmax, vi, out=vmax)
+            vd = vmax
+        p -= lr * (mi / (1.0 - beta1**t)) / (np.sqrt(vd / (1.0 - beta2**t)) + eps)
+
+
+def total_norm_multi(arrays, norm_type: float, out) -> None:
+    """out[...] = the norm_type-norm of all the elements of arrays together (max |x| for inf; 0
+    for no element), accumulated in float64."""
+    flat = np.concatenate([np.abs(np.asarray(a, np.float64)).ravel() for a in arrays] + [[]])
+    if flat.size == 0:
+        out[...] = 0.0
+    elif norm_type == np.inf:
+        out[...] = np.nan if np.isnan(flat).any() else flat.max()
+    else:
+        out[...] = np.sum(flat**norm_type) ** (1.0 / norm_type)
+
+
+def clip_scale_multi(arrays, total_norm, max_norm: float) -> None:
+    """arrays[i] *= min(1, max_norm / (total_norm + 1e-6)) in place (NaN norm: NaN)."""
+    c = np.float32(max_norm) / (
+        np.float32(np.asarray(total_norm).reshape(-1)[0]) + np.float32(1e-6)
+    )
+    coef = c if np.isnan(c) or c < 1 else np.float32(1.0)
+    for a in arrays:
+        a *= coef
 
 
 def adadelta_update_multi(params, grads, square_avgs, acc_deltas, lr, rho, eps) -> None:

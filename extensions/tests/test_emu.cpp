@@ -376,6 +376,73 @@ void fused_cases() {
     ops::adam_update_multi(params, grads, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 1);
     ops::adam_update_multi(params, grads, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 2);
   });
+  // The options: coupled then decoupled weight decay with AMSGrad (max_v starts as v), and
+  // momentum SGD with dampening, weight decay and Nesterov. Same inputs as Adam's case.
+  check("adam_update_multi options 40 tensors", ins, outs, [](Arrays& a) {
+    std::vector<GpuMatrix*> params, m, v;
+    std::vector<const GpuMatrix*> grads;
+    std::vector<GpuMatrix> max_v;
+    max_v.reserve(40);
+    for (int i = 0; i < 40; ++i) {
+      GpuMatrix* out = &a[160 + 3 * i];
+      ops::copy(a[4 * i], out[0]);
+      ops::copy(a[4 * i + 2], out[1]);
+      ops::mul(a[4 * i + 3], a[4 * i + 3], out[2]);
+      max_v.emplace_back(out[2].shape(), out[2].device());
+      ops::copy(out[2], max_v.back());
+      params.push_back(&out[0]);
+      m.push_back(&out[1]);
+      v.push_back(&out[2]);
+      grads.push_back(&a[4 * i + 1]);
+    }
+    std::vector<GpuMatrix*> mx;
+    for (auto& x : max_v) mx.push_back(&x);
+    ops::adam_update_multi(params, grads, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 1, 0.1f, false, mx);
+    ops::adam_update_multi(params, grads, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 2, 0.1f, true, mx);
+  });
+  ins.clear();
+  outs.clear();
+  for (int i = 0; i < 40; ++i) {
+    const int64_t n = multi_size(i);
+    for (int k = 0; k < 3; ++k) ins.push_back({n});
+    for (int k = 0; k < 2; ++k) outs.push_back({n});
+  }
+  check("momentum_sgd_update options 40 tensors", ins, outs, [](Arrays& a) {
+    std::vector<GpuMatrix*> params, velocities;
+    std::vector<const GpuMatrix*> grads;
+    for (int i = 0; i < 40; ++i) {
+      ops::copy(a[3 * i], a[120 + 2 * i]);
+      ops::copy(a[3 * i + 2], a[121 + 2 * i]);
+      params.push_back(&a[120 + 2 * i]);
+      velocities.push_back(&a[121 + 2 * i]);
+      grads.push_back(&a[3 * i + 1]);
+    }
+    ops::momentum_sgd_update(params, grads, velocities, 0.25f, 0.9f, 0.3f, 0.05f, false);
+    ops::momentum_sgd_update(params, grads, velocities, 0.125f, 0.5f, 0.0f, 0.01f, true);
+    ops::sgd_update(params, grads, 0.1f, 0.2f);
+  });
+  // clip_grad_norm_'s kernels: the 2-norm and the inf-norm of 40 tensors, then the scale by the
+  // 2-norm (max_norm below it, so every element changes).
+  ins.clear();
+  outs.clear();
+  for (int i = 0; i < 40; ++i) {
+    ins.push_back({multi_size(i)});
+    outs.push_back({multi_size(i)});
+  }
+  outs.push_back({1});
+  outs.push_back({1});
+  check("total_norm_multi and clip_scale_multi 40 tensors", ins, outs, [](Arrays& a) {
+    std::vector<GpuMatrix*> xs;
+    std::vector<const GpuMatrix*> cx;
+    for (int i = 0; i < 40; ++i) {
+      ops::copy(a[i], a[40 + i]);
+      xs.push_back(&a[40 + i]);
+      cx.push_back(&a[40 + i]);
+    }
+    ops::total_norm_multi(cx, INFINITY, a[81]);
+    ops::total_norm_multi(cx, 2.0f, a[80]);
+    ops::clip_scale_multi(xs, a[80], 0.5f);
+  });
 }
 
 void conv_pool_cases() {

@@ -36,33 +36,49 @@ cdef vector[const GpuMatrix*] _const_array_list(list arrays, str op, str what) e
     return out
 
 
-def sgd_update_(list params not None, list grads not None, float lr):
+def sgd_update_(list params not None, list grads not None, float lr, float weight_decay):
     cdef vector[GpuMatrix*] p = _array_list(params, "sgd_update", "parameter")
     cdef vector[const GpuMatrix*] g = _const_array_list(grads, "sgd_update", "gradient")
     with nogil:
-        sgd_update(p, g, lr)
+        sgd_update(p, g, lr, weight_decay)
 
 
 def momentum_sgd_update_(list params not None, list grads not None, list velocities not None,
-                         float lr, float momentum):
+                         float lr, float momentum, float dampening, float weight_decay,
+                         bint nesterov):
     cdef str op = "momentum_sgd_update"
     cdef vector[GpuMatrix*] p = _array_list(params, op, "parameter")
     cdef vector[const GpuMatrix*] g = _const_array_list(grads, op, "gradient")
     cdef vector[GpuMatrix*] v = _array_list(velocities, op, "velocity")
     with nogil:
-        momentum_sgd_update(p, g, v, lr, momentum)
+        momentum_sgd_update(p, g, v, lr, momentum, dampening, weight_decay, nesterov)
 
 
 def adam_update_multi_(list params not None, list grads not None, list m not None,
                        list v not None, float lr, float beta1, float beta2, float eps,
-                       int64_t step):
+                       int64_t step, float weight_decay, bint decoupled, list max_v not None):
     cdef str op = "adam_update_multi"
     cdef vector[GpuMatrix*] p = _array_list(params, op, "parameter")
     cdef vector[const GpuMatrix*] g = _const_array_list(grads, op, "gradient")
     cdef vector[GpuMatrix*] pm = _array_list(m, op, "m")
     cdef vector[GpuMatrix*] pv = _array_list(v, op, "v")
+    cdef vector[GpuMatrix*] pmax = _array_list(max_v, op, "max_v")
     with nogil:
-        adam_update_multi(p, g, pm, pv, lr, beta1, beta2, eps, step)
+        adam_update_multi(p, g, pm, pv, lr, beta1, beta2, eps, step, weight_decay, decoupled, pmax)
+
+
+def total_norm_multi_(list arrays not None, float norm_type, PyGpuMatrix out not None):
+    cdef vector[const GpuMatrix*] x = _const_array_list(arrays, "total_norm_multi", "array")
+    _require(out, "total_norm_multi", "out")
+    with nogil:
+        total_norm_multi(x, norm_type, out.mat[0])
+
+
+def clip_scale_multi_(list arrays not None, PyGpuMatrix total_norm not None, float max_norm):
+    cdef vector[GpuMatrix*] x = _array_list(arrays, "clip_scale_multi", "array")
+    _require(total_norm, "clip_scale_multi", "total_norm")
+    with nogil:
+        clip_scale_multi(x, total_norm.mat[0], max_norm)
 
 
 def adadelta_update_multi_(list params not None, list grads not None, list square_avgs not None,

@@ -4,10 +4,11 @@
   ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``, ``Embedding``, ``ReLU``,
   ``Tanh``, ``Sigmoid``, ``GELU``, ``SiLU``, ``Softplus``, ``LeakyReLU``, ``ELU``, ``Hardtanh``,
   ``ReLU6``, ``Softmax``, ``LogSoftmax``, ``Dropout``, ``Flatten``, ``Identity``,
-  ``Sequential``, ``ModuleList``) and the losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``,
-  ``L1Loss``, ``BCELoss``, ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``,
-  ``KLDivLoss``), one module per kind;
-  :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``) and :mod:`gpumat.nn.init`.
+  ``Sequential``, ``ModuleList``, ``ModuleDict``, ``ParameterList``, ``ParameterDict``) and the
+  losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
+  ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``), one module per kind;
+  :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``), :mod:`gpumat.nn.init` and
+  :mod:`gpumat.nn.utils` (``clip_grad_norm_``, ``clip_grad_value_``).
 
 The graph ops this package used to re-export (``conv2d_op``, ``dropout_op``, ...) are
 :mod:`gpumat.graph`'s; ``gpumat.nn.conv2d_op`` still resolves there, with a DeprecationWarning.
@@ -16,7 +17,7 @@ The graph ops this package used to re-export (``conv2d_op``, ``dropout_op``, ...
 import warnings
 
 from gpumat import graph as _graph
-from gpumat.nn import functional, init
+from gpumat.nn import functional, init, utils
 from gpumat.nn.activation import (
     ELU,
     GELU,
@@ -32,7 +33,7 @@ from gpumat.nn.activation import (
     Softplus,
     Tanh,
 )
-from gpumat.nn.container import ModuleList, Sequential
+from gpumat.nn.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from gpumat.nn.conv import Conv2d
 from gpumat.nn.linear import Flatten, Identity, Linear
 from gpumat.nn.loss import (
@@ -74,9 +75,12 @@ __all__ = [
     "MSELoss",
     "MaxPool2d",
     "Module",
+    "ModuleDict",
     "ModuleList",
     "NLLLoss",
     "Parameter",
+    "ParameterDict",
+    "ParameterList",
     "ReLU",
     "ReLU6",
     "Sequential",
@@ -88,6 +92,7 @@ __all__ = [
     "Tanh",
     "functional",
     "init",
+    "utils",
 ]
 
 

@@ -10,6 +10,8 @@ and returns it. The formulas are PyTorch's (``torch/nn/init.py``):
 - ``xavier_uniform_`` (Glorot & Bengio, "Understanding the difficulty of training deep
   feedforward neural networks", AISTATS 2010): U(-b, b) with b = gain * sqrt(6 / (fan_in +
   fan_out)); ``xavier_normal_``, ``kaiming_normal_`` the normal counterparts.
+- ``trunc_normal_``: N(mean, std**2) truncated to [a, b] by the inverse CDF, as PyTorch's
+  (``Phi^-1`` of a uniform draw between Phi(a) and Phi(b), with Giles's float32 erfinv).
 
 fan_in and fan_out of a weight ``(out, in, *kernel)`` are in * prod(kernel) and out * prod(kernel).
 The defaults of :class:`gpumat.nn.Linear` and :class:`gpumat.nn.Conv2d` are PyTorch's (its
@@ -23,7 +25,7 @@ from __future__ import annotations
 import math
 
 from gpumat.autograd import no_grad
-from gpumat.tensor import Tensor
+from gpumat.tensor import Tensor, where
 
 __all__ = [
     "calculate_gain",
@@ -32,6 +34,7 @@ __all__ = [
     "kaiming_uniform_",
     "normal_",
     "ones_",
+    "trunc_normal_",
     "uniform_",
     "xavier_normal_",
     "xavier_uniform_",
@@ -152,3 +155,65 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     """Fill with N(0, std**2), std = gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(_check(tensor, "xavier_normal_"))
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+
+def _erfinv(x: Tensor) -> Tensor:
+    """erf^-1(x) elementwise for x in (-1, 1), a float32 tensor: Giles, "Approximating the erfinv
+    function" (GPU Computing Gems, 2011), single-precision branch (CUDA's erfinvf form), in
+    tensor ops."""
+    w = -((1.0 - x) * (1.0 + x)).log()
+    small = w < 5.0
+    ws = w - 2.5
+    p = ws * 2.81022636e-08 + 3.43273939e-07
+    for c in (
+        -3.5233877e-06,
+        -4.39150654e-06,
+        0.00021858087,
+        -0.00125372503,
+        -0.00417768164,
+        0.246640727,
+        1.50140941,
+    ):
+        p = p * ws + c
+    wl = w.clamp(min=5.0).sqrt() - 3.0  # clamped: the small branch's w would give NaN's sqrt
+    q = wl * -0.000200214257 + 0.000100950558
+    for c in (
+        0.00134934322,
+        -0.00367342844,
+        0.00573950773,
+        -0.0076224613,
+        0.00943887047,
+        1.00167406,
+        2.83297682,
+    ):
+        q = q * wl + c
+    return where(small, p, q) * x
+
+
+def trunc_normal_(
+    tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0
+) -> Tensor:
+    """Fill with N(mean, std**2) truncated to [a, b] (PyTorch's ``trunc_normal_``, its inverse
+    CDF method: u ~ U(2 Phi(alpha) - 1, 2 Phi(beta) - 1), x = mean + std sqrt(2) erfinv(u),
+    clamped to [a, b]; alpha = (a - mean) / std, beta = (b - mean) / std). Float32 tensors of any
+    shape; a zero-size tensor is left as it is.
+
+    Raises:
+        TypeError: not a Tensor. ValueError: std <= 0 or a >= b (no interval to sample).
+    """
+    _check(tensor, "trunc_normal_")
+    if not std > 0 or not a < b:
+        raise ValueError(f"trunc_normal_: need std > 0 and a < b, got std={std}, a={a}, b={b}")
+    if tensor.numel() == 0:
+        return tensor
+
+    def cdf(x: float) -> float:
+        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+
+    lo, hi = cdf((a - mean) / std), cdf((b - mean) / std)
+    with no_grad():
+        tensor.uniform_(2 * lo - 1, 2 * hi - 1)
+        # Keep u inside (-1, 1): erfinv(+-1) is infinite (the clamp below bounds the result).
+        u = tensor.clamp(-1.0 + 2.0**-24, 1.0 - 2.0**-24)
+        x = _erfinv(u) * (std * math.sqrt(2.0)) + mean
+        return tensor.copy_(x.clamp(a, b))

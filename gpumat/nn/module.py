@@ -207,16 +207,22 @@ class Module:
 
     # ---------------------------------------------------------------- traversal
 
-    def named_modules(self, memo: set | None = None, prefix: str = "") -> Iterator:
-        """(dotted name, module) for this module ("") and every submodule, each once."""
+    def named_modules(
+        self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator:
+        """(dotted name, module) for this module ("") and every submodule, depth first in
+        registration order, each once (every path to it with ``remove_duplicate=False``)."""
         memo = set() if memo is None else memo
-        if id(self) in memo:
-            return
-        memo.add(id(self))
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
         yield prefix, self
         for name, module in self._modules.items():
             if module is not None:
-                yield from module.named_modules(memo, f"{prefix}.{name}" if prefix else name)
+                yield from module.named_modules(
+                    memo, f"{prefix}.{name}" if prefix else name, remove_duplicate
+                )
 
     def modules(self) -> Iterator:
         """This module and every submodule."""
@@ -236,28 +242,40 @@ class Module:
         for _, m in self.named_children():
             yield m
 
-    def _named(self, registry: str, prefix: str, recurse: bool) -> Iterator:
+    def _named(
+        self, registry: str, prefix: str, recurse: bool, remove_duplicate: bool = True
+    ) -> Iterator:
         seen = set()
-        modules = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        modules = (
+            self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+            if recurse
+            else [(prefix, self)]
+        )
         for module_prefix, module in modules:
             for name, value in getattr(module, registry).items():
-                if value is None or id(value) in seen:
+                if value is None or (remove_duplicate and id(value) in seen):
                     continue
                 seen.add(id(value))
                 yield (f"{module_prefix}.{name}" if module_prefix else name), value
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator:
-        """(dotted name, parameter) for every parameter (each once), in registration order."""
-        return self._named("_parameters", prefix, recurse)
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator:
+        """(dotted name, parameter) for every parameter, in registration order: a shared
+        (tied) parameter once, under its first name, unless ``remove_duplicate=False``."""
+        return self._named("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True) -> Iterator:
         """Every parameter, in registration order (what optimizers take)."""
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator:
-        """(dotted name, buffer) for every buffer."""
-        return self._named("_buffers", prefix, recurse)
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator:
+        """(dotted name, buffer) for every buffer (persistent or not), each once unless
+        ``remove_duplicate=False``."""
+        return self._named("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True) -> Iterator:
         """Every buffer."""

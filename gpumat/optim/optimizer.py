@@ -18,10 +18,13 @@ parameters (``gpumat.ops.sgd_update``, ``momentum_sgd_update``, ``adam_update_mu
 ``adadelta_update_multi``: one launch per 32 tensors on CUDA); parameters spread over devices take
 one call each; numpy parameters are updated with numpy in their dtype.
 
-Hyper-parameters live in ``param_groups`` (one group: gpumat optimizers take a single group), a
-list of one dict with ``"params"`` and the hyper-parameters, as PyTorch's, so learning-rate
-schedulers (:mod:`gpumat.optim.lr_scheduler`) work on them; they are also attributes (``opt.lr``).
-Values set through ``param_groups`` are checked at the next step.
+Hyper-parameters live in ``param_groups``, a list of dicts with ``"params"`` and the
+hyper-parameters, as PyTorch's: ``params`` may be a list of such dicts (each group's missing
+options from the optimizer's defaults) and :meth:`Optimizer.add_param_group` adds one, so
+per-group learning rates and weight decay work, and learning-rate schedulers
+(:mod:`gpumat.optim.lr_scheduler`) write each group's ``"lr"``. The first group's values are also
+attributes (``opt.lr``). Values set through ``param_groups`` are checked at the next step. A step
+is one multi-tensor call per group (per group and device when parameters are spread).
 """
 
 from __future__ import annotations
@@ -71,33 +74,22 @@ def zeros_like(p):
     return z
 
 
-def _param_list(name: str, params) -> tuple[list, dict]:
-    """(parameters, hyper-parameter overrides) from a list of tensors or arrays, or a list
-    holding one parameter group dict."""
-    if params is None or isinstance(params, (str, bytes, Tensor, np.ndarray, Mapping)):
+def _param_list(name: str, params) -> list:
+    """The checked parameters of one group: tensors, or arrays (not a mix)."""
+    if params is None or isinstance(params, (str, bytes, np.ndarray, Mapping)):
         raise TypeError(
             f"{name}: params must be an iterable of tensors (model.parameters()) or of arrays, "
             f"got {type(params).__name__}"
         )
+    if isinstance(params, Tensor):
+        params = [params]  # a group's "params" may be one tensor, as PyTorch's
     try:
         params = list(params)
     except TypeError:
         raise TypeError(
             f"{name}: params must be an iterable of tensors or arrays, got {type(params).__name__}"
         ) from None
-    overrides: dict = {}
-    if params and isinstance(params[0], Mapping):
-        if len(params) != 1:
-            raise ValueError(
-                f"{name}: gpumat optimizers take one parameter group, got {len(params)}"
-            )
-        group = dict(params[0])
-        if "params" not in group:
-            raise ValueError(f"{name}: the parameter group has no 'params'")
-        params, overrides = _param_list(name, group.pop("params"))[0], group
-    if not params:
-        raise ValueError(f"{name}: optimizer got an empty parameter list")
-    tensors = isinstance(params[0], Tensor)
+    tensors = bool(params) and isinstance(params[0], Tensor)
     for i, p in enumerate(params):
         if tensors:
             if not isinstance(p, Tensor):
@@ -119,7 +111,31 @@ def _param_list(name: str, params) -> tuple[list, dict]:
             )
     if len({id(p) for p in params}) != len(params):
         raise ValueError(f"{name}: some parameters appear more than once")
-    return params, overrides
+    return params
+
+
+def _param_groups(name: str, params) -> list:
+    """The parameter groups (dicts with a "params" list) from a list of tensors or arrays, or a
+    list of group dicts."""
+    if params is None or isinstance(params, (str, bytes, Tensor, np.ndarray, Mapping)):
+        raise TypeError(
+            f"{name}: params must be an iterable of tensors (model.parameters()) or of arrays, "
+            f"got {type(params).__name__}"
+        )
+    try:
+        params = list(params)
+    except TypeError:
+        raise TypeError(
+            f"{name}: params must be an iterable of tensors or arrays, got {type(params).__name__}"
+        ) from None
+    if not params:
+        raise ValueError(f"{name}: optimizer got an empty parameter list")
+    if not isinstance(params[0], Mapping):
+        return [{"params": params}]
+    for i, g in enumerate(params):
+        if not isinstance(g, Mapping):
+            raise TypeError(f"{name}: parameter group {i} is a {type(g).__name__}, expected a dict")
+    return [dict(g) for g in params]
 
 
 def _check_grads(name: str, params: list, grads: Sequence) -> list:
@@ -167,29 +183,72 @@ class Optimizer:
 
     def __init__(self, params, defaults: dict) -> None:
         name = type(self).__name__
-        params, overrides = _param_list(name, params)
-        unknown = set(overrides) - set(defaults)
-        if unknown:
-            raise TypeError(f"{name}: unknown options in the parameter group: {sorted(unknown)}")
         self.defaults = dict(defaults)
-        self.param_groups = [{"params": params, **defaults, **overrides}]
-        self._check(self.param_groups[0])
-        self._tensors = isinstance(params[0], Tensor)
+        self.param_groups: list = []
         self._state: dict | None = None
+        self._tensors = None
+        for group in _param_groups(name, params):
+            self.add_param_group(group)
         if not self._tensors:
             # Arrays: the state exists from the start (the executor API's optimizers always had
             # their buffers), and a step is one multi-tensor call when one device holds them all.
-            self._one_device = not any(isinstance(p, np.ndarray) for p in params) and (
-                len({p.device for p in params}) == 1
+            ps = self.params
+            self._one_device = not any(isinstance(p, np.ndarray) for p in ps) and (
+                len({p.device for p in ps}) == 1
             )
             self._ensure_state()
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a parameter group (PyTorch's ``Optimizer.add_param_group``): a dict with
+        ``"params"`` (tensors, or arrays for an array optimizer) and any of the optimizer's
+        options; the missing ones are the defaults given at construction. Its state (momentum,
+        moments) starts at zero.
+
+        Raises:
+            TypeError: not a dict, an option the optimizer does not have, parameters of another
+                kind than the other groups'.
+            ValueError: no ``"params"``, an empty group, a parameter already in a group, or an
+                option out of range.
+        """
+        name = type(self).__name__
+        if not isinstance(param_group, Mapping):
+            raise TypeError(
+                f"{name}.add_param_group: expected a dict, got {type(param_group).__name__}"
+            )
+        group = dict(param_group)
+        if "params" not in group:
+            raise ValueError(f"{name}: the parameter group has no 'params'")
+        params = _param_list(name, group.pop("params"))
+        if not params:
+            raise ValueError(f"{name}: optimizer got an empty parameter list")
+        # initial_lr is the schedulers' key (a group saved from a scheduled optimizer has it).
+        unknown = set(group) - set(self.defaults) - {"initial_lr"}
+        if unknown:
+            raise TypeError(f"{name}: unknown options in the parameter group: {sorted(unknown)}")
+        tensors = isinstance(params[0], Tensor)
+        if self._tensors is not None and tensors != self._tensors:
+            raise TypeError(
+                f"{name}.add_param_group: the other groups hold "
+                f"{'tensors' if self._tensors else 'arrays'}; this one does not"
+            )
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in params):
+            raise ValueError(f"{name}: some parameters appear in more than one parameter group")
+        new = {"params": params, **self.defaults, **group}
+        self._check(dict(new))  # out-of-range options fail here, not at the first step
+        self._tensors = tensors
+        self.param_groups.append(new)
 
     # ---------------------------------------------------------------- hyper-parameters
 
     @property
     def params(self) -> list:
-        """The parameters (tensors or arrays), in order."""
-        return self.param_groups[0]["params"]
+        """The parameters (tensors or arrays) of every group, in order (the index of a
+        parameter's state buffers)."""
+        groups = self.param_groups
+        if len(groups) == 1:
+            return groups[0]["params"]
+        return [p for g in groups for p in g["params"]]
 
     @property
     def lr(self) -> float:
@@ -211,10 +270,44 @@ class Optimizer:
         return {}
 
     def _ensure_state(self) -> dict:
-        if self._state is None:
+        state = self._state
+        if state is None:
             arrays = [p._data if self._tensors else p for p in self.params]
-            self._state = self._new_state(arrays)
-        return self._state
+            state = self._state = self._new_state(arrays)
+        elif self._state_names and len(state[self._state_names[0]]) < len(self.params):
+            # A group added after the state was made: its buffers start at zero.
+            arrays = [p._data if self._tensors else p for p in self.params]
+            new = arrays[len(state[self._state_names[0]]) :]
+            for kind in self._state_names:
+                if state[kind]:  # a kind in use has one buffer per parameter
+                    state[kind].extend(zeros_like(p) for p in new)
+            self._extend_state(state, len(new))
+        return state
+
+    def _extend_state(self, state: dict, count: int) -> None:
+        """Extend the state's non-buffer lists for ``count`` parameters of an added group."""
+
+    def _group_hyper(self) -> list:
+        """Each group's options (without its parameters), for :meth:`state_dict`."""
+        return [
+            {k: list(v) if isinstance(v, tuple) else v for k, v in g.items() if k != "params"}
+            for g in self.param_groups
+        ]
+
+    def _load_group_hyper(self, groups) -> list:
+        """Each group's options from :meth:`state_dict`'s ``"param_groups"``, checked (set by
+        the caller once every other check passed)."""
+        name = type(self).__name__
+        if not isinstance(groups, Sequence) or len(groups) != len(self.param_groups):
+            raise ValueError(
+                f"{name}.load_state_dict: the state has {len(groups)} parameter groups, this "
+                f"optimizer {len(self.param_groups)}"
+            )
+        checked = []
+        for own, given in zip(self.param_groups, groups, strict=True):
+            new = {**own, **{k: v for k, v in dict(given).items() if k != "params"}}
+            checked.append(self._check(dict(new)))
+        return checked
 
     def _state_tensors(self) -> dict:
         state = self._ensure_state()
@@ -232,8 +325,10 @@ class Optimizer:
         """The optimizer's state, enough to resume training.
 
         Returns:
-            dict: ``"type"``, the class name; the hyper-parameters and counters the optimizer
-            has (``"lr"``, and ``"momentum"``, ``"betas"``, ``"eps"``, ``"t"``, ``"rho"``);
+            dict: ``"type"``, the class name; the first group's hyper-parameters and the
+            counters the optimizer has (``"lr"``, and ``"momentum"``, ``"betas"``, ``"eps"``,
+            ``"t"``, ``"rho"``); ``"param_groups"``, every group's options (without its
+            parameters);
             ``"tensors"``, key -> array. The tensors are the optimizer's own live buffers
             (``PyGpuMatrix`` or numpy, float32, one per parameter and kind: ``"velocity.<i>"``
             for SGD with momentum, ``"m.<i>"`` and ``"v.<i>"`` for Adam, ``"square_avg.<i>"``
@@ -241,10 +336,12 @@ class Optimizer:
             :meth:`step`. This is the form
             :func:`gpumat.checkpoint.save_training_state` stores.
         """
+        tensors = self._state_tensors()  # makes the state first (its scalars read it)
         return {
             "type": self._state_type(),
             **self._state_scalars(),
-            "tensors": self._state_tensors(),
+            "param_groups": self._group_hyper(),
+            "tensors": tensors,
         }
 
     def _state_type(self) -> str:
@@ -266,7 +363,15 @@ class Optimizer:
             raise TypeError(f"{name}.load_state_dict: expected a dict, got {type(state).__name__}")
         if state.get("type") != self._state_type():
             raise ValueError(f"{name}.load_state_dict: the state is of a {state.get('type')!r}")
-        own, given = self._state_tensors(), dict(state.get("tensors", {}))
+        given = dict(state.get("tensors", {}))
+        st = self._ensure_state()
+        for kind in self._state_names:
+            # A kind the saved options used (momentum, amsgrad) but this optimizer's do not yet:
+            # its buffers are made here, as the loaded options will need them.
+            if not st[kind] and f"{kind}.0" in given:
+                arrays = [p._data if self._tensors else p for p in self.params]
+                st[kind].extend(zeros_like(p) for p in arrays)
+        own = self._state_tensors()
         if set(own) != set(given):
             raise ValueError(
                 f"{name}.load_state_dict: state tensors {sorted(given)} differ from this "
@@ -284,7 +389,12 @@ class Optimizer:
                     f"this optimizer's {tuple(dst.shape)}"
                 )
             sources[key] = src
+        groups = None
+        if "param_groups" in state:  # absent from the state of older versions
+            groups = self._load_group_hyper(state["param_groups"])
         self._load_state_scalars(state)  # checks every value before setting any
+        for group, new in zip(self.param_groups, groups or (), strict=False):
+            group.update({k: v for k, v in new.items() if k != "params"})
         for key, dst in own.items():
             if isinstance(dst, np.ndarray):
                 dst[...] = sources[key]
@@ -359,29 +469,51 @@ class Optimizer:
             params[i]._vc.value += 1
 
     def _apply_compiled(self, idx: list, grads: list) -> None:
-        """:meth:`apply_gradients` for :func:`gpumat.compile`'s steps, with one multi-tensor call.
+        """:meth:`apply_gradients` for :func:`gpumat.compile`'s steps, with one multi-tensor call
+        per group.
 
         The parameters at ``idx`` were fed to the step's executor, which checked that they are
         on its device, and ``grads`` are its buffers there: no per-step device check is needed
         here (the native call checks devices, shapes and aliasing again before it writes).
         """
-        params = self.param_groups[0]["params"]
-        arrays = [params[i]._data for i in idx]
-        group = self._check(dict(self.param_groups[0]))
-        state = self._state if self._state is not None else self._ensure_state()
-        try:
-            self._update(idx, arrays, grads, group, state, True)
-        except (TypeError, ValueError):
-            _check_grads(type(self).__name__, arrays, grads)
-            raise
+        params = self.params
+        self._apply(idx, [params[i]._data for i in idx], grads, compiled=True)
         for i in idx:
             params[i]._vc.value += 1
 
-    def _apply(self, idx: list, arrays: list, grads: list) -> None:
-        """One update of the parameter arrays at positions ``idx`` (checked hyper-parameters)."""
-        group = self._check(dict(self.param_groups[0]))
-        state = self._ensure_state()
-        if not self._tensors:
+    def _apply(self, idx: list, arrays: list, grads: list, compiled: bool = False) -> None:
+        """One update of the parameter arrays at positions ``idx`` (ascending), group by group,
+        each with its checked hyper-parameters. Every group's options are checked before any
+        parameter changes; a later group's shape or device error leaves the earlier groups
+        updated (gradients from ``.grad`` always have their parameter's shape)."""
+        name = type(self).__name__
+        groups = self.param_groups
+        if len(grads) != len(arrays):
+            _check_grads(name, arrays, grads)  # raises: the count differs
+        if len(groups) == 1:
+            parts = [(groups[0], idx, arrays, grads)]
+        else:
+            parts, k, end = [], 0, 0
+            for g in groups:
+                end += len(g["params"])
+                j = k
+                while j < len(idx) and idx[j] < end:
+                    j += 1
+                if j > k:
+                    parts.append((g, idx[k:j], arrays[k:j], grads[k:j]))
+                k = j
+        checked = [self._check(dict(g)) for g, _, _, _ in parts]
+        state = self._state if self._state is not None else self._ensure_state()
+        if self._state_names and len(state[self._state_names[0]]) < len(self.params):
+            state = self._ensure_state()  # a group was added
+        for (_, i, a, gr), hyper in zip(parts, checked, strict=True):
+            self._apply_group(i, a, gr, hyper, state, compiled)
+        self._finish_step()
+
+    def _apply_group(self, idx, arrays, grads, group, state, compiled) -> None:
+        if compiled:
+            one_device = True
+        elif not self._tensors:
             one_device = self._one_device
         elif arrays:
             c0 = arrays[0].device
@@ -404,6 +536,9 @@ class Optimizer:
             return
         grads = _check_grads(type(self).__name__, arrays, grads)
         self._update(idx, arrays, grads, group, state, False)
+
+    def _finish_step(self) -> None:
+        """Called once every group is updated (Adam advances its step count)."""
 
     def _update(self, idx, params, grads, group, state, one_device) -> None:
         raise NotImplementedError(f"{type(self).__name__}._update")

@@ -177,7 +177,9 @@ def test_parameter_list_errors():
         gpumat.optim.SGD([w], lr=0.1).step([w])
     group = gpumat.optim.Adam([{"params": [w], "lr": 0.5}])
     assert group.lr == 0.5
-    with pytest.raises(ValueError, match="one parameter group"):
+    with pytest.raises(ValueError, match="empty parameter list"):
         gpumat.optim.Adam([{"params": [w]}, {"params": []}])
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        gpumat.optim.Adam([{"params": [w]}, {"params": [w]}])
     with pytest.raises(ValueError, match="rho"):
         gpumat.optim.Adadelta([w], rho=1.5)

@@ -1811,10 +1811,95 @@ def check_multi_tensor_call(name: str, args: list, arrays: Arrays) -> str | None
     return None
 
 
+def _norm_clip_case(name):
+    """ops.total_norm_multi(arrays, norm_type, out) / ops.clip_scale_multi(arrays, total_norm,
+    max_norm): the list, its elements, the one-element array, the scalar made bad, or aliasing."""
+
+    @_settings()
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+    def case(data, seed):
+        arrays = Arrays(np.random.default_rng(seed))
+        xs = [arrays.new(_shape(data.draw), -1, 1) for _ in range(data.draw(st.integers(0, 4)))]
+        one = arrays.new((1,), 0, 2)
+        scalar = data.draw(
+            st.sampled_from([1.0, 2.0, 0.5, math.inf] if "norm" in name else [0.3, 5.0])
+        )
+        what = data.draw(
+            st.sampled_from(["none", "element", "device", "list", "scalar", "one", "alias"])
+        )
+        if what in ("element", "device") and xs:
+            i = data.draw(st.integers(0, len(xs) - 1))
+            if what == "element":
+                xs[i] = data.draw(bad_array_strategy(arrays, xs[i]))
+            else:
+                xs[i] = gpumat.array(xs[i].asnumpy(), gpumat.emu())
+        elif what == "list":
+            xs = data.draw(st.sampled_from([None, 3, "p", one]))
+        elif what == "scalar":
+            scalar = data.draw(st.sampled_from(BAD_SCALARS + [None, "0.1", 0.0, -1.0]))
+        elif what == "one":
+            one = data.draw(bad_array_strategy(arrays, one))
+        elif what == "alias" and xs:
+            xs[data.draw(st.integers(0, len(xs) - 1))] = data.draw(st.sampled_from([one, *xs]))
+        _record(check_norm_clip_call(name, xs, one, scalar, arrays))
+
+    return case
+
+
+def check_norm_clip_call(name, xs, one, scalar, arrays) -> str | None:
+    """Runs ops.<name>(xs, ...) against float64; a failure description or None."""
+    flat = [x for x in (xs if isinstance(xs, list) else []) + [one] if isinstance(x, PyGpuMatrix)]
+    live = [x for x in flat if x.ctx is not None]
+    before = {id(x): (x, x.asnumpy().astype(np.float64)) for x in live}
+    args = (xs, scalar, one) if name == "total_norm_multi" else (xs, one, scalar)
+    try:
+        with np.errstate(all="ignore"):
+            getattr(ops, name)(*args)
+    except ALLOWED as exc:
+        if len(str(exc)) < 10:
+            return f"{name}: {type(exc).__name__} with a message that says nothing"
+        for x, val in before.values():
+            if not np.array_equal(x.asnumpy(), val, equal_nan=True):
+                return f"{name}: raised {type(exc).__name__} but changed an argument"
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"{name}: unexpected {type(exc).__name__}: {exc}"
+    if not isinstance(xs, list) or not all(id(x) in before for x in xs) or id(one) not in before:
+        return f"{name}: accepted a bad list or array"
+    if one.size != 1 or any(x.ctx != one.ctx for x in xs):
+        return f"{name}: accepted a bad one-element array or a device mismatch"
+    ok = isinstance(scalar, (int, float)) and not isinstance(scalar, bool)
+    if not ok or not (scalar > 0 if name == "total_norm_multi" else 0 <= scalar < math.inf):
+        return f"{name}: accepted scalar {scalar!r}"
+    roots = [arrays.root_of.get(id(x), id(x)) for x in xs if x.size]
+    one_root = arrays.root_of.get(id(one), id(one))
+    # The output (or the norm read while scaling) is none of the arrays; written arrays differ.
+    if one_root in roots or (name == "clip_scale_multi" and len(set(roots)) != len(roots)):
+        return f"{name}: accepted an aliased array"
+    vals = [before[id(x)][1] for x in xs]
+    if name == "total_norm_multi":
+        flat64 = np.abs(np.concatenate([v.ravel() for v in vals] + [np.zeros(0)]))
+        if flat64.size == 0:
+            exp = 0.0
+        elif scalar == math.inf:
+            exp = flat64.max()
+        else:
+            exp = (flat64**scalar).sum() ** (1 / scalar)
+        return None if _close(one.asnumpy().reshape(1), np.array([exp])) else f"{name}: wrong norm"
+    coef = min(1.0, scalar / (before[id(one)][1].reshape(-1)[0] + 1e-6))
+    for x, v in zip(xs, vals, strict=True):
+        if not _close(x.asnumpy(), v * coef):
+            return f"{name}: a scaled array differs from the float64 reference"
+    return None
+
+
 def batch_ops(names):
     for name in names:
         if name in _MULTI_TENSOR:
             _multi_tensor_case(name)()
+            continue
+        if name in ("total_norm_multi", "clip_scale_multi"):
+            _norm_clip_case(name)()
             continue
         _op_case(name)()
 
@@ -3652,6 +3737,8 @@ BATCHES = {
             "momentum_sgd_update",
             "adam_update_multi",
             "adadelta_update_multi",
+            "total_norm_multi",
+            "clip_scale_multi",
         ]
     ),
     "ops_index": lambda: batch_ops(["index_select", "index_add", "index_copy"]),

@@ -333,24 +333,44 @@ void gather_gradient(const GpuMatrix& index, const GpuMatrix& dy, GpuMatrix& out
 void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatrix& v, float lr, float beta1,
                  float beta2, float eps, int64_t step);
 
-// params[i] -= lr * grads[i] for every i (SGD, Robbins & Monro 1951), one launch per 32 tensors on
-// CUDA. All arrays on one device; params[i] and grads[i] have one shape; no parameter appears twice
-// or is also a gradient; lr finite and >= 0; at most 2^31 - 1 tensors.
-void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads, float lr);
+// params[i] -= lr * (grads[i] + weight_decay * params[i]) for every i (SGD, Robbins & Monro 1951,
+// with torch.optim.SGD's coupled L2 weight decay), one launch per 32 tensors on CUDA. All arrays
+// on one device; params[i] and grads[i] have one shape; no parameter appears twice or is also a
+// gradient; lr and weight_decay finite and >= 0; at most 2^31 - 1 tensors.
+void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads, float lr,
+                float weight_decay = 0.0f);
 
-// Momentum SGD for every i (PyTorch's SGD(momentum) form; Polyak 1964, Sutskever et al. 2013):
-//   velocities[i] = momentum * velocities[i] + grads[i];  params[i] -= lr * velocities[i]
+// Momentum SGD for every i (torch.optim.SGD's form; Polyak 1964, Sutskever et al. 2013):
+//   g = grads[i] + weight_decay * params[i]
+//   velocities[i] = momentum * velocities[i] + (1 - dampening) * g
+//   params[i] -= lr * (nesterov ? g + momentum * velocities[i] : velocities[i])
 // one launch per 32 tensors on CUDA. Lists of one length, all on one device, each tensor's three
-// arrays of one shape; no parameter or velocity shares memory with any other array; lr finite and
-// >= 0, 0 <= momentum < 1.
+// arrays of one shape; no parameter or velocity shares memory with any other array; lr and
+// weight_decay finite and >= 0, 0 <= momentum < 1, 0 <= dampening <= 1.
 void momentum_sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
-                         const std::vector<GpuMatrix*>& velocities, float lr, float momentum);
+                         const std::vector<GpuMatrix*>& velocities, float lr, float momentum,
+                         float dampening = 0.0f, float weight_decay = 0.0f, bool nesterov = false);
 
 // adam_update for every tensor i (params[i], grads[i], m[i], v[i]) at one step t, one launch per 32
 // tensors on CUDA. Lists as momentum_sgd_update (params, m and v written); scalars as adam_update.
+// weight_decay (finite, >= 0): coupled (grads[i] + weight_decay * params[i], torch.optim.Adam) or,
+// with decoupled, params[i] *= 1 - lr * weight_decay before the step (AdamW, Loshchilov & Hutter
+// 2019). max_v empty, or one array per tensor (written) for AMSGrad (Reddi et al. 2018):
+// max_v[i] = max(max_v[i], v[i]) replaces v[i] in the denominator.
 void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
                        const std::vector<GpuMatrix*>& m, const std::vector<GpuMatrix*>& v, float lr,
-                       float beta1, float beta2, float eps, int64_t step);
+                       float beta1, float beta2, float eps, int64_t step, float weight_decay = 0.0f,
+                       bool decoupled = false, const std::vector<GpuMatrix*>& max_v = {});
+
+// out (1,) = the norm_type-norm of all the elements of xs together (torch.nn.utils.clip_grad_norm_'s
+// total norm): (sum |x|^p)^(1/p) for a finite p > 0, max |x| for p = inf; 0 for no element. One
+// launch per 32 tensors and one to finish on CUDA. xs on out's device, any shapes.
+void total_norm_multi(const std::vector<const GpuMatrix*>& xs, float norm_type, GpuMatrix& out);
+
+// xs[i] *= min(1, max_norm / (total_norm + 1e-6)) for every i, in place, total_norm a (1,) array
+// on xs' device (read there: no copy to the host); clip_grad_norm_'s scale. One launch per 32
+// tensors on CUDA. No array written twice; max_norm finite and >= 0.
+void clip_scale_multi(const std::vector<GpuMatrix*>& xs, const GpuMatrix& total_norm, float max_norm);
 
 // Adadelta for every tensor i, in place (Zeiler, "ADADELTA: An Adaptive Learning Rate Method",
 // 2012, Algorithm 1, with PyTorch's lr factor; torch.optim.Adadelta without weight decay):

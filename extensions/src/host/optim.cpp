@@ -4,7 +4,9 @@
 //     m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //     param -= lr * (m / bc1) / (sqrt(v / bc2) + eps)
 //   sgd_update_multi, momentum_sgd_update_multi, adam_update_multi: the same updates for a list of
-//   tensors in one call (one launch per 32 tensors on CUDA).
+//   tensors in one call (one launch per 32 tensors on CUDA), with weight decay, dampening,
+//   Nesterov, decoupled weight decay (AdamW) and AMSGrad in the CUDA kernels' order.
+//   total_norm_multi, clip_scale_multi: clip_grad_norm_'s norm of all tensors and its scale.
 //   adadelta_update_multi: Adadelta (Zeiler 2012, Algorithm 1, with PyTorch's lr factor), in the
 //   CUDA kernel's order: sq = rho sq + (1 - rho) g^2; d = sqrt(acc + eps) / sqrt(sq + eps) * g;
 //   acc = rho acc + (1 - rho) d^2; param -= lr d.
@@ -30,38 +32,71 @@ void adam_update(int, float* param, const float* grad, float* m, float* v, int64
 // Multi-tensor SGD: params[t][i] -= lr * grads[t][i] for every tensor t of `count`, in
 // one call (one launch on CUDA instead of one axpy per parameter).
 void sgd_update_multi(int, float* const* params, const float* const* grads, const int64_t* sizes, int count,
-                      float lr) {
+                      float lr, float weight_decay) {
   for (int t = 0; t < count; ++t) {
     float* p = params[t];
     const float* g = grads[t];
     const int64_t n = sizes[t];
-    parallel_for(n, n, [&](int64_t i) { p[i] -= lr * g[i]; });
+    parallel_for(n, n, [&](int64_t i) {
+      const float gi = weight_decay != 0.0f ? g[i] + weight_decay * p[i] : g[i];
+      p[i] -= lr * gi;
+    });
   }
 }
 
-// Multi-tensor momentum SGD, PyTorch's SGD(momentum) form (see
-// gpumat.optim.MomentumSGD): v = momentum * v + g; param -= lr * v, for every tensor of `count`.
+// Multi-tensor momentum SGD, torch.optim.SGD's form: g' = g + weight_decay p; v = momentum v +
+// (1 - dampening) g'; param -= lr (nesterov ? g' + momentum v : v), for every tensor of `count`.
 void momentum_sgd_update_multi(int, float* const* params, const float* const* grads, float* const* velocities,
-                               const int64_t* sizes, int count, float lr, float momentum) {
+                               const int64_t* sizes, int count, float lr, float momentum, float dampening,
+                               float weight_decay, bool nesterov) {
   for (int t = 0; t < count; ++t) {
     float* p = params[t];
     const float* g = grads[t];
     float* v = velocities[t];
     const int64_t n = sizes[t];
     parallel_for(n, n, [&](int64_t i) {
-      const float vi = momentum * v[i] + g[i];
+      const float gi = weight_decay != 0.0f ? g[i] + weight_decay * p[i] : g[i];
+      const float vi = momentum * v[i] + (1.0f - dampening) * gi;
       v[i] = vi;
-      p[i] -= lr * vi;
+      p[i] -= lr * (nesterov ? gi + momentum * vi : vi);
     });
   }
 }
 
-// Multi-tensor Adam: adam_update above for every tensor of `count`, in one call.
-void adam_update_multi(int dev, float* const* params, const float* const* grads, float* const* m,
-                       float* const* v, const int64_t* sizes, int count, float lr, float beta1, float beta2,
-                       float eps, float bc1, float bc2) {
-  for (int t = 0; t < count; ++t)
-    adam_update(dev, params[t], grads[t], m[t], v[t], sizes[t], lr, beta1, beta2, eps, bc1, bc2);
+// Multi-tensor Adam for every tensor of `count`, in one call: adam_update above with weight decay
+// (coupled, or decoupled as AdamW) and AMSGrad where max_v is given, in the CUDA kernel's order.
+void adam_update_multi(int, float* const* params, const float* const* grads, float* const* m, float* const* v,
+                       float* const* max_v, const int64_t* sizes, int count, float lr, float beta1,
+                       float beta2, float eps, float bc1, float bc2, float weight_decay, bool decoupled) {
+  const float shrink = 1.0f - lr * weight_decay;
+  for (int t = 0; t < count; ++t) {
+    float* p = params[t];
+    const float* g = grads[t];
+    float* mt = m[t];
+    float* vt = v[t];
+    float* vmax = max_v != nullptr ? max_v[t] : nullptr;
+    const int64_t n = sizes[t];
+    parallel_for(n, n, [&](int64_t i) {
+      float pi = p[i];
+      float gi = g[i];
+      if (weight_decay != 0.0f) {
+        if (decoupled)
+          pi *= shrink;
+        else
+          gi += weight_decay * pi;
+      }
+      const float mi = beta1 * mt[i] + (1.0f - beta1) * gi;
+      const float vi = beta2 * vt[i] + (1.0f - beta2) * gi * gi;
+      mt[i] = mi;
+      vt[i] = vi;
+      float vd = vi;
+      if (vmax != nullptr) {
+        vd = (vmax[i] > vi || vmax[i] != vmax[i]) ? vmax[i] : vi;  // NaN-propagating, as CUDA's
+        vmax[i] = vd;
+      }
+      p[i] = pi - lr * (mi / bc1) / (std::sqrt(vd / bc2) + eps);
+    });
+  }
 }
 
 // Multi-tensor Adadelta: every tensor of `count`, in one call.
@@ -82,6 +117,37 @@ void adadelta_update_multi(int, float* const* params, const float* const* grads,
       acc[i] = rho * acc[i] + (1.0f - rho) * d * d;
       p[i] -= lr * d;
     });
+  }
+}
+
+// The p-norm of all tensors together: per tensor a double sum (or a max) in index order, then
+// over tensors in order. partials is unused on the host.
+void total_norm_multi(int, const float* const* xs, const int64_t* sizes, int count, float p, float*, int64_t,
+                      float* out) {
+  const bool is_max = p == INFINITY;
+  double acc = 0.0;
+  for (int t = 0; t < count; ++t) {
+    const float* x = xs[t];
+    for (int64_t i = 0; i < sizes[t]; ++i) {
+      const double a = std::fabs(static_cast<double>(x[i]));
+      if (is_max)
+        acc = (a > acc || a != a) ? a : acc;
+      else
+        acc += p == 2.0f ? a * a : (p == 1.0f ? a : std::pow(a, static_cast<double>(p)));
+    }
+  }
+  if (!is_max) acc = p == 1.0f ? acc : std::pow(acc, 1.0 / static_cast<double>(p));
+  out[0] = static_cast<float>(acc);
+}
+
+void clip_scale_multi(int, float* const* xs, const int64_t* sizes, int count, const float* total_norm,
+                      float max_norm) {
+  const float c = max_norm / (total_norm[0] + 1e-6f);
+  const float coef = c > 1.0f ? 1.0f : c;  // NaN stays NaN, as torch's clamp
+  for (int t = 0; t < count; ++t) {
+    float* x = xs[t];
+    const int64_t n = sizes[t];
+    parallel_for(n, n, [&](int64_t i) { x[i] *= coef; });
   }
 }
 

@@ -1,5 +1,6 @@
 // The optim family's ops (gpumat/ops.h): adam_update, sgd_update, momentum_sgd_update,
-// adam_update_multi, adadelta_update_multi. Checks here and in checks.h; kernels in ../cuda/optim.cu and
+// adam_update_multi, adadelta_update_multi, total_norm_multi, clip_scale_multi. Checks here and in checks.h;
+// kernels in ../cuda/optim.cu and
 // ../host/optim.cpp.
 #include "gpumat/ops.h"
 
@@ -35,6 +36,15 @@ void check_lr(const char* op, float lr) {
     throw ShapeError(std::string(op) + ": lr must be finite and >= 0, got " + std::to_string(lr));
 }
 
+void check_weight_decay(const char* op, float weight_decay) {
+  if (!(weight_decay >= 0.0f) || !std::isfinite(weight_decay))
+    throw ShapeError(std::string(op) + ": weight_decay must be finite and >= 0, got " +
+                     std::to_string(weight_decay));
+}
+
+// Partial results per tensor of total_norm_multi's first CUDA pass (its grid's x extent).
+constexpr int64_t kNormParts = 64;
+
 }  // namespace
 
 void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatrix& v, float lr, float beta1,
@@ -59,25 +69,31 @@ void adam_update(GpuMatrix& param, const GpuMatrix& grad, GpuMatrix& m, GpuMatri
   finish(param);
 }
 
-void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads, float lr) {
+void sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads, float lr,
+                float weight_decay) {
   const char* op = "sgd_update";
   check_lr(op, lr);
+  check_weight_decay(op, weight_decay);
   const std::vector<int64_t> n = check_tensor_lists(op, {tensor_list("parameter", "parameters", params, true),
                                                          tensor_list("gradient", "gradients", grads, false)});
   if (n.empty()) return;
   const std::vector<float*> p = data_of(params), g = data_of(grads);
   backend_for(params[0]->device())
       .sgd_update_multi(params[0]->device().index, p.data(), g.data(), n.data(), static_cast<int>(n.size()),
-                        lr);
+                        lr, weight_decay);
   finish(*params[0]);
 }
 
 void momentum_sgd_update(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
-                         const std::vector<GpuMatrix*>& velocities, float lr, float momentum) {
+                         const std::vector<GpuMatrix*>& velocities, float lr, float momentum, float dampening,
+                         float weight_decay, bool nesterov) {
   const char* op = "momentum_sgd_update";
   check_lr(op, lr);
+  check_weight_decay(op, weight_decay);
   if (!(momentum >= 0.0f && momentum < 1.0f))
     throw ShapeError(std::string(op) + ": momentum must be in [0, 1), got " + std::to_string(momentum));
+  if (!(dampening >= 0.0f && dampening <= 1.0f))
+    throw ShapeError(std::string(op) + ": dampening must be in [0, 1], got " + std::to_string(dampening));
   const std::vector<int64_t> n =
       check_tensor_lists(op, {tensor_list("parameter", "parameters", params, true),
                               tensor_list("gradient", "gradients", grads, false),
@@ -86,25 +102,87 @@ void momentum_sgd_update(const std::vector<GpuMatrix*>& params, const std::vecto
   const std::vector<float*> p = data_of(params), g = data_of(grads), v = data_of(velocities);
   backend_for(params[0]->device())
       .momentum_sgd_update_multi(params[0]->device().index, p.data(), g.data(), v.data(), n.data(),
-                                 static_cast<int>(n.size()), lr, momentum);
+                                 static_cast<int>(n.size()), lr, momentum, dampening, weight_decay, nesterov);
   finish(*params[0]);
 }
 
 void adam_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
                        const std::vector<GpuMatrix*>& m, const std::vector<GpuMatrix*>& v, float lr,
-                       float beta1, float beta2, float eps, int64_t step) {
+                       float beta1, float beta2, float eps, int64_t step, float weight_decay, bool decoupled,
+                       const std::vector<GpuMatrix*>& max_v) {
   const char* op = "adam_update_multi";
   const auto [bc1, bc2] = adam_bias_corrections(op, lr, beta1, beta2, eps, step);
-  const std::vector<int64_t> n =
-      check_tensor_lists(op, {tensor_list("parameter", "parameters", params, true),
-                              tensor_list("gradient", "gradients", grads, false),
-                              tensor_list("m", "m arrays", m, true), tensor_list("v", "v arrays", v, true)});
+  check_weight_decay(op, weight_decay);
+  std::vector<TensorList> lists = {tensor_list("parameter", "parameters", params, true),
+                                   tensor_list("gradient", "gradients", grads, false),
+                                   tensor_list("m", "m arrays", m, true),
+                                   tensor_list("v", "v arrays", v, true)};
+  // An empty max_v is no AMSGrad; any other length must match (check_tensor_lists says so).
+  if (!max_v.empty()) lists.push_back(tensor_list("max_v", "max_v arrays", max_v, true));
+  const std::vector<int64_t> n = check_tensor_lists(op, lists);
   if (n.empty()) return;
-  const std::vector<float*> p = data_of(params), g = data_of(grads), pm = data_of(m), pv = data_of(v);
+  const std::vector<float*> p = data_of(params), g = data_of(grads), pm = data_of(m), pv = data_of(v),
+                            pmax = data_of(max_v);
   backend_for(params[0]->device())
-      .adam_update_multi(params[0]->device().index, p.data(), g.data(), pm.data(), pv.data(), n.data(),
-                         static_cast<int>(n.size()), lr, beta1, beta2, eps, bc1, bc2);
+      .adam_update_multi(params[0]->device().index, p.data(), g.data(), pm.data(), pv.data(),
+                         max_v.empty() ? nullptr : pmax.data(), n.data(), static_cast<int>(n.size()), lr,
+                         beta1, beta2, eps, bc1, bc2, weight_decay, decoupled);
   finish(*params[0]);
+}
+
+void total_norm_multi(const std::vector<const GpuMatrix*>& xs, float norm_type, GpuMatrix& out) {
+  const char* op = "total_norm_multi";
+  if (!(norm_type > 0.0f) || std::isnan(norm_type))
+    throw ShapeError(std::string(op) + ": norm_type must be > 0 (inf for the max norm), got " +
+                     std::to_string(norm_type));
+  if (out.size() != 1)
+    throw ShapeError(std::string(op) + ": out must hold one element, got shape " + out.shape_str());
+  // The inputs are read-only lists of their own shapes: check them one by one against out's device
+  // (and that out overlaps none).
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i] == nullptr) throw ShapeError(std::string(op) + ": array " + std::to_string(i) + " is null");
+    if (xs[i]->device() != out.device())
+      throw ShapeError(std::string(op) + ": array " + std::to_string(i) + " is on " + xs[i]->device().str() +
+                       ", out on " + out.device().str());
+    if (xs[i]->size() > 0 && xs[i]->data() == out.data())
+      throw ShapeError(std::string(op) + ": out must not be one of the arrays (shape " + xs[i]->shape_str() +
+                       ")");
+  }
+  const Backend& be = backend_for(out.device());
+  std::vector<int64_t> n(xs.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < xs.size(); ++i) total += n[i] = xs[i]->size();
+  if (total == 0) {
+    fill(out, 0.0f);
+    return;
+  }
+  const std::vector<float*> x = data_of(xs);
+  GpuMatrix partials({static_cast<int64_t>(xs.size()) * kNormParts}, out.device());
+  be.total_norm_multi(out.device().index, x.data(), n.data(), static_cast<int>(xs.size()), norm_type,
+                      partials.data(), kNormParts, out.data());
+  finish(out);
+}
+
+void clip_scale_multi(const std::vector<GpuMatrix*>& xs, const GpuMatrix& total_norm, float max_norm) {
+  const char* op = "clip_scale_multi";
+  if (!(max_norm >= 0.0f) || !std::isfinite(max_norm))
+    throw ShapeError(std::string(op) + ": max_norm must be finite and >= 0, got " + std::to_string(max_norm));
+  if (total_norm.size() != 1)
+    throw ShapeError(std::string(op) + ": total_norm must hold one element, got shape " +
+                     total_norm.shape_str());
+  const std::vector<int64_t> n = check_tensor_lists(op, {tensor_list("array", "arrays", xs, true)});
+  if (n.empty()) return;
+  if (xs[0]->device() != total_norm.device())
+    throw ShapeError(std::string(op) + ": the arrays are on " + xs[0]->device().str() + ", total_norm on " +
+                     total_norm.device().str());
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (xs[i]->size() > 0 && xs[i]->data() == total_norm.data())
+      throw ShapeError(std::string(op) + ": total_norm must not be one of the arrays");
+  const std::vector<float*> x = data_of(xs);
+  backend_for(total_norm.device())
+      .clip_scale_multi(total_norm.device().index, x.data(), n.data(), static_cast<int>(n.size()),
+                        total_norm.data(), max_norm);
+  finish(*xs[0]);
 }
 
 void adadelta_update_multi(const std::vector<GpuMatrix*>& params, const std::vector<const GpuMatrix*>& grads,
