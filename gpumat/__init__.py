@@ -62,11 +62,12 @@ from gpumat import (  # noqa: E402
     utils,
 )
 from gpumat._core import CudaError, PyGpuMatrix  # noqa: E402
-from gpumat.arrays import array, empty  # noqa: E402
+from gpumat.arrays import array  # noqa: E402
 from gpumat.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from gpumat.compiler import compile  # noqa: E402, A004
 from gpumat.creation import (  # noqa: E402
     arange,
+    empty,
     empty_like,
     eye,
     flatten,

@@ -15,8 +15,8 @@ import numbers
 
 import numpy as np
 
-from gpumat import ops
-from gpumat.arrays import empty
+from gpumat import arrays, ops
+from gpumat.arrays import empty as _empty_array
 from gpumat.autograd import current_trace
 from gpumat.devices import as_device, cpu
 from gpumat.dtypes import EXACT_INT, as_dtype, float32, int64
@@ -25,6 +25,7 @@ from gpumat.tensor import Tensor, _copy_of, _filled, _from_host, _is_number, _si
 
 __all__ = [
     "arange",
+    "empty",
     "empty_like",
     "eye",
     "flatten",
@@ -105,6 +106,38 @@ def zeros_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) 
     )
 
 
+def empty(*size, dtype=None, device=None, requires_grad: bool = False):
+    """Two calls in one name. With ints (``empty(3, 2)``, ``empty(5)``) or a ``dtype`` /
+    ``requires_grad`` argument, PyTorch's ``torch.empty``: a float32 tensor whose values are not
+    set (as :func:`empty_like`). With a shape tuple or list, and optionally a device
+    (``empty((3, 2), device)``), gpumat's array API: an uninitialised
+    :class:`gpumat.PyGpuMatrix` (:func:`gpumat.arrays.empty`), as the kernels take.
+
+    Raises:
+        TypeError: a non-float32 ``dtype`` (see :func:`empty_like`); bad sizes or device (as
+            :func:`zeros` / :func:`gpumat.arrays.empty`). ValueError: a negative size.
+        MemoryError: the device is out of memory.
+    """
+    tensor_form = dtype is not None or requires_grad or not size
+    if size and isinstance(size[0], numbers.Integral) and not isinstance(size[0], bool):
+        tensor_form = True
+    if not tensor_form:
+        if len(size) > 2:
+            raise TypeError(f"empty: the array form takes (shape, device), got {len(size)} args")
+        return arrays.empty(size[0], size[1] if len(size) == 2 else device)
+    dt = as_dtype(dtype, "empty") or float32
+    if dt is not float32:
+        raise TypeError(
+            f"empty: only float32 ({dt} tensors know their values' range, which unset memory has "
+            "not; use zeros)"
+        )
+    dev = as_device(device, "empty")
+    out = Tensor._make(_empty_array(_size_args(size, "empty"), dev), float32, dev)
+    if requires_grad:
+        out.requires_grad = True
+    return out
+
+
 def empty_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A float32 tensor of ``t``'s shape and device (unless given) whose values are not set
     (PyTorch's ``empty_like``): the output of a kernel that writes every element, such as a
@@ -122,7 +155,7 @@ def empty_like(t: Tensor, dtype=None, device=None, requires_grad: bool = False) 
             "memory has not; use zeros_like)"
         )
     dev = as_device(device, "empty_like") if device is not None else t.device
-    out = Tensor._make(empty(t.shape, dev), float32, dev)
+    out = Tensor._make(_empty_array(t.shape, dev), float32, dev)
     if requires_grad:
         out.requires_grad = True
     return out
@@ -158,7 +191,7 @@ def _random(op: str, size, fill, device, dtype, requires_grad) -> Tensor:
     if dt not in (None, float32):
         raise TypeError(f"{op}: random tensors are float32, got dtype {dt}")
     device = as_device(device, op)
-    data = empty(_size_args(size, op), device)
+    data = _empty_array(_size_args(size, op), device)
     fill(data, draw_seed())
     out = Tensor._make(data, float32, device)
     if requires_grad:
@@ -387,7 +420,7 @@ def randint(
     shape = _size_args(size if isinstance(size, (tuple, list)) else (size,), "randint")
     dt = _int_result("randint", dtype)
     dev = as_device(device, "randint")
-    data = empty(shape, dev)
+    data = _empty_array(shape, dev)
     ops.randint(data, low, high, _seed_from(generator, "randint"))
     out = Tensor._make(data, dt, dev, (low, high - 1) if dt is int64 else None)
     return _finish(out, requires_grad)
@@ -411,7 +444,7 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad: bool 
         raise ValueError(f"randperm: n = {count} is beyond 2**24 (values exact in float32)")
     dt = _int_result("randperm", dtype)
     dev = as_device(device, "randperm")
-    major, minor, order, keys, perm = (empty((count,), dev) for _ in range(5))
+    major, minor, order, keys, perm = (_empty_array((count,), dev) for _ in range(5))
     ops.uniform(major, 0.0, 1.0, _seed_from(generator, "randperm"))
     ops.uniform(minor, 0.0, 1.0, _seed_from(generator, "randperm"))
     ops.argsort(minor, order, 0)  # by the minor key, then stably by the major one
@@ -468,7 +501,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, g
     weights = input.detach().reshape(rows, 1, k)
     draws = 1 if not replacement else s
     dev = input.device
-    u = empty((rows, draws, k), dev)
+    u = _empty_array((rows, draws, k), dev)
     ops.uniform(u, 0.0, 1.0, _seed_from(generator, "multinomial"))
     # 1 - u lies in (0, 1] exactly (u is a multiple of 2**-24): E = -log(1 - u) is finite, and
     # 2**-30 keeps it > 0 (0 / 0 would be NaN), so E / w is inf exactly where w = 0.

@@ -91,12 +91,29 @@ class TensorDataset(Dataset):
         return self._columns[0][0].shape[0]
 
     def __getitem__(self, index):
-        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
-            raise TypeError(f"TensorDataset indices must be ints, got {index!r}")
+        """``(t[index] for t in tensors)``: an int gives one sample; a slice, an int list or
+        array, or an int64 / bool tensor a batch of rows (as PyTorch's TensorDataset, whose
+        ``dataset[i:j]`` the tutorials use).
+
+        Raises:
+            IndexError: an index out of range. TypeError: another kind of index.
+        """
         n = len(self)
-        if not -n <= index < n:
-            raise IndexError(f"index {index} is out of range for {n} samples")
-        return self._batch(np.array([int(index) % n]), squeeze=True)
+        if isinstance(index, numbers.Integral) and not isinstance(index, (bool, np.bool_)):
+            if not -n <= index < n:
+                raise IndexError(f"index {index} is out of range for {n} samples")
+            return self._batch(np.array([int(index) % n]), squeeze=True)
+        if isinstance(index, Tensor):
+            index = index.detach().numpy()
+        if isinstance(index, slice) or isinstance(index, (list, tuple, np.ndarray)):
+            try:
+                rows = np.arange(n)[np.asarray(index) if not isinstance(index, slice) else index]
+            except IndexError as exc:
+                raise IndexError(f"TensorDataset: {exc}") from None
+            if rows.ndim != 1:
+                raise TypeError(f"TensorDataset: an index of {rows.ndim} dims picks no rows")
+            return self._batch(rows)
+        raise TypeError(f"TensorDataset indices must be ints, slices or int arrays, got {index!r}")
 
     def _batch(self, rows: np.ndarray, squeeze: bool = False) -> tuple:
         """The samples at ``rows`` (an int array), one tensor per column, stacked on axis 0."""

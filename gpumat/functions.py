@@ -43,6 +43,7 @@ __all__ = sorted(
         "argmax",
         "argsort",
         "bmm",
+        "mm",
         "clamp",
         "clip",
         "eq",
@@ -157,6 +158,7 @@ unsqueeze = _method("unsqueeze", "``input.unsqueeze(dim)``")
 t = _method("t", "``input.t()``")
 transpose = _method("transpose", "``input.transpose(dim0, dim1)``")
 matmul = _method("matmul", "``input @ other`` for float32 tensors of rank >= 1, batched")
+mm = _method("mm", "``input.mm(mat2)``: (N, K) @ (K, M) -> (N, M), 2-D tensors only")
 bmm = _method("bmm", "``input.bmm(mat2)``: (B, N, K) @ (B, K, M) -> (B, N, M)")
 eq = _method("eq", "``input == other``, a bool tensor")
 ne = _method("ne", "``input != other``, a bool tensor")

@@ -65,7 +65,14 @@ def save(obj, f, metadata: Mapping[str, str] | None = None) -> None:
     checkpoint.save(f, tensors, metadata)
 
 
-def load(f, map_location=None, expected: Mapping | None = None) -> dict:
+def load(
+    f,
+    map_location=None,
+    expected: Mapping | None = None,
+    *,
+    weights_only: bool | None = None,
+    mmap: bool | None = None,
+) -> dict:
     """Read a safetensors file of float32 tensors (gpumat's, or ``safetensors.torch``'s).
 
     Args:
@@ -74,6 +81,9 @@ def load(f, map_location=None, expected: Mapping | None = None) -> dict:
             (``"cpu"``, ``"cuda"``, ``"emu"``); default the host.
         expected: optional name -> shape (or anything with ``.shape``): the file must hold
             exactly these names and shapes.
+        weights_only, mmap: PyTorch's ``torch.load`` flags, accepted so that its calls port
+            unchanged: gpumat never unpickles (a checkpoint is tensors only, as with
+            ``weights_only=True``) and reads the whole file, whatever their values.
 
     Returns:
         name -> float32 ``gpumat.Tensor`` on ``map_location``, in name order.
@@ -82,6 +92,7 @@ def load(f, map_location=None, expected: Mapping | None = None) -> dict:
         FileNotFoundError, ValueError, MemoryError: as for :func:`gpumat.checkpoint.load` (a
             truncated, corrupt or non-float32 file is a ValueError naming it).
     """
+    del weights_only, mmap  # see the docstring: nothing to choose
     device = as_device(map_location, "load")
     arrays = checkpoint.load(f, device, expected)
     return {name: Tensor._make(a, float32, device) for name, a in arrays.items()}

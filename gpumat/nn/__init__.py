@@ -3,8 +3,9 @@
 - :class:`Module` (:mod:`gpumat.nn.module`), :class:`Parameter`, the layers (``Linear``,
   ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``, ``Embedding``, ``ReLU``,
   ``Tanh``, ``Sigmoid``, ``GELU``, ``SiLU``, ``Softplus``, ``LeakyReLU``, ``ELU``, ``Hardtanh``,
-  ``ReLU6``, ``Softmax``, ``LogSoftmax``, ``Dropout``, ``Flatten``, ``Identity``,
-  ``Sequential``, ``ModuleList``, ``ModuleDict``, ``ParameterList``, ``ParameterDict``) and the
+  ``ReLU6``, ``Softmax``, ``LogSoftmax``, ``Dropout``, ``Dropout1d``, ``Dropout2d``,
+  ``Flatten``, ``Identity``, ``Sequential``, ``ModuleList``, ``ModuleDict``, ``ParameterList``,
+  ``ParameterDict``) and the
   losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
   ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``), one module per kind;
   :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``), :mod:`gpumat.nn.init` and
@@ -22,6 +23,8 @@ from gpumat.nn.activation import (
     ELU,
     GELU,
     Dropout,
+    Dropout1d,
+    Dropout2d,
     Hardtanh,
     LeakyReLU,
     LogSoftmax,
@@ -60,6 +63,8 @@ __all__ = [
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
+    "Dropout1d",
+    "Dropout2d",
     "ELU",
     "Embedding",
     "Flatten",

@@ -12,6 +12,8 @@ __all__ = [
     "ELU",
     "GELU",
     "Dropout",
+    "Dropout1d",
+    "Dropout2d",
     "Hardtanh",
     "LeakyReLU",
     "LogSoftmax",
@@ -196,3 +198,19 @@ class Dropout(Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout1d(Dropout):
+    """Channel dropout of (N, C, L) input in training mode (:func:`F.dropout1d
+    <gpumat.nn.functional.dropout1d>`); the identity in eval mode."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.dropout1d(input, self.p, self.training)
+
+
+class Dropout2d(Dropout):
+    """Channel dropout of (N, C, H, W) input in training mode (:func:`F.dropout2d
+    <gpumat.nn.functional.dropout2d>`); the identity in eval mode."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.dropout2d(input, self.p, self.training)

@@ -57,6 +57,8 @@ __all__ = [
     "huber_loss",
     "kl_div",
     "dropout",
+    "dropout1d",
+    "dropout2d",
     "elu",
     "embedding",
     "gelu",
@@ -242,6 +244,51 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
         return input
     seed = draw_seed()
     return apply_op("dropout", lambda x: dropout_op(x, p, seed), [input])
+
+
+def _feature_dropout(op: str, spatial: int, input, p, training) -> Tensor:  # noqa: A002
+    """Channel dropout of (N, C, *spatial) or (C, *spatial) input: one draw per (sample,
+    channel), the whole feature map zeroed or scaled by 1 / (1 - p) (Tompson et al., CVPR 2015,
+    "Efficient Object Localization Using Convolutional Networks"). The mask is the dropout kernel
+    run over ones of shape (N, C, 1, ...) (so it is seeded as :func:`dropout` is, also in a
+    compiled step) and multiplied in by broadcasting."""
+    _float(input, op)
+    p = as_probability(p, op)
+    if not isinstance(training, bool):
+        raise TypeError(f"{op}: training must be a bool, got {training!r}")
+    if input.ndim not in (spatial + 1, spatial + 2):
+        raise ValueError(
+            f"{op}: expected a {spatial + 1}-D (unbatched) or {spatial + 2}-D input, got "
+            f"{shape_str(input.shape)}"
+        )
+    if not training or p == 0.0:
+        return input
+    lead = input.ndim - spatial
+    ones = input.new_ones(input.shape[:lead] + (1,) * spatial)
+    seed = draw_seed()
+    mask = apply_op(op, lambda x: dropout_op(x, p, seed), [ones], float32, None, False)
+    return input * mask
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):  # noqa: A002
+    """Channel dropout of (N, C, L) or (C, L) input (see :func:`dropout2d`); ``inplace`` is
+    accepted and ignored.
+
+    Raises:
+        TypeError / ValueError: p not in [0, 1]; input not 2-D or 3-D float32.
+    """
+    return _feature_dropout("dropout1d", 1, input, p, training)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):  # noqa: A002
+    """Channel dropout of (N, C, H, W) or (C, H, W) input: each channel of each sample zeroed
+    with probability ``p``, the others scaled by 1 / (1 - p), when ``training``; ``inplace`` is
+    accepted and ignored.
+
+    Raises:
+        TypeError / ValueError: p not in [0, 1]; input not 3-D or 4-D float32.
+    """
+    return _feature_dropout("dropout2d", 2, input, p, training)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ ops (``_inplace.py``), indexing, views and joining (``_views.py``) and sorting
 
 from __future__ import annotations
 
+import functools
 import types
 
 # as_device and the underscored helpers: imported from here by gpumat.creation and the tests.
@@ -91,6 +92,31 @@ for _methods in (
 ):
     _add_methods(_methods)
 _add_methods(IndexMethods)  # index_select, gather, scatter_add, masked_select, nonzero, ...
+
+
+def _numpy_names(method):
+    """``method`` also taking numpy's keyword names ``axis`` and ``keepdims`` for ``dim`` and
+    ``keepdim``, as PyTorch's methods do (``x.argmax(axis=1)``, d2l's spelling)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        for numpy_name, name in (("axis", "dim"), ("keepdims", "keepdim")):
+            if numpy_name in kwargs:
+                if name in kwargs:
+                    raise TypeError(f"{method.__name__}: got both {name!r} and {numpy_name!r}")
+                kwargs[name] = kwargs.pop(numpy_name)
+        return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+for _name in (
+    "sum", "mean", "max", "min", "argmax", "argmin", "amax", "amin", "prod", "var", "std",
+    "norm", "logsumexp", "cumsum", "any", "all", "softmax", "log_softmax", "sort", "argsort",
+    "topk", "squeeze", "unsqueeze",
+):  # fmt: skip
+    if hasattr(Tensor, _name):
+        setattr(Tensor, _name, _numpy_names(getattr(Tensor, _name)))
 
 
 # The pointwise methods (relu, tanh, sigmoid, exp, log, sqrt, ...): one per graph op that names one,

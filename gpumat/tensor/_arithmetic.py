@@ -16,7 +16,7 @@ import numbers
 import numpy as np
 
 from gpumat import broadcasting
-from gpumat.dtypes import bool_, float32
+from gpumat.dtypes import EXACT_INT, bool_, float32, int64
 from gpumat.graph.conv import add_channel_bias_op
 from gpumat.graph.elementwise import (
     add_byconst_op,
@@ -95,7 +95,9 @@ class ArithmeticMethods:
         if isinstance(other, Tensor):
             return other
         if isinstance(other, (bool, np.bool_)):
-            return float(other)
+            return int(other)
+        if isinstance(other, numbers.Integral):
+            return int(other)
         if _is_number(other):
             return float(other)
         if isinstance(other, (np.ndarray, list, tuple)):
@@ -106,10 +108,12 @@ class ArithmeticMethods:
         other = self._operand(other, "add")
         if other is NotImplemented:
             return other
+        a, other = _promoted(self, other, "add")
+        if a._dtype is int64:
+            return _integer_op("add", a, other)
         if isinstance(other, Tensor):
-            return _add(self, other)
-        _require_float("add", self)
-        return apply_op("add", lambda n: add_byconst_op(n, other), [self])
+            return _add(a, other)
+        return apply_op("add", lambda n: add_byconst_op(n, other), [a])
 
     __radd__ = __add__
 
@@ -117,11 +121,12 @@ class ArithmeticMethods:
         other = self._operand(other, "sub")
         if other is NotImplemented:
             return other
+        a, other = _promoted(self, other, "sub")
+        if a._dtype is int64:
+            return _integer_op("sub", a, other)
         if isinstance(other, Tensor):
-            _require_float("sub", self, other)
-            return _add(self, other.__neg__(), "sub")
-        _require_float("sub", self)
-        return apply_op("sub", lambda n: add_byconst_op(n, -other), [self])
+            return _add(a, other.__neg__(), "sub")
+        return apply_op("sub", lambda n: add_byconst_op(n, -other), [a])
 
     def __rsub__(self, other):
         other = self._operand(other, "sub")
@@ -129,17 +134,21 @@ class ArithmeticMethods:
             return other
         if isinstance(other, Tensor):
             return other.__sub__(self)
-        _require_float("sub", self)
-        return apply_op("sub", lambda n: add_byconst_op(n, other), [-self])
+        a, other = _promoted(self, other, "sub")
+        if a._dtype is int64:
+            return _integer_op("add", _integer_op("mul", a, -1), other)
+        return apply_op("sub", lambda n: add_byconst_op(n, other), [-a])
 
     def __mul__(self, other):
         other = self._operand(other, "mul")
         if other is NotImplemented:
             return other
+        a, other = _promoted(self, other, "mul")
+        if a._dtype is int64:
+            return _integer_op("mul", a, other)
         if isinstance(other, Tensor):
-            return _binary("mul", self, other, mul_op)
-        _require_float("mul", self)
-        return apply_op("mul", lambda n: mul_byconst_op(n, other), [self])
+            return _binary("mul", a, other, mul_op)
+        return apply_op("mul", lambda n: mul_byconst_op(n, other), [a])
 
     __rmul__ = __mul__
 
@@ -147,13 +156,13 @@ class ArithmeticMethods:
         other = self._operand(other, "div")
         if other is NotImplemented:
             return other
+        a, other = _promoted(self, other, "div")
         if isinstance(other, Tensor):
-            return _binary("div", self, other, div_op)
-        _require_float("div", self)
+            return _binary("div", a, other, div_op)
         # A true division by float32(c), as PyTorch computes it: x * (1/c) is not the same
         # function (with c = 1e-39, 1/c overflows to inf, so 0 / c became NaN and 1e-10 / c inf).
-        divisor = _filled("full", ((),), other, float32, self._device, False)
-        return _binary("div", self, divisor, div_op)
+        divisor = _filled("full", ((),), other, float32, a._device, False)
+        return _binary("div", a, divisor, div_op)
 
     def __rtruediv__(self, other):
         other = self._operand(other, "div")
@@ -161,10 +170,8 @@ class ArithmeticMethods:
             return other
         if isinstance(other, Tensor):
             return other.__truediv__(self)
-        _require_float("div", self)
-        return _binary(
-            "div", _filled("full", ((),), other, None, self._device, False), self, div_op
-        )
+        a, other = _promoted(self, other, "div")
+        return _binary("div", _filled("full", ((),), other, None, a._device, False), a, div_op)
 
     def div(self, other) -> Tensor:
         """``self / other``."""
@@ -183,6 +190,8 @@ class ArithmeticMethods:
         return self * other
 
     def __neg__(self):
+        if self._dtype is int64:
+            return _integer_op("mul", self, -1)
         _require_float("neg", self)
         return apply_op("neg", lambda n: mul_byconst_op(n, -1.0), [self])
 
@@ -453,6 +462,71 @@ class ArithmeticMethods:
         if self.ndim == 0:  # over its one element, as PyTorch: 0
             return self.reshape(1).log_softmax(0).reshape(())
         return apply_op("log_softmax", lambda n: log_softmax_op(n, axis), [self])
+
+
+def _promoted(a: Tensor, other, op: str):
+    """PyTorch's type promotion for ``a op other``: a float32 operand makes the other float32
+    (an int64 or bool tensor converted, ``2 * mask``); int64 and bool tensors with ints stay
+    integers (``i + block_size``: returned as (a as int64, other) for :func:`_integer_op`); a
+    division is always float32. Returns (a, other): other a tensor or a Python number."""
+    is_tensor = isinstance(other, Tensor)
+    integer = a._dtype is not float32 and (
+        (is_tensor and other._dtype is not float32) or (not is_tensor and isinstance(other, int))
+    )
+    if integer and op != "div":
+        if a._dtype is bool_:
+            a = a.to(int64)
+        if is_tensor and other._dtype is bool_:
+            other = other.to(int64)
+        return a, other
+    if a._dtype is not float32:
+        a = a.float()
+    if is_tensor:
+        if other._dtype is not float32:
+            other = other.float()
+    else:
+        other = float(other)
+    return a, other
+
+
+def _integer_op(op: str, a: Tensor, other) -> Tensor:
+    """``a op other`` for an int64 tensor ``a`` and an int or int64 tensor: int64 values held
+    exactly in the float32 storage, so the result's bounds (from the operands' known ranges)
+    must stay within 2**24. No gradient (integer tensors have none).
+
+    Raises:
+        ValueError: a result that could pass 2**24 in magnitude (naming the op and the bounds).
+    """
+    lo, hi = a._range
+    if isinstance(other, Tensor):
+        olo, ohi = other._range
+    else:
+        olo = ohi = other
+    if op == "add":
+        bounds = (lo + olo, hi + ohi)
+    elif op == "sub":
+        bounds = (lo - ohi, hi - olo)
+    else:
+        products = (lo * olo, lo * ohi, hi * olo, hi * ohi)
+        bounds = (min(products), max(products))
+    if max(abs(bounds[0]), abs(bounds[1])) > EXACT_INT:
+        raise ValueError(
+            f"{op}: int64 result in [{bounds[0]}, {bounds[1]}] could pass 2**24, beyond the exact "
+            "integers of gpumat's float32 storage; convert with .float() first"
+        )
+    if isinstance(other, Tensor):
+        b = other
+        if op == "sub":
+            negate = lambda n: mul_byconst_op(n, -1.0)  # noqa: E731
+            b = apply_op("neg", negate, [other], int64, (-ohi, -olo), False)
+        graph_op = mul_op if op == "mul" else add_op
+        out = _binary(op, a, b, graph_op, out_dtype=int64, differentiable=False)
+    else:
+        c = float(-other if op == "sub" else other)
+        make = (lambda n: mul_byconst_op(n, c)) if op == "mul" else (lambda n: add_byconst_op(n, c))
+        out = apply_op(op, make, [a], int64, None, False)
+    out._range = bounds
+    return out
 
 
 def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differentiable=True):

@@ -154,18 +154,10 @@ _TRANSFORMER = (
 )
 _LAZY = "nn.LazyConv2d, nn.LazyLinear (d2l's layers), then Tensor.argmax(axis=)"
 RUN_XFAIL = {
-    "mnist_forward_forward": xfail(AttributeError, "gpumat.mm (torch.mm)"),
-    "vae": xfail(AttributeError, "F.binary_cross_entropy"),
-    "regression": xfail(AttributeError, "F.smooth_l1_loss"),
     "word_language_model": xfail(AttributeError, _TRANSFORMER),
     "mnist_rnn": xfail(
         AttributeError, "nn.LSTM(batch_first=True), then nn.BatchNorm1d, nn.Dropout2d"
     ),
-    "quickstart": xfail(TypeError, "gpumat.load(path, weights_only=True): no weights_only"),
-    "nn_tutorial[linear]": xfail(
-        TypeError, "TensorDataset[slice] (train_ds[i * bs : i * bs + bs])"
-    ),
-    "nn_tutorial[sequential]": xfail(AttributeError, "nn.AdaptiveAvgPool2d"),
     "nanogpt": xfail(
         AttributeError,
         "nn.ModuleDict, then nn.Embedding, nn.GELU, F.layer_norm, optim.AdamW with weight_decay "
@@ -178,18 +170,9 @@ RUN_XFAIL = {
         AttributeError,
         "nn.BatchNorm1d (a default argument: fails at import), then optim.Adam(weight_decay=)",
     ),
-    "micrograd_demo": xfail(
-        TypeError, "gpumat.empty is the array API's empty(shape, device), not torch.empty(*size)"
-    ),
-    "minitorch_mnist": xfail(
-        AttributeError, "F.pad, then float tensor * bool tensor (minitorch's dropout mask)"
-    ),
 }
 # The comparison builds and trains without main()'s extras (saving, sampling, dropout).
-COMPARE_XFAIL = {
-    "quickstart": None,
-    "minitorch_mnist": xfail(AttributeError, "F.pad"),
-}
+COMPARE_XFAIL = {}
 
 
 def _cases(which):
