@@ -4,8 +4,8 @@
   ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``, ``Embedding``, ``ReLU``,
   ``Tanh``, ``Sigmoid``, ``GELU``, ``SiLU``, ``Softplus``, ``LeakyReLU``, ``ELU``, ``Hardtanh``,
   ``ReLU6``, ``Softmax``, ``LogSoftmax``, ``Dropout``, ``Dropout1d``, ``Dropout2d``,
-  ``Flatten``, ``Identity``, ``Sequential``, ``ModuleList``, ``ModuleDict``, ``ParameterList``,
-  ``ParameterDict``) and the
+  ``Flatten``, ``Identity``, ``LazyLinear``, ``LazyConv2d``, ``Sequential``, ``ModuleList``,
+  ``ModuleDict``, ``ParameterList``, ``ParameterDict``) and the
   losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
   ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``), one module per kind;
   :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``), :mod:`gpumat.nn.init` and
@@ -38,6 +38,7 @@ from gpumat.nn.activation import (
 )
 from gpumat.nn.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from gpumat.nn.conv import Conv2d
+from gpumat.nn.lazy import LazyConv2d, LazyLinear
 from gpumat.nn.linear import Flatten, Identity, Linear
 from gpumat.nn.loss import (
     BCELoss,
@@ -74,6 +75,8 @@ __all__ = [
     "Identity",
     "KLDivLoss",
     "L1Loss",
+    "LazyConv2d",
+    "LazyLinear",
     "LeakyReLU",
     "Linear",
     "LogSoftmax",

@@ -59,6 +59,7 @@ CASES = {  # name -> (args after the tensor, kwargs); None: every pointwise func
 TENSOR_ARGS = {
     "matmul",
     "bmm",
+    "mm",
     "logical_and",
     "logical_or",
     "minimum",

@@ -145,3 +145,41 @@ def test_channel_dropout(ctx, name, shape):
     assert module(x) is x
     with pytest.raises(ValueError, match=f"{name}: expected"):
         getattr(F, name)(x.reshape(-1), 0.4)
+
+
+def test_lazy_layers_take_their_size_from_the_first_input(ctx):
+    rng, _ = new_rng()
+    gpumat.manual_seed(3)
+    net = nn.Sequential(
+        nn.LazyConv2d(4, kernel_size=3, padding=1, device=ctx), nn.ReLU(), nn.Flatten(),
+        nn.LazyLinear(5, device=ctx),
+    )  # fmt: skip
+    ref = torch.nn.Sequential(
+        torch.nn.LazyConv2d(4, kernel_size=3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+        torch.nn.LazyLinear(5),
+    )  # fmt: skip
+    assert [tuple(p.shape) for p in net.parameters()] == [(4, 0, 3, 3), (4,), (5, 0), (5,)]
+    xv = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    y = net(gpumat.tensor(xv, device=ctx))
+    ref(torch.tensor(xv))
+    assert type(net[0]) is nn.Conv2d and type(net[3]) is nn.Linear
+    assert net[0].in_channels == 3 and net[3].in_features == 144
+    assert {k: tuple(v.shape) for k, v in net.state_dict().items()} == {
+        k: tuple(v.shape) for k, v in ref.state_dict().items()
+    }
+    bound = 1 / np.sqrt(144)  # PyTorch's initialisation, drawn once the size is known
+    w = net[3].weight.detach().numpy()
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
+    net.load_state_dict({k: gpumat.tensor(v.numpy()) for k, v in ref.state_dict().items()})
+    np.testing.assert_allclose(
+        net(gpumat.tensor(xv, device=ctx)).detach().numpy(),
+        ref(torch.tensor(xv)).detach().numpy(),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    assert y.shape == (2, 5)
+    lazy = nn.LazyLinear(3)
+    with pytest.raises(RuntimeError, match="run it once before gpumat.compile"):
+        gpumat.compile(lambda x: lazy(x))(gpumat.zeros(2, 4))
+    with pytest.raises(ValueError, match="LazyConv2d: expected an input of 3 or 4 dims"):
+        nn.LazyConv2d(2, 3)(gpumat.zeros(5, 5))

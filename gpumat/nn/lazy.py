@@ -1,0 +1,114 @@
+"""Lazy layers (PyTorch's ``torch/nn/modules/lazy.py`` idea): ``LazyLinear`` and ``LazyConv2d``
+take their input size from the first input they see, as d2l's networks are written.
+
+Until the first call, the weight is a parameter with a 0-size input dim (``(out, 0)`` or
+``(out, 0, kh, kw)``) and ``in_features`` / ``in_channels`` is 0. The first ``forward`` sets the
+size from the input, gives the same parameter objects their full shape, draws them with the
+layer's ``reset_parameters`` (PyTorch's initialisation) and turns the module into the plain
+layer (``LazyLinear`` becomes ``Linear``, PyTorch's ``cls_to_become``). Make the optimizer after
+that first call (d2l runs one batch through the network first): an optimizer made earlier holds
+the 0-size shapes.
+"""
+
+from __future__ import annotations
+
+from gpumat.autograd import current_trace
+from gpumat.creation import zeros
+from gpumat.dtypes import float32
+from gpumat.nn.conv import Conv2d
+from gpumat.nn.linear import Linear
+from gpumat.nn.parameter import Parameter
+from gpumat.tensor import Tensor
+
+__all__ = ["LazyConv2d", "LazyLinear"]
+
+
+def _materialize(module, param: Parameter, shape: tuple) -> None:
+    """Give ``param`` (the same object, so references to it stay valid) zeros of ``shape``."""
+    if current_trace() is not None:
+        raise RuntimeError(
+            f"{type(module).__name__}: a lazy layer takes its size from its first input; run it "
+            "once before gpumat.compile traces it"
+        )
+    fresh = zeros(*shape, device=param.device)
+    param._fill(fresh._data, float32, param.device)
+    param.requires_grad = True
+
+
+def _input_size(module, input: Tensor, dim: int, ranks: tuple) -> int:  # noqa: A002
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{type(module).__name__}: expected a Tensor, got {type(input).__name__}")
+    if input.ndim not in ranks:
+        raise ValueError(
+            f"{type(module).__name__}: expected an input of {' or '.join(map(str, ranks))} dims, "
+            f"got shape {tuple(input.shape)}"
+        )
+    return input.shape[dim]
+
+
+class LazyLinear(Linear):
+    """``Linear`` whose ``in_features`` is input.shape[-1] of the first input.
+
+    Args:
+        out_features, bias, device, dtype: as :class:`Linear`.
+
+    Raises:
+        as :class:`Linear`; RuntimeError: the first call inside a ``gpumat.compile`` trace.
+    """
+
+    def __init__(self, out_features: int, bias: bool = True, device=None, dtype=None) -> None:
+        super().__init__(0, out_features, bias, device, dtype)
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        n = _input_size(self, input, -1, range(1, 33))
+        _materialize(self, self.weight, (self.out_features, n))
+        self.in_features = n
+        self.reset_parameters()
+        self.__class__ = Linear
+        return self.forward(input)
+
+
+class LazyConv2d(Conv2d):
+    """``Conv2d`` whose ``in_channels`` is the channel count of the first input ((N, C, H, W)
+    or (C, H, W)).
+
+    Args:
+        out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode,
+        device, dtype: as :class:`Conv2d`.
+
+    Raises:
+        as :class:`Conv2d`; RuntimeError: the first call inside a ``gpumat.compile`` trace.
+    """
+
+    def __init__(
+        self,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__(
+            1, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode,
+            device, dtype,
+        )  # fmt: skip
+        _materialize(self, self.weight, (out_channels, 0, *self.kernel_size))
+        self.in_channels = 0
+
+    def reset_parameters(self) -> None:
+        """Draw the parameters (nothing to draw before the input size is known)."""
+        if self.in_channels:
+            super().reset_parameters()
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        c = _input_size(self, input, -3, (3, 4))
+        _materialize(self, self.weight, (self.out_channels, c, *self.kernel_size))
+        self.in_channels = c
+        self.reset_parameters()
+        self.__class__ = Conv2d
+        return self.forward(input)
