@@ -246,9 +246,11 @@ class _PointwiseOp(Op):
     inputs = ("node_x",)
 
     def scalars(self, node) -> tuple:
+        """The kernel's scalar arguments after the inputs: the node's attributes, in order."""
         return tuple(getattr(node, a.name) for a in self.attrs)
 
     def kernel_of(self, node) -> str:
+        """The name of the kernel that computes ``node``."""
         return self.kernel
 
     def compute(self, node, input_vals, output_val, device=None):
@@ -284,9 +286,11 @@ class GeluOp(_PointwiseOp):
     attrs = (Attr("approximate", _approximate, "none", str),)
 
     def scalars(self, node) -> tuple:
+        """No scalar argument: ``approximate`` picks the kernel instead."""
         return ()
 
     def kernel_of(self, node) -> str:
+        """``gelu`` (the erf form) or ``gelu_tanh``."""
         return "gelu" if node.approximate == "none" else "gelu_tanh"
 
     def node_name(self, node):
@@ -305,6 +309,7 @@ class GeluGradientOp(_PointwiseGradientOp):
     scalars = GeluOp.scalars
 
     def kernel_of(self, node) -> str:
+        """``gelu_gradient`` or ``gelu_tanh_gradient``, by ``approximate``."""
         return "gelu_gradient" if node.approximate == "none" else "gelu_tanh_gradient"
 
 

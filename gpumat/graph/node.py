@@ -140,6 +140,7 @@ class Node:
 
     @property
     def name(self) -> str:
+        """A readable name for error messages, e.g. ``"MatMul(X,W1,False,False)"``."""
         # An op's node is named on first use (``op.node_name``): eager ops make a node each and
         # most are never named, so building the string at creation was a fixed cost per op.
         if self._name is None:

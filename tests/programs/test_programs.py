@@ -152,7 +152,6 @@ _TRANSFORMER = (
     "nn.Transformer (TransformerModel's base class, so the module fails at import for every "
     "model type), then nn.Embedding, nn.RNN / nn.LSTM / nn.GRU, torch.nn.utils.clip_grad_norm_"
 )
-_LAZY = "nn.LazyConv2d, nn.LazyLinear (d2l's layers), then Tensor.argmax(axis=)"
 RUN_XFAIL = {
     "word_language_model": xfail(AttributeError, _TRANSFORMER),
     "mnist_rnn": xfail(
@@ -163,9 +162,8 @@ RUN_XFAIL = {
         "nn.ModuleDict, then nn.Embedding, nn.GELU, F.layer_norm, optim.AdamW with weight_decay "
         "groups, clip_grad_norm_, F.cross_entropy(ignore_index=), int64 0-d tensor + int",
     ),
-    "d2l_lenet": xfail(AttributeError, _LAZY),
-    "d2l_batch_norm": xfail(AttributeError, _LAZY + ", nn.LazyBatchNorm2d / 1d"),
-    "d2l_resnet": xfail(AttributeError, _LAZY + ", nn.LazyBatchNorm2d, nn.AdaptiveAvgPool2d"),
+    "d2l_batch_norm[concise]": xfail(AttributeError, "nn.LazyBatchNorm2d / 1d"),
+    "d2l_resnet": xfail(AttributeError, "nn.LazyBatchNorm2d"),
     "mlp_resnet": xfail(
         AttributeError,
         "nn.BatchNorm1d (a default argument: fails at import), then optim.Adam(weight_decay=)",

@@ -3809,7 +3809,11 @@ def _windowed_calls(name: str, dims: tuple, k: int, stride: int, pad: int, array
     }[name]
 
 
-WINDOWED = [n for n in OP_NAMES if n.startswith(("conv1d", "conv2d")) or "pool" in n]
+WINDOWED = [
+    n
+    for n in OP_NAMES
+    if (n.startswith(("conv1d", "conv2d")) or "pool" in n) and not n.startswith("adaptive")
+]  # adaptive pooling has no (kernel, stride, padding): its own batch
 
 
 def batch_windows():
