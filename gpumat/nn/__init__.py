@@ -2,7 +2,8 @@
 
 - :class:`Module` (:mod:`gpumat.nn.module`), :class:`Parameter`, the layers (``Linear``,
   ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``ReLU``, ``Tanh``, ``Sigmoid``, ``Softmax``,
-  ``LogSoftmax``, ``Dropout``, ``Flatten``, ``Identity``, ``Sequential``, ``ModuleList``) and the
+  ``LogSoftmax``, ``Dropout``, ``LayerNorm``, ``RMSNorm``, ``BatchNorm1d``, ``BatchNorm2d``,
+  ``Flatten``, ``Identity``, ``Sequential``, ``ModuleList``) and the
   losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``), one module per kind;
   :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``) and :mod:`gpumat.nn.init`.
 
@@ -20,17 +21,21 @@ from gpumat.nn.conv import Conv2d
 from gpumat.nn.linear import Flatten, Identity, Linear
 from gpumat.nn.loss import CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from gpumat.nn.module import Module
+from gpumat.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
 from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AvgPool2d, MaxPool2d
 
 __all__ = [
     "AvgPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
     "Flatten",
     "Identity",
     "L1Loss",
+    "LayerNorm",
     "Linear",
     "LogSoftmax",
     "MSELoss",
@@ -39,6 +44,7 @@ __all__ = [
     "ModuleList",
     "NLLLoss",
     "Parameter",
+    "RMSNorm",
     "ReLU",
     "Sequential",
     "Sigmoid",
