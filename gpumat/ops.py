@@ -1199,8 +1199,9 @@ def layer_norm_gradient(x, stats, weight, dy, dx, rms: bool = False) -> None:
 
 def layer_norm_weight_gradient(x, stats, dy, dweight) -> None:
     """dweight (d values, any shape) = the sum over rows of dy * xhat, xhat = (x - mean) * rstd
-    from ``stats``: the gradient of :func:`layer_norm` with respect to its weight. Deterministic:
-    each column sums its rows in order (one thread per column on CUDA), no atomics.
+    from ``stats``: the gradient of :func:`layer_norm` with respect to its weight. Deterministic,
+    no atomics: on CUDA threads own (column, run of rows) pairs and sum their run in order, and a
+    second kernel adds the runs' partials in order; the host sums each column's rows in order.
 
     Raises:
         ValueError: shapes or devices that do not fit, dweight aliasing an input.

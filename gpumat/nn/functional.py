@@ -227,6 +227,17 @@ def rms_norm(
     return _norm_rows("rms_norm", input, normalized_shape, weight, None, eps, True)
 
 
+def _refuse_running_update_in_trace(op: str) -> None:
+    """RuntimeError naming ``op`` when a :func:`gpumat.compile` trace is active: batch norm's
+    running statistics change in place, which a replayed step would not repeat."""
+    if current_trace() is not None:
+        raise RuntimeError(
+            f"{op}: training mode updates running_mean / running_var in place, which "
+            "gpumat.compile does not trace; compile the step with the module in eval mode or "
+            "with track_running_stats=False, or run it eagerly"
+        )
+
+
 def batch_norm(
     input: Tensor,  # noqa: A002
     running_mean: Tensor | None,
@@ -274,6 +285,8 @@ def batch_norm(
     w = _affine(weight, (c,), x, op, "weight", 1.0)
     b = _affine(bias, (c,), x, op, "bias", 0.0)
     count = x.numel() // c if c else 0
+    if training and running[0] is not None:
+        _refuse_running_update_in_trace(op)
     if training:
         if count == 1:
             raise ValueError(

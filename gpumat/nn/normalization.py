@@ -195,16 +195,15 @@ class _BatchNorm(Module):
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats:
-            # int64 storage holds integers exactly to 2**24 (fill_ checks): read, then set.
+        count = self.training and self.track_running_stats
+        if count:
+            F._refuse_running_update_in_trace(type(self).__name__)
             tracked = int(self.num_batches_tracked.item()) + 1
-            with no_grad():
-                self.num_batches_tracked.fill_(tracked)
             if self.momentum is None:  # the cumulative moving average
                 factor = 1.0 / tracked
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
         keep = not self.training or self.track_running_stats
-        return F.batch_norm(
+        out = F.batch_norm(
             input,
             self.running_mean if keep else None,
             self.running_var if keep else None,
@@ -214,6 +213,10 @@ class _BatchNorm(Module):
             factor,
             self.eps,
         )
+        if count:  # after batch_norm's checks: a refused input changes nothing
+            with no_grad():
+                self.num_batches_tracked.fill_(tracked)  # int64 holds integers to 2**24 exactly
+        return out
 
     def extra_repr(self) -> str:
         return (

@@ -257,7 +257,7 @@ def _check_grads(pairs, rtol=1e-4, atol=1e-4):
 
 @pytest.mark.parametrize("shape,norm", [((4, 7), (7,)), ((2, 3, 4, 5), (4, 5)), ((0, 6), (6,))])
 def test_functional_layer_and_rms_norm_match_torch(ctx, shape, norm):
-    rng, seed = new_rng()
+    rng, _ = new_rng()
     x64 = rng.standard_normal(shape) * 3 + 50.0  # large mean: catastrophic cancellation shows
     x, w, b = x64.astype(np.float32), rand(norm, rng), rand(norm, rng)
     (gx, tx), (gw, tw), (gb, tb) = _pair(x, ctx), _pair(w, ctx), _pair(b, ctx)
@@ -276,7 +276,6 @@ def test_functional_layer_and_rms_norm_match_torch(ctx, shape, norm):
     (gy * gpumat.tensor(dy, device=ctx)).sum().backward()
     (ty * torch.tensor(dy)).sum().backward()
     _check_grads([(gx2, tx2)], atol=1e-5)
-    assert seed is not None
 
 
 def test_layer_norm_of_a_transposed_view(ctx):
@@ -293,6 +292,14 @@ def test_layer_norm_of_a_transposed_view(ctx):
     gy.sum().backward()
     ty.sum().backward()
     _check_grads([(gx, tx), (ln.weight, tln.weight), (ln.bias, tln.bias)])
+    # batch norm of the same view: channels along the original rows
+    gx, tx = _pair(x, ctx)
+    gy = F.batch_norm(gx.t(), None, None, training=True)
+    ty = torch.nn.functional.batch_norm(tx.t(), None, None, training=True)
+    np.testing.assert_allclose(gy.detach().numpy(), ty.detach().numpy(), rtol=1e-5, atol=1e-5)
+    (gy * gy).sum().backward()
+    (ty * ty).sum().backward()
+    _check_grads([(gx, tx)])
 
 
 def test_modules_state_dict_round_trip_with_torch(ctx):
@@ -437,6 +444,40 @@ def test_compiled_step_equals_eager(ctx):
         np.testing.assert_array_equal(compiled(x, y).numpy(), eager(x, y).detach().numpy())
     for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
         np.testing.assert_array_equal(q.detach().numpy(), p.detach().numpy(), err_msg=name)
+
+
+def test_compiled_batch_norm_eval_step_and_training_refusal(ctx):
+    rng, _ = new_rng()
+    a, b = nn.BatchNorm2d(3), nn.BatchNorm2d(3)
+    with gpumat.no_grad():
+        a.running_mean.copy_(gpumat.tensor(rand((3,), rng)))
+        a.running_var.copy_(gpumat.tensor(rng.uniform(0.5, 2, 3).astype(np.float32)))
+        a.weight.copy_(gpumat.tensor(rand((3,), rng)))
+    b.load_state_dict(a.state_dict())
+    for m in (a, b):
+        m.to(ctx).eval()
+    opt_a = gpumat.optim.SGD(a.parameters(), lr=0.1)
+    opt_b = gpumat.optim.SGD(b.parameters(), lr=0.1)
+
+    def make_step(model, opt):
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) * model(x)).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    eager, compiled = make_step(a, opt_a), gpumat.compile(make_step(b, opt_b), fusion=False)
+    for _ in range(2):
+        x = gpumat.tensor(rand((2, 3, 4, 4), rng), device=ctx)
+        np.testing.assert_array_equal(compiled(x).numpy(), eager(x).detach().numpy())
+    np.testing.assert_array_equal(b.weight.detach().numpy(), a.weight.detach().numpy())
+    b.train()
+    with pytest.raises(RuntimeError, match="BatchNorm2d: training mode updates running_mean"):
+        compiled(gpumat.tensor(rand((2, 3, 4, 4), rng), device=ctx))
+    assert int(b.num_batches_tracked.item()) == 0  # the refused call changed nothing
 
 
 def test_errors_match_torch(ctx):

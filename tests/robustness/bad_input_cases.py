@@ -3558,6 +3558,70 @@ def batch_frontend():
 
     autograd_and_compile()
 
+    @_settings()
+    @given(
+        shape=st.lists(st.integers(0, 3), max_size=4),
+        norm=st.one_of(ANY_VALUES, st.lists(st.integers(0, 3), min_size=1, max_size=2)),
+        arg=st.one_of(ANY_VALUES, st.sampled_from(BAD_TENSOR_ARGS)),
+        which=st.sampled_from(["layer_norm", "rms_norm", "batch_norm", "BatchNorm1d",
+                               "BatchNorm2d", "LayerNorm"]),
+        seed=st.integers(0, 2**32 - 1),
+    )  # fmt: skip
+    def normalisation(shape, norm, arg, which, seed):
+        # The norm layers with any input shape, normalized shape, and one bad argument (weight,
+        # eps, running statistics): a clear error, or float64 numpy's values.
+        rng = np.random.default_rng(seed)
+        x = gpumat.tensor(rng.uniform(-1, 1, size=shape).astype(np.float32))
+        if isinstance(arg, str) and arg in BAD_TENSOR_ARGS:
+            arg = _bad_tensor(arg, gpumat.ones(2, 3))
+        xs = x.detach().numpy().astype(np.float64)
+
+        def rows_ref(eps, rms, d):
+            r = xs.reshape(-1, d)
+            m = 0.0 if rms else r.mean(1, keepdims=True)
+            return ((r - m) / np.sqrt(((r - m) ** 2).mean(1, keepdims=True) + eps)).reshape(shape)
+
+        def check_rows(rms):
+            def check(t):
+                ns = (norm,) if isinstance(norm, int) else tuple(norm)
+                if not ns or tuple(shape[len(shape) - len(ns) :]) != ns or len(ns) > len(shape):
+                    return f"{which} accepted normalized_shape {norm!r} for {shape}"
+                eps = 2.0**-23 if rms else 1e-5
+                return _values_close(t.detach().numpy(), rows_ref(eps, rms, int(np.prod(ns))))
+
+            return check
+
+        if which in ("layer_norm", "rms_norm"):
+            f = getattr(fn_, which)
+            _record(_expect_frontend(lambda: f(x, norm), check_rows(which == "rms_norm"), which))
+            _record(_expect_frontend(lambda: f(x, norm, arg), None, f"{which}(weight)"))
+            _record(_expect_frontend(lambda: f(x, norm, None, arg), None, f"{which}(eps)"))
+        elif which == "LayerNorm":
+            _record(_expect_frontend(lambda: gnn.LayerNorm(norm)(x), check_rows(False), which))
+        elif which == "batch_norm":
+            rm = gpumat.zeros(3)
+            _record(_expect_frontend(lambda: fn_.batch_norm(x, rm, arg, training=True), None,
+                                     "batch_norm(running_var)", [rm]))  # fmt: skip
+            _record(_expect_frontend(lambda: fn_.batch_norm(x, None, None, arg), None,
+                                     "batch_norm(weight)"))  # fmt: skip
+        else:
+            m = getattr(gnn, which)(3)
+
+            def check_bn(t):
+                if len(shape) not in m._ranks or shape[1] != 3 or np.prod(shape) // 3 == 1:
+                    return f"{which} accepted input {shape}"
+                if not xs.size:
+                    return None if tuple(t.shape) == tuple(shape) else "shape"
+                axes = (0,) + tuple(range(2, len(shape)))
+                c = xs - xs.mean(axes, keepdims=True)
+                return _values_close(
+                    t.detach().numpy(), c / np.sqrt((c**2).mean(axes, keepdims=True) + 1e-5)
+                )
+
+            _record(_expect_frontend(lambda: m(x), check_bn, which, list(m.buffers())))
+
+    normalisation()
+
 
 def custom_functions(arg, w) -> None:
     """A gpumat.autograd.Function given ``arg`` as an argument, as forward's result and as

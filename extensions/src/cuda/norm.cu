@@ -8,8 +8,9 @@
 //                          output, so the gradient recomputes them rather than keep them)
 //   layer_norm_gradient:   g = dy * weight, xhat = (x - mean) * rstd,
 //                          dx = rstd * (g - mean_d(g) - xhat * mean_d(g * xhat)); RMS: no mean_d(g)
-//   layer_norm_weight_gradient: dweight[j] = sum_r dy[r, j] * xhat[r, j], one thread per column j
-//                          walking the rows in order (coalesced across j; deterministic)
+//   layer_norm_weight_gradient: dweight[j] = sum_r dy[r, j] * xhat[r, j]: threads own (column j,
+//                          run of rows) and walk the run in order (coalesced across j), partials
+//                          per run summed in run order by a second kernel (deterministic)
 // rstd = 1 / sqrt(var + eps); layer norm: mean, var = the biased variance; RMS: mean = 0,
 // var = mean(x^2). Statistics are two-pass (the mean, then the mean of the squared deviations:
 // no cancellation for rows of large mean, as E[x^2] - mean^2 would have) in float32, each lane's
@@ -24,6 +25,8 @@
 //   batch_norm_gradient:   training: dx = w rstd (dy - mean(dy) - xhat mean(dy xhat)), the full
 //                          gradient through the batch mean and variance; eval: dx = w rstd dy
 //   batch_norm_weight_gradient: dweight[c] = sum dy * xhat over (n, inner)
+#include <algorithm>
+
 #include "common.cuh"
 #include "kernels.cuh"
 
@@ -34,6 +37,8 @@ namespace {
 constexpr int kRowsPerBlock = 4;  // warps per block, one row each
 constexpr int kChannelBlock = 256;
 constexpr int kChannelWarps = kChannelBlock / 32;
+constexpr int64_t kTargetBlocks = 1024;  // (column block, row chunk) pairs of a weight gradient
+constexpr int64_t kMinChunkRows = 32;
 
 // The sum of v over the warp, in every lane (butterfly: a fixed order).
 __device__ __forceinline__ float warp_sum(float v) {
@@ -130,13 +135,29 @@ __global__ void layer_norm_gradient_kernel(const float* x, const float* stats, c
   }
 }
 
+// Rows split into `chunks` runs of chunk_rows (blockIdx.y: the run, grid-stride in x over columns):
+// one chunk writes dweight itself; several write partials (chunks, d) that sum_chunks_kernel adds
+// in chunk order. The split depends only on the shape, so the result is deterministic.
 __global__ void layer_norm_weight_gradient_kernel(const float* x, const float* stats, const float* dy,
-                                                  float* dweight, int64_t rows, int64_t d) {
+                                                  float* out, int64_t rows, int64_t d, int64_t chunk_rows,
+                                                  int64_t chunks) {
+  for (int64_t k = blockIdx.y; k < chunks; k += gridDim.y) {
+    const int64_t r0 = k * chunk_rows, r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < d;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float s = 0.0f;
+      for (int64_t r = r0; r < r1; ++r) s += dy[r * d + j] * (x[r * d + j] - stats[2 * r]) * stats[2 * r + 1];
+      out[k * d + j] = s;
+    }
+  }
+}
+
+__global__ void sum_chunks_kernel(const float* part, float* out, int64_t chunks, int64_t d) {
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < d;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float s = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) s += dy[r * d + j] * (x[r * d + j] - stats[2 * r]) * stats[2 * r + 1];
-    dweight[j] = s;
+    for (int64_t k = 0; k < chunks; ++k) s += part[k * d + j];
+    out[j] = s;
   }
 }
 
@@ -239,9 +260,24 @@ void layer_norm_gradient(int dev, const float* x, const float* stats, const floa
 
 void layer_norm_weight_gradient(int dev, const float* x, const float* stats, const float* dy, float* dweight,
                                 int64_t rows, int64_t d) {
+  const char* op = "layer_norm_weight_gradient";
   cudaStream_t stream = activate(dev);
-  launch<layer_norm_weight_gradient_kernel>("layer_norm_weight_gradient", grid_for(d, kBlockSize), kBlockSize,
-                                            0, stream, x, stats, dy, dweight, rows, d);
+  // Enough (column block, row chunk) pairs to fill a GPU, chunks of at least kMinChunkRows rows.
+  const int64_t col_blocks = grid_for(d, kBlockSize);
+  const int64_t want = std::max<int64_t>(1, kTargetBlocks / col_blocks);
+  const int64_t chunk_rows = std::max<int64_t>(kMinChunkRows, ceil_div(rows, want));
+  const int64_t chunks = std::max<int64_t>(1, ceil_div(rows, chunk_rows));
+  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
+  if (chunks == 1) {
+    launch<layer_norm_weight_gradient_kernel>(op, grid, kBlockSize, 0, stream, x, stats, dy, dweight, rows, d,
+                                              chunk_rows, chunks);
+    return;
+  }
+  auto lock = workspace_lock();  // the partials live in the device's workspace (common.cuh)
+  float* part = workspace(dev, 0, chunks * d);
+  launch<layer_norm_weight_gradient_kernel>(op, grid, kBlockSize, 0, stream, x, stats, dy, part, rows, d,
+                                            chunk_rows, chunks);
+  launch<sum_chunks_kernel>(op, grid_for(d, kBlockSize), kBlockSize, 0, stream, part, dweight, chunks, d);
 }
 
 void batch_norm_stats(int dev, const float* x, float* stats, int64_t n, int64_t c, int64_t inner) {
