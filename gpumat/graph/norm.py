@@ -17,8 +17,9 @@ dependence on x is in the x gradient, which is right only when stats is
 ``batch_norm_stats_op(x)`` of the same x, as :func:`gpumat.nn.functional.batch_norm` builds it.
 dweight is ``batch_norm_weight_gradient_op``, dbias ``reduce_sum_channels_op(dy)``.
 
-Statistics are two-pass (the mean, then the mean of squared deviations), so inputs of large mean
-keep their precision; sums run in a fixed order on every device (deterministic). Kernels:
+Statistics are two-pass (the mean, then the mean of squared deviations; Chan, Golub & LeVeque
+1983), so inputs of large mean keep their precision; sums run in a fixed order on every device
+(deterministic). Kernels:
 :func:`gpumat.ops.layer_norm`, :func:`gpumat.ops.batch_norm` and their statistics and gradients.
 """
 

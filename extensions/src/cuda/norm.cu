@@ -13,7 +13,8 @@
 //                          per run summed in run order by a second kernel (deterministic)
 // rstd = 1 / sqrt(var + eps); layer norm: mean, var = the biased variance; RMS: mean = 0,
 // var = mean(x^2). Statistics are two-pass (the mean, then the mean of the squared deviations:
-// no cancellation for rows of large mean, as E[x^2] - mean^2 would have) in float32, each lane's
+// Chan, Golub & LeVeque 1983's recommended algorithm when the data can be read twice; no
+// cancellation for rows of large mean, as E[x^2] - mean^2 would have) in float32, each lane's
 // partial sums combined in a fixed shuffle tree, so results never depend on scheduling.
 // Batch norm (Ioffe & Szegedy 2015) over x (n, c, inner), per channel over (n, inner); one block of
 // kChannelBlock threads per channel (grid-stride over channels), block sums by warp shuffles then
