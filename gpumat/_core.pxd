@@ -200,6 +200,21 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void index_add(GpuMatrix&, int64_t, const GpuMatrix&, const GpuMatrix&,
                    float) except +gpumat_raise_py_error nogil
     void index_copy(GpuMatrix&, int64_t, const GpuMatrix&, const GpuMatrix&) except +gpumat_raise_py_error nogil
+    # norm
+    void layer_norm(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&, float,
+                    bool) except +gpumat_raise_py_error nogil
+    void layer_norm_stats(const GpuMatrix&, GpuMatrix&, float, bool) except +gpumat_raise_py_error nogil
+    void layer_norm_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+                             GpuMatrix&, bool) except +gpumat_raise_py_error nogil
+    void layer_norm_weight_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+                                    GpuMatrix&) except +gpumat_raise_py_error nogil
+    void batch_norm_stats(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void batch_norm(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                    float) except +gpumat_raise_py_error nogil
+    void batch_norm_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+                             GpuMatrix&, float, bool) except +gpumat_raise_py_error nogil
+    void batch_norm_weight_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
+                                    float) except +gpumat_raise_py_error nogil
     # op counting
     int64_t op_count(const Device&) except +gpumat_raise_py_error
 

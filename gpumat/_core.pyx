@@ -620,6 +620,7 @@ include "_core_ops/random.pxi"
 include "_core_ops/sort.pxi"
 include "_core_ops/optim.pxi"
 include "_core_ops/index.pxi"
+include "_core_ops/norm.pxi"
 
 
 # Op counting (extensions/src/ops/checks.cpp).

@@ -114,6 +114,10 @@ __all__ = [
     "adaptive_avg_pool2d",
     "adaptive_avg_pool2d_gradient",
     "axpy",
+    "batch_norm",
+    "batch_norm_gradient",
+    "batch_norm_stats",
+    "batch_norm_weight_gradient",
     "bmm",
     "broadcast_binary",
     "broadcast_dim",
@@ -142,6 +146,10 @@ __all__ = [
     "index_select",
     "l1_loss",
     "l1_loss_gradient",
+    "layer_norm",
+    "layer_norm_gradient",
+    "layer_norm_stats",
+    "layer_norm_weight_gradient",
     "log",
     "log_softmax",
     "log_softmax_gradient",
@@ -1246,3 +1254,115 @@ def index_copy(out, dim: int, index, src) -> None:
         TypeError: dim not an int. ValueError: as index_select.
     """
     _core.index_copy_(out, as_int(dim, "dim", "index_copy"), index, src)
+
+
+# --------------------------------------------------------------------------------------------------
+# Norm: layer norm and RMS norm over trailing dims, batch norm per channel (PyTorch's layer_norm,
+# rms_norm, batch_norm), their statistics and gradients.
+# --------------------------------------------------------------------------------------------------
+
+
+def layer_norm(x, weight, bias, out, eps: float = 1e-5, rms: bool = False) -> None:
+    """out = (x - mean) * rstd * weight + bias over the trailing dims of x that hold
+    d = weight.size values (rows = x.size / d), rstd = 1 / sqrt(var + eps), var the biased
+    variance of the row (Ba, Kiros & Hinton 2016, "Layer Normalization"). With ``rms`` it is RMS
+    norm (Zhang & Sennrich 2019): mean = 0 and var = mean(x**2) (pass zeros as bias).
+
+    x float32 of any shape whose trailing dims multiply to d >= 1; weight and bias d values each
+    (any shape); out x's shape, not x. The statistics are computed in the same kernel, two-pass
+    (the mean, then the mean of the squared deviations: no cancellation for rows of large mean)
+    with sums in a fixed order (CUDA: one warp per row, float32 lane partials joined by a shuffle
+    tree; host: float64, in order), so the result is deterministic.
+
+    Raises:
+        TypeError: eps not a number or rms not a bool. ValueError: no trailing dims of d
+            values, a bias of another size, shapes or devices that differ, out aliasing an input.
+    """
+    op = "rms_norm" if rms is True else "layer_norm"
+    _core.layer_norm_(x, weight, bias, out, as_real(eps, "eps", op), as_flag(rms, "rms", op))
+
+
+def layer_norm_stats(x, stats, eps: float = 1e-5, rms: bool = False) -> None:
+    """stats (rows, 2) = [mean, rstd] of each of the rows of x (x.size / rows values each), as
+    :func:`layer_norm` computes them (RMS: mean 0); the backward's saved statistics.
+
+    Raises:
+        TypeError: eps or rms of the wrong type. ValueError: stats not (rows, 2), x not made of
+            rows trailing values, or devices that differ.
+    """
+    op = "layer_norm_stats"
+    _core.layer_norm_stats_(x, stats, as_real(eps, "eps", op), as_flag(rms, "rms", op))
+
+
+def layer_norm_gradient(x, stats, weight, dy, dx, rms: bool = False) -> None:
+    """dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) per row, g = dy * weight and
+    xhat = (x - mean) * rstd from ``stats`` (:func:`layer_norm_stats`); RMS: without mean(g).
+    The gradient of :func:`layer_norm` with respect to x, through the row's mean and variance.
+    x, dy, dx one shape (dx not an input); weight d values; stats (rows, 2).
+
+    Raises:
+        TypeError: rms not a bool. ValueError: shapes or devices that do not fit, dx aliasing an
+            input.
+    """
+    _core.layer_norm_gradient_(x, stats, weight, dy, dx, as_flag(rms, "rms", "layer_norm_gradient"))
+
+
+def layer_norm_weight_gradient(x, stats, dy, dweight) -> None:
+    """dweight (d values, any shape) = the sum over rows of dy * xhat, xhat = (x - mean) * rstd
+    from ``stats``: the gradient of :func:`layer_norm` with respect to its weight. Deterministic,
+    no atomics: on CUDA threads own (column, run of rows) pairs and sum their run in order, and a
+    second kernel adds the runs' partials in order; the host sums each column's rows in order.
+
+    Raises:
+        ValueError: shapes or devices that do not fit, dweight aliasing an input.
+    """
+    _core.layer_norm_weight_gradient_(x, stats, dy, dweight)
+
+
+def batch_norm_stats(x, stats) -> None:
+    """stats (C, 2) = [mean, biased variance] of each channel of x (N, C, ...) (rank >= 2) over
+    every axis but 1, two-pass (Ioffe & Szegedy 2015, "Batch Normalization"); one block per
+    channel on CUDA, sums in a fixed order. A channel with no values gets NaN statistics.
+
+    Raises:
+        ValueError: x of rank < 2, stats not (C, 2), devices that differ.
+    """
+    _core.batch_norm_stats_(x, stats)
+
+
+def batch_norm(x, stats, weight, bias, out, eps: float = 1e-5) -> None:
+    """out = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c] for x (N, C, ...) with
+    stats (C, 2) = [mean, var]: :func:`batch_norm_stats` of x in training, the running mean and
+    variance in eval mode. weight, bias (C values); out x's shape, not an input.
+
+    Raises:
+        TypeError: eps not a number. ValueError: shapes or devices that do not fit.
+    """
+    _core.batch_norm_(x, stats, weight, bias, out, as_real(eps, "eps", "batch_norm"))
+
+
+def batch_norm_gradient(x, stats, weight, dy, dx, eps: float = 1e-5, training: bool = True) -> None:
+    """dx of :func:`batch_norm`: training (stats are x's own batch statistics) the full gradient
+    through the batch mean and variance, w * rstd * (dy - mean(dy) - xhat * mean(dy * xhat)) over
+    each channel; eval (fixed statistics) w * rstd * dy. x, dy, dx (N, C, ...), one shape.
+
+    Raises:
+        TypeError: eps or training of the wrong type. ValueError: shapes or devices that do not
+            fit, dx aliasing an input.
+    """
+    op = "batch_norm_gradient"
+    _core.batch_norm_gradient_(
+        x, stats, weight, dy, dx, as_real(eps, "eps", op), as_flag(training, "training", op)
+    )
+
+
+def batch_norm_weight_gradient(x, stats, dy, dweight, eps: float = 1e-5) -> None:
+    """dweight (C values) = the sum over each channel of dy * xhat, xhat = (x - mean) /
+    sqrt(var + eps): the gradient of :func:`batch_norm` with respect to its weight.
+
+    Raises:
+        TypeError: eps not a number. ValueError: shapes or devices that do not fit.
+    """
+    _core.batch_norm_weight_gradient_(
+        x, stats, dy, dweight, as_real(eps, "eps", "batch_norm_weight_gradient")
+    )

@@ -1184,3 +1184,108 @@ def index_copy(out, dim: int, index, src) -> None:
     o, s = np.moveaxis(out, dim, 0), np.moveaxis(src, dim, 0)
     for j in np.flatnonzero(valid):
         o[rows[j]] = s[j]
+
+
+# --------------------------------------------------------------------------------------------------
+# Norm
+# --------------------------------------------------------------------------------------------------
+
+
+def _rows(x, d: int):
+    """x (any shape whose trailing dims hold d values) as float64 (rows, d)."""
+    return np.asarray(x, np.float64).reshape(-1, d)
+
+
+def _row_mean_rstd(x, eps: float, rms: bool):
+    """Each row's mean (0 for RMS) and 1 / sqrt(var + eps), two-pass, (rows, 1) each."""
+    mean = np.zeros((x.shape[0], 1)) if rms else x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+    return mean, 1.0 / np.sqrt(var + eps)
+
+
+def layer_norm(x, weight, bias, out, eps: float = 1e-5, rms: bool = False) -> None:
+    """out = (x - mean) * rstd * weight + bias over rows of weight.size values (RMS: mean 0)."""
+    d = weight.size
+    xr = _rows(x, d)
+    if xr.size:
+        mean, rstd = _row_mean_rstd(xr, eps, rms)
+        y = (xr - mean) * rstd * np.reshape(weight, -1) + np.reshape(bias, -1)
+        out[...] = y.reshape(out.shape)
+
+
+def layer_norm_stats(x, stats, eps: float = 1e-5, rms: bool = False) -> None:
+    """stats (rows, 2) = [mean, rstd] of each row of x."""
+    rows = stats.shape[0]
+    if rows:
+        mean, rstd = _row_mean_rstd(_rows(x, x.size // rows), eps, rms)
+        stats[...] = np.concatenate([mean, rstd], axis=1)
+
+
+def layer_norm_gradient(x, stats, weight, dy, dx, rms: bool = False) -> None:
+    """dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy weight (RMS: no mean(g))."""
+    d = weight.size
+    xr, g = _rows(x, d), _rows(dy, d) * np.reshape(weight, -1)
+    if xr.size:
+        st = np.asarray(stats, np.float64)
+        mean, rstd = st[:, :1], st[:, 1:]
+        xhat = (xr - mean) * rstd
+        mg = 0.0 if rms else g.mean(axis=1, keepdims=True)
+        dx[...] = (rstd * (g - mg - xhat * (g * xhat).mean(axis=1, keepdims=True))).reshape(
+            dx.shape
+        )
+
+
+def layer_norm_weight_gradient(x, stats, dy, dweight) -> None:
+    """dweight = the sum over rows of dy * (x - mean) * rstd."""
+    d = dweight.size
+    st = np.asarray(stats, np.float64)
+    xhat = (_rows(x, d) - st[:, :1]) * st[:, 1:]
+    dweight[...] = (_rows(dy, d) * xhat).sum(axis=0).reshape(dweight.shape)
+
+
+def _channels(x):
+    """x (N, C, ...) as float64 (N, C, inner)."""
+    return np.asarray(x, np.float64).reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))
+
+
+def batch_norm_stats(x, stats) -> None:
+    """stats (C, 2) = [mean, biased var] per channel of x (N, C, ...), two-pass."""
+    xc = _channels(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        count = xc.shape[0] * xc.shape[2]
+        mean = xc.sum(axis=(0, 2)) / count
+        var = ((xc - mean[None, :, None]) ** 2).sum(axis=(0, 2)) / count
+    stats[...] = np.stack([mean, var], axis=1)
+
+
+def _channel_terms(x, stats, eps):
+    st = np.asarray(stats, np.float64)
+    mean, rstd = st[:, 0][None, :, None], 1.0 / np.sqrt(st[:, 1] + eps)[None, :, None]
+    return (_channels(x) - mean) * rstd, rstd
+
+
+def batch_norm(x, stats, weight, bias, out, eps: float = 1e-5) -> None:
+    """out = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c]."""
+    xhat, _ = _channel_terms(x, stats, eps)
+    w = np.reshape(weight, -1)[None, :, None]
+    out[...] = (xhat * w + np.reshape(bias, -1)[None, :, None]).reshape(out.shape)
+
+
+def batch_norm_gradient(x, stats, weight, dy, dx, eps: float = 1e-5, training: bool = True) -> None:
+    """dx = w rstd (dy - mean(dy) - xhat mean(dy xhat)) per channel (training), w rstd dy (eval)."""
+    xhat, rstd = _channel_terms(x, stats, eps)
+    g = _channels(dy)
+    w = np.reshape(weight, -1)[None, :, None]
+    if training and g.size:
+        g = (
+            g
+            - g.mean(axis=(0, 2), keepdims=True)
+            - xhat * (g * xhat).mean(axis=(0, 2), keepdims=True)
+        )
+    dx[...] = (w * rstd * g).reshape(dx.shape)
+
+
+def batch_norm_weight_gradient(x, stats, dy, dweight, eps: float = 1e-5) -> None:
+    """dweight[c] = the sum over channel c of dy * xhat."""
+    xhat, _ = _channel_terms(x, stats, eps)
+    dweight[...] = (_channels(dy) * xhat).sum(axis=(0, 2)).reshape(dweight.shape)

@@ -205,6 +205,15 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(index_select),
       GPUMAT_STEP(index_add),
       GPUMAT_STEP(index_copy),
+      // norm
+      GPUMAT_STEP(layer_norm),
+      GPUMAT_STEP(layer_norm_stats),
+      GPUMAT_STEP(layer_norm_gradient),
+      GPUMAT_STEP(layer_norm_weight_gradient),
+      GPUMAT_STEP(batch_norm_stats),
+      GPUMAT_STEP(batch_norm),
+      GPUMAT_STEP(batch_norm_gradient),
+      GPUMAT_STEP(batch_norm_weight_gradient),
   };
   return table;
 }

@@ -1513,6 +1513,52 @@ void index_cases() {
   }
 }
 
+// The norm family: layer norm and RMS norm over rows (one value, a warp's tail, several warps per
+// row, more rows than blocks), batch norm per channel (more channels than blocks, long channels);
+// each device's statistics feed its own gradients. Run again with two blocks per grid, so every
+// grid-stride loop over rows and channels takes several laps.
+void norm_cases_once() {
+  namespace ops = gpumat::ops;
+  for (auto [r, d] : {std::pair<int64_t, int64_t>{1, 1}, {5, 33}, {7, 100}, {3, 1000}, {70, 16}}) {
+    for (bool rms : {false, true}) {
+      const std::string t = " " + dims({r, d}) + (rms ? " rms" : "");
+      check(
+          "layer_norm" + t, {{r, d}, {d}, {d}}, {{r, d}},
+          [rms](Arrays& a) { ops::layer_norm(a[0], a[1], a[2], a[3], 1e-3f, rms); }, 1e-4f);
+      check(
+          "layer_norm_stats/gradients" + t, {{r, d}, {d}, {r, d}}, {{r, 2}, {r, d}, {d}},
+          [rms](Arrays& a) {
+            ops::layer_norm_stats(a[0], a[3], 1e-3f, rms);
+            ops::layer_norm_gradient(a[0], a[3], a[1], a[2], a[4], rms);
+            ops::layer_norm_weight_gradient(a[0], a[3], a[2], a[5]);
+          },
+          1e-4f);
+    }
+  }
+  for (const Shape& x : {Shape{2, 3}, Shape{5, 4, 7}, Shape{3, 2, 300}, Shape{4, 70, 2}}) {
+    const int64_t c = x[1];
+    const std::string t = " " + dims(x);
+    check(
+        "batch_norm" + t, {x, {c}, {c}, x}, {{c, 2}, x, x, x, {c}},
+        [](Arrays& a) {
+          ops::batch_norm_stats(a[0], a[4]);
+          ops::batch_norm(a[0], a[4], a[1], a[2], a[5], 1e-3f);
+          ops::batch_norm_gradient(a[0], a[4], a[1], a[3], a[6], 1e-3f, true);
+          ops::batch_norm_gradient(a[0], a[4], a[1], a[3], a[7], 1e-3f, false);
+          ops::batch_norm_weight_gradient(a[0], a[4], a[3], a[8], 1e-3f);
+        },
+        1e-4f);
+  }
+}
+
+void norm_cases() {
+  norm_cases_once();
+  ScopedEnv cap("GPUMAT_EMU_MAX_BLOCKS", "2");
+  g_setting = " (GPUMAT_EMU_MAX_BLOCKS=2)";
+  norm_cases_once();
+  g_setting.clear();
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) return run_demo(argv[1]);
   try {
@@ -1533,6 +1579,7 @@ int main(int argc, char** argv) {
     numerics_cases();
     grid_stride_cases();
     index_cases();
+    norm_cases();
   } catch (const std::exception& e) {  // a fault outside the cases' own checks
     std::printf("FAIL (uncaught): %s\n", e.what());
     ++g_failures;

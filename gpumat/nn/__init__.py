@@ -4,6 +4,7 @@
   ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``, ``Embedding``, ``ReLU``,
   ``Tanh``, ``Sigmoid``, ``GELU``, ``SiLU``, ``Softplus``, ``LeakyReLU``, ``ELU``, ``Hardtanh``,
   ``ReLU6``, ``Softmax``, ``LogSoftmax``, ``Dropout``, ``Dropout1d``, ``Dropout2d``,
+  ``LayerNorm``, ``RMSNorm``, ``BatchNorm1d``, ``BatchNorm2d``,
   ``Flatten``, ``Identity``, ``LazyLinear``, ``LazyConv2d``, ``Sequential``, ``ModuleList``,
   ``ModuleDict``, ``ParameterList``, ``ParameterDict``) and the
   losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
@@ -52,6 +53,7 @@ from gpumat.nn.loss import (
     SmoothL1Loss,
 )
 from gpumat.nn.module import Module
+from gpumat.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
 from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from gpumat.nn.sparse import Embedding
@@ -61,6 +63,8 @@ __all__ = [
     "AvgPool2d",
     "BCELoss",
     "BCEWithLogitsLoss",
+    "BatchNorm1d",
+    "BatchNorm2d",
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
@@ -78,6 +82,7 @@ __all__ = [
     "LazyConv2d",
     "LazyLinear",
     "LeakyReLU",
+    "LayerNorm",
     "Linear",
     "LogSoftmax",
     "MSELoss",
@@ -89,6 +94,7 @@ __all__ = [
     "Parameter",
     "ParameterDict",
     "ParameterList",
+    "RMSNorm",
     "ReLU",
     "ReLU6",
     "Sequential",

@@ -20,9 +20,9 @@ import numbers
 
 import numpy as np
 
-from gpumat._checks import as_pair, as_probability
-from gpumat.autograd import current_trace
-from gpumat.creation import arange, tensor
+from gpumat._checks import as_pair, as_probability, as_real
+from gpumat.autograd import current_trace, no_grad
+from gpumat.creation import arange, ones, tensor, zeros
 from gpumat.dtypes import bool_, float32, int64
 from gpumat.graph.activation import (
     dropout_op,
@@ -40,16 +40,18 @@ from gpumat.graph.layout import one_hot_op
 from gpumat.graph.loss import mae_loss_op, mse_loss_op, nll_loss_op, softmaxcrossentropy_op
 from gpumat.graph.matmul import matmul_op
 from gpumat.graph.node import shape_str
+from gpumat.graph.norm import batch_norm_op, batch_norm_stats_op, layer_norm_op
 from gpumat.graph.pool import adaptive_avg_pool2d_op, avg_pool2d_op, max_pool2d_op
 from gpumat.graph.strided import constant_pad_op
 from gpumat.random import draw_seed
-from gpumat.tensor import Tensor, apply_op
+from gpumat.tensor import Tensor, apply_op, stack
 from gpumat.tensor import where as _where
 from gpumat.tensor._advanced_indexing import check_bounds
 
 __all__ = [
     "adaptive_avg_pool2d",
     "avg_pool2d",
+    "batch_norm",
     "conv2d",
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
@@ -65,6 +67,7 @@ __all__ = [
     "hardtanh",
     "l1_loss",
     "leaky_relu",
+    "layer_norm",
     "linear",
     "log_softmax",
     "max_pool2d",
@@ -74,6 +77,7 @@ __all__ = [
     "pad",
     "relu",
     "relu6",
+    "rms_norm",
     "sigmoid",
     "silu",
     "smooth_l1_loss",
@@ -289,6 +293,181 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
         TypeError / ValueError: p not in [0, 1]; input not 3-D or 4-D float32.
     """
     return _feature_dropout("dropout2d", 2, input, p, training)
+
+
+# --------------------------------------------------------------------------------------------------
+# Normalisation
+# --------------------------------------------------------------------------------------------------
+
+#: RMSNorm's default eps (``eps=None``): torch.finfo(torch.float32).eps, as PyTorch's.
+_FLOAT32_EPS = 2.0**-23
+
+
+def _normalized_shape(normalized_shape, op: str) -> tuple:
+    """``normalized_shape`` (an int or a sequence of ints >= 1) as a tuple; TypeError or
+    ValueError naming ``op``."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise TypeError(
+            f"{op}: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}"
+        ) from None
+    if not shape or any(isinstance(d, bool) or not isinstance(d, int) for d in shape):
+        raise TypeError(
+            f"{op}: normalized_shape must be an int or a non-empty sequence of ints, "
+            f"got {normalized_shape!r}"
+        )
+    if any(d < 1 for d in shape):
+        raise ValueError(f"{op}: normalized_shape must hold sizes >= 1, got {shape_str(shape)}")
+    return shape
+
+
+def _affine(t, shape: tuple, x: Tensor, op: str, what: str, fill: float) -> Tensor:
+    """``t`` checked to be a float32 tensor of ``shape`` on x's device, or (None) a constant."""
+    if t is None:
+        return (ones if fill == 1.0 else zeros)(shape, device=x.device)
+    _float(t, op, what)
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(
+            f"{op}: {what} has shape {shape_str(t.shape)}, expected {shape_str(shape)} "
+            f"(input {shape_str(x.shape)})"
+        )
+    return t
+
+
+def _norm_rows(op: str, input: Tensor, normalized_shape, weight, bias, eps, rms: bool):  # noqa: A002
+    x = _float(input, op)
+    shape = _normalized_shape(normalized_shape, op)
+    if tuple(x.shape[len(x.shape) - len(shape) :]) != shape or len(shape) > len(x.shape):
+        raise ValueError(
+            f"{op}: given normalized_shape={shape_str(shape)}, expected input with shape "
+            f"(*, {', '.join(map(str, shape))}), but got input of size {shape_str(x.shape)}"
+        )
+    eps = as_real(eps, "eps", op)
+    w = _affine(weight, shape, x, op, "weight", 1.0)
+    b = _affine(bias, shape, x, op, "bias", 0.0)
+    return apply_op(op, lambda a, ww, bb: layer_norm_op(a, ww, bb, eps, rms), [x, w, b])
+
+
+def layer_norm(
+    input: Tensor,  # noqa: A002
+    normalized_shape,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Layer normalisation (Ba, Kiros & Hinton 2016) over the trailing dims ``normalized_shape``:
+    (x - mean) / sqrt(var + eps) * weight + bias, mean and biased var of each of the
+    numel / prod(normalized_shape) rows; PyTorch's ``F.layer_norm``.
+
+    input float32 (*, *normalized_shape) (any layout: views are read as their values); weight
+    and bias None or of shape normalized_shape. Output input's shape. One fused kernel
+    (:func:`gpumat.ops.layer_norm`); statistics two-pass (the mean, then the mean of the squared
+    deviations), sums in a fixed order. Gradients for input (through the mean and variance),
+    weight and bias.
+
+    Raises:
+        TypeError: input not a float32 Tensor, normalized_shape not an int or ints, eps not a
+            number. ValueError: input not ending with normalized_shape, weight or bias of another
+            shape, a size < 1 in normalized_shape, devices that differ.
+    """
+    return _norm_rows("layer_norm", input, normalized_shape, weight, bias, eps, False)
+
+
+def rms_norm(
+    input: Tensor,  # noqa: A002
+    normalized_shape,
+    weight: Tensor | None = None,
+    eps: float | None = None,
+) -> Tensor:
+    """RMS normalisation (Zhang & Sennrich 2019) over the trailing dims ``normalized_shape``:
+    x / sqrt(mean(x**2) + eps) * weight; PyTorch's ``F.rms_norm`` (2.4+): ``eps=None`` is
+    torch.finfo(float32).eps = 2**-23. Shapes and errors as :func:`layer_norm` (no bias); the
+    same kernels with the centring left out."""
+    eps = _FLOAT32_EPS if eps is None else eps
+    return _norm_rows("rms_norm", input, normalized_shape, weight, None, eps, True)
+
+
+def _refuse_running_update_in_trace(op: str) -> None:
+    """RuntimeError naming ``op`` when a :func:`gpumat.compile` trace is active: batch norm's
+    running statistics change in place, which a replayed step would not repeat."""
+    if current_trace() is not None:
+        raise RuntimeError(
+            f"{op}: training mode updates running_mean / running_var in place, which "
+            "gpumat.compile does not trace; compile the step with the module in eval mode or "
+            "with track_running_stats=False, or run it eagerly"
+        )
+
+
+def batch_norm(
+    input: Tensor,  # noqa: A002
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch normalisation (Ioffe & Szegedy 2015) of input (N, C, ...) per channel; PyTorch's
+    ``F.batch_norm``.
+
+    ``training``: each channel is normalised by its batch mean and biased variance over every
+    axis but 1 (two-pass, :func:`gpumat.ops.batch_norm_stats`), and running_mean / running_var
+    (C,), when given, are updated in place: (1 - momentum) * running + momentum * batch, the
+    variance unbiased (times n / (n - 1), n values per channel), as PyTorch; an empty batch leaves
+    them as they are. The input gradient is the full one, through the batch mean and variance.
+    Eval (``training=False``): the running statistics are used and must be given. Output
+    (x - mean) / sqrt(var + eps) * weight + bias, input's shape; weight and bias (C,) or None.
+    The running update is an in-place change, which :func:`gpumat.compile` does not trace: trace
+    batch norm in eval mode or without running statistics.
+
+    Raises:
+        TypeError: input not a float32 Tensor, training not a bool, momentum or eps not numbers.
+        ValueError: input of rank < 2, running statistics, weight or bias not (C,), eval without
+            running statistics, or training with one value per channel ("Expected more than 1
+            value per channel when training", as PyTorch).
+    """
+    op = "batch_norm"
+    x = _float(input, op)
+    if len(x.shape) < 2:
+        raise ValueError(f"{op}: input must be (N, C, ...) of rank >= 2, got {shape_str(x.shape)}")
+    if not isinstance(training, bool):
+        raise TypeError(f"{op}: training must be a bool, got {training!r}")
+    momentum = as_real(momentum, "momentum", op)
+    eps = as_real(eps, "eps", op)
+    c = x.shape[1]
+    running = [
+        None if t is None else _affine(t, (c,), x, op, what, 0.0)
+        for t, what in ((running_mean, "running_mean"), (running_var, "running_var"))
+    ]
+    if (running[0] is None) != (running[1] is None):
+        raise ValueError(f"{op}: running_mean and running_var must both be given or both None")
+    w = _affine(weight, (c,), x, op, "weight", 1.0)
+    b = _affine(bias, (c,), x, op, "bias", 0.0)
+    count = x.numel() // c if c else 0
+    if training and running[0] is not None:
+        _refuse_running_update_in_trace(op)
+    if training:
+        if count == 1:
+            raise ValueError(
+                "Expected more than 1 value per channel when training, got input size "
+                f"{shape_str(x.shape)}"
+            )
+        stats = apply_op(op, batch_norm_stats_op, [x], differentiable=False)
+        if running[0] is not None and count > 0:
+            with no_grad():
+                mean, var = stats[:, 0], stats[:, 1]
+                running[0].mul_(1.0 - momentum).add_(mean * momentum)
+                running[1].mul_(1.0 - momentum).add_(var * (momentum * count / (count - 1)))
+    elif running[0] is None:
+        raise ValueError(f"{op}: running_mean and running_var must be given when not training")
+    else:
+        stats = stack(running, dim=1)
+    return apply_op(
+        op, lambda a, s, ww, bb: batch_norm_op(a, s, ww, bb, eps, training), [x, stats, w, b]
+    )
 
 
 # --------------------------------------------------------------------------------------------------

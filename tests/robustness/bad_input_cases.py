@@ -613,6 +613,31 @@ def _valid_args(name, draw, arrays: Arrays):
             return [new(s), axis, arrays.of(idx), new(part)]
         extra = [draw(st.floats(-3, 3))] if name == "index_add" else []
         return [new(s), axis, arrays.of(idx), new(part), *extra]
+    if name.startswith("layer_norm"):
+        # x (*lead, *norm); weight (norm); stats (rows, 2) = [mean, rstd > 0]
+        lead, norm = _shape(draw, 0, 2), _shape(draw, 1, 2)
+        x, rows = lead + norm, int(np.prod(lead))
+        eps, rms = draw(st.floats(1e-2, 1.0)), draw(st.booleans())
+        if name == "layer_norm":
+            return [new(x), new(norm), new(norm), new(x), eps, rms]
+        if name == "layer_norm_stats":
+            return [new(x), new((rows, 2)), eps, rms]
+        stats = new((rows, 2), 0.1, 2.0)
+        if name == "layer_norm_gradient":
+            return [new(x), stats, new(norm), new(x), new(x), rms]
+        return [new(x), stats, new(x), new(norm)]
+    if name.startswith("batch_norm"):
+        # x (N, C, *inner); stats (C, 2) = [mean, var > 0]
+        x = _shape(draw, 2, 4)
+        c, eps = x[1], draw(st.floats(1e-3, 1.0))
+        if name == "batch_norm_stats":
+            return [new(x), new((c, 2))]
+        stats = new((c, 2), 0.1, 2.0)
+        if name == "batch_norm":
+            return [new(x), stats, new((c,)), new((c,)), new(x), eps]
+        if name == "batch_norm_gradient":
+            return [new(x), stats, new((c,)), new(x), new(x), eps, draw(st.booleans())]
+        return [new(x), stats, new(x), new((c,)), eps]
     raise KeyError(name)
 
 
@@ -1330,6 +1355,124 @@ def _ref_index(name, a):
     return {slot: want}
 
 
+def _flag(x) -> bool:
+    if not isinstance(x, (bool, np.bool_)):
+        raise Invalid("not a bool")
+    return bool(x)
+
+
+def _trailing(shape, d: int) -> None:
+    """Some suffix of shape multiplies to d >= 1 (the norm family's row check)."""
+    if d < 1:
+        raise Invalid("empty normalized size")
+    found, tail = d == 1, 1
+    for dim in reversed(shape):
+        if found or tail <= 0 or tail >= d:
+            break
+        tail *= dim
+        found = tail == d
+    if not found:
+        raise Invalid("no trailing dims of d values")
+
+
+def _stats_shape(stats, n: int) -> None:
+    if stats.shape != (n, 2):
+        raise Invalid("stats shape")
+
+
+def _ref_layer_norm(name, a):
+    """layer_norm (x, w, b, out, eps, rms), layer_norm_stats (x, stats, eps, rms),
+    layer_norm_gradient (x, stats, w, dy, dx, rms), layer_norm_weight_gradient (x, stats, dy,
+    dweight): gpumat.reference's twins after the checks of extensions/src/ops/norm.cpp."""
+    ref = gpumat.reference
+    if name == "layer_norm":
+        x, w, b, out = (_arr(v) for v in a[:4])
+        eps, rms = _num(a[4]), _flag(a[5])
+        _same(x.shape, out.shape)
+        _no_alias(a[3], a[0], a[1], a[2])
+        _trailing(x.shape, w.size)
+        if b.size != w.size:
+            raise Invalid("bias size")
+        want = np.empty(x.shape)
+        ref.layer_norm(x, w, b, want, eps, rms)
+        return {3: want}
+    if name == "layer_norm_stats":
+        x, stats = _arr(a[0]), _arr(a[1])
+        eps, rms = _num(a[2]), _flag(a[3])
+        _no_alias(a[1], a[0])
+        if stats.ndim != 2 or stats.shape[1] != 2:
+            raise Invalid("stats shape")
+        rows = stats.shape[0]
+        if (x.size != 0) if rows == 0 else (x.size % rows != 0):
+            raise Invalid("rows")
+        if rows:
+            _trailing(x.shape, x.size // rows)
+        want = np.empty(stats.shape)
+        ref.layer_norm_stats(x, want, eps, rms)
+        return {1: want}
+    if name == "layer_norm_gradient":
+        x, stats, w, dy, dx = (_arr(v) for v in a[:5])
+        rms = _flag(a[5])
+        _same(x.shape, dy.shape, dx.shape)
+        _no_alias(a[4], *a[:4])
+        _trailing(x.shape, w.size)
+        _stats_shape(stats, x.size // w.size)
+        want = np.empty(x.shape)
+        ref.layer_norm_gradient(x, stats, w, dy, want, rms)
+        return {4: want}
+    x, stats, dy, dw = (_arr(v) for v in a[:4])
+    _same(x.shape, dy.shape)
+    _no_alias(a[3], *a[:3])
+    _trailing(x.shape, dw.size)
+    _stats_shape(stats, x.size // dw.size)
+    want = np.empty(dw.shape)
+    ref.layer_norm_weight_gradient(x, stats, dy, want)
+    return {3: want}
+
+
+def _ref_batch_norm(name, a):
+    """batch_norm_stats (x, stats), batch_norm (x, stats, w, b, out, eps), batch_norm_gradient
+    (x, stats, w, dy, dx, eps, training), batch_norm_weight_gradient (x, stats, dy, dweight,
+    eps)."""
+    ref = gpumat.reference
+    x, stats = _arr(a[0]), _arr(a[1])
+    if x.ndim < 2:
+        raise Invalid("rank")
+    c = x.shape[1]
+    _stats_shape(stats, c)
+    if name == "batch_norm_stats":
+        _no_alias(a[1], a[0])
+        want = np.empty(stats.shape)
+        ref.batch_norm_stats(x, want)
+        return {1: want}
+    if name == "batch_norm":
+        w, b, out, eps = _arr(a[2]), _arr(a[3]), _arr(a[4]), _num(a[5])
+        _same(x.shape, out.shape)
+        _no_alias(a[4], *a[:4])
+        if w.size != c or b.size != c:
+            raise Invalid("weight or bias size")
+        want = np.empty(x.shape)
+        ref.batch_norm(x, stats, w, b, want, eps)
+        return {4: want}
+    if name == "batch_norm_gradient":
+        w, dy, dx, eps, training = _arr(a[2]), _arr(a[3]), _arr(a[4]), _num(a[5]), _flag(a[6])
+        _same(x.shape, dy.shape, dx.shape)
+        _no_alias(a[4], *a[:4])
+        if w.size != c:
+            raise Invalid("weight size")
+        want = np.empty(x.shape)
+        ref.batch_norm_gradient(x, stats, w, dy, want, eps, training)
+        return {4: want}
+    dy, dw, eps = _arr(a[2]), _arr(a[3]), _num(a[4])
+    _same(x.shape, dy.shape)
+    _no_alias(a[3], *a[:3])
+    if dw.size != c:
+        raise Invalid("dweight size")
+    want = np.empty(dw.shape)
+    ref.batch_norm_weight_gradient(x, stats, dy, want, eps)
+    return {3: want}
+
+
 _REFERENCES = {
     "fill": _ref_array_set,
     "broadcast_to": _ref_broadcast_to,
@@ -1440,6 +1583,14 @@ _REFERENCES = {
     "broadcast_dim": _ref_broadcast_axis,
     "amax_gradient": _ref_reduce_max_gradient,
     "index_select": _ref_index,
+    "layer_norm": _ref_layer_norm,
+    "layer_norm_stats": _ref_layer_norm,
+    "layer_norm_gradient": _ref_layer_norm,
+    "layer_norm_weight_gradient": _ref_layer_norm,
+    "batch_norm_stats": _ref_batch_norm,
+    "batch_norm": _ref_batch_norm,
+    "batch_norm_gradient": _ref_batch_norm,
+    "batch_norm_weight_gradient": _ref_batch_norm,
     "index_add": _ref_index,
     "index_copy": _ref_index,
 }
@@ -2300,6 +2451,8 @@ def batch_graph():
         "index_select_gradient_op": lambda u, v: graph.index_select_gradient_op(u, w, x, v),
         "index_add_op": lambda u, v: graph.index_add_op(x, u, w, v),
         "index_copy_op": lambda u, v: graph.index_copy_op(x, u, w, v),
+        "layer_norm_op": lambda u, v: graph.layer_norm_op(x, u, w, v),
+        "batch_norm_op": lambda u, v: graph.batch_norm_op(x, u, w, w, 1e-5, v),
         # reductions, sorting, creation
         "reduce_prod_op": lambda u, v: graph.reduce_prod_op(x, u, v),
         "prod_gradient_op": lambda u, v: graph.prod_gradient_op(u, w, v),
@@ -2476,6 +2629,12 @@ def batch_graph():
                     return f"{name} accepted {type(u).__name__}"
                 if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
                     return f"{name} accepted the scalar {v!r}"
+            if name in ("layer_norm_op", "batch_norm_op") and not isinstance(u, ad.Node):
+                return f"{name} accepted {type(u).__name__} as a node"
+            if name == "layer_norm_op" and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
+                return f"layer_norm_op accepted eps={v!r}"
+            if name == "batch_norm_op" and not isinstance(v, (bool, np.bool_)):
+                return f"batch_norm_op accepted training={v!r}"
             if name == "pow_op" and not (isinstance(u, ad.Node) and isinstance(v, ad.Node)):
                 return f"pow_op accepted {u!r}, {v!r}"
             return None
@@ -3611,6 +3770,70 @@ def batch_frontend():
 
     autograd_and_compile()
 
+    @_settings()
+    @given(
+        shape=st.lists(st.integers(0, 3), max_size=4),
+        norm=st.one_of(ANY_VALUES, st.lists(st.integers(0, 3), min_size=1, max_size=2)),
+        arg=st.one_of(ANY_VALUES, st.sampled_from(BAD_TENSOR_ARGS)),
+        which=st.sampled_from(["layer_norm", "rms_norm", "batch_norm", "BatchNorm1d",
+                               "BatchNorm2d", "LayerNorm"]),
+        seed=st.integers(0, 2**32 - 1),
+    )  # fmt: skip
+    def normalisation(shape, norm, arg, which, seed):
+        # The norm layers with any input shape, normalized shape, and one bad argument (weight,
+        # eps, running statistics): a clear error, or float64 numpy's values.
+        rng = np.random.default_rng(seed)
+        x = gpumat.tensor(rng.uniform(-1, 1, size=shape).astype(np.float32))
+        if isinstance(arg, str) and arg in BAD_TENSOR_ARGS:
+            arg = _bad_tensor(arg, gpumat.ones(2, 3))
+        xs = x.detach().numpy().astype(np.float64)
+
+        def rows_ref(eps, rms, d):
+            r = xs.reshape(-1, d)
+            m = 0.0 if rms else r.mean(1, keepdims=True)
+            return ((r - m) / np.sqrt(((r - m) ** 2).mean(1, keepdims=True) + eps)).reshape(shape)
+
+        def check_rows(rms):
+            def check(t):
+                ns = (norm,) if isinstance(norm, int) else tuple(norm)
+                if not ns or tuple(shape[len(shape) - len(ns) :]) != ns or len(ns) > len(shape):
+                    return f"{which} accepted normalized_shape {norm!r} for {shape}"
+                eps = 2.0**-23 if rms else 1e-5
+                return _values_close(t.detach().numpy(), rows_ref(eps, rms, int(np.prod(ns))))
+
+            return check
+
+        if which in ("layer_norm", "rms_norm"):
+            f = getattr(fn_, which)
+            _record(_expect_frontend(lambda: f(x, norm), check_rows(which == "rms_norm"), which))
+            _record(_expect_frontend(lambda: f(x, norm, arg), None, f"{which}(weight)"))
+            _record(_expect_frontend(lambda: f(x, norm, None, arg), None, f"{which}(eps)"))
+        elif which == "LayerNorm":
+            _record(_expect_frontend(lambda: gnn.LayerNorm(norm)(x), check_rows(False), which))
+        elif which == "batch_norm":
+            rm = gpumat.zeros(3)
+            _record(_expect_frontend(lambda: fn_.batch_norm(x, rm, arg, training=True), None,
+                                     "batch_norm(running_var)", [rm]))  # fmt: skip
+            _record(_expect_frontend(lambda: fn_.batch_norm(x, None, None, arg), None,
+                                     "batch_norm(weight)"))  # fmt: skip
+        else:
+            m = getattr(gnn, which)(3)
+
+            def check_bn(t):
+                if len(shape) not in m._ranks or shape[1] != 3 or np.prod(shape) // 3 == 1:
+                    return f"{which} accepted input {shape}"
+                if not xs.size:
+                    return None if tuple(t.shape) == tuple(shape) else "shape"
+                axes = (0,) + tuple(range(2, len(shape)))
+                c = xs - xs.mean(axes, keepdims=True)
+                return _values_close(
+                    t.detach().numpy(), c / np.sqrt((c**2).mean(axes, keepdims=True) + 1e-5)
+                )
+
+            _record(_expect_frontend(lambda: m(x), check_bn, which, list(m.buffers())))
+
+    normalisation()
+
 
 def custom_functions(arg, w) -> None:
     """A gpumat.autograd.Function given ``arg`` as an argument, as forward's result and as
@@ -3742,6 +3965,10 @@ BATCHES = {
         ]
     ),
     "ops_index": lambda: batch_ops(["index_select", "index_add", "index_copy"]),
+    "ops_norm": lambda: batch_ops(
+        ["layer_norm", "layer_norm_stats", "layer_norm_gradient", "layer_norm_weight_gradient"]
+        + ["batch_norm_stats", "batch_norm", "batch_norm_gradient", "batch_norm_weight_gradient"]
+    ),
     "arrays": batch_arrays,
     "graph": batch_graph,
     "optim": batch_optim,

@@ -397,6 +397,38 @@ void index_add(GpuMatrix& out, int64_t dim, const GpuMatrix& index, const GpuMat
 // out[o, index[j], i] = src[o, j, i] in place; of repeated indices the last j wins.
 void index_copy(GpuMatrix& out, int64_t dim, const GpuMatrix& index, const GpuMatrix& src);
 
+// ---------------------------------------------------------------------------- norm
+
+// Layer norm (Ba et al. 2016) and RMS norm (rms: Zhang & Sennrich 2019) over the trailing dims of x
+// whose sizes multiply to d = weight.size() (rows = x.size() / d): out = (x - mean) * rstd * weight
+// + bias, rstd = 1 / sqrt(var + eps); RMS: mean = 0 and var = mean(x^2). weight and bias hold d
+// values (any shape), out is x's shape and not x. Statistics two-pass, summed in a fixed order.
+void layer_norm(const GpuMatrix& x, const GpuMatrix& weight, const GpuMatrix& bias, GpuMatrix& out, float eps,
+                bool rms);
+// stats (rows, 2) = [mean, rstd] of each row of x (rows from stats: d = x.size() / rows).
+void layer_norm_stats(const GpuMatrix& x, GpuMatrix& stats, float eps, bool rms);
+// dx (x's shape) from dy (x's shape), x, its stats and weight: dx = rstd (g - mean(g) - xhat
+// mean(g xhat)), g = dy weight, xhat = (x - mean) rstd (RMS: without mean(g)).
+void layer_norm_gradient(const GpuMatrix& x, const GpuMatrix& stats, const GpuMatrix& weight,
+                         const GpuMatrix& dy, GpuMatrix& dx, bool rms);
+// dweight (d values) = sum over rows of dy * xhat; deterministic (rows summed in order).
+void layer_norm_weight_gradient(const GpuMatrix& x, const GpuMatrix& stats, const GpuMatrix& dy,
+                                GpuMatrix& dweight);
+// Batch norm (Ioffe & Szegedy 2015) of x (N, C, ...) per channel: stats (C, 2) = [mean, biased var]
+// over every axis but 1.
+void batch_norm_stats(const GpuMatrix& x, GpuMatrix& stats);
+// out = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c] with stats (C, 2) = [mean, var]
+// (batch statistics, or the running ones in eval mode); weight, bias (C,); out is not x.
+void batch_norm(const GpuMatrix& x, const GpuMatrix& stats, const GpuMatrix& weight, const GpuMatrix& bias,
+                GpuMatrix& out, float eps);
+// dx from dy: training (stats are x's own) the full gradient w rstd (dy - mean(dy) - xhat
+// mean(dy xhat)) over each channel; eval (fixed stats) w rstd dy.
+void batch_norm_gradient(const GpuMatrix& x, const GpuMatrix& stats, const GpuMatrix& weight,
+                         const GpuMatrix& dy, GpuMatrix& dx, float eps, bool training);
+// dweight (C,) = sum over each channel of dy * xhat.
+void batch_norm_weight_gradient(const GpuMatrix& x, const GpuMatrix& stats, const GpuMatrix& dy,
+                                GpuMatrix& dweight, float eps);
+
 // ---------------------------------------------------------------------------- op counting
 
 // Calls of the ops above that reached `device` (passed their checks) since the process started:

@@ -1,0 +1,147 @@
+// Host normalisation kernels (the norm family; CUDA twins and the formulas in ../cuda/norm.cu):
+//   layer_norm, layer_norm_stats, layer_norm_gradient, layer_norm_weight_gradient over rows of x
+//   (rows, d), one row per task; batch_norm_stats, batch_norm, batch_norm_gradient,
+//   batch_norm_weight_gradient per channel of x (n, c, inner), one channel per task.
+// Statistics two-pass (mean, then the mean of squared deviations) with sums in double, each in
+// a fixed order within its task, so the result is the same on any thread count.
+#include <cmath>
+
+#include "kernels.h"
+#include "parallel.h"
+
+namespace gpumat::host {
+
+namespace {
+
+// Row x (d,)'s mean (0 for RMS) and rstd = 1 / sqrt(var + eps).
+void row_stats(const float* x, int64_t d, float eps, bool rms, double* mean, double* rstd) {
+  double m = 0.0;
+  if (!rms) {
+    for (int64_t j = 0; j < d; ++j) m += x[j];
+    m /= static_cast<double>(d);
+  }
+  double q = 0.0;
+  for (int64_t j = 0; j < d; ++j) {
+    const double t = x[j] - m;
+    q += t * t;
+  }
+  *mean = m;
+  *rstd = 1.0 / std::sqrt(q / static_cast<double>(d) + eps);
+}
+
+// The (n, inner) values of channel ch of x (n, c, inner): body(index) for each, in order.
+template <typename Body>
+void each_in_channel(int64_t ch, int64_t n, int64_t c, int64_t inner, const Body& body) {
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < inner; ++i) body((b * c + ch) * inner + i);
+}
+
+}  // namespace
+
+void layer_norm(int, const float* x, const float* weight, const float* bias, float* out, int64_t rows,
+                int64_t d, float eps, bool rms) {
+  parallel_for(rows, rows * d, [&](int64_t r) {
+    const float* xr = x + r * d;
+    double mean, rstd;
+    row_stats(xr, d, eps, rms, &mean, &rstd);
+    for (int64_t j = 0; j < d; ++j)
+      out[r * d + j] = static_cast<float>((xr[j] - mean) * rstd * weight[j] + bias[j]);
+  });
+}
+
+void layer_norm_stats(int, const float* x, float* stats, int64_t rows, int64_t d, float eps, bool rms) {
+  parallel_for(rows, rows * d, [&](int64_t r) {
+    double mean, rstd;
+    row_stats(x + r * d, d, eps, rms, &mean, &rstd);
+    stats[2 * r] = static_cast<float>(mean);
+    stats[2 * r + 1] = static_cast<float>(rstd);
+  });
+}
+
+void layer_norm_gradient(int, const float* x, const float* stats, const float* weight, const float* dy,
+                         float* dx, int64_t rows, int64_t d, bool rms) {
+  parallel_for(rows, rows * d, [&](int64_t r) {
+    const double mean = stats[2 * r], rstd = stats[2 * r + 1];
+    const float* xr = x + r * d;
+    const float* gr = dy + r * d;
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double g = static_cast<double>(gr[j]) * weight[j];
+      sg += g;
+      sgx += g * (xr[j] - mean) * rstd;
+    }
+    const double mg = rms ? 0.0 : sg / static_cast<double>(d), mgx = sgx / static_cast<double>(d);
+    for (int64_t j = 0; j < d; ++j) {
+      const double g = static_cast<double>(gr[j]) * weight[j];
+      dx[r * d + j] = static_cast<float>(rstd * (g - mg - (xr[j] - mean) * rstd * mgx));
+    }
+  });
+}
+
+void layer_norm_weight_gradient(int, const float* x, const float* stats, const float* dy, float* dweight,
+                                int64_t rows, int64_t d) {
+  parallel_for(d, rows * d, [&](int64_t j) {
+    double s = 0.0;
+    for (int64_t r = 0; r < rows; ++r)
+      s += static_cast<double>(dy[r * d + j]) * (x[r * d + j] - static_cast<double>(stats[2 * r])) *
+           stats[2 * r + 1];
+    dweight[j] = static_cast<float>(s);
+  });
+}
+
+void batch_norm_stats(int, const float* x, float* stats, int64_t n, int64_t c, int64_t inner) {
+  const double count = static_cast<double>(n * inner);
+  parallel_for(c, n * c * inner, [&](int64_t ch) {
+    double s = 0.0;
+    each_in_channel(ch, n, c, inner, [&](int64_t i) { s += x[i]; });
+    const double mean = s / count;
+    double q = 0.0;
+    each_in_channel(ch, n, c, inner, [&](int64_t i) { q += (x[i] - mean) * (x[i] - mean); });
+    stats[2 * ch] = static_cast<float>(mean);
+    stats[2 * ch + 1] = static_cast<float>(q / count);
+  });
+}
+
+void batch_norm(int, const float* x, const float* stats, const float* weight, const float* bias, float* out,
+                int64_t n, int64_t c, int64_t inner, float eps) {
+  parallel_for(n * c, n * c * inner, [&](int64_t bc) {
+    const int64_t ch = bc % c;
+    const double mean = stats[2 * ch], rstd = 1.0 / std::sqrt(static_cast<double>(stats[2 * ch + 1]) + eps);
+    for (int64_t i = bc * inner; i < (bc + 1) * inner; ++i)
+      out[i] = static_cast<float>((x[i] - mean) * rstd * weight[ch] + bias[ch]);
+  });
+}
+
+void batch_norm_gradient(int, const float* x, const float* stats, const float* weight, const float* dy,
+                         float* dx, int64_t n, int64_t c, int64_t inner, float eps, bool training) {
+  const double count = static_cast<double>(n * inner);
+  parallel_for(c, n * c * inner, [&](int64_t ch) {
+    const double mean = stats[2 * ch], rstd = 1.0 / std::sqrt(static_cast<double>(stats[2 * ch + 1]) + eps);
+    double mg = 0.0, mgx = 0.0;
+    if (training) {
+      each_in_channel(ch, n, c, inner, [&](int64_t i) {
+        mg += dy[i];
+        mgx += static_cast<double>(dy[i]) * (x[i] - mean) * rstd;
+      });
+      mg /= count;
+      mgx /= count;
+    }
+    const double scale = weight[ch] * rstd;
+    each_in_channel(ch, n, c, inner, [&](int64_t i) {
+      dx[i] = static_cast<float>(scale * (dy[i] - mg - (x[i] - mean) * rstd * mgx));
+    });
+  });
+}
+
+void batch_norm_weight_gradient(int, const float* x, const float* stats, const float* dy, float* dweight,
+                                int64_t n, int64_t c, int64_t inner, float eps) {
+  parallel_for(c, n * c * inner, [&](int64_t ch) {
+    const double mean = stats[2 * ch], rstd = 1.0 / std::sqrt(static_cast<double>(stats[2 * ch + 1]) + eps);
+    double s = 0.0;
+    each_in_channel(ch, n, c, inner,
+                    [&](int64_t i) { s += static_cast<double>(dy[i]) * (x[i] - mean) * rstd; });
+    dweight[ch] = static_cast<float>(s);
+  });
+}
+
+}  // namespace gpumat::host
