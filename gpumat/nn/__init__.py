@@ -5,7 +5,8 @@
   ``Tanh``, ``Sigmoid``, ``GELU``, ``SiLU``, ``Softplus``, ``LeakyReLU``, ``ELU``, ``Hardtanh``,
   ``ReLU6``, ``Softmax``, ``LogSoftmax``, ``Dropout``, ``Dropout1d``, ``Dropout2d``,
   ``LayerNorm``, ``RMSNorm``, ``BatchNorm1d``, ``BatchNorm2d``,
-  ``Flatten``, ``Identity``, ``LazyLinear``, ``LazyConv2d``, ``Sequential``, ``ModuleList``,
+  ``Flatten``, ``Identity``, ``LazyLinear``, ``LazyConv2d``, ``LazyBatchNorm1d``,
+  ``LazyBatchNorm2d``, ``Sequential``, ``ModuleList``,
   ``ModuleDict``, ``ParameterList``, ``ParameterDict``) and the
   losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
   ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``), one module per kind;
@@ -39,7 +40,7 @@ from gpumat.nn.activation import (
 )
 from gpumat.nn.container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from gpumat.nn.conv import Conv2d
-from gpumat.nn.lazy import LazyConv2d, LazyLinear
+from gpumat.nn.lazy import LazyBatchNorm1d, LazyBatchNorm2d, LazyConv2d, LazyLinear
 from gpumat.nn.linear import Flatten, Identity, Linear
 from gpumat.nn.loss import (
     BCELoss,
@@ -79,6 +80,8 @@ __all__ = [
     "Identity",
     "KLDivLoss",
     "L1Loss",
+    "LazyBatchNorm1d",
+    "LazyBatchNorm2d",
     "LazyConv2d",
     "LazyLinear",
     "LeakyReLU",

@@ -17,6 +17,7 @@ products and sums), which has gradients for both arguments.
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -268,9 +269,9 @@ def _feature_dropout(op: str, spatial: int, input, p, training) -> Tensor:  # no
     if not training or p == 0.0:
         return input
     lead = input.ndim - spatial
-    ones = input.new_ones(input.shape[:lead] + (1,) * spatial)
+    unit = input.new_ones(input.shape[:lead] + (1,) * spatial)
     seed = draw_seed()
-    mask = apply_op(op, lambda x: dropout_op(x, p, seed), [ones], float32, None, False)
+    mask = apply_op(op, lambda x: dropout_op(x, p, seed), [unit], float32, None, False)
     return input * mask
 
 
@@ -287,11 +288,30 @@ def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):  # noqa: A002
     """Channel dropout of (N, C, H, W) or (C, H, W) input: each channel of each sample zeroed
     with probability ``p``, the others scaled by 1 / (1 - p), when ``training``; ``inplace`` is
-    accepted and ignored.
+    accepted and ignored. PyTorch's deprecated forms too, with its warnings: a 3-D input is
+    taken as (N, C, L) (channel dropout of each sample's rows) and a 2-D one gets elementwise
+    :func:`dropout`.
 
     Raises:
-        TypeError / ValueError: p not in [0, 1]; input not 3-D or 4-D float32.
+        TypeError / ValueError: p not in [0, 1]; input not 2-D to 4-D float32.
     """
+    _float(input, "dropout2d")
+    if input.ndim == 2:
+        warnings.warn(
+            "dropout2d: Received a 2-D input to dropout2d, which is deprecated (PyTorch): use "
+            "dropout instead; applying elementwise dropout",
+            UserWarning,
+            stacklevel=2,
+        )
+        return dropout(input, p, training)
+    if input.ndim == 3:
+        warnings.warn(
+            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D "
+            "dropout behavior is desired - input is interpreted as shape (N, C, L), as PyTorch",
+            UserWarning,
+            stacklevel=2,
+        )
+        return _feature_dropout("dropout2d", 1, input, p, training)
     return _feature_dropout("dropout2d", 2, input, p, training)
 
 

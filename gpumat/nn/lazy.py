@@ -1,8 +1,10 @@
-"""Lazy layers (PyTorch's ``torch/nn/modules/lazy.py`` idea): ``LazyLinear`` and ``LazyConv2d``
-take their input size from the first input they see, as d2l's networks are written.
+"""Lazy layers (PyTorch's ``torch/nn/modules/lazy.py`` idea): ``LazyLinear``, ``LazyConv2d``,
+``LazyBatchNorm1d`` and ``LazyBatchNorm2d`` take their input size from the first input they see,
+as d2l's networks are written.
 
-Until the first call, the weight is a parameter with a 0-size input dim (``(out, 0)`` or
-``(out, 0, kh, kw)``) and ``in_features`` / ``in_channels`` is 0. The first ``forward`` sets the
+Until the first call, the weight is a parameter with a 0-size input dim (``(out, 0)``,
+``(out, 0, kh, kw)``, or ``(0,)`` with the batch norms' buffers) and ``in_features`` /
+``in_channels`` / ``num_features`` is 0. The first ``forward`` sets the
 size from the input, gives the same parameter objects their full shape, draws them with the
 layer's ``reset_parameters`` (PyTorch's initialisation) and turns the module into the plain
 layer (``LazyLinear`` becomes ``Linear``, PyTorch's ``cls_to_become``). Make the optimizer after
@@ -17,14 +19,16 @@ from gpumat.creation import zeros
 from gpumat.dtypes import float32
 from gpumat.nn.conv import Conv2d
 from gpumat.nn.linear import Linear
+from gpumat.nn.normalization import BatchNorm1d, BatchNorm2d
 from gpumat.nn.parameter import Parameter
 from gpumat.tensor import Tensor
 
-__all__ = ["LazyConv2d", "LazyLinear"]
+__all__ = ["LazyBatchNorm1d", "LazyBatchNorm2d", "LazyConv2d", "LazyLinear"]
 
 
-def _materialize(module, param: Parameter, shape: tuple) -> None:
-    """Give ``param`` (the same object, so references to it stay valid) zeros of ``shape``."""
+def _materialize(module, param: Tensor, shape: tuple) -> None:
+    """Give ``param`` (a parameter or buffer: the same object, so references to it stay valid)
+    zeros of ``shape``."""
     if current_trace() is not None:
         raise RuntimeError(
             f"{type(module).__name__}: a lazy layer takes its size from its first input; run it "
@@ -32,7 +36,8 @@ def _materialize(module, param: Parameter, shape: tuple) -> None:
         )
     fresh = zeros(*shape, device=param.device)
     param._fill(fresh._data, float32, param.device)
-    param.requires_grad = True
+    if isinstance(param, Parameter):
+        param.requires_grad = True
 
 
 def _input_size(module, input: Tensor, dim: int, ranks: tuple) -> int:  # noqa: A002
@@ -112,3 +117,67 @@ class LazyConv2d(Conv2d):
         self.reset_parameters()
         self.__class__ = Conv2d
         return self.forward(input)
+
+
+class _LazyBatchNorm:
+    """The lazy batch norms' shared steps: zero-size parameters and buffers at construction,
+    their full size (C,) from the first input's channel dim."""
+
+    _becomes: type = BatchNorm1d
+
+    def _lazy_init(self) -> None:
+        for t in (self.weight, self.bias, self.running_mean, self.running_var):
+            if t is not None:
+                _materialize(self, t, (0,))
+        self.num_features = 0
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        self._check_input_dim(input)
+        c = _input_size(self, input, 1, self._ranks)
+        for t in (self.weight, self.bias, self.running_mean, self.running_var):
+            if t is not None:
+                _materialize(self, t, (c,))
+        self.num_features = c
+        self.reset_parameters()
+        self.__class__ = self._becomes
+        return self.forward(input)
+
+
+class LazyBatchNorm1d(_LazyBatchNorm, BatchNorm1d):
+    """``BatchNorm1d`` whose ``num_features`` is the channel count (dim 1) of the first input.
+
+    Args:
+        eps, momentum, affine, track_running_stats, device, dtype: as :class:`BatchNorm1d`.
+
+    Raises:
+        as :class:`BatchNorm1d`; RuntimeError: the first call inside a ``gpumat.compile`` trace.
+    """
+
+    _becomes = BatchNorm1d
+
+    def __init__(
+        self, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, device=None,
+        dtype=None,
+    ) -> None:  # fmt: skip
+        BatchNorm1d.__init__(self, 1, eps, momentum, affine, track_running_stats, device, dtype)
+        self._lazy_init()
+
+
+class LazyBatchNorm2d(_LazyBatchNorm, BatchNorm2d):
+    """``BatchNorm2d`` whose ``num_features`` is the channel count (dim 1) of the first input.
+
+    Args:
+        eps, momentum, affine, track_running_stats, device, dtype: as :class:`BatchNorm2d`.
+
+    Raises:
+        as :class:`BatchNorm2d`; RuntimeError: the first call inside a ``gpumat.compile`` trace.
+    """
+
+    _becomes = BatchNorm2d
+
+    def __init__(
+        self, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, device=None,
+        dtype=None,
+    ) -> None:  # fmt: skip
+        BatchNorm2d.__init__(self, 1, eps, momentum, affine, track_running_stats, device, dtype)
+        self._lazy_init()
