@@ -5,7 +5,8 @@
   ``Tanh``, ``Sigmoid``, ``GELU``, ``SiLU``, ``Softplus``, ``LeakyReLU``, ``ELU``, ``Hardtanh``,
   ``ReLU6``, ``Softmax``, ``LogSoftmax``, ``Dropout``, ``Dropout1d``, ``Dropout2d``,
   ``Flatten``, ``Identity``, ``Sequential``, ``ModuleList``, ``ModuleDict``, ``ParameterList``,
-  ``ParameterDict``) and the
+  ``ParameterDict``), the recurrent layers (``RNN``, ``LSTM``, ``GRU``, ``RNNCell``, ``LSTMCell``,
+  ``GRUCell``) and the
   losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
   ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``), one module per kind;
   :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``), :mod:`gpumat.nn.init` and
@@ -53,6 +54,7 @@ from gpumat.nn.loss import (
 from gpumat.nn.module import Module
 from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from gpumat.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from gpumat.nn.sparse import Embedding
 
 __all__ = [
@@ -68,11 +70,15 @@ __all__ = [
     "ELU",
     "Embedding",
     "Flatten",
+    "GRU",
+    "GRUCell",
     "GELU",
     "Hardtanh",
     "HuberLoss",
     "Identity",
     "KLDivLoss",
+    "LSTM",
+    "LSTMCell",
     "L1Loss",
     "LeakyReLU",
     "Linear",
@@ -86,6 +92,8 @@ __all__ = [
     "Parameter",
     "ParameterDict",
     "ParameterList",
+    "RNN",
+    "RNNCell",
     "ReLU",
     "ReLU6",
     "Sequential",
