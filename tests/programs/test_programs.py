@@ -155,9 +155,7 @@ _TRANSFORMER = (
 _LAZY = "nn.LazyConv2d, nn.LazyLinear (d2l's layers), then Tensor.argmax(axis=)"
 RUN_XFAIL = {
     "word_language_model": xfail(AttributeError, _TRANSFORMER),
-    "mnist_rnn": xfail(
-        AttributeError, "nn.BatchNorm1d, then F.dropout2d of a 2-D (N, C) input"
-    ),
+    "mnist_rnn": xfail(AttributeError, "nn.BatchNorm1d, then F.dropout2d of a 2-D (N, C) input"),
     "nanogpt": xfail(
         AttributeError,
         "nn.ModuleDict, then nn.Embedding, nn.GELU, F.layer_norm, optim.AdamW with weight_decay "
