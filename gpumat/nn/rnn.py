@@ -3,7 +3,9 @@
 names, shapes, initialisation and gate order).
 
 A layer's input projection over the whole sequence is one ``linear`` (one matmul) per layer and
-direction; each time step then adds ``h @ weight_hh.T + bias_hh`` and applies the gates:
+direction; each time step then adds ``h @ weight_hh.T + bias_hh`` and applies the gates (the
+LSTM and GRU gates in one fused kernel, :func:`gpumat.graph.lstm_cell_op` /
+:func:`gpumat.graph.gru_cell_op`, with its gradient kernel):
 
 - RNN: ``h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh)``, act ``tanh`` or ``relu``;
 - LSTM (gates i, f, g, o in that order along the 4H rows): ``c' = sigmoid(f) * c +
@@ -23,12 +25,13 @@ import warnings
 from gpumat.creation import zeros
 from gpumat.dtypes import float32
 from gpumat.graph.node import shape_str
+from gpumat.graph.rnn import gru_cell_op, lstm_cell_op
 from gpumat.nn import functional as F  # noqa: N812 (PyTorch's convention)
 from gpumat.nn import init
 from gpumat.nn.linear import _factory, _positive
 from gpumat.nn.module import Module
 from gpumat.nn.parameter import Parameter
-from gpumat.tensor import Tensor, cat, stack
+from gpumat.tensor import Tensor, apply_op, cat, stack
 
 __all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
 
@@ -43,31 +46,20 @@ def _float_tensor(x, op: str, what: str) -> Tensor:
     return x
 
 
-def _narrow(x: Tensor, k: int, size: int) -> Tensor:
-    """Gate k (of ``size`` columns) of the gate block x (N, G * size)."""
-    return x.narrow(1, k * size, size)
-
-
 def _rnn_cell(gi: Tensor, gh: Tensor, relu: bool) -> Tensor:
     s = gi + gh
     return s.relu() if relu else s.tanh()
 
 
 def _lstm_cell(gi: Tensor, gh: Tensor, c: Tensor, size: int) -> tuple:
-    gates = gi + gh
-    i = _narrow(gates, 0, size).sigmoid()
-    f = _narrow(gates, 1, size).sigmoid()
-    g = _narrow(gates, 2, size).tanh()
-    o = _narrow(gates, 3, size).sigmoid()
-    c_next = f * c + i * g
-    return o * c_next.tanh(), c_next
+    """(h', c') from the fused ``lstm_cell_op`` ([h' | c'] in one kernel)."""
+    hc = apply_op("LSTM cell", lstm_cell_op, [gi + gh, c])
+    return hc.narrow(1, 0, size), hc.narrow(1, size, size)
 
 
 def _gru_cell(gi: Tensor, gh: Tensor, h: Tensor, size: int) -> Tensor:
-    r = (_narrow(gi, 0, size) + _narrow(gh, 0, size)).sigmoid()
-    z = (_narrow(gi, 1, size) + _narrow(gh, 1, size)).sigmoid()
-    n = (_narrow(gi, 2, size) + r * _narrow(gh, 2, size)).tanh()
-    return n + z * (h - n)
+    """h' from the fused ``gru_cell_op``."""
+    return apply_op("GRU cell", gru_cell_op, [gi, gh, h])
 
 
 def _step(mode: str, gi: Tensor, h: Tensor, c, w_hh, b_hh, w_hr, size: int) -> tuple:
