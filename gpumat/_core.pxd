@@ -168,6 +168,13 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
                              int64_t) except +gpumat_raise_py_error nogil
     void adaptive_avg_pool2d(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void adaptive_avg_pool2d_gradient(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    # rnn
+    void lstm_cell(const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void lstm_cell_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+                            GpuMatrix&) except +gpumat_raise_py_error nogil
+    void gru_cell(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
+    void gru_cell_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+                           GpuMatrix&) except +gpumat_raise_py_error nogil
     # random
     void uniform "gpumat::ops::uniform"(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil
     void normal "gpumat::ops::normal"(GpuMatrix&, float, float, uint64_t) except +gpumat_raise_py_error nogil

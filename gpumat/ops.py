@@ -141,6 +141,8 @@ __all__ = [
     "fill",
     "gather",
     "gather_gradient",
+    "gru_cell",
+    "gru_cell_gradient",
     "index_add",
     "index_copy",
     "index_select",
@@ -153,6 +155,8 @@ __all__ = [
     "log",
     "log_softmax",
     "log_softmax_gradient",
+    "lstm_cell",
+    "lstm_cell_gradient",
     "matmul",
     "matmul_bias",
     "max_pool2d",
@@ -870,6 +874,43 @@ def adaptive_avg_pool2d_gradient(dy, out) -> None:
     element receives dy / (the window's area) from each adaptive window that covers it (a gather,
     deterministic)."""
     _core.adaptive_avg_pool2d_gradient_(dy, out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fused recurrent cells (extensions/src/rnn_cell.h has the formulas; PyTorch's gate orders).
+# --------------------------------------------------------------------------------------------------
+
+
+def lstm_cell(gates, c, out) -> None:
+    """One LSTM cell update: gates (N, 4H) (pre-activations of i, f, g, o, PyTorch's order) and
+    c (N, H) -> out (N, 2H) = [h' | c'] with c' = sigmoid(f) c + sigmoid(i) tanh(g) and
+    h' = sigmoid(o) tanh(c') (``torch.nn.LSTMCell``'s formula). float32 arrays on one device;
+    ValueError for other shapes or devices, or an out that overlaps an input."""
+    _core.lstm_cell_(gates, c, out)
+
+
+def lstm_cell_gradient(gates, c, y, dy, out) -> None:
+    """out (N, 5H) = [d gates (N, 4H) | dc (N, H)], the gradient of :func:`lstm_cell` given its
+    inputs, its output y (N, 2H) and dy (N, 2H) = [dh' | dc'] (the chain rule through the formula
+    of :func:`lstm_cell`, sigmoid' = s (1 - s), tanh' = 1 - tanh^2). Errors as for
+    :func:`lstm_cell`."""
+    _core.lstm_cell_gradient_(gates, c, y, dy, out)
+
+
+def gru_cell(gi, gh, hx, out) -> None:
+    """One GRU cell update: gi = x W_ih^T + b_ih and gh = hx W_hh^T + b_hh (N, 3H) (r, z, n,
+    PyTorch's order), hx (N, H) -> out (N, H) = n + z (hx - n) with r = sigmoid(gi_r + gh_r),
+    z = sigmoid(gi_z + gh_z), n = tanh(gi_n + r gh_n) (``torch.nn.GRUCell``'s formula).
+    float32 arrays on one device; ValueError for other shapes or devices, or an out that overlaps
+    an input."""
+    _core.gru_cell_(gi, gh, hx, out)
+
+
+def gru_cell_gradient(gi, gh, hx, dy, out) -> None:
+    """out (N, 7H) = [d gi (N, 3H) | d gh (N, 3H) | d hx (N, H)], the gradient of
+    :func:`gru_cell` given its inputs and dy (N, H) (the chain rule through its formula; the
+    gates are recomputed, nothing is stored). Errors as for :func:`gru_cell`."""
+    _core.gru_cell_gradient_(gi, gh, hx, dy, out)
 
 
 # --------------------------------------------------------------------------------------------------

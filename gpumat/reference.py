@@ -919,6 +919,77 @@ def adaptive_avg_pool2d_gradient(dy, out) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# Fused recurrent cells (extensions/src/rnn_cell.h)
+# --------------------------------------------------------------------------------------------------
+
+
+def _sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _cell_check(op, g, state, k, others):
+    if g.ndim != 2 or state.ndim != 2 or g.shape != (state.shape[0], k * state.shape[1]):
+        raise ValueError(f"{op}: gates {g.shape} must be (N, {k} * H) for state {state.shape}")
+    n, h = state.shape
+    for what, a, cols in others:
+        if a.shape != (n, cols * h):
+            raise ValueError(f"{op}: {what} must be ({n}, {cols * h}), got {a.shape}")
+    return h
+
+
+def lstm_cell(gates, c, out) -> None:
+    """out = [h' | c'] of one LSTM step from gates (N, 4H) (i, f, g, o) and c (N, H)."""
+    h = _cell_check("lstm_cell", gates, c, 4, [("out", out, 2)])
+    i, f, g, o = (gates[:, k * h : (k + 1) * h] for k in range(4))
+    cn = _sig(f) * c + _sig(i) * np.tanh(g)
+    out[...] = np.concatenate([_sig(o) * np.tanh(cn), cn], axis=1)
+
+
+def lstm_cell_gradient(gates, c, y, dy, out) -> None:
+    """out = [d gates | dc] of :func:`lstm_cell` from its output y and dy = [dh' | dc']."""
+    h = _cell_check(
+        "lstm_cell_gradient", gates, c, 4, [("y", y, 2), ("dy", dy, 2), ("out", out, 5)]
+    )
+    si, sf, tg, so = (
+        fn(gates[:, k * h : (k + 1) * h]) for k, fn in enumerate((_sig, _sig, np.tanh, _sig))
+    )
+    tc = np.tanh(y[:, h:])
+    dh = dy[:, :h]
+    dc = dy[:, h:] + dh * so * (1 - tc * tc)
+    out[...] = np.concatenate(
+        [
+            dc * tg * si * (1 - si),
+            dc * c * sf * (1 - sf),
+            dc * si * (1 - tg * tg),
+            dh * tc * so * (1 - so),
+            dc * sf,
+        ],
+        axis=1,
+    )
+
+
+def gru_cell(gi, gh, hx, out) -> None:
+    """out = h' of one GRU step from gi, gh (N, 3H) (r, z, n) and hx (N, H)."""
+    h = _cell_check("gru_cell", gi, hx, 3, [("gh", gh, 3), ("out", out, 1)])
+    r = _sig(gi[:, :h] + gh[:, :h])
+    z = _sig(gi[:, h : 2 * h] + gh[:, h : 2 * h])
+    n = np.tanh(gi[:, 2 * h :] + r * gh[:, 2 * h :])
+    out[...] = n + z * (hx - n)
+
+
+def gru_cell_gradient(gi, gh, hx, dy, out) -> None:
+    """out = [d gi | d gh | d hx] of :func:`gru_cell` from dy (N, H)."""
+    h = _cell_check("gru_cell_gradient", gi, hx, 3, [("gh", gh, 3), ("dy", dy, 1), ("out", out, 7)])
+    r = _sig(gi[:, :h] + gh[:, :h])
+    z = _sig(gi[:, h : 2 * h] + gh[:, h : 2 * h])
+    n = np.tanh(gi[:, 2 * h :] + r * gh[:, 2 * h :])
+    dn = dy * (1 - z) * (1 - n * n)
+    dz = dy * (hx - n) * z * (1 - z)
+    dr = dn * gh[:, 2 * h :] * r * (1 - r)
+    out[...] = np.concatenate([dr, dz, dn, dr, dz, dn * r, dy * z], axis=1)
+
+
+# --------------------------------------------------------------------------------------------------
 # Random numbers: counter-based, bit for bit the devices' draws
 # --------------------------------------------------------------------------------------------------
 

@@ -191,6 +191,11 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(avg_pool2d_gradient),
       GPUMAT_STEP(adaptive_avg_pool2d),
       GPUMAT_STEP(adaptive_avg_pool2d_gradient),
+      // rnn
+      GPUMAT_STEP(lstm_cell),
+      GPUMAT_STEP(lstm_cell_gradient),
+      GPUMAT_STEP(gru_cell),
+      GPUMAT_STEP(gru_cell_gradient),
       // random
       GPUMAT_STEP(uniform),
       GPUMAT_STEP(normal),

@@ -490,6 +490,22 @@ void conv_pool_cases() {
   }
 }
 
+void rnn_cases() {
+  namespace ops = gpumat::ops;
+  // rows and hidden sizes whose (n, h) state leaves a tail in the last block
+  for (auto [n, h] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {5, 33}, {17, 61}}) {
+    const std::string t = " n=" + std::to_string(n) + " h=" + std::to_string(h);
+    check("lstm_cell" + t, {{n, 4 * h}, {n, h}}, {{n, 2 * h}},
+          [](Arrays& a) { ops::lstm_cell(a[0], a[1], a[2]); });
+    check("lstm_cell_gradient" + t, {{n, 4 * h}, {n, h}, {n, 2 * h}, {n, 2 * h}}, {{n, 5 * h}},
+          [](Arrays& a) { ops::lstm_cell_gradient(a[0], a[1], a[2], a[3], a[4]); });
+    check("gru_cell" + t, {{n, 3 * h}, {n, 3 * h}, {n, h}}, {{n, h}},
+          [](Arrays& a) { ops::gru_cell(a[0], a[1], a[2], a[3]); });
+    check("gru_cell_gradient" + t, {{n, 3 * h}, {n, 3 * h}, {n, h}, {n, h}}, {{n, 7 * h}},
+          [](Arrays& a) { ops::gru_cell_gradient(a[0], a[1], a[2], a[3], a[4]); });
+  }
+}
+
 void layer_cases() {
   namespace ops = gpumat::ops;
   for (int64_t n : {1, 31, 257, 4099}) {
@@ -646,6 +662,7 @@ void grid_stride_cases() {
   fused_cases();
   conv_pool_cases();
   layer_cases();
+  rnn_cases();
   frontend_kernel_cases();
   g_setting.clear();
 }
@@ -1580,6 +1597,7 @@ int main(int argc, char** argv) {
     grid_stride_cases();
     index_cases();
     norm_cases();
+    rnn_cases();
   } catch (const std::exception& e) {  // a fault outside the cases' own checks
     std::printf("FAIL (uncaught): %s\n", e.what());
     ++g_failures;

@@ -13,7 +13,7 @@ One module per kernel family, each op's forward (``compute``), gradient and shap
 :mod:`~gpumat.graph.reduce`,
 :mod:`~gpumat.graph.matmul`, :mod:`~gpumat.graph.softmax`, :mod:`~gpumat.graph.loss`,
 :mod:`~gpumat.graph.conv`, :mod:`~gpumat.graph.pool`, :mod:`~gpumat.graph.sort`,
-:mod:`~gpumat.graph.norm`;
+:mod:`~gpumat.graph.norm`, :mod:`~gpumat.graph.rnn`;
 :mod:`~gpumat.graph.reverse_mode` has
 :func:`gradients` and :func:`find_topo_sort`. This module re-exports every family's ``__all__``, so
 an op added to a family (and to that module's ``__all__``) is here too.
@@ -30,6 +30,7 @@ from gpumat.graph import (
     norm,
     pool,
     reduce,
+    rnn,
     softmax,
     sort,
     strided,
@@ -59,12 +60,13 @@ from gpumat.graph.norm import *
 from gpumat.graph.pool import *
 from gpumat.graph.reduce import *
 from gpumat.graph.reverse_mode import find_topo_sort, gradients
+from gpumat.graph.rnn import *
 from gpumat.graph.softmax import *
 from gpumat.graph.sort import *
 from gpumat.graph.strided import *
 
 _FAMILIES = (elementwise, activation, layout, strided, reduce, matmul, softmax, loss, conv, pool)
-_FAMILIES += (index_family, sort, norm)
+_FAMILIES += (index_family, sort, norm, rnn)
 
 __all__ = sorted(
     {n for family in _FAMILIES for n in family.__all__}

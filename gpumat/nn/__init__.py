@@ -7,7 +7,8 @@
   ``LayerNorm``, ``RMSNorm``, ``BatchNorm1d``, ``BatchNorm2d``,
   ``Flatten``, ``Identity``, ``LazyLinear``, ``LazyConv2d``, ``LazyBatchNorm1d``,
   ``LazyBatchNorm2d``, ``Sequential``, ``ModuleList``,
-  ``ModuleDict``, ``ParameterList``, ``ParameterDict``) and the
+  ``ModuleDict``, ``ParameterList``, ``ParameterDict``), the recurrent layers (``RNN``,
+  ``LSTM``, ``GRU``, ``RNNCell``, ``LSTMCell``, ``GRUCell``) and the
   losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
   ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``), one module per kind;
   :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``), :mod:`gpumat.nn.init` and
@@ -57,6 +58,7 @@ from gpumat.nn.module import Module
 from gpumat.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
 from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from gpumat.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from gpumat.nn.sparse import Embedding
 
 __all__ = [
@@ -74,11 +76,15 @@ __all__ = [
     "ELU",
     "Embedding",
     "Flatten",
+    "GRU",
+    "GRUCell",
     "GELU",
     "Hardtanh",
     "HuberLoss",
     "Identity",
     "KLDivLoss",
+    "LSTM",
+    "LSTMCell",
     "L1Loss",
     "LazyBatchNorm1d",
     "LazyBatchNorm2d",
@@ -98,6 +104,8 @@ __all__ = [
     "ParameterDict",
     "ParameterList",
     "RMSNorm",
+    "RNN",
+    "RNNCell",
     "ReLU",
     "ReLU6",
     "Sequential",

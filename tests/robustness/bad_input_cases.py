@@ -360,6 +360,15 @@ def _valid_args(name, draw, arrays: Arrays):
             draw(st.floats(1.0, 20.0)),
             new(s),
         ]
+    if name in ("lstm_cell", "lstm_cell_gradient", "gru_cell", "gru_cell_gradient"):
+        n, h = draw(small), draw(st.integers(1, 5))
+        if name.startswith("lstm"):
+            ins = [new((n, 4 * h)), new((n, h))]
+            ins += [new((n, 2 * h)), new((n, 2 * h))] if name.endswith("gradient") else []
+            return ins + [new((n, (5 if name.endswith("gradient") else 2) * h))]
+        ins = [new((n, 3 * h)), new((n, 3 * h)), new((n, h))]
+        ins += [new((n, h))] if name.endswith("gradient") else []
+        return ins + [new((n, (7 if name.endswith("gradient") else 1) * h))]
     if name in ("adaptive_avg_pool2d", "adaptive_avg_pool2d_gradient"):
         n, c = draw(small), draw(small)
         x = (n, c, draw(st.integers(1, 7)), draw(st.integers(1, 7)))
@@ -910,6 +919,13 @@ def _ref_adaptive_avg_pool2d(name, a):
     op = graph.adaptive_avg_pool2d_gradient_op
     size = src.shape[2:]
     return {1: _graph(lambda D, X: op(D, X, size), src, dst, out_shape=dst.shape)}
+
+
+def _ref_rnn_cell(name, a):
+    *ins, out = a
+    _no_alias(out, *ins)
+    op = getattr(graph, name + "_op")
+    return {len(a) - 1: _graph(op, *(_arr(v) for v in ins), out_shape=_arr(out).shape)}
 
 
 def _ref_mse_loss(name, a):
@@ -1534,6 +1550,10 @@ _REFERENCES = {
     "avg_pool2d": _ref_max_pool2d,
     "max_pool2d_gradient": _ref_max_pool2d_gradient,
     "avg_pool2d_gradient": _ref_avg_pool2d_gradient,
+    "lstm_cell": _ref_rnn_cell,
+    "lstm_cell_gradient": _ref_rnn_cell,
+    "gru_cell": _ref_rnn_cell,
+    "gru_cell_gradient": _ref_rnn_cell,
     "adaptive_avg_pool2d": _ref_adaptive_avg_pool2d,
     "adaptive_avg_pool2d_gradient": _ref_adaptive_avg_pool2d,
     **{
@@ -2470,6 +2490,8 @@ def batch_graph():
         "elu_gradient_op": lambda u, v: graph.elu_gradient_op(x, u, v),
         "hardtanh_op": lambda u, v: graph.hardtanh_op(x, u, v),
         "adaptive_avg_pool2d_op": lambda u, v: graph.adaptive_avg_pool2d_op(u, v),
+        "lstm_cell_op": lambda u, v: graph.lstm_cell_op(u, v),
+        "gru_cell_op": lambda u, v: graph.gru_cell_op(x, u, v),
         "embedding_op": lambda u, v: graph.embedding_op(x, u, v),
         "constant_pad_op": lambda u, v: graph.constant_pad_op(u, v),
         "Executor training": lambda u, v: ad.Executor([x], training=v),
@@ -3906,6 +3928,9 @@ BATCHES = {
             "uniform",
             "normal",
         ]
+    ),
+    "ops_rnn": lambda: batch_ops(
+        ["lstm_cell", "lstm_cell_gradient", "gru_cell", "gru_cell_gradient"]
     ),
     "ops_strided": lambda: batch_ops(
         ["broadcast_binary", "broadcast_where", "sum_to", "as_strided", "as_strided_scatter"]

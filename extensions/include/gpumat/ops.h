@@ -298,6 +298,21 @@ void avg_pool2d_gradient(const GpuMatrix& dy, GpuMatrix& dx, int64_t kernel_h, i
 void adaptive_avg_pool2d(const GpuMatrix& x, GpuMatrix& y);
 void adaptive_avg_pool2d_gradient(const GpuMatrix& dy, GpuMatrix& dx);
 
+// ---------------------------------------------------------------------------- rnn
+
+// Fused recurrent cells (formulas in src/rnn_cell.h; PyTorch's gate orders), N rows, hidden size H.
+// lstm_cell: gates (N, 4H) (i, f, g, o pre-activations), c (N, H) -> out (N, 2H) = [h' | c'];
+// lstm_cell_gradient: from y = that out and dy (N, 2H) -> out (N, 5H) = [d gates | dc].
+// gru_cell: gi, gh (N, 3H) (r, z, n of x W_ih^T + b_ih and h W_hh^T + b_hh), hx (N, H) ->
+// out (N, H); gru_cell_gradient: from dy (N, H) -> out (N, 7H) = [d gi | d gh | d hx].
+// The output may not overlap an input.
+void lstm_cell(const GpuMatrix& gates, const GpuMatrix& c, GpuMatrix& out);
+void lstm_cell_gradient(const GpuMatrix& gates, const GpuMatrix& c, const GpuMatrix& y, const GpuMatrix& dy,
+                        GpuMatrix& out);
+void gru_cell(const GpuMatrix& gi, const GpuMatrix& gh, const GpuMatrix& hx, GpuMatrix& out);
+void gru_cell_gradient(const GpuMatrix& gi, const GpuMatrix& gh, const GpuMatrix& hx, const GpuMatrix& dy,
+                       GpuMatrix& out);
+
 // ---------------------------------------------------------------------------- random
 
 // Counter-based random fills: element i depends only on (seed, i), so host and CUDA give the same
