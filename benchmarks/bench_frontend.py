@@ -8,7 +8,7 @@ Usage::
     python3 benchmarks/bench_frontend.py --ctx gpu          # CUDA device 0 (PyTorch on cuda)
     python3 benchmarks/bench_frontend.py --quick --out /tmp/  # CI smoke run (small sizes)
 
-Three cases, each a full training step (``zero_grad``, forward, loss, ``backward``, optimizer
+Four cases, each a full training step (``zero_grad``, forward, loss, ``backward``, optimizer
 ``step``) on fixed random batches, from the same initial weights in both libraries:
 
 - ``mlp`` (batch 1000): 784-256-100-10 with ReLU, cross-entropy, SGD at lr 0.1; eager gpumat
@@ -20,6 +20,11 @@ Three cases, each a full training step (``zero_grad``, forward, loss, ``backward
   steps/s measure what a step costs the host; gpumat compiled (``gpumat.compile``) against eager
   PyTorch (the goal: 5x its steps/s) and ``torch.compile`` of the forward and loss (the goal:
   faster), with gpumat eager for reference.
+
+- ``gpt``: ``examples/gpt.py``'s model and training step at the example's size (batch 32 x
+  context 64), gpumat eager and compiled against PyTorch eager and ``torch.compile`` (the
+  goals on the host: eager at most PyTorch eager's step time, compiled faster than
+  ``torch.compile``).
 
 - ``mnist-net``: the whole program ``examples/mnist_net.py --epochs 1`` (eager, and with
   ``--compile``) beside its PyTorch twin ``examples/mnist_net_torch.py --epochs 1``, run in this
@@ -262,6 +267,85 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
     return rows
 
 
+def run_gpt(ctx, torch, args) -> list[dict]:
+    """``examples/gpt.py``'s model and training step (forward, backward, clipping to norm 1, the
+    AdamW step over two groups) at the example's size (4 layers of 128 features, 4 heads,
+    context 64, batches of 32, 65 characters; ``--quick``: 1 layer of 32, context 16, batch 4):
+    gpumat eager and with the forward and backward compiled (as ``gpt.py --compile``), PyTorch
+    eager and ``torch.compile`` of the model, from the same weights on the same batches."""
+    import gpt  # an example program, on the path set at the top
+
+    quick = args.quick
+    config = gpt.GPTConfig(block_size=16 if quick else 64, vocab_size=65, n_layer=1 if quick else 4,
+                           n_head=2 if quick else 4, n_embd=32 if quick else 128)  # fmt: skip
+    batch = 4 if quick else 32
+    rng = np.random.default_rng(args.seed)
+    data = [
+        (
+            rng.integers(0, 65, (batch, config.block_size)),
+            rng.integers(0, 65, (batch, config.block_size)),
+        )
+        for _ in range(4)
+    ]
+    label = f"{batch}x{config.block_size}"
+    gpumat.manual_seed(args.seed)
+    reference = gpt.GPT(config)
+    steps, repeat = (1, 2) if quick else (args.steps["gpt"], args.repeat)
+    sync = lambda: gpumat.synchronize(ctx)  # noqa: E731
+    batches = [(gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx)) for x, y in data]
+    variants = []
+    for variant in ("gpumat-eager", "gpumat-compiled"):
+        model = gpt.GPT(config).to(ctx)
+        model.load_state_dict(reference.state_dict())
+        opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
+
+        def forward_backward(x, y, model=model):
+            _, loss = model(x, y)
+            loss.backward()
+            return loss
+
+        fb = gpumat.compile(forward_backward) if variant == "gpumat-compiled" else forward_backward
+
+        def step(x, y, model=model, opt=opt, fb=fb):
+            opt.zero_grad(set_to_none=True)
+            loss = fb(x, y)
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            return loss
+
+        row = {"case": "gpt", "batch": label, "framework": variant}
+        row["first_loss"] = step(*batches[0]).item()
+        variants.append({"row": row, "step": step, "batches": batches, "sync": sync})
+    if torch is not None:
+        import gpt_torch  # needs torch
+
+        tdev = "cuda" if ctx.device_type == "gpu" else "cpu"
+        tbatches = [(torch.tensor(x, device=tdev), torch.tensor(y, device=tdev)) for x, y in data]
+        tsync = (lambda: torch.cuda.synchronize()) if tdev == "cuda" else (lambda: None)
+        state = {k: torch.tensor(v.detach().numpy()) for k, v in reference.state_dict().items()}
+        for variant in ["torch"] + (["torch-compile"] if args.torch_compile else []):
+            tm = gpt_torch.GPT(config).to(tdev)
+            tm.load_state_dict(state)
+            topt = tm.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
+            runner = torch.compile(tm) if variant == "torch-compile" else tm
+
+            def tstep(x, y, tm=tm, topt=topt, runner=runner):
+                topt.zero_grad(set_to_none=True)
+                _, loss = runner(x, y)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(tm.parameters(), 1.0)
+                topt.step()
+                return loss
+
+            row = {"case": "gpt", "batch": label, "framework": variant}
+            row["first_loss"] = float(tstep(*tbatches[0]))
+            variants.append({"row": row, "step": tstep, "batches": tbatches, "sync": tsync})
+    first = [v["row"]["first_loss"] for v in variants]
+    assert max(first) - min(first) <= 1e-4 * max(first), f"gpt: first losses differ: {first}"
+    time_interleaved(variants, steps, repeat, warmup=1)
+    return [v["row"] for v in variants]
+
+
 def run_mnist_net(torch, args) -> list[dict]:
     """``examples/mnist_net.py --epochs 1`` (eager and ``--compile``) and its PyTorch twin, each
     one run of the program's ``main`` in this process; a row per run."""
@@ -302,7 +386,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ctx", default="cpu", choices=["cpu", "gpu"], help="device (default cpu)")
-    p.add_argument("--cases", default="mlp,cnn,tiny-mlp,mnist-net", help="comma-separated cases")
+    p.add_argument(
+        "--cases", default="mlp,cnn,tiny-mlp,gpt,mnist-net", help="comma-separated cases"
+    )
     p.add_argument("--repeat", type=int, default=5, help="timed samples per row (5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-torch-compile", dest="torch_compile", action="store_false",
@@ -310,7 +396,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     p.add_argument("--out", default=None, help="JSON path or folder (default benchmarks/results)")
     args = p.parse_args(argv)
-    args.steps = {"mlp": 10, "cnn": 1, "tiny-mlp": 300}
+    args.steps = {"mlp": 10, "cnn": 1, "tiny-mlp": 300, "gpt": 3}
     ctx = gpumat.gpu(0) if args.ctx == "gpu" else gpumat.cpu()
     torch = optional_import("torch")
     header = run_header("frontend", args.ctx, args.quick, ["benchmarks/bench_frontend.py", *argv])
@@ -326,12 +412,14 @@ def main(argv=None) -> int:
     cases = QUICK_CASES if args.quick else CASES
     rows = []
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
-    unknown = sorted(set(names) - {*cases, "mnist-net"})
+    unknown = sorted(set(names) - {*cases, "gpt", "mnist-net"})
     if unknown:
-        p.error(f"unknown cases {unknown}; known: {', '.join([*cases, 'mnist-net'])}")
+        p.error(f"unknown cases {unknown}; known: {', '.join([*cases, 'gpt', 'mnist-net'])}")
     for name in names:
         if name == "mnist-net":
             rows += run_mnist_net(torch, args)
+        elif name == "gpt":
+            rows += run_gpt(ctx, torch, args)
         else:
             rows += run_case(name, cases[name], ctx, torch, args)
         print(frontend_table([r for r in rows if r["case"] == name]), flush=True)

@@ -154,18 +154,6 @@ _TRANSFORMER = (
 )
 RUN_XFAIL = {
     "word_language_model": xfail(AttributeError, _TRANSFORMER),
-    "mnist_rnn": xfail(AttributeError, "nn.BatchNorm1d, then F.dropout2d of a 2-D (N, C) input"),
-    "nanogpt": xfail(
-        AttributeError,
-        "nn.ModuleDict, then nn.Embedding, nn.GELU, F.layer_norm, optim.AdamW with weight_decay "
-        "groups, clip_grad_norm_, F.cross_entropy(ignore_index=), int64 0-d tensor + int",
-    ),
-    "d2l_batch_norm[concise]": xfail(AttributeError, "nn.LazyBatchNorm2d / 1d"),
-    "d2l_resnet": xfail(AttributeError, "nn.LazyBatchNorm2d"),
-    "mlp_resnet": xfail(
-        AttributeError,
-        "nn.BatchNorm1d (a default argument: fails at import), then optim.Adam(weight_decay=)",
-    ),
 }
 # The comparison builds and trains without main()'s extras (saving, sampling, dropout).
 COMPARE_XFAIL = {}

@@ -164,6 +164,19 @@ def test_frontend_notebook(run_notebook, monkeypatch):
         assert "same predictions:" in text
 
 
+def test_transformer_notebook(run_notebook):
+    nb = run_notebook("06_transformer.ipynb")
+    text = _outputs(nb)
+    assert "4,850,380 characters, 83 distinct" in text
+    before = re.search(r"before: \{'train': ([\d.]+)", text)
+    after = re.search(r"after:  \{'train': ([\d.]+)", text)
+    assert before and after and float(after.group(1)) < float(before.group(1)), text[-2000:]
+    difference = re.search(r"largest difference: (\S+)", text)
+    assert difference and float(difference.group(1)) < 1e-4, text[-2000:]
+    assert text.count("estimate") >= 2  # the two profile tables, labelled estimates
+    assert len(_images(nb)) >= 2  # the loss curve and the attention maps
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the notebook compiles a kernel with g++")
 def test_emulator_notebook(run_notebook, monkeypatch):
     monkeypatch.setenv("GPUMAT_NOTEBOOK_SEEDS", "3")

@@ -74,6 +74,7 @@ def test_the_program_trains_checkpoints_samples_and_loads_into_the_twin(tmp_path
             "--plot", str(tmp_path / "loss.png"), "--seed", "3"]  # fmt: skip
     small = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
              "--batch-size", "4", "--eval-iters", "2", "--eval-interval", "4",
+             "--warmup-iters", "2", "--lr-decay-iters", "8", "--lr", "1e-2",
              "--no-progress"]  # fmt: skip
     history = gpt.main(argv + small)
     assert len(history["train"]) == 8 and [e["iter"] for e in history["eval"]] == [0, 4, 8]
@@ -97,7 +98,7 @@ def test_generate_keeps_to_the_top_k(tmp_path):
     out = ours.generate(start, 20, temperature=1.0, top_k=1)  # greedy: deterministic
     again = ours.generate(start, 20, temperature=1.0, top_k=1)
     assert out.shape == (2, 21) and np.array_equal(out.numpy(), again.numpy())
-    with pytest.raises(ValueError, match="past block_size"):
+    with pytest.raises(ValueError, match="longer than block_size"):
         ours(gpumat.zeros(1, 17, dtype=gpumat.long))
 
 
