@@ -54,6 +54,7 @@ from gpumat.nn.module import Module
 from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from gpumat.nn.sparse import Embedding
+from gpumat.nn.transformer import MultiheadAttention
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -80,6 +81,7 @@ __all__ = [
     "MSELoss",
     "MaxPool2d",
     "Module",
+    "MultiheadAttention",
     "ModuleDict",
     "ModuleList",
     "NLLLoss",
