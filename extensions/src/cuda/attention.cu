@@ -64,7 +64,7 @@ __global__ void attention_forward_kernel(const float* q, const float* k, const f
   __shared__ float vs[kBc][kPad];
   __shared__ float ps[kBr][kBc + 1];
   const int r = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
-  const int64_t qblocks = ceil_div(l, kBr);
+  const int64_t qblocks = (l + kBr - 1) / kBr;
   for (int64_t t = blockIdx.x; t < batch * qblocks; t += gridDim.x) {
     const int64_t b = t / qblocks, q0 = (t % qblocks) * kBr, row = q0 + r;
     const float* kb = k + b * s * e;
@@ -165,7 +165,7 @@ __global__ void attention_dkdv_kernel(const float* q, const float* k, const floa
   __shared__ float dss[kBr][kBc + 1];
   __shared__ float lse[kBr], dsum[kBr];
   const int r = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;  // r: a query row, then a key row
-  const int64_t kblocks = ceil_div(s, kBc);
+  const int64_t kblocks = (s + kBc - 1) / kBc;
   for (int64_t t = blockIdx.x; t < batch * kblocks; t += gridDim.x) {
     const int64_t b = t / kblocks, k0 = (t % kblocks) * kBc;
     const float* ob = out + b * l * (ev + 1);
@@ -228,7 +228,7 @@ __global__ void attention_dq_kernel(const float* q, const float* k, const float*
   __shared__ float dss[kBr][kBc + 1];
   __shared__ float lse[kBr], dsum[kBr];
   const int r = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
-  const int64_t qblocks = ceil_div(l, kBr);
+  const int64_t qblocks = (l + kBr - 1) / kBr;
   for (int64_t t = blockIdx.x; t < batch * qblocks; t += gridDim.x) {
     const int64_t b = t / qblocks, q0 = (t % qblocks) * kBr, row = q0 + r;
     const float* kb = k + b * s * e;
