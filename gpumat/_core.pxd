@@ -122,6 +122,12 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void matmul_bias(const GpuMatrix&, bool, const GpuMatrix&, bool, const GpuMatrix&, GpuMatrix&,
                      bool) except +gpumat_raise_py_error nogil
     void bmm(const GpuMatrix&, bool, const GpuMatrix&, bool, GpuMatrix&) except +gpumat_raise_py_error nogil
+    # attention
+    void attention "gpumat::ops::attention"(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&, float,
+                                            bool) except +gpumat_raise_py_error nogil
+    void attention_gradient "gpumat::ops::attention_gradient"(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
+                                                              const GpuMatrix&, const GpuMatrix&, GpuMatrix&, float,
+                                                              bool) except +gpumat_raise_py_error nogil
     # softmax
     void softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     void log_softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil

@@ -109,6 +109,8 @@ __all__ = [
     "argsort",
     "as_strided",
     "as_strided_scatter",
+    "attention",
+    "attention_gradient",
     "avg_pool2d",
     "avg_pool2d_gradient",
     "adaptive_avg_pool2d",
@@ -616,6 +618,40 @@ def bmm(a, b, out, trans_a: bool = False, trans_b: bool = False) -> None:
     ta = as_flag(trans_a, "trans_a", "bmm")
     tb = as_flag(trans_b, "trans_b", "bmm")
     _core.bmm_(a, ta, b, tb, out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention: fused scaled dot-product attention (FlashAttention-2's tiling).
+# --------------------------------------------------------------------------------------------------
+
+
+def attention(q, k, v, out, scale: float, causal: bool = False) -> None:
+    """Fused scaled dot-product attention, the (l, s) score matrix never stored.
+
+    q (batch, l, e), k (batch, s, e), v (batch, s, ev), float32 with e, ev <= 128; out
+    (batch, l, ev + 1): per query row, ``out[..., :ev]`` = softmax(scale * q k^T) v and
+    ``out[..., ev]`` the row's logsumexp of the scaled scores (which :func:`attention_gradient`
+    reads). ``causal`` masks key j > query i (top-left aligned, PyTorch's ``is_causal``). A row with
+    no key (s = 0) gives zeros and -inf. Algorithm: Dao, "FlashAttention-2: Faster Attention with
+    Better Parallelism and Work Partitioning" (2023): tiles of Q, K, V in shared memory and an
+    online softmax (running max and sum). Raises ValueError for shapes that do not fit, a head
+    dim over 128, a non-finite scale, out overlapping an input; TypeError for a non-bool causal.
+    """
+    c = as_flag(causal, "causal", "attention")
+    _core.attention_(q, k, v, out, as_real(scale, "scale", "attention"), c)
+
+
+def attention_gradient(q, k, v, out, dout, dqkv, scale: float, causal: bool = False) -> None:
+    """The gradients of :func:`attention` into one flat ``dqkv`` (q.size + k.size + v.size,): dq,
+    dk, dv (the shapes of q, k, v) one after the other, given its ``out`` and ``dout`` (both
+    (batch, l, ev + 1); dout's last column is the logsumexp's gradient dL). FlashAttention-2's
+    backward: P recomputed tile by tile from the saved logsumexp, dS = P (dO v^T - D) with
+    D = rowsum(dO * O) - dL; dK, dV in
+    one pass over key tiles and dQ in one over query tiles (no atomics: deterministic). Raises
+    ValueError for shapes that do not fit or dqkv overlapping an input."""
+    c = as_flag(causal, "causal", "attention_gradient")
+    s = as_real(scale, "scale", "attention_gradient")
+    _core.attention_gradient_(q, k, v, out, dout, dqkv, s, c)
 
 
 # --------------------------------------------------------------------------------------------------

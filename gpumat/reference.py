@@ -638,6 +638,67 @@ def _log_softmax(x, dim: int):
     return z - np.log(np.exp(z).sum(axis=dim, keepdims=True))
 
 
+def _attention_checks(op, q, k, v, scale):
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise ValueError(
+            f"{op}: q, k, v must be 3-D (batch, length, head dim), "
+            f"got q {q.shape}, k {k.shape}, v {v.shape}"
+        )
+    if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
+        raise ValueError(
+            f"{op}: expected q (batch, l, e), k (batch, s, e), v (batch, s, ev), "
+            f"got q {q.shape}, k {k.shape}, v {v.shape}"
+        )
+    if v.shape[1] != k.shape[1]:
+        raise ValueError(f"{op}: k {k.shape} and v {v.shape} differ in length")
+    if not math.isfinite(scale):
+        raise ValueError(f"{op}: scale must be finite, got {scale}")
+
+
+def _attention_probs(q, k, scale, causal):
+    """P = softmax(scale q k^T) (batch, l, s) in float64 and the rows' logsumexp (batch, l)."""
+    z = np.einsum("ble,bse->bls", q.astype(np.float64), k.astype(np.float64)) * scale
+    if causal:
+        z = np.where(np.tri(z.shape[1], z.shape[2], dtype=bool), z, -np.inf)
+    m = z.max(axis=-1, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(z - m)
+    total = e.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+        lse = np.where(total > 0, m + np.log(np.where(total > 0, total, 1.0)), -np.inf)
+    return p, lse[..., 0]
+
+
+def attention(q, k, v, out, scale: float, causal: bool = False) -> None:
+    """out (batch, l, ev + 1) = [softmax(scale q k^T) v, logsumexp], unfused, in float64."""
+    _attention_checks("attention", q, k, v, scale)
+    p, lse = _attention_probs(q, k, float(scale), bool(causal))
+    out[..., :-1] = np.einsum("bls,bsv->blv", p, v.astype(np.float64))
+    out[..., -1] = lse
+
+
+def attention_gradient(q, k, v, out, dout, dqkv, scale: float, causal: bool = False) -> None:
+    """dqkv = [dq, dk, dv] flattened, the gradients of :func:`attention` from its ``out`` and
+    dout (batch, l, ev + 1; the last column the logsumexp's gradient dL), unfused, in float64.
+    As the kernels: P = exp(scale q k^T - L) from the saved logsumexp L and
+    dS = P (dO v^T - D), D = rowsum(dO * O) - dL from the saved O."""
+    _attention_checks("attention_gradient", q, k, v, scale)
+    q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
+    o, g = out.astype(np.float64), dout.astype(np.float64)
+    z = np.einsum("ble,bse->bls", q64, k64) * scale - o[..., -1:]
+    if causal:
+        z = np.where(np.tri(z.shape[1], z.shape[2], dtype=bool), z, -np.inf)
+    p = np.exp(z)
+    dv = np.einsum("bls,blv->bsv", p, g[..., :-1])
+    dp = np.einsum("blv,bsv->bls", g[..., :-1], v64)
+    d = (g[..., :-1] * o[..., :-1]).sum(axis=-1, keepdims=True) - g[..., -1:]
+    ds = p * (dp - d)
+    dq = np.einsum("bls,bse->ble", ds, k64) * scale
+    dk = np.einsum("bls,ble->bse", ds, q64) * scale
+    dqkv[...] = np.concatenate([dq.ravel(), dk.ravel(), dv.ravel()])
+
+
 def _softmax(x, dim: int):
     z = x - x.max(axis=dim, keepdims=True)  # NOTE: no overflow; softmax is shift-invariant
     e = np.exp(z)

@@ -161,6 +161,9 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(matmul),
       GPUMAT_STEP(matmul_bias),
       GPUMAT_STEP(bmm),
+      // attention
+      GPUMAT_STEP(attention),
+      GPUMAT_STEP(attention_gradient),
       // softmax
       GPUMAT_STEP(softmax),
       GPUMAT_STEP(log_softmax),

@@ -1576,6 +1576,52 @@ void norm_cases() {
   g_setting.clear();
 }
 
+// ---------------------------------------------------------------------------- attention
+// The fused attention kernels (forward, and the gradient's two passes) against the host kernel:
+// tails of the 16-row tiles in l and s (l != s either way), one row and one key, e != ev, the
+// largest head dim (128), causal and not, a batch of several (batch, head) pairs; and a grid of
+// GPUMAT_EMU_MAX_BLOCKS=2 (the grid-stride loop over tiles). The gradient runs on the forward's
+// output of its own device (the saved logsumexp).
+void attention_cases() {
+  namespace ops = gpumat::ops;
+  struct Case {
+    int64_t batch, l, s, e, ev;
+  };
+  for (const Case& c : {Case{3, 37, 21, 5, 7}, Case{2, 16, 40, 8, 8}, Case{1, 1, 1, 1, 1},
+                        Case{2, 19, 17, 128, 128}, Case{1, 33, 33, 3, 2}}) {
+    for (bool causal : {false, true}) {
+      const std::string t = " (" + std::to_string(c.batch) + "," + std::to_string(c.l) + "," +
+                            std::to_string(c.s) + "," + std::to_string(c.e) + "," + std::to_string(c.ev) +
+                            (causal ? ") causal" : ")");
+      const Shape q{c.batch, c.l, c.e}, k{c.batch, c.s, c.e}, v{c.batch, c.s, c.ev},
+          o{c.batch, c.l, c.ev + 1};
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.e));
+      check(
+          "attention" + t, {q, k, v}, {o},
+          [scale, causal](Arrays& a) { ops::attention(a[0], a[1], a[2], a[3], scale, causal); }, 1e-5f, -2.0f,
+          2.0f);
+      check(
+          "attention_gradient" + t, {q, k, v, o}, {{c.batch * (c.l * c.e + c.s * c.e + c.s * c.ev)}},
+          [scale, causal, o](Arrays& a) {
+            GpuMatrix out(o, a[0].device());
+            ops::attention(a[0], a[1], a[2], out, scale, causal);
+            ops::attention_gradient(a[0], a[1], a[2], out, a[3], a[4], scale, causal);
+          },
+          1e-4f, -2.0f, 2.0f);
+    }
+  }
+  ScopedEnv cap("GPUMAT_EMU_MAX_BLOCKS", "2");
+  g_setting = " (GPUMAT_EMU_MAX_BLOCKS=2)";
+  const Shape q{4, 35, 6}, k{4, 18, 6}, v{4, 18, 3}, o{4, 35, 4};
+  check("attention", {q, k, v}, {o}, [](Arrays& a) { ops::attention(a[0], a[1], a[2], a[3], 0.5f, true); });
+  check("attention_gradient", {q, k, v, o}, {{4 * (35 * 6 + 18 * 6 + 18 * 3)}}, [o](Arrays& a) {
+    GpuMatrix out(o, a[0].device());
+    ops::attention(a[0], a[1], a[2], out, 0.5f, false);
+    ops::attention_gradient(a[0], a[1], a[2], out, a[3], a[4], 0.5f, false);
+  });
+  g_setting.clear();
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) return run_demo(argv[1]);
   try {
@@ -1598,6 +1644,7 @@ int main(int argc, char** argv) {
     index_cases();
     norm_cases();
     rnn_cases();
+    attention_cases();
   } catch (const std::exception& e) {  // a fault outside the cases' own checks
     std::printf("FAIL (uncaught): %s\n", e.what());
     ++g_failures;

@@ -13,7 +13,7 @@ One module per kernel family, each op's forward (``compute``), gradient and shap
 :mod:`~gpumat.graph.reduce`,
 :mod:`~gpumat.graph.matmul`, :mod:`~gpumat.graph.softmax`, :mod:`~gpumat.graph.loss`,
 :mod:`~gpumat.graph.conv`, :mod:`~gpumat.graph.pool`, :mod:`~gpumat.graph.sort`,
-:mod:`~gpumat.graph.norm`, :mod:`~gpumat.graph.rnn`;
+:mod:`~gpumat.graph.norm`, :mod:`~gpumat.graph.rnn`, :mod:`~gpumat.graph.attention`;
 :mod:`~gpumat.graph.reverse_mode` has
 :func:`gradients` and :func:`find_topo_sort`. This module re-exports every family's ``__all__``, so
 an op added to a family (and to that module's ``__all__``) is here too.
@@ -22,6 +22,7 @@ an op added to a family (and to that module's ``__all__``) is here too.
 # ruff: noqa: F401, F403 (a face: the names below are re-exported through __all__)
 from gpumat.graph import (
     activation,
+    attention,
     conv,
     elementwise,
     layout,
@@ -37,6 +38,7 @@ from gpumat.graph import (
 )
 from gpumat.graph import index as index_family
 from gpumat.graph.activation import *
+from gpumat.graph.attention import *
 from gpumat.graph.conv import *
 from gpumat.graph.elementwise import *
 from gpumat.graph.index import *
@@ -66,7 +68,7 @@ from gpumat.graph.sort import *
 from gpumat.graph.strided import *
 
 _FAMILIES = (elementwise, activation, layout, strided, reduce, matmul, softmax, loss, conv, pool)
-_FAMILIES += (index_family, sort, norm, rnn)
+_FAMILIES += (index_family, sort, norm, rnn, attention)
 
 __all__ = sorted(
     {n for family in _FAMILIES for n in family.__all__}

@@ -60,6 +60,7 @@ from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from gpumat.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from gpumat.nn.sparse import Embedding
+from gpumat.nn.transformer import MultiheadAttention
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -97,6 +98,7 @@ __all__ = [
     "MSELoss",
     "MaxPool2d",
     "Module",
+    "MultiheadAttention",
     "ModuleDict",
     "ModuleList",
     "NLLLoss",

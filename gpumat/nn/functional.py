@@ -16,6 +16,7 @@ products and sums), which has gradients for both arguments.
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 
@@ -34,6 +35,7 @@ from gpumat.graph.activation import (
     silu_op,
     softplus_op,
 )
+from gpumat.graph.attention import MAX_HEAD_DIM, attention_op
 from gpumat.graph.conv import add_channel_bias_op, conv2d_op
 from gpumat.graph.elementwise import mul_byconst_op
 from gpumat.graph.index import embedding_op
@@ -82,6 +84,7 @@ __all__ = [
     "sigmoid",
     "silu",
     "smooth_l1_loss",
+    "scaled_dot_product_attention",
     "softmax",
     "softplus",
     "tanh",
@@ -226,6 +229,96 @@ def softmax(input: Tensor, dim: int) -> Tensor:  # noqa: A002
 def log_softmax(input: Tensor, dim: int) -> Tensor:  # noqa: A002
     """x - log(sum exp(x)) along ``dim`` (log-sum-exp: finite for finite x)."""
     return _float(input, "log_softmax").log_softmax(dim)
+
+
+def _batch_shape(op: str, *shapes) -> tuple:
+    """The broadcast of the batch dims (all but the last two) of ``shapes``."""
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(s[:-2]) for s in shapes]))
+    except ValueError:
+        given = ", ".join(shape_str(s) for s in shapes)
+        raise ValueError(f"{op}: batch dims do not broadcast: {given}") from None
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """softmax(query key^T * scale + mask) value, PyTorch's ``F.scaled_dot_product_attention``.
+
+    Shapes: query (..., L, E), key (..., S, E), value (..., S, Ev), float32, the batch dims
+    (``...``, any number, also none) broadcast; the result is (..., L, Ev). ``attn_mask``
+    broadcastable to (..., L, S): bool (True: the key takes part) or float32 (added to the
+    scores). ``is_causal``: key j > query i masked (``ones(L, S).tril()``, top-left aligned, as
+    PyTorch). ``scale``: default 1 / sqrt(E). ``dropout_p`` > 0 drops attention weights (inverted
+    dropout) on every call, as PyTorch's function does (modules pass 0 in eval mode).
+
+    Paths: with no ``attn_mask``, ``dropout_p`` = 0 and E, Ev <= 128 (causal or not) one fused
+    kernel each way, :func:`gpumat.ops.attention` (FlashAttention-2's tiling, Dao 2023: the (L, S)
+    weights never stored; the backward recomputes them from the saved logsumexp). Otherwise the
+    composition matmul, masked_fill / add, softmax, dropout, matmul (the (L, S) weights
+    stored). A row whose keys are all masked gives NaN on the composed path, as PyTorch's.
+
+    Raises:
+        TypeError: tensors not float32, attn_mask neither bool nor float32, a non-bool
+            is_causal, a non-number scale or dropout_p.
+        ValueError: both attn_mask and is_causal; E of query and key differ, S of key and value
+            differ; batch dims or the mask do not broadcast; fewer than 2 dims.
+    """
+    op = "scaled_dot_product_attention"
+    q = _float(query, op, "query")
+    k = _float(key, op, "key")
+    v = _float(value, op, "value")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"{op}: is_causal must be a bool, got {is_causal!r}")
+    p = as_probability(dropout_p, op)
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if t.ndim < 2:
+            raise ValueError(f"{op}: {name} must have at least 2 dims, got {shape_str(t.shape)}")
+    given = f"query {shape_str(q.shape)}, key {shape_str(k.shape)}, value {shape_str(v.shape)}"
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"{op}: expected query (..., L, E), key (..., S, E), value (..., S, Ev), got {given}"
+        )
+    if attn_mask is not None:
+        if is_causal:
+            raise ValueError(f"{op}: give either attn_mask or is_causal, not both")
+        _tensor(attn_mask, op, "attn_mask")
+        if attn_mask.dtype not in (bool_, float32):
+            raise TypeError(f"{op}: attn_mask must be bool or float32, got {attn_mask.dtype}")
+    e, (lq, ls, ev) = q.shape[-1], (q.shape[-2], k.shape[-2], v.shape[-1])
+    if scale is None:
+        scale = 1.0 / math.sqrt(e) if e > 0 else math.inf
+    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{op}: scale must be a number or None, got {scale!r}")
+    scale = float(scale)
+    batch = _batch_shape(op, q.shape, k.shape, v.shape)
+    if attn_mask is None and p == 0.0 and max(e, ev) <= MAX_HEAD_DIM and math.isfinite(scale):
+        n = math.prod(batch)
+        q3 = q.expand(*batch, lq, e).reshape(n, lq, e)
+        k3 = k.expand(*batch, ls, e).reshape(n, ls, e)
+        v3 = v.expand(*batch, ls, ev).reshape(n, ls, ev)
+        packed = apply_op(op, lambda a, b, c: attention_op(a, b, c, scale, is_causal), [q3, k3, v3])
+        return packed[..., :ev].reshape(*batch, lq, ev)
+    scores = q.matmul(k.transpose(-2, -1)) * scale
+    if is_causal:
+        keep = tensor(np.tri(lq, ls, dtype=bool), device=q.device)
+        scores = scores.masked_fill(keep.logical_not(), -math.inf)
+    elif attn_mask is not None and attn_mask.dtype is bool_:
+        mask_shape = _batch_shape(op, scores.shape, attn_mask.shape) + (lq, ls)
+        scores = scores.expand(*mask_shape) if mask_shape != scores.shape else scores
+        scores = scores.masked_fill(attn_mask.logical_not(), -math.inf)
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    weights = scores.softmax(-1)
+    if p > 0.0:
+        weights = dropout(weights, p)
+    return weights.matmul(v)
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002

@@ -523,6 +523,14 @@ def _valid_args(name, draw, arrays: Arrays):
     if name in ("softmax", "log_softmax"):
         s = _shape(draw)
         return [new(s, -5.0, 5.0), new(s), _axis_of(draw, s)]
+    if name in ("attention", "attention_gradient"):
+        b, lq, s_, e, ev = (draw(small) for _ in range(5))
+        q, k, v = new((b, lq, e)), new((b, s_, e)), new((b, s_, ev))
+        sc, causal = draw(st.floats(0.1, 2.0)), draw(st.booleans())
+        if name == "attention":
+            return [q, k, v, new((b, lq, ev + 1)), sc, causal]
+        n = b * (lq * e + s_ * e + s_ * ev)
+        return [q, k, v, new((b, lq, ev + 1)), new((b, lq, ev + 1)), new((n,)), sc, causal]
     if name in ("softmax_gradient", "log_softmax_gradient"):
         s = _shape(draw)
         y = new(s, 0.0, 1.0) if name == "softmax_gradient" else new(s, -4.0, 0.0)
@@ -1118,6 +1126,38 @@ def _ref_softmax(name, a):
     return {1: ref}
 
 
+def _ref_attention(name, a):
+    grad = name == "attention_gradient"
+    q, k, v, out = (_arr(x) for x in a[:4])
+    outs = a[5:6] if grad else a[3:4]
+    _no_alias(outs[0], *a[: 5 if grad else 3])
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise Invalid("shapes")
+    b, lq, e = q.shape
+    if k.shape[0] != b or v.shape[0] != b or k.shape[2] != e or v.shape[1] != k.shape[1]:
+        raise Invalid("shapes")
+    if max(e, v.shape[2]) > 128:
+        raise Invalid("head dim")
+    _same(out.shape, (b, lq, v.shape[2] + 1))
+    sc, causal = a[-2], a[-1]
+    if not isinstance(causal, (bool, np.bool_)):
+        raise Invalid("causal")
+    if isinstance(sc, (bool, np.bool_)) or not isinstance(sc, numbers.Real):
+        raise Invalid("scale")
+    if not math.isfinite(sc):
+        raise Invalid("scale")
+    if not grad:
+        ref = np.empty(out.shape)
+        gpumat.reference.attention(q, k, v, ref, sc, causal)
+        return {3: ref}
+    dout, dqkv = _arr(a[4]), _arr(a[5])
+    _same(dout.shape, out.shape)
+    _same(dqkv.shape, (q.size + k.size + v.size,))
+    ref = np.empty(dqkv.shape)
+    gpumat.reference.attention_gradient(q, k, v, out, dout, ref, sc, causal)
+    return {5: ref}
+
+
 def _ref_softmax_gradient(name, a):
     y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
     _no_alias(a[2], a[0], a[1])
@@ -1570,6 +1610,8 @@ _REFERENCES = {
     "matmul_bias": _ref_matmul_bias,
     "relu_bias_gradient": _ref_relu_bias_gradient,
     "cross_entropy_with_gradient": _ref_cross_entropy_with_gradient,
+    "attention": _ref_attention,
+    "attention_gradient": _ref_attention,
     "softmax": _ref_softmax,
     "log_softmax": _ref_softmax,
     "softmax_gradient": _ref_softmax_gradient,
@@ -2408,6 +2450,7 @@ def batch_graph():
         "relu_op": lambda u, v: ad.relu_op(u),
         "relu_gradient_op": lambda u, v: ad.relu_gradient_op(u, v),
         "softmax_op": lambda u, v: ad.softmax_op(u),
+        "attention_op": lambda u, v: ad.attention_op(x, x, x, u, v),
         "softmaxcrossentropy_op": lambda u, v: ad.softmaxcrossentropy_op(u, v),
         "dlsys softmaxcrossentropy_op": lambda u, v: dlsys_ad.softmaxcrossentropy_op(u, v),
         "conv2d_op": lambda u, v: graph.conv2d_op(u, w, v),
@@ -2644,6 +2687,10 @@ def batch_graph():
                     isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0
                 ):
                     return f"embedding_op accepted padding_idx={v!r}"
+            if name == "attention_op":
+                real = isinstance(u, numbers.Real) and not isinstance(u, (bool, np.bool_))
+                if not real or not math.isfinite(u) or not isinstance(v, (bool, np.bool_)):
+                    return f"attention_op accepted scale={u!r}, causal={v!r}"
             if name == "constant_pad_op" and not isinstance(u, ad.Node):
                 return f"{name} accepted {type(u).__name__}"
             if name in ("pow_scalar_op", "scalar_pow_op", "pow_scalar_gradient_op"):
@@ -3927,6 +3974,8 @@ BATCHES = {
             "cross_entropy",
             "uniform",
             "normal",
+            "attention",
+            "attention_gradient",
         ]
     ),
     "ops_rnn": lambda: batch_ops(

@@ -199,6 +199,20 @@ void matmul_bias(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool tran
 // c must not be a or b.
 void bmm(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, GpuMatrix& c);
 
+// ---------------------------------------------------------------------------- attention
+// Fused scaled dot-product attention (FlashAttention-2's tiling: the (l, s) score matrix is never
+// stored). q (batch, l, e), k (batch, s, e), v (batch, s, ev) with e, ev <= 128; out (batch, l,
+// ev + 1): per query row O = softmax(scale q k^T) v in the first ev columns (causal: keys after the
+// query's index masked, top-left aligned) and the row's logsumexp of the scaled scores in the last
+// (-inf and O = 0 for a row with no key). out differs from the inputs.
+// attention_gradient: dqkv (q.size + k.size + v.size,) = dq, dk, dv one after the other (one output:
+// a graph node has one value) from the forward's out and dout (out's shape; its last column the
+// gradient of the logsumexp); deterministic (no atomics).
+void attention(const GpuMatrix& q, const GpuMatrix& k, const GpuMatrix& v, GpuMatrix& out, float scale,
+               bool causal);
+void attention_gradient(const GpuMatrix& q, const GpuMatrix& k, const GpuMatrix& v, const GpuMatrix& out,
+                        const GpuMatrix& dout, GpuMatrix& dqkv, float scale, bool causal);
+
 // ---------------------------------------------------------------------------- softmax
 
 // Softmax / log-softmax along `axis` of an N-d array (rank >= 1), max-subtracted (the log-sum-exp

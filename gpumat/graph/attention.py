@@ -1,0 +1,146 @@
+"""Fused scaled dot-product attention as graph ops, with the gradient op.
+
+- ``attention_op(q, k, v, scale, causal=False)``: q (batch, l, e), k (batch, s, e), v (batch, s,
+  ev) with e, ev <= 128 give (batch, l, ev + 1): per query row softmax(scale q k^T) v and, last,
+  the row's logsumexp, which the gradient reads instead of recomputing the softmax statistics
+  (the front end's :func:`gpumat.nn.functional.scaled_dot_product_attention` takes the first ev
+  columns). Kernel: :func:`gpumat.ops.attention`, FlashAttention-2's tiling (Dao, "FlashAttention-2:
+  Faster Attention with Better Parallelism and Work Partitioning", 2023): the (l, s) score matrix
+  is never stored.
+- ``attention_gradient_op(q, k, v, out, dout, scale, causal)``: (q.size + k.size + v.size,) =
+  dq, dk, dv flattened one after the other (a node has one value); ``attention_op``'s gradient
+  takes each back with ``attention_part_op`` (one ``as_strided`` copy). Kernel:
+  :func:`gpumat.ops.attention_gradient`.
+
+A graph node has one value, so the forward's logsumexp travels as the output's last column and the
+three gradients as one flat array.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpumat._checks import as_flag, as_real
+from gpumat.graph.node import Attr, Op, kernels_for, shape_str, short_name
+
+__all__ = [
+    "AttentionGradientOp",
+    "AttentionOp",
+    "AttentionPartOp",
+    "MAX_HEAD_DIM",
+    "attention_gradient_op",
+    "attention_op",
+    "attention_part_op",
+]
+
+#: The largest head dim (e and ev) the fused kernels take.
+MAX_HEAD_DIM = 128
+
+
+def _scale(value, what, op) -> float:
+    s = as_real(value, what, op)
+    if not math.isfinite(s):
+        raise ValueError(f"{op}: {what} must be finite, got {value!r}")
+    return s
+
+
+_ATTRS = (Attr("scale", _scale, type=float), Attr("causal", as_flag, False, bool))
+
+
+def _dims(op: Op, node, shapes) -> tuple:
+    q, k, v = (tuple(s) for s in shapes[:3])
+    given = f"q {shape_str(q)}, k {shape_str(k)}, v {shape_str(v)}"
+    if len(q) != 3 or len(k) != 3 or len(v) != 3:
+        raise op._error(node, f"q, k, v must be 3-D (batch, length, head dim), got {given}")
+    if k[0] != q[0] or v[0] != q[0] or k[2] != q[2] or v[1] != k[1]:
+        raise op._error(
+            node, f"expected q (batch, l, e), k (batch, s, e), v (batch, s, ev), got {given}"
+        )
+    if q[2] > MAX_HEAD_DIM or v[2] > MAX_HEAD_DIM:
+        raise op._error(node, f"head dims must be at most {MAX_HEAD_DIM}, got {given}")
+    return q, k, v
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
+
+
+class AttentionOp(Op):
+    """``attention_op(q, k, v, scale, causal=False)``: (batch, l, ev + 1), per query row
+    softmax(scale q k^T) v (causal: key j > query i masked, top-left aligned) and its logsumexp
+    last. Gradient: one ``attention_gradient_op`` and three ``attention_part_op`` slices of it.
+    ValueError for shapes that do not fit or a head dim over 128."""
+
+    name, label, kernel = "attention_op", "Attention", "attention"
+    inputs = ("node_q", "node_k", "node_v")
+    attrs = _ATTRS
+
+    def node_name(self, node):
+        q, k, v = (short_name(i) for i in node.inputs)
+        return f"Attention({q},{k},{v}{',causal' if node.causal else ''})"
+
+    def kernel_args(self, node):
+        return (node.scale, node.causal)
+
+    def gradient(self, node, output_grad):
+        q, k, v = node.inputs
+        g = attention_gradient_op(q, k, v, node, output_grad, node.scale, node.causal)
+        return [attention_part_op(g, q, k, v, i) for i in range(3)]
+
+    def infer_shape(self, node, input_shapes):
+        q, _, v = _dims(self, node, input_shapes)
+        return (q[0], q[1], v[2] + 1)
+
+
+class AttentionGradientOp(Op):
+    """``attention_gradient_op(q, k, v, out, dout, scale, causal=False)``: (q.size + k.size +
+    v.size,), dq, dk and dv flattened one after the other, from the forward's ``out`` and
+    ``dout`` (both (batch, l, ev + 1))."""
+
+    name, label, kernel = "attention_gradient_op", "AttentionGrad", "attention_gradient"
+    no_gradient = "second derivatives of attention"
+    inputs = ("node_q", "node_k", "node_v", "node_out", "node_dout")
+    attrs = _ATTRS
+
+    def kernel_args(self, node):
+        return (node.scale, node.causal)
+
+    def infer_shape(self, node, input_shapes):
+        q, k, v = _dims(self, node, input_shapes)
+        out, dout = (tuple(s) for s in input_shapes[3:])
+        want = (q[0], q[1], v[2] + 1)
+        if out != want or dout != want:
+            raise self._error(
+                node,
+                f"out {shape_str(out)} and dout {shape_str(dout)} must be {shape_str(want)}",
+            )
+        return (math.prod(q) + math.prod(k) + math.prod(v),)
+
+
+class AttentionPartOp(Op):
+    """``attention_part_op(g, q, k, v, index)``: dq, dk or dv (index 0, 1, 2; the shape of q, k
+    or v) out of the flat ``attention_gradient_op`` value g: one ``as_strided`` copy."""
+
+    name, label = "attention_part_op", "AttentionPart"
+    no_gradient = "second derivatives of attention"
+    inputs = ("node_g", "node_q", "node_k", "node_v")
+    shape_only_inputs = (1, 2, 3)
+    attrs = (Attr("index", lambda i, _n, _op: int(i), type=int),)
+
+    def compute(self, node, input_vals, output_val, device=None):
+        shapes = [tuple(v.shape) for v in input_vals[1:]]
+        offset = sum(math.prod(s) for s in shapes[: node.index])
+        strides = _contiguous_strides(shapes[node.index])
+        kernels_for(device).as_strided(input_vals[0], output_val, strides, offset)
+
+    def infer_shape(self, node, input_shapes):
+        return tuple(input_shapes[1 + node.index])
+
+
+attention_op = AttentionOp()
+attention_gradient_op = AttentionGradientOp()
+attention_part_op = AttentionPartOp()

@@ -1,0 +1,330 @@
+"""Fused scaled dot-product attention (FlashAttention-2's tiling) and its gradient: the kernels
+against float64 numpy on every device with the outputs poisoned by NaN (tails of the 16-row
+tiles, l != s, e != ev, head dim 1 and 128, causal and not, empty batches and lengths), the graph
+ops' gradients against finite differences and on every device, ``F.scaled_dot_product_attention``
+against PyTorch's (fused and composed paths: bool and float masks, broadcast batch dims, dropout),
+a compiled step against the eager one, and bad input."""
+
+import math
+
+import numpy as np
+import pytest
+from helpers import assert_close, nan_array, new_rng
+from nn_helpers import check_device_gradients, check_fd_gradients
+
+import gpumat
+import gpumat.autodiff as adx
+import gpumat.graph as ad
+import gpumat.nn.functional as F
+import gpumat.ops as ops
+
+# (batch, lq, s, e, ev): tails of the 16-row tiles, one row, l > s and l < s, e != ev, the largest
+# head dim, head dim 1
+SHAPES = [
+    (3, 37, 21, 5, 7),
+    (2, 16, 40, 8, 8),
+    (1, 1, 1, 1, 1),
+    (2, 19, 17, 128, 128),
+    (1, 33, 50, 3, 2),
+    (2, 5, 9, 1, 4),
+]
+
+
+def _sid(s):
+    return "x".join(str(d) for d in s)
+
+
+def _ref(q, k, v, scale, causal):
+    """float64 (batch, l, ev) output, (batch, l) logsumexp and the probabilities."""
+    z = np.einsum("ble,bse->bls", q.astype(np.float64), k.astype(np.float64)) * scale
+    if causal:
+        z = np.where(np.tri(z.shape[1], z.shape[2], dtype=bool), z, -np.inf)
+    m = z.max(axis=-1, keepdims=True)
+    p = np.exp(z - m)
+    lse = (m + np.log(p.sum(axis=-1, keepdims=True)))[..., 0]
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("bls,bsv->blv", p, v.astype(np.float64)), lse, p
+
+
+def _inputs(rng, batch, lq, s, e, ev):
+    q = rng.uniform(-2, 2, size=(batch, lq, e)).astype(np.float32)
+    k = rng.uniform(-2, 2, size=(batch, s, e)).astype(np.float32)
+    v = rng.uniform(-1, 1, size=(batch, s, ev)).astype(np.float32)
+    return q, k, v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=_sid)
+def test_attention_kernel_matches_float64(ctx, shape, causal):
+    rng, seed = new_rng()
+    batch, lq, s, e, ev = shape
+    q, k, v = _inputs(rng, *shape)
+    scale = 1.0 / math.sqrt(e)
+    out = nan_array((batch, lq, ev + 1), ctx)
+    ops.attention(
+        gpumat.array(q, ctx), gpumat.array(k, ctx), gpumat.array(v, ctx), out, scale, causal
+    )
+    want, lse, _ = _ref(q, k, v, scale, causal)
+    got = out.asnumpy()
+    assert_close(got[..., :ev], want, rtol=1e-5, atol=1e-5, msg=f"seed {seed}")
+    assert_close(got[..., ev], lse, rtol=1e-5, atol=1e-5, msg=f"seed {seed}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=_sid)
+def test_attention_gradient_kernel_matches_float64(ctx, shape, causal):
+    rng, seed = new_rng()
+    batch, lq, s, e, ev = shape
+    q, k, v = _inputs(rng, *shape)
+    g = rng.uniform(-1, 1, size=(batch, lq, ev + 1)).astype(np.float32)
+    scale = 0.7
+    arrays = [gpumat.array(x, ctx) for x in (q, k, v)]
+    out = gpumat.empty((batch, lq, ev + 1), ctx)
+    ops.attention(*arrays, out, scale, causal)
+    dqkv = nan_array((q.size + k.size + v.size,), ctx)
+    ops.attention_gradient(*arrays, out, gpumat.array(g, ctx), dqkv, scale, causal)
+    # float64: dV = P^T dO, dS = P (dP - rowsum(P dP) + dL), dQ = scale dS K, dK = scale dS^T Q
+    # (dL: g's last column, the gradient of the logsumexp)
+    _, _, p = _ref(q, k, v, scale, causal)
+    g64 = g[..., :ev].astype(np.float64)
+    dp = np.einsum("blv,bsv->bls", g64, v)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True) + g[..., ev:].astype(np.float64))
+    want = np.concatenate(
+        [
+            (np.einsum("bls,bse->ble", ds, k) * scale).ravel(),
+            (np.einsum("bls,ble->bse", ds, q) * scale).ravel(),
+            np.einsum("bls,blv->bsv", p, g64).ravel(),
+        ]
+    )
+    assert_close(dqkv.asnumpy(), want, rtol=1e-4, atol=1e-4, msg=f"seed {seed}")
+    # the reference kernel module agrees (it reads the saved float32 O and logsumexp)
+    ref = np.empty(want.shape)
+    gpumat.reference.attention_gradient(q, k, v, out.asnumpy(), g, ref, scale, causal)
+    np.testing.assert_allclose(ref, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(
+    "shape", [(0, 4, 5, 3, 2), (2, 0, 5, 3, 2), (2, 4, 0, 3, 2), (2, 4, 5, 3, 0)]
+)
+def test_attention_empty_sizes(ctx, shape):
+    rng, _ = new_rng()
+    batch, lq, s, e, ev = shape
+    q, k, v = _inputs(rng, *shape)
+    arrays = [gpumat.array(x, ctx) for x in (q, k, v)]
+    out = nan_array((batch, lq, ev + 1), ctx)
+    ops.attention(*arrays, out, 0.5, False)
+    got = out.asnumpy()
+    ref = np.empty(got.shape)
+    gpumat.reference.attention(q, k, v, ref, 0.5, False)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    if s == 0 and batch * lq > 0:  # no key: zeros and a logsumexp of -inf
+        assert np.all(got[..., :ev] == 0) and np.all(got[..., ev] == -np.inf)
+    g = rng.uniform(-1, 1, size=got.shape).astype(np.float32)
+    dqkv = nan_array((q.size + k.size + v.size,), ctx)
+    ops.attention_gradient(*arrays, out, gpumat.array(g, ctx), dqkv, 0.5, False)
+    want = np.empty(dqkv.shape)
+    gpumat.reference.attention_gradient(q, k, v, ref, g, want, 0.5, False)
+    np.testing.assert_allclose(dqkv.asnumpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_kernel_errors_name_the_op(ctx):
+    q, k, v = (
+        gpumat.empty((2, 3, 4), ctx),
+        gpumat.empty((2, 5, 4), ctx),
+        gpumat.empty((2, 5, 6), ctx),
+    )
+    out = gpumat.empty((2, 3, 7), ctx)
+    with pytest.raises(ValueError, match=r"attention: .*q \(2, 3, 4\), k \(2, 5, 3\)"):
+        ops.attention(q, gpumat.empty((2, 5, 3), ctx), v, out, 1.0)
+    with pytest.raises(
+        ValueError, match=r"attention: out has shape \(2, 3, 6\), expected \(2, 3, 7\)"
+    ):
+        ops.attention(q, k, v, gpumat.empty((2, 3, 6), ctx), 1.0)
+    with pytest.raises(ValueError, match=r"attention: head dims .* 128"):
+        big = gpumat.empty((1, 2, 129), ctx)
+        ops.attention(big, big, gpumat.empty((1, 2, 1), ctx), gpumat.empty((1, 2, 2), ctx), 1.0)
+    with pytest.raises(ValueError, match="attention: scale must be finite"):
+        ops.attention(q, k, v, out, math.inf)
+    with pytest.raises(ValueError, match="attention"):  # out aliasing an input
+        ops.attention(q, k, v, q, 1.0)
+    with pytest.raises(TypeError, match="causal"):
+        ops.attention(q, k, v, out, 1.0, 1)
+    with pytest.raises(ValueError, match=r"attention_gradient: dqkv has shape \(3,\)"):
+        ops.attention_gradient(q, k, v, out, out, gpumat.empty((3,), ctx), 1.0)
+
+
+# ---------------------------------------------------------------------------- graph ops
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_op_gradient_fd_float64(causal):
+    rng, _ = new_rng()
+    q = rng.uniform(-1, 1, size=(2, 5, 3))
+    k = rng.uniform(-1, 1, size=(2, 7, 3))
+    v = rng.uniform(-1, 1, size=(2, 7, 4))
+    check_fd_gradients(lambda q, k, v: ad.attention_op(q, k, v, 0.8, causal), [q, k, v], rng)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_op_on_devices_matches_numpy(ctx, causal):
+    rng, _ = new_rng()
+    q = rng.uniform(-1, 1, size=(3, 20, 6))
+    k = rng.uniform(-1, 1, size=(3, 18, 6))
+    v = rng.uniform(-1, 1, size=(3, 18, 5))
+    check_device_gradients(
+        ctx, lambda q, k, v: ad.attention_op(q, k, v, 0.4, causal), [q, k, v], rng
+    )
+
+
+def test_attention_op_names_and_shape_errors():
+    q, k, v = ad.Variable("q"), ad.Variable("k"), ad.Variable("v")
+    y = ad.attention_op(q, k, v, 0.5, True)
+    assert y.name == "Attention(q,k,v,causal)"
+    ex = adx.Executor([y])
+    with pytest.raises(ValueError, match=r"attention_op .*q \(2, 3, 4\), k \(2, 5, 3\)"):
+        ex.run(
+            {
+                q: np.zeros((2, 3, 4), np.float32),
+                k: np.zeros((2, 5, 3), np.float32),
+                v: np.zeros((2, 5, 2), np.float32),
+            }
+        )
+    with pytest.raises(TypeError, match="causal"):
+        ad.attention_op(q, k, v, 0.5, "yes")
+
+
+# ---------------------------------------------------------------------------- the front end
+
+
+def _torch_sdpa(torch, q, k, v, mask=None, **kw):
+    ts = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (q, k, v)]
+    m = (
+        None
+        if mask is None
+        else torch.tensor(mask, dtype=torch.bool if mask.dtype == bool else torch.float64)
+    )
+    out = torch.nn.functional.scaled_dot_product_attention(*ts, attn_mask=m, **kw)
+    return out, ts
+
+
+@pytest.mark.parametrize(
+    "qs,ks,vs,mask,causal",
+    [
+        ((2, 3, 37, 8), (2, 3, 21, 8), (2, 3, 21, 5), None, False),  # fused
+        ((2, 3, 37, 8), (2, 3, 40, 8), (2, 3, 40, 8), None, True),  # fused, causal, l < s
+        ((2, 1, 9, 4), (1, 3, 6, 4), (2, 3, 6, 1), None, False),  # broadcast batch dims, fused
+        ((7, 1), (5, 1), (5, 3), None, True),  # no batch dims, E = 1
+        ((2, 3, 10, 4), (2, 3, 12, 4), (2, 3, 12, 4), "bool", False),  # composed
+        ((2, 3, 10, 4), (2, 3, 12, 4), (2, 3, 12, 4), "float", False),  # composed
+        ((2, 10, 140), (2, 12, 140), (2, 12, 3), None, False),  # head dim over 128: composed
+    ],
+)
+def test_sdpa_matches_torch(ctx, qs, ks, vs, mask, causal):
+    torch = pytest.importorskip("torch")
+    rng, seed = new_rng()
+    q = rng.uniform(-2, 2, size=qs).astype(np.float32)
+    k = rng.uniform(-2, 2, size=ks).astype(np.float32)
+    v = rng.uniform(-1, 1, size=vs).astype(np.float32)
+    lq, ls = qs[-2], ks[-2]
+    m = None
+    if mask == "bool":
+        m = rng.uniform(size=(lq, ls)) < 0.7
+        m[:, 0] = True  # every row keeps a key (all-masked rows are NaN in both)
+    elif mask == "float":
+        m = rng.uniform(-1, 1, size=(1, lq, ls)).astype(np.float32)
+    tout, ts = _torch_sdpa(torch, q, k, v, m, is_causal=causal)
+    w = rng.uniform(-1, 1, size=tuple(tout.shape)).astype(np.float32)
+    (tout * torch.tensor(w, dtype=torch.float64)).sum().backward()
+    gs = [gpumat.tensor(x, device=ctx, requires_grad=True) for x in (q, k, v)]
+    gm = None if m is None else gpumat.tensor(m, device=ctx)
+    out = F.scaled_dot_product_attention(*gs, attn_mask=gm, is_causal=causal)
+    assert out.shape == tuple(tout.shape)
+    (out * gpumat.tensor(w, device=ctx)).sum().backward()
+    assert_close(
+        out.detach().numpy(), tout.detach().numpy(), rtol=1e-5, atol=1e-5, msg=f"seed {seed}"
+    )
+    for g, t in zip(gs, ts, strict=True):
+        assert_close(g.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-4, msg=f"seed {seed}")
+
+
+def test_sdpa_zero_size_batch(ctx):
+    q = gpumat.zeros(0, 2, 5, 4, device=ctx)
+    k = gpumat.zeros(0, 2, 6, 4, device=ctx)
+    v = gpumat.zeros(0, 2, 6, 3, device=ctx)
+    assert F.scaled_dot_product_attention(q, k, v).shape == (0, 2, 5, 3)
+
+
+def test_sdpa_scale_and_dropout(ctx):
+    torch = pytest.importorskip("torch")
+    rng, _ = new_rng()
+    q, k, v = _inputs(rng, 2, 6, 7, 3, 4)
+    tout, _ = _torch_sdpa(torch, q, k, v, scale=0.3)
+    out = F.scaled_dot_product_attention(
+        *(gpumat.tensor(x, device=ctx) for x in (q, k, v)), scale=0.3
+    )
+    assert_close(out.numpy(), tout.detach().numpy(), rtol=1e-5, atol=1e-5)
+    # dropout: some weights zeroed, the rest scaled by 1 / (1 - p): rows of ones in v then give
+    # row sums of the kept weights / (1 - p), each a multiple-free value in [0, 2]
+    ones = gpumat.ones(2, 7, 4, device=ctx)
+    d = F.scaled_dot_product_attention(
+        *(gpumat.tensor(x, device=ctx) for x in (q, k)), ones, dropout_p=0.5
+    )
+    dn = d.numpy()
+    assert dn.shape == (2, 6, 4) and np.all(dn >= 0) and np.all(dn <= 2 + 1e-5)
+    assert not np.allclose(dn, 1.0)
+
+
+def test_sdpa_bad_input():
+    q, k, v = gpumat.zeros(2, 5, 4), gpumat.zeros(2, 6, 4), gpumat.zeros(2, 6, 3)
+    with pytest.raises(ValueError, match=r"scaled_dot_product_attention: .*key \(2, 6, 3\)"):
+        F.scaled_dot_product_attention(q, gpumat.zeros(2, 6, 3), v)
+    with pytest.raises(ValueError, match="attn_mask or is_causal"):
+        F.scaled_dot_product_attention(
+            q, k, v, attn_mask=gpumat.ones(5, 6, dtype=gpumat.bool), is_causal=True
+        )
+    with pytest.raises(TypeError, match="scaled_dot_product_attention: query must be a float32"):
+        F.scaled_dot_product_attention(gpumat.tensor(np.zeros((2, 5, 4), np.int64)), k, v)
+    with pytest.raises(TypeError, match="attn_mask"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=gpumat.tensor(np.zeros((5, 6), np.int64)))
+    with pytest.raises(ValueError, match="batch dims"):
+        F.scaled_dot_product_attention(q, gpumat.zeros(3, 6, 4), gpumat.zeros(3, 6, 3))
+    with pytest.raises(TypeError, match="is_causal"):
+        F.scaled_dot_product_attention(q, k, v, is_causal=1)
+
+
+def test_compiled_sdpa_step_equals_eager(ctx):
+    rng, _ = new_rng()
+    q0, k0, v0 = _inputs(rng, 2, 9, 11, 4, 3)
+    x = gpumat.tensor(rng.uniform(-1, 1, size=(2, 9, 4)).astype(np.float32), device=ctx)
+
+    def step(q, x):
+        q.grad = None
+        k = gpumat.tensor(k0, device=ctx)
+        v = gpumat.tensor(v0, device=ctx)
+        loss = (F.scaled_dot_product_attention(q * x, k, v, is_causal=True) ** 2).sum()
+        loss.backward()
+        return loss, q.grad
+
+    q_eager = gpumat.tensor(q0, device=ctx, requires_grad=True)
+    q_traced = gpumat.tensor(q0, device=ctx, requires_grad=True)
+    eager = step(q_eager, x)
+    compiled = gpumat.compile(lambda x: step(q_traced, x), fusion=False)
+    for _ in range(2):  # the first call traces, the second replays
+        traced = compiled(x)
+        for e, c in zip(eager, traced, strict=True):
+            np.testing.assert_array_equal(c.numpy(), e.detach().numpy())
+
+
+def test_emu_profile_sees_the_attention_kernels():
+    from gpumat import profile as gprof
+
+    rng, _ = new_rng()
+    ctx = gpumat.emu(0)
+    b, lq, s, e, ev = 2, 20, 17, 8, 8
+    q, k, v = (gpumat.array(x, ctx) for x in _inputs(rng, b, lq, s, e, ev))
+    out = gpumat.empty((b, lq, ev + 1), ctx)
+    with gprof.profile() as prof:
+        ops.attention(q, k, v, out, 0.5, False)
+    (launch,) = prof.launches
+    assert launch["name"] == "attention_forward_kernel"
+    assert launch["flops"] == 2 * b * lq * s * (e + ev)
