@@ -300,9 +300,12 @@ def scaled_dot_product_attention(
     batch = _batch_shape(op, q.shape, k.shape, v.shape)
     if attn_mask is None and p == 0.0 and max(e, ev) <= MAX_HEAD_DIM and math.isfinite(scale):
         n = math.prod(batch)
-        q3 = q.expand(*batch, lq, e).reshape(n, lq, e)
-        k3 = k.expand(*batch, ls, e).reshape(n, ls, e)
-        v3 = v.expand(*batch, ls, ev).reshape(n, ls, ev)
+        q3, k3, v3 = (  # an expand only where a batch dim broadcasts (a view is a copy)
+            (t if tuple(t.shape) == (*batch, rows, d) else t.expand(*batch, rows, d)).reshape(
+                n, rows, d
+            )
+            for t, rows, d in ((q, lq, e), (k, ls, e), (v, ls, ev))
+        )
         packed = apply_op(op, lambda a, b, c: attention_op(a, b, c, scale, is_causal), [q3, k3, v3])
         return packed[..., :ev].reshape(*batch, lq, ev)
     scores = q.matmul(k.transpose(-2, -1)) * scale
