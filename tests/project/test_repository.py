@@ -122,3 +122,22 @@ def test_gpu_check_script_names_files_that_exist():
     assert named, "the pattern no longer finds the script's files"
     missing = sorted(p for p in named if not (ROOT / p).is_file())
     assert not missing, f"gpu_check.sh names files that do not exist: {missing}"
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists its packages by hand: a new subpackage left out works from a checkout
+    and is missing from the installed gpumat (``pip install .``)."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "gpumat").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert found == listed, {
+        "not listed": sorted(found - listed),
+        "not found": sorted(listed - found),
+    }
