@@ -1219,7 +1219,7 @@ def adam_update_multi(
     max_v=(),
 ) -> None:
     """:func:`adam_update` for every tensor i at one step, with weight decay (coupled, or
-    decoupled as AdamW: params[i] *= 1 - lr * weight_decay first) and AMSGrad when max_v holds
+    decoupled as AdamW: ``params[i] *= 1 - lr * weight_decay`` first) and AMSGrad when max_v holds
     one array per tensor (max_v[i] = max(max_v[i], v[i]) in the denominator)."""
     t = as_int(step, "step", "adam_update_multi")
     max_v = list(max_v) or [None] * len(params)
@@ -1252,7 +1252,7 @@ def total_norm_multi(arrays, norm_type: float, out) -> None:
 
 
 def clip_scale_multi(arrays, total_norm, max_norm: float) -> None:
-    """arrays[i] *= min(1, max_norm / (total_norm + 1e-6)) in place (NaN norm: NaN)."""
+    """``arrays[i] *= min(1, max_norm / (total_norm + 1e-6))`` in place (NaN norm: NaN)."""
     c = np.float32(max_norm) / (
         np.float32(np.asarray(total_norm).reshape(-1)[0]) + np.float32(1e-6)
     )

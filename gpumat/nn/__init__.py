@@ -59,7 +59,7 @@ from gpumat.nn.module import Module
 from gpumat.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm, RMSNorm
 from gpumat.nn.parameter import Parameter
 from gpumat.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
-from gpumat.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from gpumat.nn.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from gpumat.nn.sparse import Embedding
 from gpumat.nn.transformer import (
     MultiheadAttention,
@@ -115,7 +115,9 @@ __all__ = [
     "ParameterList",
     "RMSNorm",
     "RNN",
+    "RNNBase",
     "RNNCell",
+    "RNNCellBase",
     "ReLU",
     "ReLU6",
     "Sequential",

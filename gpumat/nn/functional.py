@@ -477,7 +477,7 @@ def layer_norm(
     (x - mean) / sqrt(var + eps) * weight + bias, mean and biased var of each of the
     numel / prod(normalized_shape) rows; PyTorch's ``F.layer_norm``.
 
-    input float32 (*, *normalized_shape) (any layout: views are read as their values); weight
+    input float32 ``(*, *normalized_shape)`` (any layout: views are read as their values); weight
     and bias None or of shape normalized_shape. Output input's shape. One fused kernel
     (:func:`gpumat.ops.layer_norm`); statistics two-pass (the mean, then the mean of the squared
     deviations), sums in a fixed order. Gradients for input (through the mean and variance),

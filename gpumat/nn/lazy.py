@@ -78,8 +78,8 @@ class LazyConv2d(Conv2d):
     or (C, H, W)).
 
     Args:
-        out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode,
-        device, dtype: as :class:`Conv2d`.
+        out_channels: as :class:`Conv2d`'s, and so are the other arguments (kernel_size,
+            stride, padding, dilation, groups, bias, padding_mode, device, dtype).
 
     Raises:
         as :class:`Conv2d`; RuntimeError: the first call inside a ``gpumat.compile`` trace.

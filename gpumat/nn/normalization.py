@@ -29,7 +29,7 @@ def _flag(value, what: str, op: str) -> bool:
 
 class LayerNorm(Module):
     """Layer normalisation over the trailing dims ``normalized_shape`` (Ba, Kiros & Hinton 2016):
-    input (*, *normalized_shape) -> the same shape; see :func:`gpumat.nn.functional.layer_norm`.
+    input ``(*, *normalized_shape)`` -> the same shape; see :func:`gpumat.nn.functional.layer_norm`.
 
     Args:
         normalized_shape: an int or a sequence of ints >= 1.

@@ -33,7 +33,7 @@ from gpumat.nn.module import Module
 from gpumat.nn.parameter import Parameter
 from gpumat.tensor import Tensor, apply_op, cat, stack
 
-__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
+__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
@@ -299,7 +299,7 @@ _LAYER_DOC = """
 
     Raises:
         ValueError: bad sizes or dropout; TypeError: a dtype other than float32 (at
-        construction). See :meth:`RNNBase.forward` for the call's shapes and errors.
+            construction). See :meth:`RNNBase.forward` for the call's shapes and errors.
 """
 
 

@@ -18,7 +18,7 @@ __all__ = ["Embedding"]
 
 class Embedding(Module):
     """A table of ``num_embeddings`` vectors of size ``embedding_dim`` looked up by int64
-    indices: input (*) -> (*, embedding_dim) (see :func:`gpumat.nn.functional.embedding`).
+    indices: input ``(*)`` -> ``(*, embedding_dim)`` (see :func:`gpumat.nn.functional.embedding`).
 
     Args:
         num_embeddings, embedding_dim: ints >= 0.
