@@ -282,6 +282,17 @@ def _clones(module: Module, n: int) -> ModuleList:
     return ModuleList([copy.deepcopy(module) for _ in range(n)])
 
 
+def _attention_block(attn, dropout, x, kv, attn_mask, key_padding_mask, is_causal):
+    """A transformer layer's attention sublayer: ``attn`` of queries ``x`` over keys and values
+    ``kv`` (``x`` itself for self-attention), no weights asked for (the fused path), then
+    ``dropout``."""
+    out = attn(
+        x, kv, kv, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
+        is_causal=is_causal,
+    )[0]  # fmt: skip
+    return dropout(out)
+
+
 class TransformerEncoderLayer(Module):
     """Self-attention then a feed-forward block, each with dropout, a residual connection and a
     LayerNorm (after it, or before it with ``norm_first``): PyTorch's layer, its parameter names
@@ -337,11 +348,9 @@ class TransformerEncoderLayer(Module):
         return self.norm2(x + self._ff_block(x))
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
-        x = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            need_weights=False, is_causal=is_causal,
-        )[0]  # fmt: skip
-        return self.dropout1(x)
+        return _attention_block(
+            self.self_attn, self.dropout1, x, x, attn_mask, key_padding_mask, is_causal
+        )
 
     def _ff_block(self, x):
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
@@ -413,18 +422,14 @@ class TransformerDecoderLayer(Module):
         return self.norm3(x + self._ff_block(x))
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
-        x = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            need_weights=False, is_causal=is_causal,
-        )[0]  # fmt: skip
-        return self.dropout1(x)
+        return _attention_block(
+            self.self_attn, self.dropout1, x, x, attn_mask, key_padding_mask, is_causal
+        )
 
     def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal):
-        x = self.multihead_attn(
-            x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            need_weights=False, is_causal=is_causal,
-        )[0]  # fmt: skip
-        return self.dropout2(x)
+        return _attention_block(
+            self.multihead_attn, self.dropout2, x, mem, attn_mask, key_padding_mask, is_causal
+        )
 
     def _ff_block(self, x):
         return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
