@@ -511,7 +511,9 @@ def test_copyfrom_mismatch_raises(ctx, src_shape):
 
 
 @pytest.mark.parametrize(
-    "bad", [None, "abc", np.array([1 + 1j] * 36).reshape(4, 9), object()], ids=repr
+    "bad",
+    [None, "abc", np.array([1 + 1j] * 36).reshape(4, 9), object()],
+    ids=["None", "str", "complex-array", "object"],  # stable ids: xdist workers must agree
 )
 def test_copyfrom_bad_types_raise(ctx, bad):
     a = gpumat.array(rand((4, 9)), ctx)

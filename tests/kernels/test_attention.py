@@ -1,6 +1,7 @@
 """Fused scaled dot-product attention (FlashAttention-2's tiling) and its gradient: the kernels
-against float64 numpy on every device with the outputs poisoned by NaN (tails of the 16-row
-tiles, l != s, e != ev, head dim 1 and 128, causal and not, empty batches and lengths), the graph
+against float64 numpy on every device with the outputs poisoned by NaN (tails of the host's
+16-row and the CUDA kernels' 64-row tiles, each head-dim bucket of the CUDA kernels, l != s,
+e != ev, head dim 1 and 128, causal and not, empty batches and lengths), the graph
 ops' gradients against finite differences and on every device, ``F.scaled_dot_product_attention``
 against PyTorch's (fused and composed paths: bool and float masks, broadcast batch dims, dropout),
 a compiled step against the eager one, and bad input."""
@@ -18,9 +19,12 @@ import gpumat.graph as ad
 import gpumat.nn.functional as F
 import gpumat.ops as ops
 
-# (batch, lq, s, e, ev): tails of the 16-row tiles, one row, l > s and l < s, e != ev, the largest
-# head dim, head dim 1
+# (batch, lq, s, e, ev): tails of the 16-row (host) and 64-row (CUDA) tiles, one row, l > s and
+# l < s, e != ev, the largest head dim, head dim 1; the CUDA kernels' head-dim buckets 16, 32, 64
+# and 128 (the larger of e and ev)
 SHAPES = [
+    (2, 70, 67, 40, 33),
+    (1, 65, 130, 20, 17),
     (3, 37, 21, 5, 7),
     (2, 16, 40, 8, 8),
     (1, 1, 1, 1, 1),
@@ -326,5 +330,5 @@ def test_emu_profile_sees_the_attention_kernels():
     with gprof.profile() as prof:
         ops.attention(q, k, v, out, 0.5, False)
     (launch,) = prof.launches
-    assert launch["name"] == "attention_forward_kernel"
+    assert launch["name"] == "attention_forward_kernel<16>"  # the head-dim bucket holding e = 8
     assert launch["flops"] == 2 * b * lq * s * (e + ev)

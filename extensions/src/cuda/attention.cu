@@ -3,19 +3,29 @@
 // q (batch, l, e), k (batch, s, e), v (batch, s, ev); out (batch, l, ev + 1): per query row the
 // ev outputs O = softmax(scale q k^T [+ causal mask]) v and, in the last column, the row's
 // logsumexp L = m + log(sum exp(scale q.k - m)) that the gradient reads. The (l, s) matrix is
-// never stored: a block holds tiles of Q, K and V in shared memory.
-//   attention_forward_kernel: a block per (batch, kBr query rows); over key tiles of kBc it keeps
-//     the running max m and sum, rescaling the accumulated O by exp(m_old - m_new) (online softmax).
-//   attention_dkdv_kernel: a block per (batch, kBc key rows); over query tiles it recomputes
+// never stored: a block holds 64-row tiles of Q, K and V in shared memory.
+//   attention_forward_kernel: a block per (batch, 64 query rows); over 64-key tiles it keeps the
+//     running max m and sum, rescaling the accumulated O by exp(m_old - m_new) (online softmax).
+//   attention_dkdv_kernel: a block per (batch, 64 key rows); over query tiles it recomputes
 //     P = exp(scale q.k - L) and dS = P (dO.v - D), D = rowsum(dO * O) - dL (dL: dout's last
 //     column, the gradient of the logsumexp output, which adds P dL to dS), and accumulates
 //     dV = P^T dO and dK = scale dS^T Q in registers.
-//   attention_dq_kernel: a block per (batch, kBr query rows); over key tiles dQ = scale dS K.
+//   attention_dq_kernel: a block per (batch, 64 query rows); over key tiles dQ = scale dS K.
 // Two passes instead of float atomics: each output element has one writer, so the gradient is
 // deterministic. Causal (key index > query index masked, top-left aligned as PyTorch's is_causal)
-// skips the key tiles wholly above the diagonal. A row with no key (s == 0) gives O = 0, L = -inf.
-// Threads: kBr rows x kLanes lanes; a lane owns head columns lane, lane + kLanes, ... (e, ev <=
-// kMaxHead, checked by ../ops/attention.cpp). Host reference: ../host/attention.cpp.
+// skips the key tiles wholly above the diagonal, and the forward and dQ grids start with the
+// longest rows. A row with no key (s == 0) gives O = 0, L = -inf.
+//
+// Work split (256 threads: tx = threadIdx.x % 16, ty = threadIdx.x / 16), after the register
+// tiling of fast SGEMM kernels: a thread computes a 4 x 4 block of each 64 x 64 score tile (rows
+// ty + 16i, columns tx + 16j), each entry a dot product over the head dim read as float4 from
+// row-major tiles; rows of a tile lie HD + 4 floats apart (an odd count of float4s), so the eight
+// rows a quarter warp reads fall in distinct banks. The products with a score tile (P V, dS K,
+// P^T dO, dS^T Q) give a thread 4 rows x HD / 16 head columns, tx's float4 (or narrower) slices,
+// read as rows of the other operand. A row's 16 threads are 16 lanes of one warp: its max and sum
+// are warp shuffles. The head dim is a template bucket HD (16, 32, 64, 128 >= e, ev; the tiles are
+// zero-padded past e and ev); the tiles take dynamic shared memory (up to 167 KiB for HD = 128,
+// raised per kernel with cudaFuncSetAttribute). Host reference: ../host/attention.cpp.
 #include <cmath>
 
 #include "common.cuh"
@@ -25,251 +35,361 @@ namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 
-constexpr int kBr = 16;                     // query rows per tile
-constexpr int kBc = 16;                     // key rows per tile
-constexpr int kLanes = 8;                   // threads per row
-constexpr int kThreads = kBr * kLanes;      // 128
-constexpr int kMaxHead = 128;               // the largest e and ev
-constexpr int kPer = kMaxHead / kLanes;     // head columns a lane owns
-constexpr int kPad = kMaxHead + 1;          // odd row stride: rows of a warp fall in other banks
-constexpr int kColsPerLane = kBc / kLanes;  // score columns a lane computes
-static_assert(kBr == kBc, "the backward's thread layout uses one tile size for rows and keys");
+constexpr int kTile = 64;                // query rows and key rows per tile
+constexpr int kSide = 16;                // threads along each side of a tile
+constexpr int kThreads = kSide * kSide;  // 256
+constexpr int kPer = kTile / kSide;      // rows (and score columns) a thread owns: 4
+static_assert(kPer == 4, "the launchers spell out per-row factors for four rows");
+constexpr int kScoreStride = kTile + 16;  // a score tile's row stride: float4-aligned, and the two
+                                          // rows a warp stores fall in the other half of the banks
+constexpr float kNegInf = -INFINITY;
 
-// Loads rows [r0, r0 + kBr) of a (rows, width) matrix into tile (zeros past `rows`).
-__device__ void load_tile(float (*tile)[kPad], const float* m, int64_t r0, int64_t rows, int64_t width,
+// The head dim's layout in shared memory and registers.
+template <int HD>
+struct Head {
+  static constexpr int kStride = HD + 4;               // row stride: an odd number of float4s
+  static constexpr int kCols = HD / kSide;             // head columns a thread owns
+  static constexpr int kVec = kCols < 4 ? kCols : 4;   // contiguous columns per slice
+  static constexpr int kTileFloats = kTile * kStride;  // one 64-row tile
+  // Thread tx's head column number c (0 <= c < kCols).
+  __device__ static int col(int tx, int c) { return (c / kVec) * kSide * kVec + tx * kVec + c % kVec; }
+};
+
+// Loads rows [r0, r0 + kTile) of a (rows, width) matrix (row stride `stride`) into a tile; zeros
+// past `rows` and past `width` (to HD), so that products over the padded head dim are exact.
+template <int HD>
+__device__ void load_tile(float* tile, const float* m, int64_t r0, int64_t rows, int64_t width,
                           int64_t stride) {
-  for (int64_t i = threadIdx.x; i < kBr * width; i += kThreads) {
-    const int64_t rr = i / width, x = i % width;
-    tile[rr][x] = r0 + rr < rows ? m[(r0 + rr) * stride + x] : 0.0f;
+  for (int i = threadIdx.x; i < kTile * HD; i += kThreads) {
+    const int rr = i / HD, x = i % HD;
+    tile[rr * Head<HD>::kStride + x] = r0 + rr < rows && x < width ? m[(r0 + rr) * stride + x] : 0.0f;
   }
 }
 
-// The dot product of tile rows a[i] and b[j] over n columns.
-__device__ float dot_rows(const float (*a)[kPad], int i, const float (*b)[kPad], int j, int64_t n) {
-  float acc = 0.0f;
-  for (int64_t x = 0; x < n; ++x) acc += a[i][x] * b[j][x];
-  return acc;
+// Stores a thread's 4 x kCols block (rows ty + 16i, head columns col(tx, c)) times mul[i] as rows
+// [0, rows) x columns [0, width) of m (row stride `stride`): through `tile` (a free 64-row tile),
+// so that consecutive threads write consecutive columns (coalesced). Starts with a barrier (the
+// tile's last readers are done); the caller's next barrier must come before the tile is reused.
+template <int HD>
+__device__ void store_tile(float* tile, const float (&acc)[kPer][Head<HD>::kCols], const float (&mul)[kPer],
+                           float* m, int64_t rows, int64_t width, int64_t stride, int tx, int ty) {
+  using H = Head<HD>;
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    float* dst = tile + (ty + kSide * i) * H::kStride;
+#pragma unroll
+    for (int c = 0; c < H::kCols; c += H::kVec) {
+      if constexpr (H::kVec == 4) {
+        *reinterpret_cast<float4*>(dst + H::col(tx, c)) = make_float4(
+            acc[i][c] * mul[i], acc[i][c + 1] * mul[i], acc[i][c + 2] * mul[i], acc[i][c + 3] * mul[i]);
+      } else if constexpr (H::kVec == 2) {
+        *reinterpret_cast<float2*>(dst + H::col(tx, c)) =
+            make_float2(acc[i][c] * mul[i], acc[i][c + 1] * mul[i]);
+      } else {
+        dst[H::col(tx, c)] = acc[i][c] * mul[i];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTile * HD; i += kThreads) {
+    const int rr = i / HD, x = i % HD;
+    if (rr < rows && x < width) m[rr * stride + x] = tile[rr * H::kStride + x];
+  }
+}
+
+// acc[i][j] = a row (ty + 16i) . b row (tx + 16j) over the padded head dim.
+template <int HD>
+__device__ void tile_dots(const float* a, const float* b, int tx, int ty, float (&acc)[kPer][kPer]) {
+  constexpr int S = Head<HD>::kStride;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i)
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) acc[i][j] = 0.0f;
+#pragma unroll 4
+  for (int d = 0; d < HD; d += 4) {
+    float4 x[kPer], y[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) x[i] = *reinterpret_cast<const float4*>(a + (ty + kSide * i) * S + d);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) y[j] = *reinterpret_cast<const float4*>(b + (tx + kSide * j) * S + d);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        float t = acc[i][j];
+        t = fmaf(x[i].x, y[j].x, t);
+        t = fmaf(x[i].y, y[j].y, t);
+        t = fmaf(x[i].z, y[j].z, t);
+        t = fmaf(x[i].w, y[j].w, t);
+        acc[i][j] = t;
+      }
+  }
+}
+
+// acc[i][c] += sum over r < kTile of w[(ty + 16i) * kScoreStride + r] * m[r * stride + col(tx, c)]:
+// a 64 x 64 score tile w (row-major) times a 64-row head tile m, into the thread's 4 x kCols block.
+template <int HD>
+__device__ void tile_product(const float* w, const float* m, int tx, int ty,
+                             float (&acc)[kPer][Head<HD>::kCols]) {
+  using H = Head<HD>;
+#pragma unroll 2
+  for (int r = 0; r < kTile; r += 4) {
+    float4 p[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      p[i] = *reinterpret_cast<const float4*>(w + (ty + kSide * i) * kScoreStride + r);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      float mv[H::kCols];
+#pragma unroll
+      for (int c = 0; c < H::kCols; c += H::kVec) {
+        const float* src = m + (r + u) * H::kStride + H::col(tx, c);
+        if constexpr (H::kVec == 4) {
+          const float4 t = *reinterpret_cast<const float4*>(src);
+          mv[c] = t.x, mv[c + 1] = t.y, mv[c + 2] = t.z, mv[c + 3] = t.w;
+        } else if constexpr (H::kVec == 2) {
+          const float2 t = *reinterpret_cast<const float2*>(src);
+          mv[c] = t.x, mv[c + 1] = t.y;
+        } else {
+          mv[c] = *src;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const float pu = u == 0 ? p[i].x : u == 1 ? p[i].y : u == 2 ? p[i].z : p[i].w;
+#pragma unroll
+        for (int c = 0; c < H::kCols; ++c) acc[i][c] = fmaf(pu, mv[c], acc[i][c]);
+      }
+    }
+  }
+}
+
+// The max and the sum over a row's 16 threads (16 lanes of one warp).
+__device__ float row_max(float x) {
+#pragma unroll
+  for (int o = kSide / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o, kSide));
+  return x;
+}
+__device__ float row_sum(float x) {
+#pragma unroll
+  for (int o = kSide / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o, kSide);
+  return x;
 }
 
 __device__ bool masked(int64_t row, int64_t col, int64_t s, bool causal) {
   return col >= s || (causal && col > row);
 }
 
+// Per query row q0 + r of a tile (r < kTile): L (out's last column) and D = rowsum(dO * O) - dL,
+// both 0 past l. All threads take part (a row's 16 threads sum its columns).
+template <int HD>
+__device__ void load_row_stats(float* lse, float* dsum, const float* out, const float* dout, int64_t q0,
+                               int64_t l, int64_t ev, int tx, int ty) {
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int r = ty + kSide * i;
+    const int64_t row = q0 + r;
+    float d = 0.0f;
+    if (row < l)
+      for (int64_t x = tx; x < ev; x += kSide) d += dout[row * (ev + 1) + x] * out[row * (ev + 1) + x];
+    d = row_sum(d);
+    if (tx == 0) {
+      dsum[r] = row < l ? d - dout[row * (ev + 1) + ev] : 0.0f;  // dL/ds = P dlse
+      lse[r] = row < l ? out[row * (ev + 1) + ev] : 0.0f;
+    }
+  }
+}
+
 // q (batch, l, e), k (batch, s, e), v (batch, s, ev), out (batch, l, ev + 1)
-__global__ void attention_forward_kernel(const float* q, const float* k, const float* v, float* out,
-                                         int64_t batch, int64_t l, int64_t s, int64_t e, int64_t ev,
-                                         float scale, bool causal) {
-  __shared__ float qs[kBr][kPad];
-  __shared__ float ks[kBc][kPad];
-  __shared__ float vs[kBc][kPad];
-  __shared__ float ps[kBr][kBc + 1];
-  const int r = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
-  const int64_t qblocks = (l + kBr - 1) / kBr;
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attention_forward_kernel(const float* q, const float* k, const float* v, float* out, int64_t batch,
+                             int64_t l, int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
+  using H = Head<HD>;
+  float* qs = dynamic_smem<float>();
+  float* ks = qs + H::kTileFloats;
+  float* vs = ks + H::kTileFloats;
+  float* ps = vs + H::kTileFloats;  // kTile x kScoreStride
+  const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
+  const int64_t qblocks = (l + kTile - 1) / kTile;
   for (int64_t t = blockIdx.x; t < batch * qblocks; t += gridDim.x) {
-    const int64_t b = t / qblocks, q0 = (t % qblocks) * kBr, row = q0 + r;
+    const int64_t b = t / qblocks, q0 = (qblocks - 1 - t % qblocks) * kTile;  // long causal rows first
     const float* kb = k + b * s * e;
     const float* vb = v + b * s * ev;
-    load_tile(qs, q + b * l * e, q0, l, e, e);
-    float m = -INFINITY, sum = 0.0f, acc[kPer];
+    load_tile<HD>(qs, q + b * l * e, q0, l, e, e);
+    float m[kPer], sum[kPer], acc[kPer][H::kCols];
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) acc[j] = 0.0f;
-    const int64_t kend = causal ? (s < q0 + kBr ? s : q0 + kBr) : s;
-    for (int64_t k0 = 0; k0 < kend; k0 += kBc) {
+    for (int i = 0; i < kPer; ++i) {
+      m[i] = kNegInf, sum[i] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < H::kCols; ++c) acc[i][c] = 0.0f;
+    }
+    const int64_t kend = causal ? (s < q0 + kTile ? s : q0 + kTile) : s;
+    for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
       __syncthreads();  // the last tile's readers are done with ks, vs, ps
-      load_tile(ks, kb, k0, s, e, e);
-      load_tile(vs, vb, k0, s, ev, ev);
+      load_tile<HD>(ks, kb, k0, s, e, e);
+      load_tile<HD>(vs, vb, k0, s, ev, ev);
       __syncthreads();
+      float sc[kPer][kPer];
+      tile_dots<HD>(qs, ks, tx, ty, sc);
 #pragma unroll
-      for (int j = 0; j < kColsPerLane; ++j) {
-        const int c = lane + j * kLanes;
-        ps[r][c] = masked(row, k0 + c, s, causal) ? -INFINITY : dot_rows(qs, r, ks, c, e) * scale;
-      }
-      __syncthreads();
-      float mx = m;
-      for (int c = 0; c < kBc; ++c) mx = fmaxf(mx, ps[r][c]);
-      __syncthreads();  // the row's lanes have read their scores before they turn into P
-      // mx == -inf: every key so far masked; nothing accumulates (exp(-inf - -inf) would be NaN)
-      const float alpha = mx == -INFINITY ? 1.0f : expf(m - mx);
+      for (int i = 0; i < kPer; ++i) {
+        const int64_t row = q0 + ty + kSide * i;
+        float mx = m[i];
 #pragma unroll
-      for (int j = 0; j < kColsPerLane; ++j) {
-        const int c = lane + j * kLanes;
-        ps[r][c] = mx == -INFINITY ? 0.0f : expf(ps[r][c] - mx);
-      }
-      __syncthreads();
-      float rs = 0.0f;
-      for (int c = 0; c < kBc; ++c) rs += ps[r][c];
-      sum = sum * alpha + rs;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int x = lane + j * kLanes;
-        if (x < ev) {
-          float a = acc[j] * alpha;
-          for (int c = 0; c < kBc; ++c) a += ps[r][c] * vs[c][x];
-          acc[j] = a;
+        for (int j = 0; j < kPer; ++j) {
+          sc[i][j] = masked(row, k0 + tx + kSide * j, s, causal) ? kNegInf : sc[i][j] * scale;
+          mx = fmaxf(mx, sc[i][j]);
         }
-      }
-      m = mx;
-    }
-    if (row < l) {
-      float* o = out + (b * l + row) * (ev + 1);
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        mx = row_max(mx);
+        // mx == -inf: every key so far masked; nothing accumulates (exp(-inf - -inf) would be NaN)
+        const float alpha = mx == kNegInf ? 1.0f : expf(m[i] - mx);
+        float rs = 0.0f;
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int x = lane + j * kLanes;
-        if (x < ev) o[x] = acc[j] * inv;
+        for (int j = 0; j < kPer; ++j) {
+          const float p = mx == kNegInf ? 0.0f : expf(sc[i][j] - mx);
+          ps[(ty + kSide * i) * kScoreStride + tx + kSide * j] = p;
+          rs += p;
+        }
+        sum[i] = sum[i] * alpha + row_sum(rs);
+        m[i] = mx;
+#pragma unroll
+        for (int c = 0; c < H::kCols; ++c) acc[i][c] *= alpha;
       }
-      if (lane == 0) o[ev] = sum > 0.0f ? m + logf(sum) : -INFINITY;
+      __syncthreads();  // P complete
+      tile_product<HD>(ps, vs, tx, ty, acc);
     }
+    float inv[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int64_t row = q0 + ty + kSide * i;
+      inv[i] = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
+      if (row < l && tx == 0)
+        out[(b * l + row) * (ev + 1) + ev] = sum[i] > 0.0f ? m[i] + logf(sum[i]) : kNegInf;
+    }
+    store_tile<HD>(qs, acc, inv, out + (b * l + q0) * (ev + 1), l - q0, ev, ev + 1, tx, ty);
     __syncthreads();  // qs is reloaded for the next tile
   }
 }
 
-// Per query row of a tile: L (from out's last column) and D = rowsum(dO * O) - dL, 0 past l.
-__device__ void load_row_stats(float* lse, float* dsum, const float* out, const float* dout, int64_t q0,
-                               int64_t l, int64_t ev) {
-  const int r = threadIdx.x / kLanes;
-  if (threadIdx.x % kLanes != 0) return;
-  const int64_t row = q0 + r;
-  float d = 0.0f, lr = 0.0f;
-  if (row < l) {
-    const float* o = out + row * (ev + 1);
-    const float* g = dout + row * (ev + 1);
-    for (int64_t x = 0; x < ev; ++x) d += g[x] * o[x];
-    d -= g[ev];  // the logsumexp's own gradient: dL/ds = P dlse
-    lr = o[ev];
-  }
-  lse[r] = lr;
-  dsum[r] = d;
-}
-
-// dS of tile entry (r, c): P = exp(scale q.k - L), dS = P (dO.v - D); writes P to ps if given.
-__device__ float score_gradient(const float (*qs)[kPad], const float (*ks)[kPad], const float (*dos)[kPad],
-                                const float (*vs)[kPad], const float* lse, const float* dsum, int r, int c,
-                                int64_t row, int64_t col, int64_t l, int64_t s, int64_t e, int64_t ev,
-                                float scale, bool causal, float* p_out) {
-  const bool off = row >= l || masked(row, col, s, causal);
-  const float p = off ? 0.0f : expf(dot_rows(qs, r, ks, c, e) * scale - lse[r]);
-  if (p_out != nullptr) *p_out = p;
-  return off ? 0.0f : p * (dot_rows(dos, r, vs, c, ev) - dsum[r]);
-}
-
-// dk (batch, s, e), dv (batch, s, ev); dout and out (batch, l, ev + 1)
-__global__ void attention_dkdv_kernel(const float* q, const float* k, const float* v, const float* out,
-                                      const float* dout, float* dk, float* dv, int64_t batch, int64_t l,
-                                      int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
-  __shared__ float qs[kBr][kPad];
-  __shared__ float dos[kBr][kPad];
-  __shared__ float ks[kBc][kPad];
-  __shared__ float vs[kBc][kPad];
-  __shared__ float ps[kBr][kBc + 1];
-  __shared__ float dss[kBr][kBc + 1];
-  __shared__ float lse[kBr], dsum[kBr];
-  const int r = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;  // r: a query row, then a key row
-  const int64_t kblocks = (s + kBc - 1) / kBc;
+// dk (batch, s, e), dv (batch, s, ev); dout and out (batch, l, ev + 1). A thread's rows are keys,
+// its score columns queries.
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attention_dkdv_kernel(const float* q, const float* k, const float* v, const float* out, const float* dout,
+                          float* dk, float* dv, int64_t batch, int64_t l, int64_t s, int64_t e, int64_t ev,
+                          float scale, bool causal) {
+  using H = Head<HD>;
+  float* ks = dynamic_smem<float>();
+  float* vs = ks + H::kTileFloats;
+  float* qs = vs + H::kTileFloats;
+  float* dos = qs + H::kTileFloats;
+  float* pts = dos + H::kTileFloats;         // P^T: kTile keys x kScoreStride
+  float* dsts = pts + kTile * kScoreStride;  // dS^T
+  float* lse = dsts + kTile * kScoreStride;  // kTile query rows
+  float* dsum = lse + kTile;
+  const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
+  const int64_t kblocks = (s + kTile - 1) / kTile;
   for (int64_t t = blockIdx.x; t < batch * kblocks; t += gridDim.x) {
-    const int64_t b = t / kblocks, k0 = (t % kblocks) * kBc;
+    const int64_t b = t / kblocks, k0 = (t % kblocks) * kTile;  // causal: the first keys see most rows
     const float* ob = out + b * l * (ev + 1);
     const float* gb = dout + b * l * (ev + 1);
-    load_tile(ks, k + b * s * e, k0, s, e, e);
-    load_tile(vs, v + b * s * ev, k0, s, ev, ev);
-    float dka[kPer], dva[kPer];
+    load_tile<HD>(ks, k + b * s * e, k0, s, e, e);
+    load_tile<HD>(vs, v + b * s * ev, k0, s, ev, ev);
+    float dka[kPer][H::kCols], dva[kPer][H::kCols];
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) dka[j] = dva[j] = 0.0f;
+    for (int i = 0; i < kPer; ++i)
+#pragma unroll
+      for (int c = 0; c < H::kCols; ++c) dka[i][c] = dva[i][c] = 0.0f;
     // causal: query rows before k0 see none of these keys
-    for (int64_t q0 = causal ? (k0 / kBr) * kBr : 0; q0 < l; q0 += kBr) {
-      __syncthreads();  // the last tile's readers are done with qs, dos, ps, dss
-      load_tile(qs, q + b * l * e, q0, l, e, e);
-      load_tile(dos, gb, q0, l, ev, ev + 1);
-      load_row_stats(lse, dsum, ob, gb, q0, l, ev);
+    for (int64_t q0 = causal ? k0 : 0; q0 < l; q0 += kTile) {
+      __syncthreads();  // the last tile's readers are done with qs, dos, pts, dsts, lse, dsum
+      load_tile<HD>(qs, q + b * l * e, q0, l, e, e);
+      load_tile<HD>(dos, gb, q0, l, ev, ev + 1);
+      load_row_stats<HD>(lse, dsum, ob, gb, q0, l, ev, tx, ty);
       __syncthreads();
+      float st[kPer][kPer], dpt[kPer][kPer];
+      tile_dots<HD>(ks, qs, tx, ty, st);
+      tile_dots<HD>(vs, dos, tx, ty, dpt);
 #pragma unroll
-      for (int j = 0; j < kColsPerLane; ++j) {
-        const int c = lane + j * kLanes;
-        dss[r][c] = score_gradient(qs, ks, dos, vs, lse, dsum, r, c, q0 + r, k0 + c, l, s, e, ev, scale,
-                                   causal, &ps[r][c]);
-      }
-      __syncthreads();
+      for (int i = 0; i < kPer; ++i) {
+        const int64_t key = k0 + ty + kSide * i;
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int x = lane + j * kLanes;
-        if (x < ev) {
-          float a = dva[j];
-          for (int rr = 0; rr < kBr; ++rr) a += ps[rr][r] * dos[rr][x];
-          dva[j] = a;
-        }
-        if (x < e) {
-          float a = dka[j];
-          for (int rr = 0; rr < kBr; ++rr) a += dss[rr][r] * qs[rr][x];
-          dka[j] = a;
+        for (int j = 0; j < kPer; ++j) {
+          const int c = tx + kSide * j;
+          const int64_t row = q0 + c;
+          const bool off = row >= l || masked(row, key, s, causal);
+          const float p = off ? 0.0f : expf(st[i][j] * scale - lse[c]);
+          pts[(ty + kSide * i) * kScoreStride + c] = p;
+          dsts[(ty + kSide * i) * kScoreStride + c] = off ? 0.0f : p * (dpt[i][j] - dsum[c]);
         }
       }
+      __syncthreads();
+      tile_product<HD>(pts, dos, tx, ty, dva);
+      tile_product<HD>(dsts, qs, tx, ty, dka);
     }
-    const int64_t key = k0 + r;
-    if (key < s) {
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int x = lane + j * kLanes;
-        if (x < e) dk[(b * s + key) * e + x] = dka[j] * scale;
-        if (x < ev) dv[(b * s + key) * ev + x] = dva[j];
-      }
-    }
+    const float scales[kPer] = {scale, scale, scale, scale}, ones[kPer] = {1.0f, 1.0f, 1.0f, 1.0f};
+    store_tile<HD>(qs, dka, scales, dk + (b * s + k0) * e, s - k0, e, e, tx, ty);
+    store_tile<HD>(dos, dva, ones, dv + (b * s + k0) * ev, s - k0, ev, ev, tx, ty);
     __syncthreads();  // ks, vs are reloaded for the next tile
   }
 }
 
 // dq (batch, l, e)
-__global__ void attention_dq_kernel(const float* q, const float* k, const float* v, const float* out,
-                                    const float* dout, float* dq, int64_t batch, int64_t l, int64_t s,
-                                    int64_t e, int64_t ev, float scale, bool causal) {
-  __shared__ float qs[kBr][kPad];
-  __shared__ float dos[kBr][kPad];
-  __shared__ float ks[kBc][kPad];
-  __shared__ float vs[kBc][kPad];
-  __shared__ float dss[kBr][kBc + 1];
-  __shared__ float lse[kBr], dsum[kBr];
-  const int r = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
-  const int64_t qblocks = (l + kBr - 1) / kBr;
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attention_dq_kernel(const float* q, const float* k, const float* v, const float* out, const float* dout,
+                        float* dq, int64_t batch, int64_t l, int64_t s, int64_t e, int64_t ev, float scale,
+                        bool causal) {
+  using H = Head<HD>;
+  float* qs = dynamic_smem<float>();
+  float* dos = qs + H::kTileFloats;
+  float* ks = dos + H::kTileFloats;
+  float* vs = ks + H::kTileFloats;
+  float* dss = vs + H::kTileFloats;  // kTile x kScoreStride
+  float* lse = dss + kTile * kScoreStride;
+  float* dsum = lse + kTile;
+  const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
+  const int64_t qblocks = (l + kTile - 1) / kTile;
   for (int64_t t = blockIdx.x; t < batch * qblocks; t += gridDim.x) {
-    const int64_t b = t / qblocks, q0 = (t % qblocks) * kBr, row = q0 + r;
+    const int64_t b = t / qblocks, q0 = (qblocks - 1 - t % qblocks) * kTile;  // long causal rows first
     const float* kb = k + b * s * e;
     const float* vb = v + b * s * ev;
-    load_tile(qs, q + b * l * e, q0, l, e, e);
-    load_tile(dos, dout + b * l * (ev + 1), q0, l, ev, ev + 1);
-    load_row_stats(lse, dsum, out + b * l * (ev + 1), dout + b * l * (ev + 1), q0, l, ev);
-    float acc[kPer];
+    load_tile<HD>(qs, q + b * l * e, q0, l, e, e);
+    load_tile<HD>(dos, dout + b * l * (ev + 1), q0, l, ev, ev + 1);
+    load_row_stats<HD>(lse, dsum, out + b * l * (ev + 1), dout + b * l * (ev + 1), q0, l, ev, tx, ty);
+    float acc[kPer][H::kCols];
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) acc[j] = 0.0f;
-    const int64_t kend = causal ? (s < q0 + kBr ? s : q0 + kBr) : s;
-    for (int64_t k0 = 0; k0 < kend; k0 += kBc) {
-      __syncthreads();  // qs, dos, lse loaded; the last tile's readers are done with ks, dss
-      load_tile(ks, kb, k0, s, e, e);
-      load_tile(vs, vb, k0, s, ev, ev);
+    for (int i = 0; i < kPer; ++i)
+#pragma unroll
+      for (int c = 0; c < H::kCols; ++c) acc[i][c] = 0.0f;
+    const int64_t kend = causal ? (s < q0 + kTile ? s : q0 + kTile) : s;
+    for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
+      __syncthreads();  // qs, dos, lse loaded; the last tile's readers are done with ks, vs, dss
+      load_tile<HD>(ks, kb, k0, s, e, e);
+      load_tile<HD>(vs, vb, k0, s, ev, ev);
       __syncthreads();
+      float sc[kPer][kPer], dp[kPer][kPer];
+      tile_dots<HD>(qs, ks, tx, ty, sc);
+      tile_dots<HD>(dos, vs, tx, ty, dp);
 #pragma unroll
-      for (int j = 0; j < kColsPerLane; ++j) {
-        const int c = lane + j * kLanes;
-        dss[r][c] = score_gradient(qs, ks, dos, vs, lse, dsum, r, c, row, k0 + c, l, s, e, ev, scale, causal,
-                                   nullptr);
-      }
-      __syncthreads();
+      for (int i = 0; i < kPer; ++i) {
+        const int r = ty + kSide * i;
+        const int64_t row = q0 + r;
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int x = lane + j * kLanes;
-        if (x < e) {
-          float a = acc[j];
-          for (int c = 0; c < kBc; ++c) a += dss[r][c] * ks[c][x];
-          acc[j] = a;
+        for (int j = 0; j < kPer; ++j) {
+          const bool off = row >= l || masked(row, k0 + tx + kSide * j, s, causal);
+          const float p = off ? 0.0f : expf(sc[i][j] * scale - lse[r]);
+          dss[r * kScoreStride + tx + kSide * j] = off ? 0.0f : p * (dp[i][j] - dsum[r]);
         }
       }
+      __syncthreads();
+      tile_product<HD>(dss, ks, tx, ty, acc);
     }
-    if (row < l) {
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int x = lane + j * kLanes;
-        if (x < e) dq[(b * l + row) * e + x] = acc[j] * scale;
-      }
-    }
-    __syncthreads();  // qs, dos, lse are reloaded for the next tile
+    const float scales[kPer] = {scale, scale, scale, scale};
+    store_tile<HD>(ks, acc, scales, dq + (b * l + q0) * e, l - q0, e, e, tx, ty);
+    __syncthreads();  // qs, dos, ks, lse are reloaded for the next tile
   }
 }
 
@@ -284,6 +404,64 @@ double pairs(int64_t batch, int64_t l, int64_t s, bool causal) {
   return causal ? all / 2 : all;
 }
 
+// Dynamic shared memory of each kernel, in bytes.
+template <int HD>
+constexpr size_t forward_smem() {
+  return sizeof(float) * (3 * Head<HD>::kTileFloats + kTile * kScoreStride);
+}
+template <int HD>
+constexpr size_t dkdv_smem() {
+  return sizeof(float) * (4 * Head<HD>::kTileFloats + 2 * kTile * kScoreStride + 2 * kTile);
+}
+template <int HD>
+constexpr size_t dq_smem() {
+  return sizeof(float) * (4 * Head<HD>::kTileFloats + kTile * kScoreStride + 2 * kTile);
+}
+static_assert(dkdv_smem<128>() <= 227 * 1024, "the largest tiles fit a block's shared memory");
+
+// Launches Kernel with `smem` bytes of dynamic shared memory, first raising its limit past the
+// default 48 KiB (a per-function attribute, set on each launch: cheap, and right on every device).
+template <auto Kernel, typename... Args>
+void launch_tiles(const char* op, unsigned grid, size_t smem, cudaStream_t stream, Args... args) {
+  if (smem > 48 * 1024)
+    check(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+          op);
+  launch<Kernel>(op, grid, kThreads, smem, stream, args...);
+}
+
+template <int HD>
+void forward(cudaStream_t stream, const float* q, const float* k, const float* v, float* out, int64_t batch,
+             int64_t l, int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
+  launch_tiles<attention_forward_kernel<HD>>("attention", tile_grid(batch * ceil_div(l, kTile)),
+                                             forward_smem<HD>(), stream, q, k, v, out, batch, l, s, e, ev,
+                                             scale, causal);
+}
+
+template <int HD>
+void gradient(cudaStream_t stream, const float* q, const float* k, const float* v, const float* out,
+              const float* dout, float* dq, float* dk, float* dv, int64_t batch, int64_t l, int64_t s,
+              int64_t e, int64_t ev, float scale, bool causal) {
+  if (s > 0) {
+    note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(2 * e + 2 * ev));
+    launch_tiles<attention_dkdv_kernel<HD>>("attention_gradient", tile_grid(batch * ceil_div(s, kTile)),
+                                            dkdv_smem<HD>(), stream, q, k, v, out, dout, dk, dv, batch, l, s,
+                                            e, ev, scale, causal);
+  }
+  if (l > 0) {
+    note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(2 * e + ev));
+    launch_tiles<attention_dq_kernel<HD>>("attention_gradient", tile_grid(batch * ceil_div(l, kTile)),
+                                          dq_smem<HD>(), stream, q, k, v, out, dout, dq, batch, l, s, e, ev,
+                                          scale, causal);
+  }
+}
+
+// The head-dim bucket: the smallest of 16, 32, 64, 128 that holds e and ev (checked <= 128 by
+// ../ops/attention.cpp).
+int head_bucket(int64_t e, int64_t ev) {
+  const int64_t d = e > ev ? e : ev;
+  return d <= 16 ? 16 : d <= 32 ? 32 : d <= 64 ? 64 : 128;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------- launchers
@@ -292,23 +470,31 @@ void attention(int dev, const float* q, const float* k, const float* v, float* o
                int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
   cudaStream_t stream = activate(dev);
   note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(e + ev));
-  launch<attention_forward_kernel>("attention", tile_grid(batch * ceil_div(l, kBr)), kThreads, 0, stream, q,
-                                   k, v, out, batch, l, s, e, ev, scale, causal);
+  switch (head_bucket(e, ev)) {
+    case 16:
+      return forward<16>(stream, q, k, v, out, batch, l, s, e, ev, scale, causal);
+    case 32:
+      return forward<32>(stream, q, k, v, out, batch, l, s, e, ev, scale, causal);
+    case 64:
+      return forward<64>(stream, q, k, v, out, batch, l, s, e, ev, scale, causal);
+    default:
+      return forward<128>(stream, q, k, v, out, batch, l, s, e, ev, scale, causal);
+  }
 }
 
 void attention_gradient(int dev, const float* q, const float* k, const float* v, const float* out,
                         const float* dout, float* dq, float* dk, float* dv, int64_t batch, int64_t l,
                         int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
   cudaStream_t stream = activate(dev);
-  if (s > 0) {
-    note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(2 * e + 2 * ev));
-    launch<attention_dkdv_kernel>("attention_gradient", tile_grid(batch * ceil_div(s, kBc)), kThreads, 0,
-                                  stream, q, k, v, out, dout, dk, dv, batch, l, s, e, ev, scale, causal);
-  }
-  if (l > 0) {
-    note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(2 * e + ev));
-    launch<attention_dq_kernel>("attention_gradient", tile_grid(batch * ceil_div(l, kBr)), kThreads, 0,
-                                stream, q, k, v, out, dout, dq, batch, l, s, e, ev, scale, causal);
+  switch (head_bucket(e, ev)) {
+    case 16:
+      return gradient<16>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal);
+    case 32:
+      return gradient<32>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal);
+    case 64:
+      return gradient<64>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal);
+    default:
+      return gradient<128>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal);
   }
 }
 
