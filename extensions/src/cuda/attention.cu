@@ -16,18 +16,16 @@
 // skips the key tiles wholly above the diagonal, and the forward and dQ grids start with the
 // longest rows. A row with no key (s == 0) gives O = 0, L = -inf.
 //
-// Work split (tx = threadIdx.x % 16, ty = threadIdx.x / 16), after the register tiling of fast
-// SGEMM kernels: a thread computes an R x 4 block of each 64 x 64 score tile (rows ty + (64 / R) i,
-// columns tx + 16j; R = 8 rows and 128 threads for head dims up to 64, R = 4 and 256 threads for
-// 128, where registers are short), each entry a dot product over the head dim read as float4 from
+// Work split (256 threads: tx = threadIdx.x % 16, ty = threadIdx.x / 16), after the register
+// tiling of fast SGEMM kernels: a thread computes a 4 x 4 block of each 64 x 64 score tile (rows
+// ty + 16i, columns tx + 16j), each entry a dot product over the head dim read as float4 from
 // row-major tiles; rows of a tile lie HD + 4 floats apart (an odd count of float4s), so the eight
 // rows a quarter warp reads fall in distinct banks. The products with a score tile (P V, dS K,
-// P^T dO, dS^T Q) give a thread its R rows x HD / 16 head columns, tx's float4 (or narrower)
-// slices, read as rows of the other operand. A row's 16 threads are 16 lanes of one warp: its max
-// and sum are warp shuffles. The head dim is a template bucket HD (16, 32, 64, 128 >= e, ev; the
-// tiles are zero-padded past e and ev); the tiles take dynamic shared memory (up to 167 KiB for
-// HD = 128, raised per kernel with cudaFuncSetAttribute). Outputs leave through a shared tile, so
-// that their stores are coalesced. Host reference: ../host/attention.cpp.
+// P^T dO, dS^T Q) give a thread 4 rows x HD / 16 head columns, tx's float4 (or narrower) slices,
+// read as rows of the other operand. A row's 16 threads are 16 lanes of one warp: its max and sum
+// are warp shuffles. The head dim is a template bucket HD (16, 32, 64, 128 >= e, ev; the tiles are
+// zero-padded past e and ev); the tiles take dynamic shared memory (up to 167 KiB for HD = 128,
+// raised per kernel with cudaFuncSetAttribute). Host reference: ../host/attention.cpp.
 #include <cmath>
 
 #include "common.cuh"
@@ -37,11 +35,13 @@ namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 
-constexpr int kTile = 64;                  // query rows and key rows per tile
-constexpr int kSide = 16;                  // threads along each side of a tile
-constexpr int kScoreCols = kTile / kSide;  // score columns a thread owns: tx + 16j
-constexpr int kScoreStride = kTile + 16;   // a score tile's row stride: float4-aligned, and the two
-                                           // rows a warp stores fall in the other half of the banks
+constexpr int kTile = 64;                // query rows and key rows per tile
+constexpr int kSide = 16;                // threads along each side of a tile
+constexpr int kThreads = kSide * kSide;  // 256
+constexpr int kPer = kTile / kSide;      // rows (and score columns) a thread owns: 4
+static_assert(kPer == 4, "the launchers spell out per-row factors for four rows");
+constexpr int kScoreStride = kTile + 16;  // a score tile's row stride: float4-aligned, and the two
+                                          // rows a warp stores fall in the other half of the banks
 constexpr float kNegInf = -INFINITY;
 
 // The head dim's layout in shared memory and registers.
@@ -51,11 +51,6 @@ struct Head {
   static constexpr int kCols = HD / kSide;             // head columns a thread owns
   static constexpr int kVec = kCols < 4 ? kCols : 4;   // contiguous columns per slice
   static constexpr int kTileFloats = kTile * kStride;  // one 64-row tile
-  // Rows a thread owns (ty + kRowThreads i): 8 where registers allow (fewer shared-memory loads
-  // per multiply-add), 4 for the largest head dim.
-  static constexpr int kRows = HD <= 64 ? 8 : 4;
-  static constexpr int kRowThreads = kTile / kRows;
-  static constexpr int kThreads = kRowThreads * kSide;  // 128 or 256
   // Thread tx's head column number c (0 <= c < kCols).
   __device__ static int col(int tx, int c) { return (c / kVec) * kSide * kVec + tx * kVec + c % kVec; }
 };
@@ -65,66 +60,63 @@ struct Head {
 template <int HD>
 __device__ void load_tile(float* tile, const float* m, int64_t r0, int64_t rows, int64_t width,
                           int64_t stride) {
-  for (int i = threadIdx.x; i < kTile * HD; i += Head<HD>::kThreads) {
+  for (int i = threadIdx.x; i < kTile * HD; i += kThreads) {
     const int rr = i / HD, x = i % HD;
     tile[rr * Head<HD>::kStride + x] = r0 + rr < rows && x < width ? m[(r0 + rr) * stride + x] : 0.0f;
   }
 }
 
-// Stores a thread's kRows x kCols block (rows ty + kRowThreads i, head columns col(tx, c)) times
-// mul as rows [0, rows) x columns [0, width) of m (row stride `stride`): through `tile` (a free
-// 64-row tile), so that consecutive threads write consecutive columns (coalesced). Starts with a barrier (the
+// Stores a thread's 4 x kCols block (rows ty + 16i, head columns col(tx, c)) times mul[i] as rows
+// [0, rows) x columns [0, width) of m (row stride `stride`): through `tile` (a free 64-row tile),
+// so that consecutive threads write consecutive columns (coalesced). Starts with a barrier (the
 // tile's last readers are done); the caller's next barrier must come before the tile is reused.
 template <int HD>
-__device__ void store_tile(float* tile, const float (&acc)[Head<HD>::kRows][Head<HD>::kCols], float mul,
+__device__ void store_tile(float* tile, const float (&acc)[kPer][Head<HD>::kCols], const float (&mul)[kPer],
                            float* m, int64_t rows, int64_t width, int64_t stride, int tx, int ty) {
   using H = Head<HD>;
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < H::kRows; ++i) {
-    float* dst = tile + (ty + H::kRowThreads * i) * H::kStride;
+  for (int i = 0; i < kPer; ++i) {
+    float* dst = tile + (ty + kSide * i) * H::kStride;
 #pragma unroll
     for (int c = 0; c < H::kCols; c += H::kVec) {
       if constexpr (H::kVec == 4) {
-        *reinterpret_cast<float4*>(dst + H::col(tx, c)) =
-            make_float4(acc[i][c] * mul, acc[i][c + 1] * mul, acc[i][c + 2] * mul, acc[i][c + 3] * mul);
+        *reinterpret_cast<float4*>(dst + H::col(tx, c)) = make_float4(
+            acc[i][c] * mul[i], acc[i][c + 1] * mul[i], acc[i][c + 2] * mul[i], acc[i][c + 3] * mul[i]);
       } else if constexpr (H::kVec == 2) {
-        *reinterpret_cast<float2*>(dst + H::col(tx, c)) = make_float2(acc[i][c] * mul, acc[i][c + 1] * mul);
+        *reinterpret_cast<float2*>(dst + H::col(tx, c)) =
+            make_float2(acc[i][c] * mul[i], acc[i][c + 1] * mul[i]);
       } else {
-        dst[H::col(tx, c)] = acc[i][c] * mul;
+        dst[H::col(tx, c)] = acc[i][c] * mul[i];
       }
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kTile * HD; i += Head<HD>::kThreads) {
+  for (int i = threadIdx.x; i < kTile * HD; i += kThreads) {
     const int rr = i / HD, x = i % HD;
     if (rr < rows && x < width) m[rr * stride + x] = tile[rr * H::kStride + x];
   }
 }
 
-// acc[i][j] = a row (ty + kRowThreads i) . b row (tx + 16j) over the padded head dim.
+// acc[i][j] = a row (ty + 16i) . b row (tx + 16j) over the padded head dim.
 template <int HD>
-__device__ void tile_dots(const float* a, const float* b, int tx, int ty,
-                          float (&acc)[Head<HD>::kRows][kScoreCols]) {
-  using H = Head<HD>;
-  constexpr int S = H::kStride;
+__device__ void tile_dots(const float* a, const float* b, int tx, int ty, float (&acc)[kPer][kPer]) {
+  constexpr int S = Head<HD>::kStride;
 #pragma unroll
-  for (int i = 0; i < H::kRows; ++i)
+  for (int i = 0; i < kPer; ++i)
 #pragma unroll
-    for (int j = 0; j < kScoreCols; ++j) acc[i][j] = 0.0f;
+    for (int j = 0; j < kPer; ++j) acc[i][j] = 0.0f;
 #pragma unroll 4
   for (int d = 0; d < HD; d += 4) {
-    float4 x[H::kRows], y[kScoreCols];
+    float4 x[kPer], y[kPer];
 #pragma unroll
-    for (int i = 0; i < H::kRows; ++i)
-      x[i] = *reinterpret_cast<const float4*>(a + (ty + H::kRowThreads * i) * S + d);
+    for (int i = 0; i < kPer; ++i) x[i] = *reinterpret_cast<const float4*>(a + (ty + kSide * i) * S + d);
 #pragma unroll
-    for (int j = 0; j < kScoreCols; ++j)
-      y[j] = *reinterpret_cast<const float4*>(b + (tx + kSide * j) * S + d);
+    for (int j = 0; j < kPer; ++j) y[j] = *reinterpret_cast<const float4*>(b + (tx + kSide * j) * S + d);
 #pragma unroll
-    for (int i = 0; i < H::kRows; ++i)
+    for (int i = 0; i < kPer; ++i)
 #pragma unroll
-      for (int j = 0; j < kScoreCols; ++j) {
+      for (int j = 0; j < kPer; ++j) {
         float t = acc[i][j];
         t = fmaf(x[i].x, y[j].x, t);
         t = fmaf(x[i].y, y[j].y, t);
@@ -135,18 +127,18 @@ __device__ void tile_dots(const float* a, const float* b, int tx, int ty,
   }
 }
 
-// acc[i][c] += sum over r < kTile of w[(ty + kRowThreads i) * kScoreStride + r] * m[r * kStride + col(tx,
-// c)]: a 64 x 64 score tile w (row-major) times a 64-row head tile m, into the thread's kRows x kCols block.
+// acc[i][c] += sum over r < kTile of w[(ty + 16i) * kScoreStride + r] * m[r * stride + col(tx, c)]:
+// a 64 x 64 score tile w (row-major) times a 64-row head tile m, into the thread's 4 x kCols block.
 template <int HD>
 __device__ void tile_product(const float* w, const float* m, int tx, int ty,
-                             float (&acc)[Head<HD>::kRows][Head<HD>::kCols]) {
+                             float (&acc)[kPer][Head<HD>::kCols]) {
   using H = Head<HD>;
 #pragma unroll 2
   for (int r = 0; r < kTile; r += 4) {
-    float4 p[H::kRows];
+    float4 p[kPer];
 #pragma unroll
-    for (int i = 0; i < H::kRows; ++i)
-      p[i] = *reinterpret_cast<const float4*>(w + (ty + H::kRowThreads * i) * kScoreStride + r);
+    for (int i = 0; i < kPer; ++i)
+      p[i] = *reinterpret_cast<const float4*>(w + (ty + kSide * i) * kScoreStride + r);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       float mv[H::kCols];
@@ -164,7 +156,7 @@ __device__ void tile_product(const float* w, const float* m, int tx, int ty,
         }
       }
 #pragma unroll
-      for (int i = 0; i < H::kRows; ++i) {
+      for (int i = 0; i < kPer; ++i) {
         const float pu = u == 0 ? p[i].x : u == 1 ? p[i].y : u == 2 ? p[i].z : p[i].w;
 #pragma unroll
         for (int c = 0; c < H::kCols; ++c) acc[i][c] = fmaf(pu, mv[c], acc[i][c]);
@@ -195,8 +187,8 @@ template <int HD>
 __device__ void load_row_stats(float* lse, float* dsum, const float* out, const float* dout, int64_t q0,
                                int64_t l, int64_t ev, int tx, int ty) {
 #pragma unroll
-  for (int i = 0; i < Head<HD>::kRows; ++i) {
-    const int r = ty + Head<HD>::kRowThreads * i;
+  for (int i = 0; i < kPer; ++i) {
+    const int r = ty + kSide * i;
     const int64_t row = q0 + r;
     float d = 0.0f;
     if (row < l)
@@ -211,7 +203,7 @@ __device__ void load_row_stats(float* lse, float* dsum, const float* out, const 
 
 // q (batch, l, e), k (batch, s, e), v (batch, s, ev), out (batch, l, ev + 1)
 template <int HD>
-__global__ void __launch_bounds__(Head<HD>::kThreads)
+__global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const float* q, const float* k, const float* v, float* out, int64_t batch,
                              int64_t l, int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
   using H = Head<HD>;
@@ -226,9 +218,9 @@ __global__ void __launch_bounds__(Head<HD>::kThreads)
     const float* kb = k + b * s * e;
     const float* vb = v + b * s * ev;
     load_tile<HD>(qs, q + b * l * e, q0, l, e, e);
-    float m[H::kRows], sum[H::kRows], acc[H::kRows][H::kCols];
+    float m[kPer], sum[kPer], acc[kPer][H::kCols];
 #pragma unroll
-    for (int i = 0; i < H::kRows; ++i) {
+    for (int i = 0; i < kPer; ++i) {
       m[i] = kNegInf, sum[i] = 0.0f;
 #pragma unroll
       for (int c = 0; c < H::kCols; ++c) acc[i][c] = 0.0f;
@@ -239,14 +231,14 @@ __global__ void __launch_bounds__(Head<HD>::kThreads)
       load_tile<HD>(ks, kb, k0, s, e, e);
       load_tile<HD>(vs, vb, k0, s, ev, ev);
       __syncthreads();
-      float sc[H::kRows][kScoreCols];
+      float sc[kPer][kPer];
       tile_dots<HD>(qs, ks, tx, ty, sc);
 #pragma unroll
-      for (int i = 0; i < H::kRows; ++i) {
-        const int64_t row = q0 + ty + H::kRowThreads * i;
+      for (int i = 0; i < kPer; ++i) {
+        const int64_t row = q0 + ty + kSide * i;
         float mx = m[i];
 #pragma unroll
-        for (int j = 0; j < kScoreCols; ++j) {
+        for (int j = 0; j < kPer; ++j) {
           sc[i][j] = masked(row, k0 + tx + kSide * j, s, causal) ? kNegInf : sc[i][j] * scale;
           mx = fmaxf(mx, sc[i][j]);
         }
@@ -255,9 +247,9 @@ __global__ void __launch_bounds__(Head<HD>::kThreads)
         const float alpha = mx == kNegInf ? 1.0f : expf(m[i] - mx);
         float rs = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kScoreCols; ++j) {
+        for (int j = 0; j < kPer; ++j) {
           const float p = mx == kNegInf ? 0.0f : expf(sc[i][j] - mx);
-          ps[(ty + H::kRowThreads * i) * kScoreStride + tx + kSide * j] = p;
+          ps[(ty + kSide * i) * kScoreStride + tx + kSide * j] = p;
           rs += p;
         }
         sum[i] = sum[i] * alpha + row_sum(rs);
@@ -268,16 +260,15 @@ __global__ void __launch_bounds__(Head<HD>::kThreads)
       __syncthreads();  // P complete
       tile_product<HD>(ps, vs, tx, ty, acc);
     }
+    float inv[kPer];
 #pragma unroll
-    for (int i = 0; i < H::kRows; ++i) {
-      const int64_t row = q0 + ty + H::kRowThreads * i;
-      const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
-#pragma unroll
-      for (int c = 0; c < H::kCols; ++c) acc[i][c] *= inv;
+    for (int i = 0; i < kPer; ++i) {
+      const int64_t row = q0 + ty + kSide * i;
+      inv[i] = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
       if (row < l && tx == 0)
         out[(b * l + row) * (ev + 1) + ev] = sum[i] > 0.0f ? m[i] + logf(sum[i]) : kNegInf;
     }
-    store_tile<HD>(qs, acc, 1.0f, out + (b * l + q0) * (ev + 1), l - q0, ev, ev + 1, tx, ty);
+    store_tile<HD>(qs, acc, inv, out + (b * l + q0) * (ev + 1), l - q0, ev, ev + 1, tx, ty);
     __syncthreads();  // qs is reloaded for the next tile
   }
 }
@@ -285,7 +276,7 @@ __global__ void __launch_bounds__(Head<HD>::kThreads)
 // dk (batch, s, e), dv (batch, s, ev); dout and out (batch, l, ev + 1). A thread's rows are keys,
 // its score columns queries.
 template <int HD>
-__global__ void __launch_bounds__(Head<HD>::kThreads)
+__global__ void __launch_bounds__(kThreads)
     attention_dkdv_kernel(const float* q, const float* k, const float* v, const float* out, const float* dout,
                           float* dk, float* dv, int64_t batch, int64_t l, int64_t s, int64_t e, int64_t ev,
                           float scale, bool causal) {
@@ -306,9 +297,9 @@ __global__ void __launch_bounds__(Head<HD>::kThreads)
     const float* gb = dout + b * l * (ev + 1);
     load_tile<HD>(ks, k + b * s * e, k0, s, e, e);
     load_tile<HD>(vs, v + b * s * ev, k0, s, ev, ev);
-    float dka[H::kRows][H::kCols], dva[H::kRows][H::kCols];
+    float dka[kPer][H::kCols], dva[kPer][H::kCols];
 #pragma unroll
-    for (int i = 0; i < H::kRows; ++i)
+    for (int i = 0; i < kPer; ++i)
 #pragma unroll
       for (int c = 0; c < H::kCols; ++c) dka[i][c] = dva[i][c] = 0.0f;
     // causal: query rows before k0 see none of these keys
@@ -318,35 +309,36 @@ __global__ void __launch_bounds__(Head<HD>::kThreads)
       load_tile<HD>(dos, gb, q0, l, ev, ev + 1);
       load_row_stats<HD>(lse, dsum, ob, gb, q0, l, ev, tx, ty);
       __syncthreads();
-      float st[H::kRows][kScoreCols], dpt[H::kRows][kScoreCols];
+      float st[kPer][kPer], dpt[kPer][kPer];
       tile_dots<HD>(ks, qs, tx, ty, st);
       tile_dots<HD>(vs, dos, tx, ty, dpt);
 #pragma unroll
-      for (int i = 0; i < H::kRows; ++i) {
-        const int64_t key = k0 + ty + H::kRowThreads * i;
+      for (int i = 0; i < kPer; ++i) {
+        const int64_t key = k0 + ty + kSide * i;
 #pragma unroll
-        for (int j = 0; j < kScoreCols; ++j) {
+        for (int j = 0; j < kPer; ++j) {
           const int c = tx + kSide * j;
           const int64_t row = q0 + c;
           const bool off = row >= l || masked(row, key, s, causal);
           const float p = off ? 0.0f : expf(st[i][j] * scale - lse[c]);
-          pts[(ty + H::kRowThreads * i) * kScoreStride + c] = p;
-          dsts[(ty + H::kRowThreads * i) * kScoreStride + c] = off ? 0.0f : p * (dpt[i][j] - dsum[c]);
+          pts[(ty + kSide * i) * kScoreStride + c] = p;
+          dsts[(ty + kSide * i) * kScoreStride + c] = off ? 0.0f : p * (dpt[i][j] - dsum[c]);
         }
       }
       __syncthreads();
       tile_product<HD>(pts, dos, tx, ty, dva);
       tile_product<HD>(dsts, qs, tx, ty, dka);
     }
-    store_tile<HD>(qs, dka, scale, dk + (b * s + k0) * e, s - k0, e, e, tx, ty);
-    store_tile<HD>(dos, dva, 1.0f, dv + (b * s + k0) * ev, s - k0, ev, ev, tx, ty);
+    const float scales[kPer] = {scale, scale, scale, scale}, ones[kPer] = {1.0f, 1.0f, 1.0f, 1.0f};
+    store_tile<HD>(qs, dka, scales, dk + (b * s + k0) * e, s - k0, e, e, tx, ty);
+    store_tile<HD>(dos, dva, ones, dv + (b * s + k0) * ev, s - k0, ev, ev, tx, ty);
     __syncthreads();  // ks, vs are reloaded for the next tile
   }
 }
 
 // dq (batch, l, e)
 template <int HD>
-__global__ void __launch_bounds__(Head<HD>::kThreads)
+__global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(const float* q, const float* k, const float* v, const float* out, const float* dout,
                         float* dq, int64_t batch, int64_t l, int64_t s, int64_t e, int64_t ev, float scale,
                         bool causal) {
@@ -367,9 +359,9 @@ __global__ void __launch_bounds__(Head<HD>::kThreads)
     load_tile<HD>(qs, q + b * l * e, q0, l, e, e);
     load_tile<HD>(dos, dout + b * l * (ev + 1), q0, l, ev, ev + 1);
     load_row_stats<HD>(lse, dsum, out + b * l * (ev + 1), dout + b * l * (ev + 1), q0, l, ev, tx, ty);
-    float acc[H::kRows][H::kCols];
+    float acc[kPer][H::kCols];
 #pragma unroll
-    for (int i = 0; i < H::kRows; ++i)
+    for (int i = 0; i < kPer; ++i)
 #pragma unroll
       for (int c = 0; c < H::kCols; ++c) acc[i][c] = 0.0f;
     const int64_t kend = causal ? (s < q0 + kTile ? s : q0 + kTile) : s;
@@ -378,15 +370,15 @@ __global__ void __launch_bounds__(Head<HD>::kThreads)
       load_tile<HD>(ks, kb, k0, s, e, e);
       load_tile<HD>(vs, vb, k0, s, ev, ev);
       __syncthreads();
-      float sc[H::kRows][kScoreCols], dp[H::kRows][kScoreCols];
+      float sc[kPer][kPer], dp[kPer][kPer];
       tile_dots<HD>(qs, ks, tx, ty, sc);
       tile_dots<HD>(dos, vs, tx, ty, dp);
 #pragma unroll
-      for (int i = 0; i < H::kRows; ++i) {
-        const int r = ty + H::kRowThreads * i;
+      for (int i = 0; i < kPer; ++i) {
+        const int r = ty + kSide * i;
         const int64_t row = q0 + r;
 #pragma unroll
-        for (int j = 0; j < kScoreCols; ++j) {
+        for (int j = 0; j < kPer; ++j) {
           const bool off = row >= l || masked(row, k0 + tx + kSide * j, s, causal);
           const float p = off ? 0.0f : expf(sc[i][j] * scale - lse[r]);
           dss[r * kScoreStride + tx + kSide * j] = off ? 0.0f : p * (dp[i][j] - dsum[r]);
@@ -395,7 +387,8 @@ __global__ void __launch_bounds__(Head<HD>::kThreads)
       __syncthreads();
       tile_product<HD>(dss, ks, tx, ty, acc);
     }
-    store_tile<HD>(ks, acc, scale, dq + (b * l + q0) * e, l - q0, e, e, tx, ty);
+    const float scales[kPer] = {scale, scale, scale, scale};
+    store_tile<HD>(ks, acc, scales, dq + (b * l + q0) * e, l - q0, e, e, tx, ty);
     __syncthreads();  // qs, dos, ks, lse are reloaded for the next tile
   }
 }
@@ -429,20 +422,19 @@ static_assert(dkdv_smem<128>() <= 227 * 1024, "the largest tiles fit a block's s
 // Launches Kernel with `smem` bytes of dynamic shared memory, first raising its limit past the
 // default 48 KiB (a per-function attribute, set on each launch: cheap, and right on every device).
 template <auto Kernel, typename... Args>
-void launch_tiles(const char* op, unsigned grid, int threads, size_t smem, cudaStream_t stream,
-                  Args... args) {
+void launch_tiles(const char* op, unsigned grid, size_t smem, cudaStream_t stream, Args... args) {
   if (smem > 48 * 1024)
     check(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           op);
-  launch<Kernel>(op, grid, threads, smem, stream, args...);
+  launch<Kernel>(op, grid, kThreads, smem, stream, args...);
 }
 
 template <int HD>
 void forward(cudaStream_t stream, const float* q, const float* k, const float* v, float* out, int64_t batch,
              int64_t l, int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
   launch_tiles<attention_forward_kernel<HD>>("attention", tile_grid(batch * ceil_div(l, kTile)),
-                                             Head<HD>::kThreads, forward_smem<HD>(), stream, q, k, v, out,
-                                             batch, l, s, e, ev, scale, causal);
+                                             forward_smem<HD>(), stream, q, k, v, out, batch, l, s, e, ev,
+                                             scale, causal);
 }
 
 template <int HD>
@@ -452,14 +444,14 @@ void gradient(cudaStream_t stream, const float* q, const float* k, const float* 
   if (s > 0) {
     note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(2 * e + 2 * ev));
     launch_tiles<attention_dkdv_kernel<HD>>("attention_gradient", tile_grid(batch * ceil_div(s, kTile)),
-                                            Head<HD>::kThreads, dkdv_smem<HD>(), stream, q, k, v, out, dout,
-                                            dk, dv, batch, l, s, e, ev, scale, causal);
+                                            dkdv_smem<HD>(), stream, q, k, v, out, dout, dk, dv, batch, l, s,
+                                            e, ev, scale, causal);
   }
   if (l > 0) {
     note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(2 * e + ev));
     launch_tiles<attention_dq_kernel<HD>>("attention_gradient", tile_grid(batch * ceil_div(l, kTile)),
-                                          Head<HD>::kThreads, dq_smem<HD>(), stream, q, k, v, out, dout, dq,
-                                          batch, l, s, e, ev, scale, causal);
+                                          dq_smem<HD>(), stream, q, k, v, out, dout, dq, batch, l, s, e, ev,
+                                          scale, causal);
   }
 }
 
