@@ -26,7 +26,7 @@ Without ``--write``/``--check`` it prints the ``ops``, ``mnist``, ``frontend``, 
 ``emulator`` sections of the given files or folders (default ``benchmarks/results``) to stdout or
 ``--out``. A run's *kind* is its benchmark, backend, device name, quick flag, MLP widths (a
 host-overhead run), the environment its notes record (e.g. ``OMP_NUM_THREADS=1``) and what it
-covers (an MNIST run's models, a kernel run's case groups); the latest
+covers (an MNIST run's models, a kernel run's case groups, a front-end run's cases); the latest
 run of each kind is shown (``--all``: every run, newest first). Quick runs (``"quick": true``: CI
 smoke runs with small sizes) are left out unless ``--include-quick``, and are labelled when
 included. Only numbers from those files appear; nothing is computed but formatting and ratios of
@@ -104,6 +104,8 @@ def run_kind(d: dict) -> tuple:
         covers = tuple(sorted(settings.get("models") or ()))
     elif d["benchmark"] == "ops":
         covers = tuple(sorted({c.get("group", "?") for c in d.get("cases", [])}))
+    elif d["benchmark"] == "frontend":  # a run of the gpt case alone leaves the others shown
+        covers = tuple(sorted({r.get("case", "?") for r in d.get("runs", [])}))
     else:
         covers = ()
     return (

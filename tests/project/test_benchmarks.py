@@ -10,6 +10,7 @@ JSON, and bench_frontend interleaves its frameworks' samples and tabulates its r
 import json
 import math
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ import _common  # noqa: E402
 import bench_ops  # noqa: E402
 import make_table  # noqa: E402
 
+import gpumat  # noqa: E402
 from gpumat import ops  # noqa: E402
 
 
@@ -329,3 +331,29 @@ def test_calibration_table_and_section(tmp_path):
     }
     text = make_table.calibration_section(tmp_path / "c.json", data)
     assert "median estimate / measured 0.40 over 1 cases" in text and "H200 model" in text
+
+
+def test_bench_attention_checks_before_it_times(tmp_path, monkeypatch):
+    """The quick run on the host writes its ledger files with every case checked against float64
+    and the fused path's extra memory below the composed path's; a kernel that gives wrong values
+    is reported as FAIL and not timed."""
+    import bench_attention
+
+    assert bench_attention.main(["--quick", "--out", str(tmp_path) + "/"]) == 0
+    (path,) = tmp_path.glob("*_attention_cpu_*_quick.json")
+    data = json.loads(path.read_text())
+    assert data["benchmark"] == "attention" and data["quick"]
+    for row in data["runs"]:
+        assert row["status"] == "ok" and row["rel_err"] < 1e-5, row
+        assert row["timings"]["gpumat_fwd"]["ms"] > 0
+    largest = max(data["memory"], key=lambda r: r["T"])
+    assert 0 < largest["gpumat_fused_bytes"] < largest["gpumat_composed_bytes"]
+    assert path.with_suffix(".md").read_text().startswith("# Fused attention")
+
+    def wrong(q, k, v, out, scale, causal):  # a kernel that writes nothing
+        pass
+
+    monkeypatch.setattr(bench_attention.ops, "attention", wrong)
+    args, rng = types.SimpleNamespace(repeat=1), np.random.default_rng(0)
+    row = bench_attention.run_case((1, 2, 20, 8, True), gpumat.cpu(), None, args, rng)
+    assert row["status"] == "FAIL" and "timings" not in row
