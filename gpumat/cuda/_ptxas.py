@@ -23,6 +23,8 @@ def normalise(name: str) -> str:
     emulator's names ("gpumat::emu::k<false, 1>") and ptxas' ("gpumat::cuda::k<false, 1>(...)")
     map to."""
     name = re.sub(r"\bgpumat::(cuda|emu)::", "", name)
+    # before the parameter list is cut: its '(' would otherwise end the name
+    name = re.sub(r"\(anonymous namespace\)::", "", name)
     depth, cut = 0, len(name)
     for i, ch in enumerate(name):  # drop the parameter list: the first '(' outside template args
         if ch == "<":
@@ -33,7 +35,6 @@ def normalise(name: str) -> str:
             cut = i
             break
     name = name[:cut]
-    name = re.sub(r"\(anonymous namespace\)::", "", name)
     name = re.sub(r"^void\s+", "", name.strip())  # c++filt prints a template's return type
     return name.replace(" ", "")
 

@@ -270,6 +270,18 @@ def test_kernel_resources_from_ptxas():
     assert gprof.short_name(lam) == "map_kernel<relu>"
     assert gprof.kernel_resources(lam, "sm_90")["match"] == "exact"
     assert gprof.kernel_resources("no_such_kernel", "sm_90") is None
+    # kernels in an anonymous namespace, as the emulator names them (the fused attention's)
+    for hd in (16, 32, 64, 128):
+        name = f"gpumat::emu::(anonymous namespace)::attention_dkdv_kernel<{hd}>"
+        assert gprof.kernel_resources(name, "sm_90")["match"] == "exact", name
+
+
+def test_ptxas_names_of_anonymous_namespace_kernels():
+    from gpumat.cuda import _ptxas
+
+    name = "void gpumat::cuda::(anonymous namespace)::attention_dq_kernel<128>(float const*, bool)"
+    assert _ptxas.normalise(name) == "attention_dq_kernel<128>"
+    assert _ptxas.normalise("gpumat::emu::k<(anonymous namespace)::Op, 1>") == "k<Op,1>"
 
 
 def test_estimate_model():
