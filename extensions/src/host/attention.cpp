@@ -2,11 +2,12 @@
 // same algorithm (FlashAttention-2, Dao 2023): per tile of kBr query rows, an online softmax over
 // tiles of kBc keys (running max m and sum, the accumulated output rescaled by exp(m_old - m_new)),
 // the (l, s) score matrix never stored; out (batch, l, ev + 1) holds O and the row's logsumexp L.
-// Gradient: P = exp(scale q.k - L), dS = P (dO.v - D) with D = rowsum(dO * O) - dL (dL the
-// gradient of the logsumexp column);
-// dV = P^T dO and dK = scale dS^T Q over key tiles, dQ = scale dS K over query tiles (each output
-// written by one tile: deterministic). OpenMP over (batch, tile). Arithmetic in float; the CUDA
-// kernels tile differently (64 rows, register blocks), so the two agree to rounding, not bit for bit.
+// OpenMP over (batch, query tile). Gradient: P = exp(scale q.k - L), dS = P (dO.v - D) with
+// D = rowsum(dO * O) - dL (dL the gradient of the logsumexp column), each computed once per (query
+// row, key) in one pass per batch entry (OpenMP over the batch), which accumulates dV = P^T dO and
+// dK = scale dS^T Q over the rows in order and dQ = scale dS K over the keys: deterministic. Dot
+// products and row updates in SIMD lanes; arithmetic in float. The CUDA kernels tile differently
+// (64 rows, register blocks), so the two agree to rounding, not bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,6 +15,7 @@
 
 #include "kernels.h"
 #include "parallel.h"
+#include "vec_math.h"
 
 namespace gpumat::host {
 
@@ -23,8 +25,10 @@ constexpr int64_t kBr = 16;  // query rows per tile
 constexpr int64_t kBc = 16;  // key rows per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// In SIMD lanes (the OpenMP reduction lets the compiler reassociate the sum).
 float dot(const float* a, const float* b, int64_t n) {
   float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
   for (int64_t x = 0; x < n; ++x) acc += a[x] * b[x];
   return acc;
 }
@@ -57,15 +61,19 @@ void attention(int, const float* q, const float* k, const float* v, float* out, 
         }
         const float alpha = mx == kNegInf ? 1.0f : std::exp(m[r] - mx);
         float rs = 0.0f;
+        const float shift = mx == kNegInf ? 0.0f : mx;  // all masked: every p[c] = exp(-inf) = 0
+#pragma omp simd reduction(+ : rs)
         for (int64_t c = 0; c < kBc; ++c) {
-          p[c] = mx == kNegInf ? 0.0f : std::exp(p[c] - mx);
+          p[c] = vexp(p[c] - shift);
           rs += p[c];
         }
         sum[r] = sum[r] * alpha + rs;
-        for (int64_t x = 0; x < ev; ++x) {
-          float ax = a[x] * alpha;
-          for (int64_t c = 0; c < kBc && k0 + c < s; ++c) ax += p[c] * vb[(k0 + c) * ev + x];
-          a[x] = ax;
+        for (int64_t x = 0; x < ev; ++x) a[x] *= alpha;
+        for (int64_t c = 0; c < kBc && k0 + c < s; ++c) {  // rows of V: each a[x] in key order
+          const float pc = p[c];
+          const float* vr = vb + (k0 + c) * ev;
+#pragma omp simd
+          for (int64_t x = 0; x < ev; ++x) a[x] += pc * vr[x];
         }
         m[r] = mx;
       }
@@ -77,81 +85,49 @@ void attention(int, const float* q, const float* k, const float* v, float* out, 
   });
 }
 
-namespace {
-
-// dS of query row `row` and key `col` (P into *p): P = exp(scale q.k - L), dS = P (dO.v - D).
-float score_gradient(const float* qr, const float* kc, const float* gr, const float* vc, float lse, float d,
-                     int64_t e, int64_t ev, float scale, float* p) {
-  *p = std::exp(dot(qr, kc, e) * scale - lse);
-  return *p * (dot(gr, vc, ev) - d);
-}
-
-// L and D = rowsum(dO * O) - dL of each query row of batch b.
-void row_stats(const float* out, const float* dout, int64_t rows, int64_t ev, float* lse, float* d) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* o = out + r * (ev + 1);
-    const float* g = dout + r * (ev + 1);
-    d[r] = dot(g, o, ev) - g[ev];  // the logsumexp's own gradient: dL/ds = P dlse
-    lse[r] = o[ev];
-  }
-}
-
-}  // namespace
-
 void attention_gradient(int, const float* q, const float* k, const float* v, const float* out,
                         const float* dout, float* dq, float* dk, float* dv, int64_t batch, int64_t l,
                         int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
-  std::vector<float> lse(static_cast<size_t>(batch * l)), dsum(static_cast<size_t>(batch * l));
-  parallel_for(batch, batch * l * ev, [&](int64_t b) {
-    row_stats(out + b * l * (ev + 1), dout + b * l * (ev + 1), l, ev, lse.data() + b * l,
-              dsum.data() + b * l);
-  });
-  const int64_t work = batch * l * s * (e + ev);
-  // dK, dV: one task per (batch, key tile), over the query rows that see its keys
-  const int64_t kblocks = (s + kBc - 1) / kBc;
-  parallel_for(batch * kblocks, work, [&](int64_t t) {
-    const int64_t b = t / kblocks, k0 = (t % kblocks) * kBc, keys = std::min(kBc, s - k0);
-    for (int64_t c = 0; c < keys; ++c) {
-      const int64_t col = k0 + c;
-      const float* kc = k + (b * s + col) * e;
-      const float* vc = v + (b * s + col) * ev;
-      float* dkc = dk + (b * s + col) * e;
-      float* dvc = dv + (b * s + col) * ev;
-      std::fill(dkc, dkc + e, 0.0f);
-      std::fill(dvc, dvc + ev, 0.0f);
-      for (int64_t row = causal ? (k0 / kBr) * kBr : 0; row < l; ++row) {
-        if (masked(row, col, s, causal)) continue;
-        const float* qr = q + (b * l + row) * e;
-        const float* gr = dout + (b * l + row) * (ev + 1);
-        float p;
-        const float ds =
-            score_gradient(qr, kc, gr, vc, lse[b * l + row], dsum[b * l + row], e, ev, scale, &p);
-        for (int64_t x = 0; x < ev; ++x) dvc[x] += p * gr[x];
-        for (int64_t x = 0; x < e; ++x) dkc[x] += ds * qr[x];
-      }
-      for (int64_t x = 0; x < e; ++x) dkc[x] *= scale;
-    }
-  });
-  // dQ: one task per (batch, query tile), over the keys its rows see
-  const int64_t qblocks = (l + kBr - 1) / kBr;
-  parallel_for(batch * qblocks, work, [&](int64_t t) {
-    const int64_t b = t / qblocks, q0 = (t % qblocks) * kBr, rows = std::min(kBr, l - q0);
-    const int64_t kend = key_end(q0, s, causal);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t row = q0 + r;
-      const float* qr = q + (b * l + row) * e;
+  // One task per batch entry, one pass over its (query row, key) pairs: P and dS computed once
+  // each, dV and dK accumulated over the query rows in order, dQ over the keys (deterministic).
+  parallel_for(batch, batch * l * s * (e + ev), [&](int64_t b) {
+    const float* qb = q + b * l * e;
+    const float* kb = k + b * s * e;
+    const float* vb = v + b * s * ev;
+    float* dkb = dk + b * s * e;
+    float* dvb = dv + b * s * ev;
+    std::fill(dkb, dkb + s * e, 0.0f);
+    std::fill(dvb, dvb + s * ev, 0.0f);
+    std::vector<float> prow(static_cast<size_t>(s));  // one query row's P over the keys
+    for (int64_t row = 0; row < l; ++row) {
+      const float* qr = qb + row * e;
+      const float* o = out + (b * l + row) * (ev + 1);
       const float* gr = dout + (b * l + row) * (ev + 1);
+      const float lse = o[ev];
+      const float d = dot(gr, o, ev) - gr[ev];  // the logsumexp's own gradient: dL/ds = P dlse
       float* dqr = dq + (b * l + row) * e;
       std::fill(dqr, dqr + e, 0.0f);
+      const int64_t kend = causal ? std::min(s, row + 1) : s;
+      for (int64_t col = 0; col < kend; ++col) prow[col] = dot(qr, kb + col * e, e) * scale - lse;
+#pragma omp simd
+      for (int64_t col = 0; col < kend; ++col) prow[col] = vexp(prow[col]);
       for (int64_t col = 0; col < kend; ++col) {
-        if (masked(row, col, s, causal)) continue;
-        float p;
-        const float ds = score_gradient(qr, k + (b * s + col) * e, gr, v + (b * s + col) * ev,
-                                        lse[b * l + row], dsum[b * l + row], e, ev, scale, &p);
-        for (int64_t x = 0; x < e; ++x) dqr[x] += ds * k[(b * s + col) * e + x];
+        const float* kc = kb + col * e;
+        const float* vc = vb + col * ev;
+        const float p = prow[col];
+        const float ds = p * (dot(gr, vc, ev) - d);
+        float* dvc = dvb + col * ev;
+        float* dkc = dkb + col * e;
+#pragma omp simd
+        for (int64_t x = 0; x < ev; ++x) dvc[x] += p * gr[x];
+#pragma omp simd
+        for (int64_t x = 0; x < e; ++x) dkc[x] += ds * qr[x];
+#pragma omp simd
+        for (int64_t x = 0; x < e; ++x) dqr[x] += ds * kc[x];
       }
       for (int64_t x = 0; x < e; ++x) dqr[x] *= scale;
     }
+    for (int64_t x = 0; x < s * e; ++x) dkb[x] *= scale;
   });
 }
 

@@ -1,6 +1,7 @@
 // Host strided kernels (the reference for ../cuda/strided.cu): copy_strided, map_strided and
 // sum_strided over operands walked by a strided::Iter (../strided.h), with the same arithmetic in
-// the same order as the CUDA kernels. The index space is split into rows of its last dim: each row's
+// the same order as the CUDA kernels (except sum_strided's sums along a contiguous dim, which add
+// in SIMD lanes: equal to rounding). The index space is split into rows of its last dim: each row's
 // start offsets come from its index (strided::offsets over the leading dims), then a plain loop
 // walks the row with each operand's last stride, with map_strided's function chosen once per call
 // (a template per op), so a contiguous or broadcast row compiles to a vectorisable loop.
@@ -112,6 +113,24 @@ void sum_strided(int, const float* in, float* out, const strided::Iter& outer, c
         for (int64_t k = 0; k < count; ++k) acc[k] += row[k * so];
       }
       for (int64_t k = 0; k < count; ++k) out[(o0 + k) * sout] = acc[k];
+    });
+    return;
+  }
+  // One summed dim (a row sum): its terms a fixed stride apart; contiguous ones in SIMD lanes.
+  if (inner.ndim == 1) {
+    const int64_t si = inner.stride[1][0];
+    parallel_for(n_out, n_out * n_inner, [&](int64_t o) {
+      int64_t oo[2];
+      strided::offsets<2>(outer, o, oo);
+      const float* base = in + oo[1];
+      float acc = 0.0f;
+      if (si == 1) {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t r = 0; r < n_inner; ++r) acc += base[r];
+      } else {
+        for (int64_t r = 0; r < n_inner; ++r) acc += base[r * si];
+      }
+      out[oo[0]] = acc;
     });
     return;
   }

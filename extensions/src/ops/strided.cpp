@@ -232,6 +232,8 @@ void sum_to(const GpuMatrix& in, GpuMatrix& out) {
   const int dev = out.device().index;
   if (n_inner == 0) {
     be.array_set(dev, out.data(), n_out, 0.0f);
+  } else if (n_inner == 1) {  // nothing summed (a gradient reaching an operand of its own shape):
+    be.copy(dev, in.data(), out.data(), n_out);  // both contiguous, the same elements in order
   } else {
     strided::Iter outer = make_iter(outer_size, {out_st, in_st});
     strided::Iter inner = make_iter(inner_size, {zeros, in_st});
