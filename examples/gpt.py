@@ -22,6 +22,11 @@ step run eagerly after it); ``--plot FILE`` writes the loss curves; ``--out-dir`
 checkpoint (``ckpt.safetensors``, PyTorch's names, and ``ckpt.json``: configuration, vocabulary,
 losses) whose weights ``gpt_torch.py --init-from`` loads; ``--sample N`` prints N generated
 characters (``multinomial`` over the ``--top-k`` most likely).
+
+Quality: with the defaults (2000 steps) on an NVIDIA H200 (2026-11-27), the validation loss
+reached 1.7160 against 1.7165 for ``gpt_torch.py`` with the same arguments, and both samples read
+as verse (the run's logs, loss curves and samples are in
+``benchmarks/results/gpu_check/20261127_055924_nvidia-h200/``).
 """
 
 from __future__ import annotations

@@ -216,8 +216,9 @@ def main(argv=None) -> dict:
     start, done = time.perf_counter(), 0
     while done <= args.max_iters:
         if done % args.eval_interval == 0 or done == args.max_iters:
-            history["eval"].append({"iter": done, **estimate_loss(runner, splits, args, rng)})
-            print(f"step {done}: {history['eval'][-1]}")
+            losses = estimate_loss(runner, splits, args, rng)
+            history["eval"].append({"iter": done, **losses})
+            print(f"step {done}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
         if done == args.max_iters:
             break
         chunk = min(args.eval_interval - done % args.eval_interval, args.max_iters - done)
