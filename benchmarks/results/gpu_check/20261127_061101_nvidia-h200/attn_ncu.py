@@ -1,6 +1,9 @@
 """One launch of each fused attention kernel (8 x 12 heads, T = 1024, D = 64, causal) for ncu."""
+
 import math
+
 import numpy as np
+
 import gpumat
 from gpumat import ops
 
