@@ -6,8 +6,7 @@
 //   dropout: out = u_i < p ? 0 : x * scale, u_i = uniform01(seed, i) (../random.h), scale = 1/(1-p).
 //   gelu, gelu_tanh, silu, softplus (lo = beta, hi = threshold), leaky_relu, elu (s = negative
 //   slope, alpha) and their gradients from the forward input x; hardtanh_gradient (0 where
-//   x <= lo or x >= hi, else dy). The formulas are ../cuda/activation.cu's, in the same order of arithmetic
-//   (GELU's erf and exp excepted: vec_math.h's, in SIMD lanes).
+//   x <= lo or x >= hi, else dy). The formulas are ../cuda/activation.cu's, in the same order of arithmetic.
 // relu_bias_gradient: dz = dy * (y > 0) and dbias = the column sums of dz, (rows, cols) -> (cols,).
 #include <algorithm>
 #include <cmath>
@@ -18,7 +17,6 @@
 #include "../random.h"
 #include "kernels.h"
 #include "parallel.h"
-#include "vec_math.h"
 
 namespace gpumat::host {
 
@@ -79,27 +77,19 @@ constexpr float kGeluBeta = 0.79788456080286536f;    // sqrt(2 / pi)
 constexpr float kGeluKappa = 0.044715f;
 }  // namespace
 
-// GELU's erf and exp are vec_math.h's (SIMD lanes; erf within 4.7e-7 absolute, where the CUDA
-// kernel's erff is within 2 ulp: 1 + erf cancels for x << 0 either way).
 void gelu(int, const float* in, float* out, int64_t n) {
-  parallel_chunks(n, n, [&](int64_t lo, int64_t hi) {
-#pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) {
-      const float x = in[i];
-      out[i] = 0.5f * x * (1.0f + verf(x * kInvSqrt2));
-    }
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = in[i];
+    out[i] = 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
   });
 }
 
 void gelu_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
-  parallel_chunks(n, n, [&](int64_t lo, int64_t hi) {
-#pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) {
-      const float x = y[i];
-      const float cdf = 0.5f * (1.0f + verf(x * kInvSqrt2));
-      const float pdf = kInvSqrt2Pi * vexp(-0.5f * x * x);
-      out[i] = dy[i] * (cdf + x * pdf);
-    }
+  parallel_for(n, n, [&](int64_t i) {
+    const float x = y[i];
+    const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    out[i] = dy[i] * (cdf + x * pdf);
   });
 }
 

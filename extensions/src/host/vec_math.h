@@ -1,15 +1,14 @@
-// Vectorisable exp and erf for the host kernels: plain arithmetic and selects, no library calls,
-// so that `#pragma omp simd` loops over them compile to SIMD code (glibc's expf and erff are calls
-// the compiler cannot vectorise without -ffast-math, which would also drop NaN semantics).
+// A vectorisable exp for the host kernels: plain arithmetic and selects, no library call,
+// so that `#pragma omp simd` loops over it compile to SIMD code (glibc's expf is a call the
+// compiler cannot vectorise without -ffast-math, which would also drop NaN semantics).
+// Used where a kernel's exponentials are many and feed sums (the host attention's scores): it is
+// not glibc's expf, so kernels whose results are checked bit for bit against the CUDA kernels'
+// (the pointwise families) keep the C library's.
 //   vexp: Cody-Waite range reduction x = n ln2 + r (ln2 split in two parts, so n ln2 is exact)
 //     and a degree-6 polynomial for e^r on |r| <= ln2 / 2, with the coefficients of expf in the
-//     Cephes Mathematical Library (S. L. Moshier, 1984-1992): within about 2 ulp of e^x. Below
-//     -87.3 (where the result would be subnormal) it gives 0, above 88.7 inf; NaN gives NaN.
-//   verf: Abramowitz & Stegun, Handbook of Mathematical Functions (1964), formula 7.1.26:
-//     erf(x) = 1 - (a1 t + ... + a5 t^5) e^(-x^2), t = 1 / (1 + p x), for x >= 0 (odd in x):
-//     absolute error at most 1.5e-7 in exact arithmetic; in float, with the rounding of the sum
-//     that cancels near x = 0, at most 4.7e-7 (measured against double erf over [-10, 10]). GELU
-//     uses it as 1 + erf, where an absolute error is what float's own spacing near 1 gives.
+//     Cephes Mathematical Library (S. L. Moshier, 1984-1992): measured within 7.8e-8 relative of
+//     e^x over [-87, 87]. Below -87.3 (where the result would be subnormal) it gives 0, above
+//     88.7 inf; NaN gives NaN.
 #pragma once
 
 #include <cstdint>
@@ -44,17 +43,6 @@ inline float vexp(float x) {
   std::memcpy(&pow2m, &bits, sizeof pow2m);
   const float y = er * (top ? 2.0f : 1.0f) * pow2m;
   return x > kMax ? std::numeric_limits<float>::infinity() : (x < kMin ? 0.0f : (x != x ? x : y));
-}
-
-inline float verf(float x) {
-  constexpr float kP = 0.3275911f;
-  constexpr float kA1 = 0.254829592f, kA2 = -0.284496736f, kA3 = 1.421413741f, kA4 = -1.453152027f,
-                  kA5 = 1.061405429f;
-  const float a = x < 0.0f ? -x : x;
-  const float t = 1.0f / (1.0f + kP * a);
-  const float poly = ((((kA5 * t + kA4) * t + kA3) * t + kA2) * t + kA1) * t;
-  const float y = 1.0f - poly * vexp(-a * a);
-  return x < 0.0f ? -y : (x != x ? x : y);
 }
 
 }  // namespace gpumat::host
