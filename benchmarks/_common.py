@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -240,6 +242,32 @@ def header_markdown(header: dict, title: str) -> str:
     if header.get("quick"):
         lines.append("- QUICK MODE: small sizes and few repeats; a smoke test, not a measurement")
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# validation
+# --------------------------------------------------------------------------------------------------
+
+
+def compare(got: np.ndarray, ref: np.ndarray, tol: float) -> tuple[bool, float, str]:
+    """llm.c's validate_result: (ok, relative 2-norm error, message naming the first mismatches)."""
+    got = np.asarray(got, dtype=np.float64).reshape(ref.shape)
+    bad_nan = ~np.isfinite(got) & np.isfinite(ref)
+    if bad_nan.any():
+        idx = np.argwhere(bad_nan)[:5]
+        where = ", ".join(f"{tuple(int(v) for v in i)}: got {got[tuple(i)]}" for i in idx)
+        return False, math.inf, f"{int(bad_nan.sum())} elements not finite (unwritten?): {where}"
+    norm = float(np.linalg.norm(ref.ravel()))
+    err = float(np.linalg.norm((got - ref).ravel())) / (norm if norm > 0 else 1.0)
+    if not err <= tol:
+        diff = np.abs(got - ref)
+        flat = np.argsort(diff.ravel())[::-1][:5]
+        idx = [np.unravel_index(int(i), ref.shape) for i in flat]
+        where = "; ".join(
+            f"{tuple(int(v) for v in i)}: got {got[i]:.7g}, ref {ref[i]:.7g}" for i in idx
+        )
+        return False, err, f"relative error {err:.3g} > {tol:g}; worst: {where}"
+    return True, err, ""
 
 
 # --------------------------------------------------------------------------------------------------

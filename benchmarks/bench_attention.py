@@ -23,8 +23,9 @@ Cases are (B, H, T, D, causal): B sequences of T tokens, H heads of D features, 
 1 / 1.5 = 0.67). ``TFLOP/s`` counts the matrix products of the standard algorithm, 4·B·H·T²·D
 forward and 2.5 times that for the backward (FlashAttention-2's counting, its recomputation not
 counted), halved when causal. Before timing, gpumat's output and gradients are checked against a
-float64 reference (PyTorch's in float64, else numpy) on the same inputs; ``rel err`` is the
-largest of the four ``||x - ref|| / ||ref||``. A case that fails its check is not timed.
+float64 reference (PyTorch's in float64, else ``gpumat.reference``'s kernels) on the same inputs
+by :func:`_common.compare`; ``rel err`` is the largest of the four ``||x - ref|| / ||ref||``. A
+case that fails its check is not timed (its row keeps the first mismatch's message).
 
 Memory (``--memory``, on by default): for T in the memory list (B = 1, H = 4, D = 64, not
 causal), the allocator's peak above what was in use before a forward and backward through the
@@ -47,6 +48,7 @@ import sys
 
 import numpy as np
 from _common import (
+    compare,
     format_table,
     header_markdown,
     optional_import,
@@ -98,19 +100,14 @@ def reference(q, k, v, g, scale, causal, torch):
         out = torch.nn.functional.scaled_dot_product_attention(*ts, is_causal=causal, scale=scale)
         out.backward(torch.tensor(g, **f64))
         return [x.detach().cpu().numpy() for x in (out, *(t.grad for t in ts))]
-    q, k, v, g = (x.astype(np.float64) for x in (q, k, v, g))
-    s = q @ np.swapaxes(k, -1, -2) * scale
-    if causal:
-        s = np.where(np.tri(s.shape[-2], s.shape[-1], dtype=bool), s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    dp = g @ np.swapaxes(v, -1, -2)
-    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
-    return [p @ v, ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ g]
-
-
-def rel(got, want):
-    return float(np.linalg.norm(got.astype(np.float64) - want) / max(np.linalg.norm(want), 1e-30))
+    out = np.empty((*q.shape[:2], v.shape[2] + 1))  # gpumat's numpy reference kernels, float64
+    gpumat.reference.attention(q, k, v, out, scale, causal)
+    dout = np.zeros(out.shape)
+    dout[..., :-1] = g  # no gradient into the logsumexp column
+    grads = np.empty(q.size + k.size + v.size)
+    gpumat.reference.attention_gradient(q, k, v, out, dout, grads, scale, causal)
+    dq, dk, dv = np.split(grads, [q.size, q.size + k.size])
+    return [out[..., :-1], dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)]
 
 
 def torch_backend(torch, q, causal):
@@ -143,10 +140,12 @@ def run_case(case, ctx, torch, args, rng):
     got = out.asnumpy()[..., :d]
     grads = dqkv.asnumpy().reshape(3, n, t, d)
     want = reference(q, k, v, g, scale, causal, torch)
-    row["rel_err"] = max(rel(x, w) for x, w in zip([got, *grads], want, strict=True))
-    row["checked_against"] = "torch float64" if torch is not None else "numpy float64"
-    if not row["rel_err"] <= TOL:
+    checks = [compare(x, w, TOL) for x, w in zip([got, *grads], want, strict=True)]
+    row["rel_err"] = max(err for _, err, _ in checks)
+    row["checked_against"] = "torch float64" if torch is not None else "gpumat.reference (float64)"
+    if not all(ok for ok, _, _ in checks):
         row["status"] = "FAIL"
+        row["message"] = next(msg for ok, _, msg in checks if not ok)
         return row
     row["status"] = "ok"
     sync = lambda: gpumat.synchronize(ctx)  # noqa: E731
