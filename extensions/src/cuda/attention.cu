@@ -35,11 +35,10 @@ namespace gpumat::GPUMAT_CUDA_NS {
 
 namespace {
 
-constexpr int kTile = 64;                // query rows and key rows per tile
-constexpr int kSide = 16;                // threads along each side of a tile
-constexpr int kThreads = kSide * kSide;  // 256
-constexpr int kPer = kTile / kSide;      // rows (and score columns) a thread owns: 4
-static_assert(kPer == 4, "the launchers spell out per-row factors for four rows");
+constexpr int kTile = 64;                 // query rows and key rows per tile
+constexpr int kSide = 16;                 // threads along each side of a tile
+constexpr int kThreads = kSide * kSide;   // 256
+constexpr int kPer = kTile / kSide;       // rows (and score columns) a thread owns: 4
 constexpr int kScoreStride = kTile + 16;  // a score tile's row stride: float4-aligned, and the two
                                           // rows a warp stores fall in the other half of the banks
 constexpr float kNegInf = -INFINITY;
@@ -66,13 +65,13 @@ __device__ void load_tile(float* tile, const float* m, int64_t r0, int64_t rows,
   }
 }
 
-// Stores a thread's 4 x kCols block (rows ty + 16i, head columns col(tx, c)) times mul[i] as rows
+// Stores a thread's 4 x kCols block (rows ty + 16i, head columns col(tx, c)) times mul as rows
 // [0, rows) x columns [0, width) of m (row stride `stride`): through `tile` (a free 64-row tile),
 // so that consecutive threads write consecutive columns (coalesced). Starts with a barrier (the
 // tile's last readers are done); the caller's next barrier must come before the tile is reused.
 template <int HD>
-__device__ void store_tile(float* tile, const float (&acc)[kPer][Head<HD>::kCols], const float (&mul)[kPer],
-                           float* m, int64_t rows, int64_t width, int64_t stride, int tx, int ty) {
+__device__ void store_tile(float* tile, const float (&acc)[kPer][Head<HD>::kCols], float mul, float* m,
+                           int64_t rows, int64_t width, int64_t stride, int tx, int ty) {
   using H = Head<HD>;
   __syncthreads();
 #pragma unroll
@@ -81,13 +80,12 @@ __device__ void store_tile(float* tile, const float (&acc)[kPer][Head<HD>::kCols
 #pragma unroll
     for (int c = 0; c < H::kCols; c += H::kVec) {
       if constexpr (H::kVec == 4) {
-        *reinterpret_cast<float4*>(dst + H::col(tx, c)) = make_float4(
-            acc[i][c] * mul[i], acc[i][c + 1] * mul[i], acc[i][c + 2] * mul[i], acc[i][c + 3] * mul[i]);
+        *reinterpret_cast<float4*>(dst + H::col(tx, c)) =
+            make_float4(acc[i][c] * mul, acc[i][c + 1] * mul, acc[i][c + 2] * mul, acc[i][c + 3] * mul);
       } else if constexpr (H::kVec == 2) {
-        *reinterpret_cast<float2*>(dst + H::col(tx, c)) =
-            make_float2(acc[i][c] * mul[i], acc[i][c + 1] * mul[i]);
+        *reinterpret_cast<float2*>(dst + H::col(tx, c)) = make_float2(acc[i][c] * mul, acc[i][c + 1] * mul);
       } else {
-        dst[H::col(tx, c)] = acc[i][c] * mul[i];
+        dst[H::col(tx, c)] = acc[i][c] * mul;
       }
     }
   }
@@ -260,15 +258,16 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();  // P complete
       tile_product<HD>(ps, vs, tx, ty, acc);
     }
-    float inv[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int64_t row = q0 + ty + kSide * i;
-      inv[i] = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
+      const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
+#pragma unroll
+      for (int c = 0; c < H::kCols; ++c) acc[i][c] *= inv;
       if (row < l && tx == 0)
         out[(b * l + row) * (ev + 1) + ev] = sum[i] > 0.0f ? m[i] + logf(sum[i]) : kNegInf;
     }
-    store_tile<HD>(qs, acc, inv, out + (b * l + q0) * (ev + 1), l - q0, ev, ev + 1, tx, ty);
+    store_tile<HD>(qs, acc, 1.0f, out + (b * l + q0) * (ev + 1), l - q0, ev, ev + 1, tx, ty);
     __syncthreads();  // qs is reloaded for the next tile
   }
 }
@@ -329,9 +328,8 @@ __global__ void __launch_bounds__(kThreads)
       tile_product<HD>(pts, dos, tx, ty, dva);
       tile_product<HD>(dsts, qs, tx, ty, dka);
     }
-    const float scales[kPer] = {scale, scale, scale, scale}, ones[kPer] = {1.0f, 1.0f, 1.0f, 1.0f};
-    store_tile<HD>(qs, dka, scales, dk + (b * s + k0) * e, s - k0, e, e, tx, ty);
-    store_tile<HD>(dos, dva, ones, dv + (b * s + k0) * ev, s - k0, ev, ev, tx, ty);
+    store_tile<HD>(qs, dka, scale, dk + (b * s + k0) * e, s - k0, e, e, tx, ty);
+    store_tile<HD>(dos, dva, 1.0f, dv + (b * s + k0) * ev, s - k0, ev, ev, tx, ty);
     __syncthreads();  // ks, vs are reloaded for the next tile
   }
 }
@@ -387,8 +385,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       tile_product<HD>(dss, ks, tx, ty, acc);
     }
-    const float scales[kPer] = {scale, scale, scale, scale};
-    store_tile<HD>(ks, acc, scales, dq + (b * l + q0) * e, l - q0, e, e, tx, ty);
+    store_tile<HD>(ks, acc, scale, dq + (b * l + q0) * e, l - q0, e, e, tx, ty);
     __syncthreads();  // qs, dos, ks, lse are reloaded for the next tile
   }
 }
