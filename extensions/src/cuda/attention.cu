@@ -81,19 +81,12 @@ __device__ __forceinline__ void split(float x, uint32_t& big, uint32_t& small) {
   small = to_tf32(x - __uint_as_float(big));
 }
 
-// d (16 x 8, float32) += a (16 x 8, TF32) b (8 x 8, TF32): mma.sync.aligned.m16n8k8 with the PTX
-// fragment layouts (g = lane / 4, t = lane % 4): a = A[g][t], A[g + 8][t], A[g][t + 4],
-// A[g + 8][t + 4]; b = B[t][g], B[t + 4][g]; d = D[g][2t], D[g][2t + 1], D[g + 8][2t],
-// D[g + 8][2t + 1]. Before sm_80 and on the emulated device, the same product through shared
-// memory: each lane posts its fragments, then reads the row of A and the columns of B its four
-// outputs need (products of TF32 values are exact in float32; sums in k order).
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
+#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
+// mma_tf32's product before sm_80 and on the emulated device, through shared memory: each lane
+// posts its fragments, then reads the row of A and the columns of B its four outputs need
+// (products of TF32 values are exact in float32; sums in k order). Not inlined: a GPU kernel calls
+// it hundreds of times, and inlined copies would make ptxas take minutes.
+__device__ __noinline__ void mma_tf32_shared(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   __shared__ uint32_t posted[kWarps][32][6];
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   uint32_t* mine = posted[w][lane];
@@ -113,6 +106,21 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
     d[3] = fmaf(a1, b1, d[3]);
   }
   __syncwarp();
+}
+#endif
+
+// d (16 x 8, float32) += a (16 x 8, TF32) b (8 x 8, TF32): mma.sync.aligned.m16n8k8 with the PTX
+// fragment layouts (g = lane / 4, t = lane % 4): a = A[g][t], A[g + 8][t], A[g][t + 4],
+// A[g + 8][t + 4]; b = B[t][g], B[t + 4][g]; d = D[g][2t], D[g][2t + 1], D[g + 8][2t],
+// D[g + 8][2t + 1].
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  mma_tf32_shared(d, a, b);
 #endif
 }
 
