@@ -166,6 +166,24 @@ def software_info() -> dict:
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch.version, "cuda", None):
         info["torch_cuda"] = torch.version.cuda
+    # threads and the BLAS / oneDNN builds of both libraries (issue 37's ledger fields)
+    info["threads"] = {"gpumat": gpumat.get_num_threads()}
+    blas = sys.modules.get("scipy_openblas32") or optional_import("scipy_openblas32")
+    if blas is not None:
+        info["gpumat_blas_version"] = getattr(blas, "__version__", "unknown")
+    if torch is not None:
+        info["threads"]["torch"] = torch.get_num_threads()
+        lines = [ln.strip(" -") for ln in torch.__config__.show().splitlines()]
+        keep = ("oneDNN", "MKL-DNN", "Math Kernel Library", "OpenBLAS", "OpenMP")
+        info["torch_config"] = [ln for ln in lines if any(k in ln for k in keep)]
+        settings = dict(
+            kv.strip().split("=", 1)
+            for ln in lines if ln.startswith("Build settings:")
+            for kv in ln.removeprefix("Build settings:").split(",") if "=" in kv
+        )  # fmt: skip
+        info["torch_config"] += [
+            f"{k}={settings[k]}" for k in ("BLAS_INFO", "USE_MKLDNN", "USE_OPENMP") if k in settings
+        ]
     return info
 
 

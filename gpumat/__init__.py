@@ -96,11 +96,13 @@ from gpumat.devices import (  # noqa: E402
     cuda_available,
     empty_cache,
     emu,
+    get_num_threads,
     gpu,
     is_gpu_device,
     launch_count,
     memory_stats,
     reset_peak_memory_stats,
+    set_num_threads,
     synchronize,
 )
 from gpumat.devices import Device as device  # noqa: E402  torch.device's spelling: a class
@@ -159,6 +161,8 @@ __all__ = [
     "is_gpu_device",
     "is_grad_enabled",
     "launch_count",
+    "get_num_threads",
+    "set_num_threads",
     "linspace",
     "load",
     "long",

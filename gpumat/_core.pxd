@@ -230,6 +230,9 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
                                     float) except +gpumat_raise_py_error nogil
     # op counting
     int64_t op_count(const Device&) except +gpumat_raise_py_error
+    # host threads
+    int get_num_threads() except +gpumat_raise_py_error
+    void set_num_threads(int) except +gpumat_raise_py_error
 
 
 cdef class PyGpuMatrix:

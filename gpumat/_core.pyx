@@ -631,6 +631,16 @@ def op_count_(int kind, int index):
     return op_count(make_device(kind, index))
 
 
+# Host threads (extensions/src/host/parallel.cpp).
+
+def get_num_threads_():
+    return get_num_threads()
+
+
+def set_num_threads_(int n):
+    set_num_threads(n)
+
+
 # ------------------------------------------------------------------------- DLPack and CUDA interop
 include "_dlpack.pxi"
 include "_emu_selftest.pxi"

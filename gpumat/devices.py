@@ -16,6 +16,8 @@ module is ``gpumat.devices``).
 
 from __future__ import annotations
 
+import numbers
+
 from gpumat import _build_config, _core  # _build_config: written by setup.py
 
 __all__ = [
@@ -27,11 +29,13 @@ __all__ = [
     "cuda_available",
     "emu",
     "empty_cache",
+    "get_num_threads",
     "gpu",
     "is_gpu_device",
     "launch_count",
     "memory_stats",
     "reset_peak_memory_stats",
+    "set_num_threads",
     "synchronize",
 ]
 
@@ -262,6 +266,33 @@ def launch_count(device: Device | None = None) -> int:
     Raises TypeError for a device that is not a Device, gpumat.CudaError for an unavailable GPU.
     """
     return _core.op_count_(*check_device(device)._native)
+
+
+def get_num_threads() -> int:
+    """The threads gpumat's host kernels use (an int >= 1): their OpenMP loops and OpenBLAS's
+    matrix products share this one count (``torch.get_num_threads``'s counterpart).
+
+    It starts at OpenMP's default, ``OMP_NUM_THREADS`` when set, else the machine's cores (1 in a
+    build without OpenMP), until :func:`set_num_threads` changes it.
+    """
+    return _core.get_num_threads_()
+
+
+def set_num_threads(n: int) -> None:
+    """Sets the threads of gpumat's host kernels to ``n``: every OpenMP loop of the cpu() device
+    and OpenBLAS's thread pool alike, process-wide, for calls from any Python thread (PyTorch's
+    ``torch.set_num_threads``). The CUDA and emulated devices are not affected (the emulator runs
+    its blocks on OpenMP's default team, ``OMP_NUM_THREADS``). Results do not depend on it beyond
+    the float32 rounding of sums split across threads.
+
+    Raises TypeError when ``n`` is not an int (a bool is refused), ValueError when it is below 1
+    or above 2**31 - 1.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
+    if not 1 <= n <= 2**31 - 1:
+        raise ValueError(f"set_num_threads: n must be at least 1 (and below 2**31), got {n}")
+    _core.set_num_threads_(int(n))
 
 
 def reset_peak_memory_stats(device: Device | None = None) -> None:

@@ -468,4 +468,13 @@ int64_t op_count(const Device& device);
 // on the device without passing through the functions above.
 void count_ops(const Device& device, int64_t n);
 
+// ---------------------------------------------------------------------------- host threads
+
+// The threads the host kernels use: their OpenMP loops and OpenBLAS's sgemm (one count for both
+// runtimes). Starts at OpenMP's default (OMP_NUM_THREADS, else the cores; 1 in a build without
+// OpenMP); set_num_threads(n) sets both, process-wide, for calls from any thread. Throws ShapeError
+// for n < 1.
+int get_num_threads();
+void set_num_threads(int n);
+
 }  // namespace gpumat::ops

@@ -243,7 +243,7 @@ void relu_bias_gradient(int, const float* y, const float* dy, float* dz, float* 
   }
   // One parallel region for both passes (one fork/join); the first loop's implicit barrier
   // completes the partial rows before the second adds them.
-#pragma omp parallel
+#pragma omp parallel num_threads(region_threads())
   {
 #pragma omp for
     for (int64_t task = 0; task < chunks * tiles; ++task) rows_pass(task);

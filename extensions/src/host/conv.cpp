@@ -30,7 +30,7 @@ namespace {
 // x is one chunk (nb, C, H, W); col is (C*KH*KW, nb*OH*OW).
 void im2col(const float* x, const ConvShape& s, int64_t nb, float* col) {
   const int64_t ohw = s.oh * s.ow, cols = nb * ohw, rows = s.c * s.kh * s.kw;
-#pragma omp parallel for collapse(2) if (rows * cols >= kParallelMin)
+#pragma omp parallel for collapse(2) if (rows * cols >= kParallelMin) num_threads(region_threads())
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t j = r % s.kw, i = (r / s.kw) % s.kh, c = r / (s.kw * s.kh);
@@ -65,7 +65,7 @@ void im2col(const float* x, const ConvShape& s, int64_t nb, float* col) {
 // 0 <= ih + pad_h - oh*stride_h < KH (the same loop as the CUDA kernel, so the sums agree).
 void col2im(const float* col, const ConvShape& s, int64_t nb, float* dx) {
   const int64_t ohw = s.oh * s.ow, cols = nb * ohw;
-#pragma omp parallel for collapse(2) if (nb * s.c * s.h * s.w >= kParallelMin)
+#pragma omp parallel for collapse(2) if (nb * s.c * s.h * s.w >= kParallelMin) num_threads(region_threads())
   for (int64_t b = 0; b < nb; ++b) {
     for (int64_t c = 0; c < s.c; ++c) {
       float* plane = dx + (b * s.c + c) * s.h * s.w;
@@ -94,7 +94,7 @@ void col2im(const float* col, const ConvShape& s, int64_t nb, float* dx) {
 
 // in is (d0, d1, inner), out is (d1, d0, inner).
 void swap_axes01(const float* in, int64_t d0, int64_t d1, int64_t inner, float* out) {
-#pragma omp parallel for collapse(2) if (d0 * d1 * inner >= kParallelMin)
+#pragma omp parallel for collapse(2) if (d0 * d1 * inner >= kParallelMin) num_threads(region_threads())
   for (int64_t b = 0; b < d1; ++b)
     for (int64_t a = 0; a < d0; ++a)
       std::copy_n(in + (a * d1 + b) * inner, inner, out + (b * d0 + a) * inner);
@@ -159,7 +159,8 @@ void conv2d_gradient_filter(int, const float* x, const float* dy, float* dw, con
 // in, out are (outer, channels, inner); bias is (channels,).
 void add_channel_bias(int, const float* in, const float* bias, float* out, int64_t outer, int64_t channels,
                       int64_t inner) {
-#pragma omp parallel for collapse(2) if (outer * channels * inner >= kParallelMin)
+#pragma omp parallel for collapse(2) if (outer * channels * inner >= kParallelMin) \
+    num_threads(region_threads())
   for (int64_t n = 0; n < outer; ++n) {
     for (int64_t c = 0; c < channels; ++c) {
       const float b = bias[c];

@@ -7,6 +7,11 @@
 namespace gpumat::host {
 constexpr int64_t kParallelMin = 1 << 15;
 
+// The threads of every OpenMP region of the host kernels (gpumat::ops::set_num_threads): a
+// num_threads clause reads it per region, so the count holds on every calling thread (OpenMP's
+// own omp_set_num_threads sets only the calling thread's).
+int region_threads();
+
 // body(i) for every i in [0, n): split across the OpenMP threads when `work` (the elements the
 // loop touches) is at least kParallelMin, else a plain loop on the calling thread, in order.
 // NOTE: a plain loop, not an `if` clause: a parallel region whose if-clause is false still makes
@@ -18,7 +23,7 @@ inline void parallel_for(int64_t n, int64_t work, const Body& body) {
     for (int64_t i = 0; i < n; ++i) body(i);
     return;
   }
-#pragma omp parallel for
+#pragma omp parallel for num_threads(region_threads())
   for (int64_t i = 0; i < n; ++i) body(i);
 }
 
@@ -32,7 +37,7 @@ inline double parallel_sum(int64_t n, int64_t work, const Term& term) {
     for (int64_t i = 0; i < n; ++i) total += term(i);
     return total;
   }
-#pragma omp parallel for reduction(+ : total)
+#pragma omp parallel for reduction(+ : total) num_threads(region_threads())
   for (int64_t i = 0; i < n; ++i) total += term(i);
   return total;
 }
