@@ -17,6 +17,7 @@ what a Python caller sees.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -146,6 +147,38 @@ def optional_import(name: str):
         return __import__(name)
     except Exception:  # noqa: BLE001 (a broken optional install is the same as none)
         return None
+
+
+@contextlib.contextmanager
+def busy_processes(k: int):
+    """Runs the body with ``k`` background processes that each keep one core busy (a Python
+    ``while True: pass``), started here and killed on exit, even on an exception: the benchmarks'
+    ``--busy K`` mode, a shared laptop's load reproduced on demand. Yields their pids.
+
+    Raises ValueError for k < 0; ``k = 0`` starts nothing.
+    """
+    if k < 0:
+        raise ValueError(f"busy_processes: k must be >= 0, got {k}")
+    spin = [sys.executable, "-c", "while True: pass"]
+    procs = []
+    try:
+        for _ in range(k):
+            procs.append(
+                subprocess.Popen(spin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        if procs:
+            time.sleep(1.0)  # past the interpreter's start-up: the loops are spinning
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def busy_note(k: int) -> str:
+    """The note a ``--busy K`` run records (make_table.py keeps such runs as their own kind)."""
+    return f"environment: BUSY_PROCESSES={k} (background processes, each spinning one core)"
 
 
 def software_info() -> dict:

@@ -45,8 +45,11 @@ steps, per step: the compiled step's rule is 0), ``schedule`` (the compiled step
 For ``mnist-net``: ``train s`` (the epoch's training seconds as the program prints them, test
 evaluation excluded), ``test acc`` and ``x torch`` (the twin's training seconds over the row's).
 The 1-minute load average before and after the run is recorded (a shared machine's other work
-slows every row alike, but adds noise). Output: a table, a JSON file and its markdown in
-``benchmarks/results/`` (``--out`` elsewhere); no speed is asserted.
+slows every row alike, but adds noise). ``--busy K`` runs everything with K background processes
+that each spin one core (a busy laptop, reproduced on demand; recorded as the note
+``BUSY_PROCESSES=K``, so that make_table.py keeps such runs apart from idle ones). Output: a
+table, a JSON file and its markdown in ``benchmarks/results/`` (``--out`` elsewhere); no speed
+is asserted.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ import numpy as np
 from _common import (
     FRONTEND_LEGEND,
     REPO_ROOT,
+    busy_note,
+    busy_processes,
     device_info,
     frontend_table,
     header_markdown,
@@ -395,8 +400,20 @@ def main(argv=None) -> int:
                    help="skip the torch.compile row")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     p.add_argument("--out", default=None, help="JSON path or folder (default benchmarks/results)")
+    p.add_argument(
+        "--busy", type=int, default=0, metavar="K",
+        help="run beside K background processes, each spinning one core (default 0)",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    if args.busy < 0:
+        p.error(f"--busy must be >= 0, got {args.busy}")
     args.steps = {"mlp": 10, "cnn": 1, "tiny-mlp": 300, "gpt": 3}
+    with busy_processes(args.busy):
+        return run_all(p, args, argv)
+
+
+def run_all(p, args, argv) -> int:
+    """The cases of one run (main's, with --busy's background processes running)."""
     ctx = gpumat.gpu(0) if args.ctx == "gpu" else gpumat.cpu()
     torch = optional_import("torch")
     header = run_header("frontend", args.ctx, args.quick, ["benchmarks/bench_frontend.py", *argv])
@@ -408,6 +425,8 @@ def main(argv=None) -> int:
         notes.append(f"PyTorch {torch.__version__} with {n} thread{'s' if n != 1 else ''}")
     if os.environ.get("OMP_NUM_THREADS"):
         notes.append(f"environment: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+    if args.busy:
+        notes.append(busy_note(args.busy))
     load_before = os.getloadavg()[0]
     cases = QUICK_CASES if args.quick else CASES
     rows = []
@@ -428,7 +447,8 @@ def main(argv=None) -> int:
         **header,
         "software": software_info(),
         "settings": {"cases": {k: list(map(str, v)) for k, v in cases.items()}, "run": names,
-                     "repeat": args.repeat, "steps": args.steps, "seed": args.seed},
+                     "repeat": args.repeat, "steps": args.steps, "seed": args.seed,
+                     "busy_processes": args.busy},
         "load_average_1min": {"before": load_before, "after": load_after},
         "device": device_info(args.ctx),
         "notes": notes,

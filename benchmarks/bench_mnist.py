@@ -6,6 +6,7 @@ Usage::
     python3 benchmarks/bench_mnist.py                      # cpu, and gpu when available
     python3 benchmarks/bench_mnist.py --ctx gpu --epochs 5
     python3 benchmarks/bench_mnist.py --ctx cpu --quick --out /tmp/mnist.json   # CI smoke run
+    python3 benchmarks/bench_mnist.py --ctx cpu --busy 1   # beside one core-spinning process
 
 For each model (``logreg``: 784-10; ``mlp``: 784-256-100-10 with ReLU; ``cnn``: two 5x5
 convolutions with ReLU and 2x2 max pools, then 1024-10; see ``gpumat.models``) and
@@ -74,6 +75,8 @@ import traceback
 import numpy as np
 from _common import (
     MNIST_LEGEND,
+    busy_note,
+    busy_processes,
     device_info,
     fmt_num,
     header_markdown,
@@ -392,7 +395,13 @@ def parse_args(argv):
     )
     p.add_argument("--out", default=None, help="JSON file (or folder); default under results/")
     p.add_argument("--no-write", action="store_true", help="print only, write no files")
+    p.add_argument(
+        "--busy", type=int, default=0, metavar="K",
+        help="run beside K background processes, each spinning one core (default 0)",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    if args.busy < 0:
+        p.error(f"--busy must be >= 0, got {args.busy}")
     args.ctx = [c.strip() for c in args.ctx.split(",") if c.strip()]
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     if args.mlp_hidden is not None:
@@ -424,6 +433,12 @@ def parse_args(argv):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    with busy_processes(args.busy):
+        return run_all(args, argv)
+
+
+def run_all(args, argv) -> int:
+    """The runs of one invocation (main's, with --busy's background processes running)."""
     global MLP_HIDDEN
     MLP_HIDDEN = args.mlp_hidden
     if "gpu" in args.ctx and not gpumat.cuda_available():
@@ -457,6 +472,8 @@ def main(argv=None) -> int:
     }
     if threads:
         notes.append("environment: " + ", ".join(f"{k}={v}" for k, v in threads.items()))
+    if args.busy:
+        notes.append(busy_note(args.busy))
     for n in notes:
         print("note:", n, flush=True)
 
@@ -495,6 +512,7 @@ def main(argv=None) -> int:
                 "batch_size": args.batch_size,
                 "lr": args.lr,
                 "variants": args.variants,
+                "busy_processes": args.busy,
                 "mlp_hidden": list(args.mlp_hidden) if args.mlp_hidden else None,
                 "num_train": len(train_set[0]),
                 "num_valid": len(valid_set[0]),

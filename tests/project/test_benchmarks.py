@@ -209,6 +209,43 @@ def test_make_table_keeps_host_overhead_runs_apart(tmp_path):
     assert text.count("MLP hidden widths (16, 16)") == 1
 
 
+def test_make_table_keeps_busy_machine_runs_apart(tmp_path):
+    # A --busy run is its own kind: it neither replaces nor is replaced by an idle run.
+    idle = _mnist_run("2026-11-02T11:00:00Z")
+    busy = _mnist_run("2026-11-03T11:00:00Z")
+    busy["notes"] = [_common.busy_note(2)]
+    busy["runs"][0]["epoch_s"] = 0.0456
+    (tmp_path / "idle.json").write_text(json.dumps(idle))
+    (tmp_path / "busy.json").write_text(json.dumps(busy))
+    runs = make_table.select(make_table.load_runs([tmp_path]), include_quick=False, every=False)
+    assert {make_table.environment(d) for _, d in runs} == {(), ("BUSY_PROCESSES=2",)}
+    text = make_table.build(runs, {"mnist"})
+    assert "0.0625" in text and "0.0456" in text
+
+
+def test_busy_processes_spin_and_are_always_stopped():
+    import os
+
+    with _common.busy_processes(2) as pids:
+        assert len(pids) == 2
+        for pid in pids:
+            os.kill(pid, 0)  # alive
+            if sys.platform.startswith("linux"):
+                with open(f"/proc/{pid}/stat") as f:
+                    assert f.read().split(") ")[1][0] == "R", "busy means running, not asleep"
+    with pytest.raises(RuntimeError):
+        with _common.busy_processes(1) as more:
+            raise RuntimeError("a failing benchmark")
+    for pid in pids + more:  # killed and reaped on exit, the failing body's too
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with _common.busy_processes(0) as none:
+        assert none == []
+    with pytest.raises(ValueError, match="k must be >= 0"):
+        with _common.busy_processes(-1):
+            pass
+
+
 def test_bench_mnist_mlp_hidden_option():
     import bench_mnist
 
