@@ -14,6 +14,7 @@ void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, flo
             int64_t k) {
   const blasint lda = static_cast<blasint>(trans_a ? m : k);
   const blasint ldb = static_cast<blasint>(trans_b ? k : n);
+  blas_threads();
   scipy_cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                     static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, lda,
                     b, ldb, 0.0f, c, static_cast<blasint>(n));
@@ -40,6 +41,7 @@ void matmul_bias(int dev, const float* a, bool trans_a, const float* b, bool tra
 void bmm(int, const float* a, bool trans_a, int64_t stride_a, const float* b, bool trans_b, int64_t stride_b,
          float* c, int64_t stride_c, int64_t batch, int64_t m, int64_t n, int64_t k) {
   const int64_t kBlasMax = 2147483647;
+  blas_threads();
   if (stride_c != 0 && batch > 1 && stride_a <= kBlasMax && stride_b <= kBlasMax && stride_c <= kBlasMax) {
     scipy_cblas_sgemm_batch_strided(
         CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,

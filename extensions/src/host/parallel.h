@@ -7,10 +7,13 @@
 namespace gpumat::host {
 constexpr int64_t kParallelMin = 1 << 15;
 
-// The threads of every OpenMP region of the host kernels (gpumat::ops::set_num_threads): a
-// num_threads clause reads it per region, so the count holds on every calling thread (OpenMP's
-// own omp_set_num_threads sets only the calling thread's).
+// The threads of every OpenMP region of the host kernels: gpumat::ops::set_num_threads's count,
+// lowered to the cores other processes leave free (parallel.cpp). A num_threads clause reads it
+// per region, so it holds on every calling thread (omp_set_num_threads sets only the caller's).
 int region_threads();
+// Gives OpenBLAS's next calls region_threads() threads (its count is process-wide; set when it
+// changes); call it before each sgemm.
+void blas_threads();
 
 // body(i) for every i in [0, n): split across the OpenMP threads when `work` (the elements the
 // loop touches) is at least kParallelMin, else a plain loop on the calling thread, in order.
