@@ -233,6 +233,7 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     # host threads
     int get_num_threads() except +gpumat_raise_py_error
     void set_num_threads(int) except +gpumat_raise_py_error
+    int effective_num_threads() except +gpumat_raise_py_error
 
 
 cdef class PyGpuMatrix:

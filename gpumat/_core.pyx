@@ -641,6 +641,10 @@ def set_num_threads_(int n):
     set_num_threads(n)
 
 
+def effective_num_threads_():
+    return effective_num_threads()
+
+
 # ------------------------------------------------------------------------- DLPack and CUDA interop
 include "_dlpack.pxi"
 include "_emu_selftest.pxi"

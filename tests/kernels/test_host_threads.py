@@ -1,12 +1,14 @@
 """gpumat.get_num_threads / set_num_threads: one thread count for the host kernels' OpenMP loops
-and OpenBLAS, starting at OMP_NUM_THREADS (checked in fresh processes), process-wide, with
-results that agree across counts (elementwise exactly, sums and products to float32 rounding
-against float64 numpy) and bad counts refused without changing the setting."""
+and OpenBLAS, starting at OMP_NUM_THREADS (checked in fresh processes), process-wide, lowered
+while other processes keep cores busy (unless GPUMAT_DYNAMIC_THREADS=0), with results that agree
+across counts (elementwise exactly, sums and products to float32 rounding against float64 numpy)
+and bad counts refused without changing the setting."""
 
 import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,10 @@ from helpers import new_rng
 
 import gpumat
 import gpumat.ops as ops
+from gpumat import _core
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import _common  # noqa: E402  (busy_processes)
 
 
 @pytest.fixture
@@ -93,3 +99,33 @@ def test_results_agree_across_thread_counts(restore_threads):
         np.testing.assert_allclose(
             results[n][1], want, rtol=1e-4, atol=1e-4, err_msg=f"seed {seed}"
         )
+
+
+BUSY = min(os.cpu_count() or 1, 4)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="the load is read from /proc/stat")
+def test_busy_cores_lower_the_threads_used(restore_threads):
+    cores = os.sysconf("SC_NPROCESSORS_ONLN")
+    gpumat.set_num_threads(cores)
+    assert 1 <= _core.effective_num_threads_() <= cores
+    with _common.busy_processes(BUSY):  # it waits 1 s: past the 50 ms sampling period
+        used = _core.effective_num_threads_()
+    assert 1 <= used <= max(1, cores - BUSY), f"{used} threads beside {BUSY} busy processes"
+    gpumat.set_num_threads(1)
+    assert _core.effective_num_threads_() == 1
+
+
+def test_dynamic_threads_can_be_turned_off():
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import _common, gpumat; "
+        "from gpumat import _core; gpumat.set_num_threads(3); "
+        f"ctx = _common.busy_processes({BUSY}); ctx.__enter__(); "
+        "print(_core.effective_num_threads_()); ctx.__exit__(None, None, None)"
+    )
+    bench = str(Path(__file__).resolve().parents[2] / "benchmarks")
+    env = dict(os.environ, GPUMAT_DYNAMIC_THREADS="0")
+    out = subprocess.run(
+        [sys.executable, "-c", code, bench], env=env, capture_output=True, text=True, check=True
+    )
+    assert int(out.stdout.strip()) == 3

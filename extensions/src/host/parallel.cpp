@@ -131,6 +131,8 @@ void host::blas_threads() {
 
 int ops::get_num_threads() { return max_threads().load(); }
 
+int ops::effective_num_threads() { return host::region_threads(); }
+
 void ops::set_num_threads(int n) {
   if (n < 1)
     throw ShapeError("set_num_threads: the thread count must be at least 1, got " + std::to_string(n));
