@@ -423,8 +423,9 @@ def run_all(p, args, argv) -> int:
     else:
         n = torch.get_num_threads()
         notes.append(f"PyTorch {torch.__version__} with {n} thread{'s' if n != 1 else ''}")
-    if os.environ.get("OMP_NUM_THREADS"):
-        notes.append(f"environment: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+    for var in ("OMP_NUM_THREADS", "GPUMAT_DYNAMIC_THREADS"):
+        if os.environ.get(var):
+            notes.append(f"environment: {var}={os.environ[var]}")
     if args.busy:
         notes.append(busy_note(args.busy))
     load_before = os.getloadavg()[0]

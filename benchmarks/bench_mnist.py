@@ -468,7 +468,9 @@ def run_all(args, argv) -> int:
         elif "gpu" in args.ctx and not torch.cuda.is_available():
             notes.append("torch sees no CUDA device: torch gpu rows skipped")
     threads = {
-        k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS") if k in os.environ
+        k: os.environ[k]
+        for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GPUMAT_DYNAMIC_THREADS")
+        if k in os.environ
     }
     if threads:
         notes.append("environment: " + ", ".join(f"{k}={v}" for k, v in threads.items()))

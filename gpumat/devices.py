@@ -273,11 +273,13 @@ def get_num_threads() -> int:
     matrix products share this one count (``torch.get_num_threads``'s counterpart).
 
     It starts at OpenMP's default, ``OMP_NUM_THREADS`` when set, else the machine's cores (1 in a
-    build without OpenMP), until :func:`set_num_threads` changes it. It is a maximum: each loop and
-    matrix product uses at most the cores that other processes leave free (Linux's
-    ``/proc/stat``, sampled every 50 ms; a parallel loop waits for its slowest thread, and a thread
-    sharing its core with a busy process is slow). ``GPUMAT_DYNAMIC_THREADS=0`` in the environment
-    makes them always use this count.
+    build without OpenMP), until :func:`set_num_threads` changes it. With
+    ``GPUMAT_DYNAMIC_THREADS=1`` in the environment it is a maximum: each loop and matrix product
+    then uses at most the cores that other processes leave free (Linux's ``/proc/stat``, sampled
+    every 50 ms; a parallel loop waits for its slowest thread, and a thread sharing its core with a
+    busy process is slow), several times faster on a busy machine, but the last bits of matrix
+    products then depend on the load (OpenBLAS splits its sums by thread count). Off by default, so
+    that a run gives the same bits every time.
     """
     return _core.get_num_threads_()
 

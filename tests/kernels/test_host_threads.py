@@ -1,8 +1,8 @@
 """gpumat.get_num_threads / set_num_threads: one thread count for the host kernels' OpenMP loops
-and OpenBLAS, starting at OMP_NUM_THREADS (checked in fresh processes), process-wide, lowered
-while other processes keep cores busy (unless GPUMAT_DYNAMIC_THREADS=0), with results that agree
-across counts (elementwise exactly, sums and products to float32 rounding against float64 numpy)
-and bad counts refused without changing the setting."""
+and OpenBLAS, starting at OMP_NUM_THREADS (checked in fresh processes), process-wide, fixed by
+default and lowered while other processes keep cores busy with GPUMAT_DYNAMIC_THREADS=1, with
+results that agree across counts (elementwise exactly, sums and products to float32 rounding
+against float64 numpy) and bad counts refused without changing the setting."""
 
 import os
 import subprocess
@@ -16,10 +16,6 @@ from helpers import new_rng
 
 import gpumat
 import gpumat.ops as ops
-from gpumat import _core
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import _common  # noqa: E402  (busy_processes)
 
 
 @pytest.fixture
@@ -29,26 +25,32 @@ def restore_threads():
     gpumat.set_num_threads(before)
 
 
-def _threads_in_fresh_process(env_value):
+def _run_python(code, env, cwd, *args):
+    """stdout of a fresh interpreter run in cwd (not the repository root: there `import gpumat`
+    would find the unbuilt source tree instead of the installed package)."""
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, cwd=cwd, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def _threads_in_fresh_process(env_value, cwd):
     env = dict(os.environ)
     env.pop("OMP_NUM_THREADS", None)
     if env_value is not None:
         env["OMP_NUM_THREADS"] = env_value
-    code = "import gpumat; print(gpumat.get_num_threads())"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    )
-    return int(out.stdout.strip())
+    return int(_run_python("import gpumat; print(gpumat.get_num_threads())", env, cwd))
 
 
 @pytest.mark.skipif(not gpumat.build_info()["openmp"], reason="a build without OpenMP: always 1")
 @pytest.mark.parametrize("value", ["1", "3"])
-def test_default_honours_omp_num_threads(value):
-    assert _threads_in_fresh_process(value) == int(value)
+def test_default_honours_omp_num_threads(value, tmp_path):
+    assert _threads_in_fresh_process(value, tmp_path) == int(value)
 
 
-def test_default_without_the_variable_is_at_least_one():
-    assert _threads_in_fresh_process(None) >= 1
+def test_default_without_the_variable_is_at_least_one(tmp_path):
+    assert _threads_in_fresh_process(None, tmp_path) >= 1
 
 
 def test_set_and_get_process_wide(restore_threads):
@@ -102,30 +104,34 @@ def test_results_agree_across_thread_counts(restore_threads):
 
 
 BUSY = min(os.cpu_count() or 1, 4)
+BENCH_DIR = str(Path(__file__).resolve().parents[2] / "benchmarks")
+# In a fresh process: set n threads, start BUSY core-spinning processes (busy_processes waits 1 s,
+# past the 50 ms sampling period), print the threads the next loop would use.
+_UNDER_LOAD = (
+    "import sys; sys.path.insert(0, sys.argv[1]); import _common, gpumat; "
+    "from gpumat import _core; gpumat.set_num_threads(int(sys.argv[2])); "
+    f"ctx = _common.busy_processes({BUSY}); ctx.__enter__(); "
+    "print(_core.effective_num_threads_()); ctx.__exit__(None, None, None)"
+)
+
+
+def _used_under_load(tmp_path, n, dynamic):
+    env = dict(os.environ)
+    env.pop("GPUMAT_DYNAMIC_THREADS", None)
+    if dynamic is not None:
+        env["GPUMAT_DYNAMIC_THREADS"] = dynamic
+    return int(_run_python(_UNDER_LOAD, env, tmp_path, BENCH_DIR, str(n)))
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="the load is read from /proc/stat")
-def test_busy_cores_lower_the_threads_used(restore_threads):
+def test_dynamic_threads_follow_the_load(tmp_path):
     cores = os.sysconf("SC_NPROCESSORS_ONLN")
-    gpumat.set_num_threads(cores)
-    assert 1 <= _core.effective_num_threads_() <= cores
-    with _common.busy_processes(BUSY):  # it waits 1 s: past the 50 ms sampling period
-        used = _core.effective_num_threads_()
+    used = _used_under_load(tmp_path, cores, "1")
     assert 1 <= used <= max(1, cores - BUSY), f"{used} threads beside {BUSY} busy processes"
-    gpumat.set_num_threads(1)
-    assert _core.effective_num_threads_() == 1
+    assert _used_under_load(tmp_path, 1, "1") == 1
 
 
-def test_dynamic_threads_can_be_turned_off():
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import _common, gpumat; "
-        "from gpumat import _core; gpumat.set_num_threads(3); "
-        f"ctx = _common.busy_processes({BUSY}); ctx.__enter__(); "
-        "print(_core.effective_num_threads_()); ctx.__exit__(None, None, None)"
-    )
-    bench = str(Path(__file__).resolve().parents[2] / "benchmarks")
-    env = dict(os.environ, GPUMAT_DYNAMIC_THREADS="0")
-    out = subprocess.run(
-        [sys.executable, "-c", code, bench], env=env, capture_output=True, text=True, check=True
-    )
-    assert int(out.stdout.strip()) == 3
+@pytest.mark.parametrize("dynamic", [None, "0"], ids=["unset", "0"])
+def test_threads_are_fixed_by_default(tmp_path, dynamic):
+    # the default keeps every run's bits: OpenBLAS's sums depend on its thread count
+    assert _used_under_load(tmp_path, 3, dynamic) == 3

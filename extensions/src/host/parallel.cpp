@@ -1,15 +1,17 @@
 // The host kernels' thread count (gpumat::ops::get_num_threads / set_num_threads): one number for
-// the OpenMP regions (parallel.h's region_threads) and OpenBLAS's pool (blas_threads), lowered
-// while other processes keep cores busy.
+// the OpenMP regions (parallel.h's region_threads) and OpenBLAS's pool (blas_threads), and, when
+// GPUMAT_DYNAMIC_THREADS=1, lowered while other processes keep cores busy.
 //
 // Why lower it: a parallel region ends when its slowest thread does, and a thread that shares its
 // core with another process runs a fraction of the time. On a 2-core machine beside one
 // core-spinning process, gpumat's MLP training step (784-256-100-10, batch 1000) took 20-39 ms on
-// two threads and 10.6 ms on one (8.5 ms on two when idle). So a region uses at most the cores
+// two threads and 10.6 ms on one (8.5 ms on two when idle). So a region may use at most the cores
 // the other processes leave free: the CPUs online less the runnable threads of other processes,
 // Linux's /proc/stat `procs_running` less this process's own runnable threads
-// (/proc/self/task/*/stat), sampled at most every 50 ms (about 40 us a sample). MKL's MKL_DYNAMIC
-// follows the same idea. GPUMAT_DYNAMIC_THREADS=0 turns it off; off /proc (not Linux) it is off.
+// (/proc/self/task/*/stat), sampled at most every 50 ms (about 40 us a sample); MKL's MKL_DYNAMIC
+// follows the same idea. Why it is opt-in: OpenBLAS splits an sgemm's sums by its thread count, so
+// a product's last bits (and the OpenMP reductions' double partial sums) would then depend on the
+// machine's load, and gpumat's results are the same bits on every run by default.
 #include "parallel.h"
 
 #include <cblas.h>
@@ -45,10 +47,11 @@ std::atomic<int>& max_threads() {
   return count;
 }
 
+// GPUMAT_DYNAMIC_THREADS=1 (read once): follow the load.
 bool dynamic_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("GPUMAT_DYNAMIC_THREADS");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
 }
