@@ -17,6 +17,7 @@ what a Python caller sees.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import json
@@ -176,6 +177,21 @@ def busy_processes(k: int):
             p.wait()
 
 
+def add_busy_option(parser) -> None:
+    """Adds ``--busy K`` (a count >= 0, default 0) to a benchmark's argparse parser."""
+
+    def count(text: str) -> int:
+        k = int(text)
+        if k < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {k}")
+        return k
+
+    parser.add_argument(
+        "--busy", type=count, default=0, metavar="K",
+        help="run beside K background processes, each spinning one core (default 0)",
+    )  # fmt: skip
+
+
 def busy_note(k: int) -> str:
     """The note a ``--busy K`` run records (make_table.py keeps such runs as their own kind)."""
     return f"environment: BUSY_PROCESSES={k} (background processes, each spinning one core)"
@@ -201,7 +217,7 @@ def software_info() -> dict:
         info["torch_cuda"] = torch.version.cuda
     # threads and the BLAS / oneDNN builds of both libraries (issue 37's ledger fields)
     info["threads"] = {"gpumat": gpumat.get_num_threads()}
-    blas = sys.modules.get("scipy_openblas32") or optional_import("scipy_openblas32")
+    blas = optional_import("scipy_openblas32")
     if blas is not None:
         info["gpumat_blas_version"] = getattr(blas, "__version__", "unknown")
     if torch is not None:

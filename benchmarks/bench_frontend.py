@@ -64,6 +64,7 @@ import numpy as np
 from _common import (
     FRONTEND_LEGEND,
     REPO_ROOT,
+    add_busy_option,
     busy_note,
     busy_processes,
     device_info,
@@ -400,13 +401,8 @@ def main(argv=None) -> int:
                    help="skip the torch.compile row")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     p.add_argument("--out", default=None, help="JSON path or folder (default benchmarks/results)")
-    p.add_argument(
-        "--busy", type=int, default=0, metavar="K",
-        help="run beside K background processes, each spinning one core (default 0)",
-    )  # fmt: skip
+    add_busy_option(p)
     args = p.parse_args(argv)
-    if args.busy < 0:
-        p.error(f"--busy must be >= 0, got {args.busy}")
     args.steps = {"mlp": 10, "cnn": 1, "tiny-mlp": 300, "gpt": 3}
     with busy_processes(args.busy):
         return run_all(p, args, argv)

@@ -75,6 +75,7 @@ import traceback
 import numpy as np
 from _common import (
     MNIST_LEGEND,
+    add_busy_option,
     busy_note,
     busy_processes,
     device_info,
@@ -395,13 +396,8 @@ def parse_args(argv):
     )
     p.add_argument("--out", default=None, help="JSON file (or folder); default under results/")
     p.add_argument("--no-write", action="store_true", help="print only, write no files")
-    p.add_argument(
-        "--busy", type=int, default=0, metavar="K",
-        help="run beside K background processes, each spinning one core (default 0)",
-    )  # fmt: skip
+    add_busy_option(p)
     args = p.parse_args(argv)
-    if args.busy < 0:
-        p.error(f"--busy must be >= 0, got {args.busy}")
     args.ctx = [c.strip() for c in args.ctx.split(",") if c.strip()]
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     if args.mlp_hidden is not None:

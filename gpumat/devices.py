@@ -16,9 +16,8 @@ module is ``gpumat.devices``).
 
 from __future__ import annotations
 
-import numbers
-
 from gpumat import _build_config, _core  # _build_config: written by setup.py
+from gpumat._checks import as_int
 
 __all__ = [
     "Device",
@@ -294,11 +293,10 @@ def set_num_threads(n: int) -> None:
     Raises TypeError when ``n`` is not an int (a bool is refused), ValueError when it is below 1
     or above 2**31 - 1.
     """
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
+    n = as_int(n, "n", "set_num_threads")
     if not 1 <= n <= 2**31 - 1:
         raise ValueError(f"set_num_threads: n must be at least 1 (and below 2**31), got {n}")
-    _core.set_num_threads_(int(n))
+    _core.set_num_threads_(n)
 
 
 def reset_peak_memory_stats(device: Device | None = None) -> None:

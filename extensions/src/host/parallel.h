@@ -8,9 +8,9 @@ namespace gpumat::host {
 constexpr int64_t kParallelMin = 1 << 15;
 
 // The threads of every OpenMP region of the host kernels: gpumat::ops::set_num_threads's count
-// (with GPUMAT_DYNAMIC_THREADS=1, lowered to the cores other processes leave free: parallel.cpp). A
-// num_threads clause reads it per region, so it holds on every calling thread (omp_set_num_threads sets only
-// the caller's).
+// (with GPUMAT_DYNAMIC_THREADS=1, lowered to the cores other processes leave free: parallel.cpp).
+// A num_threads clause reads it per region, so it holds on every calling thread
+// (omp_set_num_threads sets only the caller's).
 int region_threads();
 // Gives OpenBLAS's next calls region_threads() threads (its count is process-wide; set when it
 // changes); call it before each sgemm.
