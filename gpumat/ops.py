@@ -611,8 +611,9 @@ def bmm(a, b, out, trans_a: bool = False, trans_b: bool = False) -> None:
     of the B products
     (the gradient of an operand repeated over the batch). K = 0 or B = 0 gives zeros. out must
     not be an input. One launch for the whole batch on CUDA (matmul.cu's tiled kernel, grid.z
-    over the batch); OpenBLAS's strided batched sgemm on the host (one sgemm per product for a
-    summed out). FLOPs: 2·B·M·N·K. Raises TypeError for a flag that is not a bool, ValueError
+    over the batch); on the host, single-threaded sgemm calls on pieces of the products taken by
+    the OpenMP threads (a summed out adds the products in batch order: the same bits on any thread
+    count). FLOPs: 2·B·M·N·K. Raises TypeError for a flag that is not a bool, ValueError
     for shapes that do not fit (naming bmm and the shapes).
     """
     ta = as_flag(trans_a, "trans_a", "bmm")

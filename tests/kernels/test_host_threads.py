@@ -1,8 +1,9 @@
 """gpumat.get_num_threads / set_num_threads: one thread count for the host kernels' OpenMP loops
-and OpenBLAS, starting at OMP_NUM_THREADS (checked in fresh processes), process-wide, fixed by
-default and lowered while other processes keep cores busy with GPUMAT_DYNAMIC_THREADS=1, with
-results that agree across counts (elementwise exactly, sums and products to float32 rounding
-against float64 numpy) and bad counts refused without changing the setting."""
+(OpenBLAS runs single-threaded inside them), starting at OMP_NUM_THREADS (checked in fresh
+processes), process-wide, fixed by default and lowered while other processes keep cores busy with
+GPUMAT_DYNAMIC_THREADS=1, with results that are the same bits on every count (elementwise ops,
+products split into pieces by shape alone, sums in fixed blocks) and right against float64 numpy,
+and bad counts refused without changing the setting."""
 
 import os
 import subprocess
@@ -103,6 +104,57 @@ def test_results_agree_across_thread_counts(restore_threads):
         )
 
 
+# (M, N, K, trans_a, trans_b): products past the host matmul's split threshold (2**21
+# multiply-adds), cut along M or N, with every transpose, edges off the 16-wide pieces, and one
+# below the threshold.
+PRODUCTS = [
+    (1000, 256, 784, False, True),
+    (257, 784, 300, False, False),
+    (256, 784, 1000, True, False),
+    (64, 4099, 288, False, False),
+    (200, 130, 900, True, True),
+    (20, 30, 40, False, False),
+]
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_products_and_sums_are_the_same_bits_on_any_thread_count(restore_threads, threads):
+    rng, seed = new_rng()
+    results = {}
+    for n in (1, threads):
+        gpumat.set_num_threads(n)
+        got = []
+        for m, nn, k, ta, tb in PRODUCTS:
+            a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+            b = rng.standard_normal((nn, k) if tb else (k, nn)).astype(np.float32)
+            out = gpumat.empty((m, nn))
+            ops.matmul(gpumat.array(a), gpumat.array(b), out, trans_a=ta, trans_b=tb)
+            want = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+            got.append(out.asnumpy())
+            np.testing.assert_allclose(got[-1], want, rtol=1e-4, atol=1e-3, err_msg=f"seed {seed}")
+        # batched: a product per item, and one summed over the batch (a shared operand's gradient)
+        a = rng.standard_normal((6, 120, 300)).astype(np.float32)
+        b = rng.standard_normal((6, 300, 150)).astype(np.float32)
+        for batch_out in ((6, 120, 150), (1, 120, 150)):
+            out = gpumat.empty(batch_out)
+            ops.bmm(gpumat.array(a), gpumat.array(b), out)
+            want = np.einsum("bmk,bkn->bmn", a.astype(np.float64), b.astype(np.float64))
+            if batch_out[0] == 1:
+                want = want.sum(axis=0, keepdims=True)
+            got.append(out.asnumpy())
+            np.testing.assert_allclose(got[-1], want, rtol=1e-4, atol=2e-3, err_msg=f"seed {seed}")
+        # a double sum over rows past the parallel threshold
+        logits = rng.standard_normal((5000, 10)).astype(np.float32)
+        target = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 5000)]
+        loss = gpumat.empty((1,))
+        ops.cross_entropy(gpumat.array(logits), gpumat.array(target), loss)
+        got.append(loss.asnumpy())
+        results[n] = got
+        rng = np.random.default_rng(seed)  # the same inputs for the next count
+    for i, (one, many) in enumerate(zip(results[1], results[threads], strict=True)):
+        np.testing.assert_array_equal(one, many, err_msg=f"result {i}, seed {seed}")
+
+
 BUSY = min(os.cpu_count() or 1, 4)
 BENCH_DIR = str(Path(__file__).resolve().parents[2] / "benchmarks")
 # In a fresh process: set n threads, start BUSY core-spinning processes (busy_processes waits 1 s,
@@ -133,5 +185,5 @@ def test_dynamic_threads_follow_the_load(tmp_path):
 
 @pytest.mark.parametrize("dynamic", [None, "0"], ids=["unset", "0"])
 def test_threads_are_fixed_by_default(tmp_path, dynamic):
-    # the default keeps every run's bits: OpenBLAS's sums depend on its thread count
+    # the default: the count set_num_threads gave, whatever the load
     assert _used_under_load(tmp_path, 3, dynamic) == 3

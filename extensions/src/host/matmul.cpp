@@ -1,7 +1,20 @@
 // Host matmul through BLAS sgemm (OpenBLAS from the scipy-openblas32 wheel, whose symbols carry the
 // scipy_ prefix). Row-major: a stored (m, k) or (k, m) when trans_a; b (k, n) or (n, k); c (m, n).
 // ops/matmul.cpp guarantees every dimension fits a 32-bit blasint.
+//
+// One threading runtime: OpenBLAS runs single-threaded (parallel.cpp sets its count to 1) and a
+// product is split into pieces that the host kernels' OpenMP threads take from a shared queue
+// (schedule(dynamic)), one single-threaded sgemm a piece. Why not OpenBLAS's own pool:
+// - its threads and the OpenMP threads took turns on the cores, and any spinning of one pool stole
+//   the cores from the other: after PyTorch had loaded libgomp first (its default policy spins),
+//   gpumat's MLP step took 48-52 ms instead of 8-10 ms;
+// - OpenBLAS splits a product by its thread count, so the last bits of c depended on the count;
+//   the pieces here depend on the shape alone, so c is the same bits on any count of threads and
+//   under any load (what lets the thread count follow the machine's load: parallel.cpp);
+// - a region's threads take pieces as they come free, so a thread slowed by another process on its
+//   core takes fewer pieces instead of holding up the product.
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -9,15 +22,83 @@
 #include "parallel.h"
 
 namespace gpumat::host {
+namespace {
+// Products below this many multiply-adds run as one call: a region costs more than it saves.
+constexpr int64_t kSplitMinMacs = int64_t{1} << 21;
+// Each piece gets at least this many multiply-adds, and a product at most four pieces per CPU
+// online: enough to balance the threads (and one slowed by another process), few enough that
+// repacking the operand every piece shares (OpenBLAS packs both operands per call) stays small.
+// The CPUs online, not the thread count: the pieces, and so c's bits, stay the same on one
+// machine whatever set_num_threads or the load makes the count.
+constexpr int64_t kPieceMinMacs = int64_t{1} << 22;
+
+int64_t max_pieces() {
+  static const int64_t pieces = [] {
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return std::clamp<int64_t>(4 * (cpus > 0 ? cpus : 1), 4, 256);
+  }();
+  return pieces;
+}
+// Piece edges fall on multiples of 16 rows or columns (one AVX-512 vector of floats), so inner
+// pieces fill whole register blocks of OpenBLAS's kernels and only the last has a ragged edge.
+constexpr int64_t kPieceAlign = 16;
+
+CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
+
+// One sgemm (single-threaded: parallel.cpp): c (m, n) = op(a) @ op(b) + beta c (beta 0 or 1).
+void sgemm(const float* a, bool trans_a, int64_t lda, const float* b, bool trans_b, int64_t ldb, float* c,
+           int64_t ldc, int64_t m, int64_t n, int64_t k, float beta) {
+  scipy_cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), static_cast<blasint>(m), static_cast<blasint>(n),
+                    static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
+                    beta, c, static_cast<blasint>(ldc));
+}
+
+// How a product (m, n, k) is cut: `count` pieces of `size` rows of c (along_m) or columns, from the
+// shape alone. The longer side of c is cut: each piece then repacks the other operand, the smaller
+// one to repack.
+struct Pieces {
+  bool along_m;
+  int64_t size;
+  int64_t count;
+};
+
+Pieces pieces_of(int64_t m, int64_t n, int64_t k) {
+  const bool along_m = m >= n;
+  const int64_t side = along_m ? m : n;
+  const int64_t macs = m * n * k;
+  if (side == 0) return {along_m, 0, 1};  // an empty c: one call, which writes nothing
+  int64_t want = macs < kSplitMinMacs ? 1 : std::min(max_pieces(), macs / kPieceMinMacs);
+  want = std::max<int64_t>(1, std::min(want, side / kPieceAlign));
+  int64_t size = (side + want - 1) / want;
+  size = (size + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
+  size = std::min(size, side);
+  return {along_m, size, (side + size - 1) / size};
+}
+
+// Piece p of one product: c's rows (along_m) or columns [lo, lo + len) from the matching rows of
+// op(a) or columns of op(b).
+void piece(const Pieces& cut, int64_t p, const float* a, bool trans_a, const float* b, bool trans_b, float* c,
+           int64_t m, int64_t n, int64_t k, float beta) {
+  const int64_t lda = trans_a ? m : k;
+  const int64_t ldb = trans_b ? k : n;
+  const int64_t lo = p * cut.size;
+  const int64_t len = std::min(cut.size, (cut.along_m ? m : n) - lo);
+  if (cut.along_m)
+    sgemm(a + (trans_a ? lo : lo * lda), trans_a, lda, b, trans_b, ldb, c + lo * n, n, len, n, k, beta);
+  else
+    sgemm(a, trans_a, lda, b + (trans_b ? lo * ldb : lo), trans_b, ldb, c + lo, n, m, len, k, beta);
+}
+}  // namespace
 
 void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m, int64_t n,
             int64_t k) {
-  const blasint lda = static_cast<blasint>(trans_a ? m : k);
-  const blasint ldb = static_cast<blasint>(trans_b ? k : n);
-  blas_threads();
-  scipy_cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                    static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a, lda,
-                    b, ldb, 0.0f, c, static_cast<blasint>(n));
+  const Pieces cut = pieces_of(m, n, k);
+  if (cut.count == 1) {
+    piece(cut, 0, a, trans_a, b, trans_b, c, m, n, k, 0.0f);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(region_threads())
+  for (int64_t p = 0; p < cut.count; ++p) piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 0.0f);
 }
 
 // c (m, n) = op(a) @ op(b) + bias (n,), then max(., 0) when relu (a dense layer's epilogue):
@@ -35,29 +116,37 @@ void matmul_bias(int dev, const float* a, bool trans_a, const float* b, bool tra
 }
 
 // c[i] = op(a[i]) @ op(b[i]) for i < batch (kernels.def's bmm: a stride of 0 repeats a matrix; c's
-// stride 0 sums the products). OpenBLAS's strided batched sgemm when its 32-bit strides hold ours
-// (it spreads the batch over its threads); else, and for a summed c, one sgemm per product (beta 1
-// after the first adds it to c).
+// stride 0 sums the products). The threads take (product, piece) pairs from one queue; a summed c
+// splits into pieces only, each adding the batch's products in order (beta 1 after the first), so
+// its sums are the same bits on any count of threads.
 void bmm(int, const float* a, bool trans_a, int64_t stride_a, const float* b, bool trans_b, int64_t stride_b,
          float* c, int64_t stride_c, int64_t batch, int64_t m, int64_t n, int64_t k) {
-  const int64_t kBlasMax = 2147483647;
-  blas_threads();
-  if (stride_c != 0 && batch > 1 && stride_a <= kBlasMax && stride_b <= kBlasMax && stride_c <= kBlasMax) {
-    scipy_cblas_sgemm_batch_strided(
-        CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-        static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
-        static_cast<blasint>(trans_a ? m : k), static_cast<blasint>(stride_a), b,
-        static_cast<blasint>(trans_b ? k : n), static_cast<blasint>(stride_b), 0.0f, c,
-        static_cast<blasint>(n), static_cast<blasint>(stride_c), static_cast<blasint>(batch));
+  const Pieces cut = pieces_of(m, n, k);
+  if (stride_c == 0) {
+    auto summed = [&](int64_t p) {
+      for (int64_t i = 0; i < batch; ++i)
+        piece(cut, p, a + i * stride_a, trans_a, b + i * stride_b, trans_b, c, m, n, k, i > 0 ? 1.0f : 0.0f);
+    };
+    if (cut.count == 1) {
+      summed(0);
+      return;
+    }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(region_threads())
+    for (int64_t p = 0; p < cut.count; ++p) summed(p);
     return;
   }
-  for (int64_t i = 0; i < batch; ++i) {
-    scipy_cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                      static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f,
-                      a + i * stride_a, static_cast<blasint>(trans_a ? m : k), b + i * stride_b,
-                      static_cast<blasint>(trans_b ? k : n), stride_c == 0 && i > 0 ? 1.0f : 0.0f,
-                      c + i * stride_c, static_cast<blasint>(n));
+  const int64_t tasks = batch * cut.count;
+  auto task = [&](int64_t t) {
+    const int64_t i = t / cut.count;
+    piece(cut, t % cut.count, a + i * stride_a, trans_a, b + i * stride_b, trans_b, c + i * stride_c, m, n, k,
+          0.0f);
+  };
+  if (tasks == 1 || batch * m * n * k < kSplitMinMacs) {
+    for (int64_t t = 0; t < tasks; ++t) task(t);
+    return;
   }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(region_threads())
+  for (int64_t t = 0; t < tasks; ++t) task(t);
 }
 
 }  // namespace gpumat::host

@@ -1,17 +1,15 @@
 // The host kernels' thread count (gpumat::ops::get_num_threads / set_num_threads): one number for
-// the OpenMP regions (parallel.h's region_threads) and OpenBLAS's pool (blas_threads), and, when
-// GPUMAT_DYNAMIC_THREADS=1, lowered while other processes keep cores busy.
+// every OpenMP region (parallel.h's region_threads), matrix products included (OpenBLAS runs
+// single-threaded inside them: matmul.cpp), and, when GPUMAT_DYNAMIC_THREADS=1, lowered while other
+// processes keep cores busy.
 //
 // Why lower it: a parallel region ends when its slowest thread does, and a thread that shares its
-// core with another process runs a fraction of the time. On a 2-core machine beside one
-// core-spinning process, gpumat's MLP training step (784-256-100-10, batch 1000) took 20-39 ms on
-// two threads and 10.6 ms on one (8.5 ms on two when idle). So a region may use at most the cores
+// core with another process runs a fraction of the time. So a region may use at most the cores
 // the other processes leave free: the CPUs online less the runnable threads of other processes,
 // Linux's /proc/stat `procs_running` less this process's own runnable threads
 // (/proc/self/task/*/stat), sampled at most every 50 ms (about 40 us a sample); MKL's MKL_DYNAMIC
-// follows the same idea. Why it is opt-in: OpenBLAS splits an sgemm's sums by its thread count, so
-// a product's last bits (and the OpenMP reductions' double partial sums) would then depend on the
-// machine's load, and gpumat's results are the same bits on every run by default.
+// follows the same idea. Results do not depend on the count (products are cut by shape, sums
+// added in fixed blocks), so the load changes the speed, never the bits.
 #include "parallel.h"
 
 #include <cblas.h>
@@ -125,12 +123,14 @@ int host::region_threads() {
   return free < n ? free : n;
 }
 
-void host::blas_threads() {
-  // OpenBLAS's count is process-wide: set it when it changes (at most once a sample period).
-  static std::atomic<int> current{-1};
-  const int n = region_threads();
-  if (current.exchange(n) != n) scipy_openblas_set_num_threads(n);
-}
+namespace {
+// OpenBLAS runs single-threaded inside the OpenMP regions (matmul.cpp says why); its count is
+// process-wide, set once when the library loads.
+[[maybe_unused]] const bool blas_single_threaded = [] {
+  scipy_openblas_set_num_threads(1);
+  return true;
+}();
+}  // namespace
 
 int ops::get_num_threads() { return max_threads().load(); }
 
@@ -140,6 +140,5 @@ void ops::set_num_threads(int n) {
   if (n < 1)
     throw ShapeError("set_num_threads: the thread count must be at least 1, got " + std::to_string(n));
   max_threads().store(n);
-  host::blas_threads();
 }
 }  // namespace gpumat

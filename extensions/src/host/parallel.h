@@ -12,9 +12,6 @@ constexpr int64_t kParallelMin = 1 << 15;
 // A num_threads clause reads it per region, so it holds on every calling thread
 // (omp_set_num_threads sets only the caller's).
 int region_threads();
-// Gives OpenBLAS's next calls region_threads() threads (its count is process-wide; set when it
-// changes); call it before each sgemm.
-void blas_threads();
 
 // body(i) for every i in [0, n): split across the OpenMP threads when `work` (the elements the
 // loop touches) is at least kParallelMin, else a plain loop on the calling thread, in order.
@@ -31,9 +28,13 @@ inline void parallel_for(int64_t n, int64_t work, const Body& body) {
   for (int64_t i = 0; i < n; ++i) body(i);
 }
 
-// The sum of term(i) for i in [0, n), in double: across the OpenMP threads (an OpenMP reduction)
-// when `work` is at least kParallelMin, else in order on the calling thread (the same value as a
-// one-thread reduction, without the region's cost; see parallel_for).
+// The sum of term(i) for i in [0, n), in double: in kSumBlocks blocks of consecutive i, each summed
+// in order on one of the OpenMP threads and then added in block order, when `work` is at least
+// kParallelMin; else in order on the calling thread (without the region's cost; see parallel_for).
+// The blocks come from n alone, so the sum is the same bits on any count of threads (an OpenMP
+// reduction's per-thread partial sums would make it depend on the count).
+constexpr int64_t kSumBlocks = 64;
+
 template <typename Term>
 inline double parallel_sum(int64_t n, int64_t work, const Term& term) {
   double total = 0.0;
@@ -41,8 +42,16 @@ inline double parallel_sum(int64_t n, int64_t work, const Term& term) {
     for (int64_t i = 0; i < n; ++i) total += term(i);
     return total;
   }
-#pragma omp parallel for reduction(+ : total) num_threads(region_threads())
-  for (int64_t i = 0; i < n; ++i) total += term(i);
+  double partial[kSumBlocks];
+  const int64_t size = (n + kSumBlocks - 1) / kSumBlocks;
+#pragma omp parallel for num_threads(region_threads())
+  for (int64_t b = 0; b < kSumBlocks; ++b) {
+    double sum = 0.0;
+    const int64_t end = n < (b + 1) * size ? n : (b + 1) * size;
+    for (int64_t i = b * size; i < end; ++i) sum += term(i);
+    partial[b] = sum;
+  }
+  for (int64_t b = 0; b < kSumBlocks; ++b) total += partial[b];
   return total;
 }
 }  // namespace gpumat::host
