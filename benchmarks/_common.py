@@ -594,6 +594,41 @@ DISTRIBUTED_LEGEND = (
 )
 
 
+def time_interleaved(variants: list[dict], steps: int, repeat: int, warmup: int) -> None:
+    """Times every variant (``step``, ``batches``, ``sync``, optional ``probe``) and adds its
+    ``step_s`` (median seconds per step over ``repeat`` samples of ``steps`` steps), ``step_s_min``,
+    ``step_s_max``, ``samples_s`` (every sample) and, with a probe (allocator counters),
+    ``mallocs_per_step`` to its ``row``.
+
+    The samples are interleaved (sample r of every variant, then sample r + 1): on a shared
+    machine a burst of other work then slows every variant alike instead of one of them.
+    """
+    for v in variants:
+        v["k"], v["samples"] = 0, []
+        for _ in range(warmup):
+            v["step"](*v["batches"][v["k"] % len(v["batches"])])
+            v["k"] += 1
+        v["sync"]()
+        v["before"] = v["probe"]() if v.get("probe") else None
+    for _ in range(repeat):
+        for v in variants:
+            v["sync"]()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                v["step"](*v["batches"][v["k"] % len(v["batches"])])
+                v["k"] += 1
+            v["sync"]()
+            v["samples"].append((time.perf_counter() - t0) / steps)
+    for v in variants:
+        s = v["samples"]
+        v["row"].update(
+            step_s=statistics.median(s), step_s_min=min(s), step_s_max=max(s), steps=steps,
+            repeat=repeat, samples_s=s,
+        )  # fmt: skip
+        if v.get("probe"):
+            v["row"]["mallocs_per_step"] = (v["probe"]() - v["before"]) / (steps * repeat)
+
+
 def frontend_table(rows: list[dict]) -> str:
     """bench_frontend's table from its ``runs`` records (see FRONTEND_LEGEND for the columns)."""
     program_rows = [r for r in rows if "train_s" in r]

@@ -55,10 +55,13 @@ is asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from _common import (
@@ -74,8 +77,10 @@ from _common import (
     resolve_out,
     run_header,
     software_info,
+    time_interleaved,
     write_results,
 )
+from _own_process import case_batches, optimizer, torch_twin
 
 import gpumat
 import gpumat.nn as nn
@@ -100,22 +105,6 @@ def mlp(widths):
     return nn.Sequential(*layers)
 
 
-def torch_twin(torch, name, widths):
-    """The same network in PyTorch: the MLP of ``widths``, or the CNN for ``name == "cnn"``."""
-    tnn = torch.nn
-    if name != "cnn":
-        layers = []
-        for i in range(len(widths) - 1):
-            layers.append(tnn.Linear(widths[i], widths[i + 1]))
-            if i < len(widths) - 2:
-                layers.append(tnn.ReLU())
-        return tnn.Sequential(*layers)
-
-    from mnist_net_torch import Net  # needs torch
-
-    return Net()
-
-
 CASES = {
     # name: (batch, input shape of one sample, MLP widths, optimizer, loss)
     "mlp": (1000, (784,), (784, 256, 100, 10), "sgd", "cross_entropy"),
@@ -129,61 +118,16 @@ QUICK_CASES = {
 }
 
 
-def optimizer(lib, kind, params):
-    """``lib.optim``'s SGD at lr 0.1 or Adadelta at lr 1.0 (``lib``: gpumat or torch)."""
-    if kind == "sgd":
-        return lib.optim.SGD(params, lr=0.1)
-    return lib.optim.Adadelta(params, lr=1.0)
-
-
 # --------------------------------------------------------------------------------------------------
-# timing
+# the step cases
 # --------------------------------------------------------------------------------------------------
-
-
-def time_interleaved(variants: list[dict], steps: int, repeat: int, warmup: int) -> None:
-    """Times every variant (``step``, ``batches``, ``sync``, optional ``probe``) and adds its
-    ``step_s`` (median seconds per step over ``repeat`` samples of ``steps`` steps), ``step_s_min``,
-    ``step_s_max`` and, with a probe (allocator counters), ``mallocs_per_step`` to its ``row``.
-
-    The samples are interleaved (sample r of every variant, then sample r + 1): on a shared
-    machine a burst of other work then slows every variant alike instead of one of them.
-    """
-    for v in variants:
-        v["k"], v["samples"] = 0, []
-        for _ in range(warmup):
-            v["step"](*v["batches"][v["k"] % len(v["batches"])])
-            v["k"] += 1
-        v["sync"]()
-        v["before"] = v["probe"]() if v.get("probe") else None
-    for _ in range(repeat):
-        for v in variants:
-            v["sync"]()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                v["step"](*v["batches"][v["k"] % len(v["batches"])])
-                v["k"] += 1
-            v["sync"]()
-            v["samples"].append((time.perf_counter() - t0) / steps)
-    for v in variants:
-        s = v["samples"]
-        v["row"].update(
-            step_s=statistics.median(s), step_s_min=min(s), step_s_max=max(s), steps=steps,
-            repeat=repeat,
-        )  # fmt: skip
-        if v.get("probe"):
-            v["row"]["mallocs_per_step"] = (v["probe"]() - v["before"]) / (steps * repeat)
 
 
 def run_case(name, spec, ctx, torch, args) -> list[dict]:
     """One step case: gpumat eager and compiled, PyTorch eager (and torch.compile for the tiny
     MLP), from the same weights on the same batches, timed interleaved; a row per framework."""
     batch, sample_shape, widths, opt_kind, loss_name = spec
-    rng = np.random.default_rng(args.seed)
-    data = [
-        (rng.random((batch, *sample_shape), dtype=np.float32), rng.integers(0, 10, size=batch))
-        for _ in range(4)
-    ]
+    data = case_batches({"seed": args.seed, "batch": batch, "sample_shape": sample_shape})
     gpumat.manual_seed(args.seed)
     build = (lambda: CNN()) if name == "cnn" else (lambda: mlp(widths))
     sync = lambda: gpumat.synchronize(ctx)  # noqa: E731
@@ -271,6 +215,73 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
     for r in rows:
         r["check_loss"] = check
     return rows
+
+
+OWN_PROCESS_ROUNDS = 3
+
+
+def own_process_rows(name, spec, args) -> list[dict]:
+    """Case ``name``'s steps with each library in a fresh process of its own (``_own_process.py``):
+    gpumat eager and compiled in one, eager PyTorch (no gpumat loaded) in the other, in
+    ``OWN_PROCESS_ROUNDS`` rounds that alternate which starts first. A row per framework, its
+    case ``"<name> (own process)"``, its step time the median of every round's samples."""
+    batch, sample_shape, widths, opt_kind, loss_name = spec
+    steps, repeat = args.steps[name], args.repeat
+    if args.quick:
+        steps, repeat = max(1, steps // 10), 2
+    payload = json.dumps({
+        "batch": batch, "sample_shape": list(sample_shape), "widths": widths,
+        "optimizer": opt_kind, "loss": loss_name, "steps": steps, "repeat": repeat, "warmup": 2,
+        "seed": args.seed,
+    })  # fmt: skip
+    env = dict(os.environ)
+    # the gpumat this process imported, first on the worker's path
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(gpumat.__file__).resolve().parents[1]), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    libs = ["gpumat"] + (["torch"] if optional_import("torch") is not None else [])
+    merged: dict[str, dict] = {}
+    for r in range(OWN_PROCESS_ROUNDS):
+        for lib in libs if r % 2 == 0 else libs[::-1]:
+            out = subprocess.run(
+                [sys.executable, str(Path(__file__).with_name("_own_process.py")), lib, name,
+                 payload],
+                env=env, capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            lines = [ln for ln in out.stdout.splitlines() if ln.startswith("ROWS ")]
+            if out.returncode != 0 or not lines:
+                raise RuntimeError(f"own-process {lib} worker for {name} failed:\n{out.stderr}")
+            for row in json.loads(lines[-1][5:]):
+                kept = merged.setdefault(row["framework"], {**row, "samples_s": []})
+                kept["samples_s"] += row["samples_s"]
+    rows = []
+    for row in merged.values():
+        samples = row["samples_s"]
+        row.update(
+            case=f"{name} (own process)", step_s=statistics.median(samples),
+            step_s_min=min(samples), step_s_max=max(samples), repeat=len(samples),
+            processes=OWN_PROCESS_ROUNDS,
+        )  # fmt: skip
+        row.pop("mallocs_per_step", None)
+        rows.append(row)
+    return rows
+
+
+def coexistence_note(rows) -> str | None:
+    """How much PyTorch in the process slows gpumat: each case's gpumat-eager step time in this
+    process (PyTorch imported and run) over its time in a process of its own."""
+    shared = {r["case"]: r["step_s"] for r in rows if r["framework"] == "gpumat-eager"}
+    parts = [
+        f"{case} {shared[case] / own:.2f}x"
+        for case in shared
+        if (own := shared.get(f"{case} (own process)")) and not case.endswith("(own process)")
+    ]
+    if not parts:
+        return None
+    return (
+        "gpumat-eager's step time beside PyTorch (this process, PyTorch imported and run) over "
+        "its time in a process of its own: " + ", ".join(parts) + " (the goal: at most 1.10x)"
+    )
 
 
 def run_gpt(ctx, torch, args) -> list[dict]:
@@ -401,6 +412,10 @@ def main(argv=None) -> int:
                    help="skip the torch.compile row")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     p.add_argument("--out", default=None, help="JSON path or folder (default benchmarks/results)")
+    p.add_argument(
+        "--own-processes", action="store_true",
+        help="also time the step cases with each library in a fresh process of its own",
+    )  # fmt: skip
     add_busy_option(p)
     args = p.parse_args(argv)
     args.steps = {"mlp": 10, "cnn": 1, "tiny-mlp": 300, "gpt": 3}
@@ -439,13 +454,22 @@ def run_all(p, args, argv) -> int:
         else:
             rows += run_case(name, cases[name], ctx, torch, args)
         print(frontend_table([r for r in rows if r["case"] == name]), flush=True)
+    if args.own_processes:
+        for name in (n for n in names if n in cases):
+            own = own_process_rows(name, cases[name], args)
+            rows += own
+            print(frontend_table(own), flush=True)
+        note = coexistence_note(rows)
+        if note:
+            notes.append(note)
+            print(note, flush=True)
     load_after = os.getloadavg()[0]
     data = {
         **header,
         "software": software_info(),
         "settings": {"cases": {k: list(map(str, v)) for k, v in cases.items()}, "run": names,
                      "repeat": args.repeat, "steps": args.steps, "seed": args.seed,
-                     "busy_processes": args.busy},
+                     "busy_processes": args.busy, "own_processes": args.own_processes},
         "load_average_1min": {"before": load_before, "after": load_after},
         "device": device_info(args.ctx),
         "notes": notes,

@@ -23,8 +23,6 @@ import torch.nn.functional as F  # noqa: N812 (PyTorch's convention)
 from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpumat.datasets import load_mnist
-
 
 class Net(nn.Module):
     """examples/mnist_net.py's ``Net`` in PyTorch: (N, 1, 28, 28) images to (N, 10)
@@ -48,6 +46,10 @@ class Net(nn.Module):
 
 def datasets() -> tuple[TensorDataset, TensorDataset]:
     """(train, test) as torch datasets of (image (1, 28, 28) float32, label int64)."""
+    # NOTE: imported here, not at the top: bench_frontend's own-process PyTorch rows import Net
+    # without loading gpumat (whose libgomp, loaded first, would set PyTorch's wait policy).
+    from gpumat.datasets import load_mnist
+
     (x_train, y_train), _, (x_test, y_test) = load_mnist()
 
     def as_dataset(x, y):

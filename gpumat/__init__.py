@@ -17,9 +17,10 @@ Arrays are float32, row-major, contiguous, on ``cpu()`` (the host), ``gpu(i)`` (
 import builtins as _builtins
 import os as _os
 
-# NOTE: libgomp reads this when _core loads it. Spinning OpenMP workers fight OpenBLAS's threads and
-# any other busy process for the cores: a 1000x256 relu took 6.9 ms spinning and 0.14 ms passive on
-# a loaded 2-core machine. An explicit user setting wins.
+# NOTE: libgomp reads this when _core loads it (too late when another library, PyTorch say, loaded
+# libgomp first). Spinning OpenMP workers fight any other busy process for the cores: a 1000x256
+# relu took 6.9 ms spinning and 0.14 ms passive on a loaded 2-core machine. An explicit user
+# setting wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 

@@ -268,27 +268,27 @@ def launch_count(device: Device | None = None) -> int:
 
 
 def get_num_threads() -> int:
-    """The threads gpumat's host kernels use (an int >= 1): their OpenMP loops and OpenBLAS's
-    matrix products share this one count (``torch.get_num_threads``'s counterpart).
+    """The threads gpumat's host kernels use (an int >= 1): every OpenMP loop of the cpu()
+    device, matrix products included (OpenBLAS runs single-threaded on pieces of each product that
+    these threads share out), ``torch.get_num_threads``'s counterpart.
 
     It starts at OpenMP's default, ``OMP_NUM_THREADS`` when set, else the machine's cores (1 in a
     build without OpenMP), until :func:`set_num_threads` changes it. With
     ``GPUMAT_DYNAMIC_THREADS=1`` in the environment it is a maximum: each loop and matrix product
     then uses at most the cores that other processes leave free (Linux's ``/proc/stat``, sampled
     every 50 ms; a parallel loop waits for its slowest thread, and a thread sharing its core with a
-    busy process is slow), several times faster on a busy machine, but the last bits of matrix
-    products then depend on the load (OpenBLAS splits its sums by thread count). Off by default, so
-    that a run gives the same bits every time.
+    busy process is slow). Results are the same bits whatever the count: products are cut into
+    pieces by their shape and the machine's CPU count, and sums add fixed blocks in order.
     """
     return _core.get_num_threads_()
 
 
 def set_num_threads(n: int) -> None:
-    """Sets the threads of gpumat's host kernels to ``n``: every OpenMP loop of the cpu() device
-    and OpenBLAS's thread pool alike, process-wide, for calls from any Python thread (PyTorch's
+    """Sets the threads of gpumat's host kernels to ``n``: every OpenMP loop of the cpu() device,
+    matrix products included, process-wide, for calls from any Python thread (PyTorch's
     ``torch.set_num_threads``). The CUDA and emulated devices are not affected (the emulator runs
-    its blocks on OpenMP's default team, ``OMP_NUM_THREADS``). Results do not depend on it beyond
-    the float32 rounding of sums split across threads.
+    its blocks on OpenMP's default team, ``OMP_NUM_THREADS``). Results do not depend on it: they
+    are the same bits on any count (see :func:`get_num_threads`).
 
     Raises TypeError when ``n`` is not an int (a bool is refused), ValueError when it is below 1
     or above 2**31 - 1.

@@ -7,6 +7,7 @@ case runs end to end at a tiny size on the host, make_table.py builds the ledger
 JSON, and bench_frontend interleaves its frameworks' samples and tabulates its rows.
 """
 
+import importlib.util
 import json
 import math
 import sys
@@ -315,6 +316,29 @@ def test_bench_frontend_interleaves_the_frameworks():
     for v in variants:
         assert v["row"]["repeat"] == 3 and v["row"]["steps"] == 2
         assert 0 <= v["row"]["step_s_min"] <= v["row"]["step_s"] <= v["row"]["step_s_max"]
+
+
+def test_own_process_rows_time_each_library_alone(monkeypatch):
+    import bench_frontend
+
+    monkeypatch.setattr(bench_frontend, "OWN_PROCESS_ROUNDS", 2)
+    args = types.SimpleNamespace(steps={"mlp": 1}, repeat=2, quick=False, seed=0)
+    rows = bench_frontend.own_process_rows("mlp", bench_frontend.QUICK_CASES["mlp"], args)
+    want = {"gpumat-eager", "gpumat-compiled"}
+    if importlib.util.find_spec("torch") is not None:
+        want.add("torch")
+    assert {r["framework"] for r in rows} == want
+    for r in rows:
+        assert r["case"] == "mlp (own process)" and r["processes"] == 2
+        assert len(r["samples_s"]) == 4  # 2 samples from each of 2 processes
+        assert r["step_s_min"] <= r["step_s"] <= r["step_s_max"]
+        if r["framework"] == "torch":
+            assert r["gpumat_loaded"] is False  # PyTorch alone: gpumat's libgomp not loaded
+    shared = {"case": "mlp", "batch": 100, "framework": "gpumat-eager", "step_s": 1.1 * next(
+        r["step_s"] for r in rows if r["framework"] == "gpumat-eager")}  # fmt: skip
+    note = bench_frontend.coexistence_note([shared, *rows])
+    assert note is not None and "mlp 1.10x" in note
+    assert bench_frontend.coexistence_note(rows) is None  # no in-process row to compare
 
 
 def test_make_table_keeps_runs_of_other_models_and_groups(tmp_path):

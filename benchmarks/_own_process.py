@@ -1,0 +1,114 @@
+"""One framework's training steps in a process of its own: bench_frontend's ``--own-processes``
+rows, measured as users run each library (alone, without the other's runtime loaded).
+
+Run by bench_frontend, not by hand::
+
+    python3 benchmarks/_own_process.py LIB CASE SPEC_JSON
+
+``LIB`` is ``gpumat`` (eager and compiled, bench_frontend.run_case without PyTorch) or ``torch``
+(eager PyTorch; this module imports no gpumat then: gpumat's libgomp, loaded first, would set
+PyTorch's OpenMP wait policy). ``SPEC_JSON`` holds the case's batch, sample shape, MLP widths,
+optimizer, loss, steps, repeat, warm-up steps, seed and quick flag. Prints one line: ``ROWS`` and
+the rows as JSON (each with its samples, ``samples_s``, seconds per step).
+
+Also the PyTorch side bench_frontend shares: :func:`torch_twin` and :func:`optimizer`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+from _common import REPO_ROOT, time_interleaved
+
+
+def torch_twin(torch, name, widths):
+    """The same network in PyTorch: the MLP of ``widths``, or the CNN for ``name == "cnn"``
+    (examples/mnist_net_torch.py's Net)."""
+    tnn = torch.nn
+    if name != "cnn":
+        layers = []
+        for i in range(len(widths) - 1):
+            layers.append(tnn.Linear(widths[i], widths[i + 1]))
+            if i < len(widths) - 2:
+                layers.append(tnn.ReLU())
+        return tnn.Sequential(*layers)
+    if str(REPO_ROOT / "examples") not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT / "examples"))
+    from mnist_net_torch import Net  # needs torch
+
+    return Net()
+
+
+def optimizer(lib, kind, params):
+    """``lib.optim``'s SGD at lr 0.1 or Adadelta at lr 1.0 (``lib``: gpumat or torch)."""
+    if kind == "sgd":
+        return lib.optim.SGD(params, lr=0.1)
+    return lib.optim.Adadelta(params, lr=1.0)
+
+
+def case_batches(spec: dict) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The case's four random batches (images in [0, 1), labels in [0, 10)), from its seed: the
+    same in every process and in bench_frontend.run_case."""
+    rng = np.random.default_rng(spec["seed"])
+    shape = (spec["batch"], *spec["sample_shape"])
+    return [
+        (rng.random(shape, dtype=np.float32), rng.integers(0, 10, size=spec["batch"]))
+        for _ in range(4)
+    ]
+
+
+def torch_rows(name: str, spec: dict) -> list[dict]:
+    """Eager PyTorch's step for case ``name`` on the cpu, timed as bench_frontend times it."""
+    import torch
+
+    torch.manual_seed(spec["seed"])
+    batches = [(torch.tensor(x), torch.tensor(y)) for x, y in case_batches(spec)]
+    model = torch_twin(torch, name, spec["widths"])
+    opt = optimizer(torch, spec["optimizer"], model.parameters())
+    loss_fn = getattr(torch.nn.functional, spec["loss"])
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    # recorded so that a test can check it: this process runs PyTorch without gpumat
+    row = {"case": name, "batch": spec["batch"], "framework": "torch",
+           "gpumat_loaded": "gpumat" in sys.modules}  # fmt: skip
+    variant = {"row": row, "step": step, "batches": batches, "sync": lambda: None}
+    time_interleaved([variant], spec["steps"], spec["repeat"], spec["warmup"])
+    return [row]
+
+
+def gpumat_rows(name: str, spec: dict) -> list[dict]:
+    """gpumat's eager and compiled steps for case ``name`` on the cpu (bench_frontend.run_case
+    without PyTorch)."""
+    import bench_frontend
+
+    import gpumat
+
+    case = (spec["batch"], tuple(spec["sample_shape"]), spec["widths"], spec["optimizer"],
+            spec["loss"])  # fmt: skip
+    args = SimpleNamespace(
+        seed=spec["seed"], steps={name: spec["steps"]}, repeat=spec["repeat"], quick=False
+    )
+    return bench_frontend.run_case(name, case, gpumat.cpu(), None, args)
+
+
+def main(argv: list[str]) -> int:
+    """Runs one worker: ``argv`` is LIB CASE SPEC_JSON; prints ``ROWS <json>``."""
+    lib, name, spec = argv[0], argv[1], json.loads(argv[2])
+    if lib not in ("gpumat", "torch"):
+        raise SystemExit(f"_own_process.py: LIB must be gpumat or torch, got {lib!r}")
+    rows = torch_rows(name, spec) if lib == "torch" else gpumat_rows(name, spec)
+    print("ROWS " + json.dumps(rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
