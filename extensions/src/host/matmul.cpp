@@ -25,12 +25,15 @@ namespace gpumat::host {
 namespace {
 // Products below this many multiply-adds run as one call: a region costs more than it saves.
 constexpr int64_t kSplitMinMacs = int64_t{1} << 21;
-// Each piece gets at least this many multiply-adds, and a product at most four pieces per CPU
-// online: enough to balance the threads (and one slowed by another process), few enough that
-// repacking the operand every piece shares (OpenBLAS packs both operands per call) stays small.
-// The CPUs online, not the thread count: the pieces, and so c's bits, stay the same on one
-// machine whatever set_num_threads or the load makes the count.
-constexpr int64_t kPieceMinMacs = int64_t{1} << 22;
+// A product is cut into at most four pieces per CPU online, enough to balance the threads (and
+// one slowed by another process), each of at least kPieceMinMacs multiply-adds and kPieceMinSide
+// rows or columns of c. Each piece repacks the operand all pieces share (OpenBLAS packs both
+// operands per call), a few floats a cycle against the kernel's 32 multiply-adds (AVX-512):
+// pieces of 128 rows or columns and more keep that to a few percent of the product. The CPUs
+// online, not the thread count: the pieces, and so c's bits, stay the same on one machine
+// whatever set_num_threads or the load makes the count.
+constexpr int64_t kPieceMinMacs = int64_t{1} << 20;
+constexpr int64_t kPieceMinSide = 128;
 
 int64_t max_pieces() {
   static const int64_t pieces = [] {
@@ -68,7 +71,7 @@ Pieces pieces_of(int64_t m, int64_t n, int64_t k) {
   const int64_t macs = m * n * k;
   if (side == 0) return {along_m, 0, 1};  // an empty c: one call, which writes nothing
   int64_t want = macs < kSplitMinMacs ? 1 : std::min(max_pieces(), macs / kPieceMinMacs);
-  want = std::max<int64_t>(1, std::min(want, side / kPieceAlign));
+  want = std::max<int64_t>(1, std::min(want, side / kPieceMinSide));
   int64_t size = (side + want - 1) / want;
   size = (size + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
   size = std::min(size, side);
