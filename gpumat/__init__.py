@@ -25,8 +25,8 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 # --- gpumat.distributed: one rank per core group -------------------------------------------------
-# NOTE: N ranks launched on one node by an MPI launcher would each start one OpenMP/OpenBLAS thread
-# per core, N x oversubscribing it (2 ranks on 2 cores: MNIST MLP epoch 2.2 s instead of 0.48 s).
+# NOTE: N ranks launched on one node by an MPI launcher would each start one OpenMP thread per
+# core, N x oversubscribing it (2 ranks on 2 cores: MNIST MLP epoch 2.2 s instead of 0.48 s).
 # Like torchrun (which sets OMP_NUM_THREADS=1), give each rank its share of the cores, read before
 # _core loads libgomp and OpenBLAS. The local rank count comes from MPICH/Hydra (MPI_LOCALNRANKS) or
 # Open MPI (OMPI_COMM_WORLD_LOCAL_SIZE); an explicit OMP_NUM_THREADS wins.
