@@ -11,7 +11,8 @@ PyTorch's OpenMP wait policy). ``SPEC_JSON`` holds the case's batch, sample shap
 optimizer, loss, steps, repeat, warm-up steps, seed and quick flag. Prints one line: ``ROWS`` and
 the rows as JSON (each with its samples, ``samples_s``, seconds per step).
 
-Also the PyTorch side bench_frontend shares: :func:`torch_twin` and :func:`optimizer`.
+Also what bench_frontend shares with it: :func:`mlp`, :func:`torch_twin`, :func:`optimizer`
+and :func:`training_step`.
 """
 
 from __future__ import annotations
@@ -24,17 +25,22 @@ import numpy as np
 from _common import REPO_ROOT, time_interleaved
 
 
+def mlp(nn, widths):
+    """An MLP in either library (``nn``: ``gpumat.nn`` or ``torch.nn``): Linear layers of
+    ``widths`` with ReLU between them."""
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(nn.Linear(widths[i], widths[i + 1]))
+        if i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
 def torch_twin(torch, name, widths):
     """The same network in PyTorch: the MLP of ``widths``, or the CNN for ``name == "cnn"``
     (examples/mnist_net_torch.py's Net)."""
-    tnn = torch.nn
     if name != "cnn":
-        layers = []
-        for i in range(len(widths) - 1):
-            layers.append(tnn.Linear(widths[i], widths[i + 1]))
-            if i < len(widths) - 2:
-                layers.append(tnn.ReLU())
-        return tnn.Sequential(*layers)
+        return mlp(torch.nn, widths)
     if str(REPO_ROOT / "examples") not in sys.path:
         sys.path.insert(0, str(REPO_ROOT / "examples"))
     from mnist_net_torch import Net  # needs torch
@@ -47,6 +53,20 @@ def optimizer(lib, kind, params):
     if kind == "sgd":
         return lib.optim.SGD(params, lr=0.1)
     return lib.optim.Adadelta(params, lr=1.0)
+
+
+def training_step(opt, forward):
+    """``step(x, y)``: zero_grad, ``loss = forward(x, y)``, backward, ``opt.step()``; returns the
+    loss (either library)."""
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = forward(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
 
 
 def case_batches(spec: dict) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -69,14 +89,7 @@ def torch_rows(name: str, spec: dict) -> list[dict]:
     model = torch_twin(torch, name, spec["widths"])
     opt = optimizer(torch, spec["optimizer"], model.parameters())
     loss_fn = getattr(torch.nn.functional, spec["loss"])
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = training_step(opt, lambda x, y: loss_fn(model(x), y))
     # recorded so that a test can check it: this process runs PyTorch without gpumat
     row = {"case": name, "batch": spec["batch"], "framework": "torch",
            "gpumat_loaded": "gpumat" in sys.modules}  # fmt: skip

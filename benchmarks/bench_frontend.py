@@ -80,7 +80,7 @@ from _common import (
     time_interleaved,
     write_results,
 )
-from _own_process import case_batches, optimizer, torch_twin
+from _own_process import case_batches, mlp, optimizer, torch_twin, training_step
 
 import gpumat
 import gpumat.nn as nn
@@ -91,18 +91,8 @@ sys.path.insert(0, str(REPO_ROOT / "examples"))
 from mnist_net import Net as CNN  # noqa: E402 (an example program, on the path just set)
 
 # --------------------------------------------------------------------------------------------------
-# the models, in both libraries
+# the cases (the models of both libraries: _own_process.py)
 # --------------------------------------------------------------------------------------------------
-
-
-def mlp(widths):
-    """gpumat's MLP: Linear layers of ``widths`` with ReLU between them."""
-    layers = []
-    for i in range(len(widths) - 1):
-        layers.append(nn.Linear(widths[i], widths[i + 1]))
-        if i < len(widths) - 2:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
 
 
 CASES = {
@@ -119,8 +109,16 @@ QUICK_CASES = {
 
 
 # --------------------------------------------------------------------------------------------------
-# the step cases
+# timing the step cases
 # --------------------------------------------------------------------------------------------------
+
+
+def step_samples(name, args) -> tuple[int, int]:
+    """(steps per sample, samples) of step case ``name``: ``--quick`` takes a tenth of the steps
+    (at least 1) and 2 samples."""
+    if args.quick:
+        return max(1, args.steps[name] // 10), 2
+    return args.steps[name], args.repeat
 
 
 def run_case(name, spec, ctx, torch, args) -> list[dict]:
@@ -129,26 +127,17 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
     batch, sample_shape, widths, opt_kind, loss_name = spec
     data = case_batches({"seed": args.seed, "batch": batch, "sample_shape": sample_shape})
     gpumat.manual_seed(args.seed)
-    build = (lambda: CNN()) if name == "cnn" else (lambda: mlp(widths))
+    build = (lambda: CNN()) if name == "cnn" else (lambda: mlp(nn, widths))
     sync = lambda: gpumat.synchronize(ctx)  # noqa: E731
     probe = lambda: gpumat.memory_stats(ctx)["device_malloc_calls"]  # noqa: E731
     loss_fn = getattr(F, loss_name)
     batches = [(gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx)) for x, y in data]
-    steps, repeat, warmup = args.steps[name], args.repeat, 2
-    if args.quick:
-        steps, repeat = max(1, steps // 10), 2
+    steps, repeat = step_samples(name, args)
+    warmup = 2
 
     def gpumat_step_for(model):
         opt = optimizer(gpumat, opt_kind, model.parameters())
-
-        def step(x, y):
-            opt.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-
-        return step
+        return training_step(opt, lambda x, y: loss_fn(model(x), y))
 
     reference = build()
     variants = []
@@ -195,14 +184,8 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
             if variant == "torch-compile":
                 forward = torch.compile(forward)
 
-            def tstep(x, y, opt=opt, forward=forward):
-                opt.zero_grad()
-                loss = forward(x, y)
-                loss.backward()
-                opt.step()
-                return loss
-
             row = {"case": name, "batch": batch, "framework": variant}
+            tstep = training_step(opt, forward)
             variants.append({"row": row, "step": tstep, "batches": tbatches, "sync": tsync})
     time_interleaved(variants, steps, repeat, warmup)
     compiled_step = variants[1]["step"]  # its schedule after the timed steps (the steady state)
@@ -226,9 +209,7 @@ def own_process_rows(name, spec, args) -> list[dict]:
     ``OWN_PROCESS_ROUNDS`` rounds that alternate which starts first. A row per framework, its
     case ``"<name> (own process)"``, its step time the median of every round's samples."""
     batch, sample_shape, widths, opt_kind, loss_name = spec
-    steps, repeat = args.steps[name], args.repeat
-    if args.quick:
-        steps, repeat = max(1, steps // 10), 2
+    steps, repeat = step_samples(name, args)
     payload = json.dumps({
         "batch": batch, "sample_shape": list(sample_shape), "widths": widths,
         "optimizer": opt_kind, "loss": loss_name, "steps": steps, "repeat": repeat, "warmup": 2,

@@ -476,9 +476,9 @@ void count_ops(const Device& device, int64_t n);
 // for n < 1.
 int get_num_threads();
 void set_num_threads(int n);
-// The threads the next host loop or sgemm would use: get_num_threads(), lowered to the cores other
-// processes leave free when GPUMAT_DYNAMIC_THREADS=1 (Linux's /proc/stat, sampled at most every
-// 50 ms; results then depend on the load in their last bits).
+// The threads the next host loop or product would use: get_num_threads(), lowered to the cores
+// other processes leave free when GPUMAT_DYNAMIC_THREADS=1 (Linux's /proc/stat, sampled at most
+// every 50 ms; results are the same bits whatever the count).
 int effective_num_threads();
 
 }  // namespace gpumat::ops

@@ -78,6 +78,18 @@ Pieces pieces_of(int64_t m, int64_t n, int64_t k) {
   return {along_m, size, (side + size - 1) / size};
 }
 
+// body(t) for every t in [0, tasks): the OpenMP threads take them one at a time from a shared
+// queue when `split` (and there is more than one), else in order on the calling thread.
+template <typename Body>
+void run_tasks(int64_t tasks, bool split, const Body& body) {
+  if (!split || tasks == 1) {
+    for (int64_t t = 0; t < tasks; ++t) body(t);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(region_threads())
+  for (int64_t t = 0; t < tasks; ++t) body(t);
+}
+
 // Piece p of one product: c's rows (along_m) or columns [lo, lo + len) from the matching rows of
 // op(a) or columns of op(b).
 void piece(const Pieces& cut, int64_t p, const float* a, bool trans_a, const float* b, bool trans_b, float* c,
@@ -96,12 +108,7 @@ void piece(const Pieces& cut, int64_t p, const float* a, bool trans_a, const flo
 void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m, int64_t n,
             int64_t k) {
   const Pieces cut = pieces_of(m, n, k);
-  if (cut.count == 1) {
-    piece(cut, 0, a, trans_a, b, trans_b, c, m, n, k, 0.0f);
-    return;
-  }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(region_threads())
-  for (int64_t p = 0; p < cut.count; ++p) piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 0.0f);
+  run_tasks(cut.count, true, [&](int64_t p) { piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 0.0f); });
 }
 
 // c (m, n) = op(a) @ op(b) + bias (n,), then max(., 0) when relu (a dense layer's epilogue):
@@ -126,30 +133,17 @@ void bmm(int, const float* a, bool trans_a, int64_t stride_a, const float* b, bo
          float* c, int64_t stride_c, int64_t batch, int64_t m, int64_t n, int64_t k) {
   const Pieces cut = pieces_of(m, n, k);
   if (stride_c == 0) {
-    auto summed = [&](int64_t p) {
+    run_tasks(cut.count, true, [&](int64_t p) {
       for (int64_t i = 0; i < batch; ++i)
         piece(cut, p, a + i * stride_a, trans_a, b + i * stride_b, trans_b, c, m, n, k, i > 0 ? 1.0f : 0.0f);
-    };
-    if (cut.count == 1) {
-      summed(0);
-      return;
-    }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(region_threads())
-    for (int64_t p = 0; p < cut.count; ++p) summed(p);
+    });
     return;
   }
-  const int64_t tasks = batch * cut.count;
-  auto task = [&](int64_t t) {
+  run_tasks(batch * cut.count, batch * m * n * k >= kSplitMinMacs, [&](int64_t t) {
     const int64_t i = t / cut.count;
     piece(cut, t % cut.count, a + i * stride_a, trans_a, b + i * stride_b, trans_b, c + i * stride_c, m, n, k,
           0.0f);
-  };
-  if (tasks == 1 || batch * m * n * k < kSplitMinMacs) {
-    for (int64_t t = 0; t < tasks; ++t) task(t);
-    return;
-  }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(region_threads())
-  for (int64_t t = 0; t < tasks; ++t) task(t);
+  });
 }
 
 }  // namespace gpumat::host
