@@ -764,12 +764,17 @@ def conv2d(x, w, out, stride=1, padding=0) -> None:
     OH = (H + 2*ph - KH) // sh + 1 and OW likewise. ``stride`` (>= 1) and ``padding`` (>= 0) are
     ints or (h, w) pairs. FLOPs: 2·N·F·OH·OW·C·KH·KW.
 
-    Method: im2col + our matmul, not a direct convolution. Each chunk of images is unrolled into a
-    (C·KH·KW, images·OH·OW) column matrix, so the convolution is one large GEMM (BLAS sgemm on the
-    host, the tiled kernel of matmul.cu on CUDA), which keeps the hardware busy for any filter
-    size, and the forward pass and both gradients are the three transpose cases of that GEMM. The
-    column matrix costs memory, so the batch is processed in chunks that keep the scratch under
-    :func:`set_conv_workspace_limit` (64 MiB by default).
+    Method: im2col + our matmul, not a direct convolution: an image's window is unrolled into a
+    (C·KH·KW, OH·OW) column matrix, so the convolution is a GEMM (BLAS sgemm on the host, the
+    tiled kernel of matmul.cu on CUDA), which keeps the hardware busy for any filter size, and the
+    forward pass and both gradients are the three transpose cases of that GEMM. On CUDA, and on
+    the host for a batch smaller than the CPUs online, the columns of a chunk of images are built
+    at once for one large GEMM, in chunks that keep the scratch under
+    :func:`set_conv_workspace_limit` (64 MiB by default). On the host a batch of at least as many
+    images as CPUs runs image by image: each thread builds one image's columns in its own scratch
+    (still in its core's cache when its sgemm reads them) and writes that image's output.
+    The schedule comes from the shape and the CPUs online, so the result is the same bits
+    on any thread count.
 
     Raises ValueError for a wrong rank, a channel mismatch, stride outside [1, 2^31 - 1], padding
     outside [0, 2^31 - 1] (a bound of the CUDA kernels' index arithmetic, enforced on every
@@ -785,8 +790,9 @@ def conv2d_gradient_input(dy, w, out, stride=1, padding=0) -> None:
     """out (N, C, H, W) = dL/dx of :func:`conv2d` given dy = dL/dy (N, F, OH, OW) and w.
 
     The input's H and W come from ``out``'s shape (with stride > 1 several sizes give the same
-    output size). im2col's transpose: dcol = w^T @ dy, then col2im as a gather (each element sums
-    the column entries that read it: no atomics, deterministic).
+    output size). im2col's transpose: dcol = w^T @ dy, then col2im: each element sums the column
+    entries that read it, in one fixed order (a gather on CUDA; on the host a scatter along
+    contiguous rows, ordered to add the same terms in the same order): no atomics, deterministic.
     """
     sh, sw = as_pair(stride, "stride", "conv2d_gradient_input")
     ph, pw = as_pair(padding, "padding", "conv2d_gradient_input")
@@ -831,7 +837,8 @@ def set_conv_workspace_limit(nbytes: int) -> int:
     """Sets the scratch limit of the convolutions in bytes and returns the previous one.
 
     Convolutions build the im2col columns of as many images at once as fit in ``nbytes`` (at
-    least one image, whatever the limit), so a smaller limit trades speed for memory. Default
+    least one image, whatever the limit), so a smaller limit trades speed for memory. The host's
+    image-by-image schedule (:func:`conv2d`) runs only when the limit holds one image per CPU online. Default
     64 MiB. Process-wide. On CUDA (and the emulated device) the columns live in per-device
     workspaces that are kept between calls (grown, never shrunk; freed at exit), so a training
     step asks the allocator for nothing and can run as a CUDA graph. Raises ValueError for a

@@ -9,6 +9,7 @@ against float64 finite differences on the numpy backend, and on each device agai
 backend's analytic gradients.
 """
 
+import os
 import re
 
 import numpy as np
@@ -152,15 +153,14 @@ def _conv_arrays(case, rng):
     return x, wt, rand(y_shape, rng), s, p
 
 
-@pytest.mark.parametrize("chunks", ["all", "one", "two"])
-@pytest.mark.parametrize("case", CONV_CASES, ids=_case_id)
-def test_conv2d_and_gradients_match_im2col_reference(ctx, case, chunks, workspace):
+def _check_against_reference(ctx, case, workspace_limit, label):
+    """conv2d and both gradients of `case` on ctx, each within its float32 bound of float64."""
     rng, seed = new_rng()
     x, w, dy, s, p = _conv_arrays(case, rng)
     x64, w64, dy64 = (a.astype(np.float64) for a in (x, w, dy))
-    ops.set_conv_workspace_limit(_workspace_for(case, chunks))
+    ops.set_conv_workspace_limit(workspace_limit)
     x_, w_, dy_ = (gpumat.array(a, ctx) for a in (x, w, dy))
-    label = f"{_case_id(case)} chunks={chunks} on {ctx} (seed={seed})"
+    label = f"{_case_id(case)} {label} on {ctx} (seed={seed})"
 
     y = nan_array(dy.shape, ctx)
     ops.conv2d(x_, w_, y, s, p)
@@ -185,6 +185,31 @@ def test_conv2d_and_gradients_match_im2col_reference(ctx, case, chunks, workspac
 
     for arr, host in ((x_, x), (w_, w), (dy_, dy)):
         np.testing.assert_array_equal(arr.asnumpy(), host, err_msg=f"an input changed: {label}")
+
+
+@pytest.mark.parametrize("chunks", ["all", "one", "two"])
+@pytest.mark.parametrize("case", CONV_CASES, ids=_case_id)
+def test_conv2d_and_gradients_match_im2col_reference(ctx, case, chunks, workspace):
+    _check_against_reference(ctx, case, _workspace_for(case, chunks), f"chunks={chunks}")
+
+
+# The host runs a batch of at least as many images as CPUs online image by image (each thread
+# builds one image's columns in its own scratch; the filter gradient sums fixed groups of images),
+# smaller batches and tight workspace limits chunk by chunk: batches sized from this machine's
+# CPUs, so both schedules run on any machine.
+CPUS = os.sysconf("SC_NPROCESSORS_ONLN")
+SCHEDULE_CASES = [
+    (CPUS + 1, 3, 9, 8, 4, 3, 3, 1, 1),
+    (CPUS + 3, 4, 12, 12, 5, 5, 5, 1, 0),  # the MNIST CNN's 5x5 filters
+    (4 * CPUS + 5, 2, 10, 9, 3, 3, 5, (2, 1), (1, 2)),  # more images than filter-gradient groups
+    (CPUS + 1, 2, 5, 3, 2, 3, 7, (1, 3), (1, 2)),
+]
+
+
+@pytest.mark.parametrize("schedule", ["image-by-image", "chunked"])
+@pytest.mark.parametrize("case", SCHEDULE_CASES, ids=_case_id)
+def test_both_host_schedules_match_reference(ctx, case, schedule, workspace):
+    _check_against_reference(ctx, case, 64 << 20 if schedule == "image-by-image" else 0, schedule)
 
 
 def test_tvm_seed_case_matches_im2col_reference(ctx):

@@ -143,6 +143,21 @@ def test_products_and_sums_are_the_same_bits_on_any_thread_count(restore_threads
                 want = want.sum(axis=0, keepdims=True)
             got.append(out.asnumpy())
             np.testing.assert_allclose(got[-1], want, rtol=1e-4, atol=2e-3, err_msg=f"seed {seed}")
+        # convolutions: the image-by-image schedule (at least a CPU's worth of images; its filter
+        # gradient sums fixed groups) and the chunked one (one image)
+        for batch in (1, os.sysconf("SC_NPROCESSORS_ONLN") + 1):
+            x = rng.standard_normal((batch, 6, 13, 11)).astype(np.float32)
+            w = rng.standard_normal((8, 6, 3, 3)).astype(np.float32)
+            dy = rng.standard_normal((batch, 8, 7, 6)).astype(np.float32)
+            xs, ws, dys = gpumat.array(x), gpumat.array(w), gpumat.array(dy)
+            for op, args, shape in (
+                (ops.conv2d, (xs, ws), dy.shape),
+                (ops.conv2d_gradient_input, (dys, ws), x.shape),
+                (ops.conv2d_gradient_filter, (xs, dys), w.shape),
+            ):
+                out = gpumat.empty(shape)
+                op(*args, out, stride=2, padding=1)
+                got.append(out.asnumpy())
         # a double sum over rows past the parallel threshold
         logits = rng.standard_normal((5000, 10)).astype(np.float32)
         target = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 5000)]

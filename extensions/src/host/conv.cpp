@@ -4,21 +4,32 @@
 //   conv2d_gradient_filter: x, dy -> dw (F, C, KH, KW)
 //   add_channel_bias:       out (N, C, S) = in + bias[c];  reduce_sum_channels: (N, C, S) -> (C,)
 //
-// Method: im2col + matmul (BLAS sgemm through host::matmul), over chunks of `chunk` images so the
-// scratch stays under the workspace limit. For a chunk of nb images,
-//   col  (C*KH*KW, nb*OH*OW): col[(c*KH + i)*KW + j][b*OH*OW + p] = x[b, c, ih, iw] (0 in the padding)
-//   y    = w (F, C*KH*KW) @ col             -> (F, nb, OH*OW), then swap axes 0 and 1 -> (nb, F, OH*OW)
-//   dcol = w^T @ dy^(F, nb, OH*OW); dx = col2im(dcol), a gather: each dx element sums the column
-//          entries that read it (no atomics, fixed order)
-//   dw  += dy^(F, nb*OH*OW) @ col^T, over chunks
-// With nb = 1 the (F, 1, OH*OW) and (1, F, OH*OW) layouts coincide and the swap is skipped.
-// Why im2col rather than direct loops: one large GEMM per chunk runs at BLAS (and, on the GPU, at
-// our tiled matmul's) speed for every filter size, and the same three GEMM shapes serve the
-// forward pass and both gradients; the price is the (C*KH*KW, nb*OH*OW) scratch, bounded by chunking.
+// Method: im2col + matmul (single-threaded BLAS sgemm calls, blas.h). An image's columns are
+//   col  (C*KH*KW, OH*OW): col[(c*KH + i)*KW + j][p] = x[b, c, ih, iw] (0 in the padding)
+//   y[b] = w (F, C*KH*KW) @ col
+//   dx[b] = col2im(w^T @ dy[b]), a gather: each dx element sums the column entries that read it
+//   dw   = sum over b of dy[b] (F, OH*OW) @ col^T
+// Two schedules, chosen from the shape and the CPUs online alone (so the bits never depend on the
+// thread count or the load):
+// - image by image, when the batch has at least as many images as the machine has CPUs: each
+//   OpenMP thread takes whole images, builds their columns in its own slot of scratch (about
+//   C*KH*KW*OH*OW floats, 200 KB for the MNIST CNN's second layer, so the columns are still in
+//   the core's cache when its sgemm reads them) and writes y[b] or dx[b] in place: no batch-wide
+//   column matrix, no (F, N) <-> (N, F) transposes. dw is summed in fixed groups of images, one
+//   partial per group, and the partials are added in group order.
+// - chunk by chunk otherwise (a batch of one image, a large machine): the columns of `chunk`
+//   images (C*KH*KW, nb*OH*OW) and one large product, split across the threads by host::matmul.
+// Why im2col rather than direct loops: sgemm runs at BLAS speed for every filter size, and the
+// same three product shapes serve the forward pass and both gradients; the schedule above keeps
+// its price, the column matrix, in cache. Scratch comes from the caching allocator.
 #include <algorithm>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "../backend.h"
-#include "../window.h"
+#include "blas.h"
 #include "gpumat/gpu_matrix.h"
 #include "kernels.h"
 #include "parallel.h"
@@ -27,69 +38,100 @@ namespace gpumat::host {
 
 namespace {
 
+// The outputs ow whose input column ow*stride_w - pad_w + j lies inside [0, W): [*lo, *hi).
+// (No division for stride 1: im2col calls this for every row of every image.)
+void inside_columns(const ConvShape& s, int64_t j, int64_t* lo, int64_t* hi) {
+  const int64_t shift = j - s.pad_w, sw = s.stride_w;
+  if (sw == 1) {
+    *lo = std::min(s.ow, std::max<int64_t>(0, -shift));
+    *hi = std::max(*lo, std::min(s.ow, s.w - shift));
+    return;
+  }
+  *lo = std::min(s.ow, shift >= 0 ? 0 : (-shift + sw - 1) / sw);
+  *hi = std::max(*lo, std::min(s.ow, (s.w - shift + sw - 1) / sw));
+}
+
+// Row (c, i, j) of an image's columns: out[oh*OW + ow] from the image's plane c (H, W). Plain
+// loops over restrict pointers, not std::fill / std::copy: a row is a few to a few hundred
+// floats, where a library call costs more than the copy.
+void im2col_row(const float* __restrict plane, const ConvShape& s, int64_t i, int64_t j,
+                float* __restrict out) {
+  const int64_t oh_n = s.oh, ow_n = s.ow, w = s.w, h = s.h, sw = s.stride_w;
+  const int64_t shift = j - s.pad_w;
+  int64_t ow_lo, ow_hi;
+  inside_columns(s, j, &ow_lo, &ow_hi);
+  for (int64_t oh = 0; oh < oh_n; ++oh) {
+    const int64_t ih = oh * s.stride_h - s.pad_h + i;
+    float* __restrict row = out + oh * ow_n;
+    if (ih < 0 || ih >= h) {
+      for (int64_t ow = 0; ow < ow_n; ++ow) row[ow] = 0.0f;
+      continue;
+    }
+    for (int64_t ow = 0; ow < ow_lo; ++ow) row[ow] = 0.0f;
+    const float* __restrict src = plane + ih * w;  // input column ow*stride_w + shift, inside the row
+    if (sw == 1) {
+      for (int64_t ow = ow_lo; ow < ow_hi; ++ow) row[ow] = src[ow + shift];
+    } else {
+      for (int64_t ow = ow_lo; ow < ow_hi; ++ow) row[ow] = src[ow * sw + shift];
+    }
+    for (int64_t ow = ow_hi; ow < ow_n; ++ow) row[ow] = 0.0f;
+  }
+}
+
 // x is one chunk (nb, C, H, W); col is (C*KH*KW, nb*OH*OW).
 void im2col(const float* x, const ConvShape& s, int64_t nb, float* col) {
   const int64_t ohw = s.oh * s.ow, cols = nb * ohw, rows = s.c * s.kh * s.kw;
 #pragma omp parallel for collapse(2) if (rows * cols >= kParallelMin) num_threads(region_threads())
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t j = r % s.kw, i = (r / s.kw) % s.kh, c = r / (s.kw * s.kh);
-      const float* plane = x + (b * s.c + c) * s.h * s.w;
-      float* out = col + r * cols + b * ohw;
-      // Output columns [ow_lo, ow_hi) read inside the row: 0 <= ow*stride_w - pad_w + j < W.
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b)
+      im2col_row(x + (b * s.c + r / (s.kw * s.kh)) * s.h * s.w, s, (r / s.kw) % s.kh, r % s.kw,
+                 col + r * cols + b * ohw);
+}
+
+// One image x (C, H, W) into col (C*KH*KW, OH*OW), on the calling thread.
+void im2col_image(const float* x, const ConvShape& s, float* col) {
+  const int64_t ohw = s.oh * s.ow;
+  float* out = col;
+  for (int64_t c = 0; c < s.c; ++c)
+    for (int64_t i = 0; i < s.kh; ++i)
+      for (int64_t j = 0; j < s.kw; ++j, out += ohw) im2col_row(x + c * s.h * s.w, s, i, j, out);
+}
+
+// Plane c of image b of dx from col (C*KH*KW, cols), image b's entries from column b*OH*OW: each
+// column row (c, i, j) is added into the plane at its window offset, row by row (a scatter along
+// contiguous runs, which vectorises; a gather per dx element does not). The rows go in descending
+// (i, j), so each dx element receives its terms in ascending (oh, ow) order, from 0: the order
+// of the CUDA kernel's gather, so the sums agree to the bit.
+void col2im_plane(const float* col, const ConvShape& s, int64_t cols, int64_t b, int64_t c, float* plane) {
+  const int64_t ohw = s.oh * s.ow;
+  for (int64_t e = 0; e < s.h * s.w; ++e) plane[e] = 0.0f;
+  for (int64_t i = s.kh - 1; i >= 0; --i) {
+    for (int64_t j = s.kw - 1; j >= 0; --j) {
+      const float* src = col + ((c * s.kh + i) * s.kw + j) * cols + b * ohw;
       const int64_t shift = j - s.pad_w;
-      const int64_t ow_lo = std::min(s.ow, shift >= 0 ? 0 : (-shift + s.stride_w - 1) / s.stride_w);
-      const int64_t ow_hi = std::max(ow_lo, std::min(s.ow, (s.w - shift + s.stride_w - 1) / s.stride_w));
+      int64_t ow_lo, ow_hi;
+      inside_columns(s, j, &ow_lo, &ow_hi);
       for (int64_t oh = 0; oh < s.oh; ++oh) {
         const int64_t ih = oh * s.stride_h - s.pad_h + i;
-        float* row = out + oh * s.ow;
-        if (ih < 0 || ih >= s.h) {
-          std::fill(row, row + s.ow, 0.0f);
-          continue;
-        }
-        std::fill(row, row + ow_lo, 0.0f);
-        const float* src = plane + ih * s.w;
+        if (ih < 0 || ih >= s.h) continue;
+        float* dst = plane + ih * s.w;
+        const float* in = src + oh * s.ow;
         if (s.stride_w == 1) {
-          std::copy(src + ow_lo + shift, src + ow_hi + shift, row + ow_lo);
+          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow + shift] += in[ow];
         } else {
-          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) row[ow] = src[ow * s.stride_w + shift];
+          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow * s.stride_w + shift] += in[ow];
         }
-        std::fill(row + ow_hi, row + s.ow, 0.0f);
       }
     }
   }
 }
 
-// col is (C*KH*KW, nb*OH*OW); dx is one chunk (nb, C, H, W). Each dx element gathers, in (oh, ow)
-// order, the column entries of the windows that cover it: oh ranges over the outputs with
-// 0 <= ih + pad_h - oh*stride_h < KH (the same loop as the CUDA kernel, so the sums agree).
+// col is (C*KH*KW, nb*OH*OW); dx is one chunk (nb, C, H, W).
 void col2im(const float* col, const ConvShape& s, int64_t nb, float* dx) {
-  const int64_t ohw = s.oh * s.ow, cols = nb * ohw;
+  const int64_t cols = nb * s.oh * s.ow;
 #pragma omp parallel for collapse(2) if (nb * s.c * s.h * s.w >= kParallelMin) num_threads(region_threads())
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int64_t c = 0; c < s.c; ++c) {
-      float* plane = dx + (b * s.c + c) * s.h * s.w;
-      for (int64_t ih = 0; ih < s.h; ++ih) {
-        const int64_t hp = ih + s.pad_h;
-        int64_t oh_lo, oh_hi;
-        window::covering_outputs<int64_t>(ih, s.kh, s.stride_h, s.pad_h, s.oh, &oh_lo, &oh_hi);
-        for (int64_t iw = 0; iw < s.w; ++iw) {
-          const int64_t wp = iw + s.pad_w;
-          int64_t ow_lo, ow_hi;
-          window::covering_outputs<int64_t>(iw, s.kw, s.stride_w, s.pad_w, s.ow, &ow_lo, &ow_hi);
-          float sum = 0.0f;
-          for (int64_t oh = oh_lo; oh <= oh_hi; ++oh) {
-            const int64_t i = hp - oh * s.stride_h;
-            for (int64_t ow = ow_lo; ow <= ow_hi; ++ow) {
-              const int64_t j = wp - ow * s.stride_w;
-              sum += col[((c * s.kh + i) * s.kw + j) * cols + b * ohw + oh * s.ow + ow];
-            }
-          }
-          plane[ih * s.w + iw] = sum;
-        }
-      }
-    }
-  }
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t c = 0; c < s.c; ++c) col2im_plane(col, s, cols, b, c, dx + (b * s.c + c) * s.h * s.w);
 }
 
 // in is (d0, d1, inner), out is (d1, d0, inner).
@@ -100,10 +142,51 @@ void swap_axes01(const float* in, int64_t d0, int64_t d1, int64_t inner, float* 
       std::copy_n(in + (a * d1 + b) * inner, inner, out + (b * d0 + a) * inner);
 }
 
+// The image-by-image schedule (see the top of the file) applies: at least as many images as CPUs
+// online, and one column slot per CPU within the workspace limit that chose `chunk` (a chunk of at
+// least that many images fits it).
+bool image_by_image(const ConvShape& s) {
+  return s.n >= 2 && s.n >= cpus_online() && s.chunk >= cpus_online();
+}
+
+// body(t, slot) for t in [0, tasks): the OpenMP threads take tasks from a shared queue; `slot` is
+// the taking thread's index in [0, threads), so each thread owns one slot of scratch.
+template <typename Body>
+void run_slotted(int64_t tasks, int threads, const Body& body) {
+  if (threads <= 1) {
+    for (int64_t t = 0; t < tasks; ++t) body(t, 0);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t t = 0; t < tasks; ++t) {
+#ifdef _OPENMP
+    body(t, omp_get_thread_num());
+#else
+    body(t, 0);
+#endif
+  }
+}
+
+int slot_threads(int64_t tasks) { return static_cast<int>(std::min<int64_t>(region_threads(), tasks)); }
+
+// dw's groups of images in the image-by-image schedule: four per CPU online (at most one per
+// image), each summed in image order into its own partial.
+int64_t filter_groups(const ConvShape& s) { return std::min<int64_t>(s.n, 4 * cpus_online()); }
+
 }  // namespace
 
 void conv2d(int, const float* x, const float* w, float* y, const ConvShape& s) {
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
+  if (image_by_image(s)) {
+    const int threads = slot_threads(s.n);
+    GpuMatrix col({threads * ckk * ohw}, Device::host());
+    run_slotted(s.n, threads, [&](int64_t b, int slot) {
+      float* cb = col.data() + slot * ckk * ohw;
+      im2col_image(x + b * chw, s, cb);
+      sgemm(w, false, ckk, cb, false, ohw, y + b * s.f * ohw, ohw, s.f, ohw, ckk, 0.0f);
+    });
+    return;
+  }
   GpuMatrix col({ckk, s.chunk * ohw}, Device::host());
   GpuMatrix tmp({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, Device::host());
   for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
@@ -121,6 +204,16 @@ void conv2d(int, const float* x, const float* w, float* y, const ConvShape& s) {
 
 void conv2d_gradient_input(int, const float* dy, const float* w, float* dx, const ConvShape& s) {
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
+  if (image_by_image(s)) {
+    const int threads = slot_threads(s.n);
+    GpuMatrix dcol({threads * ckk * ohw}, Device::host());
+    run_slotted(s.n, threads, [&](int64_t b, int slot) {
+      float* cb = dcol.data() + slot * ckk * ohw;
+      sgemm(w, true, ckk, dy + b * s.f * ohw, false, ohw, cb, ohw, ckk, ohw, s.f, 0.0f);
+      for (int64_t c = 0; c < s.c; ++c) col2im_plane(cb, s, ohw, 0, c, dx + b * chw + c * s.h * s.w);
+    });
+    return;
+  }
   GpuMatrix dcol({ckk, s.chunk * ohw}, Device::host());
   GpuMatrix dyt({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, Device::host());
   for (int64_t n0 = 0; n0 < s.n; n0 += s.chunk) {
@@ -137,6 +230,30 @@ void conv2d_gradient_input(int, const float* dy, const float* w, float* dx, cons
 
 void conv2d_gradient_filter(int, const float* x, const float* dy, float* dw, const ConvShape& s) {
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
+  if (image_by_image(s)) {
+    // Group g sums images [g*size, (g+1)*size) into its partial (group 0's is dw itself); the
+    // partials are then added to dw in group order, element by element.
+    const int64_t groups = filter_groups(s), size = (s.n + groups - 1) / groups;
+    const int64_t used = (s.n + size - 1) / size, fckk = s.f * ckk;
+    const int threads = slot_threads(used);
+    GpuMatrix col({threads * ckk * ohw}, Device::host());
+    GpuMatrix parts({(used - 1) * fckk}, Device::host());
+    run_slotted(used, threads, [&](int64_t g, int slot) {
+      float* cb = col.data() + slot * ckk * ohw;
+      float* part = g == 0 ? dw : parts.data() + (g - 1) * fckk;
+      for (int64_t b = g * size; b < std::min(s.n, (g + 1) * size); ++b) {
+        im2col_image(x + b * chw, s, cb);
+        sgemm(dy + b * s.f * ohw, false, ohw, cb, true, ohw, part, ckk, s.f, ckk, ohw,
+              b > g * size ? 1.0f : 0.0f);
+      }
+    });
+    parallel_for(fckk, fckk * used, [&](int64_t e) {
+      float sum = dw[e];
+      for (int64_t g = 1; g < used; ++g) sum += parts.data()[(g - 1) * fckk + e];
+      dw[e] = sum;
+    });
+    return;
+  }
   const bool chunked = s.chunk < s.n;
   GpuMatrix col({ckk, s.chunk * ohw}, Device::host());
   GpuMatrix dyt({s.chunk > 1 ? s.f * s.chunk * ohw : 0}, Device::host());

@@ -14,10 +14,10 @@
 // - a region's threads take pieces as they come free, so a thread slowed by another process on its
 //   core takes fewer pieces instead of holding up the product.
 #include <cblas.h>
-#include <unistd.h>
 
 #include <algorithm>
 
+#include "blas.h"
 #include "kernels.h"
 #include "parallel.h"
 
@@ -35,26 +35,12 @@ constexpr int64_t kSplitMinMacs = int64_t{1} << 21;
 constexpr int64_t kPieceMinMacs = int64_t{1} << 20;
 constexpr int64_t kPieceMinSide = 128;
 
-int64_t max_pieces() {
-  static const int64_t pieces = [] {
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return std::clamp<int64_t>(4 * (cpus > 0 ? cpus : 1), 4, 256);
-  }();
-  return pieces;
-}
+int64_t max_pieces() { return std::clamp<int64_t>(4 * cpus_online(), 4, 256); }
 // Piece edges fall on multiples of 16 rows or columns (one AVX-512 vector of floats), so inner
 // pieces fill whole register blocks of OpenBLAS's kernels and only the last has a ragged edge.
 constexpr int64_t kPieceAlign = 16;
 
 CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
-
-// One sgemm (single-threaded: parallel.cpp): c (m, n) = op(a) @ op(b) + beta c (beta 0 or 1).
-void sgemm(const float* a, bool trans_a, int64_t lda, const float* b, bool trans_b, int64_t ldb, float* c,
-           int64_t ldc, int64_t m, int64_t n, int64_t k, float beta) {
-  scipy_cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), static_cast<blasint>(m), static_cast<blasint>(n),
-                    static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
-                    beta, c, static_cast<blasint>(ldc));
-}
 
 // How a product (m, n, k) is cut: `count` pieces of `size` rows of c (along_m) or columns, from the
 // shape alone. The longer side of c is cut: each piece then repacks the other operand, the smaller
@@ -78,18 +64,6 @@ Pieces pieces_of(int64_t m, int64_t n, int64_t k) {
   return {along_m, size, (side + size - 1) / size};
 }
 
-// body(t) for every t in [0, tasks): the OpenMP threads take them one at a time from a shared
-// queue when `split` (and there is more than one), else in order on the calling thread.
-template <typename Body>
-void run_tasks(int64_t tasks, bool split, const Body& body) {
-  if (!split || tasks == 1) {
-    for (int64_t t = 0; t < tasks; ++t) body(t);
-    return;
-  }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(region_threads())
-  for (int64_t t = 0; t < tasks; ++t) body(t);
-}
-
 // Piece p of one product: c's rows (along_m) or columns [lo, lo + len) from the matching rows of
 // op(a) or columns of op(b).
 void piece(const Pieces& cut, int64_t p, const float* a, bool trans_a, const float* b, bool trans_b, float* c,
@@ -104,6 +78,13 @@ void piece(const Pieces& cut, int64_t p, const float* a, bool trans_a, const flo
     sgemm(a, trans_a, lda, b + (trans_b ? lo * ldb : lo), trans_b, ldb, c + lo, n, m, len, k, beta);
 }
 }  // namespace
+
+void sgemm(const float* a, bool trans_a, int64_t lda, const float* b, bool trans_b, int64_t ldb, float* c,
+           int64_t ldc, int64_t m, int64_t n, int64_t k, float beta) {
+  scipy_cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), static_cast<blasint>(m), static_cast<blasint>(n),
+                    static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
+                    beta, c, static_cast<blasint>(ldc));
+}
 
 void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m, int64_t n,
             int64_t k) {

@@ -2,6 +2,8 @@
 // fork/join costs more than the work.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 
 namespace gpumat::host {
@@ -12,6 +14,28 @@ constexpr int64_t kParallelMin = 1 << 15;
 // A num_threads clause reads it per region, so it holds on every calling thread
 // (omp_set_num_threads sets only the caller's).
 int region_threads();
+
+// The CPUs online (at least 1), read once. Work is cut by this, never by the thread count, so a
+// result's bits do not depend on set_num_threads or the load.
+inline int64_t cpus_online() {
+  static const int64_t cpus = [] {
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return static_cast<int64_t>(n > 0 ? n : 1);
+  }();
+  return cpus;
+}
+
+// body(t) for every t in [0, tasks): the OpenMP threads take them one at a time from a shared
+// queue when `split` (and there is more than one), else in order on the calling thread.
+template <typename Body>
+inline void run_tasks(int64_t tasks, bool split, const Body& body) {
+  if (!split || tasks == 1) {
+    for (int64_t t = 0; t < tasks; ++t) body(t);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(region_threads())
+  for (int64_t t = 0; t < tasks; ++t) body(t);
+}
 
 // body(i) for every i in [0, n): split across the OpenMP threads when `work` (the elements the
 // loop touches) is at least kParallelMin, else a plain loop on the calling thread, in order.
