@@ -156,6 +156,56 @@ def test_max_pool2d_ties_follow_first_maximum(ctx, case):
     assert_close(dx.asnumpy(), dx_ref, rtol=1e-6, atol=1e-6, msg=f"ties, seed={seed}")
 
 
+def _max_pool_2x2_exact(x, dy):
+    """2x2, stride 2 max pooling and its gradient, bit for bit: the window's first maximum in
+    row-major order, a NaN beating numbers and the first NaN winning; dx = 0 + dy at the argmax
+    (so -0.0 becomes +0.0, as a scatter-add into zeros gives) and +0.0 elsewhere."""
+    n, c, h, w = x.shape
+    oh, ow = h // 2, w // 2
+    win = x[:, :, : 2 * oh, : 2 * ow].reshape(n, c, oh, 2, ow, 2).transpose(0, 1, 2, 4, 3, 5)
+    win = win.reshape(n, c, oh, ow, 4)
+    best, at = win[..., 0].copy(), np.zeros((n, c, oh, ow), np.int64)
+    for i in range(1, 4):
+        v = win[..., i]
+        take = (v > best) | (np.isnan(v) & ~np.isnan(best))
+        best, at = np.where(take, v, best), np.where(take, i, at)
+    d = np.zeros((n, c, oh, ow, 4), np.float32)
+    np.put_along_axis(d, at[..., None], (np.float32(0.0) + dy)[..., None], axis=-1)
+    dx = np.zeros(x.shape, np.float32)
+    dx[:, :, : 2 * oh, : 2 * ow] = (
+        d.reshape(n, c, oh, ow, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, 2 * oh, 2 * ow)
+    )
+    return best, dx
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 8, 10), (2, 3, 7, 9), (1, 2, 2, 2), (2, 70, 6, 150)])
+def test_max_pool2d_2x2_is_bit_exact_with_ties_nan_inf_and_negative_zero(ctx, shape):
+    # The host runs 2x2, stride 2, unpadded pooling in its own branch-free code: the same rules
+    # as every other window, to the bit (NaN payloads, -0.0 gradients), at even and odd sizes
+    # and rows longer than its 64-window blocks.
+    rng, seed = new_rng()
+    x = rng.integers(-2, 3, size=shape).astype(np.float32)  # many ties
+    special = rng.random(shape)
+    x[special < 0.05] = np.nan
+    x[(special >= 0.05) & (special < 0.08)] = np.inf
+    x[(special >= 0.08) & (special < 0.11)] = -np.inf
+    x.view(np.uint32)[special < 0.02] |= 0x1234  # NaNs with payloads: the first NaN must win
+    out_shape = (shape[0], shape[1], shape[2] // 2, shape[3] // 2)
+    dy = rand(out_shape, rng)
+    dy[rng.random(out_shape) < 0.2] = -0.0
+    y_ref, dx_ref = _max_pool_2x2_exact(x, dy)
+    y = nan_array(out_shape, ctx)
+    ops.max_pool2d(gpumat.array(x, ctx), y, 2)
+    np.testing.assert_array_equal(
+        y.asnumpy().view(np.uint32), y_ref.view(np.uint32), f"seed={seed}"
+    )
+    dx = nan_array(shape, ctx)
+    ops.max_pool2d_gradient(gpumat.array(x, ctx), gpumat.array(dy, ctx), dx, 2)
+    np.testing.assert_array_equal(
+        dx.asnumpy().view(np.uint32), dx_ref.view(np.uint32), f"seed={seed}"
+    )
+
+
 def test_max_pool2d_gradient_of_constant_input_goes_to_first_element(ctx):
     # Every window is all ties: its gradient must reach exactly one element, the window's first.
     x = np.full((2, 3, 6, 8), 0.5, np.float32)
