@@ -838,11 +838,11 @@ def set_conv_workspace_limit(nbytes: int) -> int:
 
     Convolutions build the im2col columns of as many images at once as fit in ``nbytes`` (at
     least one image, whatever the limit), so a smaller limit trades speed for memory. The host's
-    image-by-image schedule (:func:`conv2d`) runs only when the limit holds one image per CPU online. Default
-    64 MiB. Process-wide. On CUDA (and the emulated device) the columns live in per-device
-    workspaces that are kept between calls (grown, never shrunk; freed at exit), so a training
-    step asks the allocator for nothing and can run as a CUDA graph. Raises ValueError for a
-    negative value.
+    image-by-image schedule (:func:`conv2d`) runs only when the limit holds one image per CPU
+    online. Default 64 MiB. Process-wide. On CUDA (and the emulated device) the columns live in
+    per-device workspaces that are kept between calls (grown, never shrunk; freed at exit), so a
+    training step asks the allocator for nothing and can run as a CUDA graph. Raises ValueError for
+    a negative value.
     """
     return _core.set_conv_workspace_limit_(as_int(nbytes, "nbytes", "set_conv_workspace_limit"))
 

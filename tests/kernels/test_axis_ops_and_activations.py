@@ -179,7 +179,14 @@ def test_axis_ops_gradients_fd_float64(kind, shape, axis):
 @pytest.mark.parametrize("kind", list(GRAPH_CASES))
 def test_axis_ops_on_devices_match_numpy(ctx, kind, shape, axis):
     rng, _ = new_rng()
-    check_device_gradients(ctx, GRAPH_CASES[kind](axis), [rand64(rng, shape)], rng)
+    x = rand64(rng, shape)
+    if x.size >= 5000:
+        # One long row reduced to one element: float32 sums (in index order, as on CUDA) of
+        # 5000 terms of both signs can cancel to a result far smaller than its rounding error
+        # (which the tolerance, relative to the result, cannot allow). Positive terms keep the
+        # long row without the cancellation.
+        x = np.abs(x) + 0.1
+    check_device_gradients(ctx, GRAPH_CASES[kind](axis), [x], rng)
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (1, 9), (9, 1), (6, 7), (2, 3, 4)], ids=shape_id)

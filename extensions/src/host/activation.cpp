@@ -64,10 +64,21 @@ void sigmoid_gradient(int, const float* y, const float* dy, float* out, int64_t 
   });
 }
 
-void dropout(int, const float* in, float* out, int64_t n, float p, float scale, uint64_t seed) {
-  parallel_for(n, n, [&](int64_t i) {
+namespace {
+// Elements [lo, hi) of dropout. splitmix64's 64-bit multiplies are SIMD instructions only in
+// AVX-512 (vpmullq); GPUMAT_SIMD_CLONES compiles this loop for it too, picked at load time.
+// `omp simd`: out may be in (in place), which is safe lane by lane but defeats the compiler's
+// overlap check.
+GPUMAT_SIMD_CLONES void dropout_block(const float* in, float* out, int64_t lo, int64_t hi, float p,
+                                      float scale, uint64_t seed) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i)
     out[i] = rng::uniform01(seed, static_cast<uint64_t>(i)) < p ? 0.0f : in[i] * scale;
-  });
+}
+}  // namespace
+
+void dropout(int, const float* in, float* out, int64_t n, float p, float scale, uint64_t seed) {
+  parallel_blocks(n, [&](int64_t lo, int64_t hi) { dropout_block(in, out, lo, hi, p, scale, seed); });
 }
 
 namespace {

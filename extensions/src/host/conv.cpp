@@ -288,16 +288,29 @@ void add_channel_bias(int, const float* in, const float* bias, float* out, int64
   }
 }
 
-// in is (outer, channels, inner), out is (channels,); each channel's sum runs in double, in order.
+namespace {
+// Channel c's sum of in (outer, channels, inner) in double: eight partial sums, element k of each
+// row going to partial k % 8 in order, then added pairwise in a fixed order. The order depends on
+// the shape alone (the same bits on any thread count and CPU), and the eight partials are SIMD
+// lanes (GPUMAT_SIMD_CLONES), where one running sum would wait on each add in turn.
+GPUMAT_SIMD_CLONES double channel_sum(const float* in, int64_t outer, int64_t channels, int64_t inner,
+                                      int64_t c) {
+  double lane[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+  for (int64_t n = 0; n < outer; ++n) {
+    const float* src = in + (n * channels + c) * inner;
+    int64_t k = 0;
+    for (; k + 8 <= inner; k += 8)
+      for (int j = 0; j < 8; ++j) lane[j] += src[k + j];
+    for (int j = 0; k < inner; ++k, ++j) lane[j] += src[k];
+  }
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+}  // namespace
+
+// in is (outer, channels, inner), out is (channels,): channel_sum, one channel per task.
 void reduce_sum_channels(int, const float* in, float* out, int64_t outer, int64_t channels, int64_t inner) {
-  parallel_for(channels, outer * channels * inner, [&](int64_t c) {
-    double acc = 0.0;
-    for (int64_t n = 0; n < outer; ++n) {
-      const float* src = in + (n * channels + c) * inner;
-      for (int64_t k = 0; k < inner; ++k) acc += src[k];
-    }
-    out[c] = static_cast<float>(acc);
-  });
+  parallel_for(channels, outer * channels * inner,
+               [&](int64_t c) { out[c] = static_cast<float>(channel_sum(in, outer, channels, inner, c)); });
 }
 
 }  // namespace gpumat::host

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace gpumat::host {
@@ -51,6 +52,32 @@ inline void parallel_for(int64_t n, int64_t work, const Body& body) {
 #pragma omp parallel for num_threads(region_threads())
   for (int64_t i = 0; i < n; ++i) body(i);
 }
+
+// Loops in blocks: body(lo, hi) for consecutive ranges covering [0, n), on the OpenMP threads
+// when n is at least kParallelMin, else one call on the calling thread. For a body that is a
+// function of its own (a SIMD loop, GPUMAT_SIMD_CLONES) rather than one element's work.
+constexpr int64_t kBlockElems = 1 << 14;
+template <typename Body>
+inline void parallel_blocks(int64_t n, const Body& body) {
+  if (n < kParallelMin) {
+    if (n > 0) body(int64_t{0}, n);
+    return;
+  }
+  const int64_t blocks = (n + kBlockElems - 1) / kBlockElems;
+#pragma omp parallel for num_threads(region_threads())
+  for (int64_t b = 0; b < blocks; ++b) body(b * kBlockElems, std::min(n, (b + 1) * kBlockElems));
+}
+
+// A function compiled also for AVX-512 and AVX2 (x86-64-v4, -v3) besides the build's baseline,
+// the loader picking the best the CPU has (GCC and Clang function multiversioning, ELF ifuncs).
+// For loops whose SIMD form needs those instructions; results are the same bits on every
+// version (no fused multiply-add is formed across statements: -ffp-contract=off in the Makefile).
+#if defined(__x86_64__) && defined(__ELF__) && !defined(__SANITIZE_ADDRESS__) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define GPUMAT_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GPUMAT_SIMD_CLONES
+#endif
 
 // The sum of term(i) for i in [0, n), in double: in kSumBlocks blocks of consecutive i, each summed
 // in order on one of the OpenMP threads and then added in block order, when `work` is at least
