@@ -202,3 +202,52 @@ def test_dynamic_threads_follow_the_load(tmp_path):
 def test_threads_are_fixed_by_default(tmp_path, dynamic):
     # the default: the count set_num_threads gave, whatever the load
     assert _used_under_load(tmp_path, 3, dynamic) == 3
+
+
+def test_simd_loops_give_the_scalar_formulas_bits():
+    # The loops compiled also for AVX2 and AVX-512 (GPUMAT_SIMD_CLONES: the Adam and Adadelta
+    # updates, the channel sums) give, on whatever version this CPU runs, the bits of the scalar
+    # formulas: each IEEE operation in the kernels' order (numpy float32, one rounding per
+    # operation), and the channel sums' fixed eight double partials. Sizes cross the parallel
+    # threshold and the 16384-element blocks, with ragged ends.
+    rng, seed = new_rng()
+    n = 3 * 16384 + 37
+    f32 = np.float32
+    g = rng.standard_normal(n).astype(f32)
+    sq, acc = (np.abs(rng.standard_normal(n)).astype(f32) for _ in range(2))
+    p = rng.standard_normal(n).astype(f32)
+    lr, rho, eps = f32(0.7), f32(0.9), f32(1e-6)
+    arrays = [gpumat.array(a) for a in (p, g, sq, acc)]
+    ops.adadelta_update_multi([arrays[0]], [arrays[1]], [arrays[2]], [arrays[3]], lr, rho, eps)
+    s = rho * sq + (f32(1) - rho) * g * g
+    d = np.sqrt(acc + eps) / np.sqrt(s + eps) * g
+    want = (p - lr * d, s, rho * acc + (f32(1) - rho) * d * d)
+    for got, ref, name in zip(
+        (arrays[0], arrays[2], arrays[3]), want, ("p", "sq", "acc"), strict=True
+    ):
+        np.testing.assert_array_equal(got.asnumpy(), ref, err_msg=f"adadelta {name}, seed {seed}")
+
+    # Adam, multi-tensor (the SIMD loop) against the single-tensor op (a scalar loop)
+    m, v = rng.standard_normal(n).astype(f32), np.abs(rng.standard_normal(n)).astype(f32)
+    multi = [gpumat.array(a) for a in (p, g, m, v)]
+    single = [gpumat.array(a) for a in (p, g, m, v)]
+    args = (0.003, 0.8, 0.99, 1e-6, 3)
+    ops.adam_update_multi(*([a] for a in multi), *args)
+    ops.adam_update(*single, *args)
+    for a, b, name in zip(multi, single, ("p", "g", "m", "v"), strict=True):
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy(), err_msg=f"adam {name}, seed {seed}")
+
+    # channel sums of (outer, channels, inner): element k of a row to partial k % 8, in order
+    x = rng.standard_normal((5, 3, 4099)).astype(f32)
+    out = gpumat.empty((3,))
+    ops.reduce_sum_channels(gpumat.array(x), out)
+    lanes = np.zeros((3, 8))
+    for row in range(5):
+        for k in range(4099):
+            lanes[:, k % 8] += x[row, :, k].astype(np.float64)
+    want = ((lanes[:, 0] + lanes[:, 1]) + (lanes[:, 2] + lanes[:, 3])) + (
+        (lanes[:, 4] + lanes[:, 5]) + (lanes[:, 6] + lanes[:, 7])
+    )
+    np.testing.assert_array_equal(
+        out.asnumpy(), want.astype(f32), err_msg=f"channel sums, seed {seed}"
+    )
