@@ -8,7 +8,7 @@ Usage::
     python3 benchmarks/bench_frontend.py --ctx gpu          # CUDA device 0 (PyTorch on cuda)
     python3 benchmarks/bench_frontend.py --quick --out /tmp/  # CI smoke run (small sizes)
 
-Four cases, each a full training step (``zero_grad``, forward, loss, ``backward``, optimizer
+The step cases, each a full training step (``zero_grad``, forward, loss, ``backward``, optimizer
 ``step``) on fixed random batches, from the same initial weights in both libraries:
 
 - ``mlp`` (batch 1000): 784-256-100-10 with ReLU, cross-entropy, SGD at lr 0.1; eager gpumat
@@ -25,6 +25,12 @@ Four cases, each a full training step (``zero_grad``, forward, loss, ``backward`
   context 64), gpumat eager and compiled against PyTorch eager and ``torch.compile`` (the
   goals on the host: eager at most PyTorch eager's step time, compiled faster than
   ``torch.compile``).
+
+- ``ops``: the fixed cost of one eager op on small tensors ((16, 16), a bias of 16): ``add``,
+  ``mul``, ``matmul``, ``relu``, ``sum``, ``linear`` (inputs without gradients: dispatch, checks,
+  the output's allocation), and two chains with ``backward()`` (linear, relu, sum; cross-entropy)
+  on inputs that require gradients; a row per op, ``step ms`` the time of one call (the goal:
+  PyTorch's).
 
 - ``mnist-net``: the whole program ``examples/mnist_net.py --epochs 1`` (eager, and with
   ``--compile``) beside its PyTorch twin ``examples/mnist_net_torch.py --epochs 1``, run in this
@@ -265,6 +271,71 @@ def coexistence_note(rows) -> str | None:
     )
 
 
+# Eager ops on small tensors, where what an op costs is its fixed cost (Python dispatch, argument
+# checks, output allocation, autograd recording): name -> (calls per sample, whether its inputs
+# require gradients, the call as a function of (library, functional module, x, w, b, target)).
+OPS = {
+    "add": (2000, False, lambda lib, F, x, w, b, t: x + w),
+    "mul": (2000, False, lambda lib, F, x, w, b, t: x * w),
+    "matmul": (2000, False, lambda lib, F, x, w, b, t: x @ w),
+    "relu": (2000, False, lambda lib, F, x, w, b, t: F.relu(x)),
+    "sum": (2000, False, lambda lib, F, x, w, b, t: x.sum()),
+    "linear": (2000, False, lambda lib, F, x, w, b, t: F.linear(x, w, b)),
+    "linear+relu+sum backward": (
+        500, True, lambda lib, F, x, w, b, t: F.relu(F.linear(x, w, b)).sum().backward(),
+    ),
+    "cross_entropy backward": (
+        500, True, lambda lib, F, x, w, b, t: F.cross_entropy(x, t).backward(),
+    ),
+}  # fmt: skip
+OPS_SIDE = 16
+
+
+def run_ops(ctx, torch, args) -> list[dict]:
+    """Per-op fixed costs: each of OPS on (16, 16) float32 tensors (a bias of 16, 16 class
+    targets), eager gpumat against eager PyTorch, timed interleaved; a row per op and framework,
+    case ``"op <name>"``, batch 16, its step time the seconds of one call (the backward rows:
+    the forward ops, then ``backward()``). The inputs require gradients only in the backward rows,
+    so the forward rows time dispatch, checks and the output's allocation without autograd."""
+    rng = np.random.default_rng(args.seed)
+    host = {
+        "x": rng.standard_normal((OPS_SIDE, OPS_SIDE)).astype(np.float32),
+        "w": rng.standard_normal((OPS_SIDE, OPS_SIDE)).astype(np.float32),
+        "b": rng.standard_normal(OPS_SIDE).astype(np.float32),
+        "t": rng.integers(0, OPS_SIDE, OPS_SIDE),
+    }
+    sync = lambda: gpumat.synchronize(ctx)  # noqa: E731
+    tdev = "cuda" if ctx.device_type == "gpu" else "cpu"
+    tsync = (lambda: torch.cuda.synchronize()) if tdev == "cuda" else (lambda: None)
+    rows = []
+    for name, (calls, grad, call) in OPS.items():
+        steps = max(1, calls // 10) if args.quick else calls
+        repeat = 2 if args.quick else args.repeat
+
+        def leaves(make, grad=grad):
+            x, w, b = (make(host[k], k != "t" and grad) for k in ("x", "w", "b"))
+            return x, w, b
+
+        gx, gw, gb = leaves(lambda a, g: gpumat.tensor(a, device=ctx, requires_grad=g))
+        gt = gpumat.tensor(host["t"], device=ctx)
+        row = {"case": f"op {name}", "batch": OPS_SIDE, "framework": "gpumat-eager"}
+        variants = [{
+            "row": row, "batches": [()], "sync": sync,
+            "step": lambda call=call, a=(gx, gw, gb, gt): call(gpumat, F, *a),
+        }]  # fmt: skip
+        if torch is not None:
+            tx, tw, tb = leaves(lambda a, g: torch.tensor(a, device=tdev, requires_grad=g))
+            tt = torch.tensor(host["t"], device=tdev)
+            row = {"case": f"op {name}", "batch": OPS_SIDE, "framework": "torch"}
+            variants.append({
+                "row": row, "batches": [()], "sync": tsync,
+                "step": lambda call=call, a=(tx, tw, tb, tt): call(torch, torch.nn.functional, *a),
+            })  # fmt: skip
+        time_interleaved(variants, steps, repeat, warmup=10)
+        rows += [v["row"] for v in variants]
+    return rows
+
+
 def run_gpt(ctx, torch, args) -> list[dict]:
     """``examples/gpt.py``'s model and training step (forward, backward, clipping to norm 1, the
     AdamW step over two groups) at the example's size (4 layers of 128 features, 4 heads,
@@ -385,7 +456,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ctx", default="cpu", choices=["cpu", "gpu"], help="device (default cpu)")
     p.add_argument(
-        "--cases", default="mlp,cnn,tiny-mlp,gpt,mnist-net", help="comma-separated cases"
+        "--cases", default="mlp,cnn,tiny-mlp,gpt,mnist-net,ops", help="comma-separated cases"
     )
     p.add_argument("--repeat", type=int, default=5, help="timed samples per row (5)")
     p.add_argument("--seed", type=int, default=0)
@@ -424,17 +495,21 @@ def run_all(p, args, argv) -> int:
     cases = QUICK_CASES if args.quick else CASES
     rows = []
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
-    unknown = sorted(set(names) - {*cases, "gpt", "mnist-net"})
+    extra = ["gpt", "mnist-net", "ops"]
+    unknown = sorted(set(names) - {*cases, *extra})
     if unknown:
-        p.error(f"unknown cases {unknown}; known: {', '.join([*cases, 'gpt', 'mnist-net'])}")
+        p.error(f"unknown cases {unknown}; known: {', '.join([*cases, *extra])}")
     for name in names:
         if name == "mnist-net":
             rows += run_mnist_net(torch, args)
+        elif name == "ops":
+            rows += run_ops(ctx, torch, args)
         elif name == "gpt":
             rows += run_gpt(ctx, torch, args)
         else:
             rows += run_case(name, cases[name], ctx, torch, args)
-        print(frontend_table([r for r in rows if r["case"] == name]), flush=True)
+        mine = [r for r in rows if r["case"] == name or (name == "ops" and r["case"][:3] == "op ")]
+        print(frontend_table(mine), flush=True)
     if args.own_processes:
         for name in (n for n in names if n in cases):
             own = own_process_rows(name, cases[name], args)
