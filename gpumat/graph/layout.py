@@ -8,6 +8,7 @@ new shape: the executor plans buffers by shape), :func:`gpumat.ops.one_hot`,
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 
@@ -92,7 +93,7 @@ class ReshapeOp(Op):
         # One parameter, two meanings: a node gives its shape (the gradient's form).
         if isinstance(shape, Node):
             return super().__call__(node_x, shape)
-        return super().__call__(node_x, shape_attr=_as_shape(shape))
+        return super().__call__(node_x, None, _as_shape(shape))  # positional: the fast path
 
     def node_name(self, node):
         if node.shape_attr is None:
@@ -113,17 +114,17 @@ class ReshapeOp(Op):
     def infer_shape(self, node, input_shapes):
         x = tuple(input_shapes[0])
         target = self._target(node, x, input_shapes)
-        size = int(np.prod(x, dtype=np.int64))
+        size = math.prod(x)
         if -1 in target:
-            known = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+            known = math.prod(d for d in target if d != -1)
             if known == 0 or size % known != 0:
                 raise self._error(node, f"cannot reshape {shape_str(x)} to {shape_str(target)}")
             target = tuple(size // known if d == -1 else d for d in target)
-        if int(np.prod(target, dtype=np.int64)) != size:
+        if math.prod(target) != size:
             raise self._error(
                 node,
                 f"cannot reshape {shape_str(x)} ({size} elements) to {shape_str(target)} "
-                f"({int(np.prod(target, dtype=np.int64))} elements)",
+                f"({math.prod(target)} elements)",
             )
         return target
 
@@ -142,7 +143,7 @@ class FlattenOp(ReshapeOp):
     def _target(self, node, x, input_shapes):
         if len(x) < 1:
             raise self._error(node, "cannot flatten a 0-d array")
-        return (x[0], int(np.prod(x[1:], dtype=np.int64)))
+        return (x[0], math.prod(x[1:]))
 
 
 class OneHotOp(Op):

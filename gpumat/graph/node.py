@@ -268,12 +268,13 @@ class Op:
         n_in = len(self.inputs)
         if not kwargs and n_in <= len(args) <= n_in + len(self.attrs):
             # The eager front end's common call (positional): the checks of _bound_call without
-            # binding a signature; anything unusual (a None optional input, a missing attribute)
-            # goes that way for its handling and messages.
+            # binding a signature; anything unusual (a missing attribute) goes that way for its
+            # handling and messages.
+            inputs = []
             for n, value in zip(self.inputs, args, strict=False):
                 if value is None and n in self.optional_inputs:
-                    return self._bound_call(args, kwargs)
-                _node_argument(self, n, value)
+                    continue  # an absent optional input, as _bound_call leaves it out
+                inputs.append(_node_argument(self, n, value))
             values = {}
             for k, a in enumerate(self.attrs):
                 if n_in + k < len(args):
@@ -284,7 +285,7 @@ class Op:
                     value = a.default
                 values[a.name] = value if a.check is None else a.check(value, a.name, self.name)
             self.check_attrs(values)
-            node = Node(self, args[:n_in], self._record(**values) if self._record else None)
+            node = Node(self, inputs, self._record(**values) if self._record else None)
             node._name = None
             return node
         return self._bound_call(args, kwargs)

@@ -13,6 +13,8 @@ gradient the reverse cumsum). Kernels:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from gpumat.graph.layout import reshape_op
@@ -158,7 +160,7 @@ class _ReduceOp(AxisOp):
         a = self.check_axis(node, s, node.axis)
         if self.kind in ("mean", "max") and s[a] == 0:
             others = s[:a] + s[a + 1 :]
-            if int(np.prod(others, dtype=np.int64)) > 0:
+            if math.prod(others) > 0:
                 raise self._error(
                     node, f"cannot take the {self.kind} of an empty axis {a} of {shape_str(s)}"
                 )
@@ -223,7 +225,7 @@ class ArgmaxOp(AxisOp):
         s = tuple(input_shapes[0])
         a = self.check_axis(node, s, node.axis)
         others = s[:a] + s[a + 1 :]
-        if s[a] == 0 and int(np.prod(others, dtype=np.int64)) > 0:
+        if s[a] == 0 and math.prod(others) > 0:
             raise self._error(
                 node, f"cannot take the argmax of an empty axis {a} of {shape_str(s)}"
             )

@@ -576,6 +576,9 @@ def _logical(op: str, a: Tensor, b, graph_op) -> Tensor:
 
 
 def _broadcast_shape(op: str, *shapes) -> tuple:
+    first = tuple(shapes[0])
+    if all(tuple(s) == first for s in shapes[1:]):  # the common case, without numpy's call
+        return first
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
@@ -650,13 +653,14 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     (n, k), (kb, m) = a2._shape[-2:], b2._shape[-2:]
     if k != kb:
         raise ValueError(f"matmul: inner dimensions differ ({k} != {kb}): {desc()}")
+    if a2.ndim == 2 and b2.ndim == 2:  # no batch: the common case, without numpy's broadcasting
+        out = apply_op("matmul", matmul_op, [a2, b2])
+        return _reshaped(out, ((n,) if a.ndim >= 2 else ()) + ((m,) if b.ndim >= 2 else ()))
     try:
         batch = tuple(int(d) for d in np.broadcast_shapes(a2._shape[:-2], b2._shape[:-2]))
     except ValueError:
         raise ValueError(f"matmul: batch dimensions do not broadcast: {desc()}") from None
-    if a2.ndim == 2 and b2.ndim == 2:
-        out = apply_op("matmul", matmul_op, [a2, b2])
-    elif b2.ndim == 2:  # one 2-D product of all of a's rows
+    if b2.ndim == 2:  # one 2-D product of all of a's rows
         rows = _reshaped(a2, (math.prod(batch) * n, k))
         out = apply_op("matmul", matmul_op, [rows, b2])
     else:
