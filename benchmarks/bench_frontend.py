@@ -257,7 +257,9 @@ def own_process_rows(name, spec, args) -> list[dict]:
 def coexistence_note(rows) -> str | None:
     """How much PyTorch in the process slows gpumat: each case's gpumat-eager step time in this
     process (PyTorch imported and run) over its time in a process of its own."""
-    shared = {r["case"]: r["step_s"] for r in rows if r["framework"] == "gpumat-eager"}
+    shared = {
+        r["case"]: r["step_s"] for r in rows if r["framework"] == "gpumat-eager" and "step_s" in r
+    }  # (a program row, mnist-net's, has train_s instead)
     parts = [
         f"{case} {shared[case] / own:.2f}x"
         for case in shared

@@ -336,8 +336,10 @@ def test_own_process_rows_time_each_library_alone(monkeypatch):
             assert r["gpumat_loaded"] is False  # PyTorch alone: gpumat's libgomp not loaded
     shared = {"case": "mlp", "batch": 100, "framework": "gpumat-eager", "step_s": 1.1 * next(
         r["step_s"] for r in rows if r["framework"] == "gpumat-eager")}  # fmt: skip
-    note = bench_frontend.coexistence_note([shared, *rows])
-    assert note is not None and "mlp 1.10x" in note
+    # a whole-program row (mnist-net's) has train_s, no step time: left out of the note
+    program = {"case": "mnist-net", "framework": "gpumat-eager", "train_s": 30.0}
+    note = bench_frontend.coexistence_note([shared, program, *rows])
+    assert note is not None and "mlp 1.10x" in note and "mnist-net" not in note
     assert bench_frontend.coexistence_note(rows) is None  # no in-process row to compare
 
 
