@@ -69,11 +69,13 @@ inline void parallel_blocks(int64_t n, const Body& body) {
 }
 
 // A function compiled also for AVX-512 and AVX2 (x86-64-v4, -v3) besides the build's baseline,
-// the loader picking the best the CPU has (GCC and Clang function multiversioning, ELF ifuncs).
-// For loops whose SIMD form needs those instructions; results are the same bits on every
-// version (no fused multiply-add is formed across statements: -ffp-contract=off in the Makefile).
-#if defined(__x86_64__) && defined(__ELF__) && !defined(__SANITIZE_ADDRESS__) && \
-    (defined(__GNUC__) || defined(__clang__))
+// the loader picking the best the CPU has (GCC's function multiversioning, ELF ifuncs). For loops
+// whose SIMD form needs those instructions; results are the same bits on every version (no fused
+// multiply-add is formed across statements: -ffp-contract=off in the Makefile). With GCC 12 and
+// later only, the compilers it was built and tested with (support for these arch names in
+// target_clones varies among older GCCs and Clangs): elsewhere the baseline alone.
+#if defined(__x86_64__) && defined(__ELF__) && !defined(__SANITIZE_ADDRESS__) && defined(__GNUC__) && \
+    !defined(__clang__) && __GNUC__ >= 12
 #define GPUMAT_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define GPUMAT_SIMD_CLONES
