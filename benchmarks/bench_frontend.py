@@ -119,12 +119,12 @@ QUICK_CASES = {
 # --------------------------------------------------------------------------------------------------
 
 
-def step_samples(name, args) -> tuple[int, int]:
-    """(steps per sample, samples) of step case ``name``: ``--quick`` takes a tenth of the steps
-    (at least 1) and 2 samples."""
+def step_samples(steps: int, args) -> tuple[int, int]:
+    """(steps per sample, samples) of a case of ``steps`` steps a sample: ``--quick`` takes a
+    tenth of the steps (at least 1) and 2 samples."""
     if args.quick:
-        return max(1, args.steps[name] // 10), 2
-    return args.steps[name], args.repeat
+        return max(1, steps // 10), 2
+    return steps, args.repeat
 
 
 def run_case(name, spec, ctx, torch, args) -> list[dict]:
@@ -138,7 +138,7 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
     probe = lambda: gpumat.memory_stats(ctx)["device_malloc_calls"]  # noqa: E731
     loss_fn = getattr(F, loss_name)
     batches = [(gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx)) for x, y in data]
-    steps, repeat = step_samples(name, args)
+    steps, repeat = step_samples(args.steps[name], args)
     warmup = 2
 
     def gpumat_step_for(model):
@@ -215,7 +215,7 @@ def own_process_rows(name, spec, args) -> list[dict]:
     ``OWN_PROCESS_ROUNDS`` rounds that alternate which starts first. A row per framework, its
     case ``"<name> (own process)"``, its step time the median of every round's samples."""
     batch, sample_shape, widths, opt_kind, loss_name = spec
-    steps, repeat = step_samples(name, args)
+    steps, repeat = step_samples(args.steps[name], args)
     payload = json.dumps({
         "batch": batch, "sample_shape": list(sample_shape), "widths": widths,
         "optimizer": opt_kind, "loss": loss_name, "steps": steps, "repeat": repeat, "warmup": 2,
@@ -311,12 +311,10 @@ def run_ops(ctx, torch, args) -> list[dict]:
     tsync = (lambda: torch.cuda.synchronize()) if tdev == "cuda" else (lambda: None)
     rows = []
     for name, (calls, grad, call) in OPS.items():
-        steps = max(1, calls // 10) if args.quick else calls
-        repeat = 2 if args.quick else args.repeat
+        steps, repeat = step_samples(calls, args)
 
         def leaves(make, grad=grad):
-            x, w, b = (make(host[k], k != "t" and grad) for k in ("x", "w", "b"))
-            return x, w, b
+            return tuple(make(host[k], grad) for k in ("x", "w", "b"))
 
         gx, gw, gb = leaves(lambda a, g: gpumat.tensor(a, device=ctx, requires_grad=g))
         gt = gpumat.tensor(host["t"], device=ctx)

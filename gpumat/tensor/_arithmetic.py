@@ -653,14 +653,15 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     (n, k), (kb, m) = a2._shape[-2:], b2._shape[-2:]
     if k != kb:
         raise ValueError(f"matmul: inner dimensions differ ({k} != {kb}): {desc()}")
-    if a2.ndim == 2 and b2.ndim == 2:  # no batch: the common case, without numpy's broadcasting
+    batch = ()  # two 2-D operands have none: the common case, without numpy's call
+    if a2.ndim > 2 or b2.ndim > 2:
+        try:
+            batch = tuple(int(d) for d in np.broadcast_shapes(a2._shape[:-2], b2._shape[:-2]))
+        except ValueError:
+            raise ValueError(f"matmul: batch dimensions do not broadcast: {desc()}") from None
+    if a2.ndim == 2 and b2.ndim == 2:
         out = apply_op("matmul", matmul_op, [a2, b2])
-        return _reshaped(out, ((n,) if a.ndim >= 2 else ()) + ((m,) if b.ndim >= 2 else ()))
-    try:
-        batch = tuple(int(d) for d in np.broadcast_shapes(a2._shape[:-2], b2._shape[:-2]))
-    except ValueError:
-        raise ValueError(f"matmul: batch dimensions do not broadcast: {desc()}") from None
-    if b2.ndim == 2:  # one 2-D product of all of a's rows
+    elif b2.ndim == 2:  # one 2-D product of all of a's rows
         rows = _reshaped(a2, (math.prod(batch) * n, k))
         out = apply_op("matmul", matmul_op, [rows, b2])
     else:

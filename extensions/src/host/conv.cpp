@@ -7,7 +7,8 @@
 // Method: im2col + matmul (single-threaded BLAS sgemm calls, blas.h). An image's columns are
 //   col  (C*KH*KW, OH*OW): col[(c*KH + i)*KW + j][p] = x[b, c, ih, iw] (0 in the padding)
 //   y[b] = w (F, C*KH*KW) @ col
-//   dx[b] = col2im(w^T @ dy[b]), a gather: each dx element sums the column entries that read it
+//   dx[b] = col2im(w^T @ dy[b]): each dx element sums the column entries that read it, in the
+//           order of the CUDA kernel's gather (col2im_plane)
 //   dw   = sum over b of dy[b] (F, OH*OW) @ col^T
 // Two schedules, chosen from the shape and the CPUs online alone (so the bits never depend on the
 // thread count or the load):
@@ -23,10 +24,6 @@
 // same three product shapes serve the forward pass and both gradients; the schedule above keeps
 // its price, the column matrix, in cache. Scratch comes from the caching allocator.
 #include <algorithm>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "../backend.h"
 #include "blas.h"
@@ -149,26 +146,6 @@ bool image_by_image(const ConvShape& s) {
   return s.n >= 2 && s.n >= cpus_online() && s.chunk >= cpus_online();
 }
 
-// body(t, slot) for t in [0, tasks): the OpenMP threads take tasks from a shared queue; `slot` is
-// the taking thread's index in [0, threads), so each thread owns one slot of scratch.
-template <typename Body>
-void run_slotted(int64_t tasks, int threads, const Body& body) {
-  if (threads <= 1) {
-    for (int64_t t = 0; t < tasks; ++t) body(t, 0);
-    return;
-  }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t t = 0; t < tasks; ++t) {
-#ifdef _OPENMP
-    body(t, omp_get_thread_num());
-#else
-    body(t, 0);
-#endif
-  }
-}
-
-int slot_threads(int64_t tasks) { return static_cast<int>(std::min<int64_t>(region_threads(), tasks)); }
-
 // dw's groups of images in the image-by-image schedule: four per CPU online (at most one per
 // image), each summed in image order into its own partial.
 int64_t filter_groups(const ConvShape& s) { return std::min<int64_t>(s.n, 4 * cpus_online()); }
@@ -178,7 +155,7 @@ int64_t filter_groups(const ConvShape& s) { return std::min<int64_t>(s.n, 4 * cp
 void conv2d(int, const float* x, const float* w, float* y, const ConvShape& s) {
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
   if (image_by_image(s)) {
-    const int threads = slot_threads(s.n);
+    const int threads = task_threads(s.n);
     GpuMatrix col({threads * ckk * ohw}, Device::host());
     run_slotted(s.n, threads, [&](int64_t b, int slot) {
       float* cb = col.data() + slot * ckk * ohw;
@@ -205,7 +182,7 @@ void conv2d(int, const float* x, const float* w, float* y, const ConvShape& s) {
 void conv2d_gradient_input(int, const float* dy, const float* w, float* dx, const ConvShape& s) {
   const int64_t ckk = s.c * s.kh * s.kw, ohw = s.oh * s.ow, chw = s.c * s.h * s.w;
   if (image_by_image(s)) {
-    const int threads = slot_threads(s.n);
+    const int threads = task_threads(s.n);
     GpuMatrix dcol({threads * ckk * ohw}, Device::host());
     run_slotted(s.n, threads, [&](int64_t b, int slot) {
       float* cb = dcol.data() + slot * ckk * ohw;
@@ -235,7 +212,7 @@ void conv2d_gradient_filter(int, const float* x, const float* dy, float* dw, con
     // partials are then added to dw in group order, element by element.
     const int64_t groups = filter_groups(s), size = (s.n + groups - 1) / groups;
     const int64_t used = (s.n + size - 1) / size, fckk = s.f * ckk;
-    const int threads = slot_threads(used);
+    const int threads = task_threads(used);
     GpuMatrix col({threads * ckk * ohw}, Device::host());
     GpuMatrix parts({(used - 1) * fckk}, Device::host());
     run_slotted(used, threads, [&](int64_t g, int slot) {

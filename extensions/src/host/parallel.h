@@ -7,6 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace gpumat::host {
 constexpr int64_t kParallelMin = 1 << 15;
 
@@ -26,16 +30,36 @@ inline int64_t cpus_online() {
   return cpus;
 }
 
-// body(t) for every t in [0, tasks): the OpenMP threads take them one at a time from a shared
-// queue when `split` (and there is more than one), else in order on the calling thread.
+// body(t, slot) for every t in [0, tasks): `threads` OpenMP threads take them one at a time from
+// a shared queue (schedule(dynamic)), `slot` being the taking thread's index in [0, threads), so
+// that each thread may own one slot of scratch; with threads <= 1, in order on the calling
+// thread, slot 0.
 template <typename Body>
-inline void run_tasks(int64_t tasks, bool split, const Body& body) {
-  if (!split || tasks == 1) {
-    for (int64_t t = 0; t < tasks; ++t) body(t);
+inline void run_slotted(int64_t tasks, int threads, const Body& body) {
+  if (threads <= 1) {
+    for (int64_t t = 0; t < tasks; ++t) body(t, 0);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(region_threads())
-  for (int64_t t = 0; t < tasks; ++t) body(t);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t t = 0; t < tasks; ++t) {
+#ifdef _OPENMP
+    body(t, omp_get_thread_num());
+#else
+    body(t, 0);
+#endif
+  }
+}
+
+// The threads for `tasks` tasks: the region's count, at most one per task.
+inline int task_threads(int64_t tasks) {
+  return static_cast<int>(std::min<int64_t>(region_threads(), tasks));
+}
+
+// body(t) for every t in [0, tasks): on the OpenMP threads (run_slotted) when `split`, else in
+// order on the calling thread.
+template <typename Body>
+inline void run_tasks(int64_t tasks, bool split, const Body& body) {
+  run_slotted(tasks, split ? task_threads(tasks) : 1, [&](int64_t t, int) { body(t); });
 }
 
 // body(i) for every i in [0, n): split across the OpenMP threads when `work` (the elements the
