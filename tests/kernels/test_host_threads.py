@@ -205,11 +205,11 @@ def test_threads_are_fixed_by_default(tmp_path, dynamic):
 
 
 def test_simd_loops_give_the_scalar_formulas_bits():
-    # The loops compiled also for AVX2 and AVX-512 (GPUMAT_SIMD_CLONES: the Adam and Adadelta
-    # updates, the channel sums) give, on whatever version this CPU runs, the bits of the scalar
-    # formulas: each IEEE operation in the kernels' order (numpy float32, one rounding per
-    # operation), and the channel sums' fixed eight double partials. Sizes cross the parallel
-    # threshold and the 16384-element blocks, with ragged ends.
+    # The loops compiled also for AVX2 and AVX-512 (GPUMAT_SIMD_CLONES: the SGD, momentum, Adam
+    # and Adadelta updates, the channel sums) give, on whatever version this CPU runs, the bits
+    # of the scalar formulas: each IEEE operation in the kernels' order (numpy float32, one
+    # rounding per operation), and the channel sums' fixed eight double partials. Sizes cross
+    # the parallel threshold and the 16384-element blocks, with ragged ends.
     rng, seed = new_rng()
     n = 3 * 16384 + 37
     f32 = np.float32
@@ -236,6 +236,33 @@ def test_simd_loops_give_the_scalar_formulas_bits():
     ops.adam_update(*single, *args)
     for a, b, name in zip(multi, single, ("p", "g", "m", "v"), strict=True):
         np.testing.assert_array_equal(a.asnumpy(), b.asnumpy(), err_msg=f"adam {name}, seed {seed}")
+
+    # SGD and momentum SGD over several tensors in one region (blocks of different tensors
+    # shared out together; sizes below, at and past a block, one empty)
+    sizes = (5, 16384, 0, n, 1000)
+    ps = [rng.standard_normal(k).astype(f32) for k in sizes]
+    gs = [rng.standard_normal(k).astype(f32) for k in sizes]
+    vs = [rng.standard_normal(k).astype(f32) for k in sizes]
+    lr, wd, mom, damp = f32(0.05), f32(0.01), f32(0.9), f32(0.1)
+    for decay in (f32(0), wd):
+        gp = [gpumat.array(a) for a in ps]
+        ops.sgd_update(gp, [gpumat.array(a) for a in gs], lr, decay)
+        for t, (got, p0, g0) in enumerate(zip(gp, ps, gs, strict=True)):
+            ref = p0 - lr * (g0 + decay * p0) if decay else p0 - lr * g0
+            np.testing.assert_array_equal(got.asnumpy(), ref, err_msg=f"sgd {t}, seed {seed}")
+    for nesterov in (False, True):
+        gp, gv = [gpumat.array(a) for a in ps], [gpumat.array(a) for a in vs]
+        ops.momentum_sgd_update(gp, [gpumat.array(a) for a in gs], gv, lr, mom, damp, wd, nesterov)
+        for t, (p0, g0, v0) in enumerate(zip(ps, gs, vs, strict=True)):
+            g1 = g0 + wd * p0
+            v1 = mom * v0 + (f32(1) - damp) * g1
+            p1 = p0 - lr * (g1 + mom * v1 if nesterov else v1)
+            np.testing.assert_array_equal(
+                gv[t].asnumpy(), v1, err_msg=f"momentum v {t}, seed {seed}"
+            )
+            np.testing.assert_array_equal(
+                gp[t].asnumpy(), p1, err_msg=f"momentum p {t}, seed {seed}"
+            )
 
     # channel sums of (outer, channels, inner): element k of a row to partial k % 8, in order
     x = rng.standard_normal((5, 3, 4099)).astype(f32)

@@ -25,38 +25,39 @@ namespace gpumat::host {
 namespace {
 // Products below this many multiply-adds run as one call: a region costs more than it saves.
 constexpr int64_t kSplitMinMacs = int64_t{1} << 21;
-// A product is cut into at most four pieces per CPU online, enough to balance the threads (and
-// one slowed by another process), each of at least kPieceMinMacs multiply-adds and kPieceMinSide
-// rows or columns of c. Each piece repacks the operand all pieces share (OpenBLAS packs both
-// operands per call), a few floats a cycle against the kernel's 32 multiply-adds (AVX-512):
-// pieces of 128 rows or columns and more keep that to a few percent of the product. The CPUs
-// online, not the thread count: the pieces, and so c's bits, stay the same on one machine
+// A product is cut into one piece per CPU online, each of at least kPieceMinMacs multiply-adds and
+// kPieceMinSide rows or columns of c. One piece per CPU because each piece repacks the operand all
+// pieces share (OpenBLAS packs both operands per call): the 1000x256x784 product of the MLP's
+// first layer took 1.66 ms on two CPUs as two pieces, 1.80 ms as four and 2.10 ms as seven or
+// eight (benchmarks/README.md, "Matrix products"). More pieces balance a thread slowed by another
+// process, but cost that much on an idle machine; GPUMAT_DYNAMIC_THREADS answers load instead. The
+// CPUs online, not the thread count: the pieces, and so c's bits, stay the same on one machine
 // whatever set_num_threads or the load makes the count.
 constexpr int64_t kPieceMinMacs = int64_t{1} << 20;
 constexpr int64_t kPieceMinSide = 128;
-
-int64_t max_pieces() { return std::clamp<int64_t>(4 * cpus_online(), 4, 256); }
 // Piece edges fall on multiples of 16 rows or columns (one AVX-512 vector of floats), so inner
 // pieces fill whole register blocks of OpenBLAS's kernels and only the last has a ragged edge.
 constexpr int64_t kPieceAlign = 16;
 
 CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
-// How a product (m, n, k) is cut: `count` pieces of `size` rows of c (along_m) or columns, from the
-// shape alone. The longer side of c is cut: each piece then repacks the other operand, the smaller
-// one to repack.
+// How a product (m, n, k), one of `products` run together (bmm), is cut: `count` pieces of `size`
+// rows of c (along_m) or columns, from the shapes alone. The longer side of c is cut: each piece
+// then repacks the other operand, the smaller one to repack. A batch of at least as many products
+// as CPUs is not cut at all: the products are the pieces.
 struct Pieces {
   bool along_m;
   int64_t size;
   int64_t count;
 };
 
-Pieces pieces_of(int64_t m, int64_t n, int64_t k) {
+Pieces pieces_of(int64_t m, int64_t n, int64_t k, int64_t products = 1) {
   const bool along_m = m >= n;
   const int64_t side = along_m ? m : n;
   const int64_t macs = m * n * k;
   if (side == 0) return {along_m, 0, 1};  // an empty c: one call, which writes nothing
-  int64_t want = macs < kSplitMinMacs ? 1 : std::min(max_pieces(), macs / kPieceMinMacs);
+  const int64_t per_product = (cpus_online() + products - 1) / products;
+  int64_t want = macs < kSplitMinMacs ? 1 : std::min(per_product, macs / kPieceMinMacs);
   want = std::max<int64_t>(1, std::min(want, side / kPieceMinSide));
   int64_t size = (side + want - 1) / want;
   size = (size + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
@@ -112,14 +113,15 @@ void matmul_bias(int dev, const float* a, bool trans_a, const float* b, bool tra
 // its sums are the same bits on any count of threads.
 void bmm(int, const float* a, bool trans_a, int64_t stride_a, const float* b, bool trans_b, int64_t stride_b,
          float* c, int64_t stride_c, int64_t batch, int64_t m, int64_t n, int64_t k) {
-  const Pieces cut = pieces_of(m, n, k);
   if (stride_c == 0) {
+    const Pieces cut = pieces_of(m, n, k);
     run_tasks(cut.count, true, [&](int64_t p) {
       for (int64_t i = 0; i < batch; ++i)
         piece(cut, p, a + i * stride_a, trans_a, b + i * stride_b, trans_b, c, m, n, k, i > 0 ? 1.0f : 0.0f);
     });
     return;
   }
+  const Pieces cut = pieces_of(m, n, k, batch);
   run_tasks(batch * cut.count, batch * m * n * k >= kSplitMinMacs, [&](int64_t t) {
     const int64_t i = t / cut.count;
     piece(cut, t % cut.count, a + i * stride_a, trans_a, b + i * stride_b, trans_b, c + i * stride_c, m, n, k,

@@ -29,19 +29,47 @@ void adam_update(int, float* param, const float* grad, float* m, float* v, int64
   });
 }
 
-// Multi-tensor SGD: params[t][i] -= lr * grads[t][i] for every tensor t of `count`, in
-// one call (one launch on CUDA instead of one axpy per parameter).
+namespace {
+// Elements [lo, hi) of one tensor's plain and momentum SGD updates, as SIMD loops compiled also for
+// AVX-512 and AVX2 (GPUMAT_SIMD_CLONES); the scalars come by value, so no store to p can change
+// them and the loop vectorises (through a lambda's references it ran scalar, 5x slower).
+GPUMAT_SIMD_CLONES void sgd_block(float* p, const float* g, int64_t lo, int64_t hi, float lr,
+                                  float weight_decay) {
+  if (weight_decay != 0.0f) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) p[i] -= lr * (g[i] + weight_decay * p[i]);
+  } else {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) p[i] -= lr * g[i];
+  }
+}
+
+struct MomentumArgs {
+  float lr, momentum, dampening, weight_decay;
+  bool nesterov;
+};
+
+GPUMAT_SIMD_CLONES void momentum_sgd_block(float* p, const float* g, float* v, int64_t lo, int64_t hi,
+                                           const MomentumArgs& a) {
+  const MomentumArgs k = a;
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) {
+    const float gi = k.weight_decay != 0.0f ? g[i] + k.weight_decay * p[i] : g[i];
+    const float vi = k.momentum * v[i] + (1.0f - k.dampening) * gi;
+    v[i] = vi;
+    p[i] -= k.lr * (k.nesterov ? gi + k.momentum * vi : vi);
+  }
+}
+}  // namespace
+
+// Multi-tensor SGD: params[t][i] -= lr * (grads[t][i] + weight_decay params[t][i]) for every tensor
+// t of `count`, in one call and one OpenMP region (one launch on CUDA instead of one axpy per
+// parameter).
 void sgd_update_multi(int, float* const* params, const float* const* grads, const int64_t* sizes, int count,
                       float lr, float weight_decay) {
-  for (int t = 0; t < count; ++t) {
-    float* p = params[t];
-    const float* g = grads[t];
-    const int64_t n = sizes[t];
-    parallel_for(n, n, [&](int64_t i) {
-      const float gi = weight_decay != 0.0f ? g[i] + weight_decay * p[i] : g[i];
-      p[i] -= lr * gi;
-    });
-  }
+  parallel_blocks_multi(sizes, count, [&](int t, int64_t lo, int64_t hi) {
+    sgd_block(params[t], grads[t], lo, hi, lr, weight_decay);
+  });
 }
 
 // Multi-tensor momentum SGD, torch.optim.SGD's form: g' = g + weight_decay p; v = momentum v +
@@ -49,18 +77,10 @@ void sgd_update_multi(int, float* const* params, const float* const* grads, cons
 void momentum_sgd_update_multi(int, float* const* params, const float* const* grads, float* const* velocities,
                                const int64_t* sizes, int count, float lr, float momentum, float dampening,
                                float weight_decay, bool nesterov) {
-  for (int t = 0; t < count; ++t) {
-    float* p = params[t];
-    const float* g = grads[t];
-    float* v = velocities[t];
-    const int64_t n = sizes[t];
-    parallel_for(n, n, [&](int64_t i) {
-      const float gi = weight_decay != 0.0f ? g[i] + weight_decay * p[i] : g[i];
-      const float vi = momentum * v[i] + (1.0f - dampening) * gi;
-      v[i] = vi;
-      p[i] -= lr * (nesterov ? gi + momentum * vi : vi);
-    });
-  }
+  const MomentumArgs args{lr, momentum, dampening, weight_decay, nesterov};
+  parallel_blocks_multi(sizes, count, [&](int t, int64_t lo, int64_t hi) {
+    momentum_sgd_block(params[t], grads[t], velocities[t], lo, hi, args);
+  });
 }
 
 namespace {
@@ -119,22 +139,18 @@ void adam_update_multi(int, float* const* params, const float* const* grads, flo
                        float* const* max_v, const int64_t* sizes, int count, float lr, float beta1,
                        float beta2, float eps, float bc1, float bc2, float weight_decay, bool decoupled) {
   const AdamArgs args{lr, beta1, beta2, eps, bc1, bc2, weight_decay, 1.0f - lr * weight_decay, decoupled};
-  for (int t = 0; t < count; ++t) {
-    float* vmax = max_v != nullptr ? max_v[t] : nullptr;
-    parallel_blocks(sizes[t], [&](int64_t lo, int64_t hi) {
-      adam_block(params[t], grads[t], m[t], v[t], vmax, lo, hi, args);
-    });
-  }
+  parallel_blocks_multi(sizes, count, [&](int t, int64_t lo, int64_t hi) {
+    adam_block(params[t], grads[t], m[t], v[t], max_v != nullptr ? max_v[t] : nullptr, lo, hi, args);
+  });
 }
 
 // Multi-tensor Adadelta: every tensor of `count`, in one call.
 void adadelta_update_multi(int, float* const* params, const float* const* grads, float* const* square_avgs,
                            float* const* acc_deltas, const int64_t* sizes, int count, float lr, float rho,
                            float eps) {
-  for (int t = 0; t < count; ++t)
-    parallel_blocks(sizes[t], [&](int64_t lo, int64_t hi) {
-      adadelta_block(params[t], grads[t], square_avgs[t], acc_deltas[t], lo, hi, lr, rho, eps);
-    });
+  parallel_blocks_multi(sizes, count, [&](int t, int64_t lo, int64_t hi) {
+    adadelta_block(params[t], grads[t], square_avgs[t], acc_deltas[t], lo, hi, lr, rho, eps);
+  });
 }
 
 // The p-norm of all tensors together: per tensor a double sum (or a max) in index order, then

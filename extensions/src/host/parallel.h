@@ -92,6 +92,38 @@ inline void parallel_blocks(int64_t n, const Body& body) {
   for (int64_t b = 0; b < blocks; ++b) body(b * kBlockElems, std::min(n, (b + 1) * kBlockElems));
 }
 
+// Loops in blocks over several arrays at once (a multi-tensor optimizer step): body(t, lo, hi) for
+// consecutive ranges covering [0, sizes[t]) of every t in [0, count), all in one OpenMP region when
+// the arrays hold at least kParallelMin elements together (one region, not one per tensor: a
+// region costs a few microseconds, and a step of a small network has many small tensors), else in
+// order on the calling thread.
+template <typename Body>
+inline void parallel_blocks_multi(const int64_t* sizes, int count, const Body& body) {
+  int64_t total = 0, blocks = 0;
+  for (int t = 0; t < count; ++t) {
+    total += sizes[t];
+    blocks += (sizes[t] + kBlockElems - 1) / kBlockElems;
+  }
+  if (total < kParallelMin) {
+    for (int t = 0; t < count; ++t)
+      if (sizes[t] > 0) body(t, int64_t{0}, sizes[t]);
+    return;
+  }
+  // (tensor, first block) of each task: blocks of a tensor are consecutive tasks
+#pragma omp parallel for schedule(dynamic, 4) num_threads(region_threads())
+  for (int64_t task = 0; task < blocks; ++task) {
+    int t = 0;
+    int64_t b = task;
+    for (;;) {
+      const int64_t nb = (sizes[t] + kBlockElems - 1) / kBlockElems;
+      if (b < nb) break;
+      b -= nb;
+      ++t;
+    }
+    body(t, b * kBlockElems, std::min(sizes[t], (b + 1) * kBlockElems));
+  }
+}
+
 // A function compiled also for AVX-512 and AVX2 (x86-64-v4, -v3) besides the build's baseline,
 // the loader picking the best the CPU has (GCC's function multiversioning, ELF ifuncs). For loops
 // whose SIMD form needs those instructions; results are the same bits on every version (no fused
