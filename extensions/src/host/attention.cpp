@@ -1,18 +1,21 @@
 // Host attention family: the fused scaled dot-product attention of ../cuda/attention.cu with the
-// same algorithm (FlashAttention-2, Dao 2023): per tile of kBr query rows, an online softmax over
-// tiles of kBc keys (running max m and sum, the accumulated output rescaled by exp(m_old - m_new)),
-// the (l, s) score matrix never stored; out (batch, l, ev + 1) holds O and the row's logsumexp L.
-// OpenMP over (batch, query tile). Gradient: P = exp(scale q.k - L), dS = P (dO.v - D) with
-// D = rowsum(dO * O) - dL (dL the gradient of the logsumexp column), each computed once per (query
-// row, key) in one pass per batch entry (OpenMP over the batch), which accumulates dV = P^T dO and
-// dK = scale dS^T Q over the rows in order and dQ = scale dS K over the keys: deterministic. Dot
-// products and row updates in SIMD lanes; arithmetic in float. The CUDA kernels tile differently
-// (64 rows, register blocks), so the two agree to rounding, not bit for bit.
+// same algorithm (FlashAttention-2, Dao 2023, Algorithms 1 and 2): per tile of kBr query rows, an
+// online softmax over tiles of kBc keys (running max m and sum, the accumulated output rescaled by
+// exp(m_old - m_new)); only a (kBr, kBc) tile of scores exists at a time, so the scratch does not
+// grow with the sequence. out (batch, l, ev + 1) holds O and the row's logsumexp L. The tile
+// products (S = scale Q K^T, P V, and in the gradient P^T dO, dO V^T, dS^T Q, dS K) are
+// single-threaded sgemm calls (blas.h); softmax and masking are SIMD loops between them.
+// Forward: OpenMP over (batch, query tile). Gradient: P = exp(S - L), dS = P (dP - D) with dP = dO V^T
+// and D = rowsum(dO * O) - dL (dL the gradient of the logsumexp column); OpenMP over the batch,
+// each entry's query tiles and key tiles in order, so dK and dV accumulate over the query tiles and
+// dQ over the key tiles in a fixed order: deterministic, the same bits on any thread count. The CUDA
+// kernels tile differently (64 rows, register blocks), so the two agree to rounding, not bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "blas.h"
 #include "kernels.h"
 #include "parallel.h"
 #include "vec_math.h"
@@ -21,11 +24,34 @@ namespace gpumat::host {
 
 namespace {
 
-constexpr int64_t kBr = 16;  // query rows per tile
-constexpr int64_t kBc = 16;  // key rows per tile
+constexpr int64_t kBr = 64;  // query rows per tile
+constexpr int64_t kBc = 64;  // keys per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// In SIMD lanes (the OpenMP reduction lets the compiler reassociate the sum).
+// c (m, n) = alpha op(a) op(b) + beta c for a tile, any dimension possibly 0 (BLAS rejects a
+// leading dimension of 0, and k = 0 leaves c to beta).
+void tile_gemm(const float* a, bool ta, int64_t lda, const float* b, bool tb, int64_t ldb, float* c,
+               int64_t ldc, int64_t m, int64_t n, int64_t k, float beta, float alpha = 1.0f) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0.0f)
+      for (int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
+    return;
+  }
+  sgemm(a, ta, lda, b, tb, ldb, c, ldc, m, n, k, beta, alpha);
+}
+
+// Causal masking of a (rows, cols) score tile whose first query row is q0 and first key k0: key
+// k0 + c is hidden from query q0 + r when k0 + c > q0 + r.
+void mask_causal(float* st, int64_t rows, int64_t cols, int64_t q0, int64_t k0) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = std::max<int64_t>(0, q0 + r + 1 - k0); c < cols; ++c) st[r * kBc + c] = kNegInf;
+}
+
+int64_t key_end(int64_t q0, int64_t rows, int64_t s, bool causal) {
+  return causal ? std::min(s, q0 + rows) : s;
+}
+
 float dot(const float* a, const float* b, int64_t n) {
   float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
@@ -33,51 +59,104 @@ float dot(const float* a, const float* b, int64_t n) {
   return acc;
 }
 
-bool masked(int64_t row, int64_t col, int64_t s, bool causal) { return col >= s || (causal && col > row); }
+// The max and the sum of a row of a tile, in kLanes fixed lanes (element c to lane c % kLanes)
+// combined in order: SIMD code on every version below, the same bits on each. (An `omp simd
+// reduction` left these loops scalar in GCC 12's AVX2 and AVX-512 clones.) The max skips NaN
+// (std::max), whose exp then makes the row's sum, and so its output, NaN.
+constexpr int64_t kLanes = 16;
 
-int64_t key_end(int64_t q0, int64_t s, bool causal) { return causal ? std::min(s, q0 + kBr) : s; }
+inline float row_max(const float* p, int64_t cols) {
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, kNegInf);
+  for (int64_t c0 = 0; c0 < cols; c0 += kLanes)
+    for (int64_t j = 0; j < kLanes && c0 + j < cols; ++j) lane[j] = std::max(lane[j], p[c0 + j]);
+  float mx = kNegInf;
+  for (int64_t j = 0; j < kLanes; ++j) mx = std::max(mx, lane[j]);
+  return mx;
+}
+
+inline float row_sum(const float* p, int64_t cols) {
+  float lane[kLanes] = {};
+  for (int64_t c0 = 0; c0 < cols; c0 += kLanes)
+    for (int64_t j = 0; j < kLanes && c0 + j < cols; ++j) lane[j] += p[c0 + j];
+  float total = 0.0f;
+  for (int64_t j = 0; j < kLanes; ++j) total += lane[j];
+  return total;
+}
+
+// The tile loops between the products, compiled also for AVX-512 and AVX2 (GPUMAT_SIMD_CLONES; vexp
+// is plain arithmetic and selects, the same bits on every version).
+//
+// Online softmax over one (rows, cols) tile of scores st (row stride kBc): per row the running max
+// m and sum are updated, st becomes exp(st - m_new), and the row's accumulated output acc (rows, ev)
+// is rescaled by exp(m_old - m_new), ready for acc += P V.
+GPUMAT_SIMD_CLONES void online_softmax_tile(float* st, int64_t rows, int64_t cols, float* m, float* sum,
+                                            float* acc, int64_t ev) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p = st + r * kBc;
+    const float mx = std::max(m[r], row_max(p, cols));
+    const float alpha = mx == kNegInf ? 1.0f : std::exp(m[r] - mx);
+    const float shift = mx == kNegInf ? 0.0f : mx;  // all masked: every p = exp(-inf) = 0
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) p[c] = vexp(p[c] - shift);
+    const float rs = row_sum(p, cols);
+    sum[r] = sum[r] * alpha + rs;
+    float* a = acc + r * ev;
+#pragma omp simd
+    for (int64_t x = 0; x < ev; ++x) a[x] *= alpha;
+    m[r] = mx;
+  }
+}
+
+// P = exp(S - L) for a tile of scores (row stride kBc), L the rows' logsumexps.
+GPUMAT_SIMD_CLONES void probabilities_tile(float* pt, int64_t rows, int64_t cols, const float* lse) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p = pt + r * kBc;
+    const float shift = lse[r];
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) p[c] = vexp(p[c] - shift);
+  }
+}
+
+// dS = P (dP - D) in place of dP, for a tile (row stride kBc), D per row.
+GPUMAT_SIMD_CLONES void score_gradient_tile(const float* pt, float* dpt, int64_t rows, int64_t cols,
+                                            const float* d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = pt + r * kBc;
+    float* ds = dpt + r * kBc;
+    const float dr = d[r];
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - dr);
+  }
+}
 
 }  // namespace
 
 void attention(int, const float* q, const float* k, const float* v, float* out, int64_t batch, int64_t l,
                int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
   const int64_t qblocks = (l + kBr - 1) / kBr;
+  const int64_t le = std::max<int64_t>(e, 1), lev = std::max<int64_t>(ev, 1);  // BLAS's least lds
   parallel_for(batch * qblocks, batch * l * s * (e + ev), [&](int64_t t) {
     const int64_t b = t / qblocks, q0 = (t % qblocks) * kBr, rows = std::min(kBr, l - q0);
+    const float* qt = q + (b * l + q0) * e;
     const float* kb = k + b * s * e;
     const float* vb = v + b * s * ev;
-    std::vector<float> acc(static_cast<size_t>(kBr * ev), 0.0f), m(kBr, kNegInf), sum(kBr, 0.0f);
-    float p[kBc];
-    const int64_t kend = key_end(q0, s, causal);
+    alignas(64) float st[kBr * kBc];  // one cache line per 16 scores: no peeled scalar iterations
+    std::vector<float> acc(static_cast<size_t>(kBr * lev), 0.0f);
+    float m[kBr], sum[kBr];
+    std::fill(m, m + kBr, kNegInf);
+    std::fill(sum, sum + kBr, 0.0f);
+    const int64_t kend = key_end(q0, rows, s, causal);
+    for (int64_t k0 = 0; k0 < kend; k0 += kBc) {
+      const int64_t cols = std::min(kBc, kend - k0);
+      tile_gemm(qt, false, le, kb + k0 * e, true, le, st, kBc, rows, cols, e, 0.0f, scale);
+      if (causal) mask_causal(st, rows, cols, q0, k0);
+      online_softmax_tile(st, rows, cols, m, sum, acc.data(), ev);
+      tile_gemm(st, false, kBc, vb + k0 * ev, false, lev, acc.data(), lev, rows, ev, cols, 1.0f);
+    }
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t row = q0 + r;
-      const float* qr = q + (b * l + row) * e;
-      float* a = acc.data() + r * ev;
-      for (int64_t k0 = 0; k0 < kend; k0 += kBc) {
-        float mx = m[r];
-        for (int64_t c = 0; c < kBc; ++c) {
-          p[c] = masked(row, k0 + c, s, causal) ? kNegInf : dot(qr, kb + (k0 + c) * e, e) * scale;
-          mx = std::max(mx, p[c]);
-        }
-        const float alpha = mx == kNegInf ? 1.0f : std::exp(m[r] - mx);
-        float rs = 0.0f;
-        const float shift = mx == kNegInf ? 0.0f : mx;  // all masked: every p[c] = exp(-inf) = 0
-#pragma omp simd reduction(+ : rs)
-        for (int64_t c = 0; c < kBc; ++c) {
-          p[c] = vexp(p[c] - shift);
-          rs += p[c];
-        }
-        sum[r] = sum[r] * alpha + rs;
-        for (int64_t x = 0; x < ev; ++x) a[x] *= alpha;
-        for (int64_t c = 0; c < kBc && k0 + c < s; ++c) {  // rows of V: each a[x] in key order
-          const float pc = p[c];
-          const float* vr = vb + (k0 + c) * ev;
-#pragma omp simd
-          for (int64_t x = 0; x < ev; ++x) a[x] += pc * vr[x];
-        }
-        m[r] = mx;
-      }
-      float* o = out + (b * l + row) * (ev + 1);
+      float* o = out + (b * l + q0 + r) * (ev + 1);
+      const float* a = acc.data() + r * ev;
       const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
       for (int64_t x = 0; x < ev; ++x) o[x] = a[x] * inv;
       o[ev] = sum[r] > 0.0f ? m[r] + std::log(sum[r]) : kNegInf;
@@ -88,46 +167,45 @@ void attention(int, const float* q, const float* k, const float* v, float* out, 
 void attention_gradient(int, const float* q, const float* k, const float* v, const float* out,
                         const float* dout, float* dq, float* dk, float* dv, int64_t batch, int64_t l,
                         int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
-  // One task per batch entry, one pass over its (query row, key) pairs: P and dS computed once
-  // each, dV and dK accumulated over the query rows in order, dQ over the keys (deterministic).
+  const int64_t le = std::max<int64_t>(e, 1), lev = std::max<int64_t>(ev, 1);
   parallel_for(batch, batch * l * s * (e + ev), [&](int64_t b) {
     const float* qb = q + b * l * e;
     const float* kb = k + b * s * e;
     const float* vb = v + b * s * ev;
+    const float* ob = out + b * l * (ev + 1);
+    const float* gb = dout + b * l * (ev + 1);
+    float* dqb = dq + b * l * e;
     float* dkb = dk + b * s * e;
     float* dvb = dv + b * s * ev;
+    std::fill(dqb, dqb + l * e, 0.0f);
     std::fill(dkb, dkb + s * e, 0.0f);
     std::fill(dvb, dvb + s * ev, 0.0f);
-    std::vector<float> prow(static_cast<size_t>(s));  // one query row's P over the keys
-    for (int64_t row = 0; row < l; ++row) {
-      const float* qr = qb + row * e;
-      const float* o = out + (b * l + row) * (ev + 1);
-      const float* gr = dout + (b * l + row) * (ev + 1);
-      const float lse = o[ev];
-      const float d = dot(gr, o, ev) - gr[ev];  // the logsumexp's own gradient: dL/ds = P dlse
-      float* dqr = dq + (b * l + row) * e;
-      std::fill(dqr, dqr + e, 0.0f);
-      const int64_t kend = causal ? std::min(s, row + 1) : s;
-      for (int64_t col = 0; col < kend; ++col) prow[col] = dot(qr, kb + col * e, e) * scale - lse;
-#pragma omp simd
-      for (int64_t col = 0; col < kend; ++col) prow[col] = vexp(prow[col]);
-      for (int64_t col = 0; col < kend; ++col) {
-        const float* kc = kb + col * e;
-        const float* vc = vb + col * ev;
-        const float p = prow[col];
-        const float ds = p * (dot(gr, vc, ev) - d);
-        float* dvc = dvb + col * ev;
-        float* dkc = dkb + col * e;
-#pragma omp simd
-        for (int64_t x = 0; x < ev; ++x) dvc[x] += p * gr[x];
-#pragma omp simd
-        for (int64_t x = 0; x < e; ++x) dkc[x] += ds * qr[x];
-#pragma omp simd
-        for (int64_t x = 0; x < e; ++x) dqr[x] += ds * kc[x];
+    alignas(64) float pt[kBr * kBc], dpt[kBr * kBc];
+    float d[kBr], lse[kBr];
+    for (int64_t q0 = 0; q0 < l; q0 += kBr) {
+      const int64_t rows = std::min(kBr, l - q0);
+      const float* qt = qb + q0 * e;
+      const float* gt = gb + q0 * (ev + 1);  // dO rows, stride ev + 1 (the lse column's gradient last)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* o = ob + (q0 + r) * (ev + 1);
+        const float* g = gt + r * (ev + 1);
+        lse[r] = o[ev];
+        d[r] = dot(g, o, ev) - g[ev];  // the logsumexp's own gradient: dL/ds = P dlse
       }
-      for (int64_t x = 0; x < e; ++x) dqr[x] *= scale;
+      const int64_t kend = key_end(q0, rows, s, causal);
+      for (int64_t k0 = 0; k0 < kend; k0 += kBc) {
+        const int64_t cols = std::min(kBc, kend - k0);
+        tile_gemm(qt, false, le, kb + k0 * e, true, le, pt, kBc, rows, cols, e, 0.0f, scale);
+        if (causal) mask_causal(pt, rows, cols, q0, k0);
+        probabilities_tile(pt, rows, cols, lse);
+        // dV += P^T dO; dP = dO V^T; dS = P (dP - D); dK += scale dS^T Q; dQ += scale dS K
+        tile_gemm(pt, true, kBc, gt, false, ev + 1, dvb + k0 * ev, lev, cols, ev, rows, 1.0f);
+        tile_gemm(gt, false, ev + 1, vb + k0 * ev, true, lev, dpt, kBc, rows, cols, ev, 0.0f);
+        score_gradient_tile(pt, dpt, rows, cols, d);
+        tile_gemm(dpt, true, kBc, qt, false, le, dkb + k0 * e, le, cols, e, rows, 1.0f, scale);
+        tile_gemm(dpt, false, kBc, kb + k0 * e, false, le, dqb + q0 * e, le, rows, e, cols, 1.0f, scale);
+      }
     }
-    for (int64_t x = 0; x < s * e; ++x) dkb[x] *= scale;
   });
 }
 

@@ -81,10 +81,10 @@ void piece(const Pieces& cut, int64_t p, const float* a, bool trans_a, const flo
 }  // namespace
 
 void sgemm(const float* a, bool trans_a, int64_t lda, const float* b, bool trans_b, int64_t ldb, float* c,
-           int64_t ldc, int64_t m, int64_t n, int64_t k, float beta) {
+           int64_t ldc, int64_t m, int64_t n, int64_t k, float beta, float alpha) {
   scipy_cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), static_cast<blasint>(m), static_cast<blasint>(n),
-                    static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
-                    beta, c, static_cast<blasint>(ldc));
+                    static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+                    static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
 void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m, int64_t n,
