@@ -3,7 +3,11 @@
 //   (rows, d), one row per task; batch_norm_stats, batch_norm, batch_norm_gradient,
 //   batch_norm_weight_gradient per channel of x (n, c, inner), one channel per task.
 // Statistics two-pass (mean, then the mean of squared deviations) with sums in double, each in
-// a fixed order within its task, so the result is the same on any thread count.
+// a fixed order within its task, so the result is the same on any thread count. A row's sums go
+// to eight double lanes (element j to lane j % 8, the lanes added pairwise at the end): SIMD code
+// where one running sum waited four cycles an element; the weight gradients sum each column over
+// the rows in row order, rows outer so that the columns fill the SIMD lanes.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels.h"
@@ -13,20 +17,42 @@ namespace gpumat::host {
 
 namespace {
 
+// The sum of term(j) for j in [0, d) in kLanes double lanes: term(j) to lane j % kLanes, in order,
+// then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
+constexpr int64_t kLanes = 8;
+
+template <typename Term>
+double lane_sum(int64_t d, const Term& term) {
+  double lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= d; j += kLanes)
+    for (int64_t k = 0; k < kLanes; ++k) lane[k] += term(j + k);
+  for (int64_t k = 0; j + k < d; ++k) lane[k] += term(j + k);
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
 // Row x (d,)'s mean (0 for RMS) and rstd = 1 / sqrt(var + eps).
 void row_stats(const float* x, int64_t d, float eps, bool rms, double* mean, double* rstd) {
-  double m = 0.0;
-  if (!rms) {
-    for (int64_t j = 0; j < d; ++j) m += x[j];
-    m /= static_cast<double>(d);
-  }
-  double q = 0.0;
-  for (int64_t j = 0; j < d; ++j) {
+  const double m =
+      rms ? 0.0 : lane_sum(d, [&](int64_t j) { return static_cast<double>(x[j]); }) / static_cast<double>(d);
+  const double q = lane_sum(d, [&](int64_t j) {
     const double t = x[j] - m;
-    q += t * t;
-  }
+    return t * t;
+  });
   *mean = m;
   *rstd = 1.0 / std::sqrt(q / static_cast<double>(d) + eps);
+}
+
+// out[j] for the columns j in [j0, j1), at most 64: the sum over the rows, in row order, of
+// term(r, j); rows outer, so the columns fill the SIMD lanes.
+template <typename Term>
+void column_sums(int64_t j0, int64_t j1, int64_t rows, const Term& term, float* out) {
+  double acc[64];
+  const int64_t w = j1 - j0;
+  std::fill(acc, acc + w, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < w; ++j) acc[j] += term(r, j0 + j);
+  for (int64_t j = 0; j < w; ++j) out[j0 + j] = static_cast<float>(acc[j]);
 }
 
 // The (n, inner) values of channel ch of x (n, c, inner): body(index) for each, in order.
@@ -64,12 +90,11 @@ void layer_norm_gradient(int, const float* x, const float* stats, const float* w
     const double mean = stats[2 * r], rstd = stats[2 * r + 1];
     const float* xr = x + r * d;
     const float* gr = dy + r * d;
-    double sg = 0.0, sgx = 0.0;
-    for (int64_t j = 0; j < d; ++j) {
+    const double sg = lane_sum(d, [&](int64_t j) { return static_cast<double>(gr[j]) * weight[j]; });
+    const double sgx = lane_sum(d, [&](int64_t j) {
       const double g = static_cast<double>(gr[j]) * weight[j];
-      sg += g;
-      sgx += g * (xr[j] - mean) * rstd;
-    }
+      return g * (xr[j] - mean) * rstd;
+    });
     const double mg = rms ? 0.0 : sg / static_cast<double>(d), mgx = sgx / static_cast<double>(d);
     for (int64_t j = 0; j < d; ++j) {
       const double g = static_cast<double>(gr[j]) * weight[j];
@@ -80,12 +105,16 @@ void layer_norm_gradient(int, const float* x, const float* stats, const float* w
 
 void layer_norm_weight_gradient(int, const float* x, const float* stats, const float* dy, float* dweight,
                                 int64_t rows, int64_t d) {
-  parallel_for(d, rows * d, [&](int64_t j) {
-    double s = 0.0;
-    for (int64_t r = 0; r < rows; ++r)
-      s += static_cast<double>(dy[r * d + j]) * (x[r * d + j] - static_cast<double>(stats[2 * r])) *
-           stats[2 * r + 1];
-    dweight[j] = static_cast<float>(s);
+  constexpr int64_t kColumns = 64;  // columns per task (column_sums' accumulators)
+  parallel_for((d + kColumns - 1) / kColumns, rows * d, [&](int64_t t) {
+    const int64_t j0 = t * kColumns, j1 = std::min(d, j0 + kColumns);
+    column_sums(
+        j0, j1, rows,
+        [&](int64_t r, int64_t j) {
+          return static_cast<double>(dy[r * d + j]) * (x[r * d + j] - static_cast<double>(stats[2 * r])) *
+                 stats[2 * r + 1];
+        },
+        dweight);
   });
 }
 
