@@ -50,6 +50,23 @@ def build_summary(cuda: bool, cuda_arch) -> str:
     return "gpumat: built WITHOUT CUDA (host device only: no nvcc, or GPUMAT_CUDA=0)"
 
 
+def source_commit() -> str:
+    """The checkout's commit (``+dirty`` when tracked files changed), or "unknown" outside git."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=30
+        )
+        if sha.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 class BuildWithLibgpumat(build_ext):
     """Runs `make` for libgpumat.a into build_temp, then links the extension against it."""
 
@@ -169,6 +186,10 @@ class BuildWithLibgpumat(build_ext):
             "# The flags the emulated kernels are compiled with (extensions/Makefile's\n"
             "# EMU_KERNEL_FLAGS): gpumat.cuda builds users' emulated kernels with them too.\n"
             f"EMU_KERNEL_FLAGS = {tuple(emu_flags)!r}\n"
+            "# The commit the sources were built from (git rev-parse HEAD, '+dirty' for local\n"
+            "# changes to tracked files; 'unknown' outside a git checkout): benchmarks/_common.py\n"
+            "# checks that a run measures the commit its ledger file names.\n"
+            f"GIT_COMMIT = {source_commit()!r}\n"
         )
         for target in (ROOT / "gpumat", Path(self.build_lib) / "gpumat"):
             target.mkdir(parents=True, exist_ok=True)

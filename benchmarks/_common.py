@@ -41,6 +41,17 @@ RESULTS_DIR = BENCH_DIR / "results"
 SCHEMA = "gpumat-bench/1"
 
 
+def _prefer_checkout_build() -> None:
+    """Benchmarks measure this checkout: when it holds an in-place build (gpumat/_core*.so beside
+    the sources), its folder goes first on sys.path, ahead of an installed gpumat (which may be an
+    older commit's: a run from the repository root would otherwise import site-packages' copy)."""
+    if any((REPO_ROOT / "gpumat").glob("_core*.so")) and str(REPO_ROOT) not in sys.path[:1]:
+        sys.path.insert(0, str(REPO_ROOT))
+
+
+_prefer_checkout_build()
+
+
 # --------------------------------------------------------------------------------------------------
 # run metadata
 # --------------------------------------------------------------------------------------------------
@@ -236,14 +247,43 @@ def software_info() -> dict:
     return info
 
 
+def gpumat_build() -> dict:
+    """Where the imported gpumat lies and the commit it was built from (its _build_config)."""
+    import gpumat
+    from gpumat import _build_config
+
+    return {
+        "path": str(Path(gpumat.__file__).resolve().parent),
+        "build_commit": getattr(_build_config, "GIT_COMMIT", "unknown"),
+    }
+
+
+def check_build(git: dict, build: dict) -> None:
+    """Raises SystemExit when the imported gpumat was built from another commit than the one the
+    ledger file would name (a stale in-place build, or an installed copy of an older commit);
+    passes when either commit is unknown (a copy without .git, as on the GPU machine)."""
+    built = build["build_commit"].removesuffix("+dirty")
+    if git.get("source") != "git" or built == "unknown" or built == git["commit"]:
+        return
+    raise SystemExit(
+        f"benchmarks: the gpumat imported from {build['path']} was built from commit {built}, "
+        f"not this checkout's {git['commit']}: build it in place (python3 setup.py build_ext "
+        "--inplace) or pip install . first, so that the ledger names the code it measured"
+    )
+
+
 def run_header(kind: str, ctx_name: str, quick: bool, argv: list[str]) -> dict:
-    """The metadata block every result file starts with (see results/README.md)."""
+    """The metadata block every result file starts with (see results/README.md). Raises
+    SystemExit when the imported gpumat is not this checkout's build (:func:`check_build`)."""
     now = utc_now()
+    git, build = git_info(), gpumat_build()
+    check_build(git, build)
     return {
         "schema": SCHEMA,
         "benchmark": kind,
         "date": now.isoformat().replace("+00:00", "Z"),
-        "git": git_info(),
+        "git": git,
+        "gpumat": build,
         "device": device_info(ctx_name),
         "host": {"cpu": cpu_name(), "cores": os.cpu_count(), "hostname": platform.node()},
         "command": " ".join(shlex.quote(a) for a in ["python3", *argv]),

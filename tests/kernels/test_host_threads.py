@@ -158,6 +158,24 @@ def test_products_and_sums_are_the_same_bits_on_any_thread_count(restore_threads
                 out = gpumat.empty(shape)
                 op(*args, out, stride=2, padding=1)
                 got.append(out.asnumpy())
+        # attention in tiles (several query and key tiles, causal and not) and its gradient,
+        # whose dK, dV and dQ sums run over the tiles in order
+        q, k, v = (rng.standard_normal((3, 130, 24)).astype(np.float32) for _ in range(3))
+        qkv = [gpumat.array(a) for a in (q, k, v)]
+        for causal in (False, True):
+            out = gpumat.empty((3, 130, 25))
+            ops.attention(*qkv, out, 0.2, causal)
+            dout = gpumat.array(rng.standard_normal((3, 130, 25)).astype(np.float32))
+            dqkv = gpumat.empty((3 * q.size,))
+            ops.attention_gradient(*qkv, out, dout, dqkv, 0.2, causal)
+            got += [out.asnumpy(), dqkv.asnumpy()]
+        # layer norm: row sums in lanes, the weight gradient's column sums over 3000 rows
+        x = rng.standard_normal((3000, 100)).astype(np.float32)
+        dy = rng.standard_normal((3000, 100)).astype(np.float32)
+        stats, dw = gpumat.empty((3000, 2)), gpumat.empty((100,))
+        ops.layer_norm_stats(gpumat.array(x), stats, 1e-5)
+        ops.layer_norm_weight_gradient(gpumat.array(x), stats, gpumat.array(dy), dw)
+        got += [stats.asnumpy(), dw.asnumpy()]
         # a double sum over rows past the parallel threshold
         logits = rng.standard_normal((5000, 10)).astype(np.float32)
         target = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 5000)]

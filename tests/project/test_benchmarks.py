@@ -420,3 +420,19 @@ def test_bench_attention_checks_before_it_times(tmp_path, monkeypatch):
     args, rng = types.SimpleNamespace(repeat=1), np.random.default_rng(0)
     row = bench_attention.run_case((1, 2, 20, 8, True), gpumat.cpu(), None, args, rng)
     assert row["status"] == "FAIL" and "timings" not in row
+
+
+def test_a_run_of_another_commits_build_stops_before_measuring():
+    sha, other = "a" * 40, "b" * 40
+    git = {"commit": sha, "dirty": False, "source": "git"}
+    _common.check_build(git, {"path": "/x", "build_commit": sha})
+    _common.check_build(git, {"path": "/x", "build_commit": sha + "+dirty"})
+    _common.check_build(git, {"path": "/x", "build_commit": "unknown"})  # built outside git
+    no_git = {"commit": "unknown", "dirty": None, "source": "none"}  # a copy without .git
+    _common.check_build(no_git, {"path": "/x", "build_commit": other})
+    with pytest.raises(SystemExit, match=f"built from commit {other}, not this checkout's {sha}"):
+        _common.check_build(git, {"path": "/x", "build_commit": other})
+    # the header names the gpumat that runs and the commit it was built from
+    build = _common.gpumat_build()
+    assert Path(build["path"]) == Path(gpumat.__file__).resolve().parent
+    assert isinstance(build["build_commit"], str) and build["build_commit"]
