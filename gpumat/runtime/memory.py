@@ -107,6 +107,7 @@ def plan_buffers(
     eval_nodes: Sequence[Node],
     computed: set[Node],
     itemsize: int,
+    aliases: Mapping[Node, Node] | None = None,
 ):
     """Assign executor buffers to values so that values live at the same time never share one.
 
@@ -117,6 +118,10 @@ def plan_buffers(
         eval_nodes: nodes whose values are returned (live to the end).
         computed: nodes whose inputs are read at their step (all but fed nodes).
         itemsize: bytes per element.
+        aliases: planned node -> the planned node whose buffer it shares, of the same size (a
+            reshape of a contiguous value is the same bytes: the executor runs nothing for it).
+            A node and its aliases are placed as one value, live from the first one's write to
+            the last one's last read.
 
     Returns:
         (assignment, buffer_bytes): node -> buffer index, and each buffer's size in bytes.
@@ -129,8 +134,21 @@ def plan_buffers(
     """
     lifetimes = value_lifetimes(order, computed, eval_nodes)
     step_of = {node: step for step, node in enumerate(order)}
+    aliases = aliases or {}
+
+    def root(node):
+        while node in aliases:
+            node = aliases[node]
+        return node
+
+    for node in sorted(aliases, key=step_of.__getitem__):  # a group's lifetime: its members'
+        r = root(node)
+        (f0, l0), (f1, l1) = lifetimes[r], lifetimes[node]
+        lifetimes[r] = (min(f0, f1), max(l0, l1))
     nbytes = {node: nbytes_of(shapes[node], itemsize) for node in planned}
-    values = sorted(planned, key=lambda n: (-nbytes[n], step_of[n]))
+    values = sorted(
+        (n for n in planned if n not in aliases), key=lambda n: (-nbytes[n], step_of[n])
+    )
 
     buffer_bytes: list[int] = []
     # Per buffer, the disjoint lifetimes it holds, sorted: starts and ends in parallel lists.
@@ -155,4 +173,6 @@ def plan_buffers(
         starts[choice].insert(k, first)
         ends[choice].insert(k, last)
         assignment[node] = choice
+    for node in aliases:
+        assignment[node] = assignment[root(node)]
     return assignment, buffer_bytes

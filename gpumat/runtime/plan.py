@@ -10,7 +10,8 @@
    own schedule and shapes, built as the pass rewrote it;
 4. **plan memory** (:func:`gpumat.runtime.memory.plan_buffers`): which values share a buffer;
 5. **steps**: per schedule position, what a run does there (copy a feed in, bind a fed device
-   array, compute, or nothing for a fused node's second output).
+   array, compute, or nothing: a fused node's second output, or a reshape that shares its
+   input's buffer, :func:`reshape_aliases`).
 
 The executor allocates the planned buffers and runs the steps (from Python, or compiled, see
 :mod:`gpumat.runtime.compiled`).
@@ -24,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from gpumat.graph.layout import ReshapeOp
 from gpumat.graph.node import Node, PlaceholderOp
 from gpumat.graph.reverse_mode import find_topo_sort
 from gpumat.runtime import fusion as fusion_pass
@@ -41,7 +43,8 @@ __all__ = [
 ]
 
 #: Step kinds: run the node's op; copy a host feed into its buffer; use a fed device array in
-#: place; nothing to run (the second output of a fused node, written by that node).
+#: place; nothing to run (the second output of a fused node, written by that node, or a reshape
+#: whose buffer is its input's).
 COMPUTE, FEED_COPY, FEED_EXTERNAL, WRITTEN = 0, 1, 2, 3
 
 
@@ -125,6 +128,31 @@ def infer_shapes(
     return shapes
 
 
+def reshape_aliases(order, planned, feeds, eval_nodes) -> dict:
+    """Reshapes that need no copy: node -> its input, for every ``reshape_op`` / ``flatten_op``
+    node whose input has a planned buffer (a planned buffer holds a value contiguously, in
+    row-major order, so the reshape is the same bytes seen with another shape). The memory plan
+    gives them one buffer and the run does nothing for the reshape (a :data:`WRITTEN` step).
+    A fed device array (used in place: its layout is its own) keeps the copy, and so does a
+    reshape that would put two returned values in one buffer.
+    """
+    returned = set(eval_nodes)
+    aliases: dict = {}
+    holds_returned: dict = {}  # a buffer's first value -> whether a returned value is in it
+    for node in order:
+        if node in feeds or not isinstance(node.op, ReshapeOp) or node.inputs[0] not in planned:
+            continue
+        root = node.inputs[0]
+        while root in aliases:
+            root = aliases[root]
+        held = holds_returned.get(root, root in returned)
+        if held and node in returned:
+            continue
+        aliases[node] = node.inputs[0]
+        holds_returned[root] = held or node in returned
+    return aliases
+
+
 def make_plan(
     eval_nodes: Sequence[Node], feeds: Mapping, dtype, on_device: bool, fusion: bool
 ) -> Plan:
@@ -158,7 +186,10 @@ def make_plan(
     external = {n for n, (_, ext) in feeds.items() if ext and n in shapes}
     computed = {n for n in order if n not in feeds}
     planned = {n for n in order if n not in external}
-    assignment, buffer_bytes = plan_buffers(order, shapes, planned, eval_nodes, computed, itemsize)
+    aliases = reshape_aliases(order, planned, feeds, eval_nodes)
+    assignment, buffer_bytes = plan_buffers(
+        order, shapes, planned, eval_nodes, computed, itemsize, aliases
+    )
 
     index = {node: i for i, node in enumerate(order)}
     steps = []
@@ -167,7 +198,7 @@ def make_plan(
             steps.append(Step(FEED_EXTERNAL, i, node))
         elif node in feeds:
             steps.append(Step(FEED_COPY, i, node))
-        elif isinstance(node.op, fusion_pass.FusedOutputOp):
+        elif isinstance(node.op, fusion_pass.FusedOutputOp) or node in aliases:
             steps.append(Step(WRITTEN, i, node))
         else:
             extra_nodes = getattr(node, "extra_outputs", ())

@@ -781,3 +781,54 @@ def test_repeated_feeds_keep_every_check(device_ctx):
         ex.run({x: xd, w: gpumat.array(wn, other)})
     (got,) = ex.run({x: xd, w: wd}, convert_to_numpy_ret_vals=True)
     assert_float32_close(got, xn @ wn, "after the errors")
+
+
+def _same_storage(a, b):
+    """Whether two planned values lie in the same bytes (numpy: shared memory; device: address)."""
+    if isinstance(a, np.ndarray):
+        return np.shares_memory(a, b)
+    return a._address_range()[0] == b._address_range()[0]
+
+
+def test_reshapes_share_their_input_buffer_and_run_nothing(ctx):
+    # A reshape of a planned value is the same bytes with another shape: it shares the buffer
+    # and the run does nothing for it. A fed device array and a returned input keep the copy.
+    rng = np.random.default_rng()
+    x, w = ad.Variable("x"), ad.Variable("w")
+    h = ad.relu_op(ad.matmul_op(x, w))  # (6, 8)
+    r = ad.reshape_op(h, (4, 12))
+    r2 = ad.reshape_op(r, (48,))  # a reshape of a reshape: one buffer for the three
+    f = ad.flatten_op(ad.reshape_op(h * 2.0, (6, 2, 4)))
+    y = r2 * 3.0
+    z = f + 1.0
+    xv, wv = rand(rng, (6, 5)).astype(np.float32), rand(rng, (5, 8)).astype(np.float32)
+    ex = Executor([y, z, r], device=ctx)
+    for _ in range(2):  # the second run reuses the plan and its buffers
+        yv, zv, rv = (to_numpy(v) for v in ex.run({x: xv, w: wv}))
+        hv = np.maximum(xv.astype(np.float64) @ wv, 0)
+        assert_float32_close(yv, 3 * hv.reshape(48), "reshape chain")
+        assert_float32_close(zv, 2 * hv + 1, "flatten of a reshape")
+        assert_float32_close(rv, hv.reshape(4, 12), "returned reshape")
+    arrays = ex.node_to_arr_map
+    assert _same_storage(arrays[r], arrays[h]) and _same_storage(arrays[r2], arrays[h])
+    if ctx is not None:  # no reshape kernel runs (a Python-run executor: one call per op)
+        import gpumat
+
+        ex_py = Executor([y, z, r], device=ctx, compiled=False)
+        with gpumat.ops.trace_calls() as calls:
+            ex_py.run({x: xv, w: wv})
+        assert calls and not [name for name, _ in calls if "reshape" in name]
+    # a fed device array is used in place, so its reshape is a copy into a buffer of the plan
+    if ctx is not None:
+        import gpumat
+
+        v = ad.Variable("v")
+        ex2 = Executor([ad.reshape_op(v, (3, 4)) * 1.0], device=ctx)
+        fed = gpumat.array(rand(rng, (12,)).astype(np.float32), ctx)
+        (out,) = ex2.run({v: fed}, convert_to_numpy_ret_vals=True)
+        assert_float32_close(out, fed.asnumpy().astype(np.float64).reshape(3, 4), "fed")
+    # two returned values never share a buffer: a returned value's returned reshape is a copy
+    ex3 = Executor([h, r], device=ctx)
+    hv3, rv3 = ex3.run({x: xv, w: wv})
+    assert not _same_storage(hv3, rv3)
+    assert_float32_close(to_numpy(rv3), to_numpy(hv3).reshape(4, 12).astype(np.float64), "copy")
