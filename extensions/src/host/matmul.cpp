@@ -29,10 +29,10 @@ constexpr int64_t kSplitMinMacs = int64_t{1} << 21;
 // kPieceMinSide rows or columns of c. One piece per CPU because each piece repacks the operand all
 // pieces share (OpenBLAS packs both operands per call): the 1000x256x784 product of the MLP's
 // first layer took 1.66 ms on two CPUs as two pieces, 1.80 ms as four and 2.10 ms as seven or
-// eight (benchmarks/README.md, "Matrix products"). More pieces balance a thread slowed by another
-// process, but cost that much on an idle machine; GPUMAT_DYNAMIC_THREADS answers load instead. The
-// CPUs online, not the thread count: the pieces, and so c's bits, stay the same on one machine
-// whatever set_num_threads or the load makes the count.
+// eight (benchmarks/README.md, "Matrix products, attention and layer norm on the host"). More
+// pieces balance a thread slowed by another process, but cost that much on an idle machine;
+// GPUMAT_DYNAMIC_THREADS answers load instead. The CPUs online, not the thread count: the pieces,
+// and so c's bits, stay the same on one machine whatever set_num_threads or the load makes it.
 constexpr int64_t kPieceMinMacs = int64_t{1} << 20;
 constexpr int64_t kPieceMinSide = 128;
 // Piece edges fall on multiples of 16 rows or columns (one AVX-512 vector of floats), so inner
