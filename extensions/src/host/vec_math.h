@@ -1,9 +1,9 @@
 // A vectorisable exp for the host kernels: plain arithmetic and selects, no library call,
 // so that `#pragma omp simd` loops over it compile to SIMD code (glibc's expf is a call the
 // compiler cannot vectorise without -ffast-math, which would also drop NaN semantics).
-// Used where a kernel's exponentials are many and feed sums (the host attention's scores): it is
-// not glibc's expf, so kernels whose results are checked bit for bit against the CUDA kernels'
-// (the pointwise families) keep the C library's.
+// Used where a kernel's exponentials are many (the host attention's scores, GELU through
+// normal_cdf below): it is not glibc's expf, so those kernels agree with the CUDA kernels to
+// float32 rounding, not bit for bit; the other pointwise kernels keep the C library's functions.
 //   vexp: Cody-Waite range reduction x = n ln2 + r (ln2 split in two parts, so n ln2 is exact)
 //     and a degree-6 polynomial for e^r on |r| <= ln2 / 2, with the coefficients of expf in the
 //     Cephes Mathematical Library (S. L. Moshier, 1984-1992): measured within 7.8e-8 relative of
@@ -48,6 +48,29 @@ inline float vexp(float x) {
   std::memcpy(&pow2m, &bits, sizeof pow2m);
   const float y = er * (top ? 2.0f : 1.0f) * pow2m;
   return x > kMax ? std::numeric_limits<float>::infinity() : (x < kMin ? 0.0f : (x != x ? x : y));
+}
+
+// The standard normal distribution function Phi(x) = erfc(-x / sqrt 2) / 2 (GELU's factor), in
+// plain arithmetic and selects (SIMD with vexp). erfc(z), z >= 0, is Press et al.'s Chebyshev fit
+// t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), fractional error below 1.2e-7 for every z (Numerical
+// Recipes in C, 2nd ed., 1992, section 6.2, erfcc), so Phi keeps its relative accuracy in the
+// lower tail, where 1 + erf(x / sqrt 2) cancels. Phi(NaN) is NaN; Phi(-inf) = 0, Phi(inf) = 1.
+inline float normal_cdf(float x) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  const float z = (x < 0.0f ? -x : x) * kInvSqrt2;
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  const float half_erfc = 0.5f * t * vexp(p - z * z);  // erfc(|x| / sqrt 2) / 2 = Phi(-|x|)
+  return x < 0.0f ? half_erfc : (x != x ? x : 1.0f - half_erfc);
 }
 
 }  // namespace gpumat::host
