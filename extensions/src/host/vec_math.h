@@ -43,7 +43,7 @@ inline float vexp(float x) {
   // 2^n for n in [-126, 128] as 2^m * f: m = n except n = 128 (not a float exponent), m = 127, f = 2
   const bool top = fn > 127.0f;
   const float fm = fn - 1.0f;
-  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(top ? fm : fn) + 127) << 23;
+  const uint32_t bits = (static_cast<uint32_t>(static_cast<int32_t>(top ? fm : fn)) + 127u) << 23;
   float pow2m;
   std::memcpy(&pow2m, &bits, sizeof pow2m);
   const float y = er * (top ? 2.0f : 1.0f) * pow2m;
