@@ -10,8 +10,8 @@
    own schedule and shapes, built as the pass rewrote it;
 4. **plan memory** (:func:`gpumat.runtime.memory.plan_buffers`): which values share a buffer;
 5. **steps**: per schedule position, what a run does there (copy a feed in, bind a fed device
-   array, compute, or nothing: a fused node's second output, or a reshape that shares its
-   input's buffer, :func:`reshape_aliases`).
+   array, compute, or nothing: a fused node's second output, or a reshape (or a same-shape
+   sum_to / expand) that shares its input's buffer, :func:`reshape_aliases`).
 
 The executor allocates the planned buffers and runs the steps (from Python, or compiled, see
 :mod:`gpumat.runtime.compiled`).
@@ -28,6 +28,7 @@ import numpy as np
 from gpumat.graph.layout import ReshapeOp
 from gpumat.graph.node import Node, PlaceholderOp
 from gpumat.graph.reverse_mode import find_topo_sort
+from gpumat.graph.strided import ExpandLikeOp, ExpandOp, SumToOp
 from gpumat.runtime import fusion as fusion_pass
 from gpumat.runtime.memory import MemoryPlan, nbytes_of, plan_buffers
 
@@ -128,19 +129,27 @@ def infer_shapes(
     return shapes
 
 
-def reshape_aliases(order, planned, feeds, eval_nodes) -> dict:
-    """Reshapes that need no copy: node -> its input, for every ``reshape_op`` / ``flatten_op``
-    node whose input has a planned buffer (a planned buffer holds a value contiguously, in
-    row-major order, so the reshape is the same bytes seen with another shape). The memory plan
-    gives them one buffer and the run does nothing for the reshape (a :data:`WRITTEN` step).
-    A fed device array (used in place: its layout is its own) keeps the copy, and so does a
-    reshape that would put two returned values in one buffer.
+def reshape_aliases(order, planned, feeds, eval_nodes, shapes) -> dict:
+    """Values that are their input's bytes: node -> its input, for every ``reshape_op`` /
+    ``flatten_op`` node, and every ``sum_to_op`` / ``expand_op`` / ``expand_like_op`` node of its
+    input's shape (a sum over nothing, a repeat of nothing: the gradients of a same-shape
+    broadcast), whose input has a planned buffer (a planned buffer holds a value contiguously, in
+    row-major order, so a reshape is the same bytes seen with another shape). The memory plan
+    gives them one buffer and the run does nothing for the node (a :data:`WRITTEN` step).
+    A fed device array (used in place: its layout is its own) keeps the copy, and so does a node
+    that would put two returned values in one buffer.
     """
     returned = set(eval_nodes)
     aliases: dict = {}
     holds_returned: dict = {}  # a buffer's first value -> whether a returned value is in it
     for node in order:
-        if node in feeds or not isinstance(node.op, ReshapeOp) or node.inputs[0] not in planned:
+        if node in feeds or not node.inputs or node.inputs[0] not in planned:
+            continue
+        same_bytes = isinstance(node.op, ReshapeOp) or (
+            isinstance(node.op, (SumToOp, ExpandOp, ExpandLikeOp))
+            and shapes[node] == shapes[node.inputs[0]]
+        )
+        if not same_bytes:
             continue
         root = node.inputs[0]
         while root in aliases:
@@ -186,7 +195,7 @@ def make_plan(
     external = {n for n, (_, ext) in feeds.items() if ext and n in shapes}
     computed = {n for n in order if n not in feeds}
     planned = {n for n in order if n not in external}
-    aliases = reshape_aliases(order, planned, feeds, eval_nodes)
+    aliases = reshape_aliases(order, planned, feeds, eval_nodes, shapes)
     assignment, buffer_bytes = plan_buffers(
         order, shapes, planned, eval_nodes, computed, itemsize, aliases
     )

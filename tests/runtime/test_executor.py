@@ -832,3 +832,30 @@ def test_reshapes_share_their_input_buffer_and_run_nothing(ctx):
     hv3, rv3 = ex3.run({x: xv, w: wv})
     assert not _same_storage(hv3, rv3)
     assert_float32_close(to_numpy(rv3), to_numpy(hv3).reshape(4, 12).astype(np.float64), "copy")
+
+
+def test_same_shape_sum_to_and_expand_share_their_input_buffer(ctx):
+    # a same-shape broadcast's gradients (a sum over nothing, a repeat of nothing) are their
+    # input's bytes; a real sum or repeat is computed into a buffer of its own
+    rng = np.random.default_rng()
+    x, b = ad.Variable("x"), ad.Variable("b")
+    h = x * 2.0
+    same = ad.sum_to_op(h, x)
+    rep = ad.expand_like_op(h, x)
+    cols = ad.sum_to_op(h, b)
+    wide = ad.expand_like_op(b, x)
+    out = [same * 1.0, rep * 1.0, cols * 1.0, wide * 1.0]
+    xv, bv = rand(rng, (5, 7)).astype(np.float32), rand(rng, (7,)).astype(np.float32)
+    ex = Executor(out, device=ctx)
+    got = [to_numpy(v) for v in ex.run({x: xv, b: bv})]
+    x64 = 2.0 * xv.astype(np.float64)
+    for g, want, what in zip(
+        got,
+        [x64, x64, x64.sum(0), np.broadcast_to(bv, (5, 7))],
+        ["same", "rep", "cols", "wide"],
+        strict=True,
+    ):
+        assert_float32_close(g, want, what)
+    arrays = ex.node_to_arr_map
+    assert _same_storage(arrays[same], arrays[h]) and _same_storage(arrays[rep], arrays[h])
+    assert not _same_storage(arrays[cols], arrays[h])
