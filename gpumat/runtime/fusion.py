@@ -14,6 +14,8 @@ The rules, all in this module (one function each, applied in this order):
     (y > 0 exactly where z > 0).
 ``dense``
     ``matmul_op(a, b) + broadcastto_op(bias, mm)`` -> ``matmul_bias_op(a, b, bias)``: 3 -> 1.
+    Both dense rules also take the front end's form, ``broadcast_binary_op(matmul_op(a, b), bias,
+    "add")`` (``F.linear``), whose product is read elsewhere only for its shape.
 ``relu_bias_gradient``
     ``relu_gradient_op(y, g)`` and ``reducesumaxiszero_op`` of it to a (cols,) bias ->
     ``relu_bias_gradient_op(y, g)`` with two outputs, dz and dbias
@@ -59,6 +61,7 @@ from gpumat.graph.matmul import MatMulOp, matmul_bias_op
 from gpumat.graph.node import Attr, Node, Op, short_name
 from gpumat.graph.reduce import BroadcastToOp, ReduceSumAxisZeroOp
 from gpumat.graph.reverse_mode import find_topo_sort
+from gpumat.graph.strided import BroadcastBinaryOp
 
 __all__ = [
     "RULES",
@@ -168,8 +171,28 @@ class _Rewriter:
         return node not in self.eval and all(c in allowed for c in self.consumers[node])
 
 
+def _shape_use_only(node: Node, user: Node) -> bool:
+    """Whether ``user`` reads ``node`` only for its shape (``Op.shape_only_inputs``)."""
+    return all(k in user.op.shape_only_inputs for k, i in enumerate(user.inputs) if i is node)
+
+
 def _dense_parts(rw: _Rewriter, z: Node):
-    """(mm, bc, bias) when z = mm + broadcastto_op(bias, mm) with a (n,) bias, else None."""
+    """(mm, bc, bias) when z = mm + broadcastto_op(bias, mm) with a (n,) bias, or (mm, None, bias)
+    when z = broadcast_binary_op(mm, bias, "add") (the front end's ``F.linear``), mm 2-D and read
+    elsewhere only for its shape (its gradient's ``sum_to_op(g, mm)``), else None."""
+    if _is(z, BroadcastBinaryOp) and z.kind == "add" and rw.free(z):
+        mm, bias = z.inputs
+        if (
+            _is(mm, MatMulOp)
+            and rw.free(mm)
+            and mm is not bias
+            and mm not in rw.eval
+            and len(rw.shapes[mm]) == 2
+            and tuple(rw.shapes[bias]) == (rw.shapes[mm][1],)
+            and all(c is z or _shape_use_only(mm, c) for c in rw.consumers[mm])
+        ):
+            return mm, None, bias
+        return None
     if not _is(z, AddOp) or not rw.free(z):
         return None
     for mm, bc in (z.inputs, z.inputs[::-1]):
@@ -204,8 +227,9 @@ def rule_dense_relu(rw: _Rewriter, node: Node) -> bool:
     ):
         return False
     mm, bc, bias = parts
-    rw.claimed |= {node, z, mm, bc}
+    rw.claimed |= {n for n in (node, z, mm, bc) if n is not None}
     rw.alias[z] = node
+    rw.alias[mm] = node  # for readers of its shape alone: the fused output has it
     rw.makers[node] = _make_dense(rw, mm, bias, relu=True)
     return True
 
@@ -216,7 +240,8 @@ def rule_dense(rw: _Rewriter, node: Node) -> bool:
     if parts is None:
         return False
     mm, bc, bias = parts
-    rw.claimed |= {node, mm, bc}
+    rw.claimed |= {n for n in (node, mm, bc) if n is not None}
+    rw.alias[mm] = node  # for readers of its shape alone: the fused output has it
     rw.makers[node] = _make_dense(rw, mm, bias, relu=False)
     return True
 

@@ -251,6 +251,33 @@ def test_rules_leave_patterns_whose_inner_values_are_needed():
     assert new == [y]
 
 
+@pytest.mark.parametrize("relu", [True, False], ids=["dense_relu", "dense"])
+def test_dense_rules_take_the_front_ends_broadcast_add(relu):
+    # F.linear's form: broadcast_binary_op(mm, bias, "add"); its gradient reads mm for its shape
+    # only (sum_to_op(g, mm)), which the fused output has too
+    x, w, b = ad.Variable("x"), ad.Variable("w"), ad.Variable("b")
+    mm = ad.matmul_op(x, w)
+    z = ad.broadcast_binary_op(mm, b, "add")
+    y = ad.relu_op(z) if relu else z
+    loss = ad.reducesumaxiszero_op(ad.reducesumaxiszero_op(y * y))
+    grads = ad.gradients(loss, [x, w, b])
+    feeds = dense_feeds(x, w, b)
+    evals = [loss, *grads]
+    new, report = fusion.fuse_graph(evals, feeds, shapes_for(evals, feeds))
+    assert report.rules["dense_relu" if relu else "dense"] == 1
+    fused = [n for n in ad.find_topo_sort(new) if isinstance(n.op, graph.MatMulBiasOp)]
+    assert len(fused) == 1 and fused[0].relu == relu and fused[0].inputs == [x, w, b]
+    assert mm not in ad.find_topo_sort(new)  # the product is no longer computed on its own
+    got = Executor(new).run(feeds)
+    want = Executor(evals, fusion=False).run(feeds)
+    for g, r in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+    # the product read as a value elsewhere: nothing fuses
+    other = ad.matmul_op(mm, mm, False, True)
+    new, report = fusion.fuse_graph([y, other], feeds, shapes_for([y, other], feeds))
+    assert sum(report.rules.values()) == 0
+
+
 def test_fuse_graph_rejects_unknown_rules():
     x, w, b, mm, z, y = dense_graph()
     feeds = dense_feeds(x, w, b)
