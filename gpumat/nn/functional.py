@@ -595,8 +595,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias``: input (*, in), weight (out, in), bias (out,) -> (*, out).
 
     One ``matmul_op`` with the transposed-B flag (no transpose is made) and the bias added with
-    ``broadcastto_op``: the pattern the executor's fusion pass turns into one dense kernel in a
-    compiled step.
+    ``broadcast_binary_op``: the pattern the executor's fusion pass turns into one dense kernel
+    (``matmul_bias_op``, with a following ReLU) in a compiled step.
 
     Raises:
         TypeError: not float32 tensors. ValueError: shapes that do not fit (naming them).
