@@ -176,6 +176,12 @@ def test_products_and_sums_are_the_same_bits_on_any_thread_count(restore_threads
         ops.layer_norm_stats(gpumat.array(x), stats, 1e-5)
         ops.layer_norm_weight_gradient(gpumat.array(x), stats, gpumat.array(dy), dw)
         got += [stats.asnumpy(), dw.asnumpy()]
+        # clip_grad_norm_'s norms: per tensor a double sum in fixed blocks
+        tensors = [gpumat.array(rng.standard_normal(k).astype(np.float32)) for k in (70000, 9)]
+        for norm_type in (2.0, 1.0, 3.0):
+            norm = gpumat.empty((1,))
+            ops.total_norm_multi(tensors, norm_type, norm)
+            got.append(norm.asnumpy())
         # a double sum over rows past the parallel threshold
         logits = rng.standard_normal((5000, 10)).astype(np.float32)
         target = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 5000)]

@@ -153,35 +153,52 @@ void adadelta_update_multi(int, float* const* params, const float* const* grads,
   });
 }
 
-// The p-norm of all tensors together: per tensor a double sum (or a max) in index order, then
-// over tensors in order. partials is unused on the host.
+// The p-norm of all tensors together: per tensor a double sum (parallel_sum: fixed blocks added in
+// order, the same bits on any thread count) or a max in index order, then over tensors in order.
+// partials is unused on the host.
 void total_norm_multi(int, const float* const* xs, const int64_t* sizes, int count, float p, float*, int64_t,
                       float* out) {
   const bool is_max = p == INFINITY;
+  const double pd = static_cast<double>(p);
   double acc = 0.0;
   for (int t = 0; t < count; ++t) {
     const float* x = xs[t];
-    for (int64_t i = 0; i < sizes[t]; ++i) {
-      const double a = std::fabs(static_cast<double>(x[i]));
-      if (is_max)
+    const int64_t n = sizes[t];
+    if (is_max) {
+      for (int64_t i = 0; i < n; ++i) {
+        const double a = std::fabs(static_cast<double>(x[i]));
         acc = (a > acc || a != a) ? a : acc;
-      else
-        acc += p == 2.0f ? a * a : (p == 1.0f ? a : std::pow(a, static_cast<double>(p)));
+      }
+    } else if (p == 2.0f) {
+      acc += parallel_sum(n, n, [x](int64_t i) {
+        const double a = x[i];
+        return a * a;
+      });
+    } else if (p == 1.0f) {
+      acc += parallel_sum(n, n, [x](int64_t i) { return std::fabs(static_cast<double>(x[i])); });
+    } else {
+      acc += parallel_sum(n, n,
+                          [x, pd](int64_t i) { return std::pow(std::fabs(static_cast<double>(x[i])), pd); });
     }
   }
-  if (!is_max) acc = p == 1.0f ? acc : std::pow(acc, 1.0 / static_cast<double>(p));
+  if (!is_max) acc = p == 1.0f ? acc : std::pow(acc, 1.0 / pd);
   out[0] = static_cast<float>(acc);
 }
 
+namespace {
+GPUMAT_SIMD_CLONES void scale_block(float* x, int64_t lo, int64_t hi, float coef) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) x[i] *= coef;
+}
+}  // namespace
+
+// x *= min(max_norm / (total_norm + 1e-6), 1) for every tensor, in one OpenMP region.
 void clip_scale_multi(int, float* const* xs, const int64_t* sizes, int count, const float* total_norm,
                       float max_norm) {
   const float c = max_norm / (total_norm[0] + 1e-6f);
   const float coef = c > 1.0f ? 1.0f : c;  // NaN stays NaN, as torch's clamp
-  for (int t = 0; t < count; ++t) {
-    float* x = xs[t];
-    const int64_t n = sizes[t];
-    parallel_for(n, n, [&](int64_t i) { x[i] *= coef; });
-  }
+  parallel_blocks_multi(sizes, count,
+                        [&](int t, int64_t lo, int64_t hi) { scale_block(xs[t], lo, hi, coef); });
 }
 
 }  // namespace gpumat::host
