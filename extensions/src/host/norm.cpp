@@ -43,11 +43,13 @@ void row_stats(const float* x, int64_t d, float eps, bool rms, double* mean, dou
   *rstd = 1.0 / std::sqrt(q / static_cast<double>(d) + eps);
 }
 
-// out[j] for the columns j in [j0, j1), at most 64: the sum over the rows, in row order, of
+// out[j] for the columns j in [j0, j1), at most kColumns: the sum over the rows, in row order, of
 // term(r, j); rows outer, so the columns fill the SIMD lanes.
+constexpr int64_t kColumns = 64;
+
 template <typename Term>
 void column_sums(int64_t j0, int64_t j1, int64_t rows, const Term& term, float* out) {
-  double acc[64];
+  double acc[kColumns];
   const int64_t w = j1 - j0;
   std::fill(acc, acc + w, 0.0);
   for (int64_t r = 0; r < rows; ++r)
@@ -105,7 +107,6 @@ void layer_norm_gradient(int, const float* x, const float* stats, const float* w
 
 void layer_norm_weight_gradient(int, const float* x, const float* stats, const float* dy, float* dweight,
                                 int64_t rows, int64_t d) {
-  constexpr int64_t kColumns = 64;  // columns per task (column_sums' accumulators)
   parallel_for((d + kColumns - 1) / kColumns, rows * d, [&](int64_t t) {
     const int64_t j0 = t * kColumns, j1 = std::min(d, j0 + kColumns);
     column_sums(

@@ -170,16 +170,11 @@ void total_norm_multi(int, const float* const* xs, const int64_t* sizes, int cou
         const double a = std::fabs(static_cast<double>(x[i]));
         acc = (a > acc || a != a) ? a : acc;
       }
-    } else if (p == 2.0f) {
-      acc += parallel_sum(n, n, [x](int64_t i) {
-        const double a = x[i];
-        return a * a;
-      });
-    } else if (p == 1.0f) {
-      acc += parallel_sum(n, n, [x](int64_t i) { return std::fabs(static_cast<double>(x[i])); });
     } else {
-      acc += parallel_sum(n, n,
-                          [x, pd](int64_t i) { return std::pow(std::fabs(static_cast<double>(x[i])), pd); });
+      acc += parallel_sum(n, n, [x, p, pd](int64_t i) {
+        const double a = std::fabs(static_cast<double>(x[i]));
+        return p == 2.0f ? a * a : (p == 1.0f ? a : std::pow(a, pd));
+      });
     }
   }
   if (!is_max) acc = p == 1.0f ? acc : std::pow(acc, 1.0 / pd);

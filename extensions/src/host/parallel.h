@@ -99,28 +99,20 @@ inline void parallel_blocks(int64_t n, const Body& body) {
 // order on the calling thread.
 template <typename Body>
 inline void parallel_blocks_multi(const int64_t* sizes, int count, const Body& body) {
-  int64_t total = 0, blocks = 0;
-  for (int t = 0; t < count; ++t) {
-    total += sizes[t];
-    blocks += (sizes[t] + kBlockElems - 1) / kBlockElems;
-  }
+  int64_t total = 0;
+  for (int t = 0; t < count; ++t) total += sizes[t];
   if (total < kParallelMin) {
     for (int t = 0; t < count; ++t)
       if (sizes[t] > 0) body(t, int64_t{0}, sizes[t]);
     return;
   }
-  // (tensor, first block) of each task: blocks of a tensor are consecutive tasks
-#pragma omp parallel for schedule(dynamic, 4) num_threads(region_threads())
-  for (int64_t task = 0; task < blocks; ++task) {
-    int t = 0;
-    int64_t b = task;
-    for (;;) {
-      const int64_t nb = (sizes[t] + kBlockElems - 1) / kBlockElems;
-      if (b < nb) break;
-      b -= nb;
-      ++t;
-    }
-    body(t, b * kBlockElems, std::min(sizes[t], (b + 1) * kBlockElems));
+  // Every thread meets each tensor's loop in turn (nowait: a thread done with its blocks of one
+  // tensor goes on to the next) and takes that tensor's blocks from a shared queue.
+#pragma omp parallel num_threads(region_threads())
+  for (int t = 0; t < count; ++t) {
+    const int64_t n = sizes[t], blocks = (n + kBlockElems - 1) / kBlockElems;
+#pragma omp for schedule(dynamic) nowait
+    for (int64_t b = 0; b < blocks; ++b) body(t, b * kBlockElems, std::min(n, (b + 1) * kBlockElems));
   }
 }
 
