@@ -13,6 +13,8 @@ Cases are (B, H, T, D, causal): B sequences of T tokens, H heads of D features, 
 - ``gpumat fwd`` / ``fwd+bwd``: the fused kernels themselves, :func:`gpumat.ops.attention` and
   then :func:`gpumat.ops.attention_gradient` (FlashAttention-2's tiling; Dao 2023), into
   preallocated outputs;
+- ``det. fwd+bwd``: the same with :func:`gpumat.use_deterministic_algorithms` on (on CUDA the
+  gradient's two-kernel path, dq without float atomics; the host has one path);
 - ``F fwd+bwd``: the same through the front end (``F.scaled_dot_product_attention`` and
   ``backward`` on tensors that require gradients): adds allocation and autograd;
 - ``torch fwd`` / ``fwd+bwd``: ``torch.nn.functional.scaled_dot_product_attention`` with
@@ -24,8 +26,9 @@ Cases are (B, H, T, D, causal): B sequences of T tokens, H heads of D features, 
 forward and 2.5 times that for the backward (FlashAttention-2's counting, its recomputation not
 counted), halved when causal. Before timing, gpumat's output and gradients are checked against a
 float64 reference (PyTorch's in float64, else ``gpumat.reference``'s kernels) on the same inputs
-by :func:`_common.compare`; ``rel err`` is the largest of the four ``||x - ref|| / ||ref||``. A
-case that fails its check is not timed (its row keeps the first mismatch's message).
+by :func:`_common.compare`; ``rel err`` is the largest of the four ``||x - ref|| / ||ref||``
+over both gradient paths. A case that fails its check is not timed (its row keeps the first
+mismatch's message).
 
 Memory (``--memory``, on by default): for T in the memory list (B = 1, H = 4, D = 64, not
 causal), the allocator's peak above what was in use before a forward and backward through the
@@ -132,15 +135,19 @@ def run_case(case, ctx, torch, args, rng):
         gp = np.zeros((n, t, d + 1), np.float32)
         gp[..., :d] = s[3]
         douts.append(gpumat.array(gp, ctx))
-    out = gpumat.array(np.full((n, t, d + 1), np.nan, np.float32), ctx)  # poisoned: all written?
-    dqkv = gpumat.array(np.full((3 * n * t * d,), np.nan, np.float32), ctx)
     q, k, v, g = sets[0]
-    ops.attention(dev[0][0], dev[0][1], dev[0][2], out, scale, causal)
-    ops.attention_gradient(dev[0][0], dev[0][1], dev[0][2], out, douts[0], dqkv, scale, causal)
-    got = out.asnumpy()[..., :d]
-    grads = dqkv.asnumpy().reshape(3, n, t, d)
     want = reference(q, k, v, g, scale, causal, torch)
-    checks = [compare(x, w, TOL) for x, w in zip([got, *grads], want, strict=True)]
+    checks = []
+    for deterministic in (True, False):  # both gradient paths; the default (fast) one stays set
+        gpumat.use_deterministic_algorithms(deterministic)
+        # poisoned, so that an unwritten element fails the check
+        out = gpumat.array(np.full((n, t, d + 1), np.nan, np.float32), ctx)
+        dqkv = gpumat.array(np.full((3 * n * t * d,), np.nan, np.float32), ctx)
+        ops.attention(dev[0][0], dev[0][1], dev[0][2], out, scale, causal)
+        ops.attention_gradient(dev[0][0], dev[0][1], dev[0][2], out, douts[0], dqkv, scale, causal)
+        got = out.asnumpy()[..., :d]
+        grads = dqkv.asnumpy().reshape(3, n, t, d)
+        checks += [compare(x, w, TOL) for x, w in zip([got, *grads], want, strict=True)]
     row["rel_err"] = max(err for _, err, _ in checks)
     row["checked_against"] = "torch float64" if torch is not None else "gpumat.reference (float64)"
     if not all(ok for ok, _, _ in checks):
@@ -174,6 +181,11 @@ def run_case(case, ctx, torch, args, rng):
         "gpumat_fwd_bwd": time_calls(fwd_bwd, 2, sync, **kw),
         "gpumat_frontend_fwd_bwd": time_calls(front_end, 2, sync, **kw),
     }
+    gpumat.use_deterministic_algorithms(True)
+    try:
+        timings["gpumat_fwd_bwd_deterministic"] = time_calls(fwd_bwd, 2, sync, **kw)
+    finally:
+        gpumat.use_deterministic_algorithms(False)
     if torch is not None:
         tdev = "cuda" if ctx.device_type == "gpu" else "cpu"
         tsync = torch.cuda.synchronize if tdev == "cuda" else (lambda: None)
@@ -250,19 +262,21 @@ def case_table(rows):
     for r in rows:
         name = f"{r['B']}x{r['H']}x{r['T']}x{r['D']}{' causal' if r['causal'] else ''}"
         if r["status"] != "ok":
-            body.append([name, *["-"] * 9, f"{r['status']} {r['rel_err']:.1e}", "-"])
+            body.append([name, *["-"] * 11, f"{r['status']} {r['rel_err']:.1e}", "-"])
             continue
         body.append([
             name, ms(r, "gpumat_fwd"), ms(r, "torch_fwd"), ratio(r, "gpumat_fwd", "torch_fwd"),
             ms(r, "gpumat_fwd_bwd"), ms(r, "torch_fwd_bwd"),
-            ratio(r, "gpumat_fwd_bwd", "torch_fwd_bwd"), ms(r, "gpumat_frontend_fwd_bwd"),
+            ratio(r, "gpumat_fwd_bwd", "torch_fwd_bwd"), ms(r, "gpumat_fwd_bwd_deterministic"),
+            ratio(r, "gpumat_fwd_bwd_deterministic", "torch_fwd_bwd"),
+            ms(r, "gpumat_frontend_fwd_bwd"),
             f"{r['tflops_fwd']:.2f}", f"{r['tflops_fwd_bwd']:.2f}", f"{r['rel_err']:.1e}",
             r.get("torch_backend", "-"),
         ])  # fmt: skip
     return format_table(
         ["B x H x T x D", "gpumat fwd ms", "torch fwd ms", "x torch", "gpumat fwd+bwd ms",
-         "torch fwd+bwd ms", "x torch", "F fwd+bwd ms", "fwd TFLOP/s", "fwd+bwd TFLOP/s",
-         "rel err", "torch backend"],
+         "torch fwd+bwd ms", "x torch", "det. fwd+bwd ms", "x torch", "F fwd+bwd ms",
+         "fwd TFLOP/s", "fwd+bwd TFLOP/s", "rel err", "torch backend"],
         body,
     )  # fmt: skip
 
@@ -281,6 +295,8 @@ def memory_table(rows):
 
 LEGEND = (
     "Times: median ms per call. x torch: PyTorch's time / gpumat's (above 1: gpumat faster). "
+    "det.: with gpumat.use_deterministic_algorithms(True) (on CUDA, dq in a second kernel "
+    "instead of float atomics; the other columns use the default). "
     "F: the front end (allocation and autograd included). TFLOP/s: 4 B H T^2 D forward, 3.5 times "
     "that forward and backward, halved when causal. rel err: the largest of out, dq, dk, dv "
     "against float64. Memory: peak bytes above the inputs for one forward and backward "

@@ -92,6 +92,7 @@ from gpumat.creation import (  # noqa: E402
 from gpumat.devices import (  # noqa: E402
     Device,
     __version__,
+    are_deterministic_algorithms_enabled,
     build_info,
     cpu,
     cuda_available,
@@ -105,6 +106,7 @@ from gpumat.devices import (  # noqa: E402
     reset_peak_memory_stats,
     set_num_threads,
     synchronize,
+    use_deterministic_algorithms,
 )
 from gpumat.devices import Device as device  # noqa: E402  torch.device's spelling: a class
 from gpumat.dlpack import from_dlpack  # noqa: E402
@@ -190,6 +192,8 @@ __all__ = [
     "set_num_threads",
     "synchronize",
     "tensor",
+    "use_deterministic_algorithms",
+    "are_deterministic_algorithms_enabled",
     "utils",
     "zeros",
     "zeros_like",

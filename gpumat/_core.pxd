@@ -228,6 +228,9 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
                              GpuMatrix&, float, bool) except +gpumat_raise_py_error nogil
     void batch_norm_weight_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
                                     float) except +gpumat_raise_py_error nogil
+    # determinism
+    bool are_deterministic_algorithms_enabled()
+    void use_deterministic_algorithms(bool)
     # op counting
     int64_t op_count(const Device&) except +gpumat_raise_py_error
     # host threads

@@ -631,6 +631,16 @@ def op_count_(int kind, int index):
     return op_count(make_device(kind, index))
 
 
+# Deterministic algorithms (extensions/src/ops/checks.cpp).
+
+def are_deterministic_algorithms_enabled_():
+    return are_deterministic_algorithms_enabled()
+
+
+def use_deterministic_algorithms_(bint mode):
+    use_deterministic_algorithms(mode)
+
+
 # Host threads (extensions/src/host/parallel.cpp).
 
 def get_num_threads_():

@@ -36,6 +36,8 @@ __all__ = [
     "reset_peak_memory_stats",
     "set_num_threads",
     "synchronize",
+    "use_deterministic_algorithms",
+    "are_deterministic_algorithms_enabled",
 ]
 
 __version__ = "0.1.0"
@@ -297,6 +299,33 @@ def set_num_threads(n: int) -> None:
     if not 1 <= n <= 2**31 - 1:
         raise ValueError(f"set_num_threads: n must be at least 1 (and below 2**31), got {n}")
     _core.set_num_threads_(n)
+
+
+def use_deterministic_algorithms(mode: bool) -> None:
+    """Makes every op give the same bits on every run (``mode=True``) or lets ops take a faster
+    nondeterministic kernel (``False``, the default): PyTorch's
+    ``torch.use_deterministic_algorithms``. Process-wide, for calls from any Python thread; each op
+    call reads it, and a compiled step's CUDA graph keeps the kernels it captured.
+
+    One op differs today: the gradient of fused attention
+    (``F.scaled_dot_product_attention``, ``ops.attention_gradient``) on CUDA devices. Its fast path
+    (FlashAttention-2's backward, Dao 2023) computes each tile's scores once for dq, dk and dv and
+    adds dq's per-key-tile sums with float atomics, whose order varies between runs (a difference
+    in the last bits); the deterministic path computes dq in a second kernel, each element with one
+    writer, for about 40% more arithmetic. Host kernels are deterministic either way.
+
+    Raises TypeError when ``mode`` is not a bool.
+    """
+    if not isinstance(mode, bool):
+        got = type(mode).__name__
+        raise TypeError(f"use_deterministic_algorithms: mode must be a bool, got {got}")
+    _core.use_deterministic_algorithms_(mode)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    """Whether :func:`use_deterministic_algorithms` is on (PyTorch's
+    ``torch.are_deterministic_algorithms_enabled``): False unless set."""
+    return bool(_core.are_deterministic_algorithms_enabled_())
 
 
 def reset_peak_memory_stats(device: Device | None = None) -> None:

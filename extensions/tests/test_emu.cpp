@@ -1582,15 +1582,15 @@ void norm_cases() {
 // The fused attention kernels (forward, and the gradient's two passes) against the host kernel:
 // tails of the 16-row tiles in l and s (l != s either way), one row and one key, e != ev, the
 // largest head dim (128), causal and not, a batch of several (batch, head) pairs; and a grid of
-// GPUMAT_EMU_MAX_BLOCKS=2 (the grid-stride loop over tiles). The gradient runs on the forward's
-// output of its own device (the saved logsumexp).
+// GPUMAT_EMU_MAX_BLOCKS=2 (the grid-stride loop over tiles); s = 130 gives dq three atomic adds per
+// element. The gradient runs on the forward's output of its own device (the saved logsumexp).
 void attention_cases() {
   namespace ops = gpumat::ops;
   struct Case {
     int64_t batch, l, s, e, ev;
   };
   for (const Case& c : {Case{3, 37, 21, 5, 7}, Case{2, 16, 40, 8, 8}, Case{1, 1, 1, 1, 1},
-                        Case{2, 19, 17, 128, 128}, Case{1, 33, 33, 3, 2}}) {
+                        Case{2, 19, 17, 128, 128}, Case{1, 33, 33, 3, 2}, Case{2, 70, 130, 24, 16}}) {
     for (bool causal : {false, true}) {
       const std::string t = " (" + std::to_string(c.batch) + "," + std::to_string(c.l) + "," +
                             std::to_string(c.s) + "," + std::to_string(c.e) + "," + std::to_string(c.ev) +
@@ -1602,14 +1602,20 @@ void attention_cases() {
           "attention" + t, {q, k, v}, {o},
           [scale, causal](Arrays& a) { ops::attention(a[0], a[1], a[2], a[3], scale, causal); }, 1e-5f, -2.0f,
           2.0f);
-      check(
-          "attention_gradient" + t, {q, k, v, o}, {{c.batch * (c.l * c.e + c.s * c.e + c.s * c.ev)}},
-          [scale, causal, o](Arrays& a) {
-            GpuMatrix out(o, a[0].device());
-            ops::attention(a[0], a[1], a[2], out, scale, causal);
-            ops::attention_gradient(a[0], a[1], a[2], out, a[3], a[4], scale, causal);
-          },
-          1e-4f, -2.0f, 2.0f);
+      // both gradient paths: dq by float atomics (the default) and the deterministic two kernels
+      for (bool deterministic : {false, true}) {
+        ops::use_deterministic_algorithms(deterministic);
+        check(
+            "attention_gradient" + t + (deterministic ? " deterministic" : ""), {q, k, v, o},
+            {{c.batch * (c.l * c.e + c.s * c.e + c.s * c.ev)}},
+            [scale, causal, o](Arrays& a) {
+              GpuMatrix out(o, a[0].device());
+              ops::attention(a[0], a[1], a[2], out, scale, causal);
+              ops::attention_gradient(a[0], a[1], a[2], out, a[3], a[4], scale, causal);
+            },
+            1e-4f, -2.0f, 2.0f);
+      }
+      ops::use_deterministic_algorithms(false);
     }
   }
   ScopedEnv cap("GPUMAT_EMU_MAX_BLOCKS", "2");

@@ -74,9 +74,19 @@ def test_attention_kernel_matches_float64(ctx, shape, causal):
     assert_close(got[..., ev], lse, rtol=1e-5, atol=1e-5, msg=f"seed {seed}")
 
 
+@pytest.fixture(params=[False, True], ids=["fast", "deterministic"])
+def deterministic(request):
+    """Runs a test with gpumat.use_deterministic_algorithms off (the CUDA gradient's float atomics
+    for dq) and on (its two-kernel path), restoring the setting after."""
+    before = gpumat.are_deterministic_algorithms_enabled()
+    gpumat.use_deterministic_algorithms(request.param)
+    yield request.param
+    gpumat.use_deterministic_algorithms(before)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", SHAPES, ids=_sid)
-def test_attention_gradient_kernel_matches_float64(ctx, shape, causal):
+def test_attention_gradient_kernel_matches_float64(ctx, shape, causal, deterministic):
     rng, seed = new_rng()
     batch, lq, s, e, ev = shape
     q, k, v = _inputs(rng, *shape)
@@ -317,6 +327,51 @@ def test_compiled_sdpa_step_equals_eager(ctx):
         traced = compiled(x)
         for e, c in zip(eager, traced, strict=True):
             np.testing.assert_array_equal(c.numpy(), e.detach().numpy())
+
+
+def test_deterministic_algorithms_switch():
+    assert gpumat.are_deterministic_algorithms_enabled() is False  # PyTorch's default
+    try:
+        gpumat.use_deterministic_algorithms(True)
+        assert gpumat.are_deterministic_algorithms_enabled() is True
+    finally:
+        gpumat.use_deterministic_algorithms(False)
+    assert gpumat.are_deterministic_algorithms_enabled() is False
+    for bad in (1, None, "yes", np.bool_(True)):
+        with pytest.raises(TypeError, match="use_deterministic_algorithms: mode must be a bool"):
+            gpumat.use_deterministic_algorithms(bad)
+    assert gpumat.are_deterministic_algorithms_enabled() is False
+
+
+@pytest.mark.parametrize("shape", [(2, 70, 130, 24, 16), (3, 200, 150, 64, 64)], ids=_sid)
+def test_deterministic_gradient_repeats_bits_and_agrees_with_the_fast_one(
+    ctx, shape, deterministic
+):
+    """The deterministic path gives the same bits on every run; the CUDA kernels' fast path (dq's
+    key-tile sums added by float atomics, in the order blocks finish) agrees with it to float32
+    rounding. Several key tiles per row, so dq gets several atomic adds (the host has one path)."""
+    rng, seed = new_rng()
+    batch, lq, s, e, ev = shape
+    q, k, v = _inputs(rng, *shape)
+    g = rng.uniform(-1, 1, size=(batch, lq, ev + 1)).astype(np.float32)
+    arrays = [gpumat.array(x, ctx) for x in (q, k, v)]
+    out = gpumat.empty((batch, lq, ev + 1), ctx)
+    ops.attention(*arrays, out, 0.3, True)
+    dout = gpumat.array(g, ctx)
+    runs = []
+    for _ in range(2):
+        dqkv = nan_array((q.size + k.size + v.size,), ctx)
+        ops.attention_gradient(*arrays, out, dout, dqkv, 0.3, True)
+        runs.append(dqkv.asnumpy())
+    if deterministic:
+        np.testing.assert_array_equal(runs[0], runs[1])
+    gpumat.use_deterministic_algorithms(not deterministic)
+    other = nan_array((q.size + k.size + v.size,), ctx)
+    ops.attention_gradient(*arrays, out, dout, other, 0.3, True)
+    assert_close(other.asnumpy(), runs[0], rtol=1e-5, atol=1e-6, msg=f"seed {seed}")
+    # dk and dv have one writer per element on both paths: the same bits
+    nq = q.size
+    np.testing.assert_array_equal(other.asnumpy()[nq:], runs[0][nq:])
 
 
 def test_emu_profile_sees_the_attention_kernels():

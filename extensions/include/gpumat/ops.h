@@ -207,7 +207,8 @@ void bmm(const GpuMatrix& a, bool trans_a, const GpuMatrix& b, bool trans_b, Gpu
 // (-inf and O = 0 for a row with no key). out differs from the inputs.
 // attention_gradient: dqkv (q.size + k.size + v.size,) = dq, dk, dv one after the other (one output:
 // a graph node has one value) from the forward's out and dout (out's shape; its last column the
-// gradient of the logsumexp); deterministic (no atomics).
+// gradient of the logsumexp). On CUDA devices dq's sums use float atomics unless
+// are_deterministic_algorithms_enabled(); dk and dv, and every host result, are deterministic.
 void attention(const GpuMatrix& q, const GpuMatrix& k, const GpuMatrix& v, GpuMatrix& out, float scale,
                bool causal);
 void attention_gradient(const GpuMatrix& q, const GpuMatrix& k, const GpuMatrix& v, const GpuMatrix& out,
@@ -457,6 +458,16 @@ void batch_norm_gradient(const GpuMatrix& x, const GpuMatrix& stats, const GpuMa
 // dweight (C,) = sum over each channel of dy * xhat.
 void batch_norm_weight_gradient(const GpuMatrix& x, const GpuMatrix& stats, const GpuMatrix& dy,
                                 GpuMatrix& dweight, float eps);
+
+// ---------------------------------------------------------------------------- determinism
+
+// Whether ops with a faster nondeterministic kernel take their deterministic one instead
+// (PyTorch's torch.use_deterministic_algorithms): process-wide, for calls from any thread, read
+// by each call (a CUDA graph keeps the kernel it captured). Off by default. Today one op differs:
+// attention_gradient on CUDA devices, whose fast path adds dq's per-key-tile sums with float
+// atomics; every other op gives the same bits on every run either way.
+bool are_deterministic_algorithms_enabled();
+void use_deterministic_algorithms(bool mode);
 
 // ---------------------------------------------------------------------------- op counting
 

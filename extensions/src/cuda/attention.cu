@@ -55,13 +55,26 @@ struct Head {
 };
 
 // Loads rows [r0, r0 + kTile) of a (rows, width) matrix (row stride `stride`) into a tile; zeros
-// past `rows` and past `width` (to HD), so that products over the padded head dim are exact.
+// past `rows` and past `width` (to HD), so that products over the padded head dim are exact. Rows
+// that start on 16 bytes with a width of whole float4s (the usual q, k, v) move as float4s: a
+// quarter of the loads and index arithmetic of the float path.
 template <int HD>
 __device__ void load_tile(float* tile, const float* m, int64_t r0, int64_t rows, int64_t width,
                           int64_t stride) {
+  constexpr int S = Head<HD>::kStride;
+  if (HD % 4 == 0 && width % 4 == 0 && stride % 4 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0) {
+    constexpr int kQuads = HD / 4;
+    for (int i = threadIdx.x; i < kTile * kQuads; i += kThreads) {
+      const int rr = i / kQuads, x = (i % kQuads) * 4;
+      float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r0 + rr < rows && x < width) t = *reinterpret_cast<const float4*>(m + (r0 + rr) * stride + x);
+      *reinterpret_cast<float4*>(tile + rr * S + x) = t;
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < kTile * HD; i += kThreads) {
     const int rr = i / HD, x = i % HD;
-    tile[rr * Head<HD>::kStride + x] = r0 + rr < rows && x < width ? m[(r0 + rr) * stride + x] : 0.0f;
+    tile[rr * S + x] = r0 + rr < rows && x < width ? m[(r0 + rr) * stride + x] : 0.0f;
   }
 }
 
@@ -163,6 +176,18 @@ __device__ void tile_product(const float* w, const float* m, int tx, int ty,
   }
 }
 
+// Whether the forward kernel loads V into K's buffer once the scores are done: for the largest head
+// dim, three 64-row tiles and the score tile take 121 KiB, one block per multiprocessor; two tiles
+// and the scores (88 KiB) let two blocks share one, for one more barrier and V's load after K's.
+template <int HD>
+constexpr bool kShareKV = HD > 64;
+
+// Blocks per multiprocessor the gradient kernels are built for: two for head dims up to 64 (their
+// tiles fit twice in a multiprocessor's 228 KiB, and 128 registers a thread fill its 64 K
+// registers), one above (the forward kernel's tiles fit twice for every head dim).
+template <int HD>
+constexpr int kBlocksPerSM = HD <= 64 ? 2 : 1;
+
 // The max and the sum over a row's 16 threads (16 lanes of one warp).
 __device__ float row_max(float x) {
 #pragma unroll
@@ -201,13 +226,13 @@ __device__ void load_row_stats(float* lse, float* dsum, const float* out, const 
 
 // q (batch, l, e), k (batch, s, e), v (batch, s, ev), out (batch, l, ev + 1)
 template <int HD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     attention_forward_kernel(const float* q, const float* k, const float* v, float* out, int64_t batch,
                              int64_t l, int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
   using H = Head<HD>;
   float* qs = dynamic_smem<float>();
   float* ks = qs + H::kTileFloats;
-  float* vs = ks + H::kTileFloats;
+  float* vs = kShareKV<HD> ? ks : ks + H::kTileFloats;
   float* ps = vs + H::kTileFloats;  // kTile x kScoreStride
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
   const int64_t qblocks = (l + kTile - 1) / kTile;
@@ -227,7 +252,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
       __syncthreads();  // the last tile's readers are done with ks, vs, ps
       load_tile<HD>(ks, kb, k0, s, e, e);
-      load_tile<HD>(vs, vb, k0, s, ev, ev);
+      if constexpr (!kShareKV<HD>) load_tile<HD>(vs, vb, k0, s, ev, ev);
       __syncthreads();
       float sc[kPer][kPer];
       tile_dots<HD>(qs, ks, tx, ty, sc);
@@ -255,7 +280,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int c = 0; c < H::kCols; ++c) acc[i][c] *= alpha;
       }
-      __syncthreads();  // P complete
+      __syncthreads();  // P complete (and, sharing one buffer, K's readers done)
+      if constexpr (kShareKV<HD>) {
+        load_tile<HD>(vs, vb, k0, s, ev, ev);
+        __syncthreads();
+      }
       tile_product<HD>(ps, vs, tx, ty, acc);
     }
 #pragma unroll
@@ -272,13 +301,46 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dk (batch, s, e), dv (batch, s, ev); dout and out (batch, l, ev + 1). A thread's rows are keys,
-// its score columns queries.
+// acc[i][c] += sum over r < kTile of w[r * kScoreStride + 4 ty + i] * m[r * stride + col(tx, c)] for
+// the head columns c0 <= c < c0 + kVec: the transpose of a score tile w times a 64-row head tile m.
+// A thread's rows here are 4 ty .. 4 ty + 3, so that they are one float4 of each row of w (a warp's
+// two ty read 32 consecutive bytes).
 template <int HD>
-__global__ void __launch_bounds__(kThreads)
+__device__ void tile_product_transposed(const float* w, const float* m, int tx, int ty, int c0,
+                                        float (&acc)[kPer][Head<HD>::kVec]) {
+  using H = Head<HD>;
+#pragma unroll 4
+  for (int r = 0; r < kTile; ++r) {
+    const float4 p = *reinterpret_cast<const float4*>(w + r * kScoreStride + kPer * ty);
+    float mv[H::kVec];
+    const float* src = m + r * H::kStride + H::col(tx, c0);
+    if constexpr (H::kVec == 4) {
+      const float4 t = *reinterpret_cast<const float4*>(src);
+      mv[0] = t.x, mv[1] = t.y, mv[2] = t.z, mv[3] = t.w;
+    } else if constexpr (H::kVec == 2) {
+      const float2 t = *reinterpret_cast<const float2*>(src);
+      mv[0] = t.x, mv[1] = t.y;
+    } else {
+      mv[0] = *src;
+    }
+    const float pr[kPer] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+#pragma unroll
+      for (int c = 0; c < H::kVec; ++c) acc[i][c] = fmaf(pr[i], mv[c], acc[i][c]);
+  }
+}
+
+// dk (batch, s, e), dv (batch, s, ev); dout and out (batch, l, ev + 1). A thread's rows are keys,
+// its score columns queries. With WithDq (FlashAttention-2's backward) it also adds each query
+// tile's scale dS K into dq (batch, l, e; zeroed before the launch) with float atomics: one kernel
+// computes the scores once for all three gradients (five tile products per tile pair instead of the
+// two-kernel path's seven), but the order of dq's sums, and so its last bits, varies between runs.
+template <int HD, bool WithDq>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSM<HD>)
     attention_dkdv_kernel(const float* q, const float* k, const float* v, const float* out, const float* dout,
-                          float* dk, float* dv, int64_t batch, int64_t l, int64_t s, int64_t e, int64_t ev,
-                          float scale, bool causal) {
+                          float* dq, float* dk, float* dv, int64_t batch, int64_t l, int64_t s, int64_t e,
+                          int64_t ev, float scale, bool causal) {
   using H = Head<HD>;
   float* ks = dynamic_smem<float>();
   float* vs = ks + H::kTileFloats;
@@ -327,6 +389,22 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       tile_product<HD>(pts, dos, tx, ty, dva);
       tile_product<HD>(dsts, qs, tx, ty, dka);
+      if constexpr (WithDq) {
+        // dq rows q0 + 4 ty + i += scale dS K, kVec head columns at a time (registers)
+        for (int c0 = 0; c0 < H::kCols; c0 += H::kVec) {
+          float dqa[kPer][H::kVec] = {};
+          tile_product_transposed<HD>(dsts, ks, tx, ty, c0, dqa);
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) {
+            const int64_t row = q0 + kPer * ty + i;
+#pragma unroll
+            for (int c = 0; c < H::kVec; ++c) {
+              const int col = H::col(tx, c0 + c);
+              if (row < l && col < e) atomicAdd(dq + (b * l + row) * e + col, dqa[i][c] * scale);
+            }
+          }
+        }
+      }
     }
     store_tile<HD>(qs, dka, scale, dk + (b * s + k0) * e, s - k0, e, e, tx, ty);
     store_tile<HD>(dos, dva, 1.0f, dv + (b * s + k0) * ev, s - k0, ev, ev, tx, ty);
@@ -336,7 +414,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // dq (batch, l, e)
 template <int HD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSM<HD>)
     attention_dq_kernel(const float* q, const float* k, const float* v, const float* out, const float* dout,
                         float* dq, int64_t batch, int64_t l, int64_t s, int64_t e, int64_t ev, float scale,
                         bool causal) {
@@ -404,7 +482,7 @@ double pairs(int64_t batch, int64_t l, int64_t s, bool causal) {
 // Dynamic shared memory of each kernel, in bytes.
 template <int HD>
 constexpr size_t forward_smem() {
-  return sizeof(float) * (3 * Head<HD>::kTileFloats + kTile * kScoreStride);
+  return sizeof(float) * ((kShareKV<HD> ? 2 : 3) * Head<HD>::kTileFloats + kTile * kScoreStride);
 }
 template <int HD>
 constexpr size_t dkdv_smem() {
@@ -437,12 +515,24 @@ void forward(cudaStream_t stream, const float* q, const float* k, const float* v
 template <int HD>
 void gradient(cudaStream_t stream, const float* q, const float* k, const float* v, const float* out,
               const float* dout, float* dq, float* dk, float* dv, int64_t batch, int64_t l, int64_t s,
-              int64_t e, int64_t ev, float scale, bool causal) {
+              int64_t e, int64_t ev, float scale, bool causal, bool deterministic) {
+  const unsigned key_tiles = tile_grid(batch * ceil_div(s, kTile));
+  if (!deterministic) {
+    check(cudaMemsetAsync(dq, 0, sizeof(float) * static_cast<size_t>(batch * l * e), stream),
+          "attention_gradient");
+    if (s > 0) {
+      note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(3 * e + 2 * ev));
+      launch_tiles<attention_dkdv_kernel<HD, true>>("attention_gradient", key_tiles, dkdv_smem<HD>(), stream,
+                                                    q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale,
+                                                    causal);
+    }
+    return;
+  }
   if (s > 0) {
     note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(2 * e + 2 * ev));
-    launch_tiles<attention_dkdv_kernel<HD>>("attention_gradient", tile_grid(batch * ceil_div(s, kTile)),
-                                            dkdv_smem<HD>(), stream, q, k, v, out, dout, dk, dv, batch, l, s,
-                                            e, ev, scale, causal);
+    launch_tiles<attention_dkdv_kernel<HD, false>>("attention_gradient", key_tiles, dkdv_smem<HD>(), stream,
+                                                   q, k, v, out, dout, nullptr, dk, dv, batch, l, s, e, ev,
+                                                   scale, causal);
   }
   if (l > 0) {
     note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(2 * e + ev));
@@ -481,17 +571,21 @@ void attention(int dev, const float* q, const float* k, const float* v, float* o
 
 void attention_gradient(int dev, const float* q, const float* k, const float* v, const float* out,
                         const float* dout, float* dq, float* dk, float* dv, int64_t batch, int64_t l,
-                        int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
+                        int64_t s, int64_t e, int64_t ev, float scale, bool causal, bool deterministic) {
   cudaStream_t stream = activate(dev);
   switch (head_bucket(e, ev)) {
     case 16:
-      return gradient<16>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal);
+      return gradient<16>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal,
+                          deterministic);
     case 32:
-      return gradient<32>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal);
+      return gradient<32>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal,
+                          deterministic);
     case 64:
-      return gradient<64>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal);
+      return gradient<64>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal,
+                          deterministic);
     default:
-      return gradient<128>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal);
+      return gradient<128>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal,
+                           deterministic);
   }
 }
 

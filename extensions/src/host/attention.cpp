@@ -166,7 +166,7 @@ void attention(int, const float* q, const float* k, const float* v, float* out, 
 
 void attention_gradient(int, const float* q, const float* k, const float* v, const float* out,
                         const float* dout, float* dq, float* dk, float* dv, int64_t batch, int64_t l,
-                        int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
+                        int64_t s, int64_t e, int64_t ev, float scale, bool causal, bool) {
   const int64_t le = std::max<int64_t>(e, 1), lev = std::max<int64_t>(ev, 1);
   parallel_for(batch, batch * l * s * (e + ev), [&](int64_t b) {
     const float* qb = q + b * l * e;

@@ -75,7 +75,7 @@ void attention_gradient(const GpuMatrix& q, const GpuMatrix& k, const GpuMatrix&
     float* dq = dqkv.data();
     be.attention_gradient(q.device().index, q.data(), k.data(), v.data(), out.data(), dout.data(), dq,
                           dq + q.size(), dq + q.size() + k.size(), d.batch, d.l, d.s, d.e, d.ev, scale,
-                          causal);
+                          causal, are_deterministic_algorithms_enabled());
   }
   finish(dqkv);
 }

@@ -182,6 +182,20 @@ std::vector<int64_t> check_tensor_lists(const char* op, const std::vector<Tensor
   return sizes;
 }
 
+namespace {
+std::atomic<bool>& deterministic_algorithms() {
+  static std::atomic<bool> mode{false};
+  return mode;
+}
+}  // namespace
+
+bool are_deterministic_algorithms_enabled() {
+  return deterministic_algorithms().load(std::memory_order_relaxed);
+}
+void use_deterministic_algorithms(bool mode) {
+  deterministic_algorithms().store(mode, std::memory_order_relaxed);
+}
+
 int64_t op_count(const Device& device) { return op_counter(device).load(std::memory_order_relaxed); }
 
 void count_ops(const Device& device, int64_t n) {
