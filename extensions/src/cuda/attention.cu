@@ -27,7 +27,6 @@
 // zero-padded past e and ev); the tiles take dynamic shared memory (up to 167 KiB for HD = 128,
 // raised per kernel with cudaFuncSetAttribute). Host reference: ../host/attention.cpp.
 #include <cmath>
-#include <type_traits>
 
 #include "common.cuh"
 #include "kernels.cuh"
@@ -55,40 +54,27 @@ struct Head {
   __device__ static int col(int tx, int c) { return (c / kVec) * kSide * kVec + tx * kVec + c % kVec; }
 };
 
-// A 64-row tile's layout in shared memory: element x of row r at at(r, x). Swizzle XORs a row's
-// float4 chunk numbers with r % 8, so that eight rows read at one column (a quarter warp's float4s
-// in tile_dots' second operand) fall in distinct banks without padding (the padded layout gets
-// that from an odd number of float4s per row instead).
-template <int Stride, bool Swizzle = false>
-struct TileLayout {
-  static constexpr int kStride = Stride;
-  __device__ static int at(int r, int x) {
-    return Swizzle ? r * Stride + ((((x >> 2) ^ (r & 7)) << 2) | (x & 3)) : r * Stride + x;
-  }
-};
-template <int HD>
-using Padded = TileLayout<Head<HD>::kStride>;
-
 // Loads rows [r0, r0 + kTile) of a (rows, width) matrix (row stride `stride`) into a tile; zeros
 // past `rows` and past `width` (to HD), so that products over the padded head dim are exact. Rows
 // that start on 16 bytes with a width of whole float4s (the usual q, k, v) move as float4s: a
 // quarter of the loads and index arithmetic of the float path.
-template <int HD, class L = Padded<HD>>
+template <int HD>
 __device__ void load_tile(float* tile, const float* m, int64_t r0, int64_t rows, int64_t width,
                           int64_t stride) {
+  constexpr int S = Head<HD>::kStride;
   if (HD % 4 == 0 && width % 4 == 0 && stride % 4 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0) {
     constexpr int kQuads = HD / 4;
     for (int i = threadIdx.x; i < kTile * kQuads; i += kThreads) {
       const int rr = i / kQuads, x = (i % kQuads) * 4;
       float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (r0 + rr < rows && x < width) t = *reinterpret_cast<const float4*>(m + (r0 + rr) * stride + x);
-      *reinterpret_cast<float4*>(tile + L::at(rr, x)) = t;
+      *reinterpret_cast<float4*>(tile + rr * S + x) = t;
     }
     return;
   }
   for (int i = threadIdx.x; i < kTile * HD; i += kThreads) {
     const int rr = i / HD, x = i % HD;
-    tile[L::at(rr, x)] = r0 + rr < rows && x < width ? m[(r0 + rr) * stride + x] : 0.0f;
+    tile[rr * S + x] = r0 + rr < rows && x < width ? m[(r0 + rr) * stride + x] : 0.0f;
   }
 }
 
@@ -96,37 +82,37 @@ __device__ void load_tile(float* tile, const float* m, int64_t r0, int64_t rows,
 // [0, rows) x columns [0, width) of m (row stride `stride`): through `tile` (a free 64-row tile),
 // so that consecutive threads write consecutive columns (coalesced). Starts with a barrier (the
 // tile's last readers are done); the caller's next barrier must come before the tile is reused.
-template <int HD, class L = Padded<HD>>
+template <int HD>
 __device__ void store_tile(float* tile, const float (&acc)[kPer][Head<HD>::kCols], float mul, float* m,
                            int64_t rows, int64_t width, int64_t stride, int tx, int ty) {
   using H = Head<HD>;
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const int r = ty + kSide * i;
+    float* dst = tile + (ty + kSide * i) * H::kStride;
 #pragma unroll
     for (int c = 0; c < H::kCols; c += H::kVec) {
-      float* dst = tile + L::at(r, H::col(tx, c));
       if constexpr (H::kVec == 4) {
-        *reinterpret_cast<float4*>(dst) =
+        *reinterpret_cast<float4*>(dst + H::col(tx, c)) =
             make_float4(acc[i][c] * mul, acc[i][c + 1] * mul, acc[i][c + 2] * mul, acc[i][c + 3] * mul);
       } else if constexpr (H::kVec == 2) {
-        *reinterpret_cast<float2*>(dst) = make_float2(acc[i][c] * mul, acc[i][c + 1] * mul);
+        *reinterpret_cast<float2*>(dst + H::col(tx, c)) = make_float2(acc[i][c] * mul, acc[i][c + 1] * mul);
       } else {
-        *dst = acc[i][c] * mul;
+        dst[H::col(tx, c)] = acc[i][c] * mul;
       }
     }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < kTile * HD; i += kThreads) {
     const int rr = i / HD, x = i % HD;
-    if (rr < rows && x < width) m[rr * stride + x] = tile[L::at(rr, x)];
+    if (rr < rows && x < width) m[rr * stride + x] = tile[rr * H::kStride + x];
   }
 }
 
 // acc[i][j] = a row (ty + 16i) . b row (tx + 16j) over the padded head dim.
-template <int HD, class LA = Padded<HD>, class LB = Padded<HD>>
+template <int HD>
 __device__ void tile_dots(const float* a, const float* b, int tx, int ty, float (&acc)[kPer][kPer]) {
+  constexpr int S = Head<HD>::kStride;
 #pragma unroll
   for (int i = 0; i < kPer; ++i)
 #pragma unroll
@@ -135,9 +121,9 @@ __device__ void tile_dots(const float* a, const float* b, int tx, int ty, float 
   for (int d = 0; d < HD; d += 4) {
     float4 x[kPer], y[kPer];
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) x[i] = *reinterpret_cast<const float4*>(a + LA::at(ty + kSide * i, d));
+    for (int i = 0; i < kPer; ++i) x[i] = *reinterpret_cast<const float4*>(a + (ty + kSide * i) * S + d);
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) y[j] = *reinterpret_cast<const float4*>(b + LB::at(tx + kSide * j, d));
+    for (int j = 0; j < kPer; ++j) y[j] = *reinterpret_cast<const float4*>(b + (tx + kSide * j) * S + d);
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
 #pragma unroll
@@ -154,7 +140,7 @@ __device__ void tile_dots(const float* a, const float* b, int tx, int ty, float 
 
 // acc[i][c] += sum over r < kTile of w[(ty + 16i) * kScoreStride + r] * m[r * stride + col(tx, c)]:
 // a 64 x 64 score tile w (row-major) times a 64-row head tile m, into the thread's 4 x kCols block.
-template <int HD, int WStride = kScoreStride, class LM = Padded<HD>>
+template <int HD>
 __device__ void tile_product(const float* w, const float* m, int tx, int ty,
                              float (&acc)[kPer][Head<HD>::kCols]) {
   using H = Head<HD>;
@@ -163,13 +149,13 @@ __device__ void tile_product(const float* w, const float* m, int tx, int ty,
     float4 p[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
-      p[i] = *reinterpret_cast<const float4*>(w + (ty + kSide * i) * WStride + r);
+      p[i] = *reinterpret_cast<const float4*>(w + (ty + kSide * i) * kScoreStride + r);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       float mv[H::kCols];
 #pragma unroll
       for (int c = 0; c < H::kCols; c += H::kVec) {
-        const float* src = m + LM::at(r + u, H::col(tx, c));
+        const float* src = m + (r + u) * H::kStride + H::col(tx, c);
         if constexpr (H::kVec == 4) {
           const float4 t = *reinterpret_cast<const float4*>(src);
           mv[c] = t.x, mv[c + 1] = t.y, mv[c + 2] = t.z, mv[c + 3] = t.w;
@@ -190,23 +176,11 @@ __device__ void tile_product(const float* w, const float* m, int tx, int ty,
   }
 }
 
-// The forward kernel's shared memory: Q, K and V tiles and the score tile P. Padded, they take
-// 121 KiB for the largest head dim, one block per multiprocessor; there the tiles go unpadded
-// (113 KiB: with the 1 KiB the runtime reserves per block, two blocks fill a multiprocessor's
-// 228 KiB exactly). V is read along rows, so it needs no padding against bank conflicts; Q's rows
-// are read two at a time at one column (a warp's two ty) and K's sixteen, so their chunks are
-// swizzled instead.
+// Whether the forward kernel loads V into K's buffer once the scores are done: for the largest head
+// dim, three 64-row tiles and the score tile take 121 KiB, one block per multiprocessor; two tiles
+// and the scores (88 KiB) let two blocks share one, for one more barrier and V's load after K's.
 template <int HD>
-struct ForwardTiles {
-  static constexpr bool kCompact = HD > 64;
-  using Q = std::conditional_t<kCompact, TileLayout<HD, true>, Padded<HD>>;
-  using K = Q;
-  using V = std::conditional_t<kCompact, TileLayout<HD>, Padded<HD>>;
-  // P's row stride: compact, an odd number of float4s still (a warp's two rows of float4 reads in
-  // distinct banks), for two-way bank conflicts in the softmax's stores
-  static constexpr int kScores = kCompact ? kTile + 4 : kScoreStride;
-  static constexpr int kFloats = kTile * (Q::kStride + K::kStride + V::kStride + kScores);
-};
+constexpr bool kShareKV = HD > 64;
 
 // Blocks per multiprocessor the gradient kernels are built for: two for head dims up to 64 (their
 // tiles fit twice in a multiprocessor's 228 KiB, and 128 registers a thread fill its 64 K
@@ -256,18 +230,17 @@ __global__ void __launch_bounds__(kThreads, 2)
     attention_forward_kernel(const float* q, const float* k, const float* v, float* out, int64_t batch,
                              int64_t l, int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
   using H = Head<HD>;
-  using T = ForwardTiles<HD>;
   float* qs = dynamic_smem<float>();
-  float* ks = qs + kTile * T::Q::kStride;
-  float* vs = ks + kTile * T::K::kStride;
-  float* ps = vs + kTile * T::V::kStride;  // kTile x T::kScores
+  float* ks = qs + H::kTileFloats;
+  float* vs = kShareKV<HD> ? ks : ks + H::kTileFloats;
+  float* ps = vs + H::kTileFloats;  // kTile x kScoreStride
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
   const int64_t qblocks = (l + kTile - 1) / kTile;
   for (int64_t t = blockIdx.x; t < batch * qblocks; t += gridDim.x) {
     const int64_t b = t / qblocks, q0 = (qblocks - 1 - t % qblocks) * kTile;  // long causal rows first
     const float* kb = k + b * s * e;
     const float* vb = v + b * s * ev;
-    load_tile<HD, typename T::Q>(qs, q + b * l * e, q0, l, e, e);
+    load_tile<HD>(qs, q + b * l * e, q0, l, e, e);
     float m[kPer], sum[kPer], acc[kPer][H::kCols];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -278,11 +251,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t kend = causal ? (s < q0 + kTile ? s : q0 + kTile) : s;
     for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
       __syncthreads();  // the last tile's readers are done with ks, vs, ps
-      load_tile<HD, typename T::K>(ks, kb, k0, s, e, e);
-      load_tile<HD, typename T::V>(vs, vb, k0, s, ev, ev);
+      load_tile<HD>(ks, kb, k0, s, e, e);
+      if constexpr (!kShareKV<HD>) load_tile<HD>(vs, vb, k0, s, ev, ev);
       __syncthreads();
       float sc[kPer][kPer];
-      tile_dots<HD, typename T::Q, typename T::K>(qs, ks, tx, ty, sc);
+      tile_dots<HD>(qs, ks, tx, ty, sc);
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const int64_t row = q0 + ty + kSide * i;
@@ -299,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int j = 0; j < kPer; ++j) {
           const float p = mx == kNegInf ? 0.0f : expf(sc[i][j] - mx);
-          ps[(ty + kSide * i) * T::kScores + tx + kSide * j] = p;
+          ps[(ty + kSide * i) * kScoreStride + tx + kSide * j] = p;
           rs += p;
         }
         sum[i] = sum[i] * alpha + row_sum(rs);
@@ -307,8 +280,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int c = 0; c < H::kCols; ++c) acc[i][c] *= alpha;
       }
-      __syncthreads();  // P complete
-      tile_product<HD, T::kScores, typename T::V>(ps, vs, tx, ty, acc);
+      __syncthreads();  // P complete (and, sharing one buffer, K's readers done)
+      if constexpr (kShareKV<HD>) {
+        load_tile<HD>(vs, vb, k0, s, ev, ev);
+        __syncthreads();
+      }
+      tile_product<HD>(ps, vs, tx, ty, acc);
     }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -319,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (row < l && tx == 0)
         out[(b * l + row) * (ev + 1) + ev] = sum[i] > 0.0f ? m[i] + logf(sum[i]) : kNegInf;
     }
-    store_tile<HD, typename T::Q>(qs, acc, 1.0f, out + (b * l + q0) * (ev + 1), l - q0, ev, ev + 1, tx, ty);
+    store_tile<HD>(qs, acc, 1.0f, out + (b * l + q0) * (ev + 1), l - q0, ev, ev + 1, tx, ty);
     __syncthreads();  // qs is reloaded for the next tile
   }
 }
@@ -505,7 +482,7 @@ double pairs(int64_t batch, int64_t l, int64_t s, bool causal) {
 // Dynamic shared memory of each kernel, in bytes.
 template <int HD>
 constexpr size_t forward_smem() {
-  return sizeof(float) * ForwardTiles<HD>::kFloats;
+  return sizeof(float) * ((kShareKV<HD> ? 2 : 3) * Head<HD>::kTileFloats + kTile * kScoreStride);
 }
 template <int HD>
 constexpr size_t dkdv_smem() {
@@ -516,8 +493,6 @@ constexpr size_t dq_smem() {
   return sizeof(float) * (4 * Head<HD>::kTileFloats + kTile * kScoreStride + 2 * kTile);
 }
 static_assert(dkdv_smem<128>() <= 227 * 1024, "the largest tiles fit a block's shared memory");
-static_assert(2 * (forward_smem<128>() + 1024) <= 228 * 1024,
-              "two forward blocks (each with the 1 KiB the runtime reserves) fit a multiprocessor");
 
 // Launches Kernel with `smem` bytes of dynamic shared memory, first raising its limit past the
 // default 48 KiB (a per-function attribute, set on each launch: cheap, and right on every device).
