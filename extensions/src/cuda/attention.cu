@@ -9,12 +9,16 @@
 //   attention_dkdv_kernel: a block per (batch, 64 key rows); over query tiles it recomputes
 //     P = exp(scale q.k - L) and dS = P (dO.v - D), D = rowsum(dO * O) - dL (dL: dout's last
 //     column, the gradient of the logsumexp output, which adds P dL to dS), and accumulates
-//     dV = P^T dO and dK = scale dS^T Q in registers.
-//   attention_dq_kernel: a block per (batch, 64 query rows); over key tiles dQ = scale dS K.
-// Two passes instead of float atomics: each output element has one writer, so the gradient is
-// deterministic. Causal (key index > query index masked, top-left aligned as PyTorch's is_causal)
-// skips the key tiles wholly above the diagonal, and the forward and dQ grids start with the
-// longest rows. A row with no key (s == 0) gives O = 0, L = -inf.
+//     dV = P^T dO and dK = scale dS^T Q in registers. By default (FlashAttention-2's backward) it
+//     also adds each query tile's scale dS K into dq with float atomics, so the scores are computed
+//     once for all three gradients; the order of those adds varies between runs.
+//   attention_dq_kernel: with deterministic (gpumat::ops::use_deterministic_algorithms), dq comes
+//     from this second pass instead, a block per (batch, 64 query rows) over key tiles computing
+//     dQ = scale dS K: each output element has one writer, the same bits every run, for two more
+//     tile products per tile pair (about 20% more time forward and backward on an H200).
+// Causal (key index > query index masked, top-left aligned as PyTorch's is_causal) skips the key
+// tiles wholly above the diagonal, and the forward and dQ grids start with the longest rows. A row
+// with no key (s == 0) gives O = 0, L = -inf.
 //
 // Work split (256 threads: tx = threadIdx.x % 16, ty = threadIdx.x / 16), after the register
 // tiling of fast SGEMM kernels: a thread computes a 4 x 4 block of each 64 x 64 score tile (rows
@@ -24,7 +28,7 @@
 // P^T dO, dS^T Q) give a thread 4 rows x HD / 16 head columns, tx's float4 (or narrower) slices,
 // read as rows of the other operand. A row's 16 threads are 16 lanes of one warp: its max and sum
 // are warp shuffles. The head dim is a template bucket HD (16, 32, 64, 128 >= e, ev; the tiles are
-// zero-padded past e and ev); the tiles take dynamic shared memory (up to 167 KiB for HD = 128,
+// zero-padded past e and ev); the tiles take dynamic shared memory (up to 173 KiB for HD = 128,
 // raised per kernel with cudaFuncSetAttribute). Host reference: ../host/attention.cpp.
 #include <cmath>
 
