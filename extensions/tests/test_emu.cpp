@@ -759,8 +759,8 @@ void frontend_kernel_cases() {
     // GELU, SiLU, softplus, leaky ReLU, ELU and their gradients from x, hardtanh's gradient: the
     // same C library functions on both devices, so equal bit for bit; x over (-8, 8) crosses
     // softplus' threshold (beta 1.5, threshold 4) and the kinks. Exact GELU differs: the host's
-    // Phi is a SIMD erfc fit (src/host/vec_math.h), the CUDA kernel's 1 + erff(x / sqrt 2), which
-    // cancels for x < 0: float32 rounding apart, a few eps of 1 + |x| (times dy's 8 at most).
+    // Phi is a SIMD erfc fit (src/host/vec_math.h), the CUDA kernel's erfcf(-x / sqrt 2) / 2:
+    // float32 rounding apart, a few eps of 1 + |x| (times dy's 8 at most).
     using Act = void (*)(const gpumat::GpuMatrix&, gpumat::GpuMatrix&);
     const std::tuple<const char*, Act, float> acts[] = {
         {"gelu", ops::gelu, 1e-6f}, {"gelu_tanh", ops::gelu_tanh, 0.0f}, {"silu", ops::silu, 0.0f}};

@@ -7,7 +7,9 @@
 //   tanh_gradient:    out = dy * (1 - y^2)        (y = tanh(x), the forward output)
 //   sigmoid_gradient: out = dy * y * (1 - y)      (y = sigmoid(x))
 //   dropout:          out = u_i < p ? 0 : x * scale, u_i = uniform01(seed, i), scale = 1/(1-p)
-//   gelu:       out = 0.5 x (1 + erf(x / sqrt 2));  gelu_gradient: dy (Phi(x) + x phi(x))
+//   gelu:       out = x Phi(x);  gelu_gradient: dy (Phi(x) + x phi(x)), Phi(x) = erfc(-x / sqrt 2) / 2
+//               (the same as (1 + erf(x / sqrt 2)) / 2, which cancels for x < 0: erfc keeps the
+//               lower tail's relative accuracy)
 //   gelu_tanh:  out = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi); its gradient in
 //               PyTorch's arrangement (GeluKernel.cpp)
 //   silu:       out = x sigmoid(x);  silu_gradient: dy s (1 + x (1 - s)), s = sigmoid(x)
@@ -123,14 +125,14 @@ constexpr float kGeluKappa = 0.044715f;
 void gelu(int dev, const float* in, float* out, int64_t n) {
   launch_map("gelu", dev, out, n, [=] __device__(int64_t i) {
     const float x = in[i];
-    return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
+    return 0.5f * x * erfcf(-x * kInvSqrt2);
   });
 }
 
 void gelu_gradient(int dev, const float* y, const float* dy, float* out, int64_t n) {
   launch_map("gelu_gradient", dev, out, n, [=] __device__(int64_t i) {
     const float x = y[i];
-    const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
+    const float cdf = 0.5f * erfcf(-x * kInvSqrt2);
     const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
     return dy[i] * (cdf + x * pdf);
   });
