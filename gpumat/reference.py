@@ -664,9 +664,12 @@ def _attention_probs(q, k, scale, causal):
     m = np.where(np.isfinite(m), m, 0.0)
     e = np.exp(z - m)
     total = e.sum(axis=-1, keepdims=True)
+    # total is 0 only for a row with every key masked (P = 0, lse = -inf); a NaN score makes it,
+    # and so the row's P and lse, NaN (as the kernels and PyTorch)
+    some = total != 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
-        lse = np.where(total > 0, m + np.log(np.where(total > 0, total, 1.0)), -np.inf)
+        p = np.where(some, e / np.where(some, total, 1.0), 0.0)
+        lse = np.where(some, m + np.log(np.where(some, total, 1.0)), -np.inf)
     return p, lse[..., 0]
 
 

@@ -141,6 +141,47 @@ def test_attention_empty_sizes(ctx, shape):
     np.testing.assert_allclose(dqkv.asnumpy(), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_nan_scores_give_nan_rows(ctx, causal):
+    """A NaN in q row 3 makes that row's output and logsumexp NaN; a NaN in k row 70 makes every
+    row that sees key 70 NaN (causal: the rows from 70 on), the others exact, as the float64
+    reference and PyTorch (never a silent 0 or -inf); dq is NaN in the NaN rows. Two key tiles."""
+    rng, seed = new_rng()
+    batch, lq, s, e, ev = 2, 90, 100, 8, 6
+    q, k, v = _inputs(rng, batch, lq, s, e, ev)
+    q[0, 3, 2] = np.nan
+    k[1, 70, 5] = np.nan
+    out = nan_array((batch, lq, ev + 1), ctx)
+    args = [gpumat.array(x, ctx) for x in (q, k, v)]
+    ops.attention(*args, out, 0.4, causal)
+    got = out.asnumpy()
+    want = np.zeros((batch, lq))
+    want[0, 3] = np.nan
+    want[1, 70 if causal else 0 :] = np.nan
+    bad = np.isnan(want)
+    assert np.isnan(got[bad]).all() and not np.isnan(got[~bad]).any(), f"seed {seed}"
+    ref = np.empty(got.shape)
+    gpumat.reference.attention(q, k, v, ref, 0.4, causal)
+    assert np.array_equal(np.isnan(ref), np.isnan(got)), f"seed {seed}"
+    assert_close(got[~bad], ref[~bad], rtol=1e-5, atol=1e-5, msg=f"seed {seed}")
+    torch = pytest.importorskip("torch")
+    tout = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.tensor(x) for x in (q, k, v)), is_causal=causal, scale=0.4
+    )
+    # PyTorch's NaN rows include ours; with is_causal it makes batch 1's rows before 70 NaN too
+    # (its mask meets the NaN score), where a masked key has no part in the result
+    t_nan = np.isnan(tout.numpy())
+    assert not (np.isnan(got[..., :ev]) & ~t_nan).any(), f"seed {seed}"
+    assert np.array_equal(t_nan, np.isnan(got[..., :ev])) or causal, f"seed {seed}"
+    g = rng.uniform(-1, 1, size=got.shape).astype(np.float32)
+    dqkv = nan_array((q.size + k.size + v.size,), ctx)
+    ops.attention_gradient(*args, out, gpumat.array(g, ctx), dqkv, 0.4, causal)
+    # (elsewhere a masked score's 0 times the NaN row of K or Q may spread NaN further, as in
+    # PyTorch's products: IEEE 0 * NaN)
+    dq = dqkv.asnumpy()[: q.size].reshape(q.shape)
+    assert np.isnan(dq[bad]).all(), f"seed {seed}"
+
+
 def test_attention_kernel_errors_name_the_op(ctx):
     q, k, v = (
         gpumat.empty((2, 3, 4), ctx),

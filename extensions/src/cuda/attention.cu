@@ -270,12 +270,15 @@ __global__ void __launch_bounds__(kThreads, 2)
           mx = fmaxf(mx, sc[i][j]);
         }
         mx = row_max(mx);
-        // mx == -inf: every key so far masked; nothing accumulates (exp(-inf - -inf) would be NaN)
+        // mx == -inf: every key so far masked (or NaN: fmaxf skips NaN); nothing accumulates
+        // (exp(-inf - -inf) would be NaN), but a NaN score's exp makes the row's sum, and so its
+        // output and logsumexp, NaN (PyTorch's result)
         const float alpha = mx == kNegInf ? 1.0f : expf(m[i] - mx);
+        const float shift = mx == kNegInf ? 0.0f : mx;
         float rs = 0.0f;
 #pragma unroll
         for (int j = 0; j < kPer; ++j) {
-          const float p = mx == kNegInf ? 0.0f : expf(sc[i][j] - mx);
+          const float p = expf(sc[i][j] - shift);
           ps[(ty + kSide * i) * kScoreStride + tx + kSide * j] = p;
           rs += p;
         }
@@ -294,11 +297,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int64_t row = q0 + ty + kSide * i;
-      const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
+      // sum is 0 only for a row with every key masked (O = 0, L = -inf), NaN after a NaN score
+      const float inv = sum[i] != 0.0f ? 1.0f / sum[i] : 0.0f;
 #pragma unroll
       for (int c = 0; c < H::kCols; ++c) acc[i][c] *= inv;
       if (row < l && tx == 0)
-        out[(b * l + row) * (ev + 1) + ev] = sum[i] > 0.0f ? m[i] + logf(sum[i]) : kNegInf;
+        out[(b * l + row) * (ev + 1) + ev] = sum[i] != 0.0f ? m[i] + logf(sum[i]) : kNegInf;
     }
     store_tile<HD>(qs, acc, 1.0f, out + (b * l + q0) * (ev + 1), l - q0, ev, ev + 1, tx, ty);
     __syncthreads();  // qs is reloaded for the next tile

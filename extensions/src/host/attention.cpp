@@ -157,9 +157,11 @@ void attention(int, const float* q, const float* k, const float* v, float* out, 
     for (int64_t r = 0; r < rows; ++r) {
       float* o = out + (b * l + q0 + r) * (ev + 1);
       const float* a = acc.data() + r * ev;
-      const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+      // sum is 0 only for a row with every key masked (O = 0, L = -inf); a NaN score makes it NaN,
+      // and so O and L (PyTorch gives NaN there too)
+      const float inv = sum[r] != 0.0f ? 1.0f / sum[r] : 0.0f;
       for (int64_t x = 0; x < ev; ++x) o[x] = a[x] * inv;
-      o[ev] = sum[r] > 0.0f ? m[r] + std::log(sum[r]) : kNegInf;
+      o[ev] = sum[r] != 0.0f ? m[r] + std::log(sum[r]) : kNegInf;
     }
   });
 }
