@@ -272,8 +272,9 @@ def test_kernel_resources_from_ptxas():
     assert gprof.kernel_resources("no_such_kernel", "sm_90") is None
     # kernels in an anonymous namespace, as the emulator names them (the fused attention's)
     for hd in (16, 32, 64, 128):
-        name = f"gpumat::emu::(anonymous namespace)::attention_dkdv_kernel<{hd}>"
-        assert gprof.kernel_resources(name, "sm_90")["match"] == "exact", name
+        for with_dq in ("false", "true"):
+            name = f"gpumat::emu::(anonymous namespace)::attention_dkdv_kernel<{hd}, {with_dq}>"
+            assert gprof.kernel_resources(name, "sm_90")["match"] == "exact", name
 
 
 def test_ptxas_names_of_anonymous_namespace_kernels():
