@@ -24,6 +24,12 @@ The rules, all in this module (one function each, applied in this order):
     ``softmaxcrossentropy_op(y, y_)`` and ``softmaxcrossentropy_gradient_op(y, y_)`` of the same
     nodes -> ``softmaxcrossentropy_with_gradient_op(y, y_)`` with two outputs, the gradient and the
     loss (:func:`gpumat.ops.cross_entropy_with_gradient`): 2 nodes (5 launches) -> 1 (2).
+``split_gradient``
+    a sum of ``as_strided_backward_op`` slabs that tile one shape along one dim (the gradient of
+    ``split`` / ``chunk``: each piece's gradient zero-filled to the whole, then added) ->
+    ``cat_op`` of the pieces' gradients: for k pieces, 2k - 1 ops (k fills, k scatters, k - 1
+    sums of the whole) become one write of the whole. The values are the same but for the sign
+    of a zero (x + 0 is +0 for x = -0).
 
 A pattern is rewritten only when no value that disappears is fed, evaluated, or read by a node
 outside the pattern, so the fused graph computes the same eval values (to float32 rounding: the
@@ -61,7 +67,12 @@ from gpumat.graph.matmul import MatMulOp, matmul_bias_op
 from gpumat.graph.node import Attr, Node, Op, short_name
 from gpumat.graph.reduce import BroadcastToOp, ReduceSumAxisZeroOp
 from gpumat.graph.reverse_mode import find_topo_sort
-from gpumat.graph.strided import BroadcastBinaryOp
+from gpumat.graph.strided import (
+    AsStridedBackwardOp,
+    BroadcastBinaryOp,
+    cat_op,
+    contiguous_strides,
+)
 
 __all__ = [
     "RULES",
@@ -278,6 +289,63 @@ def rule_cross_entropy(rw: _Rewriter, node: Node) -> bool:
     return False
 
 
+def _slab(rw: _Rewriter, node: Node):
+    """(full shape, dim, start, g) when node = as_strided_backward_op(g, like, stride, offset)
+    puts g into a slab of like's contiguous layout along one dim (the gradient of ``narrow``, so of
+    ``split`` and ``chunk``), else None."""
+    if not _is(node, AsStridedBackwardOp) or not rw.free(node):
+        return None
+    g = node.inputs[0]
+    full, part = tuple(rw.shapes[node]), tuple(rw.shapes[g])
+    if len(full) != len(part) or not full or tuple(node.stride) != contiguous_strides(full):
+        return None
+    dims = [d for d in range(len(full)) if full[d] != part[d]]
+    if len(dims) != 1:
+        return None
+    d = dims[0]
+    step = contiguous_strides(full)[d]
+    if step <= 0 or node.offset % step:
+        return None
+    return full, d, node.offset // step, g
+
+
+def rule_split_gradient(rw: _Rewriter, node: Node) -> bool:
+    """A sum (a tree of ``add_op``) of as_strided_backward_op slabs of one shape that tile it along
+    one dim -> ``cat_op`` of their gradients: the gradient of ``split`` / ``chunk`` (a transformer's
+    q, k, v), one write of the whole instead of a zero-filled array per piece and their sums."""
+    if not _is(node, AddOp) or not rw.free(node):
+        return False
+    adds, leaves, stack = {node}, [], list(node.inputs)
+    while stack:
+        x = stack.pop()
+        if _is(x, AddOp) and rw.free(x) and rw.only_used_by(x, adds):
+            adds.add(x)
+            stack.extend(x.inputs)
+        else:
+            leaves.append(x)
+    pieces = []
+    for leaf in leaves:
+        piece = _slab(rw, leaf)
+        if piece is None or not rw.only_used_by(leaf, adds):
+            return False
+        pieces.append(piece)
+    full, d = pieces[0][0], pieces[0][1]
+    if any(p[0] != full or p[1] != d for p in pieces):
+        return False
+    pieces.sort(key=lambda p: p[2])
+    covered = 0
+    for _, _, start, g in pieces:  # the slabs must tile the dim: no gap, no overlap
+        if start != covered:
+            return False
+        covered += rw.shapes[g][d]
+    if covered != full[d]:
+        return False
+    rw.claimed |= adds | set(leaves)
+    gs = [p[3] for p in pieces]
+    rw.makers[node] = lambda get: cat_op([get(g) for g in gs], d)
+    return True
+
+
 #: name -> rule; applied in this order over the whole graph (dense_relu before dense, so a ReLU
 #: layer is one fused node, not a dense node and a ReLU).
 RULES: dict[str, Callable[[_Rewriter, Node], bool]] = {
@@ -285,6 +353,7 @@ RULES: dict[str, Callable[[_Rewriter, Node], bool]] = {
     "dense": rule_dense,
     "relu_bias_gradient": rule_relu_bias_gradient,
     "cross_entropy": rule_cross_entropy,
+    "split_gradient": rule_split_gradient,
 }
 
 

@@ -199,7 +199,7 @@ def test_rule_dense():
     (new,), report = fusion.fuse_graph([z], feeds, shapes_for([z], feeds))
     assert isinstance(new.op, graph.MatMulBiasOp) and not new.relu
     assert report.rules == {"dense_relu": 0, "dense": 1, "relu_bias_gradient": 0,
-                            "cross_entropy": 0}  # fmt: skip
+                            "cross_entropy": 0, "split_gradient": 0}  # fmt: skip
 
 
 def test_rule_relu_bias_gradient():
@@ -338,6 +338,7 @@ def test_mlp_fused_matches_unfused_and_float64(backend):
         "dense": 1,
         "relu_bias_gradient": 2,
         "cross_entropy": 1,
+        "split_gradient": 0,
     }
     assert ex.fusion_report.ops_after < ex.fusion_report.ops_before
 
@@ -390,3 +391,43 @@ def test_fused_step_launches_fewer_kernels(ctx):
     # unfused: 23 ops, of which the loss gradient makes 3 calls (softmax, axpy, scale); fused: 12
     # ops of one call each. Feeding copies arrays in, which is not an op call.
     assert counts == {False: 25, True: 12}
+
+
+def _split_step(pieces_used, overlap=False):
+    """A compiled and an eager step whose product is split in three along its last dim (chunk),
+    pieces_used of them reaching the loss (overlap: two narrows sharing a column instead)."""
+
+    def step(x, w):
+        w.grad = None
+        y = x @ w
+        if overlap:
+            parts = [y.narrow(1, 0, 4), y.narrow(1, 3, 5)]
+        else:
+            parts = list(y.split(3, dim=1))
+        funcs = [lambda t: (t * t).sum(), lambda t: t.sin().sum(), lambda t: (t * 3.0).sum()]
+        loss = sum(f(p) for f, p in zip(funcs, parts[:pieces_used], strict=False))
+        loss.backward()
+        return loss, w.grad
+
+    return step
+
+
+@pytest.mark.parametrize(
+    "pieces_used, overlap, fires", [(3, False, True), (2, False, False), (2, True, False)]
+)
+def test_split_gradient_rule_joins_the_pieces(ctx, pieces_used, overlap, fires):
+    """The gradient of split (each piece's gradient zero-filled to the whole, then summed) becomes
+    one cat of the pieces' gradients when they tile the whole; the same bits as eager either way."""
+    rng = np.random.default_rng()
+    x = gpumat.tensor(rng.uniform(-1, 1, (5, 4)).astype(np.float32), device=ctx)
+    w0 = rng.uniform(-1, 1, (4, 9)).astype(np.float32)
+    w_eager = gpumat.tensor(w0, device=ctx, requires_grad=True)
+    w_traced = gpumat.tensor(w0, device=ctx, requires_grad=True)
+    step = _split_step(pieces_used, overlap)
+    eager = step(x, w_eager)
+    compiled = gpumat.compile(lambda x: step(x, w_traced))
+    for _ in range(2):  # the first call traces, the second replays
+        traced = compiled(x)
+        for e, c in zip(eager, traced, strict=True):
+            np.testing.assert_array_equal(c.numpy(), e.detach().numpy())
+    assert compiled.fusion_report.rules["split_gradient"] == (1 if fires else 0)
