@@ -355,8 +355,12 @@ class AsStridedBackwardOp(Op):
 
     def compute(self, node, input_vals, output_val, device=None):
         k = kernels_for(device)
-        k.fill(output_val, 0.0)
-        k.as_strided_scatter(input_vals[0], output_val, node.stride, node.offset)
+        g = input_vals[0]
+        # The addresses are distinct (checked by the scatter), so a region of the output's size
+        # (a transpose's or permute's gradient) writes every element: no zeros needed.
+        if math.prod(g.shape) != math.prod(output_val.shape):
+            k.fill(output_val, 0.0)
+        k.as_strided_scatter(g, output_val, node.stride, node.offset)
 
     def infer_shape(self, node, input_shapes):
         numel = math.prod(input_shapes[1])

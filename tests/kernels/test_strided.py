@@ -12,6 +12,7 @@ from nn_helpers import check_device_gradients, check_fd_gradients
 import gpumat
 import gpumat.ops as ops
 from gpumat.graph.strided import (
+    as_strided_backward_op,
     as_strided_op,
     as_strided_scatter_op,
     broadcast_binary_op,
@@ -222,6 +223,7 @@ BUILDS = {
     "sum_to": (lambda a, b: broadcast_binary_op(sum_to_op(a, b), b, "mul"), ((3, 4), (4,))),
     "expand": (lambda a: expand_op(a, (2, 3, 4)), ((3, 1),)),
     "as_strided": (lambda a: as_strided_op(a, (3, 2), (1, 6), 2), ((4, 3, 2),)),
+    "permute": (lambda a: as_strided_op(a, (4, 2, 3), (1, 12, 4), 0), ((2, 3, 4),)),
     "scatter": (lambda a, b: as_strided_scatter_op(a, b, (6, 1), 1), ((4, 6), (3, 2))),
     "cat": (lambda a, b: cat_op([a, b, a], 1), ((2, 3), (2, 1))),
 }
@@ -241,6 +243,29 @@ def test_graph_gradients_on_every_device(ctx, name):
     build, shapes = BUILDS[name]
     inputs = [rng.uniform(0.5, 2.0, s) * np.where(rng.random(s) < 0.5, -1, 1) for s in shapes]
     check_device_gradients(ctx, build, inputs, rng)
+
+
+@pytest.mark.parametrize(
+    "g_shape, stride, offset",
+    [((4, 2, 3), (1, 12, 4), 0), ((2, 3, 2), (12, 4, 1), 1), ((4, 3), (1, 4), 0)],
+    ids=["permute", "slab", "half"],
+)
+def test_as_strided_backward_writes_every_element(ctx, g_shape, stride, offset):
+    """as_strided_backward_op's output: g at the region's addresses, zeros elsewhere; a region as
+    large as the output (a permute's gradient) skips the zeros, and still every element is
+    written (the output starts as NaN)."""
+    import gpumat.graph as graph
+
+    rng, seed = new_rng()
+    like_shape = (2, 3, 4)
+    g = rng.standard_normal(g_shape).astype(np.float32)
+    want = np.zeros(24, np.float32)
+    idx = np.indices(g_shape).reshape(len(g_shape), -1)
+    want[offset + (np.array(stride)[:, None] * idx).sum(0)] = g.ravel()
+    node = as_strided_backward_op(graph.Variable("g"), graph.Variable("like"), stride, offset)
+    out = nan_array(like_shape, ctx)
+    node.op.compute(node, [gpumat.array(g, ctx), gpumat.empty(like_shape, ctx)], out, ctx)
+    np.testing.assert_array_equal(out.asnumpy().ravel(), want, err_msg=f"seed {seed}")
 
 
 def test_the_64_bit_index_path_agrees_with_the_32_bit_one(monkeypatch):
