@@ -297,13 +297,14 @@ def _slab(rw: _Rewriter, node: Node):
         return None
     g = node.inputs[0]
     full, part = tuple(rw.shapes[node]), tuple(rw.shapes[g])
-    if len(full) != len(part) or not full or tuple(node.stride) != contiguous_strides(full):
+    strides = contiguous_strides(full)
+    if len(full) != len(part) or not full or tuple(node.stride) != strides:
         return None
     dims = [d for d in range(len(full)) if full[d] != part[d]]
     if len(dims) != 1:
         return None
     d = dims[0]
-    step = contiguous_strides(full)[d]
+    step = strides[d]
     if step <= 0 or node.offset % step:
         return None
     return full, d, node.offset // step, g

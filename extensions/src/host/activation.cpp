@@ -7,7 +7,7 @@
 //   gelu, gelu_tanh, silu, softplus (lo = beta, hi = threshold), leaky_relu, elu (s = negative
 //   slope, alpha) and their gradients from the forward input x; hardtanh_gradient (0 where
 //   x <= lo or x >= hi, else dy). The formulas are ../cuda/activation.cu's, in the same order of arithmetic,
-//   but GELU's Phi (vec_math.h's normal_cdf, SIMD, where CUDA calls erff): float32 rounding apart.
+//   but GELU's Phi (vec_math.h's normal_cdf, SIMD, where CUDA calls erfcf): float32 rounding apart.
 // relu_bias_gradient: dz = dy * (y > 0) and dbias = the column sums of dz, (rows, cols) -> (cols,).
 #include <algorithm>
 #include <cmath>
@@ -87,13 +87,11 @@ namespace {
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi)
 constexpr float kGeluBeta = 0.79788456080286536f;    // sqrt(2 / pi)
 constexpr float kGeluKappa = 0.044715f;
-}  // namespace
 
-namespace {
 // GELU and its gradient over [lo, hi), SIMD loops compiled also for AVX2 and AVX-512 (the same bits
 // on each: plain arithmetic, no fused multiply-add). Phi is vec_math.h's normal_cdf, not the C
-// library's erff per element (a call the compiler cannot vectorise, most of a GPT step's GELU time),
-// so these agree with the CUDA kernels' erff to float32 rounding, not bit for bit.
+// library's erf per element (a call the compiler cannot vectorise, most of a GPT step's GELU time),
+// so these agree with the CUDA kernels' erfcf to float32 rounding, not bit for bit.
 GPUMAT_SIMD_CLONES void gelu_block(const float* in, float* out, int64_t lo, int64_t hi) {
 #pragma omp simd
   for (int64_t i = lo; i < hi; ++i) {
