@@ -38,6 +38,7 @@ __all__ = [
     "synchronize",
     "use_deterministic_algorithms",
     "are_deterministic_algorithms_enabled",
+    "is_deterministic_algorithms_warn_only_enabled",
 ]
 
 __version__ = "0.1.0"
@@ -301,7 +302,10 @@ def set_num_threads(n: int) -> None:
     _core.set_num_threads_(n)
 
 
-def use_deterministic_algorithms(mode: bool) -> None:
+_deterministic_warn_only = False
+
+
+def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
     """Makes every op give the same bits on every run (``mode=True``) or lets ops take a faster
     nondeterministic kernel (``False``, the default): PyTorch's
     ``torch.use_deterministic_algorithms``. Process-wide, for calls from any Python thread; each op
@@ -314,18 +318,31 @@ def use_deterministic_algorithms(mode: bool) -> None:
     in the last bits); the deterministic path computes dq in a second kernel, each element with one
     writer, for about 40% more arithmetic. Host kernels are deterministic either way.
 
-    Raises TypeError when ``mode`` is not a bool.
+    ``warn_only`` is PyTorch's: there it makes an op that has no deterministic implementation warn
+    instead of raise. Every gpumat op has one, so nothing warns or raises either way; the setting
+    is kept for :func:`is_deterministic_algorithms_warn_only_enabled`.
+
+    Raises TypeError when ``mode`` or ``warn_only`` is not a bool.
     """
-    if not isinstance(mode, bool):
-        got = type(mode).__name__
-        raise TypeError(f"use_deterministic_algorithms: mode must be a bool, got {got}")
+    global _deterministic_warn_only
+    for name, value in (("mode", mode), ("warn_only", warn_only)):
+        if not isinstance(value, bool):
+            got = type(value).__name__
+            raise TypeError(f"use_deterministic_algorithms: {name} must be a bool, got {got}")
     _core.use_deterministic_algorithms_(mode)
+    _deterministic_warn_only = warn_only
 
 
 def are_deterministic_algorithms_enabled() -> bool:
     """Whether :func:`use_deterministic_algorithms` is on (PyTorch's
     ``torch.are_deterministic_algorithms_enabled``): False unless set."""
     return bool(_core.are_deterministic_algorithms_enabled_())
+
+
+def is_deterministic_algorithms_warn_only_enabled() -> bool:
+    """The ``warn_only`` of the last :func:`use_deterministic_algorithms` call (PyTorch's
+    ``torch.is_deterministic_algorithms_warn_only_enabled``): False unless set."""
+    return _deterministic_warn_only
 
 
 def reset_peak_memory_stats(device: Device | None = None) -> None:

@@ -381,7 +381,18 @@ def test_deterministic_algorithms_switch():
     for bad in (1, None, "yes", np.bool_(True)):
         with pytest.raises(TypeError, match="use_deterministic_algorithms: mode must be a bool"):
             gpumat.use_deterministic_algorithms(bad)
+        with pytest.raises(TypeError, match="warn_only must be a bool"):
+            gpumat.use_deterministic_algorithms(True, warn_only=bad)
     assert gpumat.are_deterministic_algorithms_enabled() is False
+    # PyTorch's keyword: kept and reported (every gpumat op has a deterministic kernel)
+    assert gpumat.is_deterministic_algorithms_warn_only_enabled() is False
+    try:
+        gpumat.use_deterministic_algorithms(True, warn_only=True)
+        assert gpumat.are_deterministic_algorithms_enabled() is True
+        assert gpumat.is_deterministic_algorithms_warn_only_enabled() is True
+    finally:
+        gpumat.use_deterministic_algorithms(False)
+    assert gpumat.is_deterministic_algorithms_warn_only_enabled() is False
 
 
 @pytest.mark.parametrize("shape", [(2, 70, 130, 24, 16), (3, 200, 150, 64, 64)], ids=_sid)
