@@ -6,9 +6,9 @@
 // float32 rounding, not bit for bit; the other pointwise kernels keep the C library's functions.
 //   vexp: Cody-Waite range reduction x = n ln2 + r (ln2 split in two parts, so n ln2 is exact)
 //     and a degree-6 polynomial for e^r on |r| <= ln2 / 2, with the coefficients of expf in the
-//     Cephes Mathematical Library (S. L. Moshier, 1984-1992): measured within 7.8e-8 relative of
-//     e^x over [-87, 87]. Below -87.3 (where the result would be subnormal) it gives 0, above
-//     88.7 inf; NaN gives NaN.
+//     Cephes Mathematical Library (S. L. Moshier, 1984-1992), evaluated in Estrin's scheme: measured
+//     within 8.5e-8 relative of e^x (every float in [-87, 87] against double exp). Below -87.3 (where the
+//     result would be subnormal) it gives 0, above 88.7 inf; NaN gives NaN.
 #pragma once
 
 #include <cstdint>
@@ -33,13 +33,14 @@ inline float vexp(float x) {
   const float tr = static_cast<float>(static_cast<int32_t>(t)), below = tr - 1.0f;
   const float fn = tr > t ? below : tr;  // selects between values computed unconditionally: SIMD
   const float r = (xc - fn * kLn2Hi) - fn * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.0f;
+  // The polynomial in Estrin's scheme (pairs, then powers r^2, r^4): its dependency chain is half
+  // Horner's, and a SIMD loop over vexp waits on that chain, not on the number of operations.
+  const float r2 = r * r;
+  const float p01 = 5.0000001201e-1f + 1.6666665459e-1f * r;
+  const float p23 = 4.1665795894e-2f + 8.3334519073e-3f * r;
+  const float p45 = 1.3981999507e-3f + 1.9875691500e-4f * r;
+  const float p = (p01 + p23 * r2) + p45 * (r2 * r2);
+  const float er = p * r2 + r + 1.0f;
   // 2^n for n in [-126, 128] as 2^m * f: m = n except n = 128 (not a float exponent), m = 127, f = 2
   const bool top = fn > 127.0f;
   const float fm = fn - 1.0f;
@@ -59,16 +60,14 @@ inline float normal_cdf(float x) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
   const float z = (x < 0.0f ? -x : x) * kInvSqrt2;
   const float t = 1.0f / (1.0f + 0.5f * z);
-  float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
+  // P(t) of degree 9 in Estrin's scheme, as vexp's.
+  const float t2 = t * t, t4 = t2 * t2;
+  const float p01 = -1.26551223f + 1.00002368f * t;
+  const float p23 = 0.37409196f + 0.09678418f * t;
+  const float p45 = -0.18628806f + 0.27886807f * t;
+  const float p67 = -1.13520398f + 1.48851587f * t;
+  const float p89 = -0.82215223f + 0.17087277f * t;
+  const float p = ((p01 + p23 * t2) + (p45 + p67 * t2) * t4) + p89 * (t4 * t4);
   const float half_erfc = 0.5f * t * vexp(p - z * z);  // erfc(|x| / sqrt 2) / 2 = Phi(-|x|)
   return x < 0.0f ? half_erfc : (x != x ? x : 1.0f - half_erfc);
 }
