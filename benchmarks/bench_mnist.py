@@ -465,7 +465,13 @@ def run_all(args, argv) -> int:
             notes.append("torch sees no CUDA device: torch gpu rows skipped")
     threads = {
         k: os.environ[k]
-        for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GPUMAT_DYNAMIC_THREADS")
+        for k in (
+            "OMP_NUM_THREADS",
+            "OMP_WAIT_POLICY",
+            "GOMP_SPINCOUNT",
+            "OPENBLAS_NUM_THREADS",
+            "GPUMAT_DYNAMIC_THREADS",
+        )
         if k in os.environ
     }
     if threads:
