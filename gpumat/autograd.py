@@ -42,11 +42,12 @@ from gpumat import ops
 from gpumat._core import PyGpuMatrix
 from gpumat.arrays import empty
 from gpumat.dtypes import float32
-from gpumat.graph.elementwise import zeroslike_op
+from gpumat.graph.elementwise import MulByConstOp, zeroslike_op
 from gpumat.graph.function import FunctionOp, FunctionOutputOp, function_output_op
 from gpumat.graph.layout import ReshapeOp
 from gpumat.graph.node import Node, PlaceholderOp, Undefined, Variable, shape_str
 from gpumat.graph.reverse_mode import find_topo_sort
+from gpumat.graph.strided import SumToOp
 
 __all__ = [
     "Function",
@@ -345,11 +346,25 @@ def _evaluate(target: Node, memo: dict, fresh: set, expected: dict, device):
             memo[i] if i in memo else _forward_value(i, expected, k in shape_only)
             for k, i in enumerate(node.inputs)
         ]
-        out = run_node(node, vals, device)
-        if not isinstance(node.op, ReshapeOp):
-            fresh.add(id(out))
+        if _passes_through(node, vals):
+            out = vals[0]  # not fresh: leaves copy it rather than adopt it
+        else:
+            out = run_node(node, vals, device)
+            if not isinstance(node.op, ReshapeOp):
+                fresh.add(id(out))
         memo[node] = out
     return memo[target]
+
+
+def _passes_through(node: Node, vals: list) -> bool:
+    """Whether gradient node ``node``'s value is its first input's, unchanged, so that backward
+    hands that array on instead of copying it: a sum to the same shape (the gradient of an
+    operand that a broadcast did not repeat: every ``x @ W.T + b``'s x) or a product by 1.0 (the
+    gradient of ``clone`` and ``contiguous``)."""
+    op = node.op
+    if isinstance(op, SumToOp):
+        return vals[0].shape == vals[1].shape
+    return isinstance(op, MulByConstOp) and node.const_attr == 1.0
 
 
 def _sum(contribs: list, device):

@@ -39,13 +39,13 @@ from gpumat.graph.attention import MAX_HEAD_DIM, attention_op
 from gpumat.graph.conv import add_channel_bias_op, conv2d_op
 from gpumat.graph.elementwise import mul_byconst_op
 from gpumat.graph.index import embedding_op
-from gpumat.graph.layout import one_hot_op
+from gpumat.graph.layout import one_hot_op, reshape_op
 from gpumat.graph.loss import mae_loss_op, mse_loss_op, nll_loss_op, softmaxcrossentropy_op
 from gpumat.graph.matmul import matmul_op
 from gpumat.graph.node import shape_str
 from gpumat.graph.norm import batch_norm_op, batch_norm_stats_op, layer_norm_op
 from gpumat.graph.pool import adaptive_avg_pool2d_op, avg_pool2d_op, max_pool2d_op
-from gpumat.graph.strided import constant_pad_op
+from gpumat.graph.strided import as_strided_op, constant_pad_op
 from gpumat.random import draw_seed
 from gpumat.tensor import Tensor, apply_op, stack
 from gpumat.tensor import where as _where
@@ -300,14 +300,17 @@ def scaled_dot_product_attention(
     batch = _batch_shape(op, q.shape, k.shape, v.shape)
     if attn_mask is None and p == 0.0 and max(e, ev) <= MAX_HEAD_DIM and math.isfinite(scale):
         n = math.prod(batch)
-        q3, k3, v3 = (  # an expand only where a batch dim broadcasts (a view is a copy)
-            (t if tuple(t.shape) == (*batch, rows, d) else t.expand(*batch, rows, d)).reshape(
-                n, rows, d
-            )
+        q3, k3, v3 = (
+            _stacked(t, batch, rows, d, n, op)
             for t, rows, d in ((q, lq, e), (k, ls, e), (v, ls, ev))
         )
         packed = apply_op(op, lambda a, b, c: attention_op(a, b, c, scale, is_causal), [q3, k3, v3])
-        return packed[..., :ev].reshape(*batch, lq, ev)
+        # O, the first ev of each (ev + 1)-wide row of packed, in one copy (a slice, then a reshape
+        # of that view, would copy twice); internal, so not a view of packed.
+        o = apply_op(
+            op, lambda x: as_strided_op(x, (n, lq, ev), (lq * (ev + 1), ev + 1, 1)), [packed]
+        )
+        return o.reshape(*batch, lq, ev)
     scores = q.matmul(k.transpose(-2, -1)) * scale
     if is_causal:
         keep = tensor(np.tri(lq, ls, dtype=bool), device=q.device)
@@ -322,6 +325,19 @@ def scaled_dot_product_attention(
     if p > 0.0:
         weights = dropout(weights, p)
     return weights.matmul(v)
+
+
+def _stacked(t: Tensor, batch: tuple, rows: int, d: int, n: int, op: str) -> Tensor:
+    """``t`` (..., rows, d), broadcast to ``batch``, as the fused attention's (n, rows, d) input.
+
+    A view (the heads of ``q.view(b, t, h, d).transpose(1, 2)``, an expand) holds a row-major copy
+    of its region, so its storage is reshaped as it is: ``t.reshape`` would copy it once more,
+    since a reshape of permuted strides must not alias the view; this one is internal."""
+    if tuple(t.shape) != (*batch, rows, d):
+        t = t.expand(*batch, rows, d)
+    if t._view is None:
+        return t.reshape(n, rows, d)
+    return apply_op(op, lambda x: reshape_op(x, (n, rows, d)), [t], t.dtype)
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002

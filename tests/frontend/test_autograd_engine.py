@@ -36,6 +36,31 @@ def test_gradients_of_shared_inputs_do_not_alias(ctx):
     np.testing.assert_array_equal(b.grad.numpy(), np.ones((2, 3)))
 
 
+def test_pass_through_gradients_are_handed_on_and_do_not_alias(ctx):
+    """A sum to the same shape (the unbroadcast operand of a broadcast add) and a product by 1.0
+    (the gradient of clone / contiguous) hand their input on: no kernel, and the leaves' .grad
+    still own their arrays."""
+    rng, seed = new_rng()
+    a0, b0, c0, w0 = rand((4, 3), rng), rand((3,), rng), rand((3, 4), rng), rand((4, 3), rng)
+    a, b, c = leaf(a0, ctx), leaf(b0, ctx), leaf(c0, ctx)
+    w = gpumat.tensor(w0, device=ctx)
+    y = ((a + b) * w).sum() + (c.t().contiguous() * w).sum()
+    with gpumat.ops.trace_calls() as calls:
+        y.backward()
+    names = [name for name, _ in calls]
+    assert names.count("sum_to_") == 1, names  # b's alone
+    assert not [args for name, args in calls if name == "mul_scalar_" and args[1] == 1.0]
+    np.testing.assert_allclose(a.grad.numpy(), w0, rtol=1e-6, err_msg=f"seed {seed}")
+    np.testing.assert_allclose(b.grad.numpy(), w0.sum(0), rtol=1e-5, err_msg=f"seed {seed}")
+    np.testing.assert_allclose(c.grad.numpy(), w0.T, rtol=1e-6, err_msg=f"seed {seed}")
+    with gpumat.no_grad():
+        a.grad.mul_(5.0)
+    np.testing.assert_allclose(c.grad.numpy(), w0.T, rtol=1e-6, err_msg=f"seed {seed}")
+    ((a + b) * w).sum().backward()  # accumulates into a.grad in place, c.grad untouched
+    np.testing.assert_allclose(a.grad.numpy(), 6 * w0, rtol=1e-6, err_msg=f"seed {seed}")
+    np.testing.assert_allclose(c.grad.numpy(), w0.T, rtol=1e-6, err_msg=f"seed {seed}")
+
+
 def test_only_leaves_that_require_grad_get_one(ctx):
     rng, _ = new_rng()
     w = leaf(rand((4, 3), rng), ctx)

@@ -302,6 +302,45 @@ def test_sdpa_matches_torch(ctx, qs, ks, vs, mask, causal):
         assert_close(g.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-4, msg=f"seed {seed}")
 
 
+def test_sdpa_of_head_views_matches_torch_and_copies_no_head_again(ctx):
+    """The GPT pattern: q, k, v split from one projection, viewed as heads and transposed. The
+    heads (views: row-major copies of their regions) go to the fused kernel as they are, no clone
+    each, and a change of the projection in place after the views reaches the attention."""
+    torch = pytest.importorskip("torch")
+    rng, seed = new_rng()
+    b, t, h, d = 2, 5, 3, 4
+    c = h * d
+    x0 = rng.uniform(-1, 1, size=(b, t, 3 * c)).astype(np.float32)
+    w0 = rng.uniform(-1, 1, size=(b, t, c)).astype(np.float32)
+
+    def heads(lib, x):
+        q, k, v = x.split(c, dim=2)
+        return [z.view(b, t, h, d).transpose(1, 2) for z in (q, k, v)]
+
+    xt = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
+    yt = torch.nn.functional.scaled_dot_product_attention(*heads(torch, xt), is_causal=True)
+    (yt.transpose(1, 2).reshape(b, t, c) * torch.tensor(w0, dtype=torch.float64)).sum().backward()
+
+    x = gpumat.tensor(x0, device=ctx, requires_grad=True)
+    q, k, v = heads(gpumat, x)
+    with ops.trace_calls() as calls:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert "mul_scalar_" not in [name for name, _ in calls]  # no clone of a head
+    (y.transpose(1, 2).contiguous().view(b, t, c) * gpumat.tensor(w0, device=ctx)).sum().backward()
+    assert_close(y.detach().numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6, msg=f"seed {seed}")
+    assert_close(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5, msg=f"seed {seed}")
+
+    base = gpumat.tensor(x0, device=ctx)
+    q2, k2, v2 = heads(gpumat, base)
+    base.mul_(2.0)  # after the views were made: they show the new values, as PyTorch's
+    y2 = F.scaled_dot_product_attention(q2, k2, v2, is_causal=True)
+    with torch.no_grad():
+        y2t = torch.nn.functional.scaled_dot_product_attention(
+            *heads(torch, 2 * torch.tensor(x0, dtype=torch.float64)), is_causal=True
+        )
+    assert_close(y2.numpy(), y2t.numpy(), rtol=1e-5, atol=1e-6, msg=f"seed {seed}")
+
+
 def test_sdpa_zero_size_batch(ctx):
     q = gpumat.zeros(0, 2, 5, 4, device=ctx)
     k = gpumat.zeros(0, 2, 6, 4, device=ctx)
