@@ -11,7 +11,8 @@ case is one matmul (or bmm) with transpose flags.
 from __future__ import annotations
 
 from gpumat._checks import as_flag
-from gpumat.graph.node import Attr, Op, kernels_for, shape_str, short_name
+from gpumat.graph.node import Attr, Op, Undefined, kernels_for, shape_str, short_name
+from gpumat.graph.strided import sum_to_op
 
 __all__ = [
     "BmmOp",
@@ -21,6 +22,19 @@ __all__ = [
     "matmul_bias_op",
     "matmul_op",
 ]
+
+
+def _product_gradients(a, b, g, ta: bool, tb: bool) -> list:
+    """[dL/dA, dL/dB] of C = op(A) op(B) with G = dL/dC: dL/dop(A) = G op(B)^T and
+    dL/dop(B) = op(A)^T G; a transposed operand takes the transpose of that. Each case is one
+    matmul with flags."""
+    if not ta and not tb:  # C = A B
+        return [matmul_op(g, b, False, True), matmul_op(a, g, True, False)]
+    if ta and not tb:  # C = A^T B
+        return [matmul_op(b, g, False, True), matmul_op(a, g, False, False)]
+    if not ta and tb:  # C = A B^T
+        return [matmul_op(g, b, False, False), matmul_op(g, a, True, False)]
+    return [matmul_op(b, g, True, True), matmul_op(g, a, True, True)]  # C = A^T B^T
 
 
 # The dlsys course's flag names; as_flag refuses anything but a bool.
@@ -57,18 +71,8 @@ class MatMulOp(Op):
         kernels_for(device).matmul(a, b, output_val, ta, tb)
 
     def gradient(self, node, output_grad):
-        # With C = op(A) op(B) and G = dL/dC: dL/dop(A) = G op(B)^T and dL/dop(B) = op(A)^T G; a
-        # transposed operand takes the transpose of that. Each case is one matmul with flags.
         a, b = node.inputs
-        g = output_grad
-        ta, tb = node.trans_A, node.trans_B
-        if not ta and not tb:  # C = A B
-            return [matmul_op(g, b, False, True), matmul_op(a, g, True, False)]
-        if ta and not tb:  # C = A^T B
-            return [matmul_op(b, g, False, True), matmul_op(a, g, False, False)]
-        if not ta and tb:  # C = A B^T
-            return [matmul_op(g, b, False, False), matmul_op(g, a, True, False)]
-        return [matmul_op(b, g, True, True), matmul_op(g, a, True, True)]  # C = A^T B^T
+        return _product_gradients(a, b, output_grad, node.trans_A, node.trans_B)
 
     def infer_shape(self, node, input_shapes):
         sa, sb = (tuple(s) for s in input_shapes)
@@ -155,12 +159,13 @@ class BmmOp(Op):
 
 class MatMulBiasOp(Op):
     """``matmul_bias_op(A, B, bias, trans_A, trans_B, relu)``: op(A) @ op(B) + bias, then max(., 0)
-    when ``relu``. Shapes as ``matmul_op``; bias is (N,); out (M, N). Made by the fusion pass
-    (``gpumat.runtime.fusion``; its gradient is not defined: the pass runs after
-    :func:`gpumat.graph.gradients`)."""
+    when ``relu``. Shapes as ``matmul_op``; bias is (N,); out (M, N). ``F.linear`` makes it with
+    ``relu=False`` (one kernel: on the host the bias rows are sgemm's C, as BLAS's addmm); its
+    gradient is ``matmul_op``'s for A and B and ``sum_to_op(G, bias)`` for the bias. The fusion
+    pass (``gpumat.runtime.fusion``) makes the ``relu=True`` form after
+    :func:`gpumat.graph.gradients`, so that form has no gradient."""
 
     name = "matmul_bias_op"
-    no_gradient = "made by the fusion pass, after gradients"
     inputs = ("node_A", "node_B", "bias")
     attrs = (
         Attr("trans_A", _bool, False, bool),
@@ -171,6 +176,14 @@ class MatMulBiasOp(Op):
     def node_name(self, node):
         kind = "DenseRelu" if node.relu else "Dense"
         return f"{kind}({','.join(short_name(i) for i in node.inputs)})"
+
+    def gradient(self, node, output_grad):
+        if node.relu:
+            reason = "matmul_bias_op(relu=True): made by the fusion pass, after gradients"
+            return [Undefined(reason)] * 3
+        a, b, bias = node.inputs
+        grads = _product_gradients(a, b, output_grad, node.trans_A, node.trans_B)
+        return [*grads, sum_to_op(output_grad, bias)]
 
     def compute(self, node, input_vals, output_val, device=None):
         a, b, bias = input_vals

@@ -41,7 +41,7 @@ from gpumat.graph.elementwise import mul_byconst_op
 from gpumat.graph.index import embedding_op
 from gpumat.graph.layout import one_hot_op, reshape_op
 from gpumat.graph.loss import mae_loss_op, mse_loss_op, nll_loss_op, softmaxcrossentropy_op
-from gpumat.graph.matmul import matmul_op
+from gpumat.graph.matmul import matmul_bias_op, matmul_op
 from gpumat.graph.node import shape_str
 from gpumat.graph.norm import batch_norm_op, batch_norm_stats_op, layer_norm_op
 from gpumat.graph.pool import adaptive_avg_pool2d_op, avg_pool2d_op, max_pool2d_op
@@ -610,9 +610,9 @@ def batch_norm(
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
     """``input @ weight.T + bias``: input (*, in), weight (out, in), bias (out,) -> (*, out).
 
-    One ``matmul_op`` with the transposed-B flag (no transpose is made) and the bias added with
-    ``broadcast_binary_op``: the pattern the executor's fusion pass turns into one dense kernel
-    (``matmul_bias_op``, with a following ReLU) in a compiled step.
+    One kernel: ``matmul_bias_op`` with the transposed-B flag (no transpose is made; on the host
+    the bias rows are sgemm's C, as BLAS's addmm), or ``matmul_op`` without a bias. In a compiled
+    step the executor's fusion pass folds a following ReLU into it.
 
     Raises:
         TypeError: not float32 tensors. ValueError: shapes that do not fit (naming them).
@@ -626,16 +626,22 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"linear: input {shape_str(input.shape)} does not end with in_features = "
             f"{weight.shape[1]} of weight {shape_str(weight.shape)}"
         )
-    lead = input.shape[:-1]
-    x = input if input.ndim == 2 else input.reshape(-1, weight.shape[1])
-    out = apply_op("linear", lambda a, w: matmul_op(a, w, False, True), [x, weight])
     if bias is not None:
         _float(bias, "linear", "bias")
         if bias.shape != (weight.shape[0],):
             raise ValueError(
                 f"linear: bias must have shape ({weight.shape[0]},), got {shape_str(bias.shape)}"
             )
-        out = out + bias
+    lead = input.shape[:-1]
+    x = input if input.ndim == 2 else input.reshape(-1, weight.shape[1])
+    if bias is None:
+        out = apply_op("linear", lambda a, w: matmul_op(a, w, False, True), [x, weight])
+    else:
+        out = apply_op(
+            "linear",
+            lambda a, w, b: matmul_bias_op(a, w, b, False, True, False),
+            [x, weight, bias],
+        )
     return out if input.ndim == 2 else out.reshape(*lead, weight.shape[0])
 
 

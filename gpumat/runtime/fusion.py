@@ -14,8 +14,9 @@ The rules, all in this module (one function each, applied in this order):
     (y > 0 exactly where z > 0).
 ``dense``
     ``matmul_op(a, b) + broadcastto_op(bias, mm)`` -> ``matmul_bias_op(a, b, bias)``: 3 -> 1.
-    Both dense rules also take the front end's form, ``broadcast_binary_op(matmul_op(a, b), bias,
-    "add")`` (``F.linear``), whose product is read elsewhere only for its shape.
+    Both dense rules also take ``broadcast_binary_op(matmul_op(a, b), bias, "add")``, whose
+    product is read elsewhere only for its shape; ``dense_relu`` also takes
+    ``relu_op(matmul_bias_op(a, b, bias))``, the front end's ``F.linear`` and a ReLU.
 ``relu_bias_gradient``
     ``relu_gradient_op(y, g)`` and ``reducesumaxiszero_op`` of it to a (cols,) bias ->
     ``relu_bias_gradient_op(y, g)`` with two outputs, dz and dbias
@@ -63,7 +64,7 @@ from gpumat.graph.loss import (
     SoftmaxCrossEntropyOp,
     softmaxcrossentropy_with_gradient_op,
 )
-from gpumat.graph.matmul import MatMulOp, matmul_bias_op
+from gpumat.graph.matmul import MatMulBiasOp, MatMulOp, matmul_bias_op
 from gpumat.graph.node import Attr, Node, Op, short_name
 from gpumat.graph.reduce import BroadcastToOp, ReduceSumAxisZeroOp
 from gpumat.graph.reverse_mode import find_topo_sort
@@ -189,8 +190,11 @@ def _shape_use_only(node: Node, user: Node) -> bool:
 
 def _dense_parts(rw: _Rewriter, z: Node):
     """(mm, bc, bias) when z = mm + broadcastto_op(bias, mm) with a (n,) bias, or (mm, None, bias)
-    when z = broadcast_binary_op(mm, bias, "add") (the front end's ``F.linear``), mm 2-D and read
-    elsewhere only for its shape (its gradient's ``sum_to_op(g, mm)``), else None."""
+    when z = broadcast_binary_op(mm, bias, "add"), mm 2-D and read elsewhere only for its shape
+    (its gradient's ``sum_to_op(g, mm)``), or (z, None, bias) when z is already a dense layer
+    without ReLU (``matmul_bias_op``: the front end's ``F.linear``), else None."""
+    if _is(z, MatMulBiasOp) and not z.relu and rw.free(z):
+        return z, None, z.inputs[2]
     if _is(z, BroadcastBinaryOp) and z.kind == "add" and rw.free(z):
         mm, bias = z.inputs
         if (
@@ -219,7 +223,7 @@ def _dense_parts(rw: _Rewriter, z: Node):
 
 
 def _make_dense(rw: _Rewriter, mm: Node, bias: Node, relu: bool):
-    a, b = mm.inputs
+    a, b = mm.inputs[:2]  # a matmul_op's, or a matmul_bias_op's product
     ta, tb = mm.trans_A, mm.trans_B
     return lambda get: matmul_bias_op(get(a), get(b), get(bias), ta, tb, relu)
 
@@ -247,6 +251,8 @@ def rule_dense_relu(rw: _Rewriter, node: Node) -> bool:
 
 def rule_dense(rw: _Rewriter, node: Node) -> bool:
     """mm + broadcast(bias) -> matmul_bias_op(relu=False)."""
+    if _is(node, MatMulBiasOp):  # already one
+        return False
     parts = _dense_parts(rw, node)
     if parts is None:
         return False

@@ -278,3 +278,28 @@ def test_returned_tensors_are_copies_that_later_calls_leave_alone(ctx):
         np.testing.assert_array_equal(idx.numpy(), want.argmax(axis=1))
         assert total.item() == pytest.approx(want.sum(), rel=1e-5, abs=1e-5)
     assert infer.traces == 1
+
+
+def test_linear_is_one_kernel_and_a_following_relu_fuses_into_it(ctx):
+    torch = pytest.importorskip("torch")
+    rng, seed = new_rng()
+    x0, w0, b0, g0 = rand((5, 3, 4), rng), rand((6, 4), rng), rand((6,), rng), rand((5, 3, 6), rng)
+    x, w, b = (gpumat.tensor(a, device=ctx, requires_grad=True) for a in (x0, w0, b0))
+    with gpumat.ops.trace_calls() as calls:
+        y = F.linear(x, w, b)
+    assert [name for name, _ in calls] == ["matmul_bias_"]  # the bias with the product
+    (y * gpumat.tensor(g0, device=ctx)).sum().backward()
+    xt, wt, bt = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x0, w0, b0))
+    yt = torch.nn.functional.linear(xt, wt, bt)
+    (yt * torch.tensor(g0, dtype=torch.float64)).sum().backward()
+    np.testing.assert_allclose(y.detach().numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for got, want in ((x, xt), (w, wt), (b, bt)):
+        np.testing.assert_allclose(
+            got.grad.numpy(), want.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"seed {seed}"
+        )
+    model = mlp().to(ctx)  # Linear, ReLU, Linear, Tanh, Linear
+    step = gpumat.compile(make_step(model, gpumat.optim.SGD(model.parameters(), lr=0.1), "ce"))
+    xb, yb = batches(rng, (8, 12), "ce", 1)[0]
+    step(gpumat.tensor(xb, device=ctx), gpumat.tensor(yb, device=ctx))
+    assert step.fusion_report.rules["dense_relu"] == 1  # the first layer and its ReLU
+    assert step.fusion_report.rules["dense"] == 0  # F.linear's layers are dense already
