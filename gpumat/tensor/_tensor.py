@@ -46,6 +46,7 @@ from gpumat.dtypes import (
 )
 from gpumat.graph.elementwise import detach_op, mul_byconst_op, oneslike_op
 from gpumat.graph.node import Node, PlaceholderOp, Variable, shape_str
+from gpumat.graph.strided import as_strided_op
 
 # --------------------------------------------------------------------------------------------------
 # Tensor
@@ -81,11 +82,11 @@ class StridedView:
 
     __slots__ = ("base", "stride", "offset", "seen")
 
-    def __init__(self, base: Tensor, stride: tuple, offset: int) -> None:
+    def __init__(self, base: Tensor, stride: tuple, offset: int, copied: bool = True) -> None:
         self.base = base
         self.stride = tuple(stride)
         self.offset = int(offset)
-        self.seen = base._vc.value
+        self.seen = base._vc.value if copied else -1  # -1: not copied yet (lazy_view)
 
     def refresh(self, storage) -> None:
         """Copy the base's region into ``storage`` (the view's array) again."""
@@ -177,11 +178,17 @@ class Tensor:
         self._view = None  # a StridedView: this tensor shows a strided region of another's storage
 
     # The values: a PyGpuMatrix. A view's copy is brought up to date with its base first, when
-    # the base changed in place since the copy was made (see StridedView).
+    # the base changed in place since the copy was made (see StridedView), or made now, on the
+    # first read of a view that lazy_view made.
     @property
     def _data(self):
         view = self._view
         if view is not None and view.seen != view.base._vc.value:
+            if self._storage is None:
+                self._storage = empty(self._shape, self._device)
+                saved = self._node.saved if self._node is not None else None
+                if saved is not None and not saved.freed:
+                    saved.value = self._storage  # what backward reads as the view's value
             view.refresh(self._storage)
         return self._storage
 
@@ -879,6 +886,27 @@ def apply_op(
         out._requires_grad = True
         record(node, value, out._vc, tuple(t._vc.value for t in inputs))
         out._node = node
+    return out
+
+
+def lazy_view(op: str, base: Tensor, shape: tuple, stride: tuple, offset: int) -> Tensor:
+    """Eagerly, the view of ``base``'s storage (``shape``, ``stride``, ``offset`` in elements;
+    ``base`` not itself a view) as ``apply_op`` of ``as_strided_op`` makes it (the same node, the
+    same record for backward), but copied when first read (``Tensor._data``), not now: the views
+    that are only viewed again, as in ``q.view(b, t, h, d).transpose(1, 2)`` of a ``split``, are
+    never copied. Raises ValueError (prefixed with ``op``) for a region outside the base."""
+    node = as_strided_op(base._graph_node(), shape, stride, offset)
+    try:
+        shape = tuple(node.op.infer_shape(node, [base._shape]))
+    except ValueError as exc:
+        raise ValueError(f"{op}: {exc}") from None
+    out = Tensor._make(None, base._dtype, base._device, base._range)
+    out._shape = shape
+    if is_grad_enabled() and base._requires_grad:
+        out._requires_grad = True
+        record(node, None, out._vc, (base._vc.value,))
+        out._node = node
+    out._view = StridedView(base, stride, offset, copied=False)
     return out
 
 

@@ -7,7 +7,8 @@ functions ``cat``, ``stack`` and ``meshgrid``.
 
 A view is a tensor with a :class:`gpumat.tensor._tensor.StridedView`: a copy of a strided region
 of its base's storage, made by one strided-copy kernel (``as_strided_op``; ``expand_op`` for the
-repeated dims of an expand, so that its gradient sums), kept in step with the base in both
+repeated dims of an expand, so that its gradient sums) when it is first read (a view only viewed
+again is never copied: ``lazy_view``), kept in step with the base in both
 directions (PyTorch's view semantics on gpumat's contiguous arrays; the class says how). The
 strides and offsets are PyTorch's: a view of a view composes them against the one base.
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from gpumat import ops
 from gpumat._checks import as_int
+from gpumat.autograd import current_trace
 from gpumat.dtypes import float32
 from gpumat.graph.node import shape_str
 from gpumat.graph.strided import (
@@ -34,7 +36,7 @@ from gpumat.graph.strided import (
     expand_op,
 )
 from gpumat.tensor import _advanced_indexing
-from gpumat.tensor._tensor import StridedView, Tensor, _copy_of, apply_op
+from gpumat.tensor._tensor import StridedView, Tensor, _copy_of, apply_op, lazy_view
 
 __all__ = ["ViewMethods", "cat", "concat", "concatenate", "meshgrid", "stack"]
 
@@ -51,9 +53,12 @@ def layout(t: Tensor) -> tuple:
     return t, contiguous_strides(t._shape), 0
 
 
-def _make_view(t: Tensor, shape: tuple, stride: tuple, offset: int, op: str) -> Tensor:
+def _make_view(
+    t: Tensor, shape: tuple, stride: tuple, offset: int, op: str, lazy: bool = True
+) -> Tensor:
     """The view of t's storage with ``shape``, ``stride`` and ``offset`` (against t's base, as
-    :func:`layout` gives them): one copy of the region, linked back to the base."""
+    :func:`layout` gives them): one copy of the region, linked back to the base, made when first
+    read (``lazy``, eagerly) or now."""
     shape, stride = tuple(int(d) for d in shape), tuple(int(s) for s in stride)
     if len(shape) > MAX_DIMS:
         raise ValueError(f"{op}: {len(shape)} dims {shape_str(shape)}; gpumat views have at most 8")
@@ -63,13 +68,16 @@ def _make_view(t: Tensor, shape: tuple, stride: tuple, offset: int, op: str) -> 
     repeated = [d for d, (n, s) in enumerate(zip(shape, stride, strict=True)) if s == 0 and n > 1]
     once = tuple(1 if d in repeated else n for d, n in enumerate(shape))
 
-    out = apply_op(
-        op, lambda n: as_strided_op(n, once, stride, offset), [base], base._dtype, base._range
-    )
-    if repeated:
-        out = apply_op(op, lambda n: expand_op(n, shape), [out], base._dtype, base._range)
-    if base._trace is None:
-        out._view = StridedView(base, stride, offset)
+    if lazy and not repeated and base._trace is None and current_trace() is None:
+        out = lazy_view(op, base, shape, stride, offset)  # copied when first read
+    else:
+        out = apply_op(
+            op, lambda n: as_strided_op(n, once, stride, offset), [base], base._dtype, base._range
+        )
+        if repeated:
+            out = apply_op(op, lambda n: expand_op(n, shape), [out], base._dtype, base._range)
+        if base._trace is None:
+            out._view = StridedView(base, stride, offset)
     out._range_src = base._range_src
     return out
 
@@ -609,7 +617,7 @@ class ViewMethods:
             if n > 0:
                 offset += (n - 1) * stride[d]
             new_stride[d] = -stride[d]
-        out = _make_view(self, self._shape, tuple(new_stride), offset, "flip")
+        out = _make_view(self, self._shape, tuple(new_stride), offset, "flip", lazy=False)
         out._view = None  # a copy, not a view
         return out
 

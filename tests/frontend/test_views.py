@@ -179,6 +179,32 @@ def test_views_share_changes_both_ways(ctx):
         np.testing.assert_array_equal(x.numpy(), t.numpy(), err_msg=f"view of view {k}")
 
 
+def test_views_are_copied_when_first_read(ctx):
+    """A view holds its copy from its first read on: a view only viewed again (the heads of a
+    split projection) is never copied, a view of a base changed before that read shows the
+    change, and flip (a copy, not a view) copies at once."""
+    rng, seed = new_rng()
+    values = rng.standard_normal((2, 3, 12)).astype(np.float32)
+    x, t = gpumat.tensor(values, device=ctx), torch.from_numpy(values.copy())
+
+    def heads(z):
+        return [p.view(2, 3, 2, 2).transpose(1, 2) for p in z.split(4, dim=2)]
+
+    with gpumat.ops.trace_calls() as calls:
+        q, k, v = heads(x)
+    assert calls == []  # nine views made, none copied
+    with gpumat.ops.trace_calls() as calls:
+        got = q.numpy()
+    assert [name for name, _ in calls] == ["as_strided_"]  # one copy, from the base
+    np.testing.assert_array_equal(got, heads(t)[0].numpy(), err_msg=f"seed {seed}")
+    x.mul_(3.0)  # k was never read: its first read shows the change, as PyTorch's view does
+    t.mul_(3.0)
+    np.testing.assert_array_equal(k.numpy(), heads(t)[1].numpy(), err_msg=f"seed {seed}")
+    f, g = x.flip(2), t.flip(2)
+    x.add_(1.0)
+    np.testing.assert_array_equal(f.numpy(), g.numpy(), err_msg=f"flip copied at once, {seed}")
+
+
 def test_layout_methods_match_torch(ctx):
     rng, _ = new_rng()
     values = rng.standard_normal((2, 3, 4)).astype(np.float32)
