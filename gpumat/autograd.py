@@ -36,7 +36,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import threading
+
+import numpy as np
 
 from gpumat import ops
 from gpumat._core import PyGpuMatrix
@@ -47,7 +50,7 @@ from gpumat.graph.function import FunctionOp, FunctionOutputOp, function_output_
 from gpumat.graph.layout import ReshapeOp
 from gpumat.graph.node import Node, PlaceholderOp, Undefined, Variable, shape_str
 from gpumat.graph.reverse_mode import find_topo_sort
-from gpumat.graph.strided import SumToOp
+from gpumat.graph.strided import AsStridedBackwardOp, SumToOp
 
 __all__ = [
     "Function",
@@ -417,6 +420,7 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
         contribs = contributions.pop(node, None)
         if not contribs:
             continue
+        contribs = _scattered(contribs, device)
         if isinstance(node.op, PlaceholderOp):
             if node.saved.leaf is not None:
                 node.saved.leaf._accumulate_grad(contribs)
@@ -442,6 +446,12 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
                 continue
             if isinstance(g, Undefined):
                 raise NotImplementedError(f"{g.reason} (needed by backward)")
+            if type(g.op) is AsStridedBackwardOp and g not in memo:  # a view's gradient: later
+                src = _evaluate(g.inputs[0], memo, fresh, expected, device)
+                like = _forward_value(g.inputs[1], expected, True)
+                value = _Scatter(src, tuple(like.shape), g.stride, g.offset)
+                handed.append((inp, g, value))
+                continue
             handed.append((inp, g, _evaluate(g, memo, fresh, expected, device)))
         counts: dict[int, int] = {}
         for _, _, value in handed:
@@ -452,6 +462,74 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
         if not retain_graph:
             node.saved.value = None
             node.saved.freed = True
+
+
+class _Scatter:
+    """A view's gradient not yet made: ``src`` at the strided region (``stride``, ``offset``) of
+    an array of ``shape``, zero elsewhere (``as_strided_backward_op``'s value). backward makes it
+    when it reaches the view's base, so that the gradients of several views of one base (the q, k,
+    v heads of one projection) go into one array (:func:`_scattered`)."""
+
+    __slots__ = ("src", "shape", "stride", "offset")
+
+    def __init__(self, src, shape: tuple, stride: tuple, offset: int) -> None:
+        self.src, self.shape, self.stride, self.offset = src, shape, tuple(stride), int(offset)
+
+    def region(self) -> tuple:
+        return tuple(self.src.shape), self.stride, self.offset
+
+
+@functools.lru_cache(maxsize=256)
+def _layout_of(size: int, regions: tuple) -> str | None:
+    """How strided ``regions`` ((shape, stride, offset), each of distinct addresses) lie in an
+    array of ``size`` elements: ``"tiles"`` (disjoint, covering every element), ``"disjoint"``, or
+    None (two overlap). Counted once per layout (an element count per address), then cached."""
+    counts = np.zeros(size, np.uint8)
+    for shape, stride, offset in regions:
+        index = np.full((), offset, np.int64)
+        for n, step in zip(shape, stride, strict=True):
+            index = index[..., None] + np.arange(n, dtype=np.int64) * step
+        counts[index.ravel()] += 1
+    if size and counts.max() > 1:
+        return None
+    return "tiles" if size == 0 or counts.min() == 1 else "disjoint"
+
+
+_MAX_COUNTED = 1 << 24  # larger arrays: each view's gradient made alone, not counted
+
+
+def _scattered(contribs: list, device) -> list:
+    """``contribs`` with their deferred view gradients (:class:`_Scatter`) made: when every
+    contribution is one, of one shape, in disjoint regions, one array written by a scatter each
+    (zero-filled first unless the regions tile it) stands for their sum, which is the same values
+    but for the sign of a zero (x + 0 is +0 for x = -0), as the fusion pass's ``split_gradient``;
+    else each alone, zero-filled and scattered (``as_strided_backward_op``), and summed in order
+    as before."""
+    if not any(len(c) == 3 and isinstance(c[1], _Scatter) for c in contribs):
+        return contribs  # (a function node's contributions are (index, value) pairs)
+    parts = [value for _, value, _ in contribs if isinstance(value, _Scatter)]
+    if len(parts) == len(contribs) > 1 and len({p.shape for p in parts}) == 1:
+        size = math.prod(parts[0].shape)
+        layout = (
+            _layout_of(size, tuple(p.region() for p in parts)) if size <= _MAX_COUNTED else None
+        )
+        if layout is not None:
+            out = empty(parts[0].shape, device)
+            if layout != "tiles":
+                ops.fill(out, 0.0)
+            for p in parts:
+                ops.as_strided_scatter(p.src, out, p.stride, p.offset)
+            return [(Variable("grad"), out, True)]
+    made = []
+    for g, value, owned in contribs:
+        if isinstance(value, _Scatter):
+            out = empty(value.shape, device)
+            if math.prod(value.src.shape) != math.prod(value.shape):
+                ops.fill(out, 0.0)
+            ops.as_strided_scatter(value.src, out, value.stride, value.offset)
+            value, owned = out, True
+        made.append((g, value, owned))
+    return made
 
 
 def _function_step(node, contribs, contributions, relevant, device, retain_graph) -> None:

@@ -205,6 +205,51 @@ def test_views_are_copied_when_first_read(ctx):
     np.testing.assert_array_equal(f.numpy(), g.numpy(), err_msg=f"flip copied at once, {seed}")
 
 
+@pytest.mark.parametrize(
+    "case",
+    ["split heads", "two disjoint narrows", "overlapping narrows", "a narrow and the whole"],
+)
+def test_gradients_of_views_of_one_base_go_into_one_array(ctx, case):
+    """The gradients of views of one base (each its region of an array of zeros) are written
+    into one array when they are its only gradients and their regions are disjoint: no zero fill
+    when they tile it, no sums; otherwise each is made alone and summed, as before."""
+    rng, seed = new_rng()
+    values = rng.standard_normal((2, 3, 12)).astype(np.float32)
+
+    def parts(z):
+        if case == "split heads":
+            return [p.view(2, 3, 2, 2).transpose(1, 2) for p in z.split(4, dim=2)]
+        if case == "two disjoint narrows":
+            return [z.narrow(2, 0, 4), z[..., 8:]]
+        if case == "overlapping narrows":
+            return [z.narrow(2, 0, 8), z.narrow(2, 4, 8)]
+        return [z.narrow(2, 2, 5), z]
+
+    weights = [
+        rng.standard_normal(tuple(p.shape)).astype(np.float32)
+        for p in parts(torch.from_numpy(values))
+    ]
+    x = gpumat.tensor(values, device=ctx, requires_grad=True)
+    pairs = zip(parts(x), weights, strict=True)
+    loss = sum((p * gpumat.tensor(w, device=ctx)).sum() for p, w in pairs)
+    with gpumat.ops.trace_calls() as calls:
+        loss.backward()
+    names = [name for name, _ in calls]
+    xt = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    pairs = zip(parts(xt), weights, strict=True)
+    sum((p * torch.tensor(w, dtype=torch.float64)).sum() for p, w in pairs).backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-6, err_msg=f"seed {seed}")
+    big = [
+        args for name, args in calls if name in ("fill_", "add_") and args[0].shape == (2, 3, 12)
+    ]
+    if case == "split heads":  # three scatters tile the whole: one write each, nothing else
+        assert names.count("as_strided_scatter_") == 3 and not big, names
+    elif case == "two disjoint narrows":  # one fill, two scatters, no sum
+        assert names.count("as_strided_scatter_") == 2 and len(big) == 1, names
+    else:  # each view's gradient alone, then summed
+        assert names.count("add_") >= 1, names
+
+
 def test_layout_methods_match_torch(ctx):
     rng, _ = new_rng()
     values = rng.standard_normal((2, 3, 4)).astype(np.float32)
