@@ -495,7 +495,7 @@ def _layout_of(size: int, regions: tuple) -> str | None:
     return "tiles" if size == 0 or counts.min() == 1 else "disjoint"
 
 
-_MAX_COUNTED = 1 << 24  # larger arrays: each view's gradient made alone, not counted
+_MAX_COUNTED = 1 << 22  # larger arrays (an int64 index per element to count): each view alone
 
 
 def _scattered(contribs: list, device) -> list:
