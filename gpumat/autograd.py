@@ -449,8 +449,7 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
             if type(g.op) is AsStridedBackwardOp and g not in memo:  # a view's gradient: later
                 src = _evaluate(g.inputs[0], memo, fresh, expected, device)
                 like = _forward_value(g.inputs[1], expected, True)
-                value = _Scatter(src, tuple(like.shape), g.stride, g.offset)
-                handed.append((inp, g, value))
+                handed.append((inp, g, _Scatter(g, src, like)))
                 continue
             handed.append((inp, g, _evaluate(g, memo, fresh, expected, device)))
         counts: dict[int, int] = {}
@@ -465,18 +464,26 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
 
 
 class _Scatter:
-    """A view's gradient not yet made: ``src`` at the strided region (``stride``, ``offset``) of
-    an array of ``shape``, zero elsewhere (``as_strided_backward_op``'s value). backward makes it
-    when it reaches the view's base, so that the gradients of several views of one base (the q, k,
-    v heads of one projection) go into one array (:func:`_scattered`)."""
+    """A view's gradient not yet made: ``node`` (an ``as_strided_backward_op``) with its input
+    values ``src`` (the gradient of the view) and ``like`` (the base, read for its shape).
+    backward makes it when it reaches the view's base, so that the gradients of several views of
+    one base (the q, k, v heads of one projection) go into one array (:func:`_scattered`)."""
 
-    __slots__ = ("src", "shape", "stride", "offset")
+    __slots__ = ("node", "src", "like")
 
-    def __init__(self, src, shape: tuple, stride: tuple, offset: int) -> None:
-        self.src, self.shape, self.stride, self.offset = src, shape, tuple(stride), int(offset)
+    def __init__(self, node: Node, src, like) -> None:
+        self.node, self.src, self.like = node, src, like
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.like.shape)
 
     def region(self) -> tuple:
-        return tuple(self.src.shape), self.stride, self.offset
+        return tuple(self.src.shape), tuple(self.node.stride), int(self.node.offset)
+
+    def make(self, device):
+        """The gradient alone: the node's own compute (zeros, then the region)."""
+        return run_node(self.node, [self.src, self.like], device)
 
 
 @functools.lru_cache(maxsize=256)
@@ -503,8 +510,7 @@ def _scattered(contribs: list, device) -> list:
     contribution is one, of one shape, in disjoint regions, one array written by a scatter each
     (zero-filled first unless the regions tile it) stands for their sum, which is the same values
     but for the sign of a zero (x + 0 is +0 for x = -0), as the fusion pass's ``split_gradient``;
-    else each alone, zero-filled and scattered (``as_strided_backward_op``), and summed in order
-    as before."""
+    else each alone (``as_strided_backward_op``'s compute), and summed in order as before."""
     if not any(len(c) == 3 and isinstance(c[1], _Scatter) for c in contribs):
         return contribs  # (a function node's contributions are (index, value) pairs)
     parts = [value for _, value, _ in contribs if isinstance(value, _Scatter)]
@@ -518,18 +524,12 @@ def _scattered(contribs: list, device) -> list:
             if layout != "tiles":
                 ops.fill(out, 0.0)
             for p in parts:
-                ops.as_strided_scatter(p.src, out, p.stride, p.offset)
+                ops.as_strided_scatter(p.src, out, p.node.stride, p.node.offset)
             return [(Variable("grad"), out, True)]
-    made = []
-    for g, value, owned in contribs:
-        if isinstance(value, _Scatter):
-            out = empty(value.shape, device)
-            if math.prod(value.src.shape) != math.prod(value.shape):
-                ops.fill(out, 0.0)
-            ops.as_strided_scatter(value.src, out, value.stride, value.offset)
-            value, owned = out, True
-        made.append((g, value, owned))
-    return made
+    return [
+        (g, value.make(device), True) if isinstance(value, _Scatter) else (g, value, owned)
+        for g, value, owned in contribs
+    ]
 
 
 def _function_step(node, contribs, contributions, relevant, device, retain_graph) -> None:
