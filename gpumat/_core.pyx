@@ -402,7 +402,7 @@ cdef class PyGpuMatrix:
     def _copy_from_numpy(self, src):
         """src: a C-contiguous float32 numpy array with self.size elements."""
         _require(self, "_copy_from_numpy", "self")
-        cdef float[::1] view = src.reshape(-1)
+        cdef const float[::1] view = src.reshape(-1)  # read-only sources too
         cdef const float* ptr = &view[0] if view.shape[0] > 0 else NULL
         cdef int64_t n = view.shape[0]
         with nogil:

@@ -9,9 +9,9 @@ Backends (``device``): ``None`` or ``"numpy"`` runs the graph with numpy (the re
 ``gpumat.cpu()`` / ``"cpu"`` on gpumat's host kernels; ``gpumat.gpu(i)`` / ``"gpu"`` on CUDA. On a
 gpumat device the parameters live on the device for the whole run: they are ``PyGpuMatrix``
 arrays fed to the executor as they are and updated in place by the optimizer (one ``axpy`` kernel
-each). Per step, only the mini-batch is copied in (images and one-hot labels); the loss is summed
-on the device and read back once per epoch; validation copies back only the logits of each
-evaluation batch, to take the argmax.
+each). Per step, only the mini-batch is copied in (images and one-hot labels; on the cpu device
+the images are read in place); the loss is summed on the device and read back once per epoch;
+validation copies back only the logits of each evaluation batch, to take the argmax.
 
 Learning rate: the loss is the batch *mean* of the softmax cross-entropy and its gradient carries
 the 1/N (see :mod:`gpumat.graph.loss`). The dlsys course used ``lr = 1e-3`` with a gradient lacking

@@ -5,7 +5,8 @@ run, and again only when the feed signature changes (the set of fed nodes, a fee
 kind, numpy or device array, or for numpy the run's dtype), :func:`gpumat.runtime.plan.make_plan`
 sorts the graph once, infers the shapes once, fuses, plans memory and lays out the steps, and the
 executor allocates the planned buffers once; then the steps run: host feeds are copied into their
-buffers, fed device arrays are used in place, and each op writes into its planned output. On a
+buffers (on the cpu device a large float32 numpy feed is read in place), fed device arrays are
+used in place, and each op writes into its planned output. On a
 device the plan's first run is traced and later runs replay it natively, as one CUDA graph launch
 on a CUDA or emulated device (:mod:`gpumat.runtime.compiled`). Steady-state runs allocate nothing
 on the device.
@@ -31,6 +32,7 @@ import numpy as np
 from gpumat import ops
 from gpumat.arrays import empty, is_device_array
 from gpumat.devices import Device
+from gpumat.dlpack import from_dlpack
 from gpumat.graph.node import Node
 from gpumat.graph.reverse_mode import find_topo_sort
 from gpumat.runtime.compiled import (
@@ -53,6 +55,9 @@ from gpumat.runtime.plan import (
 
 __all__ = ["Executor"]
 
+# The smallest numpy feed the cpu device reads in place (Executor._host_view): a 64 KiB copy
+# takes about as long as making the view (~2-4 us on a 2-core Xeon, numpy 2).
+_HOST_VIEW_MIN_BYTES = 1 << 16
 _UNCHECKED = object()  # last_feeds' marker for a host value: mutable, so checked again every run
 
 
@@ -338,11 +343,37 @@ class Executor:
                     raise TypeError(
                         f"feed for {node.name!r}: expected real numbers, got dtype {arr.dtype}"
                     )
-                fed = feeds[node] = (arr, False)
+                view = self._host_view(st, node, arr)
+                fed = feeds[node] = (arr, False) if view is None else (view, True)
                 record[node] = entry = (_UNCHECKED, fed, arr.shape)
             if same and (prev is None or prev[2] != entry[2] or prev[1][1] != fed[1]):
                 same = False
         return feeds, record, same and len(record) == len(last)
+
+    def _host_view(self, st: _ThreadState, node: Node, arr: np.ndarray):
+        """On the cpu device, a large float32 numpy feed read in place, as a fed device array is:
+        a ``PyGpuMatrix`` over the array's memory (``from_dlpack``, no copy), or None to copy it.
+
+        Only a writable, C-contiguous float32 array of at least ``_HOST_VIEW_MIN_BYTES`` (below
+        that a copy costs less than the view) that is not an eval node (whose value the run would
+        return as a gpumat array over the caller's memory) and does not lie in this thread's
+        planned buffers (``np.asarray`` of a returned value, fed back). Ops never write their
+        inputs and the run is over when ``run`` returns, so the caller's array is only read, and
+        only during the call; the record of the run's feeds keeps it alive until the next run.
+        """
+        device = self.device
+        if (
+            device is None
+            or device.device_type != "cpu"
+            or arr.dtype != np.float32
+            or arr.nbytes < _HOST_VIEW_MIN_BYTES
+            or not arr.flags.c_contiguous
+            or not arr.flags.writeable
+            or node in self.eval_node_list
+        ):
+            return None
+        view = from_dlpack(arr)
+        return None if self._in_own_buffers(st, view) else view
 
     @staticmethod
     def _in_own_buffers(st: _ThreadState, value) -> bool:
@@ -400,7 +431,9 @@ class Executor:
         Args:
             feed_dict: node -> value for every variable the eval nodes need (any node may be fed:
                 its value is then used and its inputs are not evaluated). Values are numpy arrays
-                (or array-likes), copied into planned buffers, or, on a device backend,
+                (or array-likes), copied into planned buffers (on the cpu device a writable
+                C-contiguous float32 array of 64 KiB or more is read in place instead, never
+                written, and only during the call), or, on a device backend,
                 ``PyGpuMatrix`` arrays on the executor's device, used in place without a copy (keep
                 training parameters on the device this way).
             convert_to_numpy_ret_vals: return numpy copies instead of device arrays.

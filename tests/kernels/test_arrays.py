@@ -242,6 +242,19 @@ def test_array_copies_its_input(ctx):
     np.testing.assert_array_equal(a.asnumpy(), x0)
 
 
+def test_copyfrom_and_setitem_read_a_read_only_numpy_array(ctx):
+    # A read-only source (np.frombuffer, a memory map, flags.writeable = False) is only read; it
+    # once raised "buffer source array is read-only" from the memoryview taking its pointer.
+    src = np.random.default_rng().normal(size=(3, 5)).astype(np.float32)
+    src.flags.writeable = False
+    a = gpumat.empty((3, 5), ctx)
+    a.copyfrom(src)
+    np.testing.assert_array_equal(a.asnumpy(), src)
+    b = gpumat.empty((3, 5), ctx)
+    b[:] = src
+    np.testing.assert_array_equal(b.asnumpy(), src)
+
+
 def test_asnumpy_returns_a_new_array_each_time(ctx):
     x = rand((5, 6))
     a = gpumat.array(x, ctx)

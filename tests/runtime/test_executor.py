@@ -365,6 +365,89 @@ def test_feeds_are_copied(ctx):
     np.testing.assert_array_equal(to_numpy(got[1]), np.arange(6).reshape(2, 3) + 1)
 
 
+def _fed_in_place(ex, node) -> bool:
+    return any(n is node for _, n in ex._state.plan.external_steps)
+
+
+def test_large_float32_numpy_feeds_are_read_in_place_on_the_cpu_device():
+    """On the cpu device a writable C-contiguous float32 batch of 64 KiB or more is a view of the
+    caller's memory, not a copy (as PyTorch's ``from_numpy`` batches are): each run reads what
+    the array holds then, the array is never written, and steady state allocates nothing. Small,
+    read-only, non-contiguous and non-float32 feeds are copied as before."""
+    import gpumat
+
+    cpu = gpumat.cpu()
+    rng = np.random.default_rng()
+    x, w = ad.Variable("x"), ad.Variable("w")
+    y = ad.relu_op(ad.matmul_op(x, w)) * 2.0
+    ex = Executor([y], device=cpu)
+    wn = rng.normal(size=(200, 7))
+    wd = gpumat.array(wn, cpu)
+    batches = rng.normal(size=(3, 128, 200)).astype(np.float32)  # 100 KiB a batch
+    mallocs = []
+    for k in range(3):
+        xb = batches[k]
+        before = xb.copy()
+        (got,) = ex.run({x: xb, w: wd}, convert_to_numpy_ret_vals=True)
+        assert _fed_in_place(ex, x)
+        assert_float32_close(got, 2 * np.maximum(xb.astype(np.float64) @ wn, 0), f"batch {k}")
+        np.testing.assert_array_equal(xb, before)  # only read
+        mallocs.append(gpumat.memory_stats(cpu)["device_malloc_calls"])
+    assert mallocs[1:] == [mallocs[1]] * 2
+    # The same array changed between runs: the next run reads the new values.
+    xb[:] = rng.normal(size=xb.shape)
+    (got,) = ex.run({x: xb, w: wd}, convert_to_numpy_ret_vals=True)
+    assert_float32_close(got, 2 * np.maximum(xb.astype(np.float64) @ wn, 0), "changed in place")
+    small = batches[0][:8]  # 6.4 KB: a copy is cheaper than a view
+    read_only = batches[1].copy()
+    read_only.flags.writeable = False
+    strided = np.asarray(batches[2].T.copy().T)  # Fortran order: not C-contiguous
+    wide = batches[0].astype(np.float64)
+    for what, xb in (
+        ("small", small),
+        ("read-only", read_only),
+        ("strided", strided),
+        ("float64", wide),
+    ):
+        (got,) = ex.run({x: xb, w: wd}, convert_to_numpy_ret_vals=True)
+        assert not _fed_in_place(ex, x), what
+        assert_float32_close(got, 2 * np.maximum(xb.astype(np.float32) @ wn, 0), what)
+
+
+def test_a_numpy_feed_that_is_returned_or_lies_in_a_planned_buffer_is_copied():
+    """The in-place numpy feed is not taken for a fed node that the run returns (the result would
+    be gpumat's array over the caller's memory) or for ``np.asarray`` of a value the executor
+    returned (its buffer may be overwritten mid-run): both are copied, and the results are
+    right."""
+    import gpumat
+
+    cpu = gpumat.cpu()
+    rng = np.random.default_rng()
+    x = ad.Variable("x")
+    ex = Executor([x, ad.tanh_op(x) * 0.5], device=cpu)
+    xb = rng.normal(size=(128, 160)).astype(np.float32)
+    got, _ = ex.run({x: xb})
+    assert not _fed_in_place(ex, x)
+    got.copyfrom(np.zeros_like(xb))
+    assert np.all(xb != 0)  # the returned value is the executor's, not the caller's memory
+
+    w = ad.Variable("w")
+    h = ad.tanh_op(ad.matmul_op(x, w)) + x
+    ex = Executor([h], device=cpu)
+    wn = rng.normal(size=(160, 160)) * 0.1
+    wd = gpumat.array(wn, cpu)
+    value = xb
+    ref = xb.astype(np.float64)
+    for k in range(4):
+        (out,) = ex.run({x: value, w: wd})
+        ref = np.tanh(ref @ wn) + ref
+        np.testing.assert_allclose(out.asnumpy(), ref, rtol=1e-4, atol=1e-4, err_msg=f"run {k}")
+        value = np.asarray(out)  # a view of the executor's buffer, fed back
+        assert np.shares_memory(value, np.asarray(out))
+        if k:
+            assert not _fed_in_place(ex, x)
+
+
 def test_device_array_feed_on_the_wrong_device_names_the_node():
     import gpumat
 
@@ -558,15 +641,18 @@ def test_mlp_training_plan_numbers(name):
     )
     assert plan.planned_bytes < plan.naive_bytes
     assert plan.num_buffers < plan.num_values
-    # Feeding the parameters as device arrays removes their buffers from the plan.
+    # Feeding the parameters as device arrays removes their buffers from the plan (the large
+    # float32 numpy ones, W1 and W2, the cpu device already reads in place).
     if name == "cpu":
         import gpumat
 
+        in_place = [p for p in params if _fed_in_place(ex, p)]
+        assert {p.name for p in in_place} == {"W1", "W2"}, in_place
         dev = {p: gpumat.array(feeds[p], ex.device) for p in params}
         ex.run({**feeds, **dev})
         plan2 = ex.memory_plan
         print(f"  parameters fed as device arrays: {plan2}")
-        assert plan2.num_values == plan.num_values - len(params)
+        assert plan2.num_values == plan.num_values - len(params) + len(in_place)
 
 
 def test_plan_is_made_once_and_remade_when_a_feed_shape_changes(ctx):
