@@ -8,11 +8,15 @@ import numbers
 
 import numpy as np
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
 
 def as_int(value, what: str, op: str) -> int:
     """int(value) for an integer that fits int64; TypeError for a non-integer (bools included),
     ValueError past int64 (the C++ ops then check the op's own range, e.g. conv strides up to
     2^31 - 1)."""
+    if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:  # the common case, no ABC check
+        return value
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise TypeError(f"{op}: {what} must be an int, got {value!r}")
     v = int(value)
@@ -60,6 +64,8 @@ def as_probability(p, op: str) -> float:
 def as_flag(value, what: str, op: str) -> bool:
     """A bool (Python or numpy); TypeError for anything else (a truthy array or string would
     otherwise pick a transpose silently)."""
+    if value is True or value is False:
+        return value
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{op}: {what} must be a bool, got {value!r}")
     return bool(value)

@@ -254,8 +254,8 @@ def run_node(node: Node, input_vals: list, device):
         out = empty(tuple(shape), device)
     else:  # gpumat.arrays.empty's checks, known to hold for a shape from infer_shape
         kind, index = device._native
-        out = PyGpuMatrix._empty(tuple(int(d) for d in shape), device, kind, index)
-    if getattr(op, "takes_run_state", False):
+        out = PyGpuMatrix._empty(shape, device, kind, index)  # any sequence of integers
+    if op.takes_run_state:
         op.compute(node, input_vals, out, device, training=True, step=0)
     else:
         op.compute(node, input_vals, out, device)
@@ -300,10 +300,6 @@ _FREED = (
 )
 
 
-def _is_recorded(node: Node) -> bool:
-    return node.saved is not None
-
-
 def _forward_value(node: Node, expected: dict, shape_only: bool):
     """A recorded node's value for a gradient, checked against in-place changes."""
     saved = node.saved
@@ -336,7 +332,7 @@ def _evaluate(target: Node, memo: dict, fresh: set, expected: dict, device):
         if node in memo:
             stack.pop()
             continue
-        pending = [i for i in node.inputs if i not in memo and not _is_recorded(i)]
+        pending = [i for i in node.inputs if i.saved is None and i not in memo]  # not recorded
         if pending:
             for i in pending:
                 if isinstance(i.op, PlaceholderOp):
@@ -404,17 +400,23 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
     topo = find_topo_sort([root])
     relevant: set[Node] = set()
     for node in topo:
-        leaf = node.saved is not None and node.saved.leaf is not None
-        if leaf and node.saved.leaf.device != device:
-            # Checked before any gradient is accumulated, so a refused backward changes nothing
-            # (PyTorch's AccumulateGrad raises too).
-            raise RuntimeError(
-                f"backward: a leaf of shape {shape_str(node.saved.leaf.shape)} is on "
-                f"{node.saved.leaf.device} but its gradient would be on {device} (was it moved "
-                "between forward and backward? move it before the forward pass)"
-            )
-        if leaf or any(i in relevant for i in node.inputs):
+        saved = node.saved
+        if saved is not None and saved.leaf is not None:
+            leaf = saved.leaf
+            if leaf._device is not device and leaf._device != device:
+                # Checked before any gradient is accumulated, so a refused backward changes
+                # nothing (PyTorch's AccumulateGrad raises too).
+                raise RuntimeError(
+                    f"backward: a leaf of shape {shape_str(leaf.shape)} is on {leaf.device} but "
+                    f"its gradient would be on {device} (was it moved between forward and "
+                    "backward? move it before the forward pass)"
+                )
             relevant.add(node)
+            continue
+        for i in node.inputs:
+            if i in relevant:
+                relevant.add(node)
+                break
     contributions: dict[Node, list] = {root: [seed]}
     for node in reversed(topo):
         contribs = contributions.pop(node, None)
@@ -511,7 +513,10 @@ def _scattered(contribs: list, device) -> list:
     (zero-filled first unless the regions tile it) stands for their sum, which is the same values
     but for the sign of a zero (x + 0 is +0 for x = -0), as the fusion pass's ``split_gradient``;
     else each alone (``as_strided_backward_op``'s compute), and summed in order as before."""
-    if not any(len(c) == 3 and isinstance(c[1], _Scatter) for c in contribs):
+    for c in contribs:
+        if len(c) == 3 and type(c[1]) is _Scatter:
+            break
+    else:
         return contribs  # (a function node's contributions are (index, value) pairs)
     parts = [value for _, value, _ in contribs if isinstance(value, _Scatter)]
     if len(parts) == len(contribs) > 1 and len({p.shape for p in parts}) == 1:

@@ -127,7 +127,12 @@ class Node:
     Nodes hash and compare by identity, so they can key ``feed_dict``.
     """
 
-    __slots__ = ("inputs", "op", "attrs", "_name", "id", "extra_outputs", "saved", "__weakref__")
+    # The declared attributes are also copied into the instance __dict__: ``node.axis`` is then an
+    # ordinary attribute read (~40 ns), where __getattr__'s fallback after a failed slot lookup
+    # took ~500 ns, several times in every eager op's shape rule and kernel call.
+    __slots__ = (
+        "inputs", "op", "attrs", "_name", "id", "extra_outputs", "saved", "__weakref__", "__dict__"
+    )  # fmt: skip
 
     def __init__(self, op: Op | None = None, inputs=(), attrs=None) -> None:
         self.inputs: list[Node] = list(inputs)
@@ -137,6 +142,10 @@ class Node:
         self.id = next(_node_ids)
         self.extra_outputs = [] if op is not None and op.num_outputs > 1 else ()
         self.saved = None
+        if attrs is not None:
+            d = self.__dict__
+            for field in attrs.__slots__:
+                d[field] = getattr(attrs, field)
 
     @property
     def name(self) -> str:
@@ -261,31 +270,50 @@ class Op:
             if cls.attrs
             else None
         )
+        # For __call__'s positional fast path: whether every input is required, and whether the
+        # class checks its attributes together (check_attrs overridden).
+        cls._required_inputs_only = not cls.optional_inputs
+        cls._relates_attrs = cls.check_attrs is not Op.check_attrs
 
     def __call__(self, *args, **kwargs) -> Node:
         """A new node of this op: the inputs checked to be nodes, the attributes checked and
         converted (TypeError / ValueError naming the op); its name is made when first read."""
         n_in = len(self.inputs)
-        if not kwargs and n_in <= len(args) <= n_in + len(self.attrs):
+        n_args = len(args)
+        attrs = self.attrs
+        if not kwargs and n_in <= n_args <= n_in + len(attrs):
             # The eager front end's common call (positional): the checks of _bound_call without
             # binding a signature; anything unusual (a missing attribute) goes that way for its
-            # handling and messages.
-            inputs = []
-            for n, value in zip(self.inputs, args, strict=False):
-                if value is None and n in self.optional_inputs:
-                    continue  # an absent optional input, as _bound_call leaves it out
-                inputs.append(_node_argument(self, n, value))
+            # handling and messages. Every eager op and gradient makes nodes here, so the common
+            # case (required inputs only) takes no per-input helper calls.
+            if self._required_inputs_only:
+                inputs = args[:n_in] if n_args > n_in else args
+                for value in inputs:
+                    if not isinstance(value, Node):
+                        for n, v in zip(self.inputs, inputs, strict=False):
+                            _node_argument(self, n, v)  # raises at the first that is not a node
+            else:
+                inputs = []
+                for n, value in zip(self.inputs, args, strict=False):
+                    if value is None and n in self.optional_inputs:
+                        continue  # an absent optional input, as _bound_call leaves it out
+                    inputs.append(_node_argument(self, n, value))
+            if not attrs:
+                node = Node(self, inputs, None)
+                node._name = None
+                return node
             values = {}
-            for k, a in enumerate(self.attrs):
-                if n_in + k < len(args):
+            for k, a in enumerate(attrs):
+                if n_in + k < n_args:
                     value = args[n_in + k]
                 elif a.default is _REQUIRED:
                     return self._bound_call(args, kwargs)
                 else:
                     value = a.default
                 values[a.name] = value if a.check is None else a.check(value, a.name, self.name)
-            self.check_attrs(values)
-            node = Node(self, inputs, self._record(**values) if self._record else None)
+            if self._relates_attrs:
+                self.check_attrs(values)
+            node = Node(self, inputs, self._record(**values))
             node._name = None
             return node
         return self._bound_call(args, kwargs)
@@ -329,6 +357,9 @@ class Op:
     # compiled. None: yes for gpumat's own ops (defined in a gpumat module), no for others; an op
     # built only from gpumat.ops calls may set True.
     compilable: bool | None = None
+    #: Whether ``compute`` takes the run's mode and step (``training=``, ``step=``): ops with a
+    #: state per run (dropout's mask from seed + step).
+    takes_run_state = False
     # For ops with ``takes_run_state``: {ops call name: index of its scalar argument that is
     # seed + step} (dropout), so the compiled step advances that seed each run. An op with run
     # state and calls not listed here is not compiled.
@@ -353,9 +384,13 @@ class Op:
         """
         if not self.kernel:
             raise NotImplementedError(f"{type(self).__name__}.compute")
+        kernel = getattr(reference if device is None else ops, self.kernel)  # kernels_for(device)
+        if self.num_outputs == 1 and not self.shape_only_inputs:  # most ops: no lists to build
+            kernel(*input_vals, output_val, *self.kernel_args(node))
+            return
         values = [v for k, v in enumerate(input_vals) if k not in self.shape_only_inputs]
         outputs = list(output_val) if self.num_outputs > 1 else [output_val]
-        getattr(kernels_for(device), self.kernel)(*values, *outputs, *self.kernel_args(node))
+        kernel(*values, *outputs, *self.kernel_args(node))
 
     def kernel_args(self, node: Node) -> tuple:
         """The attributes the default ``compute`` passes to ``kernel`` after the output."""

@@ -153,7 +153,7 @@ class _ReduceOp(AxisOp):
         x = node.inputs[0]
         if self.kind == "max":
             return [reduce_max_gradient_op(x, node, output_grad, node.axis)]
-        return [broadcast_axis_op(output_grad, x, node.axis, mean=self.kind == "mean")]
+        return [broadcast_axis_op(output_grad, x, node.axis, self.kind == "mean")]
 
     def infer_shape(self, node, input_shapes):
         s = tuple(input_shapes[0])

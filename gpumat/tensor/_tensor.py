@@ -21,6 +21,7 @@ from gpumat._checks import as_int
 from gpumat._core import PyGpuMatrix
 from gpumat.arrays import array, empty
 from gpumat.autograd import (
+    Saved,
     VersionCounter,
     check_backward,
     current_trace,
@@ -29,6 +30,7 @@ from gpumat.autograd import (
     record,
     run_node,
 )
+from gpumat.autograd import _local as _autograd_local
 from gpumat.autograd import backward as _engine_backward
 from gpumat.devices import Device, as_device
 from gpumat.dtypes import (
@@ -832,7 +834,7 @@ def _require_float(op: str, *tensors) -> None:
 def _device_of(op: str, inputs) -> Device:
     device = inputs[0]._device
     for t in inputs[1:]:
-        if t._device != device:
+        if t._device is not device and t._device != device:
             raise ValueError(
                 f"{op}: tensors on different devices: {shape_str(inputs[0]._shape)} on {device} "
                 f"and {shape_str(t._shape)} on {t._device}; devices are never mixed implicitly: "
@@ -869,22 +871,32 @@ def apply_op(
         ValueError: devices differ, or the op's shape rule rejects the shapes (the message names
             ``op``, the graph op and the shapes).
     """
-    device = _device_of(op, inputs)
-    trace = current_trace()
-    if trace is not None or any(t._trace is not None for t in inputs):
+    # One pass over the inputs for their device, trace and requires_grad: this runs for every
+    # eager op, so it avoids the helper calls and generators a plainer form would make.
+    first = inputs[0]
+    device = first._device
+    traced = first._trace is not None
+    wants_grad = first._requires_grad
+    for t in inputs[1:]:
+        if t._device is not device and t._device != device:
+            _device_of(op, inputs)  # raises, naming the devices
+        traced = traced or t._trace is not None
+        wants_grad = wants_grad or t._requires_grad
+    trace = getattr(_autograd_local, "trace", None)  # current_trace()
+    if trace is not None or traced:
         if trace is None:
             raise RuntimeError(f"{op}: a tensor of a finished gpumat.compile trace")
         return trace.apply(op, make, inputs, out_dtype, bounds, differentiable)
-    grad = differentiable and is_grad_enabled() and any(t._requires_grad for t in inputs)
+    grad = wants_grad and differentiable and getattr(_autograd_local, "grad_enabled", True)
     node = make(*[t._graph_node() for t in inputs])
     try:
         value = run_node(node, [t._data for t in inputs], device)
     except ValueError as exc:
         raise ValueError(f"{op}: {exc}") from None
-    out = Tensor._make(value, out_dtype, device, bounds, inputs[0]._vc if view else None)
+    out = Tensor._make(value, out_dtype, device, bounds, first._vc if view else None)
     if grad:
         out._requires_grad = True
-        record(node, value, out._vc, tuple(t._vc.value for t in inputs))
+        node.saved = Saved(value, out._vc, tuple([t._vc.value for t in inputs]))  # record()
         out._node = node
     return out
 
