@@ -48,7 +48,7 @@ from gpumat.dtypes import float32
 from gpumat.graph.elementwise import MulByConstOp, zeroslike_op
 from gpumat.graph.function import FunctionOp, FunctionOutputOp, function_output_op
 from gpumat.graph.layout import ReshapeOp
-from gpumat.graph.node import Node, PlaceholderOp, Undefined, Variable, shape_str
+from gpumat.graph.node import Node, PlaceholderOp, Undefined, Variable, placeholder_op, shape_str
 from gpumat.graph.reverse_mode import find_topo_sort
 from gpumat.graph.strided import AsStridedBackwardOp, SumToOp
 
@@ -288,8 +288,9 @@ def record(node: Node, value, version: VersionCounter, input_versions: tuple) ->
 def leaf_node(tensor, name: str) -> Node:
     """A placeholder node standing for ``tensor`` in recorded graphs (a leaf: its value is the
     tensor's storage; its record's ``leaf`` is the tensor when it requires a gradient)."""
-    node = Variable(name)
-    node.saved = Saved(tensor._data, tensor._vc, leaf=tensor if tensor.requires_grad else None)
+    node = Node(placeholder_op)  # Variable(name) without the op call's argument checks
+    node._name = str(name)
+    node.saved = Saved(tensor._data, tensor._vc, leaf=tensor if tensor._requires_grad else None)
     return node
 
 

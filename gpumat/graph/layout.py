@@ -35,8 +35,9 @@ __all__ = [
 
 def _as_shape(shape) -> tuple:
     """``reshape_op``'s target shape: an int or a sequence of ints, at most one of them -1."""
-    if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
-        return shape  # the common case (no -1): the checks below would pass, without ABC checks
+    if type(shape) is tuple and all(type(d) is int and d >= -1 for d in shape):
+        if shape.count(-1) <= 1:  # the common case: the checks below pass, without ABC checks
+            return shape
     if isinstance(shape, (numbers.Integral, np.integer)):
         shape = (shape,)
     if not isinstance(shape, Sequence) or not all(

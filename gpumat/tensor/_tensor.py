@@ -162,7 +162,7 @@ class Tensor:
         self.requires_grad = requires_grad
 
     def _fill(self, data, dt, device, bounds=None, vc=None) -> None:
-        self._data = data
+        self._storage = data  # what the _data setter does, without its call
         self._shape = tuple(data.shape) if data is not None else ()
         self._dtype = dt
         self._device = device
