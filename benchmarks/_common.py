@@ -203,6 +203,17 @@ def add_busy_option(parser) -> None:
     )  # fmt: skip
 
 
+#: The environment variables that set how either library's threads run, recorded in each ledger
+#: file's notes when set.
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "OMP_WAIT_POLICY",
+    "GOMP_SPINCOUNT",
+    "OPENBLAS_NUM_THREADS",
+    "GPUMAT_DYNAMIC_THREADS",
+)
+
+
 def busy_note(k: int) -> str:
     """The note a ``--busy K`` run records (make_table.py keeps such runs as their own kind)."""
     return f"environment: BUSY_PROCESSES={k} (background processes, each spinning one core)"

@@ -73,6 +73,7 @@ import numpy as np
 from _common import (
     FRONTEND_LEGEND,
     REPO_ROOT,
+    THREAD_ENV_VARS,
     add_busy_option,
     busy_note,
     busy_processes,
@@ -486,7 +487,7 @@ def run_all(p, args, argv) -> int:
     else:
         n = torch.get_num_threads()
         notes.append(f"PyTorch {torch.__version__} with {n} thread{'s' if n != 1 else ''}")
-    for var in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "GPUMAT_DYNAMIC_THREADS"):
+    for var in THREAD_ENV_VARS:
         if os.environ.get(var):
             notes.append(f"environment: {var}={os.environ[var]}")
     if args.busy:

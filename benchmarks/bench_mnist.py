@@ -75,6 +75,7 @@ import traceback
 import numpy as np
 from _common import (
     MNIST_LEGEND,
+    THREAD_ENV_VARS,
     add_busy_option,
     busy_note,
     busy_processes,
@@ -463,17 +464,7 @@ def run_all(args, argv) -> int:
             notes.append("PyTorch is not installed: the torch rows are skipped")
         elif "gpu" in args.ctx and not torch.cuda.is_available():
             notes.append("torch sees no CUDA device: torch gpu rows skipped")
-    threads = {
-        k: os.environ[k]
-        for k in (
-            "OMP_NUM_THREADS",
-            "OMP_WAIT_POLICY",
-            "GOMP_SPINCOUNT",
-            "OPENBLAS_NUM_THREADS",
-            "GPUMAT_DYNAMIC_THREADS",
-        )
-        if k in os.environ
-    }
+    threads = {k: os.environ[k] for k in THREAD_ENV_VARS if k in os.environ}
     if threads:
         notes.append("environment: " + ", ".join(f"{k}={v}" for k, v in threads.items()))
     if args.busy:

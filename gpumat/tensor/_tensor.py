@@ -21,7 +21,6 @@ from gpumat._checks import as_int
 from gpumat._core import PyGpuMatrix
 from gpumat.arrays import array, empty
 from gpumat.autograd import (
-    Saved,
     VersionCounter,
     check_backward,
     current_trace,
@@ -896,7 +895,7 @@ def apply_op(
     out = Tensor._make(value, out_dtype, device, bounds, first._vc if view else None)
     if grad:
         out._requires_grad = True
-        node.saved = Saved(value, out._vc, tuple([t._vc.value for t in inputs]))  # record()
+        record(node, value, out._vc, tuple([t._vc.value for t in inputs]))
         out._node = node
     return out
 
