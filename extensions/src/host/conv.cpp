@@ -51,8 +51,8 @@ void inside_columns(const ConvShape& s, int64_t j, int64_t* lo, int64_t* hi) {
 // Row (c, i, j) of an image's columns: out[oh*OW + ow] from the image's plane c (H, W). Plain
 // loops over restrict pointers, not std::fill / std::copy: a row is a few to a few hundred
 // floats, where a library call costs more than the copy.
-void im2col_row(const float* __restrict plane, const ConvShape& s, int64_t i, int64_t j,
-                float* __restrict out) {
+[[gnu::always_inline]] inline void im2col_row(const float* __restrict plane, const ConvShape& s, int64_t i,
+                                              int64_t j, float* __restrict out) {
   const int64_t oh_n = s.oh, ow_n = s.ow, w = s.w, h = s.h, sw = s.stride_w;
   const int64_t shift = j - s.pad_w;
   int64_t ow_lo, ow_hi;
@@ -85,13 +85,71 @@ void im2col(const float* x, const ConvShape& s, int64_t nb, float* col) {
                  col + r * cols + b * ohw);
 }
 
-// One image x (C, H, W) into col (C*KH*KW, OH*OW), on the calling thread.
-void im2col_image(const float* x, const ConvShape& s, float* col) {
-  const int64_t ohw = s.oh * s.ow;
-  float* out = col;
-  for (int64_t c = 0; c < s.c; ++c)
-    for (int64_t i = 0; i < s.kh; ++i)
-      for (int64_t j = 0; j < s.kw; ++j, out += ohw) im2col_row(x + c * s.h * s.w, s, i, j, out);
+// One image x (C, H, W) into col (C*KH*KW, OH*OW), on the calling thread. Input row by input row:
+// the KW column rows (c, i, 0..KW-1) that read input row ih take their segment for output row oh
+// one after another, with each j's inside columns worked out once per image. A column row of the
+// MNIST CNN's second layer is 8 segments of 8 floats, so im2col_row's bookkeeping per segment, not
+// the copying, had been most of the time (about 40 us an image, as long as the image's sgemm). A
+// SIMD clone (GPUMAT_SIMD_CLONES): the segments are vector moves; a copy, the same bits anywhere.
+constexpr int64_t kMaxImageKw = 64;  // wider filters take im2col_row's path
+
+GPUMAT_SIMD_CLONES void im2col_image(const float* x, const ConvShape& s, float* col) {
+  const int64_t ohw = s.oh * s.ow, ow_n = s.ow, sw = s.stride_w, hw = s.h * s.w;
+  if (s.kw > kMaxImageKw) {
+    float* out = col;
+    for (int64_t c = 0; c < s.c; ++c)
+      for (int64_t i = 0; i < s.kh; ++i)
+        for (int64_t j = 0; j < s.kw; ++j, out += ohw) im2col_row(x + c * hw, s, i, j, out);
+    return;
+  }
+  if (sw == 1 && s.pad_h == 0 && s.pad_w == 0) {
+    // Stride 1 and no padding (every convolution of the MNIST networks): each segment is OW floats
+    // from input row oh + i at column j, no zeros and no bounds.
+    for (int64_t c = 0; c < s.c; ++c) {
+      for (int64_t i = 0; i < s.kh; ++i) {
+        float* rows = col + (c * s.kh + i) * s.kw * ohw;
+        for (int64_t oh = 0; oh < s.oh; ++oh) {
+          const float* src = x + c * hw + (oh * s.stride_h + i) * s.w;
+          for (int64_t j = 0; j < s.kw; ++j) {
+            float* __restrict seg = rows + j * ohw + oh * ow_n;
+            const float* __restrict in = src + j;
+            for (int64_t ow = 0; ow < ow_n; ++ow) seg[ow] = in[ow];
+          }
+        }
+      }
+    }
+    return;
+  }
+  int64_t lo[kMaxImageKw], hi[kMaxImageKw];
+  for (int64_t j = 0; j < s.kw; ++j) inside_columns(s, j, &lo[j], &hi[j]);
+  for (int64_t c = 0; c < s.c; ++c) {
+    const float* plane = x + c * hw;
+    for (int64_t i = 0; i < s.kh; ++i) {
+      float* rows = col + (c * s.kh + i) * s.kw * ohw;  // column rows (c, i, j), j = 0..KW-1
+      for (int64_t oh = 0; oh < s.oh; ++oh) {
+        const int64_t ih = oh * s.stride_h - s.pad_h + i;
+        if (ih < 0 || ih >= s.h) {
+          for (int64_t j = 0; j < s.kw; ++j) {
+            float* __restrict seg = rows + j * ohw + oh * ow_n;
+            for (int64_t ow = 0; ow < ow_n; ++ow) seg[ow] = 0.0f;
+          }
+          continue;
+        }
+        const float* src = plane + ih * s.w - s.pad_w;
+        for (int64_t j = 0; j < s.kw; ++j) {
+          float* __restrict seg = rows + j * ohw + oh * ow_n;
+          const float* __restrict in = src + j;  // input column ow*sw + j - pad_w
+          for (int64_t ow = 0; ow < lo[j]; ++ow) seg[ow] = 0.0f;
+          if (sw == 1) {
+            for (int64_t ow = lo[j]; ow < hi[j]; ++ow) seg[ow] = in[ow];
+          } else {
+            for (int64_t ow = lo[j]; ow < hi[j]; ++ow) seg[ow] = in[ow * sw];
+          }
+          for (int64_t ow = hi[j]; ow < ow_n; ++ow) seg[ow] = 0.0f;
+        }
+      }
+    }
+  }
 }
 
 // Plane c of image b of dx from col (C*KH*KW, cols), image b's entries from column b*OH*OW: each
@@ -99,9 +157,27 @@ void im2col_image(const float* x, const ConvShape& s, float* col) {
 // contiguous runs, which vectorises; a gather per dx element does not). The rows go in descending
 // (i, j), so each dx element receives its terms in ascending (oh, ow) order, from 0: the order
 // of the CUDA kernel's gather, so the sums agree to the bit.
-void col2im_plane(const float* col, const ConvShape& s, int64_t cols, int64_t b, int64_t c, float* plane) {
+// Stride 1 without padding (the MNIST networks' convolutions) takes the same loops without the
+// bounds. (Looping j inside oh instead re-read each row just stored, one float further on: a
+// failed store-to-load forwarding per vector, three times slower.) A SIMD clone: the adds along ow
+// are independent, each element's in the same order on every version.
+GPUMAT_SIMD_CLONES void col2im_plane(const float* col, const ConvShape& s, int64_t cols, int64_t b, int64_t c,
+                                     float* plane) {
   const int64_t ohw = s.oh * s.ow;
   for (int64_t e = 0; e < s.h * s.w; ++e) plane[e] = 0.0f;
+  if (s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0) {
+    for (int64_t i = s.kh - 1; i >= 0; --i) {
+      for (int64_t j = s.kw - 1; j >= 0; --j) {
+        const float* src = col + ((c * s.kh + i) * s.kw + j) * cols + b * ohw;
+        for (int64_t oh = 0; oh < s.oh; ++oh) {
+          float* __restrict out = plane + (oh + i) * s.w + j;
+          const float* __restrict in = src + oh * s.ow;
+          for (int64_t ow = 0; ow < s.ow; ++ow) out[ow] += in[ow];
+        }
+      }
+    }
+    return;
+  }
   for (int64_t i = s.kh - 1; i >= 0; --i) {
     for (int64_t j = s.kw - 1; j >= 0; --j) {
       const float* src = col + ((c * s.kh + i) * s.kw + j) * cols + b * ohw;
