@@ -37,9 +37,9 @@ def mlp(nn, widths):
 
 
 def torch_twin(torch, name, widths):
-    """The same network in PyTorch: the MLP of ``widths``, or the CNN for ``name == "cnn"``
+    """The same network in PyTorch: the MLP of ``widths``, or for ``widths`` None the CNN
     (examples/mnist_net_torch.py's Net)."""
-    if name != "cnn":
+    if widths is not None:
         return mlp(torch.nn, widths)
     if str(REPO_ROOT / "examples") not in sys.path:
         sys.path.insert(0, str(REPO_ROOT / "examples"))

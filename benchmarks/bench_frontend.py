@@ -16,6 +16,8 @@ The step cases, each a full training step (``zero_grad``, forward, loss, ``backw
 - ``cnn`` (batch 1000): the PyTorch MNIST example's network (two 3x3 convolutions of 32 and 64
   channels, 2x2 max pooling, dropout 0.25, 9216-128, dropout 0.5, 128-10, log-softmax, NLL) with
   Adadelta at lr 1.0; eager gpumat against eager PyTorch, and gpumat compiled.
+- ``mlp-64``, ``cnn-64``: the same two networks at batch 64, the PyTorch MNIST example's
+  training batch (the goals as at batch 1000).
 - ``tiny-mlp`` (batch 16): 784-16-16-10, SGD: a step's arithmetic is small (0.84 MFLOP), so
   steps/s measure what a step costs the host; gpumat compiled (``gpumat.compile``) against eager
   PyTorch (the goal: 5x its steps/s) and ``torch.compile`` of the forward and loss (the goal:
@@ -103,15 +105,19 @@ from mnist_net import Net as CNN  # noqa: E402 (an example program, on the path 
 
 
 CASES = {
-    # name: (batch, input shape of one sample, MLP widths, optimizer, loss)
+    # name: (batch, input shape of one sample, MLP widths (None: the CNN), optimizer, loss)
     "mlp": (1000, (784,), (784, 256, 100, 10), "sgd", "cross_entropy"),
     "cnn": (1000, (1, 28, 28), None, "adadelta", "nll_loss"),
     "tiny-mlp": (16, (784,), (784, 16, 16, 10), "sgd", "cross_entropy"),
+    "mlp-64": (64, (784,), (784, 256, 100, 10), "sgd", "cross_entropy"),
+    "cnn-64": (64, (1, 28, 28), None, "adadelta", "nll_loss"),
 }
 QUICK_CASES = {
     "mlp": (100, (784,), (784, 256, 100, 10), "sgd", "cross_entropy"),
     "cnn": (16, (1, 28, 28), None, "adadelta", "nll_loss"),
     "tiny-mlp": (16, (784,), (784, 16, 16, 10), "sgd", "cross_entropy"),
+    "mlp-64": (16, (784,), (784, 256, 100, 10), "sgd", "cross_entropy"),
+    "cnn-64": (4, (1, 28, 28), None, "adadelta", "nll_loss"),
 }
 
 
@@ -134,7 +140,7 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
     batch, sample_shape, widths, opt_kind, loss_name = spec
     data = case_batches({"seed": args.seed, "batch": batch, "sample_shape": sample_shape})
     gpumat.manual_seed(args.seed)
-    build = (lambda: CNN()) if name == "cnn" else (lambda: mlp(nn, widths))
+    build = (lambda: CNN()) if widths is None else (lambda: mlp(nn, widths))
     sync = lambda: gpumat.synchronize(ctx)  # noqa: E731
     probe = lambda: gpumat.memory_stats(ctx)["device_malloc_calls"]  # noqa: E731
     loss_fn = getattr(F, loss_name)
@@ -163,7 +169,7 @@ def run_case(name, spec, ctx, torch, args) -> list[dict]:
         row["first_loss"] = step(*batches[0]).item()
         timed = {"row": row, "step": step, "batches": batches, "sync": sync, "probe": probe}
         variants.append(timed)
-    if name != "cnn":  # no dropout: the first steps' losses match between eager and compiled
+    if widths is not None:  # no dropout: the first steps' losses match between eager and compiled
         a, b = (v["row"]["first_loss"] for v in variants)
         assert abs(a - b) <= 1e-5 * max(1.0, abs(a)), f"{name}: compiled {b} vs eager {a}"
     if torch is not None:
@@ -457,7 +463,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ctx", default="cpu", choices=["cpu", "gpu"], help="device (default cpu)")
     p.add_argument(
-        "--cases", default="mlp,cnn,tiny-mlp,gpt,mnist-net,ops", help="comma-separated cases"
+        "--cases",
+        default="mlp,cnn,mlp-64,cnn-64,tiny-mlp,gpt,mnist-net,ops",
+        help="comma-separated cases",
     )
     p.add_argument("--repeat", type=int, default=5, help="timed samples per row (5)")
     p.add_argument("--seed", type=int, default=0)
@@ -471,7 +479,7 @@ def main(argv=None) -> int:
     )  # fmt: skip
     add_busy_option(p)
     args = p.parse_args(argv)
-    args.steps = {"mlp": 10, "cnn": 1, "tiny-mlp": 300, "gpt": 3}
+    args.steps = {"mlp": 10, "cnn": 1, "tiny-mlp": 300, "mlp-64": 100, "cnn-64": 10, "gpt": 3}
     with busy_processes(args.busy):
         return run_all(p, args, argv)
 
