@@ -248,6 +248,9 @@ class Op:
     attrs: tuple[Attr, ...] = ()
     #: Outputs written by compute: more than one only for fused ops (``extra_outputs``).
     num_outputs = 1
+    # Set per subclass by __init_subclass__ (defaults for Op itself).
+    _required_inputs_only = True
+    _relates_attrs = False
 
     def __init_subclass__(cls, **kwargs):
         # The call's signature and the attributes' record type, derived once per op class from
