@@ -387,7 +387,7 @@ class Op:
         """
         if not self.kernel:
             raise NotImplementedError(f"{type(self).__name__}.compute")
-        kernel = getattr(reference if device is None else ops, self.kernel)  # kernels_for(device)
+        kernel = getattr(kernels_for(device), self.kernel)
         if self.num_outputs == 1 and not self.shape_only_inputs:  # most ops: no lists to build
             kernel(*input_vals, output_val, *self.kernel_args(node))
             return

@@ -33,9 +33,6 @@ def _resolved(shape: tuple, have: tuple, op: str) -> tuple:
     return shape
 
 
-_INT64 = 2**63
-
-
 def _flat(shape) -> tuple:
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
 
@@ -48,11 +45,7 @@ class LayoutMethods:
     def reshape(self, *shape) -> Tensor:
         """The same values in row-major order with a new shape (one entry may be -1). A view: it
         shares the storage and the version counter."""
-        shape = _flat(shape)
-        if all(type(d) is int and -_INT64 <= d < _INT64 for d in shape):  # as_int's common case
-            node_shape = tuple(shape)
-        else:
-            node_shape = tuple(as_int(d, "shape", "reshape") for d in shape)
+        node_shape = tuple(as_int(d, "shape", "reshape") for d in _flat(shape))
         if self._view is not None:  # a view: a view of its base where strides allow
             out = reshape_view(
                 self, _resolved(node_shape, self._shape, "reshape"), "reshape", False

@@ -29,7 +29,6 @@ from gpumat.autograd import (
     record,
     run_node,
 )
-from gpumat.autograd import _local as _autograd_local
 from gpumat.autograd import backward as _engine_backward
 from gpumat.devices import Device, as_device
 from gpumat.dtypes import (
@@ -881,12 +880,12 @@ def apply_op(
             _device_of(op, inputs)  # raises, naming the devices
         traced = traced or t._trace is not None
         wants_grad = wants_grad or t._requires_grad
-    trace = getattr(_autograd_local, "trace", None)  # current_trace()
+    trace = current_trace()
     if trace is not None or traced:
         if trace is None:
             raise RuntimeError(f"{op}: a tensor of a finished gpumat.compile trace")
         return trace.apply(op, make, inputs, out_dtype, bounds, differentiable)
-    grad = wants_grad and differentiable and getattr(_autograd_local, "grad_enabled", True)
+    grad = wants_grad and differentiable and is_grad_enabled()
     node = make(*[t._graph_node() for t in inputs])
     try:
         value = run_node(node, [t._data for t in inputs], device)
