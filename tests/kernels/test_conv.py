@@ -207,7 +207,7 @@ SCHEDULE_CASES = [
     (4 * CPUS + 5, 2, 10, 9, 3, 3, 5, (2, 1), (1, 2)),  # more images than filter-gradient groups
     (CPUS + 1, 2, 5, 3, 2, 3, 7, (1, 3), (1, 2)),
     (CPUS + 2, 3, 6, 13, 4, 2, 3, 1, 0),  # stride 1, no padding: rows of 11 outputs
-    (CPUS + 1, 1, 3, 70, 2, 2, 66, 1, (0, 1)),  # a filter wider than im2col_image's 64 columns
+    (CPUS + 1, 1, 3, 70, 2, 2, 66, 1, (0, 1)),  # a filter 66 columns wide, padded on one axis
 ]
 
 

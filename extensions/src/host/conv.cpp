@@ -24,6 +24,7 @@
 // same three product shapes serve the forward pass and both gradients; the schedule above keeps
 // its price, the column matrix, in cache. Scratch comes from the caching allocator.
 #include <algorithm>
+#include <vector>
 
 #include "../backend.h"
 #include "blas.h"
@@ -51,8 +52,8 @@ void inside_columns(const ConvShape& s, int64_t j, int64_t* lo, int64_t* hi) {
 // Row (c, i, j) of an image's columns: out[oh*OW + ow] from the image's plane c (H, W). Plain
 // loops over restrict pointers, not std::fill / std::copy: a row is a few to a few hundred
 // floats, where a library call costs more than the copy.
-[[gnu::always_inline]] inline void im2col_row(const float* __restrict plane, const ConvShape& s, int64_t i,
-                                              int64_t j, float* __restrict out) {
+void im2col_row(const float* __restrict plane, const ConvShape& s, int64_t i, int64_t j,
+                float* __restrict out) {
   const int64_t oh_n = s.oh, ow_n = s.ow, w = s.w, h = s.h, sw = s.stride_w;
   const int64_t shift = j - s.pad_w;
   int64_t ow_lo, ow_hi;
@@ -91,20 +92,11 @@ void im2col(const float* x, const ConvShape& s, int64_t nb, float* col) {
 // MNIST CNN's second layer is 8 segments of 8 floats, so im2col_row's bookkeeping per segment, not
 // the copying, had been most of the time (about 40 us an image, as long as the image's sgemm). A
 // SIMD clone (GPUMAT_SIMD_CLONES): the segments are vector moves; a copy, the same bits anywhere.
-constexpr int64_t kMaxImageKw = 64;  // wider filters take im2col_row's path
-
 GPUMAT_SIMD_CLONES void im2col_image(const float* x, const ConvShape& s, float* col) {
   const int64_t ohw = s.oh * s.ow, ow_n = s.ow, sw = s.stride_w, hw = s.h * s.w;
-  if (s.kw > kMaxImageKw) {
-    float* out = col;
-    for (int64_t c = 0; c < s.c; ++c)
-      for (int64_t i = 0; i < s.kh; ++i)
-        for (int64_t j = 0; j < s.kw; ++j, out += ohw) im2col_row(x + c * hw, s, i, j, out);
-    return;
-  }
   if (sw == 1 && s.pad_h == 0 && s.pad_w == 0) {
-    // Stride 1 and no padding (every convolution of the MNIST networks): each segment is OW floats
-    // from input row oh + i at column j, no zeros and no bounds.
+    // A column stride of 1 and no padding (every convolution of the MNIST networks): each segment
+    // is OW floats from input row oh * stride_h + i at column j, no zeros and no bounds.
     for (int64_t c = 0; c < s.c; ++c) {
       for (int64_t i = 0; i < s.kh; ++i) {
         float* rows = col + (c * s.kh + i) * s.kw * ohw;
@@ -120,7 +112,7 @@ GPUMAT_SIMD_CLONES void im2col_image(const float* x, const ConvShape& s, float* 
     }
     return;
   }
-  int64_t lo[kMaxImageKw], hi[kMaxImageKw];
+  std::vector<int64_t> lo(static_cast<size_t>(s.kw)), hi(static_cast<size_t>(s.kw));
   for (int64_t j = 0; j < s.kw; ++j) inside_columns(s, j, &lo[j], &hi[j]);
   for (int64_t c = 0; c < s.c; ++c) {
     const float* plane = x + c * hw;
