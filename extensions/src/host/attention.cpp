@@ -61,15 +61,19 @@ float dot(const float* a, const float* b, int64_t n) {
 
 // The max and the sum of a row of a tile, in kLanes fixed lanes (element c to lane c % kLanes)
 // combined in order: SIMD code on every version below, the same bits on each. (An `omp simd
-// reduction` left these loops scalar in GCC 12's AVX2 and AVX-512 clones.) The max skips NaN
+// reduction` left these loops scalar in GCC 12's AVX2 and AVX-512 clones, and so did a bounds test
+// inside the lane loop: the whole groups run without one, the ragged end after.) The max skips NaN
 // (std::max), whose exp then makes the row's sum, and so its output, NaN.
 constexpr int64_t kLanes = 16;
 
 inline float row_max(const float* p, int64_t cols) {
   float lane[kLanes];
   std::fill(lane, lane + kLanes, kNegInf);
-  for (int64_t c0 = 0; c0 < cols; c0 += kLanes)
-    for (int64_t j = 0; j < kLanes && c0 + j < cols; ++j) lane[j] = std::max(lane[j], p[c0 + j]);
+  int64_t c0 = 0;
+  for (; c0 + kLanes <= cols; c0 += kLanes)  // whole groups: one vector a group, no bounds test
+#pragma omp simd
+    for (int64_t j = 0; j < kLanes; ++j) lane[j] = std::max(lane[j], p[c0 + j]);
+  for (int64_t j = 0; c0 + j < cols; ++j) lane[j] = std::max(lane[j], p[c0 + j]);
   float mx = kNegInf;
   for (int64_t j = 0; j < kLanes; ++j) mx = std::max(mx, lane[j]);
   return mx;
@@ -77,8 +81,11 @@ inline float row_max(const float* p, int64_t cols) {
 
 inline float row_sum(const float* p, int64_t cols) {
   float lane[kLanes] = {};
-  for (int64_t c0 = 0; c0 < cols; c0 += kLanes)
-    for (int64_t j = 0; j < kLanes && c0 + j < cols; ++j) lane[j] += p[c0 + j];
+  int64_t c0 = 0;
+  for (; c0 + kLanes <= cols; c0 += kLanes)
+#pragma omp simd
+    for (int64_t j = 0; j < kLanes; ++j) lane[j] += p[c0 + j];
+  for (int64_t j = 0; c0 + j < cols; ++j) lane[j] += p[c0 + j];
   float total = 0.0f;
   for (int64_t j = 0; j < kLanes; ++j) total += lane[j];
   return total;
