@@ -32,6 +32,7 @@ PAIRS = [  # (a's shape, b's shape): numpy broadcasts them
     ((0, 3), (1, 3)),
     ((4, 1, 0), (1, 5, 1)),
     ((257, 1), (1, 129)),
+    ((9, 1, 37, 3), (1, 41, 1, 3)),  # short rows in several blocks of threads' rows
 ]
 
 F64 = {
@@ -133,6 +134,7 @@ VIEWS = [  # (input shape, view shape, strides, offset)
     ((10,), (3, 3), (3, 1), 1),  # overlapping windows (reads may repeat)
     ((2, 3), (0, 3), (3, 1), 0),
     ((2, 2, 2, 2, 2, 2, 2, 2), (2,) * 8, (1, 2, 4, 8, 16, 32, 64, 128), 0),  # 8 dims reversed
+    ((16, 64, 192), (16, 4, 64, 16), (12288, 16, 192, 1), 64),  # attention heads: rows in blocks
 ]
 
 

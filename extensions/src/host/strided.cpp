@@ -2,8 +2,8 @@
 // sum_strided over operands walked by a strided::Iter (../strided.h), with the same arithmetic in
 // the same order as the CUDA kernels (except sum_strided's sums along a contiguous dim, which add
 // in SIMD lanes: equal to rounding). The index space is split into rows of its last dim: each row's
-// start offsets come from its index (strided::offsets over the leading dims), then a plain loop
-// walks the row with each operand's last stride, with map_strided's function chosen once per call
+// start offsets come from stepping its index over the leading dims (for_each_row), then a plain
+// loop walks the row with each operand's last stride, with map_strided's function chosen once per call
 // (a template per op), so a contiguous or broadcast row compiles to a vectorisable loop.
 #include "../strided.h"
 
@@ -35,6 +35,37 @@ Rows rows_of(const strided::Iter& it, int64_t n) {
   return r;
 }
 
+// body(off) for every row, off[k] the row's first element in operand k, rows split across the
+// threads in blocks of about kBlockElems elements when `work` is at least kParallelMin. A block's
+// first offsets come from its first row's index (a division per dim), the next rows' by stepping
+// the row's multi-index like an odometer: a few additions a row. Dividing per row cost more than
+// copying a short one (a GPT's head split copies rows of 32 floats: 6x PyTorch's time before).
+template <int Count, typename Body>
+void for_each_row(const Rows& r, int64_t work, const Body& body) {
+  const strided::Iter& it = r.lead;
+  const int64_t per_block = std::max<int64_t>(1, kBlockElems / std::max<int64_t>(r.len, 1));
+  const int64_t blocks = (r.count + per_block - 1) / per_block;
+  parallel_for(blocks, work, [&](int64_t blk) {
+    const int64_t lo = blk * per_block, hi = std::min(r.count, lo + per_block);
+    int64_t idx[strided::kMaxDims], off[Count] = {};
+    int64_t rest = lo;
+    for (int d = it.ndim - 1; d >= 0; --d) {
+      idx[d] = rest % it.size[d];
+      rest /= it.size[d];
+      for (int k = 0; k < Count; ++k) off[k] += idx[d] * it.stride[k][d];
+    }
+    for (int64_t row = lo; row < hi; ++row) {
+      body(static_cast<const int64_t*>(off));
+      for (int d = it.ndim - 1; d >= 0; --d) {  // the next row's index and offsets
+        for (int k = 0; k < Count; ++k) off[k] += it.stride[k][d];
+        if (++idx[d] < it.size[d]) break;
+        for (int k = 0; k < Count; ++k) off[k] -= it.stride[k][d] * it.size[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
 template <int Op>
 void map_rows(const float* a, const float* b, const float* c, float* out, const strided::Iter& it,
               int64_t n) {
@@ -42,9 +73,7 @@ void map_rows(const float* a, const float* b, const float* c, float* out, const 
   const int last = it.ndim - 1;
   const int64_t s0 = last >= 0 ? it.stride[0][last] : 0, s1 = last >= 0 ? it.stride[1][last] : 0;
   const int64_t s2 = last >= 0 ? it.stride[2][last] : 0, s3 = last >= 0 ? it.stride[3][last] : 0;
-  parallel_for(r.count, n, [&](int64_t row) {
-    int64_t off[4];
-    strided::offsets<4>(r.lead, row, off);
+  for_each_row<4>(r, n, [&](const int64_t* off) {
     float* o = out + off[0];
     const float *pa = a + off[1], *pb = b + off[2];
     if (c != nullptr) {
@@ -78,9 +107,7 @@ void copy_strided(int, const float* in, float* out, const strided::Iter& it, int
   const Rows r = rows_of(it, n);
   const int last = it.ndim - 1;
   const int64_t s0 = last >= 0 ? it.stride[0][last] : 0, s1 = last >= 0 ? it.stride[1][last] : 0;
-  parallel_for(r.count, n, [&](int64_t row) {
-    int64_t off[2];
-    strided::offsets<2>(r.lead, row, off);
+  for_each_row<2>(r, n, [&](const int64_t* off) {
     float* o = out + off[0];
     const float* p = in + off[1];
     if (s0 == 1 && s1 == 1) {
