@@ -107,6 +107,8 @@ def test_broadcast_where_matches_numpy(ctx, shapes):
         ((3, 0, 2), (1, 2)),
         ((2, 2, 2, 2, 2, 2, 2, 2), (2, 1, 2, 1, 2, 1, 2, 1)),
         ((1000, 3), (1, 3)),
+        ((300, 203), (203,)),  # a bias gradient in blocks of columns, the last ragged
+        ((96, 520), (520,)),  # blocks of the widest size, then a short one
         ((5,), (5,)),
     ],
     ids=lambda s: f"{shape_id(s[0])}-to-{shape_id(s[1])}",
