@@ -21,12 +21,14 @@ import gpumat.nn as nn
 import gpumat.nn.functional as F  # noqa: N812
 from gpumat import graph, ops, reference
 
-# (rows shape, normalized shape): one value, a warp's tail, several warps, a long row, zero rows.
+# (rows shape, normalized shape): one value, a warp's tail, several warps, a long row, many rows,
+# zero rows.
 LN_CASES = [
     ((5,), (1,)),
     ((3,), (33,)),
     ((2, 3), (4, 5)),
     ((7,), (1000,)),
+    ((97,), (260,)),  # the host weight gradient's row chunks (the last short) and column blocks
     ((0,), (6,)),
     ((), (9,)),
 ]
