@@ -7,8 +7,13 @@
 //   vexp: Cody-Waite range reduction x = n ln2 + r (ln2 split in two parts, so n ln2 is exact)
 //     and a degree-6 polynomial for e^r on |r| <= ln2 / 2, with the coefficients of expf in the
 //     Cephes Mathematical Library (S. L. Moshier, 1984-1992), evaluated in Estrin's scheme: measured
-//     within 8.5e-8 relative of e^x (every float in [-87, 87] against double exp). Below -87.3 (where the
+//     within 8.8e-8 relative of e^x (every float in [-87, 87] against double exp). Below -87.3 (where the
 //     result would be subnormal) it gives 0, above 88.7 inf; NaN gives NaN.
+// Multiply-adds are explicit fused ones (fmaf: one rounding), the same bits on every build: an FMA
+// instruction in the AVX2 and AVX-512 clones and on AArch64, a C library call in the baseline x86
+// clone (CPUs before 2013 have no FMA; correct there, slower). GELU and its gradient on 2048x512
+// took 20-25 % less than with separate multiplies and adds. The functions are always inlined: a
+// clone calling one compiled for the baseline would call fmaf per element.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +22,9 @@
 
 namespace gpumat::host {
 
-inline float vexp(float x) {
+[[gnu::always_inline]] inline float fmadd(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+
+[[gnu::always_inline]] inline float vexp(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;  // ln 2 = kLn2Hi + kLn2Lo; kLn2Hi has 9 bits: n * kLn2Hi is exact
   constexpr float kLn2Lo = -2.12194440e-4f;
@@ -29,18 +36,18 @@ inline float vexp(float x) {
   // the loops for AVX2 and AVX-512.
   const float xc = x;
   // n = round(xc log2 e), as a truncation corrected for negative values (no floor call)
-  const float t = xc * kLog2e + 0.5f;
+  const float t = fmadd(xc, kLog2e, 0.5f);
   const float tr = static_cast<float>(static_cast<int32_t>(t)), below = tr - 1.0f;
   const float fn = tr > t ? below : tr;  // selects between values computed unconditionally: SIMD
-  const float r = (xc - fn * kLn2Hi) - fn * kLn2Lo;
+  const float r = fmadd(-fn, kLn2Lo, fmadd(-fn, kLn2Hi, xc));
   // The polynomial in Estrin's scheme (pairs, then powers r^2, r^4): its dependency chain is half
   // Horner's, and a SIMD loop over vexp waits on that chain, not on the number of operations.
   const float r2 = r * r;
-  const float p01 = 5.0000001201e-1f + 1.6666665459e-1f * r;
-  const float p23 = 4.1665795894e-2f + 8.3334519073e-3f * r;
-  const float p45 = 1.3981999507e-3f + 1.9875691500e-4f * r;
-  const float p = (p01 + p23 * r2) + p45 * (r2 * r2);
-  const float er = p * r2 + r + 1.0f;
+  const float p01 = fmadd(1.6666665459e-1f, r, 5.0000001201e-1f);
+  const float p23 = fmadd(8.3334519073e-3f, r, 4.1665795894e-2f);
+  const float p45 = fmadd(1.9875691500e-4f, r, 1.3981999507e-3f);
+  const float p = fmadd(p45, r2 * r2, fmadd(p23, r2, p01));
+  const float er = fmadd(p, r2, r) + 1.0f;
   // 2^n for n in [-126, 128] as 2^m * f: m = n except n = 128 (not a float exponent), m = 127, f = 2
   const bool top = fn > 127.0f;
   const float fm = fn - 1.0f;
@@ -56,19 +63,19 @@ inline float vexp(float x) {
 // t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), fractional error below 1.2e-7 for every z (Numerical
 // Recipes in C, 2nd ed., 1992, section 6.2, erfcc), so Phi keeps its relative accuracy in the
 // lower tail, where 1 + erf(x / sqrt 2) cancels. Phi(NaN) is NaN; Phi(-inf) = 0, Phi(inf) = 1.
-inline float normal_cdf(float x) {
+[[gnu::always_inline]] inline float normal_cdf(float x) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
   const float z = (x < 0.0f ? -x : x) * kInvSqrt2;
-  const float t = 1.0f / (1.0f + 0.5f * z);
+  const float t = 1.0f / fmadd(0.5f, z, 1.0f);
   // P(t) of degree 9 in Estrin's scheme, as vexp's.
   const float t2 = t * t, t4 = t2 * t2;
-  const float p01 = -1.26551223f + 1.00002368f * t;
-  const float p23 = 0.37409196f + 0.09678418f * t;
-  const float p45 = -0.18628806f + 0.27886807f * t;
-  const float p67 = -1.13520398f + 1.48851587f * t;
-  const float p89 = -0.82215223f + 0.17087277f * t;
-  const float p = ((p01 + p23 * t2) + (p45 + p67 * t2) * t4) + p89 * (t4 * t4);
-  const float half_erfc = 0.5f * t * vexp(p - z * z);  // erfc(|x| / sqrt 2) / 2 = Phi(-|x|)
+  const float p01 = fmadd(1.00002368f, t, -1.26551223f);
+  const float p23 = fmadd(0.09678418f, t, 0.37409196f);
+  const float p45 = fmadd(0.27886807f, t, -0.18628806f);
+  const float p67 = fmadd(1.48851587f, t, -1.13520398f);
+  const float p89 = fmadd(0.17087277f, t, -0.82215223f);
+  const float p = fmadd(p89, t4 * t4, fmadd(fmadd(p67, t2, p45), t4, fmadd(p23, t2, p01)));
+  const float half_erfc = 0.5f * t * vexp(fmadd(-z, z, p));  // erfc(|x| / sqrt 2) / 2 = Phi(-|x|)
   return x < 0.0f ? half_erfc : (x != x ? x : 1.0f - half_erfc);
 }
 
