@@ -35,6 +35,7 @@ from gpumat.graph.elementwise import mul_byconst_op, where_op, zeroslike_op
 from gpumat.graph.node import Attr, Node, Op, kernels_for, shape_str, short_name
 
 __all__ = [
+    "AssembleOp",
     "AsStridedBackwardOp",
     "AsStridedLikeOp",
     "AsStridedOp",
@@ -50,6 +51,7 @@ __all__ = [
     "MAX_DIMS",
     "SumToOp",
     "as_strided_backward_op",
+    "assemble_op",
     "as_strided_like_op",
     "as_strided_op",
     "as_strided_scatter_op",
@@ -268,6 +270,12 @@ class ExpandLikeOp(Op):
         return [sum_to_op(output_grad, node.inputs[0]), None]
 
 
+def _seq(value, what: str, op: str) -> tuple:
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{op}: {what} must be a tuple, got {type(value).__name__}")
+    return tuple(value)
+
+
 def _region(op: Op, node: Node, numel: int, size: tuple, stride: tuple, offset: int, what: str):
     """Checks that the strided region (size, stride, offset) lies inside ``numel`` elements."""
     if len(stride) != len(size):
@@ -463,6 +471,53 @@ class CatOp(Op):
         ]
 
 
+class AssembleOp(Op):
+    """``assemble_op(nodes, shape, strides, offsets)``: an array of ``shape`` whose strided regions
+    (node k's shape, ``strides[k]``, ``offsets[k]``) hold the nodes, one strided copy each. The
+    regions must be disjoint and cover the array, so that every element is written: the fusion
+    pass checks it when it makes this op (rule ``split_gradient``) from the sum of the nodes'
+    ``as_strided_backward_op`` arrays, the gradient of views of one array that tile it (a
+    transformer's q, k and v heads of one projection): one write of the whole instead of a
+    zero-filled whole per view and their sums."""
+
+    name, label = "assemble_op", "Assemble"
+    no_gradient = "made by the fusion pass, after gradients"
+    attrs = (
+        Attr("shape", _ints, type=tuple),
+        Attr(
+            "strides",
+            lambda v, w, op: tuple(_ints(s, "an element of " + w, op) for s in _seq(v, w, op)),
+            type=tuple,
+        ),
+        Attr("offsets", _ints, type=tuple),
+    )
+
+    def __call__(self, nodes, shape, strides, offsets) -> Node:
+        nodes = list(nodes)
+        if not nodes or not all(isinstance(n, Node) for n in nodes):
+            raise TypeError("assemble_op: nodes must be a non-empty list of graph Nodes")
+        values = (shape, strides, offsets)
+        attrs = {
+            a.name: a.check(v, a.name, self.name) for a, v in zip(self.attrs, values, strict=True)
+        }
+        if not len(attrs["strides"]) == len(attrs["offsets"]) == len(nodes):
+            raise ValueError(f"{self.name}: one stride tuple and one offset per node")
+        node = Node(self, nodes, self._record(**attrs))
+        node.name = f"Assemble({','.join(short_name(n) for n in nodes)})"
+        return node
+
+    def compute(self, node, input_vals, output_val, device=None):
+        k = kernels_for(device)
+        for v, stride, offset in zip(input_vals, node.strides, node.offsets, strict=True):
+            k.as_strided_scatter(v, output_val, stride, offset)
+
+    def infer_shape(self, node, input_shapes):
+        numel = math.prod(node.shape)
+        for size, stride, offset in zip(input_shapes, node.strides, node.offsets, strict=True):
+            _region(self, node, numel, tuple(size), stride, offset, "the output")
+        return node.shape
+
+
 class CatSliceOp(Op):
     """``cat_slice_op(g, nodes, index, dim)``: the slab of g (the gradient of ``cat_op(nodes,
     dim)``) that input ``index`` filled; the nodes are read for their shapes only."""
@@ -518,6 +573,7 @@ as_strided_like_op = AsStridedLikeOp()
 as_strided_backward_op = AsStridedBackwardOp()
 as_strided_scatter_op = AsStridedScatterOp()
 cat_op = CatOp()
+assemble_op = AssembleOp()
 cat_slice_op = CatSliceOp()
 
 

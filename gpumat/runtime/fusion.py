@@ -26,11 +26,13 @@ The rules, all in this module (one function each, applied in this order):
     nodes -> ``softmaxcrossentropy_with_gradient_op(y, y_)`` with two outputs, the gradient and the
     loss (:func:`gpumat.ops.cross_entropy_with_gradient`): 2 nodes (5 launches) -> 1 (2).
 ``split_gradient``
-    a sum of ``as_strided_backward_op`` slabs that tile one shape along one dim (the gradient of
-    ``split`` / ``chunk``: each piece's gradient zero-filled to the whole, then added) ->
-    ``cat_op`` of the pieces' gradients: for k pieces, 2k - 1 ops (k fills, k scatters, k - 1
-    sums of the whole) become one write of the whole. The values are the same but for the sign
-    of a zero (x + 0 is +0 for x = -0).
+    a sum of ``as_strided_backward_op`` arrays of one shape whose regions tile it, each element
+    in one region (the gradient of views that cover one array: each piece's gradient zero-filled
+    to the whole, then added) -> ``cat_op`` of the pieces' gradients when the regions are slabs
+    along one dim (``split`` / ``chunk``), else ``assemble_op`` (a transformer's q, k, v heads,
+    views of one projection through split, view and transpose): for k pieces, 2k - 1 ops (k
+    fills, k scatters, k - 1 sums of the whole) become one write of the whole. The values are
+    the same but for the sign of a zero (x + 0 is +0 for x = -0).
 
 A pattern is rewritten only when no value that disappears is fed, evaluated, or read by a node
 outside the pattern, so the fused graph computes the same eval values (to float32 rounding: the
@@ -51,14 +53,19 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from gpumat.graph.activation import (
     ReluGradientOp,
     ReluOp,
     relu_bias_gradient_op,
 )
+from gpumat.graph.attention import AttentionPartOp
 from gpumat.graph.elementwise import AddOp
+from gpumat.graph.layout import ReshapeOp, reshape_op
 from gpumat.graph.loss import (
     SoftmaxCrossEntropyGradientOp,
     SoftmaxCrossEntropyOp,
@@ -71,6 +78,8 @@ from gpumat.graph.reverse_mode import find_topo_sort
 from gpumat.graph.strided import (
     AsStridedBackwardOp,
     BroadcastBinaryOp,
+    as_strided_op,
+    assemble_op,
     cat_op,
     contiguous_strides,
 )
@@ -295,31 +304,63 @@ def rule_cross_entropy(rw: _Rewriter, node: Node) -> bool:
     return False
 
 
-def _slab(rw: _Rewriter, node: Node):
-    """(full shape, dim, start, g) when node = as_strided_backward_op(g, like, stride, offset)
-    puts g into a slab of like's contiguous layout along one dim (the gradient of ``narrow``, so of
-    ``split`` and ``chunk``), else None."""
+def _piece(rw: _Rewriter, node: Node):
+    """(full shape, stride, offset, g) when node = as_strided_backward_op(g, like, stride, offset)
+    with non-negative strides (g put into a strided region of like's contiguous layout: the
+    gradient of a view), else None."""
     if not _is(node, AsStridedBackwardOp) or not rw.free(node):
         return None
-    g = node.inputs[0]
-    full, part = tuple(rw.shapes[node]), tuple(rw.shapes[g])
+    stride = tuple(node.stride)
+    if any(st < 0 for st in stride):
+        return None
+    return tuple(rw.shapes[node]), stride, node.offset, node.inputs[0]
+
+
+def _slab(rw: _Rewriter, full: tuple, stride: tuple, offset: int, g: Node):
+    """(dim, start) when the region is a slab of full's contiguous layout along one dim (the
+    gradient of ``narrow``, so of ``split`` and ``chunk``), else None."""
+    part = tuple(rw.shapes[g])
     strides = contiguous_strides(full)
-    if len(full) != len(part) or not full or tuple(node.stride) != strides:
+    if len(full) != len(part) or not full or stride != strides:
         return None
     dims = [d for d in range(len(full)) if full[d] != part[d]]
     if len(dims) != 1:
         return None
     d = dims[0]
     step = strides[d]
-    if step <= 0 or node.offset % step:
+    if step <= 0 or offset % step:
         return None
-    return full, d, node.offset // step, g
+    return d, offset // step
+
+
+def _tiles(rw: _Rewriter, full: tuple, pieces) -> bool:
+    """Whether the pieces' regions cover full's elements once each: together as many elements as
+    full, and none left unmarked when each region is marked (numpy strided views of one flag per
+    element)."""
+    numel = math.prod(full)
+    if sum(math.prod(rw.shapes[g]) for _, _, _, g in pieces) != numel:
+        return False
+    flags = np.zeros(numel, np.uint8)
+    for _, stride, offset, g in pieces:
+        size = tuple(rw.shapes[g])
+        if math.prod(size) == 0:
+            continue
+        last = offset + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
+        if offset < 0 or last >= numel:
+            return False
+        region = np.lib.stride_tricks.as_strided(
+            flags[offset:], size, tuple(st * flags.itemsize for st in stride)
+        )
+        region[...] = 1
+    return bool(flags.all())
 
 
 def rule_split_gradient(rw: _Rewriter, node: Node) -> bool:
-    """A sum (a tree of ``add_op``) of as_strided_backward_op slabs of one shape that tile it along
-    one dim -> ``cat_op`` of their gradients: the gradient of ``split`` / ``chunk`` (a transformer's
-    q, k, v), one write of the whole instead of a zero-filled array per piece and their sums."""
+    """A sum (a tree of ``add_op``) of as_strided_backward_op arrays of one shape whose regions
+    tile it (each element in one region) -> one write of the whole: ``cat_op`` of their gradients
+    when the regions are slabs along one dim (the gradient of ``split`` / ``chunk``), else
+    ``assemble_op`` (a transformer's q, k, v heads: views of one projection through split, view
+    and transpose) instead of a zero-filled array per piece and their sums."""
     if not _is(node, AddOp) or not rw.free(node):
         return False
     adds, leaves, stack = {node}, [], list(node.inputs)
@@ -332,25 +373,86 @@ def rule_split_gradient(rw: _Rewriter, node: Node) -> bool:
             leaves.append(x)
     pieces = []
     for leaf in leaves:
-        piece = _slab(rw, leaf)
+        piece = _piece(rw, leaf)
         if piece is None or not rw.only_used_by(leaf, adds):
             return False
         pieces.append(piece)
-    full, d = pieces[0][0], pieces[0][1]
-    if any(p[0] != full or p[1] != d for p in pieces):
-        return False
-    pieces.sort(key=lambda p: p[2])
-    covered = 0
-    for _, _, start, g in pieces:  # the slabs must tile the dim: no gap, no overlap
-        if start != covered:
-            return False
-        covered += rw.shapes[g][d]
-    if covered != full[d]:
+    full = pieces[0][0]
+    if any(p[0] != full for p in pieces) or not _tiles(rw, full, pieces):
         return False
     rw.claimed |= adds | set(leaves)
+    slabs = [_slab(rw, *p) for p in pieces]
+    if all(sl is not None and sl[0] == slabs[0][0] for sl in slabs):
+        d = slabs[0][0]
+        gs = [p[3] for _, p in sorted(zip(slabs, pieces, strict=True), key=lambda sp: sp[0][1])]
+        rw.makers[node] = lambda get: cat_op([get(g) for g in gs], d)
+        return True
+    gather = _gather_of_parts(rw, full, pieces, leaves)
+    if gather is not None:
+        source, size, stride, offset, parts = gather
+        rw.claimed |= parts
+        rw.makers[node] = lambda get: _gathered(get(source), size, stride, offset, full)
+        return True
     gs = [p[3] for p in pieces]
-    rw.makers[node] = lambda get: cat_op([get(g) for g in gs], d)
+    strides, offsets = tuple(p[1] for p in pieces), tuple(p[2] for p in pieces)
+    rw.makers[node] = lambda get: assemble_op([get(g) for g in gs], full, strides, offsets)
     return True
+
+
+def _gathered(source: Node, size: tuple, stride: tuple, offset: int, full: tuple) -> list:
+    gathered = as_strided_op(source, size, stride, offset)
+    return [(gathered, size), (reshape_op(gathered, full), full)]
+
+
+def _gather_of_parts(rw: _Rewriter, full: tuple, pieces, leaves):
+    """When every piece is (a reshape of) one ``attention_part_op`` of the same flat gradient G
+    (dq, dk, dv: contiguous blocks of G), and the pieces are alike (one shape and strides, offsets
+    evenly spaced in the whole and in G), the whole is one strided gather from G: (G, size,
+    stride, offset, the part and reshape nodes it replaces) for ``as_strided_op(G, size, stride,
+    offset)`` shown as full; else None. The pieces and the block index are the gather's dims,
+    ordered by their strides in the whole, which must then be its row-major layout."""
+    sources, parts = [], set()
+    for (_, _, _, g), leaf in zip(pieces, leaves, strict=True):
+        users = {leaf}
+        if _is(g, ReshapeOp) and rw.free(g) and rw.only_used_by(g, users):
+            parts.add(g)
+            users = {g}
+            g = g.inputs[0]
+        if not (_is(g, AttentionPartOp) and rw.free(g) and rw.only_used_by(g, users)):
+            return None
+        parts.add(g)
+        blocks = [math.prod(rw.shapes[x]) for x in g.inputs[1:]]
+        sources.append((g.inputs[0], sum(blocks[: g.index])))
+    if (
+        len({src for src, _ in sources}) != 1
+        or len({(tuple(rw.shapes[p[3]]), p[1]) for p in pieces}) != 1
+    ):
+        return None
+    order = sorted(range(len(pieces)), key=lambda k: pieces[k][2])
+    whole_at = [pieces[k][2] for k in order]
+    source_at = [sources[k][1] for k in order]
+    if whole_at[0] != 0:
+        return None
+    k = len(pieces)
+    step, source_step = (whole_at[1], source_at[1] - source_at[0]) if k > 1 else (0, 0)
+    if any(
+        whole_at[j] != j * step or source_at[j] - source_at[0] != j * source_step for j in range(k)
+    ):
+        return None
+    shape = tuple(rw.shapes[pieces[0][3]])
+    dims = [(k, step, source_step)] + list(
+        zip(shape, pieces[0][1], contiguous_strides(shape), strict=True)
+    )
+    dims = sorted((d for d in dims if d[0] != 1), key=lambda d: -d[1])
+    expected = 1
+    for n, st, _ in reversed(dims):  # the whole's row-major layout, dim by dim from the last
+        if st != expected:
+            return None
+        expected *= n
+    if expected != math.prod(full):
+        return None
+    size = tuple(d[0] for d in dims)
+    return sources[0][0], size, tuple(d[2] for d in dims), source_at[0], parts
 
 
 #: name -> rule; applied in this order over the whole graph (dense_relu before dense, so a ReLU
@@ -435,6 +537,13 @@ def fuse(
             new = node
         elif node in rw.makers:
             new = rw.makers[node](get)
+            if isinstance(
+                new, list
+            ):  # [(node, shape), ...]: the replacement last, its inputs first
+                for inner, shape in new[:-1]:
+                    new_shapes[inner] = shape
+                    new_order.append(inner)
+                new = new[-1][0]
         else:
             inputs = [get(rw.alias.get(i, i)) for i in node.inputs]
             unchanged = all(a is b for a, b in zip(inputs, node.inputs, strict=True))

@@ -46,7 +46,7 @@ class LayoutMethods:
         """The same values in row-major order with a new shape (one entry may be -1). A view: it
         shares the storage and the version counter."""
         node_shape = tuple(as_int(d, "shape", "reshape") for d in _flat(shape))
-        if self._view is not None:  # a view: a view of its base where strides allow
+        if self._view is not None or self._trace_view is not None:  # a view: of its base if it can
             out = reshape_view(
                 self, _resolved(node_shape, self._shape, "reshape"), "reshape", False
             )
@@ -65,7 +65,7 @@ class LayoutMethods:
     def view(self, *shape) -> Tensor:
         """``reshape``; of a view, a view of its base where strides allow, else a RuntimeError
         (PyTorch's rule)."""
-        if self._view is not None:
+        if self._view is not None or self._trace_view is not None:
             node_shape = tuple(as_int(d, "shape", "view") for d in _flat(shape))
             return reshape_view(self, _resolved(node_shape, self._shape, "view"), "view", True)
         return self.reshape(*shape)

@@ -176,6 +176,10 @@ class Tensor:
         self._trace = None
         self._tnode = None
         self._view = None  # a StridedView: this tensor shows a strided region of another's storage
+        # In a gpumat.compile trace, a view's (base, stride, offset) against a traced base, so that
+        # views of it are views of that base (one as_strided node, one copy), as StridedView makes
+        # them eagerly. Safe because traces refuse in-place changes: a traced value never changes.
+        self._trace_view = None
 
     # The values: a PyGpuMatrix. A view's copy is brought up to date with its base first, when
     # the base changed in place since the copy was made (see StridedView), or made now, on the
@@ -724,7 +728,14 @@ class Tensor:
     def contiguous(self) -> Tensor:
         """Self when its strides are row-major (``is_contiguous()``), else a copy with its own
         storage (a view of a permute, a slice with steps, an expand: PyTorch's rule)."""
-        return self if self.is_contiguous() else self.clone()
+        if self.is_contiguous():
+            return self
+        if self._trace_view is not None:  # in a trace, a view's node holds the region, contiguous:
+            out = object.__new__(type(self))  # the same node without the view, no copy
+            out.__dict__.update(self.__dict__)
+            out._trace_view = None
+            return out
+        return self.clone()
 
     # ---------------------------------------------------------------- new tensors like this one
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from gpumat import ops
 from gpumat._checks import as_int
-from gpumat.autograd import current_trace
+from gpumat.autograd import current_trace, is_grad_enabled, no_grad
 from gpumat.dtypes import float32
 from gpumat.graph.node import shape_str
 from gpumat.graph.strided import (
@@ -50,6 +50,8 @@ def layout(t: Tensor) -> tuple:
     view = t._view
     if view is not None and not (t._requires_grad and t._node is None and view.base is not t):
         return view.base, view.stride, view.offset
+    if t._trace_view is not None:
+        return t._trace_view
     return t, contiguous_strides(t._shape), 0
 
 
@@ -63,6 +65,11 @@ def _make_view(
     if len(shape) > MAX_DIMS:
         raise ValueError(f"{op}: {len(shape)} dims {shape_str(shape)}; gpumat views have at most 8")
     base, _, _ = layout(t)
+    if base is not t and base._requires_grad and not t._requires_grad and is_grad_enabled():
+        # t was made under no_grad from a base that requires grad: views of it pass no gradient
+        # to the base either (PyTorch's rule)
+        with no_grad():
+            return _make_view(t, shape, stride, offset, op, lazy)
     # The dims an expand repeats (stride 0, length > 1): copied once, then repeated by expand_op,
     # whose gradient sums what as_strided_op's gradient could only scatter.
     repeated = [d for d, (n, s) in enumerate(zip(shape, stride, strict=True)) if s == 0 and n > 1]
@@ -78,6 +85,9 @@ def _make_view(
             out = apply_op(op, lambda n: expand_op(n, shape), [out], base._dtype, base._range)
         if base._trace is None:
             out._view = StridedView(base, stride, offset)
+        elif not repeated and out._requires_grad == base._requires_grad:
+            # (not across a no_grad boundary: a view of it must not pass gradients to the base)
+            out._trace_view = (base, stride, offset)
     out._range_src = base._range_src
     return out
 
@@ -618,7 +628,7 @@ class ViewMethods:
                 offset += (n - 1) * stride[d]
             new_stride[d] = -stride[d]
         out = _make_view(self, self._shape, tuple(new_stride), offset, "flip", lazy=False)
-        out._view = None  # a copy, not a view
+        out._view = out._trace_view = None  # a copy, not a view
         return out
 
     def unflatten(self, dim: int, sizes) -> Tensor:

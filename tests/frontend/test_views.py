@@ -497,3 +497,20 @@ def test_roll_repeat_interleave_and_meshgrid_match_torch(ctx):
         x.repeat_interleave(-1, 0)
     with pytest.raises(ValueError, match="different lengths"):
         x.roll((1, 2), 0)
+
+
+def test_views_of_a_view_made_under_no_grad_pass_no_gradient_as_pytorch():
+    """A view made under no_grad from a tensor that requires grad: views of it, made later with
+    grad enabled, pass no gradient to the base either (PyTorch's rule; gpumat's views of views
+    are views of the base, which had let it through)."""
+    rng, seed = new_rng()
+    w0 = rng.standard_normal((3, 3)).astype(np.float32)
+    grads = []
+    for lib in (gpumat, torch):
+        w = lib.tensor(w0, requires_grad=True)
+        y = w * 2.0
+        with lib.no_grad():
+            cut = y.t()
+        (cut[0] * y[0] + cut[:, 1:2].reshape(-1) * y[1]).sum().backward()
+        grads.append(w.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6, atol=1e-6, err_msg=seed)

@@ -15,6 +15,7 @@ from gpumat.graph.strided import (
     as_strided_backward_op,
     as_strided_op,
     as_strided_scatter_op,
+    assemble_op,
     broadcast_binary_op,
     broadcast_where_op,
     cat_op,
@@ -296,3 +297,42 @@ def test_the_64_bit_index_path_agrees_with_the_32_bit_one(monkeypatch):
     for k, (n, w) in enumerate(zip(narrow, wide, strict=True)):
         np.testing.assert_array_equal(n, w, err_msg=f"output {k} (seed {seed})")
     np.testing.assert_array_equal(narrow[1], a.asnumpy().reshape(7, 13)[::-1].T)
+
+
+def test_assemble_op_writes_each_region_on_every_device(ctx):
+    """assemble_op (the fusion pass's one write of views' gradients that tile a whole): each node
+    lands in its strided region, on every device and in numpy; nothing else is written, so the
+    regions must cover the output (here: the heads of a (2, 3, 24) projection split in three)."""
+    rng, seed = new_rng()
+    xs = [gpumat.graph.Variable(f"p{k}") for k in range(3)]
+    stride = (72, 4, 24, 1)  # piece k: (2, 2, 3, 4) = heads of whole[..., 8k:8k+8]
+    node = assemble_op(xs, (2, 3, 24), (stride,) * 3, (0, 8, 16))
+    whole = rng.standard_normal((2, 3, 24)).astype(np.float32)
+    pieces = [
+        np.ascontiguousarray(
+            whole[..., 8 * k : 8 * k + 8].reshape(2, 3, 2, 4).transpose(0, 2, 1, 3)
+        )
+        for k in range(3)
+    ]
+    feeds = dict(zip(xs, pieces, strict=True))
+    (ref,) = gpumat.Executor([node]).run(feeds)
+    np.testing.assert_array_equal(ref, whole, err_msg=seed)
+    (got,) = gpumat.Executor([node], device=ctx).run(
+        {x: gpumat.array(p, ctx) for x, p in feeds.items()}, convert_to_numpy_ret_vals=True
+    )
+    np.testing.assert_array_equal(got, whole, err_msg=seed)
+
+
+def test_assemble_op_checks_its_arguments():
+    x = gpumat.graph.Variable("x")
+    with pytest.raises(TypeError, match="assemble_op: nodes"):
+        assemble_op([x, "y"], (4,), ((1,), (1,)), (0, 2))
+    with pytest.raises(TypeError, match="assemble_op: nodes"):
+        assemble_op([], (4,), (), ())
+    with pytest.raises(ValueError, match="one stride tuple and one offset per node"):
+        assemble_op([x, x], (4,), ((1,),), (0, 2))
+    with pytest.raises(TypeError, match="assemble_op: strides must be a tuple"):
+        assemble_op([x], (4,), 1, (0,))
+    node = assemble_op([x], (4,), ((1,),), (2,))
+    with pytest.raises(ValueError, match="outside the output of 4 elements"):
+        gpumat.Executor([node]).run({x: np.ones(3, np.float32)})

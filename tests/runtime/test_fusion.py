@@ -10,6 +10,7 @@ from conftest import make_ctx as make_device_ctx
 
 import gpumat
 import gpumat.autodiff as ad
+import gpumat.nn.functional as F
 from gpumat import graph, models, ops
 from gpumat.optim import SGD
 from gpumat.runtime import Executor, fusion
@@ -431,3 +432,81 @@ def test_split_gradient_rule_joins_the_pieces(ctx, pieces_used, overlap, fires):
         for e, c in zip(eager, traced, strict=True):
             np.testing.assert_array_equal(c.numpy(), e.detach().numpy())
     assert compiled.fusion_report.rules["split_gradient"] == (1 if fires else 0)
+
+
+def _heads_step(attention: bool):
+    """A step in a transformer's shape: a (6, 24) projection shown as (2, 3, 24), split in three
+    along its last dim, each piece shown as heads (view, transpose); the heads reach the loss
+    through attention (its gradient: one flat array of dq, dk, dv) or pointwise terms."""
+
+    def step(x, w):
+        w.grad = None
+        pieces = (x @ w).view(2, 3, 24).split(8, dim=2)
+        q, k, v = (p.view(2, 3, 2, 4).transpose(1, 2) for p in pieces)
+        if attention:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            loss = (o.transpose(1, 2).contiguous().view(2, 3, 8) ** 2).sum()
+        else:
+            loss = (q * q).sum() + k.sin().sum() + (v * 3.0).sum()
+        loss.backward()
+        return loss, w.grad
+
+    return step
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_split_gradient_rule_writes_heads_once(ctx, attention):
+    """The gradients of a projection's q, k, v heads (views that tile it) become one write of the
+    whole: one gather from attention's flat gradient, or one assemble_op of the pieces, instead
+    of a zero-filled whole per head and their sums; the same bits as eager. In the trace, a view
+    of a view is one copy of the base, as eagerly (no copy of each split piece)."""
+    rng = np.random.default_rng()
+    x = gpumat.tensor(rng.uniform(-1, 1, (6, 4)).astype(np.float32), device=ctx)
+    w0 = rng.uniform(-1, 1, (4, 24)).astype(np.float32)
+    w_eager = gpumat.tensor(w0, device=ctx, requires_grad=True)
+    w_traced = gpumat.tensor(w0, device=ctx, requires_grad=True)
+    step = _heads_step(attention)
+    eager = step(x, w_eager)
+    compiled = gpumat.compile(lambda x: step(x, w_traced))
+    for _ in range(2):  # the first call traces, the second replays
+        traced = compiled(x)
+        for e, c in zip(eager, traced, strict=True):
+            np.testing.assert_array_equal(c.numpy(), e.detach().numpy())
+    assert compiled.fusion_report.rules["split_gradient"] == 1
+    kinds = [type(n.op) for n in compiled.executor._state.plan.order]
+    # (attention: its output's two views, O of the (ev + 1)-wide rows that hold the logsumexp too
+    # and O's transpose, each one view of a whole)
+    assert kinds.count(graph.AsStridedBackwardOp) == (2 if attention else 0)
+    assert (graph.AssembleOp in kinds) == (not attention)
+    assert graph.AttentionPartOp not in kinds  # attention: its parts are read by the gather
+    # one copy per head from the projection, none per piece (attention: also O out of its rows,
+    # O's transpose, and the gradients' gather)
+    copies = [n for n in compiled.executor._state.plan.order if isinstance(n.op, graph.AsStridedOp)]
+    assert len(copies) == (3 + 3 if attention else 3), [n.name for n in copies]
+
+
+def test_trace_views_report_strides_as_eagerly_and_respect_no_grad():
+    """In a trace, a view's strides and contiguity are eager's, and a view made under no_grad
+    passes no gradient to its base through further views."""
+    rng = np.random.default_rng()
+    x = gpumat.tensor(rng.uniform(-1, 1, (6, 4)).astype(np.float32))
+    w0 = rng.uniform(-1, 1, (4, 6)).astype(np.float32)
+    seen = []
+
+    def step(x, w):
+        w.grad = None
+        y = x @ w
+        t = y.view(2, 3, 6).transpose(1, 2)
+        seen.append((t.stride(), t.is_contiguous(), t.storage_offset()))
+        with gpumat.no_grad():
+            cut = y.t()
+        loss = (t * t).sum() + (cut[0] * y[0]).sum()  # cut[0]: a view of the no_grad view
+        loss.backward()
+        return loss, w.grad
+
+    eager = step(x, gpumat.tensor(w0, requires_grad=True))
+    w_traced = gpumat.tensor(w0, requires_grad=True)
+    traced = gpumat.compile(lambda x: step(x, w_traced))(x)
+    assert seen[0] == seen[1] == ((18, 1, 6), False, 0)
+    for e, c in zip(eager, traced, strict=True):
+        np.testing.assert_allclose(c.numpy(), e.detach().numpy(), rtol=1e-6, atol=1e-6)
