@@ -221,6 +221,8 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
                              GpuMatrix&, bool) except +gpumat_raise_py_error nogil
     void layer_norm_weight_gradient(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
                                     GpuMatrix&) except +gpumat_raise_py_error nogil
+    void layer_norm_backward(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&, GpuMatrix&,
+                             GpuMatrix&, float, bool) except +gpumat_raise_py_error nogil
     void batch_norm_stats(const GpuMatrix&, GpuMatrix&) except +gpumat_raise_py_error nogil
     void batch_norm(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&,
                     float) except +gpumat_raise_py_error nogil

@@ -154,6 +154,7 @@ __all__ = [
     "layer_norm_gradient",
     "layer_norm_stats",
     "layer_norm_weight_gradient",
+    "layer_norm_backward",
     "log",
     "log_softmax",
     "log_softmax_gradient",
@@ -1402,6 +1403,26 @@ def layer_norm_weight_gradient(x, stats, dy, dweight) -> None:
         ValueError: shapes or devices that do not fit, dweight aliasing an input.
     """
     _core.layer_norm_weight_gradient_(x, stats, dy, dweight)
+
+
+def layer_norm_backward(x, weight, dy, dx, dweight, dbias, eps: float = 1e-5, rms: bool = False):
+    """The three gradients of :func:`layer_norm` at once: dx (x's shape, as
+    :func:`layer_norm_gradient`), dweight (as :func:`layer_norm_weight_gradient`) and dbias (d
+    values: the sum of dy over the rows), with each row's statistics computed inside (as
+    :func:`layer_norm_stats`, eps and rms as the forward's). On the host one pass over x and dy in
+    chunks of rows (the separate kernels read them four times; dx and dweight are their bits, dbias
+    is summed in float64 partials); on CUDA the separate kernels in turn. What the fusion pass's
+    ``layer_norm_backward`` rule runs.
+
+    Raises:
+        TypeError: eps not a number or rms not a bool. ValueError: no trailing dims of
+            weight.size values in x, dy or dx not x's shape, dweight or dbias not weight.size
+            values, shapes or devices that differ, an output aliasing an input or another output.
+    """
+    op = "layer_norm_backward"
+    _core.layer_norm_backward_(
+        x, weight, dy, dx, dweight, dbias, as_real(eps, "eps", op), as_flag(rms, "rms", op)
+    )
 
 
 def batch_norm_stats(x, stats) -> None:

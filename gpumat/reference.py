@@ -1378,6 +1378,17 @@ def layer_norm_weight_gradient(x, stats, dy, dweight) -> None:
     dweight[...] = (_rows(dy, d) * xhat).sum(axis=0).reshape(dweight.shape)
 
 
+def layer_norm_backward(x, weight, dy, dx, dweight, dbias, eps: float = 1e-5, rms: bool = False):
+    """dx, dweight and dbias (dy summed over rows) of layer_norm; the statistics computed here."""
+    d = weight.size
+    rows = x.size // d
+    stats = np.zeros((rows, 2))
+    layer_norm_stats(x, stats, eps, rms)
+    layer_norm_gradient(x, stats, weight, dy, dx, rms)
+    layer_norm_weight_gradient(x, stats, dy, dweight)
+    dbias[...] = _rows(dy, d).sum(axis=0).reshape(dbias.shape)
+
+
 def _channels(x):
     """x (N, C, ...) as float64 (N, C, inner)."""
     return np.asarray(x, np.float64).reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))

@@ -218,6 +218,7 @@ const std::map<std::string, OpEntry>& op_table() {
       GPUMAT_STEP(layer_norm_stats),
       GPUMAT_STEP(layer_norm_gradient),
       GPUMAT_STEP(layer_norm_weight_gradient),
+      GPUMAT_STEP(layer_norm_backward),
       GPUMAT_STEP(batch_norm_stats),
       GPUMAT_STEP(batch_norm),
       GPUMAT_STEP(batch_norm_gradient),

@@ -1552,6 +1552,10 @@ void norm_cases_once() {
             ops::layer_norm_weight_gradient(a[0], a[3], a[2], a[5]);
           },
           1e-4f);
+      check(
+          "layer_norm_backward" + t, {{r, d}, {d}, {r, d}}, {{r, d}, {d}, {d}},
+          [rms](Arrays& a) { ops::layer_norm_backward(a[0], a[1], a[2], a[3], a[4], a[5], 1e-3f, rms); },
+          1e-4f);
     }
   }
   for (const Shape& x : {Shape{2, 3}, Shape{5, 4, 7}, Shape{3, 2, 300}, Shape{4, 70, 2}}) {

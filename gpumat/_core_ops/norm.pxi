@@ -40,6 +40,19 @@ def layer_norm_weight_gradient_(PyGpuMatrix x not None, PyGpuMatrix stats not No
         layer_norm_weight_gradient(x.mat[0], stats.mat[0], dy.mat[0], dweight.mat[0])
 
 
+def layer_norm_backward_(PyGpuMatrix x not None, PyGpuMatrix weight not None, PyGpuMatrix dy not None,
+                         PyGpuMatrix dx not None, PyGpuMatrix dweight not None, PyGpuMatrix dbias not None,
+                         float eps, bint rms):
+    _require(x, "layer_norm_backward", "x")
+    _require(weight, "layer_norm_backward", "weight")
+    _require(dy, "layer_norm_backward", "dy")
+    _require(dx, "layer_norm_backward", "dx")
+    _require(dweight, "layer_norm_backward", "dweight")
+    _require(dbias, "layer_norm_backward", "dbias")
+    with nogil:
+        layer_norm_backward(x.mat[0], weight.mat[0], dy.mat[0], dx.mat[0], dweight.mat[0], dbias.mat[0], eps, rms)
+
+
 def batch_norm_stats_(PyGpuMatrix x not None, PyGpuMatrix stats not None):
     _require(x, "batch_norm_stats", "x")
     _require(stats, "batch_norm_stats", "stats")

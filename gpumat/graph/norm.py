@@ -37,6 +37,7 @@ __all__ = [
     "BatchNormOp",
     "BatchNormStatsOp",
     "BatchNormWeightGradientOp",
+    "LayerNormBackwardOp",
     "LayerNormGradientOp",
     "LayerNormOp",
     "LayerNormStatsOp",
@@ -45,6 +46,7 @@ __all__ = [
     "batch_norm_op",
     "batch_norm_stats_op",
     "batch_norm_weight_gradient_op",
+    "layer_norm_backward_op",
     "layer_norm_gradient_op",
     "layer_norm_op",
     "layer_norm_stats_op",
@@ -171,6 +173,29 @@ class LayerNormWeightGradientOp(Op):
         return like
 
 
+class LayerNormBackwardOp(Op):
+    """``layer_norm_backward_op(x, weight, dy, eps=1e-5, rms=False)``: three outputs, dx (x's
+    shape, the node's value), dweight and dbias (weight's shape, the values of its
+    :class:`~gpumat.runtime.fusion.FusedOutputOp` nodes 1 and 2; dbias the sum of dy over the
+    rows), the row statistics computed inside (:func:`gpumat.ops.layer_norm_backward`). Made by
+    the fusion pass from ``layer_norm_gradient_op``, ``layer_norm_weight_gradient_op`` (over one
+    ``layer_norm_stats_op``) and the bias's ``sum_to_op``, after gradients."""
+
+    name, label, kernel = "layer_norm_backward_op", "LayerNormBackward", "layer_norm_backward"
+    no_gradient = "made by the fusion pass, after gradients"
+    num_outputs = 3
+    inputs = ("node_x", "node_weight", "node_dy")
+    attrs = (_EPS, _RMS)
+
+    def kernel_args(self, node):
+        return (node.eps, node.rms)
+
+    def infer_shape(self, node, input_shapes):
+        x, w, dy = (tuple(s) for s in input_shapes)
+        _normalized(self, node, x, w)
+        return self._same_shapes(node, x, dy)
+
+
 # --------------------------------------------------------------------------------------------------
 # Batch norm
 # --------------------------------------------------------------------------------------------------
@@ -282,6 +307,7 @@ layer_norm_op = LayerNormOp()
 layer_norm_stats_op = LayerNormStatsOp()
 layer_norm_gradient_op = LayerNormGradientOp()
 layer_norm_weight_gradient_op = LayerNormWeightGradientOp()
+layer_norm_backward_op = LayerNormBackwardOp()
 batch_norm_stats_op = BatchNormStatsOp()
 batch_norm_op = BatchNormOp()
 batch_norm_gradient_op = BatchNormGradientOp()

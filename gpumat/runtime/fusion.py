@@ -33,14 +33,23 @@ The rules, all in this module (one function each, applied in this order):
     views of one projection through split, view and transpose): for k pieces, 2k - 1 ops (k
     fills, k scatters, k - 1 sums of the whole) become one write of the whole. The values are
     the same but for the sign of a zero (x + 0 is +0 for x = -0).
+``layer_norm_backward``
+    ``layer_norm_gradient_op`` and ``layer_norm_weight_gradient_op`` over one
+    ``layer_norm_stats_op`` of the same x, and the bias's ``sum_to_op`` of the same dy ->
+    ``layer_norm_backward_op`` with three outputs, dx, dweight and dbias
+    (:func:`gpumat.ops.layer_norm_backward`): 4 ops become 1, and the host reads x and dy once
+    instead of four times. Rows of at most ``LAYER_NORM_BACKWARD_MAX_D`` values.
 
 A pattern is rewritten only when no value that disappears is fed, evaluated, or read by a node
 outside the pattern, so the fused graph computes the same eval values (to float32 rounding: the
-bias sums run in another order). A fused op with two outputs writes its second output into the
-buffer of a :class:`FusedOutputOp` node, which the executor plans like any value but does not run.
+bias sums run in another order). A fused op with several outputs writes each after its first
+into the buffer of a :class:`FusedOutputOp` node, which the executor plans like any value but
+does not run.
 The fused ops themselves live with their kernel families (``matmul_bias_op`` in
 :mod:`gpumat.graph.matmul`, ``relu_bias_gradient_op`` in :mod:`gpumat.graph.activation`,
-``softmaxcrossentropy_with_gradient_op`` in :mod:`gpumat.graph.loss`).
+``softmaxcrossentropy_with_gradient_op`` in :mod:`gpumat.graph.loss`,
+``layer_norm_backward_op`` in :mod:`gpumat.graph.norm`, ``assemble_op`` in
+:mod:`gpumat.graph.strided`).
 
 The user's nodes are never modified: rewritten nodes and their consumers are new nodes, built
 inputs first, so the pass emits the fused graph's schedule as it builds it (no second sort) and
@@ -73,11 +82,18 @@ from gpumat.graph.loss import (
 )
 from gpumat.graph.matmul import MatMulBiasOp, MatMulOp, matmul_bias_op
 from gpumat.graph.node import Attr, Node, Op, short_name
+from gpumat.graph.norm import (
+    LayerNormGradientOp,
+    LayerNormStatsOp,
+    LayerNormWeightGradientOp,
+    layer_norm_backward_op,
+)
 from gpumat.graph.reduce import BroadcastToOp, ReduceSumAxisZeroOp
 from gpumat.graph.reverse_mode import find_topo_sort
 from gpumat.graph.strided import (
     AsStridedBackwardOp,
     BroadcastBinaryOp,
+    SumToOp,
     as_strided_op,
     assemble_op,
     cat_op,
@@ -304,6 +320,56 @@ def rule_cross_entropy(rw: _Rewriter, node: Node) -> bool:
     return False
 
 
+#: The widest rows the layer_norm_backward rule fuses: its host kernel keeps two partial sums per
+#: column and chunk of rows, and wider rows would leave it fewer chunks than threads.
+LAYER_NORM_BACKWARD_MAX_D = 8192
+
+
+def rule_layer_norm_backward(rw: _Rewriter, node: Node) -> bool:
+    """layer_norm_gradient_op and layer_norm_weight_gradient_op over one layer_norm_stats_op of
+    the same x, and dy's sum_to_op to the bias -> layer_norm_backward_op with three outputs."""
+    if not _is(node, LayerNormGradientOp) or not rw.free(node):
+        return False
+    x, stats, w, dy = node.inputs
+    if not _is(stats, LayerNormStatsOp) or not rw.free(stats) or stats.inputs[0] is not x:
+        return False
+    if stats.rms != node.rms:
+        return False
+    shape_w = tuple(rw.shapes[w])
+    if math.prod(shape_w) > LAYER_NORM_BACKWARD_MAX_D:
+        return False
+    gw = next(
+        (
+            c
+            for c in rw.consumers[stats]
+            if _is(c, LayerNormWeightGradientOp)
+            and rw.free(c)
+            and c.inputs[:3] == [x, stats, dy]
+            and tuple(rw.shapes[c]) == shape_w
+        ),
+        None,
+    )
+    gb = next(
+        (
+            c
+            for c in rw.consumers[dy]
+            if _is(c, SumToOp)
+            and rw.free(c)
+            and c.inputs[0] is dy
+            and tuple(rw.shapes[c]) == shape_w
+        ),
+        None,
+    )
+    if gw is None or gb is None or not rw.only_used_by(stats, {node, gw}):
+        return False
+    rw.claimed |= {node, stats, gw, gb}
+    eps, rms = stats.eps, stats.rms
+    rw.makers[node] = lambda get: layer_norm_backward_op(get(x), get(w), get(dy), eps, rms)
+    rw.makers[gw] = lambda get: fused_output_op(get(node), 1, shape_w)
+    rw.makers[gb] = lambda get: fused_output_op(get(node), 2, shape_w)
+    return True
+
+
 def _piece(rw: _Rewriter, node: Node):
     """(full shape, stride, offset, g) when node = as_strided_backward_op(g, like, stride, offset)
     with non-negative strides (g put into a strided region of like's contiguous layout: the
@@ -463,6 +529,7 @@ RULES: dict[str, Callable[[_Rewriter, Node], bool]] = {
     "relu_bias_gradient": rule_relu_bias_gradient,
     "cross_entropy": rule_cross_entropy,
     "split_gradient": rule_split_gradient,
+    "layer_norm_backward": rule_layer_norm_backward,
 }
 
 

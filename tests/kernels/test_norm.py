@@ -90,10 +90,26 @@ def test_layer_norm_kernels_match_float64(ctx, case, rms):
     scale = max(1.0, float(np.abs(dx64).max(initial=0)))
     np.testing.assert_allclose(dx.asnumpy(), dx64, rtol=1e-4, atol=2e-5 * scale)
     np.testing.assert_allclose(dw.asnumpy(), dw64, rtol=1e-4, atol=1e-5 * max(rows, 1))
+    # the three gradients in one call: dx and dweight the separate kernels' (the host: their
+    # bits), dbias the sum of dy over the rows
+    fdx, fdw, fdb = nan_array(shape, ctx), nan_array(norm, ctx), nan_array(norm, ctx)
+    ops.layer_norm_backward(x_, w_, gpumat.array(dy, ctx), fdx, fdw, fdb, eps, rms)
+    np.testing.assert_allclose(fdx.asnumpy(), dx64, rtol=1e-4, atol=2e-5 * scale)
+    np.testing.assert_allclose(fdw.asnumpy(), dw64, rtol=1e-4, atol=1e-5 * max(rows, 1))
+    db64 = dy.astype(np.float64).reshape(-1, int(np.prod(norm))).sum(0).reshape(norm)
+    np.testing.assert_allclose(fdb.asnumpy(), db64, rtol=1e-5, atol=1e-6 * max(rows, 1))
+    if ctx.device_type == "cpu":
+        np.testing.assert_array_equal(fdx.asnumpy(), dx.asnumpy())
+        np.testing.assert_array_equal(fdw.asnumpy(), dw.asnumpy())
     # numpy twin (gpumat.reference) agrees as well
     ry = np.full(shape, np.nan, np.float32)
     reference.layer_norm(x, w, b, ry, eps, rms)
     np.testing.assert_allclose(ry, y64, rtol=1e-5, atol=1e-6)
+    rdx, rdw, rdb = (np.full(a.shape, np.nan) for a in (x, w, w))
+    reference.layer_norm_backward(x, w, dy, rdx, rdw, rdb, eps, rms)
+    np.testing.assert_allclose(rdx, dx64, rtol=1e-6, atol=1e-6 * scale)
+    np.testing.assert_allclose(rdw, dw64, rtol=1e-6, atol=1e-9 * max(rows, 1))
+    np.testing.assert_allclose(rdb, db64, rtol=1e-9, atol=1e-9 * max(rows, 1))
 
 
 def test_layer_norm_large_mean_keeps_precision(ctx):

@@ -639,6 +639,8 @@ def _valid_args(name, draw, arrays: Arrays):
             return [new(x), new(norm), new(norm), new(x), eps, rms]
         if name == "layer_norm_stats":
             return [new(x), new((rows, 2)), eps, rms]
+        if name == "layer_norm_backward":
+            return [new(x), new(norm), new(x), new(x), new(norm), new(norm), eps, rms]
         stats = new((rows, 2), 0.1, 2.0)
         if name == "layer_norm_gradient":
             return [new(x), stats, new(norm), new(x), new(x), rms]
@@ -1439,7 +1441,8 @@ def _stats_shape(stats, n: int) -> None:
 def _ref_layer_norm(name, a):
     """layer_norm (x, w, b, out, eps, rms), layer_norm_stats (x, stats, eps, rms),
     layer_norm_gradient (x, stats, w, dy, dx, rms), layer_norm_weight_gradient (x, stats, dy,
-    dweight): gpumat.reference's twins after the checks of extensions/src/ops/norm.cpp."""
+    dweight), layer_norm_backward (x, w, dy, dx, dweight, dbias, eps, rms): gpumat.reference's
+    twins after the checks of extensions/src/ops/norm.cpp."""
     ref = gpumat.reference
     if name == "layer_norm":
         x, w, b, out = (_arr(v) for v in a[:4])
@@ -1476,6 +1479,20 @@ def _ref_layer_norm(name, a):
         want = np.empty(x.shape)
         ref.layer_norm_gradient(x, stats, w, dy, want, rms)
         return {4: want}
+    if name == "layer_norm_backward":
+        x, w, dy, dx, dw, db = (_arr(v) for v in a[:6])
+        eps, rms = _num(a[6]), _flag(a[7])
+        _same(x.shape, dy.shape, dx.shape)
+        for k in (3, 4, 5):
+            _no_alias(a[k], *a[:3])
+        _no_alias(a[3], a[4], a[5])
+        _no_alias(a[4], a[5])
+        _trailing(x.shape, w.size)
+        if dw.size != w.size or db.size != w.size:
+            raise Invalid("dweight or dbias size")
+        want = [np.empty(dx.shape), np.empty(dw.shape), np.empty(db.shape)]
+        ref.layer_norm_backward(x, w, dy, *want, eps, rms)
+        return {3: want[0], 4: want[1], 5: want[2]}
     x, stats, dy, dw = (_arr(v) for v in a[:4])
     _same(x.shape, dy.shape)
     _no_alias(a[3], *a[:3])
@@ -1649,6 +1666,7 @@ _REFERENCES = {
     "layer_norm_stats": _ref_layer_norm,
     "layer_norm_gradient": _ref_layer_norm,
     "layer_norm_weight_gradient": _ref_layer_norm,
+    "layer_norm_backward": _ref_layer_norm,
     "batch_norm_stats": _ref_batch_norm,
     "batch_norm": _ref_batch_norm,
     "batch_norm_gradient": _ref_batch_norm,
@@ -4041,6 +4059,7 @@ BATCHES = {
     "ops_index": lambda: batch_ops(["index_select", "index_add", "index_copy"]),
     "ops_norm": lambda: batch_ops(
         ["layer_norm", "layer_norm_stats", "layer_norm_gradient", "layer_norm_weight_gradient"]
+        + ["layer_norm_backward"]
         + ["batch_norm_stats", "batch_norm", "batch_norm_gradient", "batch_norm_weight_gradient"]
     ),
     "arrays": batch_arrays,

@@ -200,7 +200,8 @@ def test_rule_dense():
     (new,), report = fusion.fuse_graph([z], feeds, shapes_for([z], feeds))
     assert isinstance(new.op, graph.MatMulBiasOp) and not new.relu
     assert report.rules == {"dense_relu": 0, "dense": 1, "relu_bias_gradient": 0,
-                            "cross_entropy": 0, "split_gradient": 0}  # fmt: skip
+                            "cross_entropy": 0, "split_gradient": 0,
+                            "layer_norm_backward": 0}  # fmt: skip
 
 
 def test_rule_relu_bias_gradient():
@@ -340,6 +341,7 @@ def test_mlp_fused_matches_unfused_and_float64(backend):
         "relu_bias_gradient": 2,
         "cross_entropy": 1,
         "split_gradient": 0,
+        "layer_norm_backward": 0,
     }
     assert ex.fusion_report.ops_after < ex.fusion_report.ops_before
 
@@ -510,3 +512,48 @@ def test_trace_views_report_strides_as_eagerly_and_respect_no_grad():
     assert seen[0] == seen[1] == ((18, 1, 6), False, 0)
     for e, c in zip(eager, traced, strict=True):
         np.testing.assert_allclose(c.numpy(), e.detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def _layer_norm_graph():
+    x, w, b, r = (ad.Variable(n) for n in ("x", "w", "b", "r"))
+    y = graph.layer_norm_op(x, w, b)
+    loss = ad.reduce_sum_op(ad.reduce_sum_op(ad.reduce_sum_op(y * r, 2), 1), 0)
+    return (x, w, b, r), ad.gradients(loss, [x, w, b])
+
+
+def test_rule_layer_norm_backward(ctx):
+    """A layer norm's three gradients (statistics, dx, dweight, dbias: four ops) become one
+    layer_norm_backward_op with two fused outputs; dx and dweight the unfused bits on the host,
+    dbias equal to float32 rounding (float64 partial sums)."""
+    (x, w, b, r), grads = _layer_norm_graph()
+    feeds = {x: rand(3, 5, 7) + 2.0, w: rand(7), b: rand(7), r: rand(3, 5, 7)}
+    new, report = fusion.fuse_graph(grads, feeds, shapes_for(grads, feeds))
+    assert report.rules["layer_norm_backward"] == 1
+    gx, gw, gb = new
+    assert isinstance(gx.op, graph.LayerNormBackwardOp) and gx.inputs[0] is x
+    assert [type(n.op) for n in (gw, gb)] == [fusion.FusedOutputOp] * 2
+    assert (gw.index, gb.inputs[0], gb.index) == (1, gx, 2)
+    device_feeds = {k: dev(v, ctx) for k, v in feeds.items()}
+    fused = Executor(grads, device=ctx).run(device_feeds, convert_to_numpy_ret_vals=True)
+    plain = Executor(grads, device=ctx, fusion=False).run(
+        device_feeds, convert_to_numpy_ret_vals=True
+    )
+    for f, p in zip(fused, plain, strict=True):
+        close(f, p, tol=1e-6)
+    if ctx.device_type == "cpu":
+        np.testing.assert_array_equal(fused[0], plain[0])
+        np.testing.assert_array_equal(fused[1], plain[1])
+    ref = Executor(grads).run({k: v.astype(np.float64) for k, v in feeds.items()})
+    for f, e in zip(fused, ref, strict=True):
+        close(f, e, tol=1e-5)
+
+
+def test_rule_layer_norm_backward_needs_all_three_gradients():
+    """Without the bias's gradient (or with the statistics read elsewhere) nothing is fused."""
+    (x, w, b, r), (gx, gw, _) = _layer_norm_graph()
+    feeds = {x: rand(2, 4, 6), w: rand(6), b: rand(6), r: rand(2, 4, 6)}
+    _, report = fusion.fuse_graph([gx, gw], feeds, shapes_for([gx, gw], feeds))
+    assert report.rules["layer_norm_backward"] == 0
+    stats = gx.inputs[1]
+    _, report = fusion.fuse_graph([gx, gw, stats], feeds, shapes_for([gx, gw, stats], feeds))
+    assert report.rules["layer_norm_backward"] == 0

@@ -444,6 +444,11 @@ void layer_norm_gradient(const GpuMatrix& x, const GpuMatrix& stats, const GpuMa
 // dweight (d values) = sum over rows of dy * xhat; deterministic (rows summed in order).
 void layer_norm_weight_gradient(const GpuMatrix& x, const GpuMatrix& stats, const GpuMatrix& dy,
                                 GpuMatrix& dweight);
+// dx (x's shape), dweight and dbias (d values each: dbias the column sums of dy) of layer_norm at
+// once from x, weight and dy, the statistics computed inside: layer_norm_stats, layer_norm_gradient,
+// layer_norm_weight_gradient and dy's column sums in one call (to float32 rounding).
+void layer_norm_backward(const GpuMatrix& x, const GpuMatrix& weight, const GpuMatrix& dy, GpuMatrix& dx,
+                         GpuMatrix& dweight, GpuMatrix& dbias, float eps, bool rms);
 // Batch norm (Ioffe & Szegedy 2015) of x (N, C, ...) per channel: stats (C, 2) = [mean, biased var]
 // over every axis but 1.
 void batch_norm_stats(const GpuMatrix& x, GpuMatrix& stats);

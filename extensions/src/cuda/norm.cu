@@ -11,6 +11,8 @@
 //   layer_norm_weight_gradient: dweight[j] = sum_r dy[r, j] * xhat[r, j]: threads own (column j,
 //                          run of rows) and walk the run in order (coalesced across j), partials
 //                          per run summed in run order by a second kernel (deterministic)
+//   layer_norm_backward:   dx, dweight and dbias (the column sums of dy) in one call: the stats,
+//                          gradient and weight gradient kernels and a column sum, in turn
 // rstd = 1 / sqrt(var + eps); layer norm: mean, var = the biased variance; RMS: mean = 0,
 // var = mean(x^2). Statistics are two-pass (the mean, then the mean of the squared deviations:
 // Chan, Golub & LeVeque 1983's recommended algorithm when the data can be read twice; no
@@ -153,6 +155,21 @@ __global__ void layer_norm_weight_gradient_kernel(const float* x, const float* s
   }
 }
 
+// The column sums of y (rows, d) per run of rows, as layer_norm_weight_gradient_kernel's (the bias
+// gradient of layer_norm_backward).
+__global__ void column_sum_kernel(const float* y, float* out, int64_t rows, int64_t d, int64_t chunk_rows,
+                                  int64_t chunks) {
+  for (int64_t k = blockIdx.y; k < chunks; k += gridDim.y) {
+    const int64_t r0 = k * chunk_rows, r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < d;
+         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float s = 0.0f;
+      for (int64_t r = r0; r < r1; ++r) s += y[r * d + j];
+      out[k * d + j] = s;
+    }
+  }
+}
+
 __global__ void sum_chunks_kernel(const float* part, float* out, int64_t chunks, int64_t d) {
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < d;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -259,26 +276,56 @@ void layer_norm_gradient(int dev, const float* x, const float* stats, const floa
                                      x, stats, weight, dy, dx, rows, d, rms);
 }
 
-void layer_norm_weight_gradient(int dev, const float* x, const float* stats, const float* dy, float* dweight,
-                                int64_t rows, int64_t d) {
-  const char* op = "layer_norm_weight_gradient";
-  cudaStream_t stream = activate(dev);
-  // Enough (column block, row chunk) pairs to fill a GPU, chunks of at least kMinChunkRows rows.
+namespace {
+// Column sums over rows (rows, d) -> (d,) in runs of rows: enough (column block, run) pairs to fill
+// a GPU, runs of at least kMinChunkRows rows; one run writes out itself, several write partials in
+// workspace slot 0 that sum_chunks_kernel adds in run order (deterministic). Kernel has
+// layer_norm_weight_gradient_kernel's parameters after its leading ones (`args`).
+template <auto Kernel, typename... Args>
+void column_sums(const char* op, int dev, cudaStream_t stream, float* out, int64_t rows, int64_t d,
+                 Args... args) {
   const int64_t col_blocks = grid_for(d, kBlockSize);
   const int64_t want = std::max<int64_t>(1, kTargetBlocks / col_blocks);
   const int64_t chunk_rows = std::max<int64_t>(kMinChunkRows, ceil_div(rows, want));
   const int64_t chunks = std::max<int64_t>(1, ceil_div(rows, chunk_rows));
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
   if (chunks == 1) {
-    launch<layer_norm_weight_gradient_kernel>(op, grid, kBlockSize, 0, stream, x, stats, dy, dweight, rows, d,
-                                              chunk_rows, chunks);
+    launch<Kernel>(op, grid, kBlockSize, 0, stream, args..., out, rows, d, chunk_rows, chunks);
     return;
   }
   auto lock = workspace_lock();  // the partials live in the device's workspace (common.cuh)
   float* part = workspace(dev, 0, chunks * d);
-  launch<layer_norm_weight_gradient_kernel>(op, grid, kBlockSize, 0, stream, x, stats, dy, part, rows, d,
-                                            chunk_rows, chunks);
-  launch<sum_chunks_kernel>(op, grid_for(d, kBlockSize), kBlockSize, 0, stream, part, dweight, chunks, d);
+  launch<Kernel>(op, grid, kBlockSize, 0, stream, args..., part, rows, d, chunk_rows, chunks);
+  launch<sum_chunks_kernel>(op, grid_for(d, kBlockSize), kBlockSize, 0, stream, part, out, chunks, d);
+}
+}  // namespace
+
+void layer_norm_weight_gradient(int dev, const float* x, const float* stats, const float* dy, float* dweight,
+                                int64_t rows, int64_t d) {
+  cudaStream_t stream = activate(dev);
+  column_sums<layer_norm_weight_gradient_kernel>("layer_norm_weight_gradient", dev, stream, dweight, rows, d,
+                                                 x, stats, dy);
+}
+
+// The three gradients of a layer norm from one call: the row statistics into workspace slot 1, then
+// the kernels of layer_norm_gradient, layer_norm_weight_gradient and the column sums of dy (the
+// host's version reads x and dy once; here each kernel reads them, as the separate ops would).
+void layer_norm_backward(int dev, const float* x, const float* weight, const float* dy, float* dx,
+                         float* dweight, float* dbias, int64_t rows, int64_t d, float eps, bool rms) {
+  const char* op = "layer_norm_backward";
+  cudaStream_t stream = activate(dev);
+  auto lock = workspace_lock();
+  float* stats = nullptr;
+  if (rows > 0) {  // (no rows: dweight and dbias are zeros, from the column sums alone)
+    stats = workspace(dev, 1, 2 * rows);
+    launch<layer_norm_stats_kernel>(op, row_blocks(rows), 32 * kRowsPerBlock, 0, stream, x, stats, rows, d,
+                                    eps, rms);
+    launch<layer_norm_gradient_kernel>(op, row_blocks(rows), 32 * kRowsPerBlock, 0, stream, x, stats, weight,
+                                       dy, dx, rows, d, rms);
+  }
+  column_sums<layer_norm_weight_gradient_kernel>(op, dev, stream, dweight, rows, d, x,
+                                                 static_cast<const float*>(stats), dy);
+  column_sums<column_sum_kernel>(op, dev, stream, dbias, rows, d, dy);
 }
 
 void batch_norm_stats(int dev, const float* x, float* stats, int64_t n, int64_t c, int64_t inner) {

@@ -1,6 +1,7 @@
 // Host normalisation kernels (the norm family; CUDA twins and the formulas in ../cuda/norm.cu):
 //   layer_norm, layer_norm_stats, layer_norm_gradient, layer_norm_weight_gradient over rows of x
-//   (rows, d), one row per task; batch_norm_stats, batch_norm, batch_norm_gradient,
+//   (rows, d), one row per task; layer_norm_backward, the last three and dy's column sums in one
+//   pass over chunks of rows; batch_norm_stats, batch_norm, batch_norm_gradient,
 //   batch_norm_weight_gradient per channel of x (n, c, inner), one channel per task.
 // Statistics two-pass (mean, then the mean of squared deviations) with sums in double, each in
 // a fixed order within its task, so the result is the same on any thread count. A row's sums go
@@ -125,6 +126,39 @@ GPUMAT_SIMD_CLONES void layer_norm_weight_gradient_rows(const float* x, const fl
   }
 }
 
+// A chunk of rows [r0, r1) of layer_norm_backward: each row's statistics (rounded to float, as
+// layer_norm_stats stores them, so dx and dweight are the separate kernels' bits), its dx as
+// layer_norm_gradient_rows computes it, and the chunk's partial sums of dy * xhat (pw) and dy (pb)
+// in double, rows in order.
+GPUMAT_SIMD_CLONES void layer_norm_backward_rows(const float* x, const float* weight, const float* dy,
+                                                 float* dx, double* pw, double* pb, int64_t r0, int64_t r1,
+                                                 int64_t d, float eps, bool rms) {
+  std::fill(pw, pw + d, 0.0);
+  std::fill(pb, pb + d, 0.0);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * d;
+    const float* gr = dy + r * d;
+    double mean64, rstd64;
+    row_stats(xr, d, eps, rms, &mean64, &rstd64);
+    const double mean = static_cast<float>(mean64);
+    const float rstd_f = static_cast<float>(rstd64);
+    const double rstd = rstd_f;
+    const double sg = lane_sum(d, [&](int64_t j) { return static_cast<double>(gr[j]) * weight[j]; });
+    const double sgx = lane_sum(d, [&](int64_t j) {
+      const double g = static_cast<double>(gr[j]) * weight[j];
+      return g * (xr[j] - mean) * rstd;
+    });
+    const double mg = rms ? 0.0 : sg / static_cast<double>(d), mgx = sgx / static_cast<double>(d);
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) {
+      const double g = static_cast<double>(gr[j]) * weight[j];
+      dx[r * d + j] = static_cast<float>(rstd * (g - mg - (xr[j] - mean) * rstd * mgx));
+      pw[j] += static_cast<double>(gr[j]) * (xr[j] - mean) * rstd_f;
+      pb[j] += gr[j];
+    }
+  }
+}
+
 // body(r0, r1) over blocks of rows of about kBlockElems elements each, on the OpenMP threads when
 // the rows hold at least kParallelMin elements (parallel_for).
 template <typename Body>
@@ -177,6 +211,29 @@ void layer_norm_weight_gradient(int, const float* x, const float* stats, const f
     double total = 0.0;
     for (int64_t k = 0; k < chunks; ++k) total += part[k * d + j];
     dweight[j] = static_cast<float>(total);
+  }
+}
+
+void layer_norm_backward(int, const float* x, const float* weight, const float* dy, float* dx, float* dweight,
+                         float* dbias, int64_t rows, int64_t d, float eps, bool rms) {
+  // One pass over x and dy (the separate kernels read them four times: statistics, gradient,
+  // weight gradient, bias sums), in layer_norm_weight_gradient's row chunks, so dweight is its bits.
+  const int64_t chunks = std::max<int64_t>(1, std::min({kSumBlocks, rows / kChunkMinRows, kPartialsMax / d}));
+  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  std::vector<double> part(static_cast<size_t>(2 * chunks * d));
+  parallel_for(chunks, rows * d, [&](int64_t k) {
+    const int64_t r0 = std::min(rows, k * chunk_rows), r1 = std::min(rows, r0 + chunk_rows);
+    double* pw = part.data() + 2 * k * d;
+    layer_norm_backward_rows(x, weight, dy, dx, pw, pw + d, r0, r1, d, eps, rms);
+  });
+  for (int64_t j = 0; j < d; ++j) {
+    double tw = 0.0, tb = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      tw += part[2 * k * d + j];
+      tb += part[2 * k * d + d + j];
+    }
+    dweight[j] = static_cast<float>(tw);
+    dbias[j] = static_cast<float>(tb);
   }
 }
 

@@ -121,6 +121,27 @@ void layer_norm_weight_gradient(const GpuMatrix& x, const GpuMatrix& stats, cons
   finish(dweight);
 }
 
+void layer_norm_backward(const GpuMatrix& x, const GpuMatrix& weight, const GpuMatrix& dy, GpuMatrix& dx,
+                         GpuMatrix& dweight, GpuMatrix& dbias, float eps, bool rms) {
+  const char* op = "layer_norm_backward";
+  const Backend& be = same_device(op, x, weight, dy, dx, dweight, dbias);
+  same_shape(op, x, dy);
+  same_shape(op, x, dx);
+  const int64_t d = weight.size();
+  const int64_t rows = rows_of(op, x, d, "the weight's size");
+  require_size(op, "dweight", dweight, d, "the weight's size");
+  require_size(op, "dbias", dbias, d, "the weight's size");
+  for (GpuMatrix* out : {&dx, &dweight, &dbias}) {
+    for (const GpuMatrix* in : {&x, &weight, &dy}) not_aliased(op, *in, *out);
+  }
+  not_aliased(op, dx, dweight);
+  not_aliased(op, dx, dbias);
+  not_aliased(op, dweight, dbias);
+  be.layer_norm_backward(x.device().index, x.data(), weight.data(), dy.data(), dx.data(), dweight.data(),
+                         dbias.data(), rows, d, eps, rms);
+  finish(dx);
+}
+
 void batch_norm_stats(const GpuMatrix& x, GpuMatrix& stats) {
   const char* op = "batch_norm_stats";
   const Backend& be = same_device(op, x, stats);
