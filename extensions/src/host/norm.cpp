@@ -58,6 +58,29 @@ template <typename Term>
   *rstd = 1.0 / std::sqrt(q / static_cast<double>(d) + eps);
 }
 
+// Row xr's dx (dxr, d values) from its dy (gr), the weight and its statistics: rstd (g - mean(g) -
+// xhat mean(g xhat)), g = dy weight, xhat = (x - mean) rstd (RMS: without mean(g)).
+[[gnu::always_inline]] inline void row_gradient(const float* xr, const float* gr, const float* weight,
+                                                float* dxr, int64_t d, double mean, double rstd, bool rms) {
+  const double sg = lane_sum(d, [&](int64_t j) { return static_cast<double>(gr[j]) * weight[j]; });
+  const double sgx = lane_sum(d, [&](int64_t j) {
+    const double g = static_cast<double>(gr[j]) * weight[j];
+    return g * (xr[j] - mean) * rstd;
+  });
+  const double mg = rms ? 0.0 : sg / static_cast<double>(d), mgx = sgx / static_cast<double>(d);
+#pragma omp simd
+  for (int64_t j = 0; j < d; ++j) {
+    const double g = static_cast<double>(gr[j]) * weight[j];
+    dxr[j] = static_cast<float>(rstd * (g - mg - (xr[j] - mean) * rstd * mgx));
+  }
+}
+
+// The weight gradient's row chunks for (rows, d): at least kChunkMinRows rows each, at most
+// kSumBlocks of them and kPartialsMax partial sums in all; from the shape alone.
+int64_t weight_gradient_chunks(int64_t rows, int64_t d) {
+  return std::max<int64_t>(1, std::min({kSumBlocks, rows / kChunkMinRows, kPartialsMax / d}));
+}
+
 // The (n, inner) values of channel ch of x (n, c, inner): body(index) for each, in order.
 template <typename Body>
 void each_in_channel(int64_t ch, int64_t n, int64_t c, int64_t inner, const Body& body) {
@@ -91,22 +114,8 @@ GPUMAT_SIMD_CLONES void layer_norm_rows(const float* x, const float* weight, con
 GPUMAT_SIMD_CLONES void layer_norm_gradient_rows(const float* x, const float* stats, const float* weight,
                                                  const float* dy, float* dx, int64_t r0, int64_t r1,
                                                  int64_t d, bool rms) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const double mean = stats[2 * r], rstd = stats[2 * r + 1];
-    const float* xr = x + r * d;
-    const float* gr = dy + r * d;
-    const double sg = lane_sum(d, [&](int64_t j) { return static_cast<double>(gr[j]) * weight[j]; });
-    const double sgx = lane_sum(d, [&](int64_t j) {
-      const double g = static_cast<double>(gr[j]) * weight[j];
-      return g * (xr[j] - mean) * rstd;
-    });
-    const double mg = rms ? 0.0 : sg / static_cast<double>(d), mgx = sgx / static_cast<double>(d);
-#pragma omp simd
-    for (int64_t j = 0; j < d; ++j) {
-      const double g = static_cast<double>(gr[j]) * weight[j];
-      dx[r * d + j] = static_cast<float>(rstd * (g - mg - (xr[j] - mean) * rstd * mgx));
-    }
-  }
+  for (int64_t r = r0; r < r1; ++r)
+    row_gradient(x + r * d, dy + r * d, weight, dx + r * d, d, stats[2 * r], stats[2 * r + 1], rms);
 }
 
 // part[j] for the columns j in [j0, j1): the sum over the rows r in [r0, r1), in row order, of
@@ -141,19 +150,11 @@ GPUMAT_SIMD_CLONES void layer_norm_backward_rows(const float* x, const float* we
     double mean64, rstd64;
     row_stats(xr, d, eps, rms, &mean64, &rstd64);
     const double mean = static_cast<float>(mean64);
-    const float rstd_f = static_cast<float>(rstd64);
-    const double rstd = rstd_f;
-    const double sg = lane_sum(d, [&](int64_t j) { return static_cast<double>(gr[j]) * weight[j]; });
-    const double sgx = lane_sum(d, [&](int64_t j) {
-      const double g = static_cast<double>(gr[j]) * weight[j];
-      return g * (xr[j] - mean) * rstd;
-    });
-    const double mg = rms ? 0.0 : sg / static_cast<double>(d), mgx = sgx / static_cast<double>(d);
+    const float rstd = static_cast<float>(rstd64);
+    row_gradient(xr, gr, weight, dx + r * d, d, mean, rstd, rms);
 #pragma omp simd
     for (int64_t j = 0; j < d; ++j) {
-      const double g = static_cast<double>(gr[j]) * weight[j];
-      dx[r * d + j] = static_cast<float>(rstd * (g - mg - (xr[j] - mean) * rstd * mgx));
-      pw[j] += static_cast<double>(gr[j]) * (xr[j] - mean) * rstd_f;
+      pw[j] += static_cast<double>(gr[j]) * (xr[j] - mean) * rstd;
       pb[j] += gr[j];
     }
   }
@@ -197,7 +198,7 @@ void layer_norm_weight_gradient(int, const float* x, const float* stats, const f
   // kernel's), so the result is the same bits on any thread count. Whole rows in chunks, not whole
   // columns: reading 64-column strips of each row down 2048 rows of a GPT's activations, which
   // come from memory, took 5x the in-cache time.
-  const int64_t chunks = std::max<int64_t>(1, std::min({kSumBlocks, rows / kChunkMinRows, kPartialsMax / d}));
+  const int64_t chunks = weight_gradient_chunks(rows, d);
   const int64_t chunk_rows = (rows + chunks - 1) / chunks;
   const int64_t blocks = (d + kWeightColumns - 1) / kWeightColumns;
   std::vector<double> part(static_cast<size_t>(chunks * d));
@@ -218,7 +219,7 @@ void layer_norm_backward(int, const float* x, const float* weight, const float* 
                          float* dbias, int64_t rows, int64_t d, float eps, bool rms) {
   // One pass over x and dy (the separate kernels read them four times: statistics, gradient,
   // weight gradient, bias sums), in layer_norm_weight_gradient's row chunks, so dweight is its bits.
-  const int64_t chunks = std::max<int64_t>(1, std::min({kSumBlocks, rows / kChunkMinRows, kPartialsMax / d}));
+  const int64_t chunks = weight_gradient_chunks(rows, d);
   const int64_t chunk_rows = (rows + chunks - 1) / chunks;
   std::vector<double> part(static_cast<size_t>(2 * chunks * d));
   parallel_for(chunks, rows * d, [&](int64_t k) {
