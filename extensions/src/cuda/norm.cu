@@ -138,33 +138,21 @@ __global__ void layer_norm_gradient_kernel(const float* x, const float* stats, c
   }
 }
 
-// Rows split into `chunks` runs of chunk_rows (blockIdx.y: the run, grid-stride in x over columns):
-// one chunk writes dweight itself; several write partials (chunks, d) that sum_chunks_kernel adds
-// in chunk order. The split depends only on the shape, so the result is deterministic.
-__global__ void layer_norm_weight_gradient_kernel(const float* x, const float* stats, const float* dy,
-                                                  float* out, int64_t rows, int64_t d, int64_t chunk_rows,
-                                                  int64_t chunks) {
+// Column sums per run of rows: of dy * xhat (the weight gradient; XHat) or of dy alone (the bias
+// gradient of layer_norm_backward; x and stats unread). Rows split into `chunks` runs of
+// chunk_rows (blockIdx.y: the run, grid-stride in x over columns): one chunk writes out itself;
+// several write partials (chunks, d) that sum_chunks_kernel adds in chunk order. The split depends
+// only on the shape, so the result is deterministic.
+template <bool XHat>
+__global__ void column_sums_kernel(const float* x, const float* stats, const float* dy, float* out,
+                                   int64_t rows, int64_t d, int64_t chunk_rows, int64_t chunks) {
   for (int64_t k = blockIdx.y; k < chunks; k += gridDim.y) {
     const int64_t r0 = k * chunk_rows, r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
     for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < d;
          j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
       float s = 0.0f;
-      for (int64_t r = r0; r < r1; ++r) s += dy[r * d + j] * (x[r * d + j] - stats[2 * r]) * stats[2 * r + 1];
-      out[k * d + j] = s;
-    }
-  }
-}
-
-// The column sums of y (rows, d) per run of rows, as layer_norm_weight_gradient_kernel's (the bias
-// gradient of layer_norm_backward).
-__global__ void column_sum_kernel(const float* y, float* out, int64_t rows, int64_t d, int64_t chunk_rows,
-                                  int64_t chunks) {
-  for (int64_t k = blockIdx.y; k < chunks; k += gridDim.y) {
-    const int64_t r0 = k * chunk_rows, r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
-    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < d;
-         j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      float s = 0.0f;
-      for (int64_t r = r0; r < r1; ++r) s += y[r * d + j];
+      for (int64_t r = r0; r < r1; ++r)
+        s += XHat ? dy[r * d + j] * (x[r * d + j] - stats[2 * r]) * stats[2 * r + 1] : dy[r * d + j];
       out[k * d + j] = s;
     }
   }
@@ -277,25 +265,25 @@ void layer_norm_gradient(int dev, const float* x, const float* stats, const floa
 }
 
 namespace {
-// Column sums over rows (rows, d) -> (d,) in runs of rows: enough (column block, run) pairs to fill
-// a GPU, runs of at least kMinChunkRows rows; one run writes out itself, several write partials in
-// workspace slot 0 that sum_chunks_kernel adds in run order (deterministic). Kernel has
-// layer_norm_weight_gradient_kernel's parameters after its leading ones (`args`).
-template <auto Kernel, typename... Args>
-void column_sums(const char* op, int dev, cudaStream_t stream, float* out, int64_t rows, int64_t d,
-                 Args... args) {
+// column_sums_kernel<XHat> over (rows, d) -> (d,): enough (column block, run) pairs to fill a GPU,
+// runs of at least kMinChunkRows rows; several runs' partials live in workspace slot 0.
+template <bool XHat>
+void column_sums(const char* op, int dev, cudaStream_t stream, const float* x, const float* stats,
+                 const float* dy, float* out, int64_t rows, int64_t d) {
   const int64_t col_blocks = grid_for(d, kBlockSize);
   const int64_t want = std::max<int64_t>(1, kTargetBlocks / col_blocks);
   const int64_t chunk_rows = std::max<int64_t>(kMinChunkRows, ceil_div(rows, want));
   const int64_t chunks = std::max<int64_t>(1, ceil_div(rows, chunk_rows));
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
   if (chunks == 1) {
-    launch<Kernel>(op, grid, kBlockSize, 0, stream, args..., out, rows, d, chunk_rows, chunks);
+    launch<column_sums_kernel<XHat>>(op, grid, kBlockSize, 0, stream, x, stats, dy, out, rows, d, chunk_rows,
+                                     chunks);
     return;
   }
   auto lock = workspace_lock();  // the partials live in the device's workspace (common.cuh)
   float* part = workspace(dev, 0, chunks * d);
-  launch<Kernel>(op, grid, kBlockSize, 0, stream, args..., part, rows, d, chunk_rows, chunks);
+  launch<column_sums_kernel<XHat>>(op, grid, kBlockSize, 0, stream, x, stats, dy, part, rows, d, chunk_rows,
+                                   chunks);
   launch<sum_chunks_kernel>(op, grid_for(d, kBlockSize), kBlockSize, 0, stream, part, out, chunks, d);
 }
 }  // namespace
@@ -303,8 +291,7 @@ void column_sums(const char* op, int dev, cudaStream_t stream, float* out, int64
 void layer_norm_weight_gradient(int dev, const float* x, const float* stats, const float* dy, float* dweight,
                                 int64_t rows, int64_t d) {
   cudaStream_t stream = activate(dev);
-  column_sums<layer_norm_weight_gradient_kernel>("layer_norm_weight_gradient", dev, stream, dweight, rows, d,
-                                                 x, stats, dy);
+  column_sums<true>("layer_norm_weight_gradient", dev, stream, x, stats, dy, dweight, rows, d);
 }
 
 // The three gradients of a layer norm from one call: the row statistics into workspace slot 1, then
@@ -323,9 +310,8 @@ void layer_norm_backward(int dev, const float* x, const float* weight, const flo
     launch<layer_norm_gradient_kernel>(op, row_blocks(rows), 32 * kRowsPerBlock, 0, stream, x, stats, weight,
                                        dy, dx, rows, d, rms);
   }
-  column_sums<layer_norm_weight_gradient_kernel>(op, dev, stream, dweight, rows, d, x,
-                                                 static_cast<const float*>(stats), dy);
-  column_sums<column_sum_kernel>(op, dev, stream, dbias, rows, d, dy);
+  column_sums<true>(op, dev, stream, x, stats, dy, dweight, rows, d);
+  column_sums<false>(op, dev, stream, x, stats, dy, dbias, rows, d);
 }
 
 void batch_norm_stats(int dev, const float* x, float* stats, int64_t n, int64_t c, int64_t inner) {
