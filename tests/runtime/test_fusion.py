@@ -415,24 +415,30 @@ def _split_step(pieces_used, overlap=False):
     return step
 
 
-@pytest.mark.parametrize(
-    "pieces_used, overlap, fires", [(3, False, True), (2, False, False), (2, True, False)]
-)
-def test_split_gradient_rule_joins_the_pieces(ctx, pieces_used, overlap, fires):
-    """The gradient of split (each piece's gradient zero-filled to the whole, then summed) becomes
-    one cat of the pieces' gradients when they tile the whole; the same bits as eager either way."""
+def _compiled_matches_eager(ctx, step, x_shape, w_shape):
+    """``step(x, w)`` eagerly and compiled (traced, then replayed) from the same random x and w:
+    the same bits each time. Returns the compiled step."""
     rng = np.random.default_rng()
-    x = gpumat.tensor(rng.uniform(-1, 1, (5, 4)).astype(np.float32), device=ctx)
-    w0 = rng.uniform(-1, 1, (4, 9)).astype(np.float32)
+    x = gpumat.tensor(rng.uniform(-1, 1, x_shape).astype(np.float32), device=ctx)
+    w0 = rng.uniform(-1, 1, w_shape).astype(np.float32)
     w_eager = gpumat.tensor(w0, device=ctx, requires_grad=True)
     w_traced = gpumat.tensor(w0, device=ctx, requires_grad=True)
-    step = _split_step(pieces_used, overlap)
     eager = step(x, w_eager)
     compiled = gpumat.compile(lambda x: step(x, w_traced))
     for _ in range(2):  # the first call traces, the second replays
         traced = compiled(x)
         for e, c in zip(eager, traced, strict=True):
             np.testing.assert_array_equal(c.numpy(), e.detach().numpy())
+    return compiled
+
+
+@pytest.mark.parametrize(
+    "pieces_used, overlap, fires", [(3, False, True), (2, False, False), (2, True, False)]
+)
+def test_split_gradient_rule_joins_the_pieces(ctx, pieces_used, overlap, fires):
+    """The gradient of split (each piece's gradient zero-filled to the whole, then summed) becomes
+    one cat of the pieces' gradients when they tile the whole; the same bits as eager either way."""
+    compiled = _compiled_matches_eager(ctx, _split_step(pieces_used, overlap), (5, 4), (4, 9))
     assert compiled.fusion_report.rules["split_gradient"] == (1 if fires else 0)
 
 
@@ -462,18 +468,7 @@ def test_split_gradient_rule_writes_heads_once(ctx, attention):
     whole: one gather from attention's flat gradient, or one assemble_op of the pieces, instead
     of a zero-filled whole per head and their sums; the same bits as eager. In the trace, a view
     of a view is one copy of the base, as eagerly (no copy of each split piece)."""
-    rng = np.random.default_rng()
-    x = gpumat.tensor(rng.uniform(-1, 1, (6, 4)).astype(np.float32), device=ctx)
-    w0 = rng.uniform(-1, 1, (4, 24)).astype(np.float32)
-    w_eager = gpumat.tensor(w0, device=ctx, requires_grad=True)
-    w_traced = gpumat.tensor(w0, device=ctx, requires_grad=True)
-    step = _heads_step(attention)
-    eager = step(x, w_eager)
-    compiled = gpumat.compile(lambda x: step(x, w_traced))
-    for _ in range(2):  # the first call traces, the second replays
-        traced = compiled(x)
-        for e, c in zip(eager, traced, strict=True):
-            np.testing.assert_array_equal(c.numpy(), e.detach().numpy())
+    compiled = _compiled_matches_eager(ctx, _heads_step(attention), (6, 4), (4, 24))
     assert compiled.fusion_report.rules["split_gradient"] == 1
     kinds = [type(n.op) for n in compiled.executor._state.plan.order]
     # (attention: its output's two views, O of the (ev + 1)-wide rows that hold the logsumexp too
