@@ -106,8 +106,12 @@ def test_results_agree_across_thread_counts(restore_threads):
 
 # (M, N, K, trans_a, trans_b): products past the host matmul's split threshold (2**21
 # multiply-adds), cut along M or N, with every transpose, edges off the 16-wide pieces, and one
-# below the threshold.
+# below the threshold; cut along K (weight gradients: c's sides short, or K at least twice the
+# longer side), the last piece ragged.
 PRODUCTS = [
+    (128, 128, 2048, True, False),
+    (65, 100, 3001, True, True),
+    (128, 512, 2050, False, True),
     (1000, 256, 784, False, True),
     (257, 784, 300, False, False),
     (256, 784, 1000, True, False),

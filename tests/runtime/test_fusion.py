@@ -44,7 +44,11 @@ def softmax64(y):
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (65, 63, 17), (130, 70, 33), (5, 4, 0)])
+# (70, 90, 2100): the host cuts it along k (c's sides too short for a piece a CPU), the ReLU after
+# the partial products are added
+@pytest.mark.parametrize(
+    "m,n,k", [(1, 1, 1), (65, 63, 17), (130, 70, 33), (5, 4, 0), (70, 90, 2100)]
+)
 @pytest.mark.parametrize("ta", [False, True])
 @pytest.mark.parametrize("tb", [False, True])
 @pytest.mark.parametrize("relu", [False, True])
@@ -64,7 +68,9 @@ def test_matmul_bias_matches_float64_and_unfused(ctx, m, n, k, ta, tb, relu):
     ops.add(mm, bc, mm)
     if relu:
         ops.relu(mm, mm)
-    close(out.asnumpy(), mm.asnumpy(), 1e-6)
+    # long sums may add in other orders (CUDA's matmul splits k, its matmul_bias does not), so
+    # the two agree to rounding that grows with k
+    close(out.asnumpy(), mm.asnumpy(), 1e-6 * max(1.0, k / 100))
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (37, 5), (300, 70), (0, 3)])

@@ -16,6 +16,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "blas.h"
 #include "kernels.h"
@@ -38,45 +39,100 @@ constexpr int64_t kPieceMinSide = 128;
 // Piece edges fall on multiples of 16 rows or columns (one AVX-512 vector of floats), so inner
 // pieces fill whole register blocks of OpenBLAS's kernels and only the last has a ragged edge.
 constexpr int64_t kPieceAlign = 16;
+// A product cut along k keeps at most this many floats of partial products (4 MiB).
+constexpr int64_t kDepthPartsMax = int64_t{1} << 20;
 
 CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
 // How a product (m, n, k), one of `products` run together (bmm), is cut: `count` pieces of `size`
-// rows of c (along_m) or columns, from the shapes alone. The longer side of c is cut: each piece
-// then repacks the other operand, the smaller one to repack. A batch of at least as many products
-// as CPUs is not cut at all: the products are the pieces.
+// rows of c (kRows), columns (kColumns) or steps of k (kDepth), from the shapes alone. The longer
+// side of c is cut: each piece then repacks the other operand, the smaller one to repack. When c's
+// sides are too short for a piece a CPU, or k is at least twice c's longer side (weight gradients:
+// (128, 128) or (128, 512) summed over 2048 rows), k is cut instead: each piece packs only its
+// share of both operands, and the partial products are added in piece order (kDepth; only for one
+// product, where the caller allows it: matmul and matmul_bias). A GPT's (128, 128, 2048) weight
+// gradient took 0.61 ms as one piece (c's sides too short to cut) and 0.27 ms as two along k, its
+// (128, 512, 2048) 1.15 ms as two pieces of columns and 1.04 ms along k (2 CPUs). A batch of at
+// least as many products as CPUs is not cut at all: the products are the pieces.
+enum class Along { kRows, kColumns, kDepth };
+
 struct Pieces {
-  bool along_m;
+  Along along;
   int64_t size;
   int64_t count;
 };
 
-Pieces pieces_of(int64_t m, int64_t n, int64_t k, int64_t products = 1) {
-  const bool along_m = m >= n;
-  const int64_t side = along_m ? m : n;
-  const int64_t macs = m * n * k;
-  if (side == 0) return {along_m, 0, 1};  // an empty c: one call, which writes nothing
-  const int64_t per_product = (cpus_online() + products - 1) / products;
-  int64_t want = macs < kSplitMinMacs ? 1 : std::min(per_product, macs / kPieceMinMacs);
-  want = std::max<int64_t>(1, std::min(want, side / kPieceMinSide));
-  int64_t size = (side + want - 1) / want;
-  size = (size + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
-  size = std::min(size, side);
-  return {along_m, size, (side + size - 1) / size};
+int64_t aligned_size(int64_t length, int64_t count) {
+  const int64_t size = ((length + count - 1) / count + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
+  return std::min(size, length);
 }
 
-// Piece p of one product: c's rows (along_m) or columns [lo, lo + len) from the matching rows of
-// op(a) or columns of op(b).
+Pieces pieces_of(int64_t m, int64_t n, int64_t k, int64_t products = 1, bool allow_depth = false) {
+  const Along along = m >= n ? Along::kRows : Along::kColumns;
+  const int64_t side = along == Along::kRows ? m : n;
+  const int64_t macs = m * n * k;
+  if (side == 0) return {along, 0, 1};  // an empty c: one call, which writes nothing
+  const int64_t per_product = (cpus_online() + products - 1) / products;
+  const int64_t want = macs < kSplitMinMacs ? 1 : std::min(per_product, macs / kPieceMinMacs);
+  const int64_t by_side = std::max<int64_t>(1, std::min(want, side / kPieceMinSide));
+  const int64_t by_depth = std::max<int64_t>(1, std::min(want, k / kPieceMinSide));
+  const bool depth_first = by_depth > by_side || (by_depth == by_side && k >= 2 * std::max(m, n));
+  if (allow_depth && depth_first && (by_depth - 1) * m * n <= kDepthPartsMax) {
+    const int64_t size = aligned_size(k, by_depth);
+    return {Along::kDepth, size, (k + size - 1) / size};
+  }
+  const int64_t size = aligned_size(side, by_side);
+  return {along, size, (side + size - 1) / size};
+}
+
+// Piece p of one product: c's rows or columns [lo, lo + len) from the matching rows of op(a) or
+// columns of op(b); or, cut along k, the product of op(a)'s columns and op(b)'s rows [lo, lo + len)
+// into c (piece 0, with beta) or into the (m, n) matrix part (the others, beta 0).
 void piece(const Pieces& cut, int64_t p, const float* a, bool trans_a, const float* b, bool trans_b, float* c,
-           int64_t m, int64_t n, int64_t k, float beta) {
+           int64_t m, int64_t n, int64_t k, float beta, float* part = nullptr) {
   const int64_t lda = trans_a ? m : k;
   const int64_t ldb = trans_b ? k : n;
   const int64_t lo = p * cut.size;
-  const int64_t len = std::min(cut.size, (cut.along_m ? m : n) - lo);
-  if (cut.along_m)
-    sgemm(a + (trans_a ? lo : lo * lda), trans_a, lda, b, trans_b, ldb, c + lo * n, n, len, n, k, beta);
-  else
-    sgemm(a, trans_a, lda, b + (trans_b ? lo * ldb : lo), trans_b, ldb, c + lo, n, m, len, k, beta);
+  switch (cut.along) {
+    case Along::kRows: {
+      const int64_t len = std::min(cut.size, m - lo);
+      sgemm(a + (trans_a ? lo : lo * lda), trans_a, lda, b, trans_b, ldb, c + lo * n, n, len, n, k, beta);
+      return;
+    }
+    case Along::kColumns: {
+      const int64_t len = std::min(cut.size, n - lo);
+      sgemm(a, trans_a, lda, b + (trans_b ? lo * ldb : lo), trans_b, ldb, c + lo, n, m, len, k, beta);
+      return;
+    }
+    case Along::kDepth: {
+      const int64_t len = std::min(cut.size, k - lo);
+      sgemm(a + (trans_a ? lo * lda : lo), trans_a, lda, b + (trans_b ? lo : lo * ldb), trans_b, ldb,
+            p == 0 ? c : part, n, m, n, len, p == 0 ? beta : 0.0f);
+      return;
+    }
+  }
+}
+
+// The partial products of pieces 1.. of a product cut along k, (count - 1) (m, n) matrices in a
+// buffer of the calling thread's, kept for its next product (kDepthPartsMax floats at most).
+float* depth_parts(const Pieces& cut, int64_t m, int64_t n) {
+  thread_local std::vector<float> parts;
+  const size_t need = static_cast<size_t>((cut.count - 1) * m * n);
+  if (parts.size() < need) parts.resize(need);
+  return parts.data();
+}
+
+// c += the partial products, in piece order (so c's bits come from the shape alone), then
+// max(c, 0) when relu.
+void add_depth_parts(const Pieces& cut, const float* parts, float* c, int64_t m, int64_t n, bool relu) {
+  const int64_t size = m * n;
+  for (int64_t p = 1; p < cut.count; ++p) {
+    const float* part = parts + (p - 1) * size;
+#pragma omp simd
+    for (int64_t i = 0; i < size; ++i) c[i] += part[i];
+  }
+  if (relu)
+    for (int64_t i = 0; i < size; ++i) c[i] = std::max(c[i], 0.0f);
 }
 }  // namespace
 
@@ -89,8 +145,12 @@ void sgemm(const float* a, bool trans_a, int64_t lda, const float* b, bool trans
 
 void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m, int64_t n,
             int64_t k) {
-  const Pieces cut = pieces_of(m, n, k);
-  run_tasks(cut.count, true, [&](int64_t p) { piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 0.0f); });
+  const Pieces cut = pieces_of(m, n, k, 1, true);
+  float* parts = cut.along == Along::kDepth ? depth_parts(cut, m, n) : nullptr;
+  run_tasks(cut.count, true, [&](int64_t p) {
+    piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 0.0f, parts ? parts + (p - 1) * m * n : nullptr);
+  });
+  if (parts) add_depth_parts(cut, parts, c, m, n, false);
 }
 
 // c (m, n) = op(a) @ op(b) + bias (n,), then max(., 0) when relu (a dense layer's epilogue), as
@@ -100,19 +160,27 @@ void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, flo
 // about 0.25 ms of the GPT step's 2048x512 layer on the 2-core host).
 void matmul_bias(int, const float* a, bool trans_a, const float* b, bool trans_b, const float* bias, float* c,
                  int64_t m, int64_t n, int64_t k, bool relu) {
-  const Pieces cut = pieces_of(m, n, k);
+  const Pieces cut = pieces_of(m, n, k, 1, true);
+  const bool depth = cut.along == Along::kDepth;
+  float* parts = depth ? depth_parts(cut, m, n) : nullptr;
   run_tasks(cut.count, true, [&](int64_t p) {
+    if (depth && p > 0) {
+      piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 0.0f, parts + (p - 1) * m * n);
+      return;
+    }
     const int64_t lo = p * cut.size;
-    const int64_t rows = cut.along_m ? std::min(cut.size, m - lo) : m, r0 = cut.along_m ? lo : 0;
-    const int64_t j0 = cut.along_m ? 0 : lo, j1 = cut.along_m ? n : std::min(n, lo + cut.size);
-    for (int64_t r = r0; r < r0 + rows; ++r) std::copy(bias + j0, bias + j1, c + r * n + j0);
+    const bool rows_cut = cut.along == Along::kRows, columns_cut = cut.along == Along::kColumns;
+    const int64_t r0 = rows_cut ? lo : 0, r1 = rows_cut ? std::min(m, lo + cut.size) : m;
+    const int64_t j0 = columns_cut ? lo : 0, j1 = columns_cut ? std::min(n, lo + cut.size) : n;
+    for (int64_t r = r0; r < r1; ++r) std::copy(bias + j0, bias + j1, c + r * n + j0);
     piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 1.0f);
-    if (!relu) return;
-    for (int64_t r = r0; r < r0 + rows; ++r) {
+    if (!relu || depth) return;  // cut along k, the ReLU waits for the partial products
+    for (int64_t r = r0; r < r1; ++r) {
       float* row = c + r * n;
       for (int64_t j = j0; j < j1; ++j) row[j] = std::max(row[j], 0.0f);
     }
   });
+  if (depth) add_depth_parts(cut, parts, c, m, n, relu);
 }
 
 // c[i] = op(a[i]) @ op(b[i]) for i < batch (kernels.def's bmm: a stride of 0 repeats a matrix; c's
