@@ -45,6 +45,27 @@ template <typename Term>
   return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
+// lane_sum of term_a and of term_b in one loop over j (each the bits of its own lane_sum).
+template <typename TermA, typename TermB>
+[[gnu::always_inline]] inline void lane_sums(int64_t d, const TermA& term_a, const TermB& term_b,
+                                             double* sum_a, double* sum_b) {
+  double la[kLanes] = {}, lb[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= d; j += kLanes) {
+#pragma omp simd
+    for (int64_t k = 0; k < kLanes; ++k) {
+      la[k] += term_a(j + k);
+      lb[k] += term_b(j + k);
+    }
+  }
+  for (int64_t k = 0; j + k < d; ++k) {
+    la[k] += term_a(j + k);
+    lb[k] += term_b(j + k);
+  }
+  *sum_a = ((la[0] + la[1]) + (la[2] + la[3])) + ((la[4] + la[5]) + (la[6] + la[7]));
+  *sum_b = ((lb[0] + lb[1]) + (lb[2] + lb[3])) + ((lb[4] + lb[5]) + (lb[6] + lb[7]));
+}
+
 // Row x (d,)'s mean (0 for RMS) and rstd = 1 / sqrt(var + eps).
 [[gnu::always_inline]] inline void row_stats(const float* x, int64_t d, float eps, bool rms, double* mean,
                                              double* rstd) {
@@ -59,19 +80,30 @@ template <typename Term>
 }
 
 // Row xr's dx (dxr, d values) from its dy (gr), the weight and its statistics: rstd (g - mean(g) -
-// xhat mean(g xhat)), g = dy weight, xhat = (x - mean) rstd (RMS: without mean(g)).
+// xhat mean(g xhat)), g = dy weight, xhat = (x - mean) rstd (RMS: without mean(g)). With
+// kPartials, also adds dy xhat to pw and dy to pb in the same loop (layer_norm_backward's column
+// sums).
+template <bool kPartials = false>
 [[gnu::always_inline]] inline void row_gradient(const float* xr, const float* gr, const float* weight,
-                                                float* dxr, int64_t d, double mean, double rstd, bool rms) {
-  const double sg = lane_sum(d, [&](int64_t j) { return static_cast<double>(gr[j]) * weight[j]; });
-  const double sgx = lane_sum(d, [&](int64_t j) {
-    const double g = static_cast<double>(gr[j]) * weight[j];
-    return g * (xr[j] - mean) * rstd;
-  });
+                                                float* dxr, int64_t d, double mean, double rstd, bool rms,
+                                                double* pw = nullptr, double* pb = nullptr) {
+  double sg, sgx;
+  lane_sums(
+      d, [&](int64_t j) { return static_cast<double>(gr[j]) * weight[j]; },
+      [&](int64_t j) {
+        const double g = static_cast<double>(gr[j]) * weight[j];
+        return g * (xr[j] - mean) * rstd;
+      },
+      &sg, &sgx);
   const double mg = rms ? 0.0 : sg / static_cast<double>(d), mgx = sgx / static_cast<double>(d);
 #pragma omp simd
   for (int64_t j = 0; j < d; ++j) {
     const double g = static_cast<double>(gr[j]) * weight[j];
     dxr[j] = static_cast<float>(rstd * (g - mg - (xr[j] - mean) * rstd * mgx));
+    if constexpr (kPartials) {
+      pw[j] += static_cast<double>(gr[j]) * (xr[j] - mean) * rstd;
+      pb[j] += gr[j];
+    }
   }
 }
 
@@ -151,12 +183,7 @@ GPUMAT_SIMD_CLONES void layer_norm_backward_rows(const float* x, const float* we
     row_stats(xr, d, eps, rms, &mean64, &rstd64);
     const double mean = static_cast<float>(mean64);
     const float rstd = static_cast<float>(rstd64);
-    row_gradient(xr, gr, weight, dx + r * d, d, mean, rstd, rms);
-#pragma omp simd
-    for (int64_t j = 0; j < d; ++j) {
-      pw[j] += static_cast<double>(gr[j]) * (xr[j] - mean) * rstd;
-      pb[j] += gr[j];
-    }
+    row_gradient<true>(xr, gr, weight, dx + r * d, d, mean, rstd, rms, pw, pb);
   }
 }
 
