@@ -26,6 +26,7 @@ from gpumat.autograd import (
     current_trace,
     is_grad_enabled,
     leaf_node,
+    no_grad,
     record,
     run_node,
 )
@@ -735,6 +736,16 @@ class Tensor:
             out.__dict__.update(self.__dict__)
             out._trace_view = None
             return out
+        view = self._view
+        base = view.base if view is not None else None
+        if base is not None and 0 not in view.stride and self._requires_grad <= base._requires_grad:
+            # One copy of the region straight from the base, as the view's own node makes it (a
+            # clone would copy the view's copy: two, and a head split's first read is the copy)
+            make = lambda n: as_strided_op(n, self._shape, view.stride, view.offset)  # noqa: E731
+            if self._requires_grad == base._requires_grad:
+                return apply_op("contiguous", make, [base], self._dtype, self._range)
+            with no_grad():  # made under no_grad from a base that requires grad: none flows back
+                return apply_op("contiguous", make, [base], self._dtype, self._range)
         return self.clone()
 
     # ---------------------------------------------------------------- new tensors like this one

@@ -296,6 +296,55 @@ def test_layout_methods_match_torch(ctx):
     assert len(x.unbind(1)) == 3
 
 
+def test_contiguous_of_a_view_is_one_copy_with_torchs_values_and_gradients(ctx, monkeypatch):
+    # contiguous() of an eager view copies the region straight from the base (one strided copy,
+    # not the view's copy and then a clone); values, gradients and the base's later changes as
+    # PyTorch's, and no gradient through a view made under no_grad
+    rng, seed = new_rng()
+    values = rng.standard_normal((4, 6, 10)).astype(np.float32)
+    weights = rng.standard_normal((6, 4, 5)).astype(np.float32)
+    copies = []  # the kernels that copy: the strided copy, and a clone's multiply by 1
+    for name in ("as_strided", "mul_scalar"):
+        kernel = getattr(gpumat.ops, name)
+        monkeypatch.setattr(gpumat.ops, name, lambda *a, k=kernel: copies.append(1) or k(*a))
+    for make, one_copy in (
+        (lambda z: z[:, :, ::2].transpose(0, 1), True),
+        (lambda z: z.permute(2, 0, 1)[1:3], True),
+        (lambda z: z[:, :1].expand(4, 3, 10), False),  # an expand's gradient sums: a clone
+    ):
+        x = gpumat.tensor(values, device=ctx, requires_grad=True)
+        t = torch.tensor(values, requires_grad=True)
+        copies.clear()
+        ours, theirs = make(x).contiguous(), make(t).contiguous()
+        assert ours.is_contiguous() and ours.shape == tuple(theirs.shape)
+        np.testing.assert_array_equal(
+            ours.detach().numpy(), theirs.detach().numpy(), err_msg=f"seed {seed}"
+        )
+        assert len(copies) == 1 or not one_copy
+        w = weights.reshape(-1)[: ours.numel()].reshape(ours.shape)
+        (ours * gpumat.tensor(w, device=ctx)).sum().backward()
+        (theirs * torch.tensor(w)).sum().backward()
+        np.testing.assert_allclose(
+            x.grad.numpy(), t.grad.numpy(), rtol=1e-6, err_msg=f"seed {seed}"
+        )
+    # a change of the base after the view was made shows in the copy; the copy is not a view
+    x = gpumat.tensor(values, device=ctx)
+    view = x.transpose(0, 2)
+    x.add_(1.0)
+    out = view.contiguous()
+    np.testing.assert_array_equal(out.numpy(), (values + 1.0).transpose(2, 1, 0))
+    x.add_(1.0)
+    np.testing.assert_array_equal(out.numpy(), (values + 1.0).transpose(2, 1, 0))
+    # made under no_grad from a base that requires grad: the copy passes no gradient
+    x = gpumat.tensor(values, device=ctx, requires_grad=True)
+    with gpumat.no_grad():
+        view = x.transpose(0, 1)
+    out = view.contiguous()
+    assert not out.requires_grad
+    (x * 2.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(values.shape, 2.0, np.float32))
+
+
 def test_view_gradients_match_torch(ctx):
     rng, seed = new_rng()
     values = rng.standard_normal((3, 4, 5)).astype(np.float32)
