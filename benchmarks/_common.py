@@ -239,6 +239,7 @@ def software_info() -> dict:
         info["torch_cuda"] = torch.version.cuda
     # threads and the BLAS / oneDNN builds of both libraries (issue 37's ledger fields)
     info["threads"] = {"gpumat": gpumat.get_num_threads()}
+    info["gpumat_blas"] = gpumat.build_info()["blas"]  # the library in use (GPUMAT_BLAS)
     blas = optional_import("scipy_openblas32")
     if blas is not None:
         info["gpumat_blas_version"] = getattr(blas, "__version__", "unknown")

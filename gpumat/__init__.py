@@ -52,6 +52,12 @@ if "OMP_NUM_THREADS" not in _os.environ and _threads_per_local_rank() is not Non
     _os.environ["OMP_NUM_THREADS"] = str(_threads_per_local_rank())
 # --------------------------------------------------------------------------------------------------
 
+# The host BLAS (oneDNN's sgemm when its wheel is installed, else OpenBLAS; GPUMAT_BLAS chooses),
+# set before any kernel runs.
+from gpumat import _host_blas  # noqa: E402
+
+_host_blas.load()
+
 from gpumat import (  # noqa: E402
     accelerator,
     autodiff,

@@ -239,6 +239,9 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     int get_num_threads() except +gpumat_raise_py_error
     void set_num_threads(int) except +gpumat_raise_py_error
     int effective_num_threads() except +gpumat_raise_py_error
+    # host BLAS
+    string use_onednn(const string&) except +gpumat_raise_py_error
+    string host_blas() except +gpumat_raise_py_error
 
 
 cdef class PyGpuMatrix:

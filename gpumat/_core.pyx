@@ -655,6 +655,16 @@ def effective_num_threads_():
     return effective_num_threads()
 
 
+# Host BLAS (extensions/src/host/blas.cpp).
+
+def use_onednn_(str path):
+    return use_onednn(path.encode()).decode()
+
+
+def host_blas_():
+    return host_blas().decode()
+
+
 # ------------------------------------------------------------------------- DLPack and CUDA interop
 include "_dlpack.pxi"
 include "_emu_selftest.pxi"

@@ -230,8 +230,9 @@ def build_info() -> dict:
 
     Returns a dict: ``version``; ``cuda`` (compiled with CUDA); ``cuda_arch`` (list of compute
     capabilities compiled, e.g. ["75", "90"]); ``cuda_device_count``; ``emu_device_count`` (the
-    emulated CUDA devices, always built); ``blas`` (the host BLAS); ``openmp`` (host loops run in
-    parallel).
+    emulated CUDA devices, always built); ``blas`` (the host BLAS in use: oneDNN's sgemm when the
+    onednn-cpu-gomp wheel is installed, else OpenBLAS; ``GPUMAT_BLAS`` chooses, see
+    ``gpumat._host_blas``); ``openmp`` (host loops run in parallel).
     """
     return {
         "version": __version__,
@@ -239,7 +240,7 @@ def build_info() -> dict:
         "cuda_arch": list(_build_config.CUDA_ARCH) if _core.built_with_cuda_() else [],
         "cuda_device_count": int(_core.cuda_device_count_()),
         "emu_device_count": int(_core.emu_device_count_()),
-        "blas": _build_config.BLAS,
+        "blas": _core.host_blas_(),
         "openmp": bool(_build_config.OPENMP),
     }
 
@@ -272,7 +273,7 @@ def launch_count(device: Device | None = None) -> int:
 
 def get_num_threads() -> int:
     """The threads gpumat's host kernels use (an int >= 1): every OpenMP loop of the cpu()
-    device, matrix products included (OpenBLAS runs single-threaded on pieces of each product that
+    device, matrix products included (the BLAS runs single-threaded on pieces of each product that
     these threads share out), ``torch.get_num_threads``'s counterpart.
 
     It starts at OpenMP's default, ``OMP_NUM_THREADS`` when set, else the machine's cores (1 in a

@@ -36,7 +36,14 @@ FACES = {
 # The layers, bottom up (docs/ARCHITECTURE.md). A module may import its own layer and those below.
 LAYERS = [
     {"gpumat._core", "gpumat._build_config", "gpumat._checks"},
-    {"gpumat.devices", "gpumat.dtypes", "gpumat.random", "gpumat.cuda", "gpumat.accelerator"},
+    {
+        "gpumat.devices",
+        "gpumat.dtypes",
+        "gpumat.random",
+        "gpumat.cuda",
+        "gpumat.accelerator",
+        "gpumat._host_blas",
+    },
     {"gpumat.arrays"},
     {
         "gpumat.ops",

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gpumat/gpu_matrix.h"
@@ -486,8 +487,8 @@ void count_ops(const Device& device, int64_t n);
 
 // ---------------------------------------------------------------------------- host threads
 
-// The threads the host kernels use: their OpenMP loops and OpenBLAS's sgemm (one count for both
-// runtimes). Starts at OpenMP's default (OMP_NUM_THREADS, else the cores; 1 in a build without
+// The threads the host kernels use: their OpenMP loops and the BLAS's sgemm pieces (one count for
+// both). Starts at OpenMP's default (OMP_NUM_THREADS, else the cores; 1 in a build without
 // OpenMP); set_num_threads(n) sets both, process-wide, for calls from any thread. Throws ShapeError
 // for n < 1.
 int get_num_threads();
@@ -496,5 +497,16 @@ void set_num_threads(int n);
 // other processes leave free when GPUMAT_DYNAMIC_THREADS=1 (Linux's /proc/stat, sampled at most
 // every 50 ms; results are the same bits whatever the count).
 int effective_num_threads();
+
+// ---------------------------------------------------------------------------- host BLAS
+
+// Makes the host kernels' sgemm oneDNN's dnnl_sgemm from the shared library at `path` (the
+// onednn-cpu-gomp wheel's libdnnl.so.3; gpumat.__init__ finds it), after checking that it is an
+// OpenMP build and that a small product of each transpose is right; returns its name. Throws
+// ShapeError (naming the path) when it cannot be loaded or fails the check, OpenBLAS staying in use.
+// Loading again returns the library in use.
+std::string use_onednn(const std::string& path);
+// The host BLAS in use: "oneDNN 3.2.0 (...)" or OpenBLAS's build string.
+std::string host_blas();
 
 }  // namespace gpumat::ops

@@ -4,7 +4,7 @@
 
 namespace gpumat::host {
 
-// One single-threaded sgemm (OpenBLAS runs on one thread: parallel.cpp), row-major:
+// One single-threaded sgemm (blas.cpp: oneDNN's or OpenBLAS's, each on one thread), row-major:
 // c (m, n) = alpha op(a) @ op(b) + beta c, beta 0 or 1; lda, ldb, ldc are the stored rows' lengths
 // (each at least 1 and the row's width: BLAS rejects less). Callers parallelise by running several on
 // the OpenMP threads (run_tasks in parallel.h).

@@ -1,10 +1,11 @@
-// Host matmul through BLAS sgemm (OpenBLAS from the scipy-openblas32 wheel, whose symbols carry the
-// scipy_ prefix). Row-major: a stored (m, k) or (k, m) when trans_a; b (k, n) or (n, k); c (m, n).
-// ops/matmul.cpp guarantees every dimension fits a 32-bit blasint.
+// Host matmul through BLAS sgemm (blas.cpp: oneDNN's when it is installed, else OpenBLAS from the
+// scipy-openblas32 wheel). Row-major: a stored (m, k) or (k, m) when trans_a; b (k, n) or (n, k);
+// c (m, n). ops/matmul.cpp guarantees every dimension fits a 32-bit blasint.
 //
-// One threading runtime: OpenBLAS runs single-threaded (parallel.cpp sets its count to 1) and a
-// product is split into pieces that the host kernels' OpenMP threads take from a shared queue
-// (schedule(dynamic)), one single-threaded sgemm a piece. Why not OpenBLAS's own pool:
+// One threading runtime: the BLAS runs single-threaded (blas.cpp; OpenBLAS's own count is 1:
+// parallel.cpp) and a product is split into pieces that the host kernels' OpenMP threads take from
+// a shared queue (schedule(dynamic)), one single-threaded sgemm a piece. Why not the BLAS's own pool
+// (OpenBLAS's threads, or oneDNN's OpenMP teams):
 // - its threads and the OpenMP threads took turns on the cores, and any spinning of one pool stole
 //   the cores from the other: after PyTorch had loaded libgomp first (its default policy spins),
 //   gpumat's MLP step took 48-52 ms instead of 8-10 ms;
@@ -13,8 +14,6 @@
 //   under any load (what lets the thread count follow the machine's load: parallel.cpp);
 // - a region's threads take pieces as they come free, so a thread slowed by another process on its
 //   core takes fewer pieces instead of holding up the product.
-#include <cblas.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -41,8 +40,6 @@ constexpr int64_t kPieceMinSide = 128;
 constexpr int64_t kPieceAlign = 16;
 // A product cut along k keeps at most this many floats of partial products (4 MiB).
 constexpr int64_t kDepthPartsMax = int64_t{1} << 20;
-
-CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
 // How a product (m, n, k), one of `products` run together (bmm), is cut: `count` pieces of `size`
 // rows of c (kRows), columns (kColumns) or steps of k (kDepth), from the shapes alone. The longer
@@ -135,13 +132,6 @@ void add_depth_parts(const Pieces& cut, const float* parts, float* c, int64_t m,
     for (int64_t i = 0; i < size; ++i) c[i] = std::max(c[i], 0.0f);
 }
 }  // namespace
-
-void sgemm(const float* a, bool trans_a, int64_t lda, const float* b, bool trans_b, int64_t ldb, float* c,
-           int64_t ldc, int64_t m, int64_t n, int64_t k, float beta, float alpha) {
-  scipy_cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), static_cast<blasint>(m), static_cast<blasint>(n),
-                    static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-                    static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-}
 
 void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, float* c, int64_t m, int64_t n,
             int64_t k) {
