@@ -6,11 +6,12 @@ Usage::
     python3 benchmarks/bench_ops.py --ctx gpu                 # full run on CUDA device 0
     python3 benchmarks/bench_ops.py --ctx cpu --quick --out /tmp/ops.json   # CI smoke run
 
-Cases come in three groups: ``seed`` (the dlsys course's test sizes, e.g. 500x700 @ 700x1000; the
+Cases come in four groups: ``seed`` (the dlsys course's test sizes, e.g. 500x700 @ 700x1000; the
 group keeps the name it has in the ledger's files), ``mnist`` (the shapes of one MNIST training
 step at batch 1000 of the 784-256-100-10 MLP and of logistic regression, the transposed gradient
-products included) and ``large`` (4096^3 matrix products, 64M-element elementwise ops, 8192x8192
-transposes, 65536x1024 softmax). A case keeps the name it has in the ledger's files
+products included), ``gpt`` (the products of one step of ``examples/gpt.py`` as
+``bench_frontend.py`` runs it) and ``large`` (4096^3 matrix products, 64M-element elementwise
+ops, 8192x8192 transposes, 65536x1024 softmax). A case keeps the name it has in the ledger's files
 (``array_set``, ``reduce_sum_axis_zero``, ...) when the op it runs was renamed (``fill``,
 ``sum_to_size``), so runs compare across the ledger. ``--quick`` runs the mnist group and a
 shrunk large group (1M elements, 256^3) with few repeats.
@@ -521,6 +522,18 @@ def build_cases(quick: bool) -> list[Case]:
             "784x256",
         ),
     ]
+    if not quick:
+        # examples/gpt.py's products at bench_frontend.py's size (2048 tokens of 128 features):
+        # each linear layer's forward (x @ W.T), input gradient (dy @ W) and weight gradient
+        # (dy.T @ x), for the q/k/v (384), projection (128), MLP (512 and back) and head (65)
+        g = "gpt"
+        t = 2048
+        for n, k in ((384, 128), (128, 128), (512, 128), (128, 512), (65, 128)):
+            cases += [
+                _matmul(g, t, n, k, tb=True, note="gpt_fwd"),
+                _matmul(g, t, k, n, note="gpt_dx"),
+                _matmul(g, n, k, t, ta=True, note="gpt_dW"),
+            ]
     g = "large"
     rows, cols = (1024, 1024) if quick else (8192, 8192)  # 1M or 64M elements
     big = (rows, cols)
