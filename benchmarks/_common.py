@@ -203,14 +203,15 @@ def add_busy_option(parser) -> None:
     )  # fmt: skip
 
 
-#: The environment variables that set how either library's threads run, recorded in each ledger
-#: file's notes when set.
+#: The environment variables that set how either library's threads run, and gpumat's host BLAS,
+#: recorded in each ledger file's notes when set.
 THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
     "OMP_WAIT_POLICY",
     "GOMP_SPINCOUNT",
     "OPENBLAS_NUM_THREADS",
     "GPUMAT_DYNAMIC_THREADS",
+    "GPUMAT_BLAS",
 )
 
 

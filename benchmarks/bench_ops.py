@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import sys
 import traceback
 
@@ -1236,8 +1237,11 @@ def main(argv=None) -> int:
             + "\n"
             + summary
         )
+        blas = os.environ.get("GPUMAT_BLAS")
         data = {
             **header,
+            # the host BLAS when chosen (make_table.py keeps such runs as their own kind)
+            "notes": [f"environment: GPUMAT_BLAS={blas}"] if blas else [],
             "complete": complete,
             "software": software,
             "settings": settings,
