@@ -32,7 +32,7 @@ smoke runs with small sizes) are left out unless ``--include-quick``, and are la
 included. Only numbers from those files appear; nothing is computed but formatting and ratios of
 two numbers of one file.
 
-``--groups`` chooses which bench_ops case groups appear (default ``mnist,large``; the dlsys
+``--groups`` chooses which bench_ops case groups appear (default ``mnist,gpt,large``; the dlsys
 course's test sizes, group ``seed`` in the files, are in the JSON files and the per-run markdown).
 """
 
@@ -66,7 +66,7 @@ from _common import (
 )
 
 REPO_ROOT = RESULTS_DIR.parent.parent
-DEFAULT_GROUPS = frozenset({"mnist", "large"})
+DEFAULT_GROUPS = frozenset({"mnist", "gpt", "large"})
 _ENV_NOTE = re.compile(r"environment: ([A-Z_][A-Z0-9_]*=[^\s,;()]+)")
 
 
@@ -207,9 +207,10 @@ def ops_section(path: Path, d: dict, groups) -> str:
         mm = c.get("sgemm_shape", ["?"])[0]
         parts.append(f"SGEMM {fmt_num(c['sgemm_gflops'])} GFLOP/s at {mm}^3 ({c['sgemm_source']})")
     cases = [r for r in d.get("cases", []) if r.get("group") in groups]
+    notes = "".join(f"Note: {n}.\n" for n in d.get("notes", []))
     return (
         source_line(path, d)
-        + f"\nCeilings measured in the same run: {'; '.join(parts)}.\n\n"
+        + f"\nCeilings measured in the same run: {'; '.join(parts)}.\n{notes}\n"
         + ops_table(cases)
     )
 
@@ -701,7 +702,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--all", action="store_true", help="every run, not only the latest per kind")
     p.add_argument("--include-quick", action="store_true", help="include quick (smoke) runs")
-    p.add_argument("--groups", default="mnist,large", help="bench_ops groups to show")
+    p.add_argument("--groups", default="mnist,gpt,large", help="bench_ops groups to show")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the docs' generated blocks")
     mode.add_argument("--check", action="store_true", help="exit 1 if a generated block is stale")

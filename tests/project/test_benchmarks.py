@@ -46,7 +46,7 @@ def test_case_lists(quick):
     mnist = {c.name for c in cases if c.group == "mnist"}
     assert "matmul_NN_1000x256x784_mlp_fwd1" in mnist and "matmul_TN_784x256x1000_dW1" in mnist
     groups = {c.group for c in cases}
-    assert groups == ({"mnist", "large"} if quick else {"seed", "mnist", "large"})
+    assert groups == ({"mnist", "large"} if quick else {"seed", "mnist", "gpt", "large"})
 
 
 def test_compare_rejects_unwritten_and_tf32_sized_errors():
