@@ -74,7 +74,7 @@ Pieces pieces_of(int64_t m, int64_t n, int64_t k, int64_t products = 1, bool all
   const int64_t by_side = std::max<int64_t>(1, std::min(want, side / kPieceMinSide));
   const int64_t by_depth = std::max<int64_t>(1, std::min(want, k / kPieceMinSide));
   const bool depth_first = by_depth > by_side || (by_depth == by_side && k >= 2 * std::max(m, n));
-  if (allow_depth && depth_first && (by_depth - 1) * m * n <= kDepthPartsMax) {
+  if (allow_depth && by_depth > 1 && depth_first && (by_depth - 1) * m * n <= kDepthPartsMax) {
     const int64_t size = aligned_size(k, by_depth);
     return {Along::kDepth, size, (k + size - 1) / size};
   }
@@ -84,9 +84,9 @@ Pieces pieces_of(int64_t m, int64_t n, int64_t k, int64_t products = 1, bool all
 
 // Piece p of one product: c's rows or columns [lo, lo + len) from the matching rows of op(a) or
 // columns of op(b); or, cut along k, the product of op(a)'s columns and op(b)'s rows [lo, lo + len)
-// into c (piece 0, with beta) or into the (m, n) matrix part (the others, beta 0).
+// into c (piece 0, with beta) or into the (m, n) matrix p - 1 of parts (the others, beta 0).
 void piece(const Pieces& cut, int64_t p, const float* a, bool trans_a, const float* b, bool trans_b, float* c,
-           int64_t m, int64_t n, int64_t k, float beta, float* part = nullptr) {
+           int64_t m, int64_t n, int64_t k, float beta, float* parts = nullptr) {
   const int64_t lda = trans_a ? m : k;
   const int64_t ldb = trans_b ? k : n;
   const int64_t lo = p * cut.size;
@@ -104,14 +104,15 @@ void piece(const Pieces& cut, int64_t p, const float* a, bool trans_a, const flo
     case Along::kDepth: {
       const int64_t len = std::min(cut.size, k - lo);
       sgemm(a + (trans_a ? lo * lda : lo), trans_a, lda, b + (trans_b ? lo : lo * ldb), trans_b, ldb,
-            p == 0 ? c : part, n, m, n, len, p == 0 ? beta : 0.0f);
+            p == 0 ? c : parts + (p - 1) * m * n, n, m, n, len, p == 0 ? beta : 0.0f);
       return;
     }
   }
 }
 
-// The partial products of pieces 1.. of a product cut along k, (count - 1) (m, n) matrices in a
-// buffer of the calling thread's, kept for its next product (kDepthPartsMax floats at most).
+// The partial products of pieces 1.. of a product cut along k (at least two pieces), (count - 1)
+// (m, n) matrices in a buffer of the calling thread's, kept for its next product (kDepthPartsMax
+// floats at most).
 float* depth_parts(const Pieces& cut, int64_t m, int64_t n) {
   thread_local std::vector<float> parts;
   const size_t need = static_cast<size_t>((cut.count - 1) * m * n);
@@ -137,9 +138,8 @@ void matmul(int, const float* a, bool trans_a, const float* b, bool trans_b, flo
             int64_t k) {
   const Pieces cut = pieces_of(m, n, k, 1, true);
   float* parts = cut.along == Along::kDepth ? depth_parts(cut, m, n) : nullptr;
-  run_tasks(cut.count, true, [&](int64_t p) {
-    piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 0.0f, parts ? parts + (p - 1) * m * n : nullptr);
-  });
+  run_tasks(cut.count, true,
+            [&](int64_t p) { piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 0.0f, parts); });
   if (parts) add_depth_parts(cut, parts, c, m, n, false);
 }
 
@@ -155,7 +155,7 @@ void matmul_bias(int, const float* a, bool trans_a, const float* b, bool trans_b
   float* parts = depth ? depth_parts(cut, m, n) : nullptr;
   run_tasks(cut.count, true, [&](int64_t p) {
     if (depth && p > 0) {
-      piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 0.0f, parts + (p - 1) * m * n);
+      piece(cut, p, a, trans_a, b, trans_b, c, m, n, k, 0.0f, parts);
       return;
     }
     const int64_t lo = p * cut.size;
