@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -90,20 +91,17 @@ std::string ops::use_onednn(const std::string& path) {
   static std::mutex loading;
   const std::lock_guard<std::mutex> lock(loading);
   if (host::onednn_sgemm.load() != nullptr) return host::onednn_name;
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // closed again unless it passes every check below
+  std::unique_ptr<void, int (*)(void*)> lib(dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL), dlclose);
   if (lib == nullptr) throw ShapeError("use_onednn: cannot load " + path + ": " + dlerror());
-  const auto fn = reinterpret_cast<host::DnnlSgemm>(dlsym(lib, "dnnl_sgemm"));
-  const auto version = reinterpret_cast<host::DnnlVersionFn>(dlsym(lib, "dnnl_version"));
+  const auto fn = reinterpret_cast<host::DnnlSgemm>(dlsym(lib.get(), "dnnl_sgemm"));
+  const auto version = reinterpret_cast<host::DnnlVersionFn>(dlsym(lib.get(), "dnnl_version"));
   const host::DnnlVersion* v = version != nullptr ? version() : nullptr;
-  if (fn == nullptr || v == nullptr) {
-    dlclose(lib);
+  if (fn == nullptr || v == nullptr)
     throw ShapeError("use_onednn: " + path + " has no dnnl_sgemm or dnnl_version: not oneDNN");
-  }
-  if (v->cpu_runtime != host::kDnnlRuntimeOmp) {
-    dlclose(lib);
+  if (v->cpu_runtime != host::kDnnlRuntimeOmp)
     throw ShapeError("use_onednn: " + path +
                      " is not an OpenMP build of oneDNN (a second threading runtime)");
-  }
   // A small product of every transpose against the plain sum, before any kernel relies on it.
   const float a[6] = {1.5f, -2.0f, 0.25f, 3.0f, -1.0f, 0.5f}, b[6] = {2.0f, 1.0f, -0.5f, 4.0f, 0.75f, -3.0f};
   for (int t = 0; t < 4; ++t) {
@@ -117,17 +115,16 @@ std::string ops::use_onednn(const std::string& path) {
         float want = 0.0f;
         for (int p = 0; p < 3; ++p)
           want += (ta ? a[p * 2 + i] : a[i * 3 + p]) * (tb ? b[j * 3 + p] : b[p * 2 + j]);
-        if (status != 0 || std::fabs(c[i * 2 + j] - want) > 1e-5f) {
-          dlclose(lib);
+        if (status != 0 || !(std::fabs(c[i * 2 + j] - want) <= 1e-5f))  // a NaN fails too
           throw ShapeError("use_onednn: dnnl_sgemm of " + path + " failed its check (status " +
                            std::to_string(status) + ")");
-        }
       }
     }
   }
   host::onednn_name = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
                       std::to_string(v->patch) + " (dnnl_sgemm, GNU OpenMP build)";
   host::onednn_sgemm.store(fn, std::memory_order_release);
+  lib.release();  // loaded for the life of the process
   return host::onednn_name;
 }
 
