@@ -320,6 +320,23 @@ def rule_cross_entropy(rw: _Rewriter, node: Node) -> bool:
     return False
 
 
+def _free_consumer(rw: _Rewriter, of: Node, op_type: type, first_inputs: tuple, shape: tuple):
+    """The first free consumer of ``of`` that is an ``op_type`` node of ``shape`` whose leading
+    inputs are ``first_inputs`` (the same nodes), or None."""
+    for c in rw.consumers[of]:
+        if (
+            _is(c, op_type)
+            and rw.free(c)
+            and len(c.inputs) >= len(first_inputs)
+            and all(
+                a is b for a, b in zip(c.inputs[: len(first_inputs)], first_inputs, strict=True)
+            )
+            and tuple(rw.shapes[c]) == shape
+        ):
+            return c
+    return None
+
+
 #: The widest rows the layer_norm_backward rule fuses: its host kernel keeps two partial sums per
 #: column and chunk of rows, and wider rows would leave it fewer chunks than threads.
 LAYER_NORM_BACKWARD_MAX_D = 8192
@@ -338,28 +355,8 @@ def rule_layer_norm_backward(rw: _Rewriter, node: Node) -> bool:
     shape_w = tuple(rw.shapes[w])
     if math.prod(shape_w) > LAYER_NORM_BACKWARD_MAX_D:
         return False
-    gw = next(
-        (
-            c
-            for c in rw.consumers[stats]
-            if _is(c, LayerNormWeightGradientOp)
-            and rw.free(c)
-            and c.inputs[:3] == [x, stats, dy]
-            and tuple(rw.shapes[c]) == shape_w
-        ),
-        None,
-    )
-    gb = next(
-        (
-            c
-            for c in rw.consumers[dy]
-            if _is(c, SumToOp)
-            and rw.free(c)
-            and c.inputs[0] is dy
-            and tuple(rw.shapes[c]) == shape_w
-        ),
-        None,
-    )
+    gw = _free_consumer(rw, stats, LayerNormWeightGradientOp, (x, stats, dy), shape_w)
+    gb = _free_consumer(rw, dy, SumToOp, (dy,), shape_w)
     if gw is None or gb is None or not rw.only_used_by(stats, {node, gw}):
         return False
     rw.claimed |= {node, stats, gw, gb}
