@@ -200,6 +200,11 @@ def mnist_settings(d: dict) -> str:
     return f"{images} training images, {recipe}, {s.get('epochs')} epochs{hidden}."
 
 
+def notes_lines(d: dict) -> str:
+    """A run's notes, one ``Note: ...`` line each."""
+    return "".join(f"Note: {n}.\n" for n in d.get("notes", []))
+
+
 def ops_section(path: Path, d: dict, groups) -> str:
     c = d.get("ceilings", {})
     parts = [f"copy {fmt_num(c.get('copy_gbps'))} GB/s ({c.get('copy_source', '?')})"]
@@ -207,7 +212,7 @@ def ops_section(path: Path, d: dict, groups) -> str:
         mm = c.get("sgemm_shape", ["?"])[0]
         parts.append(f"SGEMM {fmt_num(c['sgemm_gflops'])} GFLOP/s at {mm}^3 ({c['sgemm_source']})")
     cases = [r for r in d.get("cases", []) if r.get("group") in groups]
-    notes = "".join(f"Note: {n}.\n" for n in d.get("notes", []))
+    notes = notes_lines(d)
     return (
         source_line(path, d)
         + f"\nCeilings measured in the same run: {'; '.join(parts)}.\n{notes}\n"
@@ -216,7 +221,7 @@ def ops_section(path: Path, d: dict, groups) -> str:
 
 
 def mnist_section(path: Path, d: dict) -> str:
-    notes = "".join(f"Note: {n}.\n" for n in d.get("notes", []))
+    notes = notes_lines(d)
     table = mnist_table(d.get("runs", []))
     return source_line(path, d) + f"\n{mnist_settings(d)}\n{notes}\n" + table
 
@@ -269,7 +274,7 @@ def calibration_section(path: Path, d: dict) -> str:
 
 
 def frontend_section(path: Path, d: dict) -> str:
-    notes = "".join(f"Note: {n}.\n" for n in d.get("notes", []))
+    notes = notes_lines(d)
     return (
         source_line(path, d)
         + f"\n{load_sentence(d, 'the run')}\n{notes}\n"
