@@ -11,6 +11,7 @@ is no cycle.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 
@@ -741,11 +742,16 @@ class Tensor:
         if base is not None and 0 not in view.stride and self._requires_grad <= base._requires_grad:
             # One copy of the region straight from the base, as the view's own node makes it (a
             # clone would copy the view's copy: two, and a head split's first read is the copy)
-            make = lambda n: as_strided_op(n, self._shape, view.stride, view.offset)  # noqa: E731
-            if self._requires_grad == base._requires_grad:
-                return apply_op("contiguous", make, [base], self._dtype, self._range)
-            with no_grad():  # made under no_grad from a base that requires grad: none flows back
-                return apply_op("contiguous", make, [base], self._dtype, self._range)
+            # (a view made under no_grad from a base that requires grad passes no gradient back)
+            same = self._requires_grad == base._requires_grad
+            with contextlib.nullcontext() if same else no_grad():
+                return apply_op(
+                    "contiguous",
+                    lambda n: as_strided_op(n, self._shape, view.stride, view.offset),
+                    [base],
+                    self._dtype,
+                    self._range,
+                )
         return self.clone()
 
     # ---------------------------------------------------------------- new tensors like this one
