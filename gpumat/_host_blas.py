@@ -3,8 +3,8 @@ convolutions and attention).
 
 gpumat links OpenBLAS (the scipy-openblas32 wheel) and, when the onednn-cpu-gomp wheel is
 installed (a dependency on x86-64 Linux), loads oneDNN's ``dnnl_sgemm`` from it at import and uses
-that instead: 10-20 % faster a thread on the benchmarks' products (benchmarks/README.md, "The host
-BLAS"), on the same GNU OpenMP runtime as the host kernels. Either way each product is cut into
+that instead: faster a thread on the benchmarks' products (benchmarks/README.md, "The host BLAS"),
+on the same GNU OpenMP runtime as the host kernels. Either way each product is cut into
 pieces by its shape, each piece one single-threaded sgemm on the host kernels' threads, so results
 are the same bits on any thread count (they differ between the two libraries, by rounding).
 

@@ -4,8 +4,8 @@
 // so a build never needs it and a machine without it (not x86-64 Linux, GPUMAT_BLAS=openblas)
 // runs the same library.
 //
-// Why oneDNN: its JIT sgemm kernels run the products of the benchmarks' models 10-20 % faster a
-// thread than OpenBLAS 0.3.34's (benchmarks/README.md, "The host BLAS"), and its GNU OpenMP build
+// Why oneDNN: its JIT sgemm kernels run the products of the benchmarks' models faster a thread
+// than OpenBLAS 0.3.34's (benchmarks/README.md, "The host BLAS"), and its GNU OpenMP build
 // runs on the same libgomp as the host kernels: still one threading runtime. Each call here is one
 // piece of a product (matmul.cpp cuts them) and runs on one thread: OpenMP's thread count is set
 // to 1 around the call, so oneDNN never starts a team of its own, and the pieces, which depend on
