@@ -19,7 +19,10 @@ cross-entropy) and the same optimizer (``torch.optim.SGD`` or ``Adam``, same hyp
 on the same device (TF32 off on CUDA; batches copied from host memory each step, as gpumat
 does; on CUDA PyTorch copies from page-locked memory with ``non_blocking=True``, so neither library
 makes the host wait for the device at each batch). Without torch the PyTorch rows are skipped with
-a note.
+a note. Each PyTorch run has a fresh process of its own, as users run PyTorch
+(``_mnist_torch_process.py``, which loads PyTorch first): a process holds one libgomp, and in this
+one gpumat has loaded it with gpumat's OpenMP wait policy, under which PyTorch's CPU steps ran 8-17 %
+slower (MLP, 2-core Xeon). ``--same-process-torch`` runs PyTorch here instead, after gpumat.
 
 Measured, per model, backend and framework:
 
@@ -66,11 +69,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 from _common import (
@@ -352,6 +358,47 @@ def run_torch(torch, name, data, ctx_name, epochs, batch_size, lr, compile_loss=
     return rec
 
 
+def run_torch_own_process(name, data, ctx_name, epochs, batch_size, lr, *, compile_loss, quick):
+    """:func:`run_torch` in a fresh process (``_mnist_torch_process.py``), as users run PyTorch:
+    there PyTorch loads its libgomp before gpumat does, so its OpenMP threads wait the way
+    PyTorch's defaults (or the user's environment) say, not the way gpumat sets them for the
+    libgomp it loads first in this process. The worker trains on the same images (``quick``: the
+    same subset); ``data`` is unused. The record gains ``"process": "own"``.
+
+    Raises:
+        RuntimeError: the worker failed (its stderr in the message).
+    """
+    del data  # the worker loads the same images itself
+    spec = {
+        "name": name, "ctx": ctx_name, "epochs": epochs, "batch_size": batch_size, "lr": lr,
+        "compile_loss": compile_loss, "quick": quick,
+        "mlp_hidden": list(MLP_HIDDEN) if MLP_HIDDEN else None,
+    }  # fmt: skip
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(gpumat.__file__).resolve().parents[1]), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    worker = Path(__file__).with_name("_mnist_torch_process.py")
+    out = subprocess.run(
+        [sys.executable, str(worker), json.dumps(spec)],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RUN ")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"the PyTorch worker for {name} failed:\n{out.stderr}")
+    return {**json.loads(lines[-1][4:]), "process": "own"}
+
+
+def mnist_data(quick):
+    """(train pair, valid pair) of the runs: the MNIST images, or with ``quick`` the first 5,000
+    training and 1,000 validation images. Raises DatasetError when MNIST cannot be loaded."""
+    train_set, valid_set, _test = load_mnist(progress=False)
+    if quick:
+        train_set = (train_set[0][:5000], train_set[1][:5000])
+        valid_set = (valid_set[0][:1000], valid_set[1][:1000])
+    return train_set, valid_set
+
+
 # --------------------------------------------------------------------------------------------------
 # report
 # --------------------------------------------------------------------------------------------------
@@ -394,6 +441,12 @@ def parse_args(argv):
         "--torch-compile",
         action="store_true",
         help="also time torch.compile on cpu (always on gpu)",
+    )
+    p.add_argument(
+        "--same-process-torch",
+        action="store_true",
+        help="run PyTorch in this process, after gpumat (default: a fresh process per PyTorch "
+        "run, so that its threads keep PyTorch's own OpenMP settings)",
     )
     p.add_argument("--out", default=None, help="JSON file (or folder); default under results/")
     p.add_argument("--no-write", action="store_true", help="print only, write no files")
@@ -447,14 +500,10 @@ def run_all(args, argv) -> int:
     print(header_markdown(header, "gpumat MNIST training benchmark"), flush=True)
 
     try:
-        train_set, valid_set, _test = load_mnist(progress=False)
+        train_set, valid_set = data = mnist_data(args.quick)
     except DatasetError as exc:
         print(f"bench_mnist: MNIST is not available: {exc}", file=sys.stderr)
         return 2
-    if args.quick:
-        train_set = (train_set[0][:5000], train_set[1][:5000])
-        valid_set = (valid_set[0][:1000], valid_set[1][:1000])
-    data = (train_set, valid_set)
 
     torch = None
     notes = []
@@ -467,6 +516,12 @@ def run_all(args, argv) -> int:
     threads = {k: os.environ[k] for k in THREAD_ENV_VARS if k in os.environ}
     if threads:
         notes.append("environment: " + ", ".join(f"{k}={v}" for k, v in threads.items()))
+    if torch is not None:
+        notes.append(
+            "PyTorch runs in this process, after gpumat, sharing the libgomp gpumat loaded"
+            if args.same_process_torch
+            else "each PyTorch run in a fresh process of its own (PyTorch's own OpenMP settings)"
+        )
     if args.busy:
         notes.append(busy_note(args.busy))
     for n in notes:
@@ -508,6 +563,7 @@ def run_all(args, argv) -> int:
                 "lr": args.lr,
                 "variants": args.variants,
                 "busy_processes": args.busy,
+                "torch_process": "same" if args.same_process_torch else "own",
                 "mlp_hidden": list(args.mlp_hidden) if args.mlp_hidden else None,
                 "num_train": len(train_set[0]),
                 "num_valid": len(valid_set[0]),
@@ -533,16 +589,16 @@ def run_all(args, argv) -> int:
                 and ctx_name in ("cpu", "gpu")
                 and (ctx_name == "cpu" or torch.cuda.is_available())
             ):
-                plan.append((name, ctx_name, "torch", lambda *a: run_torch(torch, *a)))
-                if ctx_name == "gpu" or args.torch_compile:
-                    plan.append(
-                        (
-                            name,
-                            ctx_name,
-                            "torch-compile",
-                            lambda *a: run_torch(torch, *a, compile_loss=True),
+                for framework, compiled in (("torch", False), ("torch-compile", True)):
+                    if compiled and not (ctx_name == "gpu" or args.torch_compile):
+                        continue
+                    if args.same_process_torch:
+                        fn = lambda *a, c=compiled: run_torch(torch, *a, compile_loss=c)  # noqa: E731
+                    else:
+                        fn = lambda *a, c=compiled: run_torch_own_process(  # noqa: E731
+                            *a, compile_loss=c, quick=args.quick
                         )
-                    )
+                    plan.append((name, ctx_name, framework, fn))
     planned = len(plan)
     for name, ctx_name, framework, fn in plan:
         print(f"{name} / {ctx_name} / {framework} ...", end=" ", file=sys.stderr, flush=True)

@@ -89,9 +89,16 @@ def load_runs(paths: list[Path]) -> list[tuple[Path, dict]]:
     return runs
 
 
+# gpumat's own OpenMP wait settings (gpumat/__init__.py), which runs before 2026-11-28T13:30Z found
+# in os.environ and recorded as if a user had set them: such runs are of the default kind.
+_GPUMAT_OWN_SETTINGS = frozenset({"OMP_WAIT_POLICY=PASSIVE", "GOMP_SPINCOUNT=2000"})
+
+
 def environment(d: dict) -> tuple[str, ...]:
-    """The environment settings a run's notes record, e.g. ``("OMP_NUM_THREADS=1",)``."""
-    return tuple(sorted({m for n in d.get("notes") or [] for m in _ENV_NOTE.findall(str(n))}))
+    """The environment settings a run's notes record, e.g. ``("OMP_NUM_THREADS=1",)`` (not
+    gpumat's own defaults, which earlier runs recorded too)."""
+    found = {m for n in d.get("notes") or [] for m in _ENV_NOTE.findall(str(n))}
+    return tuple(sorted(found - _GPUMAT_OWN_SETTINGS))
 
 
 def run_kind(d: dict) -> tuple:

@@ -27,8 +27,10 @@ import os as _os
 # step 98 ms compiled instead of 82). 2,000 spins kept most of that gain; 10,000 gained 4% more
 # idle and lost 20% beside a busy process (benchmarks/README.md, "Front-end training steps").
 # PASSIVE stays, so that a process running more OpenMP threads than CPUs does not spin at all.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-_os.environ.setdefault("GOMP_SPINCOUNT", "2000")
+# They are set only while _core loads (below) and then removed again: left in os.environ they
+# would pass to every child process, so a PyTorch program started from a gpumat one (the
+# benchmarks' own-process workers) would run its threads with gpumat's wait policy, not its own.
+_OPENMP_WAIT_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "2000"}
 
 
 # --- gpumat.distributed: one rank per core group -------------------------------------------------
@@ -51,6 +53,17 @@ def _threads_per_local_rank() -> int | None:
 if "OMP_NUM_THREADS" not in _os.environ and _threads_per_local_rank() is not None:
     _os.environ["OMP_NUM_THREADS"] = str(_threads_per_local_rank())
 # --------------------------------------------------------------------------------------------------
+
+
+# libgomp reads the settings when _core loads it; unset again afterwards (see the note above).
+_unset_wait_settings = [name for name in _OPENMP_WAIT_DEFAULTS if name not in _os.environ]
+_os.environ.update({name: _OPENMP_WAIT_DEFAULTS[name] for name in _unset_wait_settings})
+try:
+    from gpumat import _core  # noqa: E402, F401
+finally:
+    for _name in _unset_wait_settings:
+        del _os.environ[_name]
+    del _unset_wait_settings
 
 # The host BLAS (oneDNN's sgemm when its wheel is installed, else OpenBLAS; GPUMAT_BLAS chooses),
 # set before any kernel runs.

@@ -44,6 +44,45 @@ def _threads_in_fresh_process(env_value, cwd):
     return int(_run_python("import gpumat; print(gpumat.get_num_threads())", env, cwd))
 
 
+_WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def _openmp_wait_settings(cwd, **env_values):
+    """(libgomp's wait settings as it displays them when it loads, the two variables as a child
+    process of `import gpumat` sees them) in a fresh process with `env_values` set."""
+    env = {k: v for k, v in os.environ.items() if k not in _WAIT_VARS}
+    env.update(env_values, OMP_DISPLAY_ENV="VERBOSE")
+    child = f"import os; print([os.environ.get(v) for v in {_WAIT_VARS!r}])"
+    code = (
+        f"import subprocess, sys\nimport gpumat\nchild = {child!r}\n"
+        "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True,"
+        " check=True).stdout.strip())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    shown = {}
+    for line in out.stderr.splitlines():  # libgomp's display: "  NAME = 'VALUE'"
+        name, _, value = line.strip().partition(" = ")
+        if name in _WAIT_VARS:
+            shown[name] = value.strip("'")
+    return shown, out.stdout.strip()
+
+
+@pytest.mark.skipif(not gpumat.build_info()["openmp"], reason="a build without OpenMP")
+def test_openmp_wait_defaults_reach_libgomp_only(tmp_path):
+    # gpumat's libgomp spins briefly, then sleeps; the settings do not stay in os.environ, where
+    # every child process (a PyTorch program, say) would inherit gpumat's wait policy
+    shown, child = _openmp_wait_settings(tmp_path)
+    assert shown == {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "2000"}
+    assert child == "[None, None]"
+    # a user's own setting wins, and stays for the children
+    shown, child = _openmp_wait_settings(tmp_path, OMP_WAIT_POLICY="ACTIVE", GOMP_SPINCOUNT="77")
+    assert shown == {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "77"}
+    assert child == "['ACTIVE', '77']"
+
+
 @pytest.mark.skipif(not gpumat.build_info()["openmp"], reason="a build without OpenMP: always 1")
 @pytest.mark.parametrize("value", ["1", "3"])
 def test_default_honours_omp_num_threads(value, tmp_path):
