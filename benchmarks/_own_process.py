@@ -6,10 +6,11 @@ Run by bench_frontend, not by hand::
     python3 benchmarks/_own_process.py LIB CASE SPEC_JSON
 
 ``LIB`` is ``gpumat`` (eager and compiled, bench_frontend.run_case without PyTorch) or ``torch``
-(eager PyTorch; this module imports no gpumat then: gpumat's libgomp, loaded first, would set
-PyTorch's OpenMP wait policy). ``SPEC_JSON`` holds the case's batch, sample shape, MLP widths,
-optimizer, loss, steps, repeat, warm-up steps, seed and quick flag. Prints one line: ``ROWS`` and
-the rows as JSON (each with its samples, ``samples_s``, seconds per step).
+(eager PyTorch; this module imports no gpumat then, or for the ``gpt`` case only after PyTorch:
+gpumat's libgomp, loaded first, would set PyTorch's OpenMP wait policy). ``SPEC_JSON`` holds the
+case's batch, sample shape, MLP widths, optimizer, loss, steps, repeat, warm-up steps, seed and
+quick flag (for ``gpt``: seed, quick flag, steps, repeat and the weights' ``.npz`` file). Prints
+one line: ``ROWS`` and the rows as JSON (each with its samples, ``samples_s``, seconds per step).
 
 Also what bench_frontend shares with it: :func:`mlp`, :func:`torch_twin`, :func:`optimizer`
 and :func:`training_step`.
@@ -113,12 +114,44 @@ def gpumat_rows(name: str, spec: dict) -> list[dict]:
     return bench_frontend.run_case(name, case, gpumat.cpu(), None, args)
 
 
+def gpt_rows(lib: str, spec: dict) -> list[dict]:
+    """The ``gpt`` case (bench_frontend.gpt_setup's model and batches, the weights of
+    ``spec["weights"]``) for ``lib``: PyTorch eager, imported before gpumat (``gpt_torch.py``
+    takes its config from ``gpt.py``, which imports gpumat), or gpumat eager and compiled."""
+    gpumat_first = None
+    if lib == "torch":
+        import torch
+
+        gpumat_first = "gpumat" in sys.modules
+    import bench_frontend
+
+    import gpumat
+
+    args = SimpleNamespace(seed=spec["seed"], quick=spec["quick"], steps={"gpt": spec["steps"]},
+                           repeat=spec["repeat"])  # fmt: skip
+    config, data, label, steps, repeat = bench_frontend.gpt_setup(args)
+    with np.load(spec["weights"]) as f:
+        state = {k: f[k] for k in f.files}
+    if lib == "torch":
+        variants = bench_frontend.torch_gpt_variants(
+            torch, "cpu", config, data, label, state, ["torch"]
+        )
+        variants[0]["row"]["gpumat_loaded"] = gpumat_first  # gpumat not loaded before PyTorch
+    else:
+        variants = bench_frontend.gpumat_gpt_variants(gpumat.cpu(), config, data, label, state)
+    time_interleaved(variants, steps, repeat, warmup=1)
+    return [v["row"] for v in variants]
+
+
 def main(argv: list[str]) -> int:
     """Runs one worker: ``argv`` is LIB CASE SPEC_JSON; prints ``ROWS <json>``."""
     lib, name, spec = argv[0], argv[1], json.loads(argv[2])
     if lib not in ("gpumat", "torch"):
         raise SystemExit(f"_own_process.py: LIB must be gpumat or torch, got {lib!r}")
-    rows = torch_rows(name, spec) if lib == "torch" else gpumat_rows(name, spec)
+    if name == "gpt":
+        rows = gpt_rows(lib, spec)
+    else:
+        rows = torch_rows(name, spec) if lib == "torch" else gpumat_rows(name, spec)
     print("ROWS " + json.dumps(rows), flush=True)
     return 0
 

@@ -68,6 +68,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -223,11 +224,46 @@ def own_process_rows(name, spec, args) -> list[dict]:
     case ``"<name> (own process)"``, its step time the median of every round's samples."""
     batch, sample_shape, widths, opt_kind, loss_name = spec
     steps, repeat = step_samples(args.steps[name], args)
-    payload = json.dumps({
+    payload = {
         "batch": batch, "sample_shape": list(sample_shape), "widths": widths,
         "optimizer": opt_kind, "loss": loss_name, "steps": steps, "repeat": repeat, "warmup": 2,
         "seed": args.seed,
-    })  # fmt: skip
+    }  # fmt: skip
+    return _run_own_processes(name, payload)
+
+
+def own_process_gpt_rows(args) -> list[dict]:
+    """The ``gpt`` case with each library in a fresh process of its own, as
+    :func:`own_process_rows`: gpumat eager and compiled in one, eager PyTorch in the other (which
+    loads PyTorch before gpumat: ``examples/gpt_torch.py`` takes its config from ``gpt.py``), from
+    the same initial weights (an ``.npz`` file the workers read) on the same batches; their first
+    losses must agree to 1e-4 relative.
+
+    Raises:
+        RuntimeError: a worker failed, or the first losses differ.
+    """
+    import gpt  # an example program, on the path set at the top
+
+    config, _, _, steps, repeat = gpt_setup(args)
+    gpumat.manual_seed(args.seed)
+    state = {k: v.detach().numpy() for k, v in gpt.GPT(config).state_dict().items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = str(Path(tmp) / "gpt_weights.npz")
+        np.savez(weights, **state)
+        payload = {"seed": args.seed, "quick": args.quick, "steps": steps, "repeat": repeat,
+                   "weights": weights}  # fmt: skip
+        rows = _run_own_processes("gpt", payload)
+    first = [r["first_loss"] for r in rows]
+    if max(first) - min(first) > 1e-4 * max(first):
+        raise RuntimeError(f"gpt (own process): first losses differ: {first}")
+    return rows
+
+
+def _run_own_processes(name, payload: dict) -> list[dict]:
+    """``_own_process.py``'s workers for case ``name`` with ``payload``, gpumat's and (when
+    installed) PyTorch's, in ``OWN_PROCESS_ROUNDS`` rounds that alternate which starts first; a
+    row per framework with every round's samples (see :func:`own_process_rows`)."""
+    payload = json.dumps(payload)
     env = dict(os.environ)
     # the gpumat this process imported, first on the worker's path
     env["PYTHONPATH"] = os.pathsep.join(
@@ -343,12 +379,10 @@ def run_ops(ctx, torch, args) -> list[dict]:
     return rows
 
 
-def run_gpt(ctx, torch, args) -> list[dict]:
-    """``examples/gpt.py``'s model and training step (forward, backward, clipping to norm 1, the
-    AdamW step over two groups) at the example's size (4 layers of 128 features, 4 heads,
-    context 64, batches of 32, 65 characters; ``--quick``: 1 layer of 32, context 16, batch 4):
-    gpumat eager and with the forward and backward compiled (as ``gpt.py --compile``), PyTorch
-    eager and ``torch.compile`` of the model, from the same weights on the same batches."""
+def gpt_setup(args):
+    """The ``gpt`` case's (config, data, label, steps, repeat): the example's size (4 layers of 128
+    features, 4 heads, context 64, 65 characters; ``args.quick``: 1 layer of 32, 2 heads, context
+    16) and four batches of (inputs, targets), 32 (quick: 4) sequences each, from ``args.seed``."""
     import gpt  # an example program, on the path set at the top
 
     quick = args.quick
@@ -363,16 +397,23 @@ def run_gpt(ctx, torch, args) -> list[dict]:
         )
         for _ in range(4)
     ]
-    label = f"{batch}x{config.block_size}"
-    gpumat.manual_seed(args.seed)
-    reference = gpt.GPT(config)
     steps, repeat = (1, 2) if quick else (args.steps["gpt"], args.repeat)
+    return config, data, f"{batch}x{config.block_size}", steps, repeat
+
+
+def gpumat_gpt_variants(ctx, config, data, label, state) -> list[dict]:
+    """``time_interleaved`` variants of gpumat's GPT step on ``ctx``, eager and compiled (the
+    forward and backward, as ``gpt.py --compile``), each from the weights ``state`` (a state
+    dict of gpumat tensors or numpy arrays), with the first step's loss in its row."""
+    import gpt  # an example program, on the path set at the top
+
     sync = lambda: gpumat.synchronize(ctx)  # noqa: E731
     batches = [(gpumat.tensor(x, device=ctx), gpumat.tensor(y, device=ctx)) for x, y in data]
+    state = {k: v if isinstance(v, gpumat.Tensor) else gpumat.tensor(v) for k, v in state.items()}
     variants = []
     for variant in ("gpumat-eager", "gpumat-compiled"):
         model = gpt.GPT(config).to(ctx)
-        model.load_state_dict(reference.state_dict())
+        model.load_state_dict(state)
         opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
 
         def forward_backward(x, y, model=model):
@@ -392,30 +433,56 @@ def run_gpt(ctx, torch, args) -> list[dict]:
         row = {"case": "gpt", "batch": label, "framework": variant}
         row["first_loss"] = step(*batches[0]).item()
         variants.append({"row": row, "step": step, "batches": batches, "sync": sync})
+    return variants
+
+
+def torch_gpt_variants(torch, device_type, config, data, label, state, frameworks) -> list[dict]:
+    """The same for ``examples/gpt_torch.py`` on ``device_type`` (``"cpu"`` or ``"cuda"``):
+    ``frameworks`` among ``"torch"`` (eager) and ``"torch-compile"`` (``torch.compile`` of the
+    model); ``state``: numpy arrays by parameter name."""
+    import gpt_torch  # needs torch
+
+    tbatches = [
+        (torch.tensor(x, device=device_type), torch.tensor(y, device=device_type)) for x, y in data
+    ]
+    tsync = (lambda: torch.cuda.synchronize()) if device_type == "cuda" else (lambda: None)
+    variants = []
+    for variant in frameworks:
+        tm = gpt_torch.GPT(config).to(device_type)
+        tm.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+        topt = tm.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
+        runner = torch.compile(tm) if variant == "torch-compile" else tm
+
+        def tstep(x, y, tm=tm, topt=topt, runner=runner):
+            topt.zero_grad(set_to_none=True)
+            _, loss = runner(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(tm.parameters(), 1.0)
+            topt.step()
+            return loss
+
+        row = {"case": "gpt", "batch": label, "framework": variant}
+        row["first_loss"] = float(tstep(*tbatches[0]))
+        variants.append({"row": row, "step": tstep, "batches": tbatches, "sync": tsync})
+    return variants
+
+
+def run_gpt(ctx, torch, args) -> list[dict]:
+    """``examples/gpt.py``'s model and training step (forward, backward, clipping to norm 1, the
+    AdamW step over two groups) at the example's size (:func:`gpt_setup`): gpumat eager and
+    compiled, PyTorch eager and ``torch.compile`` of the model, from the same weights on the same
+    batches, in this process."""
+    import gpt  # an example program, on the path set at the top
+
+    config, data, label, steps, repeat = gpt_setup(args)
+    gpumat.manual_seed(args.seed)
+    reference = gpt.GPT(config)
+    variants = gpumat_gpt_variants(ctx, config, data, label, reference.state_dict())
     if torch is not None:
-        import gpt_torch  # needs torch
-
-        tdev = "cuda" if ctx.device_type == "gpu" else "cpu"
-        tbatches = [(torch.tensor(x, device=tdev), torch.tensor(y, device=tdev)) for x, y in data]
-        tsync = (lambda: torch.cuda.synchronize()) if tdev == "cuda" else (lambda: None)
-        state = {k: torch.tensor(v.detach().numpy()) for k, v in reference.state_dict().items()}
-        for variant in ["torch"] + (["torch-compile"] if args.torch_compile else []):
-            tm = gpt_torch.GPT(config).to(tdev)
-            tm.load_state_dict(state)
-            topt = tm.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
-            runner = torch.compile(tm) if variant == "torch-compile" else tm
-
-            def tstep(x, y, tm=tm, topt=topt, runner=runner):
-                topt.zero_grad(set_to_none=True)
-                _, loss = runner(x, y)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(tm.parameters(), 1.0)
-                topt.step()
-                return loss
-
-            row = {"case": "gpt", "batch": label, "framework": variant}
-            row["first_loss"] = float(tstep(*tbatches[0]))
-            variants.append({"row": row, "step": tstep, "batches": tbatches, "sync": tsync})
+        state = {k: v.detach().numpy() for k, v in reference.state_dict().items()}
+        frameworks = ["torch"] + (["torch-compile"] if args.torch_compile else [])
+        device_type = "cuda" if ctx.device_type == "gpu" else "cpu"
+        variants += torch_gpt_variants(torch, device_type, config, data, label, state, frameworks)
     first = [v["row"]["first_loss"] for v in variants]
     assert max(first) - min(first) <= 1e-4 * max(first), f"gpt: first losses differ: {first}"
     time_interleaved(variants, steps, repeat, warmup=1)
@@ -475,7 +542,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="JSON path or folder (default benchmarks/results)")
     p.add_argument(
         "--own-processes", action="store_true",
-        help="also time the step cases with each library in a fresh process of its own",
+        help="also time the step cases (gpt included) with each library in a fresh process of "
+        "its own",
     )  # fmt: skip
     add_busy_option(p)
     args = p.parse_args(argv)
@@ -520,8 +588,12 @@ def run_all(p, args, argv) -> int:
         mine = [r for r in rows if r["case"] == name or (name == "ops" and r["case"][:3] == "op ")]
         print(frontend_table(mine), flush=True)
     if args.own_processes:
-        for name in (n for n in names if n in cases):
-            own = own_process_rows(name, cases[name], args)
+        for name in (n for n in names if n in cases or n == "gpt"):
+            own = (
+                own_process_gpt_rows(args)
+                if name == "gpt"
+                else own_process_rows(name, cases[name], args)
+            )
             rows += own
             print(frontend_table(own), flush=True)
         note = coexistence_note(rows)

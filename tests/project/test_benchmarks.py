@@ -436,3 +436,22 @@ def test_a_run_of_another_commits_build_stops_before_measuring():
     build = _common.gpumat_build()
     assert Path(build["path"]) == Path(gpumat.__file__).resolve().parent
     assert isinstance(build["build_commit"], str) and build["build_commit"]
+
+
+def test_own_process_gpt_rows_start_from_the_same_weights(monkeypatch):
+    import bench_frontend
+
+    monkeypatch.setattr(bench_frontend, "OWN_PROCESS_ROUNDS", 1)
+    args = types.SimpleNamespace(steps={"gpt": 1}, repeat=1, quick=True, seed=3)
+    rows = bench_frontend.own_process_gpt_rows(args)
+    want = {"gpumat-eager", "gpumat-compiled"}
+    if importlib.util.find_spec("torch") is not None:
+        want.add("torch")
+    assert {r["framework"] for r in rows} == want
+    first = {r["first_loss"] for r in rows}
+    assert max(first) - min(first) <= 1e-4 * max(first)  # one set of weights and batches
+    assert 3.0 < min(first) < 6.0  # about ln(65) = 4.17 from a fresh model, not a trained one
+    for r in rows:
+        assert r["case"] == "gpt (own process)" and len(r["samples_s"]) == 2
+        if r["framework"] == "torch":
+            assert r["gpumat_loaded"] is False  # PyTorch loaded before gpumat in its worker
