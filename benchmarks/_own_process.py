@@ -9,7 +9,8 @@ Run by bench_frontend, not by hand::
 (eager PyTorch; this module imports no gpumat then, or for the ``gpt`` case only after PyTorch:
 gpumat's libgomp, loaded first, would set PyTorch's OpenMP wait policy). ``SPEC_JSON`` holds the
 case's batch, sample shape, MLP widths, optimizer, loss, steps, repeat, warm-up steps, seed and
-quick flag (for ``gpt``: seed, quick flag, steps, repeat and the weights' ``.npz`` file). Prints
+quick flag (for ``gpt``: seed, quick flag, steps, repeat, the weights' ``.npz`` file and whether
+to time ``torch.compile`` too). Prints
 one line: ``ROWS`` and the rows as JSON (each with its samples, ``samples_s``, seconds per step).
 
 Also what bench_frontend shares with it: :func:`mlp`, :func:`torch_twin`, :func:`optimizer`
@@ -133,10 +134,12 @@ def gpt_rows(lib: str, spec: dict) -> list[dict]:
     with np.load(spec["weights"]) as f:
         state = {k: f[k] for k in f.files}
     if lib == "torch":
+        frameworks = ["torch"] + (["torch-compile"] if spec["torch_compile"] else [])
         variants = bench_frontend.torch_gpt_variants(
-            torch, "cpu", config, data, label, state, ["torch"]
+            torch, "cpu", config, data, label, state, frameworks
         )
-        variants[0]["row"]["gpumat_loaded"] = gpumat_first  # gpumat not loaded before PyTorch
+        for v in variants:
+            v["row"]["gpumat_loaded"] = gpumat_first  # gpumat not loaded before PyTorch
     else:
         variants = bench_frontend.gpumat_gpt_variants(gpumat.cpu(), config, data, label, state)
     time_interleaved(variants, steps, repeat, warmup=1)

@@ -234,8 +234,9 @@ def own_process_rows(name, spec, args) -> list[dict]:
 
 def own_process_gpt_rows(args) -> list[dict]:
     """The ``gpt`` case with each library in a fresh process of its own, as
-    :func:`own_process_rows`: gpumat eager and compiled in one, eager PyTorch in the other (which
-    loads PyTorch before gpumat: ``examples/gpt_torch.py`` takes its config from ``gpt.py``), from
+    :func:`own_process_rows`: gpumat eager and compiled in one, PyTorch eager (and with
+    ``args.torch_compile`` ``torch.compile``) in the other, which loads PyTorch before gpumat
+    (``examples/gpt_torch.py`` takes its config from ``gpt.py``), from
     the same initial weights (an ``.npz`` file the workers read) on the same batches; their first
     losses must agree to 1e-4 relative.
 
@@ -251,7 +252,7 @@ def own_process_gpt_rows(args) -> list[dict]:
         weights = str(Path(tmp) / "gpt_weights.npz")
         np.savez(weights, **state)
         payload = {"seed": args.seed, "quick": args.quick, "steps": steps, "repeat": repeat,
-                   "weights": weights}  # fmt: skip
+                   "weights": weights, "torch_compile": args.torch_compile}  # fmt: skip
         rows = _run_own_processes("gpt", payload)
     first = [r["first_loss"] for r in rows]
     if max(first) - min(first) > 1e-4 * max(first):

@@ -442,7 +442,9 @@ def test_own_process_gpt_rows_start_from_the_same_weights(monkeypatch):
     import bench_frontend
 
     monkeypatch.setattr(bench_frontend, "OWN_PROCESS_ROUNDS", 1)
-    args = types.SimpleNamespace(steps={"gpt": 1}, repeat=1, quick=True, seed=3)
+    args = types.SimpleNamespace(
+        steps={"gpt": 1}, repeat=1, quick=True, seed=3, torch_compile=False
+    )
     rows = bench_frontend.own_process_gpt_rows(args)
     want = {"gpumat-eager", "gpumat-compiled"}
     if importlib.util.find_spec("torch") is not None:
