@@ -518,6 +518,20 @@ def test_softmax_spread_inputs(ctx, scale):
     )
 
 
+def test_host_softmax_keeps_small_probabilities_accurate():
+    # Logits spread over +-40: x - max, rounded to float before the exponential, would be off by up
+    # to 4e-6 relative in the smallest probabilities; the host kernel corrects that rounding
+    # (TwoSum), so every probability above 1e-30 stays within float32's accuracy of float64.
+    rng, seed = new_rng()
+    x = rng.uniform(-40, 40, size=(23, 517)).astype(np.float32)
+    out = nan_array(x.shape, gpumat.cpu())
+    ops.softmax(gpumat.array(x, gpumat.cpu()), out)
+    got, ref = out.asnumpy().astype(np.float64), np_softmax(x.astype(np.float64))
+    big = ref > 1e-30
+    worst = np.max(np.abs(got[big] - ref[big]) / ref[big])
+    assert worst < 1e-6, f"relative error {worst:.2e} (seed={seed})"
+
+
 def test_softmax_is_numerically_stable(ctx):
     rng, seed = new_rng()
     x = (rng.choice([-1000.0, 1000.0], size=(16, 33)) + rng.uniform(-1, 1, size=(16, 33))).astype(

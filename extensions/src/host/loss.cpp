@@ -8,14 +8,17 @@
 // Sums run in double over fixed chunks (chunk partials added in order), so the result does not
 // depend on the thread count. NOTE: NaN propagates: a NaN difference gives a NaN loss and gradient.
 // softmax_cross_entropy: out[0] = mean_r -sum_c y[r,c] * (x[r,c] - max_r - log sum_c exp(x - max_r)),
-// with softmax.h's row statistics; softmax_cross_entropy_with_gradient adds its gradient.
+// with softmax.h's row statistics (float exponentials, double lanes); softmax_cross_entropy_with_gradient
+// adds its gradient.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels.h"
+#include "lane_sum.h"
 #include "parallel.h"
 #include "softmax.h"
+#include "vec_math.h"
 
 namespace gpumat::host {
 
@@ -36,6 +39,30 @@ double chunked_sum(int64_t n, Term term) {
   double total = 0.0;
   for (double p : partial) total += p;
   return total;
+}
+
+// Row x's -sum_c y[c] * log softmax(x)[c] (its max and sum from softmax.h); with g, also
+// g[c] = (softmax(x)[c] - y[c]) * inv_rows. Compiled also for AVX2 and AVX-512 (softmax.h).
+GPUMAT_SIMD_CLONES double cross_entropy_row(const float* x, const float* y, float* g, int64_t cols,
+                                            double inv_rows) {
+  float mx;
+  double sum;
+  row_stats(x, cols, 1, &mx, &sum);
+  const double log_sum = std::log(sum);
+  const double loss = -lane_sum(cols, [&](int64_t c) {
+    return static_cast<double>(y[c]) * (static_cast<double>(x[c]) - mx - log_sum);
+  });
+  if (g != nullptr) {
+    // float loops: they vectorize
+    const float inv = static_cast<float>(1.0 / sum), scale = static_cast<float>(inv_rows);
+    exp_chunks(
+        cols, [&](int64_t c) { return x[c]; }, mx,
+        [&](int64_t c0, int64_t m, const float* e) {
+#pragma omp simd
+          for (int64_t c = 0; c < m; ++c) g[c0 + c] = (e[c] * inv - y[c0 + c]) * scale;
+        });
+  }
+  return loss;
 }
 
 template <typename F>
@@ -87,16 +114,7 @@ void nll_loss_gradient(int, const float* target, const float* dloss, float* out_
 void softmax_cross_entropy(int, const float* logits, const float* labels, float* out, int64_t rows,
                            int64_t cols) {
   const double total = parallel_sum(rows, rows * cols, [&](int64_t r) {
-    const float* x = logits + r * cols;
-    const float* y = labels + r * cols;
-    float mx;
-    double sum;
-    row_stats(x, cols, &mx, &sum);
-    double log_sum = std::log(sum);
-    double loss = 0.0;
-    for (int64_t c = 0; c < cols; ++c)
-      loss -= static_cast<double>(y[c]) * (static_cast<double>(x[c]) - mx - log_sum);
-    return loss;
+    return cross_entropy_row(logits + r * cols, labels + r * cols, nullptr, cols, 0.0);
   });
   out[0] = static_cast<float>(total / static_cast<double>(rows));
 }
@@ -107,20 +125,7 @@ void softmax_cross_entropy_with_gradient(int, const float* logits, const float* 
                                          float* grad, int64_t rows, int64_t cols) {
   const double inv_rows = 1.0 / static_cast<double>(rows);
   const double total = parallel_sum(rows, rows * cols, [&](int64_t r) {
-    const float* x = logits + r * cols;
-    const float* y = labels + r * cols;
-    float* g = grad + r * cols;
-    float mx;
-    double sum;
-    row_stats(x, cols, &mx, &sum);
-    const double log_sum = std::log(sum);
-    double row_loss = 0.0;
-    for (int64_t c = 0; c < cols; ++c) {
-      const double z = static_cast<double>(x[c]) - mx - log_sum;
-      row_loss -= static_cast<double>(y[c]) * z;
-      g[c] = static_cast<float>((std::exp(z) - static_cast<double>(y[c])) * inv_rows);
-    }
-    return row_loss;
+    return cross_entropy_row(logits + r * cols, labels + r * cols, grad + r * cols, cols, inv_rows);
   });
   loss[0] = static_cast<float>(total * inv_rows);
 }

@@ -17,33 +17,18 @@
 #include <vector>
 
 #include "kernels.h"
+#include "lane_sum.h"
 #include "parallel.h"
 
 namespace gpumat::host {
 
 namespace {
 
-// The sum of term(j) for j in [0, d) in kLanes double lanes: term(j) to lane j % kLanes, in order,
-// then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
-constexpr int64_t kLanes = 8;
-
 // The weight gradient's split: row chunks of at least kChunkMinRows rows, at most kSumBlocks of
 // them and kPartialsMax partial sums in all; column blocks of kWeightColumns.
 constexpr int64_t kChunkMinRows = 16;
 constexpr int64_t kPartialsMax = int64_t{1} << 16;
 constexpr int64_t kWeightColumns = 256;
-
-template <typename Term>
-[[gnu::always_inline]] inline double lane_sum(int64_t d, const Term& term) {
-  double lane[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= d; j += kLanes) {
-#pragma omp simd
-    for (int64_t k = 0; k < kLanes; ++k) lane[k] += term(j + k);
-  }
-  for (int64_t k = 0; j + k < d; ++k) lane[k] += term(j + k);
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
 
 // lane_sum of term_a and of term_b in one loop over j (each the bits of its own lane_sum).
 template <typename TermA, typename TermB>
