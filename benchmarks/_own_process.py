@@ -5,9 +5,10 @@ Run by bench_frontend, not by hand::
 
     python3 benchmarks/_own_process.py LIB CASE SPEC_JSON
 
-``LIB`` is ``gpumat`` (eager and compiled, bench_frontend.run_case without PyTorch) or ``torch``
+``LIB`` is ``gpumat`` (eager and compiled, bench_frontend.run_case without PyTorch), ``torch``
 (eager PyTorch; this module imports no gpumat then, or for the ``gpt`` case only after PyTorch:
-gpumat's libgomp, loaded first, would set PyTorch's OpenMP wait policy). ``SPEC_JSON`` holds the
+gpumat's libgomp, loaded first, would set PyTorch's OpenMP wait policy) or ``gpumat-after-torch``
+(gpumat's rows after PyTorch was imported and used; not for ``gpt``). ``SPEC_JSON`` holds the
 case's batch, sample shape, MLP widths, optimizer, loss, steps, repeat, warm-up steps, seed and
 quick flag (for ``gpt``: seed, quick flag, steps, repeat, the weights' ``.npz`` file and whether
 to time ``torch.compile`` too). Prints
@@ -115,6 +116,22 @@ def gpumat_rows(name: str, spec: dict) -> list[dict]:
     return bench_frontend.run_case(name, case, gpumat.cpu(), None, args)
 
 
+def gpumat_after_torch_rows(name: str, spec: dict) -> list[dict]:
+    """gpumat's rows for case ``name`` in a process that imported and used PyTorch first, so that
+    gpumat's kernels run on PyTorch's libgomp with PyTorch's OpenMP settings (issue 37's
+    "beside PyTorch" case). Frameworks ``gpumat-eager (PyTorch first)`` and
+    ``gpumat-compiled (PyTorch first)``."""
+    import torch
+
+    a = torch.randn(256, 256)
+    for _ in range(20):  # a few parallel regions: PyTorch's OpenMP pool started and used
+        torch.relu(a @ a).sum().item()
+    rows = gpumat_rows(name, spec)
+    for r in rows:
+        r["framework"] += " (PyTorch first)"
+    return rows
+
+
 def gpt_rows(lib: str, spec: dict) -> list[dict]:
     """The ``gpt`` case (bench_frontend.gpt_setup's model and batches, the weights of
     ``spec["weights"]``) for ``lib``: PyTorch eager, imported before gpumat (``gpt_torch.py``
@@ -149,10 +166,14 @@ def gpt_rows(lib: str, spec: dict) -> list[dict]:
 def main(argv: list[str]) -> int:
     """Runs one worker: ``argv`` is LIB CASE SPEC_JSON; prints ``ROWS <json>``."""
     lib, name, spec = argv[0], argv[1], json.loads(argv[2])
-    if lib not in ("gpumat", "torch"):
-        raise SystemExit(f"_own_process.py: LIB must be gpumat or torch, got {lib!r}")
+    if lib not in ("gpumat", "torch", "gpumat-after-torch"):
+        raise SystemExit(
+            f"_own_process.py: LIB must be gpumat, torch or gpumat-after-torch, got {lib!r}"
+        )
     if name == "gpt":
         rows = gpt_rows(lib, spec)
+    elif lib == "gpumat-after-torch":
+        rows = gpumat_after_torch_rows(name, spec)
     else:
         rows = torch_rows(name, spec) if lib == "torch" else gpumat_rows(name, spec)
     print("ROWS " + json.dumps(rows), flush=True)

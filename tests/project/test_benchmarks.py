@@ -325,8 +325,9 @@ def test_own_process_rows_time_each_library_alone(monkeypatch):
     args = types.SimpleNamespace(steps={"mlp": 1}, repeat=2, quick=False, seed=0)
     rows = bench_frontend.own_process_rows("mlp", bench_frontend.QUICK_CASES["mlp"], args)
     want = {"gpumat-eager", "gpumat-compiled"}
-    if importlib.util.find_spec("torch") is not None:
-        want.add("torch")
+    has_torch = importlib.util.find_spec("torch") is not None
+    if has_torch:  # and gpumat in a process that imported and used PyTorch first
+        want |= {"torch", "gpumat-eager (PyTorch first)", "gpumat-compiled (PyTorch first)"}
     assert {r["framework"] for r in rows} == want
     for r in rows:
         assert r["case"] == "mlp (own process)" and r["processes"] == 2
@@ -340,7 +341,10 @@ def test_own_process_rows_time_each_library_alone(monkeypatch):
     program = {"case": "mnist-net", "framework": "gpumat-eager", "train_s": 30.0}
     note = bench_frontend.coexistence_note([shared, program, *rows])
     assert note is not None and "mlp 1.10x" in note and "mnist-net" not in note
-    assert bench_frontend.coexistence_note(rows) is None  # no in-process row to compare
+    alone = [r for r in rows if "PyTorch first" not in r["framework"]]
+    assert bench_frontend.coexistence_note(alone) is None  # nothing beside PyTorch to compare
+    if has_torch:
+        assert "imported and used PyTorch first" in bench_frontend.coexistence_note(rows)
 
 
 def test_make_table_keeps_runs_of_other_models_and_groups(tmp_path):
