@@ -47,8 +47,8 @@ template <typename TermA, typename TermB>
     la[k] += term_a(j + k);
     lb[k] += term_b(j + k);
   }
-  *sum_a = ((la[0] + la[1]) + (la[2] + la[3])) + ((la[4] + la[5]) + (la[6] + la[7]));
-  *sum_b = ((lb[0] + lb[1]) + (lb[2] + lb[3])) + ((lb[4] + lb[5]) + (lb[6] + lb[7]));
+  *sum_a = lane_total(la);
+  *sum_b = lane_total(lb);
 }
 
 // Row x (d,)'s mean (0 for RMS) and rstd = 1 / sqrt(var + eps).
