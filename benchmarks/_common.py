@@ -271,6 +271,29 @@ def gpumat_build() -> dict:
     }
 
 
+def run_worker(script: str, args: list[str], marker: str):
+    """Run ``benchmarks/<script> *args`` in a fresh interpreter, with the gpumat this process
+    imported first on its path, and return the JSON after ``marker`` on the last stdout line
+    that starts with it (how the own-process workers report).
+
+    Raises:
+        RuntimeError: the worker exited non-zero or printed no such line (its stderr in the
+            message).
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(gpumat_build()["path"]).parent), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    out = subprocess.run(
+        [sys.executable, str(BENCH_DIR / script), *args],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(marker)]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"{script} {' '.join(args[:2])} failed:\n{out.stderr}")
+    return json.loads(lines[-1][len(marker) :])
+
+
 def check_build(git: dict, build: dict) -> None:
     """Raises SystemExit when the imported gpumat was built from another commit than the one the
     ledger file would name (a stale in-place build, or an installed copy of an older commit);

@@ -66,7 +66,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -86,6 +85,7 @@ from _common import (
     optional_import,
     resolve_out,
     run_header,
+    run_worker,
     software_info,
     time_interleaved,
     write_results,
@@ -266,26 +266,13 @@ def _run_own_processes(name, payload: dict, after_torch: bool = False) -> list[d
     PyTorch first, in ``OWN_PROCESS_ROUNDS`` rounds that alternate which starts first; a row per
     framework with every round's samples (see :func:`own_process_rows`)."""
     payload = json.dumps(payload)
-    env = dict(os.environ)
-    # the gpumat this process imported, first on the worker's path
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(gpumat.__file__).resolve().parents[1]), *filter(None, [env.get("PYTHONPATH")])]
-    )
     libs = ["gpumat"]
     if optional_import("torch") is not None:
         libs += ["torch", "gpumat-after-torch"] if after_torch else ["torch"]
     merged: dict[str, dict] = {}
     for r in range(OWN_PROCESS_ROUNDS):
         for lib in libs if r % 2 == 0 else libs[::-1]:
-            out = subprocess.run(
-                [sys.executable, str(Path(__file__).with_name("_own_process.py")), lib, name,
-                 payload],
-                env=env, capture_output=True, text=True, check=False,
-            )  # fmt: skip
-            lines = [ln for ln in out.stdout.splitlines() if ln.startswith("ROWS ")]
-            if out.returncode != 0 or not lines:
-                raise RuntimeError(f"own-process {lib} worker for {name} failed:\n{out.stderr}")
-            for row in json.loads(lines[-1][5:]):
+            for row in run_worker("_own_process.py", [lib, name, payload], "ROWS "):
                 kept = merged.setdefault(row["framework"], {**row, "samples_s": []})
                 kept["samples_s"] += row["samples_s"]
     rows = []

@@ -73,11 +73,9 @@ import itertools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import numpy as np
 from _common import (
@@ -93,6 +91,7 @@ from _common import (
     optional_import,
     resolve_out,
     run_header,
+    run_worker,
     software_info,
     write_results,
 )
@@ -375,19 +374,7 @@ def run_torch_own_process(name, data, ctx_name, epochs, batch_size, lr, *, compi
         "compile_loss": compile_loss, "quick": quick,
         "mlp_hidden": list(MLP_HIDDEN) if MLP_HIDDEN else None,
     }  # fmt: skip
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(gpumat.__file__).resolve().parents[1]), *filter(None, [env.get("PYTHONPATH")])]
-    )
-    worker = Path(__file__).with_name("_mnist_torch_process.py")
-    out = subprocess.run(
-        [sys.executable, str(worker), json.dumps(spec)],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RUN ")]
-    if out.returncode != 0 or not lines:
-        raise RuntimeError(f"the PyTorch worker for {name} failed:\n{out.stderr}")
-    return {**json.loads(lines[-1][4:]), "process": "own"}
+    return {**run_worker("_mnist_torch_process.py", [json.dumps(spec)], "RUN "), "process": "own"}
 
 
 def mnist_data(quick):
