@@ -41,6 +41,7 @@ import threading
 
 import numpy as np
 
+from gpumat import _grad_plans as grad_plans
 from gpumat import ops
 from gpumat._core import PyGpuMatrix
 from gpumat.arrays import empty
@@ -321,10 +322,11 @@ def _forward_value(node: Node, expected: dict, shape_only: bool):
     return value
 
 
-def _evaluate(target: Node, memo: dict, fresh: set, expected: dict, device):
+def _evaluate(target: Node, memo: dict, fresh: set, expected: dict, device, rec=None):
     """The value of gradient node ``target``: its inputs are recorded forward nodes (values kept
     by the graph) or nodes in ``memo``; new nodes are computed inputs first and memoised. Arrays
-    allocated here are added to ``fresh`` (by id; views are not fresh)."""
+    allocated here are added to ``fresh`` (by id; views are not fresh). ``rec`` (a
+    :class:`gpumat._grad_plans.PlanRecorder`) is told each node evaluated, in order."""
     if target in memo:
         return memo[target]
     stack = [target]
@@ -348,10 +350,16 @@ def _evaluate(target: Node, memo: dict, fresh: set, expected: dict, device):
         ]
         if _passes_through(node, vals):
             out = vals[0]  # not fresh: leaves copy it rather than adopt it
+            kind = grad_plans.PASS
         else:
             out = run_node(node, vals, device)
-            if not isinstance(node.op, ReshapeOp):
+            if isinstance(node.op, ReshapeOp):
+                kind = grad_plans.VIEW
+            else:
                 fresh.add(id(out))
+                kind = grad_plans.COMPUTE
+        if rec is not None:
+            rec.step(node, kind, out.shape)
         memo[node] = out
     return memo[target]
 
@@ -434,6 +442,22 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
             _function_step(node, contribs, contributions, relevant, device, retain_graph)
             continue
         grad_node, grad_value, grad_fresh = _sum(contribs, device)
+        key = grad_plans.plan_key(node, grad_node, grad_value, relevant, grad_fresh)
+        if key is not None:
+            plan = grad_plans.lookup(key)
+            handed_values = None if plan is None else plan.run(node, grad_value, device)
+            if handed_values is not None:
+                inputs = node.inputs
+                for position, value, owned in handed_values:
+                    contributions.setdefault(inputs[position], []).append(
+                        (_gradient_node(), value, owned)
+                    )
+                if not retain_graph:
+                    node.saved.value = None
+                    node.saved.freed = True
+                continue
+        recording = key is not None and not grad_plans.refused(key)
+        rec = grad_plans.PlanRecorder(node, grad_node) if recording else None
         expected = dict(zip(node.inputs, node.saved.in_vers, strict=True))
         expected[node] = node.saved.ver
         input_grads = node.op.gradient(node, grad_node)
@@ -444,7 +468,7 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
         memo = {grad_node: grad_value}
         fresh: set[int] = {id(grad_value)} if grad_fresh else set()
         handed: list = []
-        for inp, g in zip(node.inputs, input_grads, strict=True):
+        for position, (inp, g) in enumerate(zip(node.inputs, input_grads, strict=True)):
             if g is None or inp not in relevant:
                 continue
             if isinstance(g, Undefined):
@@ -452,18 +476,31 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
             if type(g.op) is AsStridedBackwardOp and g not in memo:  # a view's gradient: later
                 src = _evaluate(g.inputs[0], memo, fresh, expected, device)
                 like = _forward_value(g.inputs[1], expected, True)
-                handed.append((inp, g, _Scatter(g, src, like)))
+                handed.append((position, inp, g, _Scatter(g, src, like)))
+                rec = None  # waits for its base: not replayable alone
                 continue
-            handed.append((inp, g, _evaluate(g, memo, fresh, expected, device)))
+            handed.append((position, inp, g, _evaluate(g, memo, fresh, expected, device, rec)))
         counts: dict[int, int] = {}
-        for _, _, value in handed:
+        for _, _, _, value in handed:
             counts[id(value)] = counts.get(id(value), 0) + 1
-        for inp, g, value in handed:
+        for position, inp, g, value in handed:
             owned = id(value) in fresh and counts[id(value)] == 1
             contributions.setdefault(inp, []).append((g, value, owned))
+            if rec is not None:
+                rec.output(position, g, owned)
+        if recording:
+            grad_plans.store(key, None if rec is None else rec.plan())
         if not retain_graph:
             node.saved.value = None
             node.saved.freed = True
+
+
+def _gradient_node() -> Node:
+    """A placeholder standing for a replayed gradient's value in later steps (its node: the
+    gradient rules of the nodes it reaches take it as their output gradient)."""
+    node = Node(placeholder_op)
+    node._name = "grad"
+    return node
 
 
 class _Scatter:

@@ -55,7 +55,7 @@ LAYERS = [
     },
     {"gpumat.graph", "gpumat.broadcasting"},  # and gpumat.graph.*
     {"gpumat.runtime"},  # and gpumat.runtime.*
-    {"gpumat.autograd"},
+    {"gpumat.autograd", "gpumat._grad_plans"},
     {"gpumat.tensor"},
     {"gpumat.creation", "gpumat.functions"},
     {"gpumat.nn", "gpumat.optim", "gpumat.data", "gpumat.serialization", "gpumat.compiler"},
