@@ -49,8 +49,17 @@ _refused: set = set()  # keys whose evaluation could not be written down
 _lock = threading.Lock()
 
 
+_cacheable_types: dict = {}
+
+
 def _cacheable_op(op) -> bool:
-    return type(op).__module__.startswith("gpumat.") and not op.takes_run_state
+    kind = type(op)
+    ok = _cacheable_types.get(kind)
+    if ok is None:
+        ok = _cacheable_types[kind] = (
+            kind.__module__.startswith("gpumat.") and not kind.takes_run_state
+        )
+    return ok
 
 
 def plan_key(node, grad_node, grad_value, relevant: set, grad_fresh: bool):

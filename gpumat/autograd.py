@@ -197,15 +197,26 @@ class set_grad_enabled(_GradMode):  # noqa: N801 (PyTorch's name)
         return super().__call__(fn)
 
 
+# The number of threads with a trace set: while none has, current_trace answers without the
+# thread-local lookup (it runs for every eager op and module call).
+_threads_tracing = 0
+_tracing_lock = threading.Lock()
+
+
 def current_trace():
     """The trace that :func:`gpumat.compile` is recording on this thread, or None."""
+    if not _threads_tracing:
+        return None
     return getattr(_local, "trace", None)
 
 
 def set_trace(trace):
     """Make ``trace`` (or None) this thread's active trace; returns the previous one."""
+    global _threads_tracing
     previous = getattr(_local, "trace", None)
-    _local.trace = trace
+    with _tracing_lock:
+        _threads_tracing += (trace is not None) - (previous is not None)
+        _local.trace = trace
     return previous
 
 

@@ -303,3 +303,36 @@ def test_linear_is_one_kernel_and_a_following_relu_fuses_into_it(ctx):
     step(gpumat.tensor(xb, device=ctx), gpumat.tensor(yb, device=ctx))
     assert step.fusion_report.rules["dense_relu"] == 1  # the first layer and its ReLU
     assert step.fusion_report.rules["dense"] == 0  # F.linear's layers are dense already
+
+
+def test_a_trace_on_one_thread_leaves_other_threads_eager(ctx):
+    """current_trace answers per thread (its fast path counts the threads tracing): while one
+    thread traces a step, another's ops run eagerly, and when the trace ends none is left."""
+    import threading
+
+    from gpumat import autograd
+
+    rng, seed = new_rng()
+    x0 = rand((3, 4), rng)
+    inside, release = threading.Event(), threading.Event()
+
+    def f(x):
+        y = (x * 2.0).sum()
+        inside.set()
+        release.wait(30)
+        return y
+
+    step = gpumat.compile(f)
+    result = {}
+    worker = threading.Thread(
+        target=lambda: result.setdefault("y", step(gpumat.tensor(x0, device=ctx)).item())
+    )
+    worker.start()
+    assert inside.wait(30)
+    assert autograd.current_trace() is None
+    eager = gpumat.tensor(x0, device=ctx) * 3.0  # runs now, on this thread
+    np.testing.assert_allclose(eager.numpy(), x0 * 3.0, rtol=1e-6, err_msg=f"seed {seed}")
+    release.set()
+    worker.join(30)
+    assert result["y"] == pytest.approx(float((x0.astype(np.float64) * 2).sum()), rel=1e-5)
+    assert autograd._threads_tracing == 0 and autograd.current_trace() is None
