@@ -497,9 +497,11 @@ def run_gpt(ctx, torch, args) -> list[dict]:
     return [v["row"] for v in variants]
 
 
-def run_mnist_net(torch, args) -> list[dict]:
+def run_mnist_net(torch, args, own_process: bool = False) -> list[dict]:
     """``examples/mnist_net.py --epochs 1`` (eager and ``--compile``) and its PyTorch twin, each
-    one run of the program's ``main`` in this process; a row per run."""
+    one run of the program's ``main``: in this process, or with ``own_process`` each in a fresh
+    interpreter of its own (``_program_process.py``: as users run them, neither library beside
+    the other); a row per run (case ``mnist-net`` or ``mnist-net (own process)``)."""
     import mnist_net  # an example program, on the path set at the top
 
     programs = [
@@ -516,10 +518,14 @@ def run_mnist_net(torch, args) -> list[dict]:
         argv = argv + device + (["--dry-run"] if args.quick else [])
         script = "mnist_net_torch.py" if framework == "torch" else "mnist_net.py"
         start = time.perf_counter()
-        epoch = program(argv)["epochs"][0]
+        if own_process:
+            result = run_worker("_program_process.py", [script, json.dumps(argv)], "RUN ")
+        else:
+            result = program(argv)
+        epoch = result["epochs"][0]
         rows.append(
             {
-                "case": "mnist-net",
+                "case": "mnist-net (own process)" if own_process else "mnist-net",
                 "batch": 64,
                 "framework": framework,
                 "command": " ".join(["python", f"examples/{script}", *argv]),
@@ -527,6 +533,7 @@ def run_mnist_net(torch, args) -> list[dict]:
                 "test_accuracy": epoch["accuracy"],
                 "test_loss": epoch["test_loss"],
                 "wall_s": time.perf_counter() - start,
+                **({"libraries_loaded": result["libraries_loaded"]} if own_process else {}),
             }
         )
     return rows
@@ -596,6 +603,10 @@ def run_all(p, args, argv) -> int:
         mine = [r for r in rows if r["case"] == name or (name == "ops" and r["case"][:3] == "op ")]
         print(frontend_table(mine), flush=True)
     if args.own_processes:
+        if "mnist-net" in names:
+            own = run_mnist_net(torch, args, own_process=True)
+            rows += own
+            print(frontend_table(own), flush=True)
         for name in (n for n in names if n in cases or n == "gpt"):
             own = (
                 own_process_gpt_rows(args)

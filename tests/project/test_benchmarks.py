@@ -282,6 +282,11 @@ def test_frontend_table_ratios_and_programs():
          "test_accuracy": 0.9824, "command": "python examples/mnist_net.py --epochs 1"},
         {"case": "mnist-net", "batch": 64, "framework": "torch", "train_s": 80.0,
          "test_accuracy": 0.982, "command": "python examples/mnist_net_torch.py --epochs 1"},
+        {"case": "mnist-net (own process)", "batch": 64, "framework": "gpumat-compiled",
+         "train_s": 40.0, "test_accuracy": 0.9824,
+         "command": "python examples/mnist_net.py --epochs 1 --compile"},
+        {"case": "mnist-net (own process)", "batch": 64, "framework": "torch", "train_s": 60.0,
+         "test_accuracy": 0.982, "command": "python examples/mnist_net_torch.py --epochs 1"},
     ]  # fmt: skip
     text = _common.frontend_table(rows)
     lines = text.splitlines()
@@ -293,6 +298,8 @@ def test_frontend_table_ratios_and_programs():
     assert "50.0" in program and "0.9824" in program and "1.60x" in program
     twin = next(ln for ln in lines if "mnist_net_torch.py" in ln)
     assert twin.rstrip(" |").endswith("-")
+    own = next(ln for ln in lines if "--compile (own process)" in ln)  # against its own twin
+    assert "40.0" in own and "1.50x" in own
 
 
 def test_bench_frontend_interleaves_the_frameworks():
