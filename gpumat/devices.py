@@ -62,7 +62,7 @@ class Device:
     # NOTE: the kind is stored as _kind and read through the device_type property, so that
     # gpumat.dlsys.ndarray.DLContext can report the dlsys course's integer device types (1 cpu,
     # 2 gpu) while every gpumat layer keeps reading the string.
-    __slots__ = ("_kind", "index")
+    __slots__ = ("_kind", "index", "_native")
 
     def __init__(self, device_type, index: int | None = None):
         if isinstance(device_type, Device):
@@ -85,6 +85,9 @@ class Device:
             raise ValueError(f"device index must be >= 0, got {index}")
         object.__setattr__(self, "_kind", device_type)
         object.__setattr__(self, "index", index)
+        # (kind, index) as gpumat._core takes it: read by every eager op's allocation
+        native = (_KINDS[device_type], 0 if device_type == "cpu" else index)
+        object.__setattr__(self, "_native", native)
 
     def __setattr__(self, name, value):
         raise AttributeError("Device is immutable")
@@ -104,16 +107,15 @@ class Device:
         """The dlsys course's name for ``index``."""
         return self.index
 
-    @property
-    def _native(self) -> tuple[int, int]:
-        # (kind, index) as gpumat._core takes it
-        return _KINDS[self._kind], (0 if self._kind == "cpu" else self.index)
-
     def __eq__(self, other):
         return isinstance(other, Device) and self._kind == other._kind and self.index == other.index
 
     def __hash__(self):
         return hash((self._kind, self.index))
+
+    def __reduce__(self):
+        # pickle and copy rebuild through the constructor: its slots cannot be set afterwards
+        return (Device, (self._kind, self.index))
 
     def __repr__(self):
         return f"{self._kind}({self.index})"
@@ -126,15 +128,31 @@ def _index_once(kind: str, parsed: int | None, given: int | None) -> tuple[str, 
     return kind, given if parsed is None else parsed
 
 
+# One Device object per device from cpu(), gpu(i) and emu(i): every eager op compares its inputs'
+# devices, and ``is`` answers where __eq__ (a Python call) would otherwise run. Devices are
+# immutable, so sharing one is safe; other equal Device objects still compare equal.
+_CPU = Device("cpu", 0)
+_CANONICAL: dict = {}
+
+
+def _canonical(kind: str, index) -> Device:
+    device = _CANONICAL.get((kind, index))
+    if device is None:
+        device = Device(kind, index)  # checks the index
+        if type(index) is int and len(_CANONICAL) < 1024:
+            _CANONICAL[(kind, index)] = device
+    return device
+
+
 def cpu(index: int = 0) -> Device:
     """The host device. ``index`` is accepted (for the dlsys course's ``ndarray.cpu(0)``) and
     ignored."""
-    return Device("cpu", 0)
+    return _CPU
 
 
 def gpu(index: int = 0) -> Device:
     """CUDA device ``index`` (arrays on it raise gpumat.CudaError if it does not exist)."""
-    return Device("gpu", index)
+    return _canonical("gpu", index)
 
 
 def emu(index: int = 0) -> Device:
@@ -145,7 +163,7 @@ def emu(index: int = 0) -> Device:
     Slow by design; its timings say nothing about a GPU. ``GPUMAT_EMU_DEVICES`` (default 1) sets
     how many exist; arrays on a missing one raise ``gpumat.CudaError``.
     """
-    return Device("emu", index)
+    return _canonical("emu", index)
 
 
 _DEVICE_KINDS = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "emu": "emu"}
@@ -165,7 +183,7 @@ def as_device(device, op: str = "device", *, numpy: bool = False) -> Device | No
             ``op``.
     """
     if device is None:
-        return None if numpy else Device("cpu", 0)
+        return None if numpy else _CPU
     if isinstance(device, Device):
         return device
     if not isinstance(device, str):

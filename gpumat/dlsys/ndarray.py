@@ -46,6 +46,9 @@ class DLContext(Device):
         """1 (cpu) or 2 (gpu), the dlsys course's encoding."""
         return 2 if self._kind == "gpu" else 1
 
+    def __reduce__(self):
+        return (DLContext, (self.index, self.device_type))
+
 
 def cpu(dev_id: int = 0) -> DLContext:
     """The host device, ``device_type`` 1."""

@@ -534,7 +534,8 @@ def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differen
     repeated operand read in place by ``broadcast_binary_op`` (its gradient summed back)."""
     if out_dtype is float32:
         _require_float(op, a, b)
-    _device_of(op, [a, b])
+    if a._device is not b._device:
+        _device_of(op, [a, b])
     bounds = (0, 1) if out_dtype is bool_ else None
     if a._shape != b._shape:
         target = _broadcast_shape(op, a._shape, b._shape)  # the error names the front-end op
@@ -547,7 +548,8 @@ def _binary(op: str, a: Tensor, b: Tensor, graph_op, out_dtype=float32, differen
 
 
 def _add(a: Tensor, b: Tensor, op: str = "add") -> Tensor:
-    bias = broadcasting.channel_bias(a._shape, b._shape)
+    # equal shapes are never a channel bias (one rank less)
+    bias = None if a._shape == b._shape else broadcasting.channel_bias(a._shape, b._shape)
     if bias is None:
         return _binary(op, a, b, add_op)  # its checks, once
     _require_float(op, a, b)

@@ -32,7 +32,7 @@ from gpumat.autograd import (
     run_node,
 )
 from gpumat.autograd import backward as _engine_backward
-from gpumat.devices import Device, as_device
+from gpumat.devices import Device, as_device, cpu
 from gpumat.dtypes import (
     DTYPE_NAMES,
     TYPE_NAMES,
@@ -161,7 +161,23 @@ class Tensor:
         self._fill(made._data, made._dtype, made._device, made._range)
         self.requires_grad = requires_grad
 
+    # The state every tensor starts with, as class attributes: a new tensor sets only what
+    # differs (_fill runs for every eager op's result).
+    _requires_grad = False
+    _grad = None
+    _node = None
+    _range = None
+    _range_src = None
+    _trace = None
+    _tnode = None
+    _view = None  # a StridedView: this tensor shows a strided region of another's storage
+    # In a gpumat.compile trace, a view's (base, stride, offset) against a traced base, so that
+    # views of it are views of that base (one as_strided node, one copy), as StridedView makes
+    # them eagerly. Safe because traces refuse in-place changes: a traced value never changes.
+    _trace_view = None
+
     def _fill(self, data, dt, device, bounds=None, vc=None) -> None:
+        """Make this tensor hold ``data`` afresh: every other state back to a new tensor's."""
         self._storage = data  # what the _data setter does, without its call
         self._shape = tuple(data.shape) if data is not None else ()
         self._dtype = dt
@@ -177,10 +193,7 @@ class Tensor:
         self._range_src = None
         self._trace = None
         self._tnode = None
-        self._view = None  # a StridedView: this tensor shows a strided region of another's storage
-        # In a gpumat.compile trace, a view's (base, stride, offset) against a traced base, so that
-        # views of it are views of that base (one as_strided node, one copy), as StridedView makes
-        # them eagerly. Safe because traces refuse in-place changes: a traced value never changes.
+        self._view = None
         self._trace_view = None
 
     # The values: a PyGpuMatrix. A view's copy is brought up to date with its base first, when
@@ -204,8 +217,18 @@ class Tensor:
 
     @classmethod
     def _make(cls, data, dt, device, bounds=None, vc=None) -> Tensor:
+        # _fill's state for a new object: the rest is the class attributes' defaults.
         t = Tensor.__new__(Tensor)
-        t._fill(data, dt, device, bounds, vc)
+        t._storage = data
+        t._shape = tuple(data.shape) if data is not None else ()
+        t._dtype = dt
+        t._device = device
+        if vc is None:
+            t._vc = VersionCounter()
+            if bounds is not None:
+                t._range = bounds
+        else:  # a tensor over another's storage keeps the range that storage has
+            t._vc = vc
         return t
 
     @classmethod
@@ -669,7 +692,7 @@ class Tensor:
 
     def cpu(self) -> Tensor:
         """``to(gpumat.cpu())``."""
-        return self.to(Device("cpu", 0))
+        return self.to(cpu())
 
     def float(self) -> Tensor:
         """``to(gpumat.float32)``."""

@@ -193,6 +193,30 @@ def test_devices_are_built_as_pytorch_builds_them(args, want):
         )
 
 
+def test_devices_are_shared_immutable_and_pickle():
+    """cpu(), gpu(i) and emu(i) give one object per device (eager ops compare devices by
+    identity first); equal devices made otherwise still compare and hash equal; a device pickles
+    and copies, and a dlsys DLContext stays one."""
+    import copy
+    import pickle
+
+    from gpumat.dlsys import ndarray as dlsys_ndarray
+
+    assert gpumat.cpu() is gpumat.cpu(7) and gpumat.emu(1) is gpumat.emu(1)
+    assert gpumat.gpu(2) is gpumat.gpu(2) and gpumat.gpu(2) is not gpumat.gpu(3)
+    assert gpumat.Device("emu", 1) == gpumat.emu(1) and gpumat.Device("emu", 1) is not gpumat.emu(1)
+    with pytest.raises(AttributeError, match="immutable"):
+        gpumat.cpu().index = 1
+    with pytest.raises(ValueError, match=">= 0"):
+        gpumat.gpu(-1)
+    for device in (gpumat.cpu(), gpumat.emu(1), gpumat.Device("cuda:3")):
+        for back in (pickle.loads(pickle.dumps(device)), copy.deepcopy(device)):
+            assert back == device and type(back) is type(device) and back._native == device._native
+    context = dlsys_ndarray.cpu(0)
+    back = pickle.loads(pickle.dumps(context))
+    assert type(back) is type(context) and back.device_type == 1 and back == gpumat.cpu()
+
+
 @pytest.mark.parametrize(
     "args, error",
     [
