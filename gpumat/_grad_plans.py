@@ -69,7 +69,8 @@ def plan_key(node, grad_node, grad_value, relevant: set, grad_fresh: bool):
     the same node, which need a gradient, whether the gradient is backward's seed for this node
     (``softmaxcrossentropy_op`` skips the product by those ones) and whether it is a fresh array."""
     op = node.op
-    if not _cacheable_op(op):
+    ok = _cacheable_types.get(type(op))
+    if not (ok or (ok is None and _cacheable_op(op))):
         return None
     inputs = node.inputs
     shapes = []
@@ -79,10 +80,11 @@ def plan_key(node, grad_node, grad_value, relevant: set, grad_fresh: bool):
             return None
         shapes.append(saved.value.shape)
     aliases = None
-    if len(set(inputs)) != len(inputs):
+    if len(inputs) > 1 and len(set(inputs)) != len(inputs):
         aliases = tuple([inputs.index(i) for i in inputs])
     seed = grad_node.op is oneslike_op and grad_node.inputs[0] is node
-    key = (
+    # (hashed by the lookup: an attribute that is not hashable makes lookup answer None)
+    return (
         op,
         node.attrs,
         tuple(shapes),
@@ -92,21 +94,23 @@ def plan_key(node, grad_node, grad_value, relevant: set, grad_fresh: bool):
         seed,
         grad_fresh,
     )
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
 
 
 def lookup(key):
-    """The plan stored for ``key``, or None."""
-    return _plans.get(key)
+    """The plan stored for ``key``, or None (also for a key that cannot be hashed)."""
+    try:
+        return _plans.get(key)
+    except TypeError:  # an unhashable attribute value
+        return None
 
 
 def refused(key) -> bool:
-    """Whether an evaluation under ``key`` was found not to be replayable."""
-    return key in _refused
+    """Whether an evaluation under ``key`` was found not to be replayable (or cannot be: a key
+    that is not hashable)."""
+    try:
+        return key in _refused
+    except TypeError:
+        return True
 
 
 def store(key, plan) -> None:

@@ -461,7 +461,7 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
                 inputs = node.inputs
                 for position, value, owned in handed_values:
                     contributions.setdefault(inputs[position], []).append(
-                        (_gradient_node(), value, owned)
+                        (_REPLAYED_GRADIENT, value, owned)
                     )
                 if not retain_graph:
                     node.saved.value = None
@@ -506,12 +506,16 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
             node.saved.freed = True
 
 
-def _gradient_node() -> Node:
-    """A placeholder standing for a replayed gradient's value in later steps (its node: the
-    gradient rules of the nodes it reaches take it as their output gradient)."""
+def _make_gradient_node() -> Node:
     node = Node(placeholder_op)
     node._name = "grad"
     return node
+
+
+# The node of every replayed gradient value in later steps (the gradient rules of the nodes it
+# reaches take it as their output gradient). One object serves all: each node's evaluation keys
+# its own memo by it, and nothing changes it.
+_REPLAYED_GRADIENT = _make_gradient_node()
 
 
 class _Scatter:
