@@ -35,7 +35,7 @@ __all__ = [
     "lookup",
     "plan_key",
     "plans",
-    "refused",
+    "REFUSED",
     "store",
 ]
 
@@ -44,9 +44,10 @@ __all__ = [
 COMPUTE, VIEW, PASS = 0, 1, 2
 
 _MAX_PLANS = 4096  # keys seen; cleared when full (a model has a few dozen kinds of node)
+# key -> GradPlan, or REFUSED for a key whose evaluation could not be written down
 _plans: dict = {}
-_refused: set = set()  # keys whose evaluation could not be written down
 _lock = threading.Lock()
+REFUSED = object()
 
 
 _cacheable_types: dict = {}
@@ -69,8 +70,7 @@ def plan_key(node, grad_node, grad_value, relevant: set, grad_fresh: bool):
     the same node, which need a gradient, whether the gradient is backward's seed for this node
     (``softmaxcrossentropy_op`` skips the product by those ones) and whether it is a fresh array."""
     op = node.op
-    ok = _cacheable_types.get(type(op))
-    if not (ok or (ok is None and _cacheable_op(op))):
+    if not _cacheable_op(op):
         return None
     inputs = node.inputs
     shapes = []
@@ -97,32 +97,20 @@ def plan_key(node, grad_node, grad_value, relevant: set, grad_fresh: bool):
 
 
 def lookup(key):
-    """The plan stored for ``key``, or None (also for a key that cannot be hashed)."""
+    """The plan stored for ``key``; :data:`REFUSED` when its evaluation cannot be replayed (also
+    for a key that cannot be hashed: an attribute value that is not); None when none is known."""
     try:
         return _plans.get(key)
     except TypeError:  # an unhashable attribute value
-        return None
-
-
-def refused(key) -> bool:
-    """Whether an evaluation under ``key`` was found not to be replayable (or cannot be: a key
-    that is not hashable)."""
-    try:
-        return key in _refused
-    except TypeError:
-        return True
+        return REFUSED
 
 
 def store(key, plan) -> None:
     """Keep ``plan`` for ``key`` (None: remember that the key is not replayable)."""
     with _lock:
-        if len(_plans) + len(_refused) >= _MAX_PLANS:
+        if len(_plans) >= _MAX_PLANS:
             _plans.clear()
-            _refused.clear()
-        if plan is None:
-            _refused.add(key)
-        else:
-            _plans[key] = plan
+        _plans[key] = REFUSED if plan is None else plan
 
 
 def clear() -> None:
@@ -130,17 +118,16 @@ def clear() -> None:
     store is bounded)."""
     with _lock:
         _plans.clear()
-        _refused.clear()
+
+
+def plans() -> list:
+    """The stored plans (a new list; refused keys left out)."""
+    return [p for p in list(_plans.values()) if p is not REFUSED]
 
 
 def count() -> int:
     """The number of stored plans."""
-    return len(_plans)
-
-
-def plans() -> list:
-    """The stored plans (a copy of the list)."""
-    return list(_plans.values())
+    return len(plans())
 
 
 class PlanRecorder:

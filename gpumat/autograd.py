@@ -454,9 +454,9 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
             continue
         grad_node, grad_value, grad_fresh = _sum(contribs, device)
         key = grad_plans.plan_key(node, grad_node, grad_value, relevant, grad_fresh)
-        if key is not None:
-            plan = grad_plans.lookup(key)
-            handed_values = None if plan is None else plan.run(node, grad_value, device)
+        plan = None if key is None else grad_plans.lookup(key)
+        if plan is not None and plan is not grad_plans.REFUSED:
+            handed_values = plan.run(node, grad_value, device)
             if handed_values is not None:
                 inputs = node.inputs
                 for position, value, owned in handed_values:
@@ -467,7 +467,8 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
                     node.saved.value = None
                     node.saved.freed = True
                 continue
-        recording = key is not None and not grad_plans.refused(key)
+        # (a plan whose replay found a value changed is recorded again: the path below raises)
+        recording = key is not None and plan is not grad_plans.REFUSED
         rec = grad_plans.PlanRecorder(node, grad_node) if recording else None
         expected = dict(zip(node.inputs, node.saved.in_vers, strict=True))
         expected[node] = node.saved.ver
@@ -506,16 +507,11 @@ def backward(root: Node, seed, device, retain_graph: bool) -> None:
             node.saved.freed = True
 
 
-def _make_gradient_node() -> Node:
-    node = Node(placeholder_op)
-    node._name = "grad"
-    return node
-
-
 # The node of every replayed gradient value in later steps (the gradient rules of the nodes it
 # reaches take it as their output gradient). One object serves all: each node's evaluation keys
 # its own memo by it, and nothing changes it.
-_REPLAYED_GRADIENT = _make_gradient_node()
+_REPLAYED_GRADIENT = Node(placeholder_op)
+_REPLAYED_GRADIENT._name = "grad"
 
 
 class _Scatter:

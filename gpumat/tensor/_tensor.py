@@ -178,18 +178,10 @@ class Tensor:
 
     def _fill(self, data, dt, device, bounds=None, vc=None) -> None:
         """Make this tensor hold ``data`` afresh: every other state back to a new tensor's."""
-        self._storage = data  # what the _data setter does, without its call
-        self._shape = tuple(data.shape) if data is not None else ()
-        self._dtype = dt
-        self._device = device
+        self._hold(data, dt, device, bounds, vc)
         self._requires_grad = False
         self._grad = None
         self._node = None
-        if vc is None:
-            self._vc = VersionCounter()
-            self._range = bounds
-        else:  # a tensor over another's storage keeps the range that storage has
-            self._vc = vc
         self._range_src = None
         self._trace = None
         self._tnode = None
@@ -215,20 +207,23 @@ class Tensor:
     def _data(self, value) -> None:
         self._storage = value
 
+    def _hold(self, data, dt, device, bounds, vc) -> None:
+        """The storage, shape, dtype, device, version counter and range: all a new tensor sets
+        (the rest is the class attributes' defaults)."""
+        self._storage = data  # what the _data setter does, without its call
+        self._shape = tuple(data.shape) if data is not None else ()
+        self._dtype = dt
+        self._device = device
+        if vc is None:
+            self._vc = VersionCounter()
+            self._range = bounds
+        else:  # a tensor over another's storage keeps the range that storage has
+            self._vc = vc
+
     @classmethod
     def _make(cls, data, dt, device, bounds=None, vc=None) -> Tensor:
-        # _fill's state for a new object: the rest is the class attributes' defaults.
         t = Tensor.__new__(Tensor)
-        t._storage = data
-        t._shape = tuple(data.shape) if data is not None else ()
-        t._dtype = dt
-        t._device = device
-        if vc is None:
-            t._vc = VersionCounter()
-            if bounds is not None:
-                t._range = bounds
-        else:  # a tensor over another's storage keeps the range that storage has
-            t._vc = vc
+        t._hold(data, dt, device, bounds, vc)
         return t
 
     @classmethod
