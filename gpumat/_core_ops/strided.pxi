@@ -2,6 +2,11 @@
 # and dispatched by extensions/src/ops/strided.cpp.
 
 
+#: The most dims a Strides holds (as_strided's and as_strided_scatter's stride tuples): a compiled
+#: step (gpumat.runtime.compiled) passes a stride tuple as this many integer scalars.
+MAX_STRIDED_DIMS = kMaxStridedDims
+
+
 cdef Strides _strides(tuple stride, str op) except *:
     """A Strides from a tuple of at most kMaxStridedDims ints (the rest of the slots 0)."""
     cdef Strides st

@@ -2,7 +2,8 @@
 CUDA or emulated device.
 
 The executor runs a plan's first run from Python inside :func:`gpumat.ops.trace_calls`, which
-records the ``gpumat._core`` kernel calls each op's ``compute`` makes (name, arrays, scalars).
+records the ``gpumat._core`` kernel calls each op's ``compute`` makes (name, arrays, scalars; a
+view's stride tuple as ``_core.MAX_STRIDED_DIMS`` integer scalars, the unused slots 0).
 :func:`build_program` maps every traced array to a planned buffer or a fed device array and hands
 the list to ``gpumat._core.NativeProgram`` (``extensions/include/gpumat/program.h``): one native
 call per run, no Python per op. Dropout's seed is marked as "seed + step" and advanced natively.
@@ -79,6 +80,14 @@ def not_compilable_reason(plan: Plan) -> str:
 _SCALARS = (bool, int, float, np.integer, np.floating, np.bool_)
 
 
+def _is_strides(value: tuple) -> bool:
+    """Whether a traced tuple argument is a stride tuple a step can hold: ints (not bools), at
+    most ``_core.MAX_STRIDED_DIMS`` of them."""
+    return len(value) <= _core.MAX_STRIDED_DIMS and all(
+        isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in value
+    )
+
+
 def build_program(
     device, cuda_graph: bool, plan: Plan, buffers: list, vals: list, segments: list, step: int
 ):
@@ -122,6 +131,11 @@ def build_program(
                     arrays.append(number[id(a)])
                 elif isinstance(a, _SCALARS):
                     scalars.append(a)
+                elif isinstance(a, tuple) and _is_strides(a):
+                    # an ops::Strides parameter (as_strided's): its MAX_STRIDED_DIMS slots, the
+                    # unused ones 0, as gpumat._core's wrapper fills them
+                    scalars.extend(a)
+                    scalars.extend([0] * (_core.MAX_STRIDED_DIMS - len(a)))
                 else:
                     raise NotCompilable(
                         f"op {node.op.name} calls {name} with a {type(a).__name__} argument"

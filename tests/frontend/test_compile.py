@@ -29,6 +29,25 @@ class SmallCNN(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
+class TinyAttention(nn.Module):
+    """Views a compiled step replays as strided copies (``as_strided``) and their gradients as
+    strided writes (``as_strided_scatter``): the heads of one q, k, v projection, a causal
+    attention, the sequence flipped (negative strides), two positions sliced out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.proj = nn.Linear(8, 5)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, 2, c // 2).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).reshape(b, t, c).flip(1)
+        return self.proj(y[:, 0] + y[:, -2])
+
+
 def mlp():
     return nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(),
                          nn.Linear(16, 5))  # fmt: skip
@@ -38,6 +57,12 @@ MODELS = {
     "mlp_sgd_ce": (mlp, (8, 12), lambda p: gpumat.optim.SGD(p, lr=0.1, momentum=0.9), "ce"),
     "mlp_adam_mse": (mlp, (8, 12), lambda p: gpumat.optim.Adam(p, lr=1e-2), "mse"),
     "cnn_adadelta_nll": (SmallCNN, (4, 1, 10, 10), lambda p: gpumat.optim.Adadelta(p), "nll"),
+    "attention_views_adamw_mse": (
+        TinyAttention,
+        (3, 6, 8),
+        lambda p: gpumat.optim.AdamW(p, lr=1e-2),
+        "mse",
+    ),
 }
 
 
