@@ -550,8 +550,13 @@ class ViewMethods:
                 f"narrow: start ({start}) + length ({length}) exceeds dimension size ({n}) of "
                 f"{shape_str(self._shape)}, or is negative"
             )
-        key = (slice(None),) * d + (slice(start, start + length),)
-        return self[key]
+        # x[:, ..., start:start + length] (basic_index's view) without parsing a key: split and
+        # chunk make one per piece
+        _, stride, offset = layout(self)
+        shape = (*self._shape[:d], length, *self._shape[d + 1 :])
+        return _make_view(
+            self, shape, stride, offset + start * stride[d] if length else offset, "index"
+        )
 
     def select(self, dim: int, index: int) -> Tensor:
         """``x[..., index, ...]`` along ``dim`` (a view without that dim)."""
