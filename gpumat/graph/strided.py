@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from gpumat import ops
-from gpumat._checks import as_int, as_real
+from gpumat._checks import _INT64_MAX, _INT64_MIN, as_int, as_real
 from gpumat.graph.elementwise import mul_byconst_op, where_op, zeroslike_op
 from gpumat.graph.node import Attr, Node, Op, kernels_for, shape_str, short_name
 
@@ -81,6 +81,12 @@ def contiguous_strides(shape) -> tuple:
 
 
 def _ints(value, what: str, op: str) -> tuple:
+    if type(value) is tuple:  # the common case (every view's size and strides): no call per int
+        for v in value:
+            if type(v) is not int or not _INT64_MIN <= v <= _INT64_MAX:
+                break
+        else:
+            return value
     if not isinstance(value, (tuple, list)):
         raise TypeError(f"{op}: {what} must be a tuple of ints, got {type(value).__name__}")
     return tuple(as_int(v, f"an element of {what}", op) for v in value)
@@ -288,8 +294,12 @@ def _region(op: Op, node: Node, numel: int, size: tuple, stride: tuple, offset: 
         raise op._error(node, f"negative size {shape_str(size)}")
     if math.prod(size) == 0:
         return
-    lo = offset + sum(min(0, (n - 1) * s) for n, s in zip(size, stride, strict=True))
-    hi = offset + sum(max(0, (n - 1) * s) for n, s in zip(size, stride, strict=True))
+    lo = hi = offset
+    for n, s in zip(size, stride, strict=True):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
     if lo < 0 or hi >= numel:
         raise op._error(
             node,
