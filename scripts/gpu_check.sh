@@ -34,7 +34,10 @@
 #                  against cuBLAS FP32
 #   bench_mlp      benchmarks/bench_mnist.py --models mlp (gpumat's variants, PyTorch eager,
 #                  torch.compile)
-#   bench_frontend benchmarks/bench_frontend.py (tiny-mlp, mlp, mnist-net, cnn)
+#   bench_frontend benchmarks/bench_frontend.py (tiny-mlp, mlp, mnist-net, cnn, and the GPT step
+#                  against PyTorch eager and torch.compile)
+#   bench_attention benchmarks/bench_attention.py (the fused attention kernels against PyTorch's
+#                  scaled_dot_product_attention, each case checked against float64 first)
 #   bench_ops      benchmarks/bench_ops.py (copy bandwidth and cuBLAS as ceilings)
 #   bench_models   benchmarks/bench_mnist.py --models logreg,cnn
 #
@@ -420,8 +423,10 @@ skip_without_build bench_mlp ||
   run_step bench_mlp 90 "$PY" "$REPO/benchmarks/bench_mnist.py" --ctx gpu --models mlp --epochs 3 \
     --out "$RESULTS/"
 skip_without_build bench_frontend ||
-  run_step bench_frontend 120 "$PY" "$REPO/benchmarks/bench_frontend.py" --ctx gpu \
-    --cases tiny-mlp,mlp,mnist-net,cnn --out "$RESULTS/"
+  run_step bench_frontend 160 "$PY" "$REPO/benchmarks/bench_frontend.py" --ctx gpu \
+    --cases tiny-mlp,mlp,mnist-net,cnn,gpt --out "$RESULTS/"
+skip_without_build bench_attention ||
+  run_step bench_attention 90 "$PY" "$REPO/benchmarks/bench_attention.py" --ctx gpu --out "$RESULTS/"
 skip_without_build bench_ops ||
   run_step bench_ops 150 "$PY" "$REPO/benchmarks/bench_ops.py" --ctx gpu --out "$RESULTS/"
 skip_without_build bench_models ||
@@ -436,10 +441,10 @@ TOTAL=$(($(date +%s) - START))
   echo "GPU: ${gpu:-none found}"
   echo "logs: $LOGS; results: $RESULTS"
   echo
-  printf '| %-14s | %-7s | %4s | %7s | %s\n' step status exit seconds note
-  printf '|----------------|---------|------|---------|------\n'
+  printf '| %-15s | %-7s | %4s | %7s | %s\n' step status exit seconds note
+  printf '|-----------------|---------|------|---------|------\n'
   printf '%s' "$SUMMARY_ROWS" | while IFS='|' read -r s st rc sec note; do
-    printf '| %-14s | %-7s | %4s | %7s | %s\n' "$s" "$st" "$rc" "$sec" "$note"
+    printf '| %-15s | %-7s | %4s | %7s | %s\n' "$s" "$st" "$rc" "$sec" "$note"
   done
   echo
   echo "total ${TOTAL}s; overall: $([ "$FAILED" -eq 0 ] && echo PASS || echo FAIL)"
