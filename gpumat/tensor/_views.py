@@ -73,11 +73,11 @@ def _make_view(
     # The dims an expand repeats (stride 0, length > 1): copied once, then repeated by expand_op,
     # whose gradient sums what as_strided_op's gradient could only scatter.
     repeated = [d for d, (n, s) in enumerate(zip(shape, stride, strict=True)) if s == 0 and n > 1]
-    once = tuple(1 if d in repeated else n for d, n in enumerate(shape))
 
     if lazy and not repeated and base._trace is None and current_trace() is None:
         out = lazy_view(op, base, shape, stride, offset)  # copied when first read
     else:
+        once = tuple(1 if d in repeated else n for d, n in enumerate(shape))
         out = apply_op(
             op, lambda n: as_strided_op(n, once, stride, offset), [base], base._dtype, base._range
         )
