@@ -3,8 +3,12 @@ Per seed: both executors on the SAME parameters each step (gradients compared wi
 with a float64 numpy reference), updated with float64-free SGD from the unfused gradients; then the
 test's own scheme (two separate 5-step trajectories) and its final difference. Prints one line per
 seed and a summary. Usage: python3 fusion_diag.py DEVICE SEED0 NSEEDS"""
-import sys, time
+
+import sys
+import time
+
 import numpy as np
+
 import gpumat
 from gpumat import models
 from gpumat.optim import SGD
@@ -47,14 +51,16 @@ for seed in range(seed0, seed0 + n):
             _, *g = ex.run(f)
             got[fuse] = [gi.asnumpy() for gi in g]
             _, *g2 = ex.run(f)  # the same run again: the same bits?
-            if any(not np.array_equal(a, gi.asnumpy()) for a, gi in zip(got[fuse], g2)):
+            if any(
+                not np.array_equal(a, gi.asnumpy()) for a, gi in zip(got[fuse], g2, strict=True)
+            ):
                 repeats_differ.append((seed, step, fuse))
         f64 = {k: np.asarray(v, np.float64) for k, v in feed.items()}
         f64.update(zip(m.params.values(), [p.astype(np.float64) for p in params], strict=True))
         _, *r = ref_ex.run(f64)
-        step_diffs.append(max(rel(a, b) for a, b in zip(got[True], got[False])))
-        ref_diffs.append(max(rel(a, b) for fuse in got for a, b in zip(got[fuse], r)))
-        params = [p - np.float32(0.5) * g for p, g in zip(params, got[False])]
+        step_diffs.append(max(rel(a, b) for a, b in zip(got[True], got[False], strict=True)))
+        ref_diffs.append(max(rel(a, b) for fuse in got for a, b in zip(got[fuse], r, strict=True)))
+        params = [p - np.float32(0.5) * g for p, g in zip(params, got[False], strict=True)]
     # the test's scheme: two trajectories
     final = {}
     for fuse in (False, True):
@@ -67,13 +73,20 @@ for seed in range(seed0, seed0 + n):
             _, *grads = ex.run(f)
             opt.step(grads)
         final[fuse] = [p.asnumpy() for p in ps]
-    fd = max(rel(a, b) for a, b in zip(final[True], final[False]))
+    fd = max(rel(a, b) for a, b in zip(final[True], final[False], strict=True))
     finals.append(fd)
     worst_step, worst_ref = max(worst_step, max(step_diffs)), max(worst_ref, max(ref_diffs))
     if fd > 1e-5 or max(step_diffs) > 1e-5:
-        print(f"seed {seed}: per-step fused-unfused {['%.1e' % d for d in step_diffs]} vs f64 "
-              f"{['%.1e' % d for d in ref_diffs]} two-trajectory final {fd:.1e}", flush=True)
-print(f"{kind} seeds {seed0}..{seed0 + n - 1}: worst per-step fused-unfused {worst_step:.2e}, worst vs float64 "
-      f"{worst_ref:.2e}, two-trajectory final > 1e-5 in {sum(d > 1e-5 for d in finals)}/{n} "
-      f"(max {max(finals):.2e}), repeated runs with other bits {len(repeats_differ)} {repeats_differ[:4]}, "
-      f"{time.time() - t0:.0f} s", flush=True)
+        print(
+            f"seed {seed}: per-step fused-unfused {[f'{d:.1e}' for d in step_diffs]} vs f64 "
+            f"{[f'{d:.1e}' for d in ref_diffs]} two-trajectory final {fd:.1e}",
+            flush=True,
+        )
+print(
+    f"{kind} seeds {seed0}..{seed0 + n - 1}: worst per-step fused-unfused {worst_step:.2e}, "
+    f"worst vs float64 {worst_ref:.2e}, two-trajectory final > 1e-5 in "
+    f"{sum(d > 1e-5 for d in finals)}/{n} (max {max(finals):.2e}), repeated runs with other bits "
+    f"{len(repeats_differ)} {repeats_differ[:4]}, "
+    f"{time.time() - t0:.0f} s",
+    flush=True,
+)
