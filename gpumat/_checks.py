@@ -25,6 +25,21 @@ def as_int(value, what: str, op: str) -> int:
     return v
 
 
+def as_int_tuple(value, what: str, op: str, item: str | None = None) -> tuple:
+    """``value`` (a tuple or list of ints, each as :func:`as_int` takes it, named ``item``: by
+    default "an element of ``what``") as a tuple; TypeError for anything else."""
+    if type(value) is tuple:  # the common case (every view's sizes and strides): no call per int
+        for v in value:
+            if type(v) is not int or not _INT64_MIN <= v <= _INT64_MAX:
+                break
+        else:
+            return value
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{op}: {what} must be a tuple of ints, got {type(value).__name__}")
+    item = f"an element of {what}" if item is None else item
+    return tuple(as_int(v, item, op) for v in value)
+
+
 def as_pair(value, what: str, op: str) -> tuple[int, int]:
     """(h, w) from an int (used for both) or a pair of ints; TypeError otherwise."""
     if isinstance(value, (tuple, list)):

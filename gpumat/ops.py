@@ -40,6 +40,7 @@ from gpumat._checks import (
     array_lists,
     as_flag,
     as_int,
+    as_int_tuple,
     as_pair,
     as_probability,
     as_real,
@@ -425,12 +426,6 @@ def sum_to(a, out) -> None:
     _core.sum_to_(a, out)
 
 
-def _stride_tuple(stride, op: str) -> tuple:
-    if not isinstance(stride, (tuple, list)):
-        raise TypeError(f"{op}: stride must be a tuple of ints, got {type(stride).__name__}")
-    return tuple(as_int(s, "a stride", op) for s in stride)
-
-
 def _array(x, what: str, op: str):
     if not isinstance(x, _core_module.PyGpuMatrix):  # _core may be the tracing stand-in
         raise TypeError(f"{op}: {what} must be a PyGpuMatrix, got {type(x).__name__}")
@@ -447,7 +442,7 @@ def as_strided(a, out, stride, offset: int = 0) -> None:
         ValueError: an address outside a, a stride count that is not out's rank, aliasing.
         TypeError: strides or offset that are not ints.
     """
-    st = _stride_tuple(stride, "as_strided")
+    st = as_int_tuple(stride, "stride", "as_strided", "a stride")
     if len(st) != len(_array(out, "out", "as_strided").shape):
         raise ValueError(
             f"as_strided: {len(st)} strides for an output of shape {tuple(out.shape)} (one per dim)"
@@ -464,7 +459,7 @@ def as_strided_scatter(src, out, stride, offset: int = 0) -> None:
         ValueError: an address outside out, a region that writes an element twice, a stride count
             that is not src's rank, src overlapping out. TypeError: non-int strides or offset.
     """
-    st = _stride_tuple(stride, "as_strided_scatter")
+    st = as_int_tuple(stride, "stride", "as_strided_scatter", "a stride")
     if len(st) != len(_array(src, "src", "as_strided_scatter").shape):
         raise ValueError(
             f"as_strided_scatter: {len(st)} strides for a source of shape {tuple(src.shape)} "

@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from gpumat import ops
-from gpumat._checks import _INT64_MAX, _INT64_MIN, as_int, as_real
+from gpumat._checks import as_int, as_int_tuple, as_real
 from gpumat.graph.elementwise import mul_byconst_op, where_op, zeroslike_op
 from gpumat.graph.node import Attr, Node, Op, kernels_for, shape_str, short_name
 
@@ -78,18 +78,6 @@ def contiguous_strides(shape) -> tuple:
         strides.append(step)
         step *= d
     return tuple(reversed(strides))
-
-
-def _ints(value, what: str, op: str) -> tuple:
-    if type(value) is tuple:  # the common case (every view's size and strides): no call per int
-        for v in value:
-            if type(v) is not int or not _INT64_MIN <= v <= _INT64_MAX:
-                break
-        else:
-            return value
-    if not isinstance(value, (tuple, list)):
-        raise TypeError(f"{op}: {what} must be a tuple of ints, got {type(value).__name__}")
-    return tuple(as_int(v, f"an element of {what}", op) for v in value)
 
 
 def _kind(value, what: str, op: str) -> str:
@@ -243,7 +231,7 @@ class ExpandOp(Op):
 
     name, label = "expand_op", "Expand"
     inputs = ("node_x",)
-    attrs = (Attr("shape", _ints, type=tuple),)
+    attrs = (Attr("shape", as_int_tuple, type=tuple),)
 
     def node_name(self, node):
         return f"Expand({short_name(node.inputs[0])},{shape_str(node.shape)})"
@@ -317,8 +305,8 @@ class AsStridedOp(Op):
     name, label = "as_strided_op", "AsStrided"
     inputs = ("node_x",)
     attrs = (
-        Attr("size", _ints, type=tuple),
-        Attr("stride", _ints, type=tuple),
+        Attr("size", as_int_tuple, type=tuple),
+        Attr("stride", as_int_tuple, type=tuple),
         Attr("offset", as_int, default=0, type=int),
     )
 
@@ -344,7 +332,7 @@ class AsStridedLikeOp(Op):
 
     name, label = "as_strided_like_op", "AsStridedLike"
     inputs = ("node_x", "node_like")
-    attrs = (Attr("stride", _ints, type=tuple), Attr("offset", as_int, default=0, type=int))
+    attrs = (Attr("stride", as_int_tuple, type=tuple), Attr("offset", as_int, default=0, type=int))
     shape_only_inputs = (1,)
 
     def compute(self, node, input_vals, output_val, device=None):
@@ -368,7 +356,7 @@ class AsStridedBackwardOp(Op):
 
     name, label = "as_strided_backward_op", "AsStridedBackward"
     inputs = ("node_g", "node_like")
-    attrs = (Attr("stride", _ints, type=tuple), Attr("offset", as_int, default=0, type=int))
+    attrs = (Attr("stride", as_int_tuple, type=tuple), Attr("offset", as_int, default=0, type=int))
     shape_only_inputs = (1,)
 
     def compute(self, node, input_vals, output_val, device=None):
@@ -397,7 +385,7 @@ class AsStridedScatterOp(Op):
 
     name, label = "as_strided_scatter_op", "AsStridedScatter"
     inputs = ("node_base", "node_src")
-    attrs = (Attr("stride", _ints, type=tuple), Attr("offset", as_int, default=0, type=int))
+    attrs = (Attr("stride", as_int_tuple, type=tuple), Attr("offset", as_int, default=0, type=int))
 
     def compute(self, node, input_vals, output_val, device=None):
         k = kernels_for(device)
@@ -493,13 +481,15 @@ class AssembleOp(Op):
     name, label = "assemble_op", "Assemble"
     no_gradient = "made by the fusion pass, after gradients"
     attrs = (
-        Attr("shape", _ints, type=tuple),
+        Attr("shape", as_int_tuple, type=tuple),
         Attr(
             "strides",
-            lambda v, w, op: tuple(_ints(s, "an element of " + w, op) for s in _seq(v, w, op)),
+            lambda v, w, op: tuple(
+                as_int_tuple(s, "an element of " + w, op) for s in _seq(v, w, op)
+            ),
             type=tuple,
         ),
-        Attr("offsets", _ints, type=tuple),
+        Attr("offsets", as_int_tuple, type=tuple),
     )
 
     def __call__(self, nodes, shape, strides, offsets) -> Node:
