@@ -45,10 +45,11 @@ from gpumat.graph.matmul import matmul_bias_op, matmul_op
 from gpumat.graph.node import shape_str
 from gpumat.graph.norm import batch_norm_op, batch_norm_stats_op, layer_norm_op
 from gpumat.graph.pool import adaptive_avg_pool2d_op, avg_pool2d_op, max_pool2d_op
-from gpumat.graph.strided import as_strided_op, constant_pad_op
+from gpumat.graph.strided import constant_pad_op
 from gpumat.random import draw_seed
 from gpumat.tensor import Tensor, apply_op, stack
 from gpumat.tensor import where as _where
+from gpumat.tensor._views import _make_view
 from gpumat.tensor._advanced_indexing import check_bounds
 
 __all__ = [
@@ -305,12 +306,14 @@ def scaled_dot_product_attention(
             for t, rows, d in ((q, lq, e), (k, ls, e), (v, ls, ev))
         )
         packed = apply_op(op, lambda a, b, c: attention_op(a, b, c, scale, is_causal), [q3, k3, v3])
-        # O, the first ev of each (ev + 1)-wide row of packed, in one copy (a slice, then a reshape
-        # of that view, would copy twice); internal, so not a view of packed.
-        o = apply_op(
-            op, lambda x: as_strided_op(x, (n, lq, ev), (lq * (ev + 1), ev + 1, 1)), [packed]
-        )
-        return o.reshape(*batch, lq, ev)
+        # O is a view of packed, the first ev of each (ev + 1)-wide row (as PyTorch's CPU flash
+        # attention returns a strided view): copied once, when first read, so the usual
+        # out.transpose(1, 2).contiguous() is the only copy, and its gradient one scatter. An
+        # in-place change of O changes packed's version, which backward checks (a clear error).
+        strides = [ev + 1, 1]
+        for d in reversed((*batch, lq)[1:]):
+            strides.insert(0, strides[0] * d)
+        return _make_view(packed, (*batch, lq, ev), tuple(strides), 0, op)
     scores = q.matmul(k.transpose(-2, -1)) * scale
     if is_causal:
         keep = tensor(np.tri(lq, ls, dtype=bool), device=q.device)
