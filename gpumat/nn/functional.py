@@ -49,8 +49,8 @@ from gpumat.graph.strided import constant_pad_op
 from gpumat.random import draw_seed
 from gpumat.tensor import Tensor, apply_op, stack
 from gpumat.tensor import where as _where
-from gpumat.tensor._views import _make_view
 from gpumat.tensor._advanced_indexing import check_bounds
+from gpumat.tensor._views import _make_view
 
 __all__ = [
     "adaptive_avg_pool2d",

@@ -84,6 +84,40 @@ def test_tanh_sigmoid_kernels_and_large_inputs(ctx, shape):
     )  # denormals
 
 
+def test_exp_tanh_sigmoid_keep_relative_accuracy_over_their_whole_range(ctx):
+    """The host's SIMD exp, tanh and sigmoid (vec_math.h) against float64 over every binade they
+    reach: tanh relative to itself down to |x| = 2^-40 (where 1 - 2 / (e^2x + 1) would cancel),
+    exp and the sigmoid down into the float32 subnormals (within two subnormal spacings there: the
+    argument shifted into range, then one rounding) and exp's overflow exactly where float32's
+    rounding overflows."""
+    rng, seed = new_rng()
+    tiny = float(np.finfo(np.float32).tiny)
+    mag = np.exp2(rng.uniform(-40, 7, 20_000))
+    x = (mag * rng.choice([-1.0, 1.0], mag.size)).astype(np.float32)
+    x = np.concatenate([x, np.linspace(0.6, 0.65, 2001, dtype=np.float32)])  # tanh's seam
+    out = nan_array(x.shape, ctx)
+    ops.tanh(gpumat.array(x, ctx), out)
+    want = np.tanh(x.astype(np.float64))
+    rel = np.abs(out.asnumpy() - want) / np.abs(want)
+    assert rel.max() < 4 * 2.0**-24, f"seed {seed}: tanh({x[rel.argmax()]}) off by {rel.max():.2e}"
+    for name, low, high, f64 in (
+        ("exp", -110.0, 89.0, np.exp),
+        ("sigmoid", -110.0, 110.0, lambda v: 1 / (1 + np.exp(-v))),
+    ):
+        x = rng.uniform(low, high, 20_000).astype(np.float32)
+        out = nan_array(x.shape, ctx)
+        getattr(ops, name)(gpumat.array(x, ctx), out)
+        got, want = out.asnumpy(), f64(x.astype(np.float64))
+        with np.errstate(over="ignore"):
+            want32 = want.astype(np.float32)
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want32), err_msg=f"seed {seed}")
+        normal = np.isfinite(want32) & (want32 >= tiny)
+        rel = np.abs(got[normal] - want[normal]) / want[normal]
+        assert rel.max() < 4 * 2.0**-24, f"seed {seed}: {name} off by {rel.max():.2e}"
+        sub = want < tiny
+        assert np.abs(got[sub] - want[sub]).max(initial=0) <= 2 * 2.0**-149, f"seed {seed}: {name}"
+
+
 @pytest.mark.parametrize(("shape", "axis"), [*AXIS_CASES, ((1, 5000), 1), ((5000, 1), 0)])
 @pytest.mark.parametrize("keepdims", [False, True])
 def test_reduce_kernels(ctx, shape, axis, keepdims):

@@ -7,7 +7,9 @@
 //   gelu, gelu_tanh, silu, softplus (lo = beta, hi = threshold), leaky_relu, elu (s = negative
 //   slope, alpha) and their gradients from the forward input x; hardtanh_gradient (0 where
 //   x <= lo or x >= hi, else dy). The formulas are ../cuda/activation.cu's, in the same order of arithmetic,
-//   but GELU's Phi (vec_math.h's normal_cdf, SIMD, where CUDA calls erfcf): float32 rounding apart.
+//   but for GELU's Phi, tanh and the sigmoid (vec_math.h's normal_cdf, vtanh and vsigmoid in SIMD
+//   blocks compiled also for AVX2 and AVX-512, where CUDA calls erfcf, tanhf and expf): float32
+//   rounding apart.
 // relu_bias_gradient: dz = dy * (y > 0) and dbias = the column sums of dz, (rows, cols) -> (cols,).
 #include <algorithm>
 #include <cmath>
@@ -23,10 +25,45 @@
 namespace gpumat::host {
 
 namespace {
-inline float stable_sigmoid(float x) {
-  if (x >= 0.0f) return 1.0f / (1.0f + std::exp(-x));
-  const float e = std::exp(x);
-  return e / (1.0f + e);
+// The transcendental pointwise kernels as SIMD blocks over [lo, hi) (vec_math.h's functions,
+// compiled also for AVX2 and AVX-512, the same bits on each), run by parallel_blocks. `omp simd`:
+// out may be an input (in place), safe lane by lane but beyond the compiler's overlap check.
+GPUMAT_SIMD_CLONES void tanh_block(const float* in, float* out, int64_t lo, int64_t hi) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) out[i] = vtanh(in[i]);
+}
+
+GPUMAT_SIMD_CLONES void sigmoid_block(const float* in, float* out, int64_t lo, int64_t hi) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) out[i] = vsigmoid(in[i]);
+}
+
+GPUMAT_SIMD_CLONES void silu_block(const float* in, float* out, int64_t lo, int64_t hi) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) {
+    const float x = in[i];
+    out[i] = x * vsigmoid(x);
+  }
+}
+
+GPUMAT_SIMD_CLONES void silu_gradient_block(const float* y, const float* dy, float* out, int64_t lo,
+                                            int64_t hi) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) {
+    const float x = y[i];
+    const float s = vsigmoid(x);
+    out[i] = dy[i] * s * (1.0f + x * (1.0f - s));
+  }
+}
+
+// softplus's gradient: dy where beta x > threshold, else dy sigmoid(beta x)
+GPUMAT_SIMD_CLONES void softplus_gradient_block(const float* x, const float* dy, float beta, float threshold,
+                                                float* out, int64_t lo, int64_t hi) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) {
+    const float z = x[i] * beta;
+    out[i] = z > threshold ? dy[i] : dy[i] * vsigmoid(z);
+  }
 }
 }  // namespace
 
@@ -45,11 +82,11 @@ void relu_gradient(int, const float* in, const float* grad, float* out, int64_t 
 }
 
 void tanh(int, const float* in, float* out, int64_t n) {
-  parallel_for(n, n, [&](int64_t i) { out[i] = std::tanh(in[i]); });
+  parallel_blocks(n, [&](int64_t lo, int64_t hi) { tanh_block(in, out, lo, hi); });
 }
 
 void sigmoid(int, const float* in, float* out, int64_t n) {
-  parallel_for(n, n, [&](int64_t i) { out[i] = stable_sigmoid(in[i]); });
+  parallel_blocks(n, [&](int64_t lo, int64_t hi) { sigmoid_block(in, out, lo, hi); });
 }
 
 void tanh_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
@@ -119,38 +156,44 @@ void gelu_gradient(int, const float* y, const float* dy, float* out, int64_t n) 
   parallel_blocks(n, [&](int64_t lo, int64_t hi) { gelu_gradient_block(y, dy, out, lo, hi); });
 }
 
-void gelu_tanh(int, const float* in, float* out, int64_t n) {
-  parallel_for(n, n, [&](int64_t i) {
+namespace {
+GPUMAT_SIMD_CLONES void gelu_tanh_block(const float* in, float* out, int64_t lo, int64_t hi) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) {
     const float x = in[i];
     const float inner = kGeluBeta * (x + kGeluKappa * x * x * x);
-    out[i] = 0.5f * x * (1.0f + std::tanh(inner));
-  });
+    out[i] = 0.5f * x * (1.0f + vtanh(inner));
+  }
 }
 
-void gelu_tanh_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
-  parallel_for(n, n, [&](int64_t i) {
+GPUMAT_SIMD_CLONES void gelu_tanh_gradient_block(const float* y, const float* dy, float* out, int64_t lo,
+                                                 int64_t hi) {
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) {
     const float x = y[i];
     const float x_sq = x * x;
-    const float t = std::tanh(kGeluBeta * (x + kGeluKappa * x_sq * x));
+    const float t = vtanh(kGeluBeta * (x + kGeluKappa * x_sq * x));
     const float left = 0.5f * (1.0f + t);
     const float right = 0.5f * x * (1.0f - t * t) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
     out[i] = dy[i] * (left + right);
-  });
+  }
+}
+}  // namespace
+
+void gelu_tanh(int, const float* in, float* out, int64_t n) {
+  parallel_blocks(n, [&](int64_t lo, int64_t hi) { gelu_tanh_block(in, out, lo, hi); });
+}
+
+void gelu_tanh_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
+  parallel_blocks(n, [&](int64_t lo, int64_t hi) { gelu_tanh_gradient_block(y, dy, out, lo, hi); });
 }
 
 void silu(int, const float* in, float* out, int64_t n) {
-  parallel_for(n, n, [&](int64_t i) {
-    const float x = in[i];
-    out[i] = x * stable_sigmoid(x);
-  });
+  parallel_blocks(n, [&](int64_t lo, int64_t hi) { silu_block(in, out, lo, hi); });
 }
 
 void silu_gradient(int, const float* y, const float* dy, float* out, int64_t n) {
-  parallel_for(n, n, [&](int64_t i) {
-    const float x = y[i];
-    const float s = stable_sigmoid(x);
-    out[i] = dy[i] * s * (1.0f + x * (1.0f - s));
-  });
+  parallel_blocks(n, [&](int64_t lo, int64_t hi) { silu_gradient_block(y, dy, out, lo, hi); });
 }
 
 void softplus(int, const float* in, float lo, float hi, float* out, int64_t n) {
@@ -162,10 +205,7 @@ void softplus(int, const float* in, float lo, float hi, float* out, int64_t n) {
 }
 
 void softplus_gradient(int, const float* x, const float* dy, float lo, float hi, float* out, int64_t n) {
-  parallel_for(n, n, [&](int64_t i) {
-    const float z = x[i] * lo;
-    out[i] = z > hi ? dy[i] : dy[i] * stable_sigmoid(z);
-  });
+  parallel_blocks(n, [&](int64_t b0, int64_t b1) { softplus_gradient_block(x, dy, lo, hi, out, b0, b1); });
 }
 
 void leaky_relu(int, const float* in, float s, float* out, int64_t n) {
