@@ -53,7 +53,7 @@ cdef extern from "gpumat/allocator.h" namespace "gpumat":
 cdef extern from "gpumat/gpu_matrix.h" namespace "gpumat":
     cdef cppclass GpuMatrix:
         GpuMatrix(vector[int64_t], Device) except +gpumat_raise_py_error
-        GpuMatrix(const GpuMatrix&, vector[int64_t]) except +gpumat_raise_py_error
+        GpuMatrix(const GpuMatrix&, vector[int64_t], int64_t) except +gpumat_raise_py_error
         GpuMatrix(float*, vector[int64_t], Device) except +gpumat_raise_py_error  # foreign view
         float* data()
         bool owns_data()

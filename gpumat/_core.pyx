@@ -210,18 +210,20 @@ cdef class PyGpuMatrix:
             copy(self.mat[0], out.mat[0])
         return out
 
-    def _view(self, shape):
-        """A PyGpuMatrix of ``shape`` over the first elements of this array's storage.
+    def _view(self, shape, int64_t offset=0):
+        """A PyGpuMatrix of ``shape`` over this array's elements from ``offset`` on (the first ones
+        by default), sharing its storage.
 
-        Private, for the executor's memory plan (values of different shapes sharing one buffer);
-        users call :meth:`reshape`. Raises ValueError if ``shape`` holds more elements.
+        Private, for the executor's memory plan (values of different shapes sharing one buffer)
+        and eager backward (a reshape, a part of attention's flat gradient); users call
+        :meth:`reshape`. Raises ValueError if the elements are not all inside this array.
         """
         _require(self, "_view", "self")
         cdef vector[int64_t] dims
         for d in shape:
             dims.push_back(d)
         cdef PyGpuMatrix out = PyGpuMatrix.__new__(PyGpuMatrix)
-        out.mat = new GpuMatrix(self.mat[0], dims)
+        out.mat = new GpuMatrix(self.mat[0], dims, offset)
         out._device = self._device
         out._base = self if self._base is None else self._base
         return out

@@ -225,7 +225,7 @@ class GradPlan:
             if kind == PASS:
                 out = vals[0]
             elif kind == VIEW:
-                out = vals[0]._view(shape)
+                out = vals[0]._view(shape, op.view_offset(gnode, [v.shape for v in vals]))
             else:
                 if kind_index is None:
                     kind_index = device._native

@@ -48,7 +48,6 @@ from gpumat.arrays import empty
 from gpumat.dtypes import float32
 from gpumat.graph.elementwise import MulByConstOp, zeroslike_op
 from gpumat.graph.function import FunctionOp, FunctionOutputOp, function_output_op
-from gpumat.graph.layout import ReshapeOp
 from gpumat.graph.node import Node, PlaceholderOp, Undefined, Variable, placeholder_op, shape_str
 from gpumat.graph.reverse_mode import find_topo_sort
 from gpumat.graph.strided import AsStridedBackwardOp, SumToOp
@@ -260,8 +259,10 @@ def run_node(node: Node, input_vals: list, device):
     """
     op = node.op
     shape = op.infer_shape(node, [v.shape for v in input_vals])
-    if isinstance(op, ReshapeOp):
-        return input_vals[0]._view(tuple(shape))
+    if op.view_of_input:
+        return input_vals[0]._view(
+            tuple(shape), op.view_offset(node, [v.shape for v in input_vals])
+        )
     if device is None:
         out = empty(tuple(shape), device)
     else:  # gpumat.arrays.empty's checks, known to hold for a shape from infer_shape
@@ -364,7 +365,7 @@ def _evaluate(target: Node, memo: dict, fresh: set, expected: dict, device, rec=
             kind = grad_plans.PASS
         else:
             out = run_node(node, vals, device)
-            if isinstance(node.op, ReshapeOp):
+            if node.op.view_of_input:
                 kind = grad_plans.VIEW
             else:
                 fresh.add(id(out))

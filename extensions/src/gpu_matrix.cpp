@@ -35,11 +35,12 @@ GpuMatrix::GpuMatrix(std::vector<int64_t> shape, Device device)
   data_ = static_cast<float*>(device_allocate(device_, static_cast<size_t>(nbytes())));
 }
 
-GpuMatrix::GpuMatrix(const GpuMatrix& base, std::vector<int64_t> shape)
+GpuMatrix::GpuMatrix(const GpuMatrix& base, std::vector<int64_t> shape, int64_t offset)
     : shape_(std::move(shape)), size_(checked_size(shape_)), device_(base.device_), owns_(false) {
-  if (size_ > base.size_)
-    throw ShapeError("view: shape " + shape_str() + " has more elements than its base " + base.shape_str());
-  data_ = size_ > 0 ? base.data_ : nullptr;
+  if (offset < 0 || size_ > base.size_ || offset > base.size_ - size_)
+    throw ShapeError("view: shape " + shape_str() + " at offset " + std::to_string(offset) +
+                     " does not fit in its base " + base.shape_str());
+  data_ = size_ > 0 ? base.data_ + offset : nullptr;
 }
 
 GpuMatrix::GpuMatrix(float* data, std::vector<int64_t> shape, Device device)

@@ -9,7 +9,8 @@
   is never stored.
 - ``attention_gradient_op(q, k, v, out, dout, scale, causal)``: (q.size + k.size + v.size,) =
   dq, dk, dv flattened one after the other (a node has one value); ``attention_op``'s gradient
-  takes each back with ``attention_part_op`` (one ``as_strided`` copy). Kernel:
+  takes each back with ``attention_part_op`` (eagerly a view of it; in a compiled step one
+  ``as_strided`` copy, or one gather of all three by the fusion pass). Kernel:
   :func:`gpumat.ops.attention_gradient`.
 
 A graph node has one value, so the forward's logsumexp travels as the output's last column and the
@@ -123,7 +124,8 @@ class AttentionGradientOp(Op):
 
 class AttentionPartOp(Op):
     """``attention_part_op(g, q, k, v, index)``: dq, dk or dv (index 0, 1, 2; the shape of q, k
-    or v) out of the flat ``attention_gradient_op`` value g: one ``as_strided`` copy."""
+    or v) out of the flat ``attention_gradient_op`` value g: eagerly a view of g's elements, in
+    the executor one ``as_strided`` copy."""
 
     name, label = "attention_part_op", "AttentionPart"
     no_gradient = "second derivatives of attention"
@@ -131,9 +133,16 @@ class AttentionPartOp(Op):
     shape_only_inputs = (1, 2, 3)
     attrs = (Attr("index", lambda i, _n, _op: int(i), type=int),)
 
+    # Eagerly a view of g's elements (backward reads each part once and never writes it); the
+    # executor copies it into its planned buffer (or the fusion pass gathers all three at once).
+    view_of_input = True
+
+    def view_offset(self, node, input_shapes):
+        return sum(math.prod(s) for s in input_shapes[1 : 1 + node.index])
+
     def compute(self, node, input_vals, output_val, device=None):
         shapes = [tuple(v.shape) for v in input_vals[1:]]
-        offset = sum(math.prod(s) for s in shapes[: node.index])
+        offset = self.view_offset(node, [None, *shapes])
         strides = _contiguous_strides(shapes[node.index])
         kernels_for(device).as_strided(input_vals[0], output_val, strides, offset)
 

@@ -85,6 +85,7 @@ class ReshapeOp(Op):
     the new shape (the executor plans buffers by shape)."""
 
     name = "reshape_op"
+    view_of_input = True  # eagerly a view of x (no copy)
     kernel = "reshape"
     label = "ReshapeLike"
     shape_only_inputs = (1,)  # like

@@ -248,6 +248,10 @@ class Op:
     attrs: tuple[Attr, ...] = ()
     #: Outputs written by compute: more than one only for fused ops (``extra_outputs``).
     num_outputs = 1
+    #: Whether eager evaluation (``gpumat.autograd``'s backward) takes the value as a view of
+    #: input 0's storage from :meth:`view_offset` on, with no kernel: a reshape, a part of
+    #: attention's flat gradient. The executor still calls ``compute`` (its buffers are planned).
+    view_of_input = False
     # Set per subclass by __init_subclass__ (defaults for Op itself).
     _required_inputs_only = True
     _relates_attrs = False
@@ -398,6 +402,10 @@ class Op:
     def kernel_args(self, node: Node) -> tuple:
         """The attributes the default ``compute`` passes to ``kernel`` after the output."""
         return ()
+
+    def view_offset(self, node: Node, input_shapes: list) -> int:
+        """For a ``view_of_input`` op: where its value starts in input 0's elements."""
+        return 0
 
     #: Why the op has no gradient, for an op that has none (a fused op, a gradient op without a
     #: second derivative): the default ``gradient`` is then :class:`Undefined` for every input.

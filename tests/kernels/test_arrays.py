@@ -783,10 +783,30 @@ def test_reshape_and_view_reject_more_elements(ctx):
     a = gpumat.empty((2, 3), ctx)
     with pytest.raises(ValueError, match="reshape"):
         a.reshape(7)
-    with pytest.raises(ValueError, match="more elements than its base"):
+    with pytest.raises(
+        ValueError, match=r"shape \(7,\) at offset 0 does not fit in its base \(2, 3\)"
+    ):
         a._view((7,))
     with pytest.raises(ValueError, match="negative dimension"):
         a._view((-1,))
+    for offset in (-1, 5, 7, 2**62):  # (2, 2) from 5 would end past the 6 elements
+        with pytest.raises(ValueError, match=f"at offset {offset} does not fit"):
+            a._view((2, 2) if offset == 5 else (1,), offset)
+
+
+def test_view_at_an_offset_shares_those_elements(ctx):
+    """``_view(shape, offset)`` (eager backward's parts of attention's flat gradient): the
+    elements from ``offset`` on, shared with the base, also through a view of a view."""
+    x = np.random.default_rng().standard_normal(24).astype(np.float32)
+    a = gpumat.array(x, ctx)
+    v = a._view((2, 3), 10)
+    np.testing.assert_array_equal(v.asnumpy(), x[10:16].reshape(2, 3))
+    assert v.is_view and v.shares_memory(a)
+    w = v._view((4,), 2)  # elements 12..15 of a
+    np.testing.assert_array_equal(w.asnumpy(), x[12:16])
+    gpumat.ops.fill(w, 7.0)
+    np.testing.assert_array_equal(a.asnumpy()[[11, 12, 15, 16]], [x[11], 7.0, 7.0, x[16]])
+    assert a._view((0,), 24).size == 0  # an empty view at the end
 
 
 def test_views_are_aliases_for_non_inplace_ops(ctx):

@@ -3,8 +3,9 @@
 // caching allocator (RAII: freed in the destructor), and is movable, not copyable.
 //
 // Zero-size arrays (a dimension of 0) are valid and own no memory; rank 0 is a scalar of size 1.
-// A view (GpuMatrix::view) shares the first elements of another array's buffer under its own shape
-// and owns nothing: the caller keeps the base alive (PyGpuMatrix holds a reference to it).
+// A view shares a contiguous run of another array's elements (the first ones, or from an offset)
+// under its own shape and owns nothing: the caller keeps the base alive (PyGpuMatrix holds a
+// reference to it).
 // A foreign view (the (data, shape, device) constructor) wraps memory gpumat did not allocate
 // (DLPack, the CUDA array interface) and owns nothing either: it never reaches the allocator.
 #pragma once
@@ -28,9 +29,9 @@ class GpuMatrix {
   GpuMatrix(const GpuMatrix&) = delete;
   GpuMatrix& operator=(const GpuMatrix&) = delete;
 
-  // A view: a non-owning array of `shape` over the first elements of `base`'s buffer. Throws
-  // ShapeError if `shape` has more elements than `base` or a negative dimension.
-  GpuMatrix(const GpuMatrix& base, std::vector<int64_t> shape);
+  // A view: a non-owning array of `shape` over `base`'s elements [offset, offset + size). Throws
+  // ShapeError if they are not all inside `base`, for a negative offset or dimension.
+  GpuMatrix(const GpuMatrix& base, std::vector<int64_t> shape, int64_t offset = 0);
 
   // A foreign view: a non-owning array of `shape` over `data`, memory that another library owns
   // (DLPack import). The destructor never frees it and the caching allocator never sees it; the
