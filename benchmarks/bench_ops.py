@@ -216,6 +216,18 @@ OPS = {
         work=_bytes(1, 1),
         tol=TOL_POINTWISE,
     ),
+    "tanh": OpSpec(
+        ours=lambda ins, out, p: ops.tanh(ins[0], out),
+        ref64=lambda ins, p: np.tanh(ins[0]),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+    ),
+    "sigmoid": OpSpec(
+        ours=lambda ins, out, p: ops.sigmoid(ins[0], out),
+        ref64=lambda ins, p: 1.0 / (1.0 + np.exp(-ins[0])),
+        work=_bytes(1, 1),
+        tol=TOL_POINTWISE,
+    ),
     "log": OpSpec(
         ours=lambda ins, out, p: ops.log(ins[0], out),
         ref64=lambda ins, p: np.log(ins[0]),
@@ -366,6 +378,8 @@ OP_FUNCTION = {
     "relu_gradient": "relu_gradient",
     "axpy": "axpy",
     "exp": "exp",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
     "log": "log",
     "divide": "div",
     "eq": "eq",
@@ -535,6 +549,15 @@ def build_cases(quick: bool) -> list[Case]:
                 _matmul(g, t, k, n, note="gpt_dx"),
                 _matmul(g, n, k, t, ta=True, note="gpt_dW"),
             ]
+        # its logits' softmax and loss (65 characters), and the pointwise functions of
+        # recurrent and gated layers at its MLP's width (LSTM / GRU gates, SiLU)
+        cases += [
+            _unary("softmax", g, "softmax", (t, 65)),
+            _sce("softmax_cross_entropy", g, (t, 65)),
+            _unary("exp", g, "exp", (t, 512)),
+            _unary("tanh", g, "tanh", (t, 512)),
+            _unary("sigmoid", g, "sigmoid", (t, 512)),
+        ]
     g = "large"
     rows, cols = (1024, 1024) if quick else (8192, 8192)  # 1M or 64M elements
     big = (rows, cols)
@@ -643,6 +666,8 @@ class NumpyLike:
             "axpy": self._axpy,
             "adadelta": self._adadelta,
             "exp": lambda ins, out, p: xp.exp(ins[0], out=out),
+            "tanh": lambda ins, out, p: xp.tanh(ins[0], out=out),
+            "sigmoid": self._sigmoid,
             "log": lambda ins, out, p: xp.log(ins[0], out=out),
             "divide": lambda ins, out, p: xp.divide(ins[0], ins[1], out=out),
             "eq": lambda ins, out, p: xp.equal(ins[0], ins[1], out=out, casting="unsafe"),
@@ -687,6 +712,13 @@ class NumpyLike:
         acc *= np.float32(p["rho"])
         acc += np.float32(1 - p["rho"]) * d * d
         param -= np.float32(p["lr"]) * d
+
+    def _sigmoid(self, ins, out, p):  # numpy has none: 1 / (1 + e^-x), in place in out
+        xp = self.xp
+        xp.negative(ins[0], out=out)
+        xp.exp(out, out=out)
+        out += 1
+        xp.reciprocal(out, out=out)
 
     def _softmax(self, ins, out, p):
         xp = self.xp
@@ -750,6 +782,8 @@ class Torch:
             "axpy": lambda ins, out, p: ins[1].add_(ins[0], alpha=p["alpha"]),
             "adadelta": self._adadelta,
             "exp": lambda ins, out, p: torch.exp(ins[0], out=out),
+            "tanh": lambda ins, out, p: torch.tanh(ins[0], out=out),
+            "sigmoid": lambda ins, out, p: torch.sigmoid(ins[0], out=out),
             "log": lambda ins, out, p: torch.log(ins[0], out=out),
             "divide": lambda ins, out, p: torch.div(ins[0], ins[1], out=out),
             "eq": lambda ins, out, p: torch.eq(ins[0], ins[1], out=out),
