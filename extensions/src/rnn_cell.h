@@ -11,7 +11,9 @@
 //   gru_cell_gradient from dy (n, h): out (n, 7h) = [d gi (r, z, n) | d gh (r, z, n) | dh] with
 //     dN = dy (1 - z)(1 - nn^2), dZ = dy (h - nn) z (1 - z), dR = dN gh_n r (1 - r),
 //     d gi = (dR, dZ, dN), d gh = (dR, dZ, dN r), dh = dy z
-// s is the sigmoid through exp(-|x|) (activation.cu's), so it never overflows.
+// s is the sigmoid through exp(-|x|) (activation.cu's), so it never overflows. The sigmoid and
+// tanh come from a policy M: LibMath (the C library's expf and tanhf) by default and on CUDA; the
+// host kernels pass vec_math.h's SIMD functions (host/rnn.cpp), float32 rounding apart.
 #pragma once
 
 #include <cmath>
@@ -21,27 +23,32 @@
 
 namespace gpumat::rnn_cell {
 
-GPUMAT_HD float sigmoid(float x) {
-  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
-  const float e = expf(x);
-  return e / (1.0f + e);
-}
+struct LibMath {
+  GPUMAT_HD_INLINE static float sigmoid(float x) {
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+  }
+  GPUMAT_HD_INLINE static float tanh(float x) { return tanhf(x); }
+};
 
-GPUMAT_HD void lstm(const float* gates, const float* c, float* out, int64_t r, int64_t j, int64_t h) {
+template <typename M = LibMath>
+GPUMAT_HD_INLINE void lstm(const float* gates, const float* c, float* out, int64_t r, int64_t j, int64_t h) {
   const float* g = gates + r * 4 * h;
-  const float si = sigmoid(g[j]), sf = sigmoid(g[h + j]), tg = tanhf(g[2 * h + j]),
-              so = sigmoid(g[3 * h + j]);
+  const float si = M::sigmoid(g[j]), sf = M::sigmoid(g[h + j]), tg = M::tanh(g[2 * h + j]),
+              so = M::sigmoid(g[3 * h + j]);
   const float cn = sf * c[r * h + j] + si * tg;
-  out[r * 2 * h + j] = so * tanhf(cn);
+  out[r * 2 * h + j] = so * M::tanh(cn);
   out[r * 2 * h + h + j] = cn;
 }
 
-GPUMAT_HD void lstm_gradient(const float* gates, const float* c, const float* y, const float* dy, float* out,
-                             int64_t r, int64_t j, int64_t h) {
+template <typename M = LibMath>
+GPUMAT_HD_INLINE void lstm_gradient(const float* gates, const float* c, const float* y, const float* dy,
+                                    float* out, int64_t r, int64_t j, int64_t h) {
   const float* g = gates + r * 4 * h;
-  const float si = sigmoid(g[j]), sf = sigmoid(g[h + j]), tg = tanhf(g[2 * h + j]),
-              so = sigmoid(g[3 * h + j]);
-  const float tc = tanhf(y[r * 2 * h + h + j]);
+  const float si = M::sigmoid(g[j]), sf = M::sigmoid(g[h + j]), tg = M::tanh(g[2 * h + j]),
+              so = M::sigmoid(g[3 * h + j]);
+  const float tc = M::tanh(y[r * 2 * h + h + j]);
   const float dh = dy[r * 2 * h + j];
   const float dc = dy[r * 2 * h + h + j] + dh * so * (1.0f - tc * tc);
   float* o = out + r * 5 * h;
@@ -52,21 +59,23 @@ GPUMAT_HD void lstm_gradient(const float* gates, const float* c, const float* y,
   o[4 * h + j] = dc * sf;
 }
 
-GPUMAT_HD void gru(const float* gi, const float* gh, const float* hx, float* out, int64_t r, int64_t j,
-                   int64_t h) {
+template <typename M = LibMath>
+GPUMAT_HD_INLINE void gru(const float* gi, const float* gh, const float* hx, float* out, int64_t r, int64_t j,
+                          int64_t h) {
   const float* a = gi + r * 3 * h;
   const float* b = gh + r * 3 * h;
-  const float rr = sigmoid(a[j] + b[j]), z = sigmoid(a[h + j] + b[h + j]);
-  const float nn = tanhf(a[2 * h + j] + rr * b[2 * h + j]);
+  const float rr = M::sigmoid(a[j] + b[j]), z = M::sigmoid(a[h + j] + b[h + j]);
+  const float nn = M::tanh(a[2 * h + j] + rr * b[2 * h + j]);
   out[r * h + j] = nn + z * (hx[r * h + j] - nn);
 }
 
-GPUMAT_HD void gru_gradient(const float* gi, const float* gh, const float* hx, const float* dy, float* out,
-                            int64_t r, int64_t j, int64_t h) {
+template <typename M = LibMath>
+GPUMAT_HD_INLINE void gru_gradient(const float* gi, const float* gh, const float* hx, const float* dy,
+                                   float* out, int64_t r, int64_t j, int64_t h) {
   const float* a = gi + r * 3 * h;
   const float* b = gh + r * 3 * h;
-  const float rr = sigmoid(a[j] + b[j]), z = sigmoid(a[h + j] + b[h + j]);
-  const float nn = tanhf(a[2 * h + j] + rr * b[2 * h + j]);
+  const float rr = M::sigmoid(a[j] + b[j]), z = M::sigmoid(a[h + j] + b[h + j]);
+  const float nn = M::tanh(a[2 * h + j] + rr * b[2 * h + j]);
   const float d = dy[r * h + j], hv = hx[r * h + j];
   const float dn = d * (1.0f - z) * (1.0f - nn * nn);
   const float dz = d * (hv - nn) * z * (1.0f - z);
