@@ -575,6 +575,8 @@ def build_cases(quick: bool) -> list[Case]:
         Case("axpy", g, "axpy", [big, big], big, {"alpha": -0.01}, _shape_str(big)),
         _adadelta("adadelta", g, big),
         _unary("exp", g, "exp", big),
+        _unary("tanh", g, "tanh", big),
+        _unary("sigmoid", g, "sigmoid", big),
         _unary("log", g, "log", big),
         _binary("divide", g, "divide", big),
         _binary("eq", g, "eq", big),
