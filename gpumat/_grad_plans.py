@@ -147,8 +147,9 @@ class PlanRecorder:
         self.outputs: list = []
         self.ok = True
 
-    def step(self, gnode, kind: int, shape) -> None:
-        """Gradient node ``gnode`` was evaluated (``kind``: COMPUTE, VIEW or PASS) to ``shape``."""
+    def step(self, gnode, kind: int, shape, offset: int = 0) -> None:
+        """Gradient node ``gnode`` was evaluated (``kind``: COMPUTE, VIEW or PASS) to ``shape``
+        (a VIEW from element ``offset`` of its first input on)."""
         op = gnode.op
         if not _cacheable_op(op):
             self.ok = False
@@ -165,7 +166,7 @@ class PlanRecorder:
         template = gnode.with_inputs([])
         template.name = gnode.name  # named now: naming reads the inputs
         shape_only = op.shape_only_inputs
-        self.steps.append((template, op, tuple(refs), shape_only, tuple(shape), kind))
+        self.steps.append((template, op, tuple(refs), shape_only, tuple(shape), kind, offset))
         self.slot_of[gnode] = self.n_leaves + len(self.steps) - 1
 
     def output(self, position: int, gnode, owned: bool) -> None:
@@ -193,7 +194,7 @@ class GradPlan:
         self.steps = tuple(steps)
         self.outputs = tuple(outputs)
         reads, checks = set(), set()
-        for _, _, refs, shape_only, _, _ in steps:
+        for _, _, refs, shape_only, _, _, _ in steps:
             for k, slot in enumerate(refs):
                 if 1 <= slot < n_leaves:
                     reads.add(slot)
@@ -220,12 +221,12 @@ class GradPlan:
             elif inputs[slot - 2].saved.vc.value != saved.in_vers[slot - 2]:
                 return None
         kind_index = None
-        for gnode, op, refs, _, shape, kind in self.steps:
+        for gnode, op, refs, _, shape, kind, offset in self.steps:
             vals = [slots[r] for r in refs]
             if kind == PASS:
                 out = vals[0]
             elif kind == VIEW:
-                out = vals[0]._view(shape, op.view_offset(gnode, [v.shape for v in vals]))
+                out = vals[0]._view(shape, offset)
             else:
                 if kind_index is None:
                     kind_index = device._native

@@ -258,11 +258,10 @@ def run_node(node: Node, input_vals: list, device):
         A ``PyGpuMatrix`` of the inferred shape on ``device``.
     """
     op = node.op
-    shape = op.infer_shape(node, [v.shape for v in input_vals])
+    shapes = [v.shape for v in input_vals]
+    shape = op.infer_shape(node, shapes)
     if op.view_of_input:
-        return input_vals[0]._view(
-            tuple(shape), op.view_offset(node, [v.shape for v in input_vals])
-        )
+        return input_vals[0]._view(tuple(shape), op.view_offset(node, shapes))
     if device is None:
         out = empty(tuple(shape), device)
     else:  # gpumat.arrays.empty's checks, known to hold for a shape from infer_shape
@@ -370,8 +369,11 @@ def _evaluate(target: Node, memo: dict, fresh: set, expected: dict, device, rec=
             else:
                 fresh.add(id(out))
                 kind = grad_plans.COMPUTE
-        if rec is not None:
-            rec.step(node, kind, out.shape)
+        if rec is not None:  # a view's offset once, here: the plan's replay reuses it
+            offset = 0
+            if kind == grad_plans.VIEW:
+                offset = node.op.view_offset(node, [v.shape for v in vals])
+            rec.step(node, kind, out.shape, offset)
         memo[node] = out
     return memo[target]
 

@@ -23,6 +23,7 @@ import math
 
 from gpumat._checks import as_flag, as_real
 from gpumat.graph.node import Attr, Op, kernels_for, shape_str, short_name
+from gpumat.graph.strided import contiguous_strides
 
 __all__ = [
     "AttentionGradientOp",
@@ -60,14 +61,6 @@ def _dims(op: Op, node, shapes) -> tuple:
     if q[2] > MAX_HEAD_DIM or v[2] > MAX_HEAD_DIM:
         raise op._error(node, f"head dims must be at most {MAX_HEAD_DIM}, got {given}")
     return q, k, v
-
-
-def _contiguous_strides(shape) -> tuple:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= d
-    return tuple(reversed(strides))
 
 
 class AttentionOp(Op):
@@ -141,10 +134,11 @@ class AttentionPartOp(Op):
         return sum(math.prod(s) for s in input_shapes[1 : 1 + node.index])
 
     def compute(self, node, input_vals, output_val, device=None):
-        shapes = [tuple(v.shape) for v in input_vals[1:]]
-        offset = self.view_offset(node, [None, *shapes])
-        strides = _contiguous_strides(shapes[node.index])
-        kernels_for(device).as_strided(input_vals[0], output_val, strides, offset)
+        shapes = [tuple(v.shape) for v in input_vals]
+        strides = contiguous_strides(shapes[1 + node.index])
+        kernels_for(device).as_strided(
+            input_vals[0], output_val, strides, self.view_offset(node, shapes)
+        )
 
     def infer_shape(self, node, input_shapes):
         return tuple(input_shapes[1 + node.index])

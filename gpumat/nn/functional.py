@@ -45,7 +45,7 @@ from gpumat.graph.matmul import matmul_bias_op, matmul_op
 from gpumat.graph.node import shape_str
 from gpumat.graph.norm import batch_norm_op, batch_norm_stats_op, layer_norm_op
 from gpumat.graph.pool import adaptive_avg_pool2d_op, avg_pool2d_op, max_pool2d_op
-from gpumat.graph.strided import constant_pad_op
+from gpumat.graph.strided import constant_pad_op, contiguous_strides
 from gpumat.random import draw_seed
 from gpumat.tensor import Tensor, apply_op, stack
 from gpumat.tensor import where as _where
@@ -308,12 +308,10 @@ def scaled_dot_product_attention(
         packed = apply_op(op, lambda a, b, c: attention_op(a, b, c, scale, is_causal), [q3, k3, v3])
         # O is a view of packed, the first ev of each (ev + 1)-wide row (as PyTorch's CPU flash
         # attention returns a strided view): copied once, when first read, so the usual
-        # out.transpose(1, 2).contiguous() is the only copy, and its gradient one scatter. An
-        # in-place change of O changes packed's version, which backward checks (a clear error).
-        strides = [ev + 1, 1]
-        for d in reversed((*batch, lq)[1:]):
-            strides.insert(0, strides[0] * d)
-        return _make_view(packed, (*batch, lq, ev), tuple(strides), 0, op)
+        # out.transpose(1, 2).contiguous() is the only copy, and its gradient one scatter. While
+        # O is recorded for backward an in-place change of it is refused, as of any such tensor.
+        strides = contiguous_strides((*batch, lq, ev + 1))  # packed's, seen with its batch dims
+        return _make_view(packed, (*batch, lq, ev), strides, 0, op)
     scores = q.matmul(k.transpose(-2, -1)) * scale
     if is_causal:
         keep = tensor(np.tri(lq, ls, dtype=bool), device=q.device)
