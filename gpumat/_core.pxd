@@ -128,6 +128,12 @@ cdef extern from "gpumat/ops.h" namespace "gpumat::ops":
     void attention_gradient "gpumat::ops::attention_gradient"(const GpuMatrix&, const GpuMatrix&, const GpuMatrix&,
                                                               const GpuMatrix&, const GpuMatrix&, GpuMatrix&, float,
                                                               bool) except +gpumat_raise_py_error nogil
+    void attention_strided "gpumat::ops::attention_strided"(
+        const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+        int64_t, int64_t, int64_t, float, bool) except +gpumat_raise_py_error nogil
+    void attention_strided_gradient "gpumat::ops::attention_strided_gradient"(
+        const GpuMatrix&, const GpuMatrix&, const GpuMatrix&, GpuMatrix&, int64_t, int64_t, int64_t, int64_t,
+        int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, bool) except +gpumat_raise_py_error nogil
     # softmax
     void softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil
     void log_softmax(const GpuMatrix&, GpuMatrix&, int64_t) except +gpumat_raise_py_error nogil

@@ -112,6 +112,8 @@ __all__ = [
     "as_strided_scatter",
     "attention",
     "attention_gradient",
+    "attention_strided",
+    "attention_strided_gradient",
     "avg_pool2d",
     "avg_pool2d_gradient",
     "adaptive_avg_pool2d",
@@ -649,6 +651,62 @@ def attention_gradient(q, k, v, out, dout, dqkv, scale: float, causal: bool = Fa
     c = as_flag(causal, "causal", "attention_gradient")
     s = as_real(scale, "scale", "attention_gradient")
     _core.attention_gradient_(q, k, v, out, dout, dqkv, s, c)
+
+
+def _strided_heads(op, heads, lengths, offsets, strides) -> tuple:
+    """The 11 integers of the strided attention ops: heads, (l, s, e, ev), (q, k, v offsets),
+    (batch, head, row strides)."""
+    lens = as_int_tuple(lengths, "lengths", op, "a length")
+    offs = as_int_tuple(offsets, "offsets", op, "an offset")
+    st = as_int_tuple(strides, "strides", op, "a stride")
+    if len(lens) != 4 or len(offs) != 3 or len(st) != 3:
+        raise ValueError(
+            f"{op}: expected lengths (l, s, e, ev), offsets (q, k, v) and strides (batch, head, "
+            f"row), got {lens}, {offs}, {st}"
+        )
+    return (as_int(heads, "heads", op), *lens, *offs, *st)
+
+
+def attention_strided(
+    qkv, out, heads: int, lengths, offsets, strides, scale: float, causal: bool = False
+) -> None:
+    """:func:`attention` over q, k, v read where they lie in one array ``qkv`` (any shape: the
+    output of a fused q/k/v projection), no copies. With ``lengths`` (l, s, e, ev), ``offsets``
+    (q0, k0, v0) and ``strides`` (sb, sh, sr), element (b, h, r, c) of q (batch, heads, l, e) is
+    ``qkv.flat[q0 + b*sb + h*sh + r*sr + c]``; k (batch, heads, s, e) and v (batch, heads, s, ev)
+    likewise from k0 and v0. out is (batch * heads, l, ev + 1), float32, as :func:`attention`'s
+    (batch = out.shape[0] / heads). The heads of ``x.view(B, T, H, D).transpose(1, 2)`` for the
+    three C = H*D column blocks of a (B, T, 3C) x: offsets (0, C, 2C), strides (T*3C, D, 3C).
+
+    Raises:
+        ValueError: a region outside qkv, rows that overlap (row stride < head dim), negative
+            offsets or strides, heads < 1, out of the wrong shape, the checks of :func:`attention`.
+        TypeError: non-integer lengths, offsets or strides; a non-bool causal.
+    """
+    ints = _strided_heads("attention_strided", heads, lengths, offsets, strides)
+    c = as_flag(causal, "causal", "attention_strided")
+    _core.attention_strided_(qkv, out, *ints, as_real(scale, "scale", "attention_strided"), c)
+
+
+def attention_strided_gradient(
+    qkv, out, dout, dqkv, heads: int, lengths, offsets, strides, scale: float, causal: bool = False
+) -> None:
+    """The gradient of :func:`attention_strided` with respect to ``qkv``: ``dqkv`` (qkv's shape)
+    holds dq, dk and dv where q, k and v lie and zeros elsewhere, from the forward's ``out`` and
+    ``dout`` (both (batch * heads, l, ev + 1)). The kernels of :func:`attention_gradient`, writing
+    each gradient in place of its operand; each element must have one writer, so the three regions
+    must lie in disjoint column ranges of qkv's rows (row stride sr), each head's dim within a row
+    (the fused projection's layout).
+
+    Raises:
+        ValueError: regions that share elements or that the rule above cannot tell apart, dqkv
+            not qkv's shape or overlapping an input, and :func:`attention_strided`'s errors.
+        TypeError: as :func:`attention_strided`.
+    """
+    op = "attention_strided_gradient"
+    ints = _strided_heads(op, heads, lengths, offsets, strides)
+    c = as_flag(causal, "causal", op)
+    _core.attention_strided_gradient_(qkv, out, dout, dqkv, *ints, as_real(scale, "scale", op), c)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -702,6 +702,114 @@ def attention_gradient(q, k, v, out, dout, dqkv, scale: float, causal: bool = Fa
     dqkv[...] = np.concatenate([dq.ravel(), dk.ravel(), dv.ravel()])
 
 
+def attention_strided_regions(
+    op: str, size: int, batch: int, heads: int, lengths, offsets, strides
+) -> list:
+    """The (offset, rows, dim) of q, k, v for the strided attention ops over an array of ``size``
+    elements, checked as ``extensions/src/ops/attention.cpp`` checks them (ValueError naming
+    ``op``): heads >= 1, nothing negative, rows that do not overlap (row stride >= head dim), every
+    element inside the array."""
+    lq, s, e, ev = (int(x) for x in lengths)
+    sb, sh, sr = (int(x) for x in strides)
+    if heads < 1:
+        raise ValueError(f"{op}: heads must be at least 1, got {heads}")
+    if min(lq, s, e, ev) < 0 or min(*offsets, sb, sh, sr) < 0 or batch < 0:
+        raise ValueError(
+            f"{op}: lengths {tuple(lengths)}, offsets {tuple(offsets)} and strides "
+            f"{tuple(strides)} must be >= 0"
+        )
+    dims = zip(offsets, (lq, s, s), (e, e, ev), strict=True)
+    regions = [(int(o), rows, dim) for o, rows, dim in dims]
+    for name, (o, rows, dim) in zip("qkv", regions, strict=True):
+        if batch * heads * rows * dim == 0:
+            continue
+        if rows > 1 and sr < dim:
+            raise ValueError(f"{op}: the rows of {name} overlap: row stride {sr} < head dim {dim}")
+        last = o + (batch - 1) * sb + (heads - 1) * sh + (rows - 1) * sr + dim - 1
+        if last >= size:
+            raise ValueError(
+                f"{op}: {name} reaches element {last} of qkv's {size} (offset {o}, strides "
+                f"{tuple(strides)}, {batch} batches of {heads} heads of ({rows}, {dim}))"
+            )
+    return regions
+
+
+def attention_strided_written_once(batch: int, heads: int, lengths, offsets, strides) -> bool:
+    """Whether :func:`attention_strided_gradient` can write dq, dk, dv in place of q, k, v, each
+    element once: in rows of ``strides[2]`` elements, each region covers the columns [offset mod
+    row stride, + (heads - 1) head stride + dim), its heads side by side, the batch stride a whole
+    number of rows (at least a region's rows), and the three column ranges do not meet (the rule
+    of ``extensions/src/ops/attention.cpp``)."""
+    lq, s, e, ev = (int(x) for x in lengths)
+    sb, sh, sr = (int(x) for x in strides)
+    spans = []
+    for o, rows, dim in zip(offsets, (lq, s, s), (e, e, ev), strict=True):
+        if batch * heads * rows * dim == 0:
+            continue
+        if sr == 0 or (heads > 1 and sh < dim):
+            return False
+        if batch > 1 and (sb % sr != 0 or sb // sr < rows):
+            return False
+        begin = int(o) % sr
+        end = begin + (heads - 1) * sh + dim
+        if end > sr:
+            return False
+        spans.append((begin, end))
+    return all(a[1] <= b[0] or b[1] <= a[0] for i, a in enumerate(spans) for b in spans[i + 1 :])
+
+
+def _heads(flat, batch, heads, o, rows, dim, strides):
+    """The (batch * heads, rows, dim) float64 copy of one strided region of ``flat``."""
+    sb, sh, sr = strides
+    b, h, r, c = np.meshgrid(
+        np.arange(batch), np.arange(heads), np.arange(rows), np.arange(dim), indexing="ij"
+    )
+    index = o + b * sb + h * sh + r * sr + c
+    return flat[index].astype(np.float64).reshape(batch * heads, rows, dim), index
+
+
+def attention_strided(
+    qkv, out, heads: int, lengths, offsets, strides, scale: float, causal: bool = False
+) -> None:
+    """:func:`attention` of the q, k, v regions of ``qkv`` (see ``gpumat.ops.attention_strided``),
+    gathered by index, in float64."""
+    heads = int(heads)
+    batch = out.shape[0] // heads if out.ndim == 3 and heads > 0 else 0
+    regions = attention_strided_regions(
+        "attention_strided", qkv.size, batch, heads, lengths, offsets, strides
+    )
+    flat = qkv.reshape(-1)
+    q, k, v = (_heads(flat, batch, heads, o, r, d, strides)[0] for o, r, d in regions)
+    attention(q, k, v, out, scale, causal)
+
+
+def attention_strided_gradient(
+    qkv, out, dout, dqkv, heads: int, lengths, offsets, strides, scale: float, causal: bool = False
+) -> None:
+    """The gradient of :func:`attention_strided` with respect to qkv: dq, dk, dv scattered to
+    where q, k, v lie, zeros elsewhere (ValueError where the regions share an element)."""
+    op = "attention_strided_gradient"
+    heads = int(heads)
+    batch = out.shape[0] // heads if out.ndim == 3 and heads > 0 else 0
+    regions = attention_strided_regions(op, qkv.size, batch, heads, lengths, offsets, strides)
+    if not attention_strided_written_once(batch, heads, lengths, offsets, strides):
+        raise ValueError(
+            f"{op}: q, k and v must lie side by side in qkv's rows, so that each gradient element "
+            f"has one writer (offsets {tuple(offsets)}, strides {tuple(strides)})"
+        )
+    flat = qkv.reshape(-1)
+    parts = [_heads(flat, batch, heads, o, r, d, strides) for o, r, d in regions]
+    (q, _), (k, _), (v, _) = parts
+    flat_grad = np.zeros((q.size + k.size + v.size,), np.float64)
+    attention_gradient(q, k, v, out, dout, flat_grad, scale, causal)
+    grad = np.zeros(qkv.size, np.float64)
+    start = 0
+    for _, index in parts:
+        grad[index.reshape(-1)] = flat_grad[start : start + index.size]
+        start += index.size
+    dqkv[...] = grad.reshape(qkv.shape)
+
+
 def _softmax(x, dim: int):
     z = x - x.max(axis=dim, keepdims=True)  # NOTE: no overflow; softmax is shift-invariant
     e = np.exp(z)

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gpumat/device.h"
+#include "host_device.h"
 #include "strided.h"  // strided::Iter, the strided kernels' index spaces
 
 namespace gpumat {
@@ -31,6 +32,16 @@ struct PoolShape {
   int64_t planes, h, w;
   int64_t kh, kw, stride_h, stride_w, pad_h, pad_w;
   int64_t oh, ow;
+};
+
+// Where the rows of one operand of attention lie: the operand is `batch` head-batches of (rows, dim),
+// head-batch i = b * heads + h starting at b * batch_stride + h * head_stride elements from the
+// operand's pointer, its row r row_stride elements after that, each row's dim elements contiguous.
+// A contiguous (batch, rows, dim) array is {1, rows * dim, 0, dim}; the heads of
+// x.view(B, T, H, D).transpose(1, 2) over a (B, T, C) x with row length C are {H, T * C, D, C}.
+struct HeadLayout {
+  int64_t heads, batch_stride, head_stride, row_stride;
+  GPUMAT_HD int64_t start(int64_t i) const { return (i / heads) * batch_stride + (i % heads) * head_stride; }
 };
 
 // The function table every device implements, one field per line of kernels.def.

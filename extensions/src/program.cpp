@@ -164,6 +164,8 @@ const std::map<std::string, OpEntry>& op_table() {
       // attention
       GPUMAT_STEP(attention),
       GPUMAT_STEP(attention_gradient),
+      GPUMAT_STEP(attention_strided),
+      GPUMAT_STEP(attention_strided_gradient),
       // softmax
       GPUMAT_STEP(softmax),
       GPUMAT_STEP(log_softmax),

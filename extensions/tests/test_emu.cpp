@@ -1626,6 +1626,32 @@ void attention_cases() {
       ops::use_deterministic_algorithms(false);
     }
   }
+  // q, k, v read in place from one (b, t, 3 (h d + gap)) projection (a GPT's heads, a gap column
+  // after each block: the gradient's zeros), the gradient written in their place; dq's atomic
+  // path clears a strided region first (zero_rows_kernel)
+  for (bool causal : {false, true}) {
+    constexpr int64_t b = 2, t = 70, h = 3, d = 8, block = h * d + 1, width = 3 * block;
+    const Shape x{b, t, width}, o{b * h, t, d + 1};
+    const auto forward = [causal](const GpuMatrix& qkv, GpuMatrix& out) {
+      ops::attention_strided(qkv, out, h, t, t, d, d, 0, block, 2 * block, t * width, d, width, 0.5f, causal);
+    };
+    const std::string c = causal ? " causal" : "";
+    check(
+        "attention_strided" + c, {x}, {o}, [forward](Arrays& a) { forward(a[0], a[1]); }, 1e-5f, -2.0f, 2.0f);
+    for (bool deterministic : {false, true}) {
+      ops::use_deterministic_algorithms(deterministic);
+      check(
+          "attention_strided_gradient" + c + (deterministic ? " deterministic" : ""), {x, o}, {x},
+          [forward, causal, o](Arrays& a) {
+            GpuMatrix out(o, a[0].device());
+            forward(a[0], out);
+            ops::attention_strided_gradient(a[0], out, a[1], a[2], h, t, t, d, d, 0, block, 2 * block,
+                                            t * width, d, width, 0.5f, causal);
+          },
+          1e-4f, -2.0f, 2.0f);
+    }
+    ops::use_deterministic_algorithms(false);
+  }
   ScopedEnv cap("GPUMAT_EMU_MAX_BLOCKS", "2");
   g_setting = " (GPUMAT_EMU_MAX_BLOCKS=2)";
   const Shape q{4, 35, 6}, k{4, 18, 6}, v{4, 18, 3}, o{4, 35, 4};

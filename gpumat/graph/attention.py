@@ -13,26 +13,38 @@
   ``as_strided`` copy, or one gather of all three by the fusion pass). Kernel:
   :func:`gpumat.ops.attention_gradient`.
 
+- ``attention_strided_op(qkv, batch, heads, lengths, offsets, strides, scale, causal=False)``: the
+  same attention over q, k, v read where they lie in one value qkv (the heads of a fused q/k/v
+  projection, ``x.view(B, T, H, D).transpose(1, 2)`` of its three column blocks), no copies; its
+  gradient ``attention_strided_gradient_op(qkv, out, dout, ...)`` is qkv's shape, dq, dk, dv in
+  place of q, k, v. Kernels: :func:`gpumat.ops.attention_strided` and
+  :func:`gpumat.ops.attention_strided_gradient`.
+
 A graph node has one value, so the forward's logsumexp travels as the output's last column and the
-three gradients as one flat array.
+three gradients as one flat array (of the contiguous op) or as qkv's gradient (of the strided one).
 """
 
 from __future__ import annotations
 
 import math
 
-from gpumat._checks import as_flag, as_real
+from gpumat._checks import as_flag, as_int, as_int_tuple, as_real
 from gpumat.graph.node import Attr, Op, kernels_for, shape_str, short_name
 from gpumat.graph.strided import contiguous_strides
+from gpumat.reference import attention_strided_regions, attention_strided_written_once
 
 __all__ = [
     "AttentionGradientOp",
     "AttentionOp",
     "AttentionPartOp",
+    "AttentionStridedGradientOp",
+    "AttentionStridedOp",
     "MAX_HEAD_DIM",
     "attention_gradient_op",
     "attention_op",
     "attention_part_op",
+    "attention_strided_gradient_op",
+    "attention_strided_op",
 ]
 
 #: The largest head dim (e and ev) the fused kernels take.
@@ -147,3 +159,117 @@ class AttentionPartOp(Op):
 attention_op = AttentionOp()
 attention_gradient_op = AttentionGradientOp()
 attention_part_op = AttentionPartOp()
+
+
+def _ints(n: int):
+    def check(value, what, op):
+        t = as_int_tuple(value, what, op)
+        if len(t) != n:
+            raise ValueError(f"{op}: {what} must be {n} integers, got {t}")
+        return t
+
+    return check
+
+
+_STRIDED_ATTRS = (
+    Attr("batch", as_int, type=int),
+    Attr("heads", as_int, type=int),
+    Attr("lengths", _ints(4), type=tuple),  # (l, s, e, ev)
+    Attr("offsets", _ints(3), type=tuple),  # of q, k, v in qkv
+    Attr("strides", _ints(3), type=tuple),  # (batch, head, row)
+    *_ATTRS,
+)
+
+
+def _strided_out(op: Op, node, qkv_shape) -> tuple:
+    """The forward's (batch * heads, l, ev + 1), after the regions' checks (ValueError)."""
+    lq, _, e, ev = node.lengths
+    if max(e, ev) > MAX_HEAD_DIM:
+        raise op._error(node, f"head dims must be at most {MAX_HEAD_DIM}, got e {e}, ev {ev}")
+    try:
+        attention_strided_regions(
+            op.name, math.prod(qkv_shape), node.batch, node.heads, node.lengths, node.offsets,
+            node.strides,
+        )  # fmt: skip
+    except ValueError as exc:
+        message = str(exc).removeprefix(f"{op.name}: ")
+        raise op._error(node, f"{message} (qkv {shape_str(qkv_shape)})") from None
+    return (node.batch * node.heads, lq, ev + 1)
+
+
+class AttentionStridedOp(Op):
+    """``attention_strided_op(qkv, batch, heads, lengths, offsets, strides, scale, causal=False)``:
+    :class:`AttentionOp`'s (batch * heads, l, ev + 1) output over q, k, v read in place from qkv
+    (``lengths`` (l, s, e, ev), ``offsets`` of q, k, v, ``strides`` (batch, head, row) in
+    elements; :func:`gpumat.ops.attention_strided`). Gradient: one
+    ``attention_strided_gradient_op``, qkv's shape. ValueError for regions outside qkv."""
+
+    name, label, kernel = "attention_strided_op", "AttentionStrided", "attention_strided"
+    inputs = ("node_qkv",)
+    attrs = _STRIDED_ATTRS
+
+    def node_name(self, node):
+        return f"AttentionStrided({short_name(node.inputs[0])}{',causal' if node.causal else ''})"
+
+    def kernel_args(self, node):
+        return (node.heads, node.lengths, node.offsets, node.strides, node.scale, node.causal)
+
+    def gradient(self, node, output_grad):
+        (qkv,) = node.inputs
+        return [
+            attention_strided_gradient_op(
+                qkv,
+                node,
+                output_grad,
+                node.batch,
+                node.heads,
+                node.lengths,
+                node.offsets,
+                node.strides,
+                node.scale,
+                node.causal,
+            )  # fmt: skip
+        ]
+
+    def infer_shape(self, node, input_shapes):
+        return _strided_out(self, node, tuple(input_shapes[0]))
+
+
+class AttentionStridedGradientOp(Op):
+    """``attention_strided_gradient_op(qkv, out, dout, batch, heads, lengths, offsets, strides,
+    scale, causal=False)``: qkv's shape, dq, dk and dv where q, k and v lie and zeros elsewhere
+    (:func:`gpumat.ops.attention_strided_gradient`). ValueError where the regions could share
+    an element."""
+
+    name, label, kernel = (
+        "attention_strided_gradient_op",
+        "AttentionStridedGrad",
+        ("attention_strided_gradient"),
+    )
+    no_gradient = "second derivatives of attention"
+    inputs = ("node_qkv", "node_out", "node_dout")
+    attrs = _STRIDED_ATTRS
+
+    def kernel_args(self, node):
+        return (node.heads, node.lengths, node.offsets, node.strides, node.scale, node.causal)
+
+    def infer_shape(self, node, input_shapes):
+        qkv, out, dout = (tuple(s) for s in input_shapes)
+        want = _strided_out(self, node, qkv)
+        if out != want or dout != want:
+            raise self._error(
+                node,
+                f"out {shape_str(out)} and dout {shape_str(dout)} must be {shape_str(want)}",
+            )
+        args = (node.batch, node.heads, node.lengths, node.offsets, node.strides)
+        if not attention_strided_written_once(*args):
+            raise self._error(
+                node,
+                f"q, k and v must lie side by side in qkv's rows (offsets {node.offsets}, "
+                f"strides {node.strides})",
+            )
+        return qkv
+
+
+attention_strided_op = AttentionStridedOp()
+attention_strided_gradient_op = AttentionStridedGradientOp()

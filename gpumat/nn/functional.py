@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 
 from gpumat._checks import as_pair, as_probability, as_real
-from gpumat.autograd import current_trace, no_grad
+from gpumat.autograd import current_trace, is_grad_enabled, no_grad
 from gpumat.creation import arange, ones, tensor, zeros
 from gpumat.dtypes import bool_, float32, int64
 from gpumat.graph.activation import (
@@ -35,7 +35,7 @@ from gpumat.graph.activation import (
     silu_op,
     softplus_op,
 )
-from gpumat.graph.attention import MAX_HEAD_DIM, attention_op
+from gpumat.graph.attention import MAX_HEAD_DIM, attention_op, attention_strided_op
 from gpumat.graph.conv import add_channel_bias_op, conv2d_op
 from gpumat.graph.elementwise import mul_byconst_op
 from gpumat.graph.index import embedding_op
@@ -47,10 +47,11 @@ from gpumat.graph.norm import batch_norm_op, batch_norm_stats_op, layer_norm_op
 from gpumat.graph.pool import adaptive_avg_pool2d_op, avg_pool2d_op, max_pool2d_op
 from gpumat.graph.strided import constant_pad_op, contiguous_strides
 from gpumat.random import draw_seed
+from gpumat.reference import attention_strided_written_once
 from gpumat.tensor import Tensor, apply_op, stack
 from gpumat.tensor import where as _where
 from gpumat.tensor._advanced_indexing import check_bounds
-from gpumat.tensor._views import _make_view
+from gpumat.tensor._views import _make_view, layout
 
 __all__ = [
     "adaptive_avg_pool2d",
@@ -301,11 +302,20 @@ def scaled_dot_product_attention(
     batch = _batch_shape(op, q.shape, k.shape, v.shape)
     if attn_mask is None and p == 0.0 and max(e, ev) <= MAX_HEAD_DIM and math.isfinite(scale):
         n = math.prod(batch)
-        q3, k3, v3 = (
-            _stacked(t, batch, rows, d, n, op)
-            for t, rows, d in ((q, lq, e), (k, ls, e), (v, ls, ev))
-        )
-        packed = apply_op(op, lambda a, b, c: attention_op(a, b, c, scale, is_causal), [q3, k3, v3])
+        heads = _heads_in_place(q, k, v, batch, (lq, ls, e, ev))
+        if heads is not None:  # q, k, v read where they lie in one tensor: no copies
+            base, args = heads
+            packed = apply_op(
+                op, lambda x: attention_strided_op(x, *args, scale, is_causal), [base]
+            )
+        else:
+            q3, k3, v3 = (
+                _stacked(t, batch, rows, d, n, op)
+                for t, rows, d in ((q, lq, e), (k, ls, e), (v, ls, ev))
+            )
+            packed = apply_op(
+                op, lambda a, b, c: attention_op(a, b, c, scale, is_causal), [q3, k3, v3]
+            )
         # O is a view of packed, the first ev of each (ev + 1)-wide row (as PyTorch's CPU flash
         # attention returns a strided view): copied once, when first read, so the usual
         # out.transpose(1, 2).contiguous() is the only copy, and its gradient one scatter. While
@@ -326,6 +336,41 @@ def scaled_dot_product_attention(
     if p > 0.0:
         weights = dropout(weights, p)
     return weights.matmul(v)
+
+
+def _heads_in_place(q: Tensor, k: Tensor, v: Tensor, batch: tuple, lengths: tuple):
+    """``(base, (batch, heads, lengths, offsets, strides))`` for ``attention_strided_op`` when q,
+    k and v (batch dims ``batch``, at most two: (B, H)) are views of one float32 tensor with the
+    same batch and row strides and contiguous rows, as the heads of a fused projection
+    (``qkv.split(C, 2)``, then ``view(B, T, H, D).transpose(1, 2)``) are; else None (the copying
+    path). Where the base will take a gradient, the three regions must also be ones
+    ``attention_strided_gradient`` writes once each (side by side in the base's rows)."""
+    if len(batch) > 2:
+        return None
+    lays = [layout(t) for t in (q, k, v)]
+    base = lays[0][0]
+    lead = lays[0][1][:-1]
+    for t, (b, stride, _) in zip((q, k, v), lays, strict=True):
+        if (
+            b is not base
+            or t.shape[:-2] != batch
+            or stride[-1] != 1
+            or stride[:-1] != lead
+            or t._requires_grad != base._requires_grad
+        ):
+            return None
+    if base._dtype is not float32 or min(lead, default=0) < 0:
+        return None
+    if len(batch) == 2:  # (B, H)
+        (nb, nh), (bs, hs, row) = batch, lead
+    elif len(batch) == 1:  # (B,): one head
+        (nb, nh), (bs, hs, row) = (batch[0], 1), (lead[0], 0, lead[1])
+    else:
+        (nb, nh), (bs, hs, row) = (1, 1), (0, 0, lead[0])
+    args = (nb, nh, lengths, tuple(o for _, _, o in lays), (bs, hs, row))
+    if base._requires_grad and is_grad_enabled() and not attention_strided_written_once(*args):
+        return None
+    return base, args
 
 
 def _stacked(t: Tensor, batch: tuple, rows: int, d: int, n: int, op: str) -> Tensor:

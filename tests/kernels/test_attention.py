@@ -208,6 +208,161 @@ def test_attention_kernel_errors_name_the_op(ctx):
         ops.attention_gradient(q, k, v, out, out, gpumat.empty((3,), ctx), 1.0)
 
 
+# ---------------------------------------------------------------------------- q, k, v read in place
+
+# (batch, heads, l, s, e, ev, gap): a GPT's fused projection past one 64-row tile; one head with
+# l < s, e != ev and unused columns (whose gradient is 0); l > s; head dim 32 (CUDA's bucket 32);
+# the largest head dim
+STRIDED = [
+    (2, 3, 70, 70, 8, 8, 0),
+    (3, 1, 21, 37, 5, 7, 2),
+    (1, 2, 40, 19, 16, 4, 1),
+    (2, 4, 5, 5, 32, 32, 0),
+    (1, 1, 9, 9, 128, 128, 3),
+]
+
+
+def _projection(rng, batch, heads, lq, s, e, ev, gap):
+    """A (batch, rows, width) array whose rows hold q's heads, then k's, then v's (each head in a
+    slot of max(e, ev) columns, each block followed by ``gap`` unused ones), its geometry for the
+    strided ops, and the flat indices of q, k, v as (batch * heads, rows, dim) arrays."""
+    rows, slot = max(lq, s), max(e, ev)
+    block = heads * slot + gap
+    width = 3 * block
+    x = rng.uniform(-2, 2, size=(batch, rows, width)).astype(np.float32)
+    offsets, strides = (0, block, 2 * block), (rows * width, slot, width)
+
+    def region(o, n, d):
+        b, h, r, c = np.meshgrid(
+            np.arange(batch), np.arange(heads), np.arange(n), np.arange(d), indexing="ij"
+        )
+        return (o + b * strides[0] + h * strides[1] + r * strides[2] + c).reshape(
+            batch * heads, n, d
+        )
+
+    index = [region(offsets[0], lq, e), region(offsets[1], s, e), region(offsets[2], s, ev)]
+    return x, (lq, s, e, ev), offsets, strides, index
+
+
+def _grads64(q, k, v, g, scale, causal):
+    """float64 dq, dk, dv of attention for dout g (its last column the logsumexp's gradient)."""
+    _, _, p = _ref(q, k, v, scale, causal)
+    ev = v.shape[2]
+    g64 = g[..., :ev].astype(np.float64)
+    dp = np.einsum("blv,bsv->bls", g64, v)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True) + g[..., ev:].astype(np.float64))
+    return (
+        np.einsum("bls,bse->ble", ds, k) * scale,
+        np.einsum("bls,ble->bse", ds, q) * scale,
+        np.einsum("bls,blv->bsv", p, g64),
+    )
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", STRIDED, ids=_sid)
+def test_attention_strided_kernels_match_float64(ctx, shape, causal, deterministic):
+    """Attention over q, k, v read where they lie in a projection, and its gradient written in
+    their place (zeros in the columns no head covers: the output is NaN-poisoned first), against
+    float64 on copies of the regions; the reference module agrees."""
+    rng, seed = new_rng()
+    batch, heads, lq, _, e, ev, _ = shape
+    x, lengths, offsets, strides, index = _projection(rng, *shape)
+    q, k, v = (x.reshape(-1)[i] for i in index)
+    scale = 1.0 / math.sqrt(e)
+    geometry = (heads, lengths, offsets, strides)
+    xd = gpumat.array(x, ctx)
+    out = nan_array((batch * heads, lq, ev + 1), ctx)
+    ops.attention_strided(xd, out, *geometry, scale, causal)
+    want, lse, _ = _ref(q, k, v, scale, causal)
+    got = out.asnumpy()
+    assert_close(got[..., :ev], want, rtol=1e-5, atol=1e-5, msg=f"seed {seed}")
+    assert_close(got[..., ev], lse, rtol=1e-5, atol=1e-5, msg=f"seed {seed}")
+
+    g = rng.uniform(-1, 1, size=(batch * heads, lq, ev + 1)).astype(np.float32)
+    dx = nan_array(x.shape, ctx)
+    ops.attention_strided_gradient(xd, out, gpumat.array(g, ctx), dx, *geometry, scale, causal)
+    expect = np.zeros(x.size)
+    for i, d in zip(index, _grads64(q, k, v, g, scale, causal), strict=True):
+        expect[i.reshape(-1)] = d.reshape(-1)
+    expect = expect.reshape(x.shape)
+    assert_close(dx.asnumpy(), expect, rtol=1e-4, atol=1e-4, msg=f"seed {seed}")
+    ref = np.empty(x.shape)
+    gpumat.reference.attention_strided_gradient(x, got, g, ref, *geometry, scale, causal)
+    np.testing.assert_allclose(ref, expect, rtol=1e-4, atol=1e-5 * np.abs(expect).max())
+
+
+def test_attention_strided_errors_name_the_op(ctx):
+    """Regions outside the array, overlapping rows, bad heads and shapes, and (for the gradient)
+    regions that share elements: ValueError naming the op; non-integer geometry: TypeError."""
+    rng, _ = new_rng()
+    x = gpumat.array(rng.uniform(-1, 1, (2, 3, 24)).astype(np.float32), ctx)  # 2 heads of 4 each
+    out = gpumat.empty((4, 3, 5), ctx)
+    good = (2, (3, 3, 4, 4), (0, 8, 16), (72, 4, 24))
+    ops.attention_strided(x, out, *good, 0.5)
+    gpumat.synchronize(ctx)
+    cases = [
+        ((2, (3, 3, 4, 4), (0, 8, 17), (72, 4, 24)), r"v reaches element 144 of qkv's 144"),
+        ((2, (3, 3, 4, 4), (0, 8, 16), (72, 4, 3)), r"the rows of q overlap: row stride 3 < its"),
+        ((0, (3, 3, 4, 4), (0, 8, 16), (72, 4, 24)), "heads must be at least 1"),
+        ((2, (3, 3, 4, 4), (-1, 8, 16), (72, 4, 24)), "offsets and strides must be >= 0"),
+        ((3, (3, 3, 4, 4), (0, 8, 16), (72, 4, 24)), r"out must be \(batch x heads"),
+        ((2, (3, 3, 4, 5), (0, 8, 16), (72, 4, 24)), r"out has shape \(4, 3, 5\), expected"),
+    ]
+    for geometry, message in cases:
+        with pytest.raises(ValueError, match="attention_strided: " + message):
+            ops.attention_strided(x, out, *geometry, 0.5)
+    with pytest.raises(ValueError, match="attention_strided: head dims"):
+        ops.attention_strided(
+            gpumat.empty((1, 1, 400), ctx), gpumat.empty((1, 1, 131), ctx), 1,
+            (1, 1, 130, 130), (0, 130, 260), (400, 0, 400), 0.5,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="attention_strided"):  # out aliasing qkv
+        ops.attention_strided(out, out, 2, (3, 3, 1, 1), (0, 1, 2), (45, 1, 5), 0.5)
+    with pytest.raises(TypeError, match="a length must be an int"):
+        ops.attention_strided(x, out, 2, (3.0, 3, 4, 4), (0, 8, 16), (72, 4, 24), 0.5)
+    with pytest.raises(ValueError, match="expected lengths"):
+        ops.attention_strided(x, out, 2, (3, 3, 4), (0, 8, 16), (72, 4, 24), 0.5)
+    dx = gpumat.empty((2, 3, 24), ctx)
+    with pytest.raises(ValueError, match="attention_strided_gradient: q, k and v must lie side"):
+        ops.attention_strided_gradient(x, out, out, dx, 2, (3, 3, 4, 4), (0, 4, 16), (72, 4, 24), 1)
+    with pytest.raises(ValueError, match="attention_strided_gradient: q, k and v must lie side"):
+        # heads whose slots overlap (head stride 2 < head dim 4)
+        ops.attention_strided_gradient(x, out, out, dx, 2, (3, 3, 4, 4), (0, 8, 16), (72, 2, 24), 1)
+    with pytest.raises(ValueError, match=r"attention_strided_gradient: dqkv has shape \(3,\)"):
+        ops.attention_strided_gradient(x, out, out, gpumat.empty((3,), ctx), *good, 1.0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_strided_op_gradient_fd_float64(causal):
+    """The graph op's gradient (qkv's shape, zeros in the unused columns) against finite
+    differences, and on the devices against numpy float64."""
+    rng, _ = new_rng()
+    x, lengths, offsets, strides, _ = _projection(rng, 2, 2, 5, 5, 3, 3, 1)
+    build = lambda x: ad.attention_strided_op(x, 2, 2, lengths, offsets, strides, 0.8, causal)  # noqa: E731
+    check_fd_gradients(build, [x.astype(np.float64)], rng)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_strided_op_on_devices_matches_numpy(ctx, causal):
+    rng, _ = new_rng()
+    x, lengths, offsets, strides, _ = _projection(rng, 2, 3, 20, 18, 6, 5, 2)
+    build = lambda x: ad.attention_strided_op(x, 2, 3, lengths, offsets, strides, 0.4, causal)  # noqa: E731
+    check_device_gradients(ctx, build, [x.astype(np.float64)], rng)
+
+
+def test_attention_strided_op_shape_errors():
+    x = ad.Variable("x")
+    y = ad.attention_strided_op(x, 2, 2, (3, 3, 4, 4), (0, 8, 16), (72, 4, 24), 0.5, True)
+    assert y.name == "AttentionStrided(x,causal)"
+    with pytest.raises(ValueError, match=r"attention_strided_op .*: v reaches element 143 of "):
+        adx.Executor([y]).run({x: np.zeros((2, 3, 23), np.float32)})
+    g = ad.attention_strided_gradient_op(x, y, y, 2, 2, (3, 3, 4, 4), (0, 4, 16), (72, 4, 24), 0.5)
+    with pytest.raises(ValueError, match="must lie side by side"):
+        adx.Executor([g]).run({x: np.zeros((2, 3, 24), np.float32)})
+    with pytest.raises(ValueError, match="lengths must be 4 integers"):
+        ad.attention_strided_op(x, 2, 2, (3, 3, 4), (0, 8, 16), (72, 4, 24), 0.5)
+
+
 # ---------------------------------------------------------------------------- graph ops
 
 
@@ -302,10 +457,11 @@ def test_sdpa_matches_torch(ctx, qs, ks, vs, mask, causal):
         assert_close(g.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-4, msg=f"seed {seed}")
 
 
-def test_sdpa_of_head_views_matches_torch_and_copies_no_head_again(ctx):
+def test_sdpa_of_head_views_matches_torch_and_copies_no_head(ctx):
     """The GPT pattern: q, k, v split from one projection, viewed as heads and transposed. The
-    heads (views: row-major copies of their regions) go to the fused kernel as they are, no clone
-    each, and a change of the projection in place after the views reaches the attention."""
+    fused kernel reads the heads where they lie in the projection (attention_strided: no copy of
+    a head), its gradient is the projection's, and a change of the projection in place after the
+    views reaches the attention."""
     torch = pytest.importorskip("torch")
     rng, seed = new_rng()
     b, t, h, d = 2, 5, 3, 4
@@ -325,8 +481,13 @@ def test_sdpa_of_head_views_matches_torch_and_copies_no_head_again(ctx):
     q, k, v = heads(gpumat, x)
     with ops.trace_calls() as calls:
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    assert "mul_scalar_" not in [name for name, _ in calls]  # no clone of a head
-    (y.transpose(1, 2).contiguous().view(b, t, c) * gpumat.tensor(w0, device=ctx)).sum().backward()
+        o = y.transpose(1, 2).contiguous().view(b, t, c)
+        (o * gpumat.tensor(w0, device=ctx)).sum().backward()
+    names = [name for name, _ in calls]
+    assert "attention_strided_" in names and "attention_strided_gradient_" in names
+    assert "attention_" not in names and "mul_scalar_" not in names  # no clone of a head
+    # one copy: O's transpose (and its gradient's scatter); none of a head, no scatter of dq, dk, dv
+    assert names.count("as_strided_") == 1 and names.count("as_strided_scatter_") == 1, names
     assert_close(y.detach().numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6, msg=f"seed {seed}")
     assert_close(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5, msg=f"seed {seed}")
 
@@ -339,6 +500,30 @@ def test_sdpa_of_head_views_matches_torch_and_copies_no_head_again(ctx):
             *heads(torch, 2 * torch.tensor(x0, dtype=torch.float64)), is_causal=True
         )
     assert_close(y2.numpy(), y2t.numpy(), rtol=1e-5, atol=1e-6, msg=f"seed {seed}")
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_sdpa_of_heads_that_share_elements(ctx, grad):
+    """q = k = v, the same heads of one tensor: the regions coincide, so a gradient could not be
+    written in their place: with a gradient the heads are copied (the contiguous kernel, and the
+    sum of the three gradients), without one they are read in place. Both as PyTorch."""
+    torch = pytest.importorskip("torch")
+    rng, seed = new_rng()
+    x0 = rng.uniform(-1, 1, size=(2, 6, 12)).astype(np.float32)
+    g0 = rng.uniform(-1, 1, size=(2, 3, 6, 4)).astype(np.float32)
+    xt = torch.tensor(x0, dtype=torch.float64, requires_grad=grad)
+    ht = xt.view(2, 6, 3, 4).transpose(1, 2)
+    yt = torch.nn.functional.scaled_dot_product_attention(ht, ht, ht)
+    x = gpumat.tensor(x0, device=ctx, requires_grad=grad)
+    h = x.view(2, 6, 3, 4).transpose(1, 2)
+    with ops.trace_calls() as calls:
+        y = F.scaled_dot_product_attention(h, h, h)
+    assert ("attention_strided_" in [n for n, _ in calls]) == (not grad)
+    assert_close(y.detach().numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6, msg=f"seed {seed}")
+    if grad:
+        yt.backward(torch.tensor(g0, dtype=torch.float64))
+        y.backward(gpumat.tensor(g0, device=ctx))
+        assert_close(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5, msg=f"seed {seed}")
 
 
 def test_sdpa_zero_size_batch(ctx):

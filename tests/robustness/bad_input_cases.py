@@ -531,6 +531,20 @@ def _valid_args(name, draw, arrays: Arrays):
             return [q, k, v, new((b, lq, ev + 1)), sc, causal]
         n = b * (lq * e + s_ * e + s_ * ev)
         return [q, k, v, new((b, lq, ev + 1)), new((b, lq, ev + 1)), new((n,)), sc, causal]
+    if name in ("attention_strided", "attention_strided_gradient"):
+        # a fused projection (b, t, width): q, k, v column blocks of h heads of d, `gap` unused
+        # columns after each (the gradient's zeros there)
+        b, t, d = draw(small), draw(small), draw(small)
+        h, gap = draw(st.integers(1, 3)), draw(st.integers(0, 2))
+        c = h * d
+        width = 3 * (c + gap)
+        qkv = new((b, t, width))
+        geometry = [h, (t, t, d, d), (0, c + gap, 2 * (c + gap)), (t * width, d, width)]
+        sc, causal = draw(st.floats(0.1, 2.0)), draw(st.booleans())
+        if name == "attention_strided":
+            return [qkv, new((b * h, t, d + 1)), *geometry, sc, causal]
+        out, dout = new((b * h, t, d + 1)), new((b * h, t, d + 1))
+        return [qkv, out, dout, new((b, t, width)), *geometry, sc, causal]
     if name in ("softmax_gradient", "log_softmax_gradient"):
         s = _shape(draw)
         y = new(s, 0.0, 1.0) if name == "softmax_gradient" else new(s, -4.0, 0.0)
@@ -1160,6 +1174,54 @@ def _ref_attention(name, a):
     return {5: ref}
 
 
+def _ref_attention_strided(name, a):
+    grad = name == "attention_strided_gradient"
+    n_arrays = 4 if grad else 2
+    qkv, out = _arr(a[0]), _arr(a[1])
+    _no_alias(a[n_arrays - 1], *a[: n_arrays - 1])
+    heads, lengths, offsets, strides, sc, causal = a[n_arrays:]
+    heads = _int(heads)
+    geometry = []
+    for value, n in ((lengths, 4), (offsets, 3), (strides, 3)):
+        if not isinstance(value, (tuple, list)) or len(value) != n:
+            raise Invalid("lengths, offsets, strides")
+        geometry.append(tuple(_int(x) for x in value))
+    lengths, offsets, strides = geometry
+    if heads < 1 or out.ndim != 3 or out.shape[0] % heads:
+        raise Invalid("heads or out")
+    batch = out.shape[0] // heads
+    try:
+        gpumat.reference.attention_strided_regions(
+            name, qkv.size, batch, heads, lengths, offsets, strides
+        )
+    except ValueError:
+        raise Invalid("region") from None
+    lq, _, e, ev = lengths
+    if max(e, ev) > 128:
+        raise Invalid("head dim")
+    _same(out.shape, (batch * heads, lq, ev + 1))
+    if not isinstance(causal, (bool, np.bool_)):
+        raise Invalid("causal")
+    if isinstance(sc, (bool, np.bool_)) or not isinstance(sc, numbers.Real):
+        raise Invalid("scale")
+    if not math.isfinite(sc):
+        raise Invalid("scale")
+    if not grad:
+        ref = np.empty(out.shape)
+        gpumat.reference.attention_strided(qkv, ref, heads, lengths, offsets, strides, sc, causal)
+        return {1: ref}
+    dout, dqkv = _arr(a[2]), _arr(a[3])
+    _same(dout.shape, out.shape)
+    _same(dqkv.shape, qkv.shape)
+    if not gpumat.reference.attention_strided_written_once(batch, heads, lengths, offsets, strides):
+        raise Invalid("regions that share elements")
+    ref = np.empty(qkv.shape)
+    gpumat.reference.attention_strided_gradient(
+        qkv, out, dout, ref, heads, lengths, offsets, strides, sc, causal
+    )
+    return {3: ref}
+
+
 def _ref_softmax_gradient(name, a):
     y, dy, out = _arr(a[0]), _arr(a[1]), _arr(a[2])
     _no_alias(a[2], a[0], a[1])
@@ -1629,6 +1691,8 @@ _REFERENCES = {
     "cross_entropy_with_gradient": _ref_cross_entropy_with_gradient,
     "attention": _ref_attention,
     "attention_gradient": _ref_attention,
+    "attention_strided": _ref_attention_strided,
+    "attention_strided_gradient": _ref_attention_strided,
     "softmax": _ref_softmax,
     "log_softmax": _ref_softmax,
     "softmax_gradient": _ref_softmax_gradient,
@@ -3994,6 +4058,8 @@ BATCHES = {
             "normal",
             "attention",
             "attention_gradient",
+            "attention_strided",
+            "attention_strided_gradient",
         ]
     ),
     "ops_rnn": lambda: batch_ops(

@@ -458,14 +458,16 @@ def test_split_gradient_rule_joins_the_pieces(ctx, pieces_used, overlap, fires):
     assert compiled.fusion_report.rules["split_gradient"] == (1 if fires else 0)
 
 
-def _heads_step(attention: bool):
-    """A step in a transformer's shape: a (6, 24) projection shown as (2, 3, 24), split in three
-    along its last dim, each piece shown as heads (view, transpose); the heads reach the loss
-    through attention (its gradient: one flat array of dq, dk, dv) or pointwise terms."""
+def _heads_step(attention: bool, split_dim: int = 2):
+    """A step in a transformer's shape: a (6, 24) projection split in three, each piece shown as
+    heads (view, transpose): along its last dim of (2, 3, 24) (a fused projection's q, k, v
+    columns) or along the rows of (2, 9, 8) (``split_dim`` 1); the heads reach the loss through
+    attention or pointwise terms."""
 
     def step(x, w):
         w.grad = None
-        pieces = (x @ w).view(2, 3, 24).split(8, dim=2)
+        shape = (2, 3, 24) if split_dim == 2 else (2, 9, 8)
+        pieces = (x @ w).view(*shape).split(8 if split_dim == 2 else 3, dim=split_dim)
         q, k, v = (p.view(2, 3, 2, 4).transpose(1, 2) for p in pieces)
         if attention:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -478,15 +480,24 @@ def _heads_step(attention: bool):
     return step
 
 
+def _plan_kinds(compiled) -> list:
+    return [type(n.op) for n in compiled.executor._state.plan.order]
+
+
+def _copies(compiled) -> list:
+    plan = compiled.executor._state.plan.order
+    return [n.name for n in plan if isinstance(n.op, graph.AsStridedOp)]
+
+
 @pytest.mark.parametrize("attention", [False, True])
 def test_split_gradient_rule_writes_heads_once(ctx, attention):
-    """The gradients of a projection's q, k, v heads (views that tile it) become one write of the
+    """The gradients of q, k, v heads that tile a projection by rows become one write of the
     whole: one gather from attention's flat gradient, or one assemble_op of the pieces, instead
     of a zero-filled whole per head and their sums; the same bits as eager. In the trace, a view
     of a view is one copy of the base, as eagerly (no copy of each split piece)."""
-    compiled = _compiled_matches_eager(ctx, _heads_step(attention), (6, 4), (4, 24))
+    compiled = _compiled_matches_eager(ctx, _heads_step(attention, split_dim=1), (6, 4), (4, 24))
     assert compiled.fusion_report.rules["split_gradient"] == 1
-    kinds = [type(n.op) for n in compiled.executor._state.plan.order]
+    kinds = _plan_kinds(compiled)
     # (attention: its output's view, O's transpose of O, itself a view of the (ev + 1)-wide rows
     # that hold the logsumexp too: one view of the whole)
     assert kinds.count(graph.AsStridedBackwardOp) == (1 if attention else 0)
@@ -494,8 +505,21 @@ def test_split_gradient_rule_writes_heads_once(ctx, attention):
     assert graph.AttentionPartOp not in kinds  # attention: its parts are read by the gather
     # one copy per head from the projection, none per piece (attention: also O's transpose, read
     # straight out of the rows, and the gradients' gather)
-    copies = [n for n in compiled.executor._state.plan.order if isinstance(n.op, graph.AsStridedOp)]
-    assert len(copies) == (3 + 2 if attention else 3), [n.name for n in copies]
+    copies = _copies(compiled)
+    assert len(copies) == (3 + 2 if attention else 3), copies
+
+
+def test_heads_of_a_fused_projection_are_read_in_place(ctx):
+    """Attention over q, k, v heads that lie side by side in a projection's rows reads them where
+    they lie (attention_strided_op) and its gradient is the projection's whole gradient: no copy
+    of a head, no gather, no split rule; only O's transpose is copied. The same bits as eager."""
+    compiled = _compiled_matches_eager(ctx, _heads_step(True, split_dim=2), (6, 4), (4, 24))
+    assert compiled.fusion_report.rules["split_gradient"] == 0
+    kinds = _plan_kinds(compiled)
+    assert graph.AttentionStridedOp in kinds and graph.AttentionStridedGradientOp in kinds
+    assert graph.AttentionOp not in kinds and graph.AttentionPartOp not in kinds
+    assert kinds.count(graph.AsStridedBackwardOp) == 1  # O's transpose's gradient
+    assert len(_copies(compiled)) == 1, _copies(compiled)
 
 
 def test_trace_views_report_strides_as_eagerly_and_respect_no_grad():

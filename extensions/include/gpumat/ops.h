@@ -214,6 +214,23 @@ void attention(const GpuMatrix& q, const GpuMatrix& k, const GpuMatrix& v, GpuMa
                bool causal);
 void attention_gradient(const GpuMatrix& q, const GpuMatrix& k, const GpuMatrix& v, const GpuMatrix& out,
                         const GpuMatrix& dout, GpuMatrix& dqkv, float scale, bool causal);
+// attention_strided: the same over q, k, v read where they lie in one buffer qkv (any shape: the
+// output of a fused q/k/v projection), sharing strides: element (b, h, r, c) of q (batch, heads, l, e)
+// is qkv's element q_offset + b batch_stride + h head_stride + r row_stride + c; k (batch, heads, s, e)
+// and v (batch, heads, s, ev) likewise from k_offset and v_offset. batch = out.dim(0) / heads; out is
+// (batch x heads, l, ev + 1) as attention's. The heads of x.view(B, T, H, D).transpose(1, 2) for the
+// three C = H D column blocks of a (B, T, 3C) x: offsets 0, C, 2C, strides (T 3C, D, 3C).
+// attention_strided_gradient: dqkv (qkv's shape) holds dq, dk, dv where q, k, v lie and 0 elsewhere;
+// it needs each element written once: the three regions in disjoint column ranges of qkv's rows, each
+// head's dim within a row (ShapeError otherwise). Regions outside qkv, overlapping rows, and the
+// checks of attention give ShapeError.
+void attention_strided(const GpuMatrix& qkv, GpuMatrix& out, int64_t heads, int64_t l, int64_t s, int64_t e,
+                       int64_t ev, int64_t q_offset, int64_t k_offset, int64_t v_offset, int64_t batch_stride,
+                       int64_t head_stride, int64_t row_stride, float scale, bool causal);
+void attention_strided_gradient(const GpuMatrix& qkv, const GpuMatrix& out, const GpuMatrix& dout,
+                                GpuMatrix& dqkv, int64_t heads, int64_t l, int64_t s, int64_t e, int64_t ev,
+                                int64_t q_offset, int64_t k_offset, int64_t v_offset, int64_t batch_stride,
+                                int64_t head_stride, int64_t row_stride, float scale, bool causal);
 
 // ---------------------------------------------------------------------------- softmax
 

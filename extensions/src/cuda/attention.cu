@@ -1,6 +1,8 @@
 // CUDA attention family: fused scaled dot-product attention in the FlashAttention-2 manner (Dao,
 // "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023).
-// q (batch, l, e), k (batch, s, e), v (batch, s, ev); out (batch, l, ev + 1): per query row the
+// q (batch, l, e), k (batch, s, e), v (batch, s, ev), each where its HeadLayout (../backend.h) puts
+// its head-batches and rows (contiguous, or heads read in place from a fused projection; the
+// gradients dq, dk, dv laid out as their operands); out (batch, l, ev + 1): per query row the
 // ev outputs O = softmax(scale q k^T [+ causal mask]) v and, in the last column, the row's
 // logsumexp L = m + log(sum exp(scale q.k - m)) that the gradient reads. The (l, s) matrix is
 // never stored: a block holds 64-row tiles of Q, K and V in shared memory.
@@ -228,11 +230,12 @@ __device__ void load_row_stats(float* lse, float* dsum, const float* out, const 
   }
 }
 
-// q (batch, l, e), k (batch, s, e), v (batch, s, ev), out (batch, l, ev + 1)
+// q (batch, l, e), k (batch, s, e), v (batch, s, ev) where lq, lk, lv say; out (batch, l, ev + 1)
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_forward_kernel(const float* q, const float* k, const float* v, float* out, int64_t batch,
-                             int64_t l, int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
+                             int64_t l, int64_t s, int64_t e, int64_t ev, HeadLayout lq, HeadLayout lk,
+                             HeadLayout lv, float scale, bool causal) {
   using H = Head<HD>;
   float* qs = dynamic_smem<float>();
   float* ks = qs + H::kTileFloats;
@@ -242,9 +245,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t qblocks = (l + kTile - 1) / kTile;
   for (int64_t t = blockIdx.x; t < batch * qblocks; t += gridDim.x) {
     const int64_t b = t / qblocks, q0 = (qblocks - 1 - t % qblocks) * kTile;  // long causal rows first
-    const float* kb = k + b * s * e;
-    const float* vb = v + b * s * ev;
-    load_tile<HD>(qs, q + b * l * e, q0, l, e, e);
+    const float* kb = k + lk.start(b);
+    const float* vb = v + lv.start(b);
+    load_tile<HD>(qs, q + lq.start(b), q0, l, e, lq.row_stride);
     float m[kPer], sum[kPer], acc[kPer][H::kCols];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -255,8 +258,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t kend = causal ? (s < q0 + kTile ? s : q0 + kTile) : s;
     for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
       __syncthreads();  // the last tile's readers are done with ks, vs, ps
-      load_tile<HD>(ks, kb, k0, s, e, e);
-      if constexpr (!kShareKV<HD>) load_tile<HD>(vs, vb, k0, s, ev, ev);
+      load_tile<HD>(ks, kb, k0, s, e, lk.row_stride);
+      if constexpr (!kShareKV<HD>) load_tile<HD>(vs, vb, k0, s, ev, lv.row_stride);
       __syncthreads();
       float sc[kPer][kPer];
       tile_dots<HD>(qs, ks, tx, ty, sc);
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       __syncthreads();  // P complete (and, sharing one buffer, K's readers done)
       if constexpr (kShareKV<HD>) {
-        load_tile<HD>(vs, vb, k0, s, ev, ev);
+        load_tile<HD>(vs, vb, k0, s, ev, lv.row_stride);
         __syncthreads();
       }
       tile_product<HD>(ps, vs, tx, ty, acc);
@@ -339,16 +342,17 @@ __device__ void tile_product_transposed(const float* w, const float* m, int tx, 
   }
 }
 
-// dk (batch, s, e), dv (batch, s, ev); dout and out (batch, l, ev + 1). A thread's rows are keys,
-// its score columns queries. With WithDq (FlashAttention-2's backward) it also adds each query
-// tile's scale dS K into dq (batch, l, e; zeroed before the launch) with float atomics: one kernel
+// dk (batch, s, e), dv (batch, s, ev) laid out as k and v (lk, lv); dout and out (batch, l, ev + 1).
+// A thread's rows are keys, its score columns queries. With WithDq (FlashAttention-2's backward) it
+// also adds each query tile's scale dS K into dq (batch, l, e as q: lq; zeroed before the launch)
+// with float atomics: one kernel
 // computes the scores once for all three gradients (five tile products per tile pair instead of the
 // two-kernel path's seven), but the order of dq's sums, and so its last bits, varies between runs.
 template <int HD, bool WithDq>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM<HD>)
     attention_dkdv_kernel(const float* q, const float* k, const float* v, const float* out, const float* dout,
                           float* dq, float* dk, float* dv, int64_t batch, int64_t l, int64_t s, int64_t e,
-                          int64_t ev, float scale, bool causal) {
+                          int64_t ev, HeadLayout lq, HeadLayout lk, HeadLayout lv, float scale, bool causal) {
   using H = Head<HD>;
   float* ks = dynamic_smem<float>();
   float* vs = ks + H::kTileFloats;
@@ -364,8 +368,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM<HD>)
     const int64_t b = t / kblocks, k0 = (t % kblocks) * kTile;  // causal: the first keys see most rows
     const float* ob = out + b * l * (ev + 1);
     const float* gb = dout + b * l * (ev + 1);
-    load_tile<HD>(ks, k + b * s * e, k0, s, e, e);
-    load_tile<HD>(vs, v + b * s * ev, k0, s, ev, ev);
+    load_tile<HD>(ks, k + lk.start(b), k0, s, e, lk.row_stride);
+    load_tile<HD>(vs, v + lv.start(b), k0, s, ev, lv.row_stride);
     float dka[kPer][H::kCols], dva[kPer][H::kCols];
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
@@ -374,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM<HD>)
     // causal: query rows before k0 see none of these keys
     for (int64_t q0 = causal ? k0 : 0; q0 < l; q0 += kTile) {
       __syncthreads();  // the last tile's readers are done with qs, dos, pts, dsts, lse, dsum
-      load_tile<HD>(qs, q + b * l * e, q0, l, e, e);
+      load_tile<HD>(qs, q + lq.start(b), q0, l, e, lq.row_stride);
       load_tile<HD>(dos, gb, q0, l, ev, ev + 1);
       load_row_stats<HD>(lse, dsum, ob, gb, q0, l, ev, tx, ty);
       __syncthreads();
@@ -408,24 +412,25 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM<HD>)
 #pragma unroll
             for (int c = 0; c < H::kVec; ++c) {
               const int col = H::col(tx, c0 + c);
-              if (row < l && col < e) atomicAdd(dq + (b * l + row) * e + col, dqa[i][c] * scale);
+              if (row < l && col < e)
+                atomicAdd(dq + lq.start(b) + row * lq.row_stride + col, dqa[i][c] * scale);
             }
           }
         }
       }
     }
-    store_tile<HD>(qs, dka, scale, dk + (b * s + k0) * e, s - k0, e, e, tx, ty);
-    store_tile<HD>(dos, dva, 1.0f, dv + (b * s + k0) * ev, s - k0, ev, ev, tx, ty);
+    store_tile<HD>(qs, dka, scale, dk + lk.start(b) + k0 * lk.row_stride, s - k0, e, lk.row_stride, tx, ty);
+    store_tile<HD>(dos, dva, 1.0f, dv + lv.start(b) + k0 * lv.row_stride, s - k0, ev, lv.row_stride, tx, ty);
     __syncthreads();  // ks, vs are reloaded for the next tile
   }
 }
 
-// dq (batch, l, e)
+// dq (batch, l, e), laid out as q (lq)
 template <int HD>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM<HD>)
     attention_dq_kernel(const float* q, const float* k, const float* v, const float* out, const float* dout,
-                        float* dq, int64_t batch, int64_t l, int64_t s, int64_t e, int64_t ev, float scale,
-                        bool causal) {
+                        float* dq, int64_t batch, int64_t l, int64_t s, int64_t e, int64_t ev, HeadLayout lq,
+                        HeadLayout lk, HeadLayout lv, float scale, bool causal) {
   using H = Head<HD>;
   float* qs = dynamic_smem<float>();
   float* dos = qs + H::kTileFloats;
@@ -438,9 +443,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM<HD>)
   const int64_t qblocks = (l + kTile - 1) / kTile;
   for (int64_t t = blockIdx.x; t < batch * qblocks; t += gridDim.x) {
     const int64_t b = t / qblocks, q0 = (qblocks - 1 - t % qblocks) * kTile;  // long causal rows first
-    const float* kb = k + b * s * e;
-    const float* vb = v + b * s * ev;
-    load_tile<HD>(qs, q + b * l * e, q0, l, e, e);
+    const float* kb = k + lk.start(b);
+    const float* vb = v + lv.start(b);
+    load_tile<HD>(qs, q + lq.start(b), q0, l, e, lq.row_stride);
     load_tile<HD>(dos, dout + b * l * (ev + 1), q0, l, ev, ev + 1);
     load_row_stats<HD>(lse, dsum, out + b * l * (ev + 1), dout + b * l * (ev + 1), q0, l, ev, tx, ty);
     float acc[kPer][H::kCols];
@@ -451,8 +456,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM<HD>)
     const int64_t kend = causal ? (s < q0 + kTile ? s : q0 + kTile) : s;
     for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
       __syncthreads();  // qs, dos, lse loaded; the last tile's readers are done with ks, vs, dss
-      load_tile<HD>(ks, kb, k0, s, e, e);
-      load_tile<HD>(vs, vb, k0, s, ev, ev);
+      load_tile<HD>(ks, kb, k0, s, e, lk.row_stride);
+      load_tile<HD>(vs, vb, k0, s, ev, lv.row_stride);
       __syncthreads();
       float sc[kPer][kPer], dp[kPer][kPer];
       tile_dots<HD>(qs, ks, tx, ty, sc);
@@ -471,8 +476,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM<HD>)
       __syncthreads();
       tile_product<HD>(dss, ks, tx, ty, acc);
     }
-    store_tile<HD>(ks, acc, scale, dq + (b * l + q0) * e, l - q0, e, e, tx, ty);
+    store_tile<HD>(ks, acc, scale, dq + lq.start(b) + q0 * lq.row_stride, l - q0, e, lq.row_stride, tx, ty);
     __syncthreads();  // qs, dos, ks, lse are reloaded for the next tile
+  }
+}
+
+// Zeros rows [0, l) x columns [0, e) of every head-batch of a region laid out as `lay` (dq before
+// the atomic adds, where it is not one contiguous block that cudaMemsetAsync could clear).
+__global__ void zero_rows_kernel(float* m, int64_t batch, int64_t l, int64_t e, HeadLayout lay) {
+  const int64_t n = batch * l * e;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / e;
+    m[lay.start(row / l) + (row % l) * lay.row_stride + i % e] = 0.0f;
   }
 }
 
@@ -514,25 +530,32 @@ void launch_tiles(const char* op, unsigned grid, size_t smem, cudaStream_t strea
 
 template <int HD>
 void forward(cudaStream_t stream, const float* q, const float* k, const float* v, float* out, int64_t batch,
-             int64_t l, int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
+             int64_t l, int64_t s, int64_t e, int64_t ev, HeadLayout lq, HeadLayout lk, HeadLayout lv,
+             float scale, bool causal) {
   launch_tiles<attention_forward_kernel<HD>>("attention", tile_grid(batch * ceil_div(l, kTile)),
-                                             forward_smem<HD>(), stream, q, k, v, out, batch, l, s, e, ev,
-                                             scale, causal);
+                                             forward_smem<HD>(), stream, q, k, v, out, batch, l, s, e, ev, lq,
+                                             lk, lv, scale, causal);
 }
 
 template <int HD>
 void gradient(cudaStream_t stream, const float* q, const float* k, const float* v, const float* out,
               const float* dout, float* dq, float* dk, float* dv, int64_t batch, int64_t l, int64_t s,
-              int64_t e, int64_t ev, float scale, bool causal, bool deterministic) {
+              int64_t e, int64_t ev, HeadLayout lq, HeadLayout lk, HeadLayout lv, float scale, bool causal,
+              bool deterministic) {
   const unsigned key_tiles = tile_grid(batch * ceil_div(s, kTile));
   if (!deterministic) {
-    check(cudaMemsetAsync(dq, 0, sizeof(float) * static_cast<size_t>(batch * l * e), stream),
-          "attention_gradient");
+    if (lq.heads == 1 && lq.row_stride == e && lq.batch_stride == l * e) {  // one contiguous block
+      check(cudaMemsetAsync(dq, 0, sizeof(float) * static_cast<size_t>(batch * l * e), stream),
+            "attention_gradient");
+    } else if (batch * l * e > 0) {
+      launch<zero_rows_kernel>("attention_gradient", grid_for(batch * l * e, kBlockSize), kBlockSize, 0,
+                               stream, dq, batch, l, e, lq);
+    }
     if (s > 0) {
       note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(3 * e + 2 * ev));
       launch_tiles<attention_dkdv_kernel<HD, true>>("attention_gradient", key_tiles, dkdv_smem<HD>(), stream,
-                                                    q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale,
-                                                    causal);
+                                                    q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, lq,
+                                                    lk, lv, scale, causal);
     }
     return;
   }
@@ -540,13 +563,13 @@ void gradient(cudaStream_t stream, const float* q, const float* k, const float* 
     note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(2 * e + 2 * ev));
     launch_tiles<attention_dkdv_kernel<HD, false>>("attention_gradient", key_tiles, dkdv_smem<HD>(), stream,
                                                    q, k, v, out, dout, nullptr, dk, dv, batch, l, s, e, ev,
-                                                   scale, causal);
+                                                   lq, lk, lv, scale, causal);
   }
   if (l > 0) {
     note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(2 * e + ev));
     launch_tiles<attention_dq_kernel<HD>>("attention_gradient", tile_grid(batch * ceil_div(l, kTile)),
                                           dq_smem<HD>(), stream, q, k, v, out, dout, dq, batch, l, s, e, ev,
-                                          scale, causal);
+                                          lq, lk, lv, scale, causal);
   }
 }
 
@@ -562,38 +585,40 @@ int head_bucket(int64_t e, int64_t ev) {
 // ---------------------------------------------------------------------------- launchers
 
 void attention(int dev, const float* q, const float* k, const float* v, float* out, int64_t batch, int64_t l,
-               int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
+               int64_t s, int64_t e, int64_t ev, HeadLayout lq, HeadLayout lk, HeadLayout lv, float scale,
+               bool causal) {
   cudaStream_t stream = activate(dev);
   note_flops(2.0 * pairs(batch, l, s, causal) * static_cast<double>(e + ev));
   switch (head_bucket(e, ev)) {
     case 16:
-      return forward<16>(stream, q, k, v, out, batch, l, s, e, ev, scale, causal);
+      return forward<16>(stream, q, k, v, out, batch, l, s, e, ev, lq, lk, lv, scale, causal);
     case 32:
-      return forward<32>(stream, q, k, v, out, batch, l, s, e, ev, scale, causal);
+      return forward<32>(stream, q, k, v, out, batch, l, s, e, ev, lq, lk, lv, scale, causal);
     case 64:
-      return forward<64>(stream, q, k, v, out, batch, l, s, e, ev, scale, causal);
+      return forward<64>(stream, q, k, v, out, batch, l, s, e, ev, lq, lk, lv, scale, causal);
     default:
-      return forward<128>(stream, q, k, v, out, batch, l, s, e, ev, scale, causal);
+      return forward<128>(stream, q, k, v, out, batch, l, s, e, ev, lq, lk, lv, scale, causal);
   }
 }
 
 void attention_gradient(int dev, const float* q, const float* k, const float* v, const float* out,
                         const float* dout, float* dq, float* dk, float* dv, int64_t batch, int64_t l,
-                        int64_t s, int64_t e, int64_t ev, float scale, bool causal, bool deterministic) {
+                        int64_t s, int64_t e, int64_t ev, HeadLayout lq, HeadLayout lk, HeadLayout lv,
+                        float scale, bool causal, bool deterministic) {
   cudaStream_t stream = activate(dev);
   switch (head_bucket(e, ev)) {
     case 16:
-      return gradient<16>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal,
-                          deterministic);
+      return gradient<16>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, lq, lk, lv, scale,
+                          causal, deterministic);
     case 32:
-      return gradient<32>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal,
-                          deterministic);
+      return gradient<32>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, lq, lk, lv, scale,
+                          causal, deterministic);
     case 64:
-      return gradient<64>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal,
-                          deterministic);
+      return gradient<64>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, lq, lk, lv, scale,
+                          causal, deterministic);
     default:
-      return gradient<128>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, scale, causal,
-                           deterministic);
+      return gradient<128>(stream, q, k, v, out, dout, dq, dk, dv, batch, l, s, e, ev, lq, lk, lv, scale,
+                           causal, deterministic);
   }
 }
 

@@ -2,7 +2,9 @@
 // same algorithm (FlashAttention-2, Dao 2023, Algorithms 1 and 2): per tile of kBr query rows, an
 // online softmax over tiles of kBc keys (running max m and sum, the accumulated output rescaled by
 // exp(m_old - m_new)); only a (kBr, kBc) tile of scores exists at a time, so the scratch does not
-// grow with the sequence. out (batch, l, ev + 1) holds O and the row's logsumexp L. The tile
+// grow with the sequence. q, k, v (and dq, dk, dv, laid out as they are) are read through their
+// HeadLayouts (../backend.h): a tile's rows are its operand's row stride apart, which BLAS takes as
+// the leading dimension. out (batch, l, ev + 1) holds O and the row's logsumexp L. The tile
 // products (S = scale Q K^T, P V, and in the gradient P^T dO, dO V^T, dS^T Q, dS K) are
 // single-threaded sgemm calls (blas.h); softmax and masking are SIMD loops between them.
 // Forward: OpenMP over (batch, query tile). Gradient: P = exp(S - L), dS = P (dP - D) with dP = dO V^T
@@ -50,6 +52,12 @@ void mask_causal(float* st, int64_t rows, int64_t cols, int64_t q0, int64_t k0) 
 
 int64_t key_end(int64_t q0, int64_t rows, int64_t s, bool causal) {
   return causal ? std::min(s, q0 + rows) : s;
+}
+
+// A region's row stride as BLAS's leading dim: at least the row's length and 1 (a region of one
+// row may give any stride; it is never stepped).
+int64_t row_stride(const HeadLayout& layout, int64_t dim) {
+  return std::max({layout.row_stride, dim, int64_t{1}});
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -140,14 +148,18 @@ GPUMAT_SIMD_CLONES void score_gradient_tile(const float* pt, float* dpt, int64_t
 }  // namespace
 
 void attention(int, const float* q, const float* k, const float* v, float* out, int64_t batch, int64_t l,
-               int64_t s, int64_t e, int64_t ev, float scale, bool causal) {
+               int64_t s, int64_t e, int64_t ev, HeadLayout lq, HeadLayout lk, HeadLayout lv, float scale,
+               bool causal) {
   const int64_t qblocks = (l + kBr - 1) / kBr;
-  const int64_t le = std::max<int64_t>(e, 1), lev = std::max<int64_t>(ev, 1);  // BLAS's least lds
+  const int64_t lev = std::max<int64_t>(ev, 1);  // the accumulator's row stride
+  // BLAS's leading dims: the rows' strides (ops/attention.cpp checks them >= the dims when a
+  // region has several rows; with one row the stride is never stepped, and BLAS wants >= 1)
+  const int64_t ldq = row_stride(lq, e), ldk = row_stride(lk, e), ldv = row_stride(lv, ev);
   parallel_for(batch * qblocks, batch * l * s * (e + ev), [&](int64_t t) {
     const int64_t b = t / qblocks, q0 = (t % qblocks) * kBr, rows = std::min(kBr, l - q0);
-    const float* qt = q + (b * l + q0) * e;
-    const float* kb = k + b * s * e;
-    const float* vb = v + b * s * ev;
+    const float* qt = q + lq.start(b) + q0 * ldq;
+    const float* kb = k + lk.start(b);
+    const float* vb = v + lv.start(b);
     alignas(64) float st[kBr * kBc];  // one cache line per 16 scores: no peeled scalar iterations
     std::vector<float> acc(static_cast<size_t>(kBr * lev), 0.0f);
     float m[kBr], sum[kBr];
@@ -156,10 +168,10 @@ void attention(int, const float* q, const float* k, const float* v, float* out, 
     const int64_t kend = key_end(q0, rows, s, causal);
     for (int64_t k0 = 0; k0 < kend; k0 += kBc) {
       const int64_t cols = std::min(kBc, kend - k0);
-      tile_gemm(qt, false, le, kb + k0 * e, true, le, st, kBc, rows, cols, e, 0.0f, scale);
+      tile_gemm(qt, false, ldq, kb + k0 * ldk, true, ldk, st, kBc, rows, cols, e, 0.0f, scale);
       if (causal) mask_causal(st, rows, cols, q0, k0);
       online_softmax_tile(st, rows, cols, m, sum, acc.data(), ev);
-      tile_gemm(st, false, kBc, vb + k0 * ev, false, lev, acc.data(), lev, rows, ev, cols, 1.0f);
+      tile_gemm(st, false, kBc, vb + k0 * ldv, false, ldv, acc.data(), lev, rows, ev, cols, 1.0f);
     }
     for (int64_t r = 0; r < rows; ++r) {
       float* o = out + (b * l + q0 + r) * (ev + 1);
@@ -175,25 +187,26 @@ void attention(int, const float* q, const float* k, const float* v, float* out, 
 
 void attention_gradient(int, const float* q, const float* k, const float* v, const float* out,
                         const float* dout, float* dq, float* dk, float* dv, int64_t batch, int64_t l,
-                        int64_t s, int64_t e, int64_t ev, float scale, bool causal, bool) {
-  const int64_t le = std::max<int64_t>(e, 1), lev = std::max<int64_t>(ev, 1);
+                        int64_t s, int64_t e, int64_t ev, HeadLayout lq, HeadLayout lk, HeadLayout lv,
+                        float scale, bool causal, bool) {
+  const int64_t ldq = row_stride(lq, e), ldk = row_stride(lk, e), ldv = row_stride(lv, ev);
   parallel_for(batch, batch * l * s * (e + ev), [&](int64_t b) {
-    const float* qb = q + b * l * e;
-    const float* kb = k + b * s * e;
-    const float* vb = v + b * s * ev;
+    const float* qb = q + lq.start(b);
+    const float* kb = k + lk.start(b);
+    const float* vb = v + lv.start(b);
     const float* ob = out + b * l * (ev + 1);
     const float* gb = dout + b * l * (ev + 1);
-    float* dqb = dq + b * l * e;
-    float* dkb = dk + b * s * e;
-    float* dvb = dv + b * s * ev;
-    std::fill(dqb, dqb + l * e, 0.0f);
-    std::fill(dkb, dkb + s * e, 0.0f);
-    std::fill(dvb, dvb + s * ev, 0.0f);
+    float* dqb = dq + lq.start(b);  // the gradients are laid out as their operands
+    float* dkb = dk + lk.start(b);
+    float* dvb = dv + lv.start(b);
+    for (int64_t r = 0; r < l; ++r) std::fill(dqb + r * ldq, dqb + r * ldq + e, 0.0f);
+    for (int64_t r = 0; r < s; ++r) std::fill(dkb + r * ldk, dkb + r * ldk + e, 0.0f);
+    for (int64_t r = 0; r < s; ++r) std::fill(dvb + r * ldv, dvb + r * ldv + ev, 0.0f);
     alignas(64) float pt[kBr * kBc], dpt[kBr * kBc];
     float d[kBr], lse[kBr];
     for (int64_t q0 = 0; q0 < l; q0 += kBr) {
       const int64_t rows = std::min(kBr, l - q0);
-      const float* qt = qb + q0 * e;
+      const float* qt = qb + q0 * ldq;
       const float* gt = gb + q0 * (ev + 1);  // dO rows, stride ev + 1 (the lse column's gradient last)
       for (int64_t r = 0; r < rows; ++r) {
         const float* o = ob + (q0 + r) * (ev + 1);
@@ -204,15 +217,16 @@ void attention_gradient(int, const float* q, const float* k, const float* v, con
       const int64_t kend = key_end(q0, rows, s, causal);
       for (int64_t k0 = 0; k0 < kend; k0 += kBc) {
         const int64_t cols = std::min(kBc, kend - k0);
-        tile_gemm(qt, false, le, kb + k0 * e, true, le, pt, kBc, rows, cols, e, 0.0f, scale);
+        tile_gemm(qt, false, ldq, kb + k0 * ldk, true, ldk, pt, kBc, rows, cols, e, 0.0f, scale);
         if (causal) mask_causal(pt, rows, cols, q0, k0);
         probabilities_tile(pt, rows, cols, lse);
         // dV += P^T dO; dP = dO V^T; dS = P (dP - D); dK += scale dS^T Q; dQ += scale dS K
-        tile_gemm(pt, true, kBc, gt, false, ev + 1, dvb + k0 * ev, lev, cols, ev, rows, 1.0f);
-        tile_gemm(gt, false, ev + 1, vb + k0 * ev, true, lev, dpt, kBc, rows, cols, ev, 0.0f);
+        tile_gemm(pt, true, kBc, gt, false, ev + 1, dvb + k0 * ldv, ldv, cols, ev, rows, 1.0f);
+        tile_gemm(gt, false, ev + 1, vb + k0 * ldv, true, ldv, dpt, kBc, rows, cols, ev, 0.0f);
         score_gradient_tile(pt, dpt, rows, cols, d);
-        tile_gemm(dpt, true, kBc, qt, false, le, dkb + k0 * e, le, cols, e, rows, 1.0f, scale);
-        tile_gemm(dpt, false, kBc, kb + k0 * e, false, le, dqb + q0 * e, le, rows, e, cols, 1.0f, scale);
+        tile_gemm(dpt, true, kBc, qt, false, ldq, dkb + k0 * ldk, ldk, cols, e, rows, 1.0f, scale);
+        tile_gemm(dpt, false, kBc, kb + k0 * ldk, false, ldk, dqb + q0 * ldq, ldq, rows, e, cols, 1.0f,
+                  scale);
       }
     }
   });
