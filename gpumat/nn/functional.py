@@ -47,7 +47,7 @@ from gpumat.graph.norm import batch_norm_op, batch_norm_stats_op, layer_norm_op
 from gpumat.graph.pool import adaptive_avg_pool2d_op, avg_pool2d_op, max_pool2d_op
 from gpumat.graph.strided import constant_pad_op, contiguous_strides
 from gpumat.random import draw_seed
-from gpumat.reference import attention_strided_written_once
+from gpumat.reference import attention_strided_regions, attention_strided_written_once
 from gpumat.tensor import Tensor, apply_op, stack
 from gpumat.tensor import where as _where
 from gpumat.tensor._advanced_indexing import check_bounds
@@ -302,7 +302,7 @@ def scaled_dot_product_attention(
     batch = _batch_shape(op, q.shape, k.shape, v.shape)
     if attn_mask is None and p == 0.0 and max(e, ev) <= MAX_HEAD_DIM and math.isfinite(scale):
         n = math.prod(batch)
-        heads = _heads_in_place(q, k, v, batch, (lq, ls, e, ev))
+        heads = _heads_in_place(q, k, v, batch, (lq, ls, e, ev), op)
         if heads is not None:  # q, k, v read where they lie in one tensor: no copies
             base, args = heads
             packed = apply_op(
@@ -338,13 +338,14 @@ def scaled_dot_product_attention(
     return weights.matmul(v)
 
 
-def _heads_in_place(q: Tensor, k: Tensor, v: Tensor, batch: tuple, lengths: tuple):
+def _heads_in_place(q: Tensor, k: Tensor, v: Tensor, batch: tuple, lengths: tuple, op: str):
     """``(base, (batch, heads, lengths, offsets, strides))`` for ``attention_strided_op`` when q,
     k and v (batch dims ``batch``, at most two: (B, H)) are views of one float32 tensor with the
     same batch and row strides and contiguous rows, as the heads of a fused projection
     (``qkv.split(C, 2)``, then ``view(B, T, H, D).transpose(1, 2)``) are; else None (the copying
     path). Where the base will take a gradient, the three regions must also be ones
-    ``attention_strided_gradient`` writes once each (side by side in the base's rows)."""
+    ``attention_strided_gradient`` writes once each (side by side in the base's rows). Views whose
+    rows overlap (an expand's stride 0) take the copying path too."""
     if len(batch) > 2:
         return None
     lays = [layout(t) for t in (q, k, v)]
@@ -368,6 +369,10 @@ def _heads_in_place(q: Tensor, k: Tensor, v: Tensor, batch: tuple, lengths: tupl
     else:
         (nb, nh), (bs, hs, row) = (1, 1), (0, 0, lead[0])
     args = (nb, nh, lengths, tuple(o for _, _, o in lays), (bs, hs, row))
+    try:  # rows that overlap (an as_strided view's), which the kernels do not take
+        attention_strided_regions(op, base.numel(), *args)
+    except ValueError:
+        return None
     if base._requires_grad and is_grad_enabled() and not attention_strided_written_once(*args):
         return None
     return base, args

@@ -526,6 +526,26 @@ def test_sdpa_of_heads_that_share_elements(ctx, grad):
         assert_close(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5, msg=f"seed {seed}")
 
 
+@pytest.mark.parametrize("grad", [True, False])
+def test_sdpa_of_expanded_rows(ctx, grad):
+    """q = k = v, one row expanded over every batch, head and position (stride 0: rows that
+    overlap, which the strided kernels refuse): the copying path, as PyTorch."""
+    torch = pytest.importorskip("torch")
+    rng, seed = new_rng()
+    x0 = rng.uniform(-1, 1, size=(1, 1, 1, 4)).astype(np.float32)
+    xt = torch.tensor(x0, dtype=torch.float64, requires_grad=grad)
+    ht = xt.expand(2, 3, 5, 4)
+    yt = torch.nn.functional.scaled_dot_product_attention(ht, ht, ht, is_causal=True)
+    x = gpumat.tensor(x0, device=ctx, requires_grad=grad)
+    h = x.expand(2, 3, 5, 4)
+    y = F.scaled_dot_product_attention(h, h, h, is_causal=True)
+    assert_close(y.detach().numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6, msg=f"seed {seed}")
+    if grad:
+        y.sum().backward()
+        yt.sum().backward()
+        assert_close(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5, msg=f"seed {seed}")
+
+
 def test_sdpa_zero_size_batch(ctx):
     q = gpumat.zeros(0, 2, 5, 4, device=ctx)
     k = gpumat.zeros(0, 2, 6, 4, device=ctx)
