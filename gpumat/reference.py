@@ -768,18 +768,30 @@ def _heads(flat, batch, heads, o, rows, dim, strides):
     return flat[index].astype(np.float64).reshape(batch * heads, rows, dim), index
 
 
+def _strided_parts(op, qkv, out, heads, lengths, offsets, strides) -> list:
+    """The (values, flat indices) of q, k, v in ``qkv`` for the strided ops, batch from out's
+    first dim (ValueError as :func:`attention_strided_regions`)."""
+    heads = int(heads)
+    batch = out.shape[0] // heads if out.ndim == 3 and heads > 0 else 0
+    regions = attention_strided_regions(op, qkv.size, batch, heads, lengths, offsets, strides)
+    if op == "attention_strided_gradient" and not attention_strided_written_once(
+        batch, heads, lengths, offsets, strides
+    ):
+        raise ValueError(
+            f"{op}: q, k and v must lie side by side in qkv's rows, so that each gradient element "
+            f"has one writer (offsets {tuple(offsets)}, strides {tuple(strides)})"
+        )
+    flat = qkv.reshape(-1)
+    return [_heads(flat, batch, heads, o, r, d, strides) for o, r, d in regions]
+
+
 def attention_strided(
     qkv, out, heads: int, lengths, offsets, strides, scale: float, causal: bool = False
 ) -> None:
     """:func:`attention` of the q, k, v regions of ``qkv`` (see ``gpumat.ops.attention_strided``),
     gathered by index, in float64."""
-    heads = int(heads)
-    batch = out.shape[0] // heads if out.ndim == 3 and heads > 0 else 0
-    regions = attention_strided_regions(
-        "attention_strided", qkv.size, batch, heads, lengths, offsets, strides
-    )
-    flat = qkv.reshape(-1)
-    q, k, v = (_heads(flat, batch, heads, o, r, d, strides)[0] for o, r, d in regions)
+    parts = _strided_parts("attention_strided", qkv, out, heads, lengths, offsets, strides)
+    q, k, v = (values for values, _ in parts)
     attention(q, k, v, out, scale, causal)
 
 
@@ -789,16 +801,7 @@ def attention_strided_gradient(
     """The gradient of :func:`attention_strided` with respect to qkv: dq, dk, dv scattered to
     where q, k, v lie, zeros elsewhere (ValueError where the regions share an element)."""
     op = "attention_strided_gradient"
-    heads = int(heads)
-    batch = out.shape[0] // heads if out.ndim == 3 and heads > 0 else 0
-    regions = attention_strided_regions(op, qkv.size, batch, heads, lengths, offsets, strides)
-    if not attention_strided_written_once(batch, heads, lengths, offsets, strides):
-        raise ValueError(
-            f"{op}: q, k and v must lie side by side in qkv's rows, so that each gradient element "
-            f"has one writer (offsets {tuple(offsets)}, strides {tuple(strides)})"
-        )
-    flat = qkv.reshape(-1)
-    parts = [_heads(flat, batch, heads, o, r, d, strides) for o, r, d in regions]
+    parts = _strided_parts(op, qkv, out, heads, lengths, offsets, strides)
     (q, _), (k, _), (v, _) = parts
     flat_grad = np.zeros((q.size + k.size + v.size,), np.float64)
     attention_gradient(q, k, v, out, dout, flat_grad, scale, causal)

@@ -228,7 +228,7 @@ class AttentionStridedOp(Op):
                 node.strides,
                 node.scale,
                 node.causal,
-            )  # fmt: skip
+            )
         ]
 
     def infer_shape(self, node, input_shapes):
@@ -241,11 +241,8 @@ class AttentionStridedGradientOp(Op):
     (:func:`gpumat.ops.attention_strided_gradient`). ValueError where the regions could share
     an element."""
 
-    name, label, kernel = (
-        "attention_strided_gradient_op",
-        "AttentionStridedGrad",
-        ("attention_strided_gradient"),
-    )
+    name, label = "attention_strided_gradient_op", "AttentionStridedGrad"
+    kernel = "attention_strided_gradient"
     no_gradient = "second derivatives of attention"
     inputs = ("node_qkv", "node_out", "node_dout")
     attrs = _STRIDED_ATTRS

@@ -1142,6 +1142,16 @@ def _ref_softmax(name, a):
     return {1: ref}
 
 
+def _check_scale_causal(sc, causal) -> None:
+    """The attention ops' scale (a finite real, not a bool) and causal (a bool), or Invalid."""
+    if not isinstance(causal, (bool, np.bool_)):
+        raise Invalid("causal")
+    if isinstance(sc, (bool, np.bool_)) or not isinstance(sc, numbers.Real):
+        raise Invalid("scale")
+    if not math.isfinite(sc):
+        raise Invalid("scale")
+
+
 def _ref_attention(name, a):
     grad = name == "attention_gradient"
     q, k, v, out = (_arr(x) for x in a[:4])
@@ -1156,12 +1166,7 @@ def _ref_attention(name, a):
         raise Invalid("head dim")
     _same(out.shape, (b, lq, v.shape[2] + 1))
     sc, causal = a[-2], a[-1]
-    if not isinstance(causal, (bool, np.bool_)):
-        raise Invalid("causal")
-    if isinstance(sc, (bool, np.bool_)) or not isinstance(sc, numbers.Real):
-        raise Invalid("scale")
-    if not math.isfinite(sc):
-        raise Invalid("scale")
+    _check_scale_causal(sc, causal)
     if not grad:
         ref = np.empty(out.shape)
         gpumat.reference.attention(q, k, v, ref, sc, causal)
@@ -1200,12 +1205,7 @@ def _ref_attention_strided(name, a):
     if max(e, ev) > 128:
         raise Invalid("head dim")
     _same(out.shape, (batch * heads, lq, ev + 1))
-    if not isinstance(causal, (bool, np.bool_)):
-        raise Invalid("causal")
-    if isinstance(sc, (bool, np.bool_)) or not isinstance(sc, numbers.Real):
-        raise Invalid("scale")
-    if not math.isfinite(sc):
-        raise Invalid("scale")
+    _check_scale_causal(sc, causal)
     if not grad:
         ref = np.empty(out.shape)
         gpumat.reference.attention_strided(qkv, ref, heads, lengths, offsets, strides, sc, causal)

@@ -66,9 +66,9 @@ struct Region {
 };
 
 struct Strided {
-  Dims d;  // d.batch counts head-batches (batch x heads)
   int64_t batch, heads, batch_stride, head_stride, row_stride;
   Region q, k, v;
+  int64_t head_batches() const { return batch * heads; }
   HeadLayout layout() const { return {heads, batch_stride, head_stride, row_stride}; }
   int64_t count(const Region& r) const { return batch * heads * r.rows * r.dim; }
 };
@@ -101,8 +101,7 @@ Strided check_strided(const char* op, const GpuMatrix& qkv, const GpuMatrix& out
   if (out.ndim() != 3 || out.dim(0) % heads != 0)
     throw ShapeError(o + "out must be (batch x heads, l, ev + 1) with " + std::to_string(heads) +
                      " heads, got " + out.shape_str());
-  Strided st{{out.dim(0), l, s, e, ev},
-             out.dim(0) / heads,
+  Strided st{out.dim(0) / heads,
              heads,
              batch_stride,
              head_stride,
@@ -112,7 +111,7 @@ Strided check_strided(const char* op, const GpuMatrix& qkv, const GpuMatrix& out
              {"v", v_offset, s, ev}};
   const std::string given = describe(st) + " of qkv " + qkv.shape_str();
   check_head_dims(op, e, ev, scale, given);
-  expect(op, "out", out, {st.d.batch, l, ev + 1}, given);
+  expect(op, "out", out, {st.head_batches(), l, ev + 1}, given);
   for (const Region* r : {&st.q, &st.k, &st.v}) {
     if (st.count(*r) == 0) continue;
     if (r->rows > 1 && row_stride < r->dim)
@@ -201,7 +200,7 @@ void attention_strided(const GpuMatrix& qkv, GpuMatrix& out, int64_t heads, int6
     const float* base = qkv.data();
     const HeadLayout lay = st.layout();
     be.attention(qkv.device().index, base + q_offset, base + k_offset, base + v_offset, out.data(),
-                 st.d.batch, l, s, e, ev, lay, lay, lay, scale, causal);
+                 st.head_batches(), l, s, e, ev, lay, lay, lay, scale, causal);
   }
   finish(out);
 }
@@ -230,8 +229,8 @@ void attention_strided_gradient(const GpuMatrix& qkv, const GpuMatrix& out, cons
     float* grad = dqkv.data();
     const HeadLayout lay = st.layout();
     be.attention_gradient(qkv.device().index, base + q_offset, base + k_offset, base + v_offset, out.data(),
-                          dout.data(), grad + q_offset, grad + k_offset, grad + v_offset, st.d.batch, l, s, e,
-                          ev, lay, lay, lay, scale, causal, are_deterministic_algorithms_enabled());
+                          dout.data(), grad + q_offset, grad + k_offset, grad + v_offset, st.head_batches(),
+                          l, s, e, ev, lay, lay, lay, scale, causal, are_deterministic_algorithms_enabled());
   }
   finish(dqkv);
 }
