@@ -18,7 +18,8 @@ The rules, all in this module (one function each, applied in this order):
     product is read elsewhere only for its shape; ``dense_relu`` also takes
     ``relu_op(matmul_bias_op(a, b, bias))``, the front end's ``F.linear`` and a ReLU.
 ``relu_bias_gradient``
-    ``relu_gradient_op(y, g)`` and ``reducesumaxiszero_op`` of it to a (cols,) bias ->
+    ``relu_gradient_op(y, g)`` and ``reducesumaxiszero_op`` or ``sum_to_op`` of it to a
+    (cols,) bias (a course graph's layer, or ``F.linear`` and ``F.relu`` in Tensor code) ->
     ``relu_bias_gradient_op(y, g)`` with two outputs, dz and dbias
     (:func:`gpumat.ops.relu_bias_gradient`): 2 -> 1.
 ``cross_entropy``
@@ -289,8 +290,10 @@ def rule_dense(rw: _Rewriter, node: Node) -> bool:
 
 
 def rule_relu_bias_gradient(rw: _Rewriter, node: Node) -> bool:
-    """relu_gradient(y, g) and its column sums to a (cols,) bias -> relu_bias_gradient_op."""
-    if not _is(node, ReduceSumAxisZeroOp) or not rw.free(node):
+    """relu_gradient(y, g) and its column sums to a (cols,) bias -> relu_bias_gradient_op. The
+    sums are a course graph's reducesumaxiszero_op or the front end's sum_to_op (a bias's
+    gradient in ``Tensor`` code)."""
+    if not (_is(node, ReduceSumAxisZeroOp) or _is(node, SumToOp)) or not rw.free(node):
         return False
     r = node.inputs[0]
     if not _is(r, ReluGradientOp) or not rw.free(r):

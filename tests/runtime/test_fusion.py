@@ -522,6 +522,62 @@ def test_heads_of_a_fused_projection_are_read_in_place(ctx):
     assert len(_copies(compiled)) == 1, _copies(compiled)
 
 
+def test_front_end_dense_relu_layers_fuse_their_bias_gradients(ctx):
+    """A Tensor-code MLP (F.linear, F.relu, a bias's gradient summed by sum_to_op) compiles to the
+    fused ReLU-and-bias-gradient op, one per hidden layer, as a course graph's layers do; its
+    gradients match float64 and the eager step (float32 rounding: the fused bias sums run in
+    another order)."""
+    rng = np.random.default_rng()
+    x0 = rng.uniform(-1, 1, (70, 12))
+    params0 = [rng.uniform(-0.5, 0.5, s) for s in ((9, 12), (9,), (7, 9), (7,), (3, 7), (3,))]
+    y0 = rng.integers(0, 3, 70)
+
+    def step(x, y, params):
+        for p in params:
+            p.grad = None
+        h = x
+        for i in range(0, 6, 2):
+            h = F.linear(h, params[i], params[i + 1])
+            h = F.relu(h) if i < 4 else h
+        loss = F.cross_entropy(h, y)
+        loss.backward()
+        return (loss, *(p.grad for p in params))
+
+    def fresh():
+        return [
+            gpumat.tensor(p.astype(np.float32), device=ctx, requires_grad=True) for p in params0
+        ]
+
+    x = gpumat.tensor(x0.astype(np.float32), device=ctx)
+    y = gpumat.tensor(y0, device=ctx)
+    eager = step(x, y, fresh())
+    traced_params = fresh()
+    compiled = gpumat.compile(lambda x, y: step(x, y, traced_params))
+    for _ in range(2):  # the first call traces, the second replays
+        got = compiled(x, y)
+        for e, c in zip(eager, got, strict=True):
+            np.testing.assert_allclose(c.numpy(), e.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert compiled.fusion_report.rules["relu_bias_gradient"] == 2
+    assert _plan_kinds(compiled).count(graph.ReluBiasGradientOp) == 2
+    assert graph.ReluGradientOp not in _plan_kinds(compiled)
+    # float64: the same step in numpy
+    w1, b1, w2, b2, w3, b3 = params0
+    z1 = x0 @ w1.T + b1
+    h1 = np.maximum(z1, 0)
+    z2 = h1 @ w2.T + b2
+    h2 = np.maximum(z2, 0)
+    logits = h2 @ w3.T + b3
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dl = (p - np.eye(3)[y0]) / len(y0)
+    dz2 = (dl @ w3) * (z2 > 0)
+    dz1 = (dz2 @ w2) * (z1 > 0)
+    ref = [-np.log(p[np.arange(70), y0]).mean(), dz1.T @ x0, dz1.sum(0), dz2.T @ h1, dz2.sum(0),
+           dl.T @ h2, dl.sum(0)]  # fmt: skip
+    for r, c in zip(ref, got, strict=True):
+        np.testing.assert_allclose(c.numpy(), r, rtol=2e-5, atol=2e-6)
+
+
 def test_trace_views_report_strides_as_eagerly_and_respect_no_grad():
     """In a trace, a view's strides and contiguity are eager's, and a view made under no_grad
     passes no gradient to its base through further views."""
