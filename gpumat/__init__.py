@@ -17,19 +17,22 @@ Arrays are float32, row-major, contiguous, on ``cpu()`` (the host), ``gpu(i)`` (
 import builtins as _builtins
 import os as _os
 
-# NOTE: libgomp reads these when _core loads it (too late when another library, PyTorch say, loaded
-# libgomp first); an explicit user setting wins. A worker that ends a parallel region spins
-# GOMP_SPINCOUNT times (one `pause` each: 13 ns on the 2-core Xeon of benchmarks/, so ~26 us)
-# waiting for the next region, then sleeps. libgomp's default (300,000 spins, ~4 ms) fought other
-# busy processes for the cores (a 1000x256 relu took 6.9 ms spinning, 0.14 ms passive, on a loaded
-# 2-core machine); sleeping at once (OMP_WAIT_POLICY=PASSIVE alone) made every region pay a futex
-# wake-up, 50-80 us there (a 2048x128 layer norm's statistics took 111 us instead of 49; the GPT
-# step 98 ms compiled instead of 82). 2,000 spins kept most of that gain; 10,000 gained 4% more
-# idle and lost 20% beside a busy process (benchmarks/README.md, "Front-end training steps").
-# PASSIVE stays, so that a process running more OpenMP threads than CPUs does not spin at all.
-# They are set only while _core loads (below) and then removed again: left in os.environ they
-# would pass to every child process, so a PyTorch program started from a gpumat one (the
-# benchmarks' own-process workers) would run its threads with gpumat's wait policy, not its own.
+# NOTE: the host kernels run on gpumat's own thread pool (src/host/thread_pool.cpp, which waits its
+# own way); libgomp runs the emulated device's blocks, and these settings are for its workers.
+# libgomp reads them when _core loads it (too late when another library, PyTorch say, loaded libgomp
+# first); an explicit user setting wins. Measured while libgomp ran the host kernels: a worker that
+# ends a parallel region spins GOMP_SPINCOUNT times (one `pause` each: 13 ns on the 2-core Xeon of
+# benchmarks/, so ~26 us) waiting for the next region, then sleeps. libgomp's default (300,000
+# spins, ~4 ms) fought other busy processes for the cores (a 1000x256 relu took 6.9 ms spinning,
+# 0.14 ms passive, on a loaded 2-core machine); sleeping at once (OMP_WAIT_POLICY=PASSIVE alone)
+# made every region pay a futex wake-up, 50-80 us there (a 2048x128 layer norm's statistics took 111
+# us instead of 49; the GPT step 98 ms compiled instead of 82). 2,000 spins kept most of that gain;
+# 10,000 gained 4% more idle and lost 20% beside a busy process (benchmarks/README.md, "Front-end
+# training steps"). PASSIVE stays, so that a process running more OpenMP threads than CPUs does not
+# spin at all. They are set only while _core loads (below) and then removed again: left in
+# os.environ they would pass to every child process, so a PyTorch program started from a gpumat one
+# (the benchmarks' own-process workers) would run its threads with gpumat's wait policy, not its
+# own.
 _OPENMP_WAIT_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "2000"}
 
 

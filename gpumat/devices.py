@@ -1,10 +1,11 @@
 """Devices: where an array lives and where an op runs, and what each device reports.
 
-``gpumat.cpu()`` is the host device (OpenMP loops, BLAS sgemm); ``gpumat.gpu(i)`` is CUDA device
-``i``; ``gpumat.emu(i)`` is the emulated CUDA device: gpumat's CUDA kernel sources compiled for the
-CPU and run by its CUDA emulator (always built, no GPU needed; for checking kernels, never for
-speed). A device is a small immutable value: creating ``gpu(0)`` never fails, but creating an
-array on it raises ``gpumat.CudaError`` when gpumat was built without CUDA or no such GPU exists.
+``gpumat.cpu()`` is the host device (parallel loops on gpumat's thread pool, BLAS sgemm);
+``gpumat.gpu(i)`` is CUDA device ``i``; ``gpumat.emu(i)`` is the emulated CUDA device: gpumat's CUDA
+kernel sources compiled for the CPU and run by its CUDA emulator (always built, no GPU needed; for
+checking kernels, never for speed). A device is a small immutable value: creating ``gpu(0)`` never
+fails, but creating an array on it raises ``gpumat.CudaError`` when gpumat was built without CUDA or
+no such GPU exists.
 
 The device functions (:func:`memory_stats`, :func:`launch_count`, :func:`synchronize`, ...) take a
 device (default ``cpu()``) and report on, or act on, that device's allocator and stream.
@@ -250,7 +251,8 @@ def build_info() -> dict:
     capabilities compiled, e.g. ["75", "90"]); ``cuda_device_count``; ``emu_device_count`` (the
     emulated CUDA devices, always built); ``blas`` (the host BLAS in use: oneDNN's sgemm when the
     onednn-cpu-gomp wheel is installed, else OpenBLAS; ``GPUMAT_BLAS`` chooses, see
-    ``gpumat._host_blas``); ``openmp`` (host loops run in parallel).
+    ``gpumat._host_blas``); ``openmp`` (built with OpenMP: the emulated device runs its blocks
+    in parallel; the host kernels run on gpumat's own thread pool either way).
     """
     return {
         "version": __version__,
@@ -290,12 +292,13 @@ def launch_count(device: Device | None = None) -> int:
 
 
 def get_num_threads() -> int:
-    """The threads gpumat's host kernels use (an int >= 1): every OpenMP loop of the cpu()
-    device, matrix products included (the BLAS runs single-threaded on pieces of each product that
-    these threads share out), ``torch.get_num_threads``'s counterpart.
+    """The threads gpumat's host kernels use (an int >= 1): every parallel loop of the cpu()
+    device (run on gpumat's own thread pool, not OpenMP's), matrix products included (the BLAS
+    runs single-threaded on pieces of each product that these threads share out),
+    ``torch.get_num_threads``'s counterpart.
 
-    It starts at OpenMP's default, ``OMP_NUM_THREADS`` when set, else the machine's cores (1 in a
-    build without OpenMP), until :func:`set_num_threads` changes it. With
+    It starts at OpenMP's default, ``OMP_NUM_THREADS`` when set, else the machine's cores, until
+    :func:`set_num_threads` changes it. With
     ``GPUMAT_DYNAMIC_THREADS=1`` in the environment it is a maximum: each loop and matrix product
     then uses at most the cores that other processes leave free (Linux's ``/proc/stat``, sampled
     every 50 ms; a parallel loop waits for its slowest thread, and a thread sharing its core with a
@@ -306,7 +309,7 @@ def get_num_threads() -> int:
 
 
 def set_num_threads(n: int) -> None:
-    """Sets the threads of gpumat's host kernels to ``n``: every OpenMP loop of the cpu() device,
+    """Sets the threads of gpumat's host kernels to ``n``: every parallel loop of the cpu() device,
     matrix products included, process-wide, for calls from any Python thread (PyTorch's
     ``torch.set_num_threads``). The CUDA and emulated devices are not affected (the emulator runs
     its blocks on OpenMP's default team, ``OMP_NUM_THREADS``). Results do not depend on it: they

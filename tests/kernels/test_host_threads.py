@@ -1,5 +1,6 @@
-"""gpumat.get_num_threads / set_num_threads: one thread count for the host kernels' OpenMP loops
-(OpenBLAS runs single-threaded inside them), starting at OMP_NUM_THREADS (checked in fresh
+"""gpumat.get_num_threads / set_num_threads: one thread count for the host kernels' parallel loops
+on gpumat's thread pool (the BLAS runs single-threaded inside them; loops started from several
+Python threads at once, or in a child made by fork(), give the same results), starting at OMP_NUM_THREADS (checked in fresh
 processes), process-wide, fixed by default and lowered while other processes keep cores busy with
 GPUMAT_DYNAMIC_THREADS=1, with results that are the same bits on every count (elementwise ops,
 products split into pieces by shape alone, sums in fixed blocks) and right against float64 numpy,
@@ -83,7 +84,6 @@ def test_openmp_wait_defaults_reach_libgomp_only(tmp_path):
     assert child == "['ACTIVE', '77']"
 
 
-@pytest.mark.skipif(not gpumat.build_info()["openmp"], reason="a build without OpenMP: always 1")
 @pytest.mark.parametrize("value", ["1", "3"])
 def test_default_honours_omp_num_threads(value, tmp_path):
     assert _threads_in_fresh_process(value, tmp_path) == int(value)
@@ -235,6 +235,101 @@ def test_products_and_sums_are_the_same_bits_on_any_thread_count(restore_threads
         rng = np.random.default_rng(seed)  # the same inputs for the next count
     for i, (one, many) in enumerate(zip(results[1], results[threads], strict=True)):
         np.testing.assert_array_equal(one, many, err_msg=f"result {i}, seed {seed}")
+
+
+def _pool_workload(rng):
+    """Inputs, and a function of them that runs loops past every parallel threshold (a product
+    cut into pieces, a column-sum in fixed blocks, an elementwise loop, a transpose)."""
+    a = rng.standard_normal((300, 500)).astype(np.float32)
+    b = rng.standard_normal((500, 200)).astype(np.float32)
+
+    def run():
+        x, y = gpumat.array(a), gpumat.array(b)
+        mm, sums, prod, t = (gpumat.empty(s) for s in ((300, 200), (200,), (300, 500), (500, 300)))
+        ops.matmul(x, y, mm)
+        ops.sum(mm, sums, 0)
+        ops.mul(x, x, prod)
+        ops.transpose(x, t)
+        return [mm.asnumpy(), sums.asnumpy(), prod.asnumpy(), t.asnumpy()]
+
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    return run, [want, want.sum(axis=0), a.astype(np.float64) ** 2, a.T]
+
+
+def test_parallel_loops_from_several_python_threads(restore_threads):
+    # The kernels release the GIL: loops started from several threads at once share the pool (a
+    # caller that finds it busy runs its tasks alone), with the one-thread bits and no hang.
+    rng, seed = new_rng()
+    run, want = _pool_workload(rng)
+    gpumat.set_num_threads(1)
+    alone = run()
+    for got, ref in zip(alone, want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3, err_msg=f"seed {seed}")
+    gpumat.set_num_threads(os.cpu_count() or 2)
+    results, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(5):
+                results.append(run())
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread hung in a parallel loop"
+    assert errors == [] and len(results) == 20
+    for got in results:
+        for i, (g, one) in enumerate(zip(got, alone, strict=True)):
+            np.testing.assert_array_equal(g, one, err_msg=f"result {i}, seed {seed}")
+
+
+# In a fresh process: run the workload on the pool, fork, run it again in the child (which has
+# none of the parent's pool threads) and in the parent; each compares with float64 numpy.
+_FORKED = """
+import os, sys
+import numpy as np
+sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]  # the test module and tests/helpers
+import gpumat
+from test_host_threads import _pool_workload
+
+gpumat.set_num_threads(max(2, os.cpu_count() or 2))
+run, want = _pool_workload(np.random.default_rng(int(sys.argv[2])))
+
+def check(tag):
+    for i, (got, ref) in enumerate(zip(run(), want, strict=True)):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3, err_msg=f"{tag} {i}")
+
+check("parent before fork")
+pid = os.fork()
+if pid == 0:
+    try:
+        check("child")
+        code = 0
+    except BaseException as e:
+        print("child failed:", e, file=sys.stderr)
+        code = 1
+    os._exit(code)
+check("parent after fork")
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() on this platform")
+def test_parallel_loops_run_in_a_forked_child(tmp_path):
+    # A child of fork() has only the forking thread: its first loop starts a pool of its own
+    # (multiprocessing's default start method on Linux, DataLoader-style workers).
+    _, seed = new_rng()
+    out = subprocess.run(
+        [sys.executable, "-c", _FORKED, str(Path(__file__).parent), str(seed)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
 BUSY = min(os.cpu_count() or 1, 4)

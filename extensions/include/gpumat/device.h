@@ -1,4 +1,4 @@
-// Devices: the host (CPU, OpenMP loops + BLAS), CUDA GPUs, and the emulated CUDA device (the CUDA
+// Devices: the host (CPU, parallel loops + BLAS), CUDA GPUs, and the emulated CUDA device (the CUDA
 // kernel sources run on the CPU by src/emu/, a correctness tool that needs no GPU). Every op
 // dispatches on the device of its arguments; arguments on different devices are an error, never an
 // implicit copy.

@@ -504,10 +504,10 @@ void count_ops(const Device& device, int64_t n);
 
 // ---------------------------------------------------------------------------- host threads
 
-// The threads the host kernels use: their OpenMP loops and the BLAS's sgemm pieces (one count for
-// both). Starts at OpenMP's default (OMP_NUM_THREADS, else the cores; 1 in a build without
-// OpenMP); set_num_threads(n) sets both, process-wide, for calls from any thread. Throws ShapeError
-// for n < 1.
+// The threads the host kernels use (gpumat's thread pool, src/host/thread_pool.cpp): their parallel
+// loops and the BLAS's sgemm pieces (one count for both). Starts at OpenMP's default
+// (OMP_NUM_THREADS, else the cores; 1 in a build without OpenMP); set_num_threads(n) sets both,
+// process-wide, for calls from any thread. Throws ShapeError for n < 1.
 int get_num_threads();
 void set_num_threads(int n);
 // The threads the next host loop or product would use: get_num_threads(), lowered to the cores
@@ -519,9 +519,9 @@ int effective_num_threads();
 
 // Makes the host kernels' sgemm oneDNN's dnnl_sgemm from the shared library at `path` (the
 // onednn-cpu-gomp wheel's libdnnl.so.3; gpumat.__init__ finds it), after checking that it is an
-// OpenMP build and that a small product of each transpose is right; returns its name. Throws
-// ShapeError (naming the path) when it cannot be loaded or fails the check, OpenBLAS staying in use.
-// Loading again returns the library in use.
+// OpenMP build (whose threads gpumat can hold to one a call) and that a small product of each transpose is
+// right; returns its name. Throws ShapeError (naming the path) when it cannot be loaded or fails the check,
+// OpenBLAS staying in use. Loading again returns the library in use.
 std::string use_onednn(const std::string& path);
 // The host BLAS in use: "oneDNN 3.2.0 (...)" or OpenBLAS's build string.
 std::string host_blas();

@@ -307,17 +307,9 @@ void relu_bias_gradient(int, const float* y, const float* dy, float* dz, float* 
       for (int64_t tile = 0; tile < tiles; ++tile) sums_pass(tile);
     return;
   }
-  // One parallel region for both passes (one fork/join); the first loop's implicit barrier
-  // completes the partial rows before the second adds them.
-#pragma omp parallel num_threads(region_threads())
-  {
-#pragma omp for
-    for (int64_t task = 0; task < chunks * tiles; ++task) rows_pass(task);
-    if (chunks > 1) {  // the same on every thread
-#pragma omp for
-      for (int64_t tile = 0; tile < tiles; ++tile) sums_pass(tile);
-    }
-  }
+  // Two parallel loops: the first completes the partial rows before the second adds them.
+  run_tasks(chunks * tiles, true, rows_pass);
+  if (chunks > 1) run_tasks(tiles, true, sums_pass);
 }
 
 }  // namespace gpumat::host

@@ -7,8 +7,8 @@
 // the leading dimension. out (batch, l, ev + 1) holds O and the row's logsumexp L. The tile
 // products (S = scale Q K^T, P V, and in the gradient P^T dO, dO V^T, dS^T Q, dS K) are
 // single-threaded sgemm calls (blas.h); softmax and masking are SIMD loops between them.
-// Forward: OpenMP over (batch, query tile). Gradient: P = exp(S - L), dS = P (dP - D) with dP = dO V^T
-// and D = rowsum(dO * O) - dL (dL the gradient of the logsumexp column); OpenMP over the batch,
+// Forward: parallel over (batch, query tile). Gradient: P = exp(S - L), dS = P (dP - D) with dP = dO V^T
+// and D = rowsum(dO * O) - dL (dL the gradient of the logsumexp column); parallel over the batch,
 // each entry's query tiles and key tiles in order, so dK and dV accumulate over the query tiles and
 // dQ over the key tiles in a fixed order: deterministic, the same bits on any thread count. The CUDA
 // kernels tile differently (64 rows, register blocks), so the two agree to rounding, not bit for bit.

@@ -5,11 +5,11 @@
 // runs the same library.
 //
 // Why oneDNN: its JIT sgemm kernels run the products of the benchmarks' models faster a thread
-// than OpenBLAS 0.3.34's (benchmarks/README.md, "The host BLAS"), and its GNU OpenMP build
-// runs on the same libgomp as the host kernels: still one threading runtime. Each call here is one
-// piece of a product (matmul.cpp cuts them) and runs on one thread: OpenMP's thread count is set
-// to 1 around the call, so oneDNN never starts a team of its own, and the pieces, which depend on
-// the shape alone, keep the results the same bits on any thread count.
+// than OpenBLAS 0.3.34's (benchmarks/README.md, "The host BLAS"). Each call here is one piece of a
+// product (matmul.cpp cuts them), run on one of the host kernels' threads (thread_pool.cpp), and
+// runs on that thread alone: OpenMP's thread count is set to 1 around the call, so the GNU OpenMP
+// build of oneDNN never starts a team of its own (one threading runtime, gpumat's), and the pieces, which
+// depend on the shape alone, keep the results the same bits on any thread count.
 #include <cblas.h>
 #include <dlfcn.h>
 

@@ -13,7 +13,7 @@
 // Two schedules, chosen from the shape and the CPUs online alone (so the bits never depend on the
 // thread count or the load):
 // - image by image, when the batch has at least as many images as the machine has CPUs: each
-//   OpenMP thread takes whole images, builds their columns in its own slot of scratch (about
+//   thread of the pool takes whole images, builds their columns in its own slot of scratch (about
 //   C*KH*KW*OH*OW floats, 200 KB for the MNIST CNN's second layer, so the columns are still in
 //   the core's cache when its sgemm reads them) and writes y[b] or dx[b] in place: no batch-wide
 //   column matrix, no (F, N) <-> (N, F) transposes. dw is summed in fixed groups of images, one
@@ -79,11 +79,11 @@ void im2col_row(const float* __restrict plane, const ConvShape& s, int64_t i, in
 // x is one chunk (nb, C, H, W); col is (C*KH*KW, nb*OH*OW).
 void im2col(const float* x, const ConvShape& s, int64_t nb, float* col) {
   const int64_t ohw = s.oh * s.ow, cols = nb * ohw, rows = s.c * s.kh * s.kw;
-#pragma omp parallel for collapse(2) if (rows * cols >= kParallelMin) num_threads(region_threads())
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < nb; ++b)
-      im2col_row(x + (b * s.c + r / (s.kw * s.kh)) * s.h * s.w, s, (r / s.kw) % s.kh, r % s.kw,
-                 col + r * cols + b * ohw);
+  parallel_for(rows * nb, rows * cols, [&](int64_t i) {
+    const int64_t r = i / nb, b = i % nb;
+    im2col_row(x + (b * s.c + r / (s.kw * s.kh)) * s.h * s.w, s, (r / s.kw) % s.kh, r % s.kw,
+               col + r * cols + b * ohw);
+  });
 }
 
 // One image x (C, H, W) into col (C*KH*KW, OH*OW), on the calling thread. Input row by input row:
@@ -194,17 +194,18 @@ GPUMAT_SIMD_CLONES void col2im_plane(const float* col, const ConvShape& s, int64
 // col is (C*KH*KW, nb*OH*OW); dx is one chunk (nb, C, H, W).
 void col2im(const float* col, const ConvShape& s, int64_t nb, float* dx) {
   const int64_t cols = nb * s.oh * s.ow;
-#pragma omp parallel for collapse(2) if (nb * s.c * s.h * s.w >= kParallelMin) num_threads(region_threads())
-  for (int64_t b = 0; b < nb; ++b)
-    for (int64_t c = 0; c < s.c; ++c) col2im_plane(col, s, cols, b, c, dx + (b * s.c + c) * s.h * s.w);
+  parallel_for(nb * s.c, nb * s.c * s.h * s.w, [&](int64_t i) {
+    const int64_t b = i / s.c, c = i % s.c;
+    col2im_plane(col, s, cols, b, c, dx + (b * s.c + c) * s.h * s.w);
+  });
 }
 
 // in is (d0, d1, inner), out is (d1, d0, inner).
 void swap_axes01(const float* in, int64_t d0, int64_t d1, int64_t inner, float* out) {
-#pragma omp parallel for collapse(2) if (d0 * d1 * inner >= kParallelMin) num_threads(region_threads())
-  for (int64_t b = 0; b < d1; ++b)
-    for (int64_t a = 0; a < d0; ++a)
-      std::copy_n(in + (a * d1 + b) * inner, inner, out + (b * d0 + a) * inner);
+  parallel_for(d1 * d0, d0 * d1 * inner, [&](int64_t i) {
+    const int64_t b = i / d0, a = i % d0;
+    std::copy_n(in + (a * d1 + b) * inner, inner, out + (b * d0 + a) * inner);
+  });
 }
 
 // The image-by-image schedule (see the top of the file) applies: at least as many images as CPUs
@@ -321,16 +322,12 @@ void conv2d_gradient_filter(int, const float* x, const float* dy, float* dw, con
 // in, out are (outer, channels, inner); bias is (channels,).
 void add_channel_bias(int, const float* in, const float* bias, float* out, int64_t outer, int64_t channels,
                       int64_t inner) {
-#pragma omp parallel for collapse(2) if (outer * channels * inner >= kParallelMin) \
-    num_threads(region_threads())
-  for (int64_t n = 0; n < outer; ++n) {
-    for (int64_t c = 0; c < channels; ++c) {
-      const float b = bias[c];
-      const float* src = in + (n * channels + c) * inner;
-      float* dst = out + (n * channels + c) * inner;
-      for (int64_t k = 0; k < inner; ++k) dst[k] = src[k] + b;
-    }
-  }
+  parallel_for(outer * channels, outer * channels * inner, [&](int64_t i) {
+    const float b = bias[i % channels];
+    const float* src = in + i * inner;
+    float* dst = out + i * inner;
+    for (int64_t k = 0; k < inner; ++k) dst[k] = src[k] + b;
+  });
 }
 
 namespace {

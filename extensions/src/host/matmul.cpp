@@ -3,10 +3,11 @@
 // c (m, n). ops/matmul.cpp guarantees every dimension fits a 32-bit blasint.
 //
 // One threading runtime: the BLAS runs single-threaded (blas.cpp; OpenBLAS's own count is 1:
-// parallel.cpp) and a product is split into pieces that the host kernels' OpenMP threads take from
-// a shared queue (schedule(dynamic)), one single-threaded sgemm a piece. Why not the BLAS's own pool
+// parallel.cpp) and a product is split into pieces that the host kernels' threads (thread_pool.cpp)
+// take from a shared queue, one single-threaded sgemm a piece. Why not the BLAS's own pool
 // (OpenBLAS's threads, or oneDNN's OpenMP teams):
-// - its threads and the OpenMP threads took turns on the cores, and any spinning of one pool stole
+// - its threads and the host kernels' (then OpenMP's) took turns on the cores, and any spinning of one pool
+// stole
 //   the cores from the other: after PyTorch had loaded libgomp first (its default policy spins),
 //   gpumat's MLP step took 48-52 ms instead of 8-10 ms;
 // - OpenBLAS splits a product by its thread count, so the last bits of c depended on the count;

@@ -172,7 +172,7 @@ GPUMAT_SIMD_CLONES void layer_norm_backward_rows(const float* x, const float* we
   }
 }
 
-// body(r0, r1) over blocks of rows of about kBlockElems elements each, on the OpenMP threads when
+// body(r0, r1) over blocks of rows of about kBlockElems elements each, on the pool's threads when
 // the rows hold at least kParallelMin elements (parallel_for).
 template <typename Body>
 void row_blocks(int64_t rows, int64_t d, const Body& body) {

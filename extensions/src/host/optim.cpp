@@ -64,7 +64,7 @@ GPUMAT_SIMD_CLONES void momentum_sgd_block(float* p, const float* g, float* v, i
 }  // namespace
 
 // Multi-tensor SGD: params[t][i] -= lr * (grads[t][i] + weight_decay params[t][i]) for every tensor
-// t of `count`, in one call and one OpenMP region (one launch on CUDA instead of one axpy per
+// t of `count`, in one call and one parallel loop (one launch on CUDA instead of one axpy per
 // parameter).
 void sgd_update_multi(int, float* const* params, const float* const* grads, const int64_t* sizes, int count,
                       float lr, float weight_decay) {
@@ -188,7 +188,7 @@ GPUMAT_SIMD_CLONES void scale_block(float* x, int64_t lo, int64_t hi, float coef
 }
 }  // namespace
 
-// x *= min(max_norm / (total_norm + 1e-6), 1) for every tensor, in one OpenMP region.
+// x *= min(max_norm / (total_norm + 1e-6), 1) for every tensor, in one parallel loop.
 void clip_scale_multi(int, float* const* xs, const int64_t* sizes, int count, const float* total_norm,
                       float max_norm) {
   const float c = max_norm / (total_norm[0] + 1e-6f);

@@ -1,7 +1,7 @@
 // The host kernels' thread count (gpumat::ops::get_num_threads / set_num_threads): one number for
-// every OpenMP region (parallel.h's region_threads), matrix products included (OpenBLAS runs
-// single-threaded inside them: matmul.cpp), and, when GPUMAT_DYNAMIC_THREADS=1, lowered while other
-// processes keep cores busy.
+// every parallel loop (parallel.h's region_threads, run on thread_pool.cpp's threads), matrix
+// products included (the BLAS runs single-threaded inside them: matmul.cpp), and, when
+// GPUMAT_DYNAMIC_THREADS=1, lowered while other processes keep cores busy.
 //
 // Why lower it: a parallel region ends when its slowest thread does, and a thread that shares its
 // core with another process runs a fraction of the time. So a region may use at most the cores
@@ -36,7 +36,10 @@ int default_threads() {
 #ifdef _OPENMP
   return omp_get_max_threads();  // OMP_NUM_THREADS, else the cores
 #else
-  return 1;
+  // the same rule without libgomp: OMP_NUM_THREADS's first number, else the CPUs online
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
+  return n > 0 && n < (1L << 20) ? static_cast<int>(n) : static_cast<int>(host::cpus_online());
 #endif
 }
 
@@ -124,7 +127,7 @@ int host::region_threads() {
 }
 
 namespace {
-// OpenBLAS runs single-threaded inside the OpenMP regions (matmul.cpp says why); its count is
+// OpenBLAS runs single-threaded inside the parallel loops (matmul.cpp says why); its count is
 // process-wide, set once when the library loads.
 [[maybe_unused]] const bool blas_single_threaded = [] {
   scipy_openblas_set_num_threads(1);

@@ -1,6 +1,6 @@
 // Host sort family (the reference for ../cuda/sort.cu), along the middle axis of (outer, n, inner):
 //   argsort:         std::stable_sort of each slice's indices by ../sort.h's order (stable, NaN the
-//                    largest); the first k written. Slices in parallel (OpenMP), O(n log n) each.
+//                    largest); the first k written. Slices in parallel (parallel.h), O(n log n) each.
 //   gather:          out[o, r, i] = in[o, index[o, r, i], i] (NaN for an invalid index)
 //   gather_gradient: dx[o, j, i] = sum over r in order of dy[o, r, i] where index[o, r, i] == j,
 //                    one pass over dy per slice (the same sums, in the same order, as CUDA's).
