@@ -7,7 +7,8 @@
 // process. A worker here waits for the next job in three phases: a short `pause` spin, then
 // sched_yield() until kYieldWait has passed since its last job (it stays awake through a
 // training step's gaps between products, yet any other runnable thread on its core runs first),
-// then a sleep on a condition variable.
+// then a sleep on a condition variable. Measured against OpenMP, alone, after PyTorch and beside a
+// busy process: benchmarks/README.md, "gpumat's own thread pool".
 //
 // One job at a time: a job is a task count and a function; the caller (slot 0) and up to
 // `threads - 1` workers take tasks from one atomic counter. A caller that finds the pool busy (a
@@ -192,8 +193,9 @@ class Pool {
 
 Pool* new_pool();
 
-// The pool, made at the first parallel loop. A child made by fork() has none of its parent's
-// threads (only the forking one): it starts a pool of its own, and the parent's is left alone.
+// The pool, made when the library loads (its workers start at the first parallel loop). A child
+// made by fork() has none of its parent's threads (only the forking one): it starts a pool of its
+// own, and the parent's is left alone.
 std::atomic<Pool*> the_pool{new_pool()};
 
 Pool* new_pool() {
