@@ -1,10 +1,10 @@
 """gpumat.get_num_threads / set_num_threads: one thread count for the host kernels' parallel loops
 on gpumat's thread pool (the BLAS runs single-threaded inside them; loops started from several
-Python threads at once, or in a child made by fork(), give the same results), starting at OMP_NUM_THREADS (checked in fresh
-processes), process-wide, fixed by default and lowered while other processes keep cores busy with
-GPUMAT_DYNAMIC_THREADS=1, with results that are the same bits on every count (elementwise ops,
-products split into pieces by shape alone, sums in fixed blocks) and right against float64 numpy,
-and bad counts refused without changing the setting."""
+Python threads at once, or in a child made by fork(), give the same results), starting at
+OMP_NUM_THREADS (checked in fresh processes), process-wide, fixed by default and lowered while
+other processes keep cores busy with GPUMAT_DYNAMIC_THREADS=1, with results that are the same
+bits on every count (elementwise ops, products split into pieces by shape alone, sums in fixed
+blocks) and right against float64 numpy, and bad counts refused without changing the setting."""
 
 import os
 import subprocess
